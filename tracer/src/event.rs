@@ -1,0 +1,125 @@
+//! The event stream: the contract between the tracer and the analyzer.
+//!
+//! The tracer sends [`Message`]s in program order over a bounded crossbeam
+//! channel. Memory accesses travel in [`Message::Events`] batches so the channel
+//! costs little per access; batch vectors are returned to the tracer through a
+//! recycling channel so that steady-state tracing does not allocate.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::LayerSpec;
+
+/// What an access did to the bytes it touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessKind {
+    Load,
+    /// First write of these bytes within the current layer.
+    Store,
+    /// Write to bytes already written within the current layer.
+    Update,
+}
+
+impl AccessKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessKind::Load => "load",
+            AccessKind::Store => "store",
+            AccessKind::Update => "update",
+        }
+    }
+}
+
+/// One access to one declared buffer (accesses spanning two buffers, or mixing
+/// written and unwritten bytes, are split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Event {
+    /// Retired-instruction index since layer begin (exact).
+    pub t: u64,
+    /// Position in the total order of accesses since layer begin (a read of an
+    /// instruction comes before its write).
+    pub seq: u64,
+    /// Guest PC of the accessing instruction.
+    pub pc: u64,
+    /// Buffer id, as declared by the guest.
+    pub buffer: u32,
+    /// Byte offset from the buffer base.
+    pub offset: u32,
+    /// Access width in bytes (after splitting).
+    pub size: u32,
+    pub kind: AccessKind,
+}
+
+/// Role of a declared buffer in its layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Input,
+    Output,
+    Weights,
+    Bias,
+    Scratch,
+}
+
+impl Role {
+    /// Decodes `MEMTRACE_ROLE_*`.
+    pub fn from_code(code: u32) -> Option<Role> {
+        Some(match code {
+            0 => Role::Input,
+            1 => Role::Output,
+            2 => Role::Weights,
+            3 => Role::Bias,
+            4 => Role::Scratch,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Input => "input",
+            Role::Output => "output",
+            Role::Weights => "weights",
+            Role::Bias => "bias",
+            Role::Scratch => "scratch",
+        }
+    }
+}
+
+/// A buffer declared by the guest for the current layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub id: u32,
+    pub role: Role,
+    pub name: String,
+    /// Guest address of byte 0.
+    pub base: u64,
+    pub size: u32,
+    pub elem_size: u32,
+}
+
+/// A layer window opened by the guest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerInfo {
+    /// Position of the layer in the run (0-based).
+    pub index: usize,
+    pub name: String,
+    pub op: String,
+    /// The guest's `key=value,...` parameter text.
+    pub params: String,
+    /// `params` understood as a kernel-suite layer, when it is one.
+    pub spec: Option<LayerSpec>,
+}
+
+/// Messages in the order the guest produced them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    LayerBegin(LayerInfo),
+    BufferDeclared(Buffer),
+    /// Accesses of the current layer, in `seq` order.
+    Events(Vec<Event>),
+    LayerEnd {
+        /// Instructions retired inside the window.
+        instructions: u64,
+    },
+    /// The guest called `memtrace_exit`.
+    Exit { code: i32, instructions: u64 },
+}

@@ -1,0 +1,676 @@
+//! Layer specifications: what one kernel invocation computes, independent of
+//! where its buffers live.
+//!
+//! The same `key=value,...` text is used by `memtrace run --job SPEC`, by the
+//! guest's layer-begin `params` string, and by `memtrace validate` configs, so a
+//! traced layer can always be re-described to the algorithmic and analytic O_s
+//! methods. Output shape and padding follow TFLite's rules
+//! (`ComputeOutSize`, `ComputePaddingHeightWidth`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The operators the memtrace kernel suite runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Conv2d,
+    DepthwiseConv2d,
+    MaxPool,
+    AveragePool,
+    FullyConnected,
+    Add,
+    Relu,
+    /// Naive accumulating matrix multiply written for memtrace (paper Fig. 3b).
+    Matmul,
+}
+
+impl Op {
+    pub const ALL: [Op; 8] = [
+        Op::Conv2d,
+        Op::DepthwiseConv2d,
+        Op::MaxPool,
+        Op::AveragePool,
+        Op::FullyConnected,
+        Op::Add,
+        Op::Relu,
+        Op::Matmul,
+    ];
+
+    /// Name used in specs, layer-begin markers and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Conv2d => "conv2d",
+            Op::DepthwiseConv2d => "depthwise_conv2d",
+            Op::MaxPool => "max_pool",
+            Op::AveragePool => "average_pool",
+            Op::FullyConnected => "fully_connected",
+            Op::Add => "add",
+            Op::Relu => "relu",
+            Op::Matmul => "matmul",
+        }
+    }
+
+    /// Code in the job mailbox (`enum memtrace_op` in `memtrace_job.h`).
+    pub fn job_code(self) -> i32 {
+        match self {
+            Op::Conv2d => 1,
+            Op::DepthwiseConv2d => 2,
+            Op::MaxPool => 3,
+            Op::AveragePool => 4,
+            Op::FullyConnected => 5,
+            Op::Add => 6,
+            Op::Relu => 7,
+            Op::Matmul => 8,
+        }
+    }
+
+    fn has_window(self) -> bool {
+        matches!(
+            self,
+            Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool
+        )
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Op {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        Op::ALL
+            .into_iter()
+            .find(|op| op.name() == s)
+            .ok_or_else(|| SpecError::new(format!("unknown op `{s}` (known: {})", op_names())))
+    }
+}
+
+fn op_names() -> String {
+    Op::ALL.map(Op::name).join(", ")
+}
+
+/// Element type of the layer's tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    F32,
+    Int8,
+}
+
+impl Dtype {
+    /// Bytes per element (T_s in the DMO paper).
+    pub fn size(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::Int8 => 1,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Int8 => "int8",
+        }
+    }
+    /// Code in the job mailbox (`enum memtrace_dtype`).
+    pub fn job_code(self) -> i32 {
+        match self {
+            Dtype::F32 => 1,
+            Dtype::Int8 => 2,
+        }
+    }
+}
+
+impl FromStr for Dtype {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        match s {
+            "f32" | "float32" => Ok(Dtype::F32),
+            "int8" | "i8" => Ok(Dtype::Int8),
+            _ => Err(SpecError::new(format!(
+                "unknown dtype `{s}` (known: f32, int8)"
+            ))),
+        }
+    }
+}
+
+/// TFLite padding scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Padding {
+    Same,
+    Valid,
+}
+
+impl Padding {
+    fn name(self) -> &'static str {
+        match self {
+            Padding::Same => "same",
+            Padding::Valid => "valid",
+        }
+    }
+}
+
+/// Fused activation applied by the kernel to its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    None,
+    Relu,
+    Relu6,
+}
+
+impl Activation {
+    fn name(self) -> &'static str {
+        match self {
+            Activation::None => "none",
+            Activation::Relu => "relu",
+            Activation::Relu6 => "relu6",
+        }
+    }
+    fn job_code(self) -> i32 {
+        match self {
+            Activation::None => 0,
+            Activation::Relu => 1,
+            Activation::Relu6 => 2,
+        }
+    }
+}
+
+/// A 4-D NHWC shape.
+pub type Shape = [u32; 4];
+
+/// One layer configuration. Construct it with [`LayerSpec::parse`] or
+/// [`LayerSpec::new`]; both compute `output` and `pad` and check consistency.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayerSpec {
+    pub op: Op,
+    pub dtype: Dtype,
+    /// N, H, W, C. For `fully_connected` and `matmul`: [1, 1, rows, depth].
+    pub input: Shape,
+    /// See `harness-c/include/memtrace_job.h` for the per-op meaning.
+    pub filter: Shape,
+    pub output: Shape,
+    /// (height, width)
+    pub stride: (u32, u32),
+    /// (height, width)
+    pub dilation: (u32, u32),
+    pub padding: Padding,
+    /// TFLite `PaddingValues` (height, width): rows/cols of zero padding before
+    /// the first input row/col.
+    pub pad: (u32, u32),
+    pub depth_multiplier: u32,
+    pub activation: Activation,
+}
+
+/// A malformed or inconsistent layer specification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SpecError {
+    message: String,
+}
+
+impl SpecError {
+    fn new(message: impl Into<String>) -> Self {
+        SpecError {
+            message: message.into(),
+        }
+    }
+}
+
+/// Fields of a spec before derived values are computed.
+#[derive(Clone, Debug)]
+pub struct LayerSpecBuilder {
+    pub op: Op,
+    pub dtype: Dtype,
+    pub input: Shape,
+    pub filter: Option<Shape>,
+    pub stride: (u32, u32),
+    pub dilation: (u32, u32),
+    pub padding: Padding,
+    pub depth_multiplier: u32,
+    pub activation: Activation,
+}
+
+impl LayerSpecBuilder {
+    pub fn new(op: Op, dtype: Dtype, input: Shape) -> Self {
+        LayerSpecBuilder {
+            op,
+            dtype,
+            input,
+            filter: None,
+            stride: (1, 1),
+            dilation: (1, 1),
+            padding: Padding::Same,
+            depth_multiplier: 1,
+            activation: Activation::None,
+        }
+    }
+    pub fn filter(mut self, filter: Shape) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+    pub fn stride(mut self, h: u32, w: u32) -> Self {
+        self.stride = (h, w);
+        self
+    }
+    pub fn dilation(mut self, h: u32, w: u32) -> Self {
+        self.dilation = (h, w);
+        self
+    }
+    pub fn padding(mut self, padding: Padding) -> Self {
+        self.padding = padding;
+        self
+    }
+    pub fn depth_multiplier(mut self, m: u32) -> Self {
+        self.depth_multiplier = m;
+        self
+    }
+    pub fn activation(mut self, a: Activation) -> Self {
+        self.activation = a;
+        self
+    }
+    /// Checks the configuration and derives output shape and padding.
+    pub fn build(self) -> Result<LayerSpec, SpecError> {
+        LayerSpec::new(self)
+    }
+}
+
+/// TFLite `ComputeOutSize`.
+fn out_size(padding: Padding, input: u32, filter: u32, stride: u32, dilation: u32) -> u32 {
+    let effective = (filter - 1) * dilation + 1;
+    match padding {
+        Padding::Same => input.div_ceil(stride),
+        Padding::Valid => (input + stride).saturating_sub(effective) / stride,
+    }
+}
+
+/// TFLite `ComputePadding` (the before-padding; TFLM kernels ignore the offset).
+fn pad_before(stride: u32, dilation: u32, input: u32, filter: u32, output: u32) -> u32 {
+    let effective = (filter - 1) * dilation + 1;
+    let total = (output as i64 - 1) * stride as i64 + effective as i64 - input as i64;
+    (total.max(0) / 2) as u32
+}
+
+impl LayerSpec {
+    /// Validates a configuration and derives `output` and `pad`.
+    pub fn new(b: LayerSpecBuilder) -> Result<LayerSpec, SpecError> {
+        let op = b.op;
+        if b.input.contains(&0) {
+            return Err(SpecError::new(format!(
+                "input shape {} has a zero dimension",
+                shape_text(&b.input)
+            )));
+        }
+        let need = |what: &str| SpecError::new(format!("op {op} needs {what}"));
+        if b.stride.0 == 0 || b.stride.1 == 0 || b.dilation.0 == 0 || b.dilation.1 == 0 {
+            return Err(SpecError::new("stride and dilation must be at least 1"));
+        }
+        if b.depth_multiplier == 0 {
+            return Err(SpecError::new("depth_multiplier must be at least 1"));
+        }
+        let [n, h, w, c] = b.input;
+        let (filter, output) = match op {
+            Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+                let f = b.filter.ok_or_else(|| need("a filter shape (filter=OxKHxKWxI)"))?;
+                if f.contains(&0) {
+                    return Err(SpecError::new("filter shape has a zero dimension"));
+                }
+                let out_c = match op {
+                    Op::Conv2d => {
+                        if f[3] != c {
+                            return Err(SpecError::new(format!(
+                                "conv2d filter depth {} does not match input depth {c}",
+                                f[3]
+                            )));
+                        }
+                        f[0]
+                    }
+                    Op::DepthwiseConv2d => {
+                        if f[0] != 1 || f[3] != c * b.depth_multiplier {
+                            return Err(SpecError::new(format!(
+                                "depthwise_conv2d filter must be 1xKHxKWx{} (input depth {c} × depth_multiplier {})",
+                                c * b.depth_multiplier,
+                                b.depth_multiplier
+                            )));
+                        }
+                        f[3]
+                    }
+                    _ => {
+                        if f[0] != 1 || f[3] != 1 {
+                            return Err(SpecError::new("pool filter must be 1xKHxKWx1 (or KHxKW)"));
+                        }
+                        c
+                    }
+                };
+                let oh = out_size(b.padding, h, f[1], b.stride.0, b.dilation.0);
+                let ow = out_size(b.padding, w, f[2], b.stride.1, b.dilation.1);
+                if oh == 0 || ow == 0 {
+                    return Err(SpecError::new(format!(
+                        "the {}x{} window does not fit the {h}x{w} input with valid padding",
+                        f[1], f[2]
+                    )));
+                }
+                (f, [n, oh, ow, out_c])
+            }
+            Op::FullyConnected => {
+                let f = b.filter.ok_or_else(|| need("a filter shape (filter=UNITSxDEPTH)"))?;
+                if f[0] != 1 || f[1] != 1 || f[2] == 0 || f[3] != c {
+                    return Err(SpecError::new(format!(
+                        "fully_connected filter must be UNITSx{c} (input depth {c})"
+                    )));
+                }
+                let batches = n * h * w;
+                (f, [1, 1, batches, f[2]])
+            }
+            Op::Matmul => {
+                let f = b.filter.ok_or_else(|| need("a filter shape (filter=KxN)"))?;
+                if f[0] != 1 || f[1] != 1 || f[2] != c || f[3] == 0 || n != 1 || h != 1 {
+                    return Err(SpecError::new(format!(
+                        "matmul needs input=MxK and filter=KxN with matching K (input depth {c})"
+                    )));
+                }
+                (f, [1, 1, w, f[3]])
+            }
+            Op::Add | Op::Relu => {
+                if b.filter.is_some() {
+                    return Err(SpecError::new(format!("op {op} takes no filter")));
+                }
+                ([1, 1, 1, 1], b.input)
+            }
+        };
+        let pad = if op.has_window() {
+            (
+                pad_before(b.stride.0, b.dilation.0, h, filter[1], output[1]),
+                pad_before(b.stride.1, b.dilation.1, w, filter[2], output[2]),
+            )
+        } else {
+            (0, 0)
+        };
+        Ok(LayerSpec {
+            op,
+            dtype: b.dtype,
+            input: b.input,
+            filter,
+            output,
+            stride: b.stride,
+            dilation: b.dilation,
+            padding: b.padding,
+            pad,
+            depth_multiplier: b.depth_multiplier,
+            activation: b.activation,
+        })
+    }
+
+    /// Parses `op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same`.
+    ///
+    /// Keys: `op` (required), `dtype` (default f32), `input` (required), `filter`,
+    /// `stride` (`S` or `SHxSW`), `dilation`, `padding` (`same`|`valid`),
+    /// `depth_multiplier`, `activation` (`none`|`relu`|`relu6`). Pool filters may
+    /// be written `KHxKW`. The derived keys `output` and `pad` are accepted and
+    /// checked against the derived values, so a printed spec parses back.
+    pub fn parse(text: &str) -> Result<LayerSpec, SpecError> {
+        let mut op = None;
+        let mut dtype = Dtype::F32;
+        let mut input = None;
+        let mut filter = None;
+        let mut stride = (1, 1);
+        let mut dilation = (1, 1);
+        let mut padding = Padding::Same;
+        let mut depth_multiplier = 1;
+        let mut activation = Activation::None;
+        let mut claimed_output = None;
+        let mut claimed_pad = None;
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| SpecError::new(format!("`{item}` is not key=value")))?;
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "op" => op = Some(value.parse::<Op>()?),
+                "dtype" => dtype = value.parse()?,
+                "input" => input = Some(parse_shape(key, value)?),
+                "filter" => filter = Some(parse_shape(key, value)?),
+                "output" => claimed_output = Some(parse_shape(key, value)?),
+                "stride" => stride = parse_pair(key, value)?,
+                "dilation" => dilation = parse_pair(key, value)?,
+                "pad" => claimed_pad = Some(parse_pair(key, value)?),
+                "padding" => {
+                    padding = match value {
+                        "same" => Padding::Same,
+                        "valid" => Padding::Valid,
+                        _ => {
+                            return Err(SpecError::new(format!(
+                                "padding must be same or valid, not `{value}`"
+                            )))
+                        }
+                    }
+                }
+                "depth_multiplier" => depth_multiplier = parse_number(key, value)?,
+                "activation" => {
+                    activation = match value {
+                        "none" => Activation::None,
+                        "relu" => Activation::Relu,
+                        "relu6" => Activation::Relu6,
+                        _ => {
+                            return Err(SpecError::new(format!(
+                                "activation must be none, relu or relu6, not `{value}`"
+                            )))
+                        }
+                    }
+                }
+                _ => {
+                    return Err(SpecError::new(format!(
+                        "unknown key `{key}` (known: op, dtype, input, filter, stride, dilation, padding, depth_multiplier, activation, output, pad)"
+                    )))
+                }
+            }
+        }
+        let op = op.ok_or_else(|| SpecError::new("missing op=..."))?;
+        let input = input.ok_or_else(|| SpecError::new("missing input=NxHxWxC"))?;
+        // Pools may be given as KHxKW.
+        let filter = match (op, filter) {
+            (Op::MaxPool | Op::AveragePool, Some([1, 1, kh, kw])) => Some([1, kh, kw, 1]),
+            (_, f) => f,
+        };
+        let spec = LayerSpec::new(LayerSpecBuilder {
+            op,
+            dtype,
+            input,
+            filter,
+            stride,
+            dilation,
+            padding,
+            depth_multiplier,
+            activation,
+        })?;
+        if let Some(out) = claimed_output {
+            if out != spec.output {
+                return Err(SpecError::new(format!(
+                    "output={} but the layer produces {}",
+                    shape_text(&out),
+                    shape_text(&spec.output)
+                )));
+            }
+        }
+        if let Some(pad) = claimed_pad {
+            if pad != spec.pad {
+                return Err(SpecError::new(format!(
+                    "pad={}x{} but TFLite padding gives {}x{}",
+                    pad.0, pad.1, spec.pad.0, spec.pad.1
+                )));
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Bytes of the (first) input tensor.
+    pub fn input_bytes(&self) -> u64 {
+        elements(&self.input) * self.dtype.size()
+    }
+    /// Bytes of the output tensor.
+    pub fn output_bytes(&self) -> u64 {
+        elements(&self.output) * self.dtype.size()
+    }
+
+    /// The job-mailbox words (`memtrace_job.h`).
+    pub fn job_words(&self, seed: u32) -> [i32; JOB_WORDS] {
+        let mut w = [0i32; JOB_WORDS];
+        w[0] = JOB_MAGIC;
+        w[1] = self.op.job_code();
+        w[2] = self.dtype.job_code();
+        for i in 0..4 {
+            w[3 + i] = self.input[i] as i32;
+            w[7 + i] = self.filter[i] as i32;
+            w[11 + i] = self.output[i] as i32;
+        }
+        w[15] = self.stride.0 as i32;
+        w[16] = self.stride.1 as i32;
+        w[17] = self.dilation.0 as i32;
+        w[18] = self.dilation.1 as i32;
+        w[19] = match self.padding {
+            Padding::Same => 1,
+            Padding::Valid => 2,
+        };
+        w[20] = self.pad.0 as i32;
+        w[21] = self.pad.1 as i32;
+        w[22] = self.depth_multiplier as i32;
+        w[23] = self.activation.job_code();
+        w[24] = seed as i32;
+        w
+    }
+}
+
+/// Magic value of word 0 of a host-written job.
+pub const JOB_MAGIC: i32 = 0x4A4F_4231;
+/// Number of int32 words in the job mailbox.
+pub const JOB_WORDS: usize = 32;
+
+fn elements(shape: &Shape) -> u64 {
+    shape.iter().map(|&d| d as u64).product()
+}
+
+/// `1x112x112x96`
+pub fn shape_text(shape: &Shape) -> String {
+    shape.map(|d| d.to_string()).join("x")
+}
+
+impl fmt::Display for LayerSpec {
+    /// The canonical spec text; [`LayerSpec::parse`] reads it back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "op={},dtype={},input={}",
+            self.op,
+            self.dtype.name(),
+            shape_text(&self.input)
+        )?;
+        if !matches!(self.op, Op::Add | Op::Relu) {
+            write!(f, ",filter={}", shape_text(&self.filter))?;
+        }
+        write!(f, ",output={}", shape_text(&self.output))?;
+        if self.op.has_window() {
+            write!(
+                f,
+                ",stride={}x{},dilation={}x{},padding={},pad={}x{}",
+                self.stride.0,
+                self.stride.1,
+                self.dilation.0,
+                self.dilation.1,
+                self.padding.name(),
+                self.pad.0,
+                self.pad.1
+            )?;
+        }
+        if self.op == Op::DepthwiseConv2d {
+            write!(f, ",depth_multiplier={}", self.depth_multiplier)?;
+        }
+        if self.activation != Activation::None {
+            write!(f, ",activation={}", self.activation.name())?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_number(key: &str, value: &str) -> Result<u32, SpecError> {
+    value
+        .parse::<u32>()
+        .map_err(|_| SpecError::new(format!("{key}: `{value}` is not a non-negative integer")))
+}
+
+fn parse_pair(key: &str, value: &str) -> Result<(u32, u32), SpecError> {
+    match value.split_once('x') {
+        Some((a, b)) => Ok((parse_number(key, a)?, parse_number(key, b)?)),
+        None => {
+            let v = parse_number(key, value)?;
+            Ok((v, v))
+        }
+    }
+}
+
+/// `1x112x112x96`, `112x96` (left-padded with 1s to 4-D).
+fn parse_shape(key: &str, value: &str) -> Result<Shape, SpecError> {
+    let dims = value
+        .split('x')
+        .map(|d| parse_number(key, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    if dims.is_empty() || dims.len() > 4 {
+        return Err(SpecError::new(format!(
+            "{key}: `{value}` must have 1 to 4 dimensions"
+        )));
+    }
+    let mut shape = [1u32; 4];
+    shape[4 - dims.len()..].copy_from_slice(&dims);
+    Ok(shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_one_layer_has_the_paper_output_shape() {
+        let s = LayerSpec::parse(
+            "op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same",
+        )
+        .unwrap();
+        assert_eq!(s.output, [1, 56, 56, 96]);
+        // (56-1)*2 + 3 - 112 = 1 -> before-padding 0
+        assert_eq!(s.pad, (0, 0));
+        assert_eq!(s.output_bytes(), 56 * 56 * 96 * 4);
+    }
+
+    #[test]
+    fn canonical_text_parses_back() {
+        let s = LayerSpec::parse(
+            "op=conv2d,dtype=int8,input=1x9x7x3,filter=5x3x3x3,stride=2x1,padding=valid,activation=relu6",
+        )
+        .unwrap();
+        assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(s.output, [1, 4, 5, 5]);
+    }
+
+    #[test]
+    fn same_padding_of_stride_one_3x3_is_one() {
+        let s = LayerSpec::parse("op=max_pool,input=1x8x8x4,filter=3x3").unwrap();
+        assert_eq!(s.pad, (1, 1));
+        assert_eq!(s.output, [1, 8, 8, 4]);
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        assert!(e("op=conv3d,input=1x2x2x1").contains("unknown op `conv3d`"));
+        assert!(e("op=relu").contains("missing input"));
+        assert!(e("op=conv2d,input=1x4x4x3,filter=8x3x3x2").contains("does not match"));
+        assert!(e("op=relu,input=1x2x2x1,stride=0").contains("at least 1"));
+        assert!(e("op=relu,input=1xAx2").contains("not a non-negative integer"));
+        assert!(e("op=relu,input=4,colour=red").contains("unknown key"));
+        assert!(e("op=conv2d,input=1x2x2x1,filter=1x5x5x1,padding=valid").contains("does not fit"));
+    }
+}
