@@ -121,5 +121,8 @@ pub enum Message {
         instructions: u64,
     },
     /// The guest called `memtrace_exit`.
-    Exit { code: i32, instructions: u64 },
+    Exit {
+        code: i32,
+        instructions: u64,
+    },
 }

@@ -317,7 +317,9 @@ impl LayerSpec {
         let [n, h, w, c] = b.input;
         let (filter, output) = match op {
             Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
-                let f = b.filter.ok_or_else(|| need("a filter shape (filter=OxKHxKWxI)"))?;
+                let f = b
+                    .filter
+                    .ok_or_else(|| need("a filter shape (filter=OxKHxKWxI)"))?;
                 if f.contains(&0) {
                     return Err(SpecError::new("filter shape has a zero dimension"));
                 }
@@ -359,7 +361,9 @@ impl LayerSpec {
                 (f, [n, oh, ow, out_c])
             }
             Op::FullyConnected => {
-                let f = b.filter.ok_or_else(|| need("a filter shape (filter=UNITSxDEPTH)"))?;
+                let f = b
+                    .filter
+                    .ok_or_else(|| need("a filter shape (filter=UNITSxDEPTH)"))?;
                 if f[0] != 1 || f[1] != 1 || f[2] == 0 || f[3] != c {
                     return Err(SpecError::new(format!(
                         "fully_connected filter must be UNITSx{c} (input depth {c})"
@@ -369,7 +373,9 @@ impl LayerSpec {
                 (f, [1, 1, batches, f[2]])
             }
             Op::Matmul => {
-                let f = b.filter.ok_or_else(|| need("a filter shape (filter=KxN)"))?;
+                let f = b
+                    .filter
+                    .ok_or_else(|| need("a filter shape (filter=KxN)"))?;
                 if f[0] != 1 || f[1] != 1 || f[2] != c || f[3] == 0 || n != 1 || h != 1 {
                     return Err(SpecError::new(format!(
                         "matmul needs input=MxK and filter=KxN with matching K (input depth {c})"

@@ -1,0 +1,79 @@
+//! PC -> function and file:line, from DWARF (gimli + addr2line), loaded lazily:
+//! only error reports and event tables that ask for locations pay for it.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use object::{Object, ObjectSection};
+
+use crate::elf::ElfImage;
+use crate::error::CodeLocation;
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// Source-level view of a guest binary.
+pub struct DebugInfo {
+    context: Option<addr2line::Context<Reader>>,
+}
+
+impl DebugInfo {
+    /// Loads the DWARF sections; a binary without them still resolves
+    /// functions through its symbol table.
+    pub fn load(image: &ElfImage) -> DebugInfo {
+        DebugInfo {
+            context: load_context(&image.bytes).ok(),
+        }
+    }
+
+    /// Resolves `pc` (Thumb bit ignored).
+    pub fn locate(&self, image: &ElfImage, pc: u64) -> CodeLocation {
+        let pc = pc & !1;
+        let mut loc = CodeLocation {
+            pc,
+            function: image.function_at(pc).map(str::to_owned),
+            file: None,
+            line: None,
+        };
+        if let Some(ctx) = &self.context {
+            if let Ok(mut frames) = ctx.find_frames(pc).skip_all_loads() {
+                // The innermost frame is the inlined function the PC is really in.
+                if let Ok(Some(frame)) = frames.next() {
+                    if let Some(func) = frame.function.as_ref().and_then(|f| f.demangle().ok()) {
+                        loc.function = Some(func.into_owned());
+                    }
+                    if let Some(l) = frame.location {
+                        loc.file = l.file.map(short_path);
+                        loc.line = l.line;
+                    }
+                }
+            }
+        }
+        loc
+    }
+}
+
+/// The last two path components keep messages short but unambiguous.
+fn short_path(path: &str) -> String {
+    let parts: Vec<&str> = path.rsplitn(3, '/').collect();
+    match parts.as_slice() {
+        [file, dir, _] => format!("{dir}/{file}"),
+        _ => path.to_owned(),
+    }
+}
+
+fn load_context(bytes: &Arc<[u8]>) -> Result<addr2line::Context<Reader>, gimli::Error> {
+    let file = object::File::parse(&**bytes).map_err(|_| gimli::Error::Io)?;
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+        let data: Cow<[u8]> = file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(Cow::Borrowed(&[]));
+        Ok(gimli::EndianArcSlice::new(Arc::from(&*data), endian))
+    })?;
+    addr2line::Context::from_dwarf(dwarf)
+}

@@ -1,0 +1,200 @@
+//! ELF images: architecture, loadable segments and symbols, read with `object`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::error::TraceError;
+
+/// The guest architectures memtrace emulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Arch {
+    /// ARMv7E-M Thumb-2, emulated as a Cortex-M4.
+    #[serde(rename = "cortex-m4")]
+    CortexM4,
+    #[serde(rename = "x86-64")]
+    X86_64,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::CortexM4 => "cortex-m4",
+            Arch::X86_64 => "x86-64",
+        }
+    }
+}
+
+/// A PT_LOAD segment.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub address: u64,
+    /// Bytes in memory (`p_memsz`); the tail beyond `data` is zero.
+    pub size: u64,
+    pub data: Vec<u8>,
+}
+
+/// A named guest object or function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    /// Address with the Thumb bit cleared.
+    pub address: u64,
+    pub size: u64,
+    pub is_function: bool,
+}
+
+/// A loaded guest executable.
+#[derive(Clone, Debug)]
+pub struct ElfImage {
+    pub path: PathBuf,
+    pub arch: Arch,
+    /// Entry point with the Thumb bit cleared.
+    pub entry: u64,
+    pub segments: Vec<Segment>,
+    symbols: HashMap<String, Symbol>,
+    /// Functions sorted by address, for PC -> function without DWARF.
+    functions: Vec<(u64, u64, String)>,
+    /// The whole file, kept for lazy DWARF loading.
+    pub bytes: Arc<[u8]>,
+}
+
+impl ElfImage {
+    /// Reads and checks an ELF executable.
+    pub fn load(path: &Path) -> Result<ElfImage, TraceError> {
+        let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, bytes.into())
+    }
+
+    /// Parses ELF bytes; `path` names them in errors.
+    pub fn parse(path: &Path, bytes: Arc<[u8]>) -> Result<ElfImage, TraceError> {
+        let not_elf = |reason: String| TraceError::NotElf {
+            path: path.to_owned(),
+            reason,
+        };
+        if !bytes.starts_with(b"\x7fELF") {
+            return Err(not_elf("no \\x7fELF magic".into()));
+        }
+        let file = object::File::parse(&*bytes).map_err(|e| TraceError::MalformedElf {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let raw_entry = file.entry();
+        let arch = match (file.architecture(), file.is_64()) {
+            (object::Architecture::Arm, false) => {
+                if raw_entry & 1 == 0 {
+                    return Err(TraceError::UnsupportedArch {
+                        path: path.to_owned(),
+                        arch: "ARM (A32 entry point, not Thumb)".into(),
+                    });
+                }
+                Arch::CortexM4
+            }
+            (object::Architecture::X86_64, true) => Arch::X86_64,
+            (other, _) => {
+                return Err(TraceError::UnsupportedArch {
+                    path: path.to_owned(),
+                    arch: format!("{other:?}"),
+                })
+            }
+        };
+        if file.kind() != object::ObjectKind::Executable {
+            return Err(TraceError::MalformedElf {
+                path: path.to_owned(),
+                reason: format!(
+                    "it is a {:?} file, not a statically linked executable",
+                    file.kind()
+                ),
+            });
+        }
+        let mut segments = Vec::new();
+        for seg in file.segments() {
+            let data = seg.data().map_err(|e| TraceError::MalformedElf {
+                path: path.to_owned(),
+                reason: format!("segment at {:#x}: {e}", seg.address()),
+            })?;
+            if seg.size() == 0 {
+                continue;
+            }
+            if (data.len() as u64) > seg.size() {
+                return Err(TraceError::MalformedElf {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "segment at {:#x} has more file bytes than memory",
+                        seg.address()
+                    ),
+                });
+            }
+            segments.push(Segment {
+                address: seg.address(),
+                size: seg.size(),
+                data: data.to_vec(),
+            });
+        }
+        if segments.is_empty() {
+            return Err(TraceError::MalformedElf {
+                path: path.to_owned(),
+                reason: "no loadable segments".into(),
+            });
+        }
+        let mut symbols = HashMap::new();
+        let mut functions = Vec::new();
+        for sym in file.symbols() {
+            let Ok(name) = sym.name() else { continue };
+            // ARM mapping symbols ($t, $d, $a) mark code/data, not names.
+            if name.is_empty() || name.starts_with('$') {
+                continue;
+            }
+            let is_function = sym.kind() == SymbolKind::Text;
+            let address = if is_function && arch == Arch::CortexM4 {
+                sym.address() & !1
+            } else {
+                sym.address()
+            };
+            let s = Symbol {
+                address,
+                size: sym.size(),
+                is_function,
+            };
+            if is_function {
+                functions.push((address, sym.size(), name.to_owned()));
+            }
+            // Prefer global definitions over local ones of the same name.
+            if sym.is_global() || !symbols.contains_key(name) {
+                symbols.insert(name.to_owned(), s);
+            }
+        }
+        functions.sort();
+        Ok(ElfImage {
+            path: path.to_owned(),
+            arch,
+            entry: raw_entry & !1,
+            segments,
+            symbols,
+            functions,
+            bytes,
+        })
+    }
+
+    pub fn symbol(&self, name: &str) -> Option<Symbol> {
+        self.symbols.get(name).copied()
+    }
+
+    /// The function symbol containing `pc`, if any.
+    pub fn function_at(&self, pc: u64) -> Option<&str> {
+        let i = self.functions.partition_point(|(a, _, _)| *a <= pc);
+        let (addr, size, name) = self.functions.get(i.checked_sub(1)?)?;
+        (pc < addr + (*size).max(1)).then_some(name.as_str())
+    }
+
+    /// True when `[address, address+len)` lies inside a loadable segment.
+    pub fn is_loaded(&self, address: u64, len: u64) -> bool {
+        self.segments
+            .iter()
+            .any(|s| address >= s.address && address + len <= s.address + s.size)
+    }
+}

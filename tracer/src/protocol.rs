@@ -1,0 +1,145 @@
+//! Decoding of the guest's writes to `memtrace_port` (docs/protocol.md).
+//!
+//! Word 0 of the port is a FIFO of 32-bit words; a write to word 1 is a command
+//! that consumes a fixed number of FIFO words. This module knows the wire format
+//! only; the layer/buffer rules are checked by the session that reads strings
+//! from guest memory.
+
+/// Byte offset of the FIFO word in `memtrace_port`.
+pub const FIFO_OFFSET: u64 = 0;
+/// Byte offset of the marker word in `memtrace_port`.
+pub const MARKER_OFFSET: u64 = 4;
+/// Size of `memtrace_port`.
+pub const PORT_SIZE: u64 = 8;
+/// Longest accepted string, NUL included.
+pub const MAX_STRING: usize = 256;
+/// More unconsumed FIFO words than this cannot be a well-formed command.
+const FIFO_LIMIT: usize = 64;
+
+/// A decoded marker command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    LayerBegin {
+        name: u64,
+        op: u64,
+        params: u64,
+    },
+    Buffer {
+        id: u32,
+        role: u32,
+        base: u64,
+        size: u32,
+        elem_size: u32,
+        name: u64,
+    },
+    LayerEnd,
+    Exit {
+        code: i32,
+    },
+}
+
+/// Accumulates FIFO words and turns marker writes into [`Command`]s.
+#[derive(Debug, Default)]
+pub struct PortDecoder {
+    fifo: Vec<u32>,
+}
+
+impl PortDecoder {
+    /// A guest write of `word` to the FIFO.
+    pub fn push(&mut self, word: u32) -> Result<(), String> {
+        if self.fifo.len() >= FIFO_LIMIT {
+            return Err(format!(
+                "more than {FIFO_LIMIT} FIFO words without a command"
+            ));
+        }
+        self.fifo.push(word);
+        Ok(())
+    }
+
+    /// A guest write of `code` to the marker.
+    pub fn command(&mut self, code: u32) -> Result<Command, String> {
+        let (name, needed) = match code {
+            1 => ("LAYER_BEGIN", 6),
+            2 => ("BUFFER", 8),
+            3 => ("LAYER_END", 0),
+            4 => ("EXIT", 1),
+            _ => {
+                self.fifo.clear();
+                return Err(format!("unknown command {code} written to the marker"));
+            }
+        };
+        let words = std::mem::take(&mut self.fifo);
+        if words.len() != needed {
+            return Err(format!(
+                "{name} expects {needed} FIFO words but {} were pushed",
+                words.len()
+            ));
+        }
+        let wide = |i: usize| words[i] as u64 | (words[i + 1] as u64) << 32;
+        Ok(match code {
+            1 => Command::LayerBegin {
+                name: wide(0),
+                op: wide(2),
+                params: wide(4),
+            },
+            2 => Command::Buffer {
+                id: words[0],
+                role: words[1],
+                base: wide(2),
+                size: words[4],
+                elem_size: words[5],
+                name: wide(6),
+            },
+            3 => Command::LayerEnd,
+            _ => Command::Exit {
+                code: words[0] as i32,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(d: &mut PortDecoder, words: &[u32]) {
+        for &w in words {
+            d.push(w).unwrap();
+        }
+    }
+
+    #[test]
+    fn buffer_command_reassembles_wide_words() {
+        let mut d = PortDecoder::default();
+        feed(&mut d, &[7, 1, 0x1000, 0x1, 64, 4, 0x2000, 0]);
+        assert_eq!(
+            d.command(2).unwrap(),
+            Command::Buffer {
+                id: 7,
+                role: 1,
+                base: 0x1_0000_1000,
+                size: 64,
+                elem_size: 4,
+                name: 0x2000
+            }
+        );
+        // The FIFO is empty again.
+        assert_eq!(d.command(3).unwrap(), Command::LayerEnd);
+    }
+
+    #[test]
+    fn wrong_word_counts_and_codes_are_errors() {
+        let mut d = PortDecoder::default();
+        feed(&mut d, &[1, 2]);
+        assert!(d.command(3).unwrap_err().contains("LAYER_END expects 0"));
+        assert!(d.command(9).unwrap_err().contains("unknown command 9"));
+        assert_eq!(
+            d.command(4).unwrap_err(),
+            "EXIT expects 1 FIFO words but 0 were pushed"
+        );
+        for _ in 0..64 {
+            d.push(0).unwrap();
+        }
+        assert!(d.push(0).is_err());
+    }
+}

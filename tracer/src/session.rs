@@ -1,0 +1,832 @@
+//! One traced run of a guest: Unicorn set-up, hooks, protocol rules and the
+//! event batches sent to the analyzer.
+//!
+//! Cost model (DESIGN §9): any memory hook sends every guest access through
+//! Unicorn's helper path, and the helper checks hook ranges at run time. So the
+//! only memory hooks are one on `memtrace_port` (installed before the first
+//! instruction) and one per declared buffer of a selected layer (installed when
+//! the guest declares it, removed at layer end). Memory hooks also make Unicorn
+//! synchronise the PC, which gives each event its exact instruction.
+
+use std::collections::HashSet;
+
+use crossbeam_channel::{Receiver, Sender};
+use unicorn_engine::{
+    Arch as UcArch, ArmCpuModel, HookType, MemType, Mode, Prot, RegisterARM, Unicorn,
+};
+
+use crate::clock::ThumbClock;
+use crate::debuginfo::DebugInfo;
+use crate::elf::{Arch, ElfImage};
+use crate::error::{CodeLocation, GuestContext, TraceError};
+use crate::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
+use crate::protocol::{Command, PortDecoder, MARKER_OFFSET, MAX_STRING, PORT_SIZE};
+use crate::spec::{LayerSpec, JOB_WORDS};
+
+/// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
+/// early so accesses that begin before the buffer and reach into it are seen.
+const MAX_ACCESS: u64 = 16;
+const PAGE: u64 = 0x1000;
+
+/// A layer configuration written into the guest's job mailbox.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub spec: LayerSpec,
+    pub seed: u32,
+}
+
+/// How retired instructions are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClockMode {
+    /// Block lengths plus position in block on Thumb; per-instruction on x86-64.
+    #[default]
+    Auto,
+    /// A hook on every instruction (slower; used to cross-check `Auto`).
+    PerInstruction,
+}
+
+/// Progress report for long runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub instructions: u64,
+    pub events: u64,
+}
+
+/// What to trace and how.
+pub struct TraceOptions<'a> {
+    pub job: Option<Job>,
+    /// Layers to record events for; `None` records all.
+    pub layers: Option<Vec<String>>,
+    pub max_instructions: u64,
+    /// Events per batch message.
+    pub batch_size: usize,
+    pub clock: ClockMode,
+    pub progress: Option<Box<dyn FnMut(Progress) + 'a>>,
+}
+
+impl Default for TraceOptions<'_> {
+    fn default() -> Self {
+        TraceOptions {
+            job: None,
+            layers: None,
+            max_instructions: 20_000_000_000,
+            batch_size: 8192,
+            clock: ClockMode::Auto,
+            progress: None,
+        }
+    }
+}
+
+/// Where events go: the analyzer's channel and the channel it returns empty
+/// batch vectors on.
+pub struct EventSink {
+    pub messages: Sender<Message>,
+    pub recycled: Receiver<Vec<Event>>,
+}
+
+/// Outcome of a run that reached `memtrace_exit`.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub arch: Arch,
+    pub exit_code: i32,
+    pub instructions: u64,
+    /// Names of all layers the guest opened, traced or not, in order.
+    pub layers: Vec<String>,
+}
+
+enum Clock {
+    Thumb(ThumbClock),
+    /// Instructions started so far (the current one included).
+    Counted(u64),
+}
+
+impl Clock {
+    fn now(&self, pc: u64) -> u64 {
+        match self {
+            Clock::Thumb(c) => c.now(pc),
+            Clock::Counted(n) => n.saturating_sub(1),
+        }
+    }
+}
+
+/// A declared buffer and which of its bytes the layer has written.
+struct TracedBuffer {
+    buffer: Buffer,
+    written: Vec<u64>,
+    hook: Option<unicorn_engine::UcHookId>,
+}
+
+struct OpenLayer {
+    name: String,
+    selected: bool,
+    /// Instruction index of the LAYER_BEGIN marker store.
+    t0: u64,
+    seq: u64,
+    buffers: Vec<TracedBuffer>,
+}
+
+/// How the run stopped, as seen from inside a hook.
+enum Stop {
+    Exit { code: i32, instructions: u64 },
+    Error(TraceError),
+}
+
+struct Session<'a> {
+    image: &'a ElfImage,
+    decoder: PortDecoder,
+    clock: Clock,
+    layer: Option<OpenLayer>,
+    layers_seen: Vec<String>,
+    selection: Option<HashSet<String>>,
+    batch: Vec<Event>,
+    batch_size: usize,
+    sink: EventSink,
+    events: u64,
+    budget: u64,
+    stop: Option<Stop>,
+    progress: Option<Box<dyn FnMut(Progress) + 'a>>,
+    next_progress: u64,
+}
+
+type Uc<'a> = Unicorn<'a, Session<'a>>;
+/// What hooks receive: any emulator lifetime, any session lifetime.
+type HookUc<'u, 's> = Unicorn<'u, Session<'s>>;
+
+/// Runs `image` to its `memtrace_exit`, streaming messages to `sink`.
+pub fn run(
+    image: &ElfImage,
+    options: TraceOptions<'_>,
+    sink: EventSink,
+) -> Result<RunSummary, TraceError> {
+    let port = image
+        .symbol("memtrace_port")
+        .ok_or_else(|| TraceError::MissingProtocol {
+            path: image.path.clone(),
+            symbol: "memtrace_port",
+        })?;
+    let clock = match (image.arch, options.clock) {
+        (Arch::CortexM4, ClockMode::Auto) => Clock::Thumb(ThumbClock::default()),
+        _ => Clock::Counted(0),
+    };
+    let session = Session {
+        image,
+        decoder: PortDecoder::default(),
+        clock,
+        layer: None,
+        layers_seen: Vec::new(),
+        selection: options.layers.map(|l| l.into_iter().collect()),
+        batch: Vec::with_capacity(options.batch_size),
+        batch_size: options.batch_size.max(1),
+        sink,
+        events: 0,
+        budget: options.max_instructions,
+        stop: None,
+        progress: options.progress,
+        next_progress: 1 << 24,
+    };
+    let mut uc = new_machine(image, session)?;
+    if let Some(job) = &options.job {
+        write_job(&mut uc, image, job)?;
+    }
+    install_hooks(&mut uc, port.address)?;
+    let start = match image.arch {
+        Arch::CortexM4 => image.entry | 1,
+        Arch::X86_64 => image.entry,
+    };
+    let result = uc.emu_start(start, 0, 0, 0);
+    let pc = uc.pc_read().unwrap_or(0);
+    let session = uc.get_data_mut();
+    let layer = session.layer.as_ref().map(|l| l.name.clone());
+    let stop = session.stop.take();
+    let layers = std::mem::take(&mut session.layers_seen);
+    let finish = |err: TraceError| Err(with_locations(err, image));
+    match (stop, result) {
+        (Some(Stop::Error(err)), _) => finish(err),
+        (Some(Stop::Exit { code, instructions }), _) => Ok(RunSummary {
+            arch: image.arch,
+            exit_code: code,
+            instructions,
+            layers,
+        }),
+        (None, Err(e)) => finish(TraceError::GuestFault {
+            message: format!("emulation stopped: {e:?}"),
+            context: context_at(pc, layer),
+        }),
+        (None, Ok(())) => finish(TraceError::NoExit {
+            context: context_at(pc, layer),
+        }),
+    }
+}
+
+fn context_at(pc: u64, layer: Option<String>) -> GuestContext {
+    GuestContext {
+        location: CodeLocation {
+            pc,
+            ..CodeLocation::default()
+        },
+        layer,
+    }
+}
+
+/// Fills function and file:line into the error's guest context.
+fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceError {
+    let ctx = match &mut err {
+        TraceError::Protocol { context, .. }
+        | TraceError::GuestFault { context, .. }
+        | TraceError::BudgetExceeded { context, .. }
+        | TraceError::NoExit { context } => context,
+        _ => return err,
+    };
+    ctx.location = DebugInfo::load(image).locate(image, ctx.location.pc);
+    err
+}
+
+fn emulator_error(what: &str, e: unicorn_engine::uc_error) -> TraceError {
+    TraceError::Emulator(format!("{what}: {e:?}"))
+}
+
+/// A Unicorn instance of the image's architecture with its segments loaded.
+fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, TraceError> {
+    let mut uc = match image.arch {
+        Arch::CortexM4 => {
+            let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, session)
+                .map_err(|e| emulator_error("creating the ARM emulator", e))?;
+            // Mode::MCLASS would force a Cortex-M33; choose the M4 explicitly.
+            uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
+                .map_err(|e| emulator_error("selecting Cortex-M4", e))?;
+            uc
+        }
+        Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, session)
+            .map_err(|e| emulator_error("creating the x86-64 emulator", e))?,
+    };
+    for (start, end) in page_ranges(image) {
+        uc.mem_map(start, end - start, Prot::ALL).map_err(|e| {
+            emulator_error(&format!("mapping guest memory {start:#x}..{end:#x}"), e)
+        })?;
+    }
+    for seg in &image.segments {
+        uc.mem_write(seg.address, &seg.data)
+            .map_err(|e| emulator_error(&format!("loading segment at {:#x}", seg.address), e))?;
+    }
+    if image.arch == Arch::CortexM4 {
+        // Start in Thumb state with the stack the start-up code expects; the
+        // start-up code sets SP itself, this only keeps early faults readable.
+        let _ = uc.reg_write(RegisterARM::LR, 0xFFFF_FFFF);
+    }
+    Ok(uc)
+}
+
+/// Page-aligned, merged address ranges covering all loadable segments.
+fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = image
+        .segments
+        .iter()
+        .map(|s| {
+            let start = s.address & !(PAGE - 1);
+            let end = (s.address + s.size).div_ceil(PAGE) * PAGE;
+            (start, end)
+        })
+        .collect();
+    ranges.sort();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in ranges {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+fn write_job(uc: &mut Uc<'_>, image: &ElfImage, job: &Job) -> Result<(), TraceError> {
+    let needed = JOB_WORDS * 4;
+    let mailbox = image
+        .symbol("memtrace_job")
+        .filter(|s| s.size as usize >= needed && image.is_loaded(s.address, needed as u64))
+        .ok_or_else(|| TraceError::NoJobMailbox {
+            path: image.path.clone(),
+            needed,
+        })?;
+    let bytes: Vec<u8> = job
+        .spec
+        .job_words(job.seed)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    uc.mem_write(mailbox.address, &bytes)
+        .map_err(|e| emulator_error("writing the job mailbox", e))
+}
+
+fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
+    let hook_err = |e| emulator_error("installing hooks", e);
+    uc.add_mem_hook(
+        HookType::MEM_WRITE,
+        port,
+        port + PORT_SIZE - 1,
+        on_port_write,
+    )
+    .map_err(hook_err)?;
+    uc.add_mem_hook(
+        HookType::MEM_READ_UNMAPPED | HookType::MEM_WRITE_UNMAPPED | HookType::MEM_FETCH_UNMAPPED,
+        1,
+        0,
+        on_unmapped,
+    )
+    .map_err(hook_err)?;
+    uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
+    match uc.get_data().clock {
+        Clock::Thumb(_) => uc.add_block_hook(1, 0, on_block).map_err(hook_err)?,
+        Clock::Counted(_) => uc.add_code_hook(1, 0, on_instruction).map_err(hook_err)?,
+    };
+    Ok(())
+}
+
+fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
+    let known = match &uc.get_data().clock {
+        Clock::Thumb(c) => c.knows(address),
+        Clock::Counted(_) => return,
+    };
+    // Code bytes are read only the first time a block is seen.
+    let mut code = Vec::new();
+    if !known {
+        code.resize(size as usize, 0);
+        let _ = uc.mem_read(address, &mut code);
+    }
+    let Clock::Thumb(clock) = &mut uc.get_data_mut().clock else {
+        return;
+    };
+    clock.block_start(address, size, move || code);
+    let retired = clock.retired_before_block();
+    after_instructions(uc, retired, address);
+}
+
+fn on_instruction(uc: &mut HookUc<'_, '_>, address: u64, _size: u32) {
+    let s = uc.get_data_mut();
+    let Clock::Counted(n) = &mut s.clock else {
+        return;
+    };
+    *n += 1;
+    let now = *n;
+    after_instructions(uc, now, address);
+}
+
+/// Budget and progress checks, at block or instruction granularity.
+fn after_instructions(uc: &mut HookUc<'_, '_>, retired: u64, pc: u64) {
+    let s = uc.get_data_mut();
+    if retired > s.budget && s.stop.is_none() {
+        let budget = s.budget;
+        let layer = s.layer.as_ref().map(|l| l.name.clone());
+        s.stop = Some(Stop::Error(TraceError::BudgetExceeded {
+            budget,
+            context: context_at(pc, layer),
+        }));
+        let _ = uc.emu_stop();
+        return;
+    }
+    if retired >= s.next_progress {
+        s.next_progress = retired + (1 << 24);
+        let events = s.events + s.batch.len() as u64;
+        if let Some(p) = s.progress.as_mut() {
+            p(Progress {
+                instructions: retired,
+                events,
+            });
+        }
+    }
+}
+
+fn on_unmapped(
+    uc: &mut HookUc<'_, '_>,
+    kind: MemType,
+    address: u64,
+    size: usize,
+    _value: i64,
+) -> bool {
+    let pc = uc.pc_read().unwrap_or(0);
+    let what = match kind {
+        MemType::WRITE_UNMAPPED => "write to",
+        MemType::FETCH_UNMAPPED => "instruction fetch from",
+        _ => "read of",
+    };
+    let s = uc.get_data_mut();
+    let layer = s.layer.as_ref().map(|l| l.name.clone());
+    s.fail_guest(
+        format!("{what} unmapped address {address:#x} ({size} bytes)"),
+        pc,
+        layer,
+    );
+    false
+}
+
+fn on_interrupt(uc: &mut HookUc<'_, '_>, number: u32) {
+    let pc = uc.pc_read().unwrap_or(0);
+    let arch = uc.get_data().image.arch;
+    let name = match (arch, number) {
+        (Arch::CortexM4, 1) => "undefined instruction",
+        (Arch::CortexM4, 2) => "supervisor call (SVC)",
+        (Arch::CortexM4, 3) | (Arch::CortexM4, 4) => "memory abort",
+        (Arch::CortexM4, 7) => "breakpoint (BKPT)",
+        (Arch::X86_64, 3) => "breakpoint (int3)",
+        (Arch::X86_64, 6) => "invalid opcode",
+        (Arch::X86_64, 13) => "general protection fault",
+        (Arch::X86_64, 14) => "page fault",
+        _ => "exception",
+    };
+    let s = uc.get_data_mut();
+    let layer = s.layer.as_ref().map(|l| l.name.clone());
+    s.fail_guest(format!("{name} (interrupt {number})"), pc, layer);
+    let _ = uc.emu_stop();
+}
+
+fn on_port_write(
+    uc: &mut HookUc<'_, '_>,
+    _kind: MemType,
+    address: u64,
+    size: usize,
+    value: i64,
+) -> bool {
+    let pc = uc.pc_read().unwrap_or(0);
+    let port = address & !(PORT_SIZE - 1);
+    let offset = address - port;
+    if size != 4 || offset % 4 != 0 {
+        let err = format!(
+            "memtrace_port written with a {size}-byte store at offset {offset} (use 32-bit stores)"
+        );
+        uc.get_data_mut().fail_protocol(err, pc);
+        let _ = uc.emu_stop();
+        return true;
+    }
+    let word = value as u32;
+    if offset != MARKER_OFFSET {
+        if let Err(e) = uc.get_data_mut().decoder.push(word) {
+            uc.get_data_mut().fail_protocol(e, pc);
+            let _ = uc.emu_stop();
+        }
+        return true;
+    }
+    let command = uc.get_data_mut().decoder.command(word);
+    let outcome = match command {
+        Ok(cmd) => execute(uc, cmd, pc),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = outcome {
+        uc.get_data_mut().fail_protocol(e, pc);
+    }
+    if uc.get_data().stop.is_some() {
+        let _ = uc.emu_stop();
+    }
+    true
+}
+
+/// Applies one protocol command; `Err` is a protocol violation.
+fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String> {
+    match cmd {
+        Command::LayerBegin { name, op, params } => {
+            if let Some(open) = &uc.get_data().layer {
+                return Err(format!(
+                    "LAYER_BEGIN while layer `{}` is still open",
+                    open.name
+                ));
+            }
+            let name = read_string(uc, name, "layer name")?;
+            let op = read_string(uc, op, "op name")?;
+            let params = read_string(uc, params, "layer params")?;
+            let spec = LayerSpec::parse(&params).ok().filter(|s| s.op.name() == op);
+            let s = uc.get_data_mut();
+            let t0 = s.clock.now(pc);
+            let selected = s.selection.as_ref().is_none_or(|sel| sel.contains(&name));
+            let index = s.layers_seen.len();
+            s.layers_seen.push(name.clone());
+            s.layer = Some(OpenLayer {
+                name: name.clone(),
+                selected,
+                t0,
+                seq: 0,
+                buffers: Vec::new(),
+            });
+            if selected {
+                s.send(Message::LayerBegin(LayerInfo {
+                    index,
+                    name,
+                    op,
+                    params,
+                    spec,
+                }));
+            }
+            Ok(())
+        }
+        Command::Buffer {
+            id,
+            role,
+            base,
+            size,
+            elem_size,
+            name,
+        } => declare_buffer(uc, id, role, base, size, elem_size, name),
+        Command::LayerEnd => {
+            let s = uc.get_data_mut();
+            let Some(layer) = s.layer.take() else {
+                return Err("LAYER_END without LAYER_BEGIN".into());
+            };
+            let instructions = s.clock.now(pc) - layer.t0;
+            if layer.selected {
+                s.flush();
+                s.send(Message::LayerEnd { instructions });
+            }
+            for b in layer.buffers {
+                if let Some(h) = b.hook {
+                    let _ = uc.remove_hook(h);
+                }
+            }
+            Ok(())
+        }
+        Command::Exit { code } => {
+            let s = uc.get_data_mut();
+            if let Some(open) = &s.layer {
+                return Err(format!("EXIT while layer `{}` is still open", open.name));
+            }
+            let instructions = s.clock.now(pc);
+            s.send(Message::Exit { code, instructions });
+            if s.stop.is_none() {
+                s.stop = Some(Stop::Exit { code, instructions });
+            }
+            Ok(())
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn declare_buffer(
+    uc: &mut HookUc<'_, '_>,
+    id: u32,
+    role: u32,
+    base: u64,
+    size: u32,
+    elem_size: u32,
+    name: u64,
+) -> Result<(), String> {
+    let Some(layer) = &uc.get_data().layer else {
+        return Err("BUFFER declared outside a layer (declare buffers after LAYER_BEGIN)".into());
+    };
+    let role = Role::from_code(role)
+        .ok_or_else(|| format!("buffer {id} has unknown role {role} (0..=4)"))?;
+    let name = read_string(uc, name, "buffer name")?;
+    if size == 0 || elem_size == 0 || size % elem_size != 0 {
+        return Err(format!(
+            "buffer `{name}` has size {size} and element size {elem_size}: size must be a positive multiple of the element size"
+        ));
+    }
+    if let Some(other) = layer.buffers.iter().find(|b| b.buffer.id == id) {
+        return Err(format!(
+            "buffer id {id} declared twice (`{}` and `{name}`)",
+            other.buffer.name
+        ));
+    }
+    let end = base + size as u64;
+    if let Some(other) = layer
+        .buffers
+        .iter()
+        .find(|b| base < b.buffer.base + b.buffer.size as u64 && b.buffer.base < end)
+    {
+        return Err(format!(
+            "buffer `{name}` [{base:#x}, {end:#x}) overlaps buffer `{}` [{:#x}, {:#x})",
+            other.buffer.name,
+            other.buffer.base,
+            other.buffer.base + other.buffer.size as u64
+        ));
+    }
+    if !uc.get_data().image.is_loaded(base, size as u64) {
+        return Err(format!(
+            "buffer `{name}` [{base:#x}, {end:#x}) is not inside the guest's loaded memory"
+        ));
+    }
+    let selected = layer.selected;
+    let index = layer.buffers.len();
+    let hook = if selected {
+        let hook = uc
+            .add_mem_hook(
+                HookType::MEM_READ | HookType::MEM_WRITE,
+                base.saturating_sub(MAX_ACCESS - 1),
+                end - 1,
+                move |uc: &mut HookUc<'_, '_>, kind, address, size, _value| {
+                    let pc = uc.pc_read().unwrap_or(0);
+                    let write = kind == MemType::WRITE;
+                    uc.get_data_mut()
+                        .record(index, write, address, size as u64, pc);
+                    true
+                },
+            )
+            .map_err(|e| format!("cannot hook buffer `{name}`: {e:?}"))?;
+        Some(hook)
+    } else {
+        None
+    };
+    let buffer = Buffer {
+        id,
+        role,
+        name,
+        base,
+        size,
+        elem_size,
+    };
+    let s = uc.get_data_mut();
+    if selected {
+        s.send(Message::BufferDeclared(buffer.clone()));
+    }
+    let layer = s.layer.as_mut().expect("checked above");
+    layer.buffers.push(TracedBuffer {
+        written: vec![0; (size as usize).div_ceil(64)],
+        buffer,
+        hook,
+    });
+    Ok(())
+}
+
+/// Reads a NUL-terminated guest string of at most `MAX_STRING` bytes.
+fn read_string(uc: &HookUc<'_, '_>, address: u64, what: &str) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 32];
+    while bytes.len() < MAX_STRING {
+        if uc
+            .mem_read(address + bytes.len() as u64, &mut chunk)
+            .is_err()
+        {
+            // Near the end of mapped memory: fall back to single bytes.
+            let mut one = [0u8; 1];
+            uc.mem_read(address + bytes.len() as u64, &mut one)
+                .map_err(|_| format!("{what} at {address:#x} is not in guest memory"))?;
+            chunk = [0; 32];
+            chunk[0] = one[0];
+            if one[0] == 0 {
+                return finish_string(bytes, what, address);
+            }
+            bytes.push(one[0]);
+            continue;
+        }
+        if let Some(nul) = chunk.iter().position(|&b| b == 0) {
+            bytes.extend_from_slice(&chunk[..nul]);
+            return finish_string(bytes, what, address);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Err(format!(
+        "{what} at {address:#x} is not NUL-terminated within {MAX_STRING} bytes"
+    ))
+}
+
+fn finish_string(bytes: Vec<u8>, what: &str, address: u64) -> Result<String, String> {
+    if bytes.len() >= MAX_STRING {
+        return Err(format!(
+            "{what} at {address:#x} is not NUL-terminated within {MAX_STRING} bytes"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{what} at {address:#x} is not UTF-8"))
+}
+
+impl Session<'_> {
+    fn fail_protocol(&mut self, message: String, pc: u64) {
+        if self.stop.is_none() {
+            let layer = self.layer.as_ref().map(|l| l.name.clone());
+            self.stop = Some(Stop::Error(TraceError::Protocol {
+                message,
+                context: context_at(pc, layer),
+            }));
+        }
+    }
+
+    fn fail_guest(&mut self, message: String, pc: u64, layer: Option<String>) {
+        if self.stop.is_none() {
+            self.stop = Some(Stop::Error(TraceError::GuestFault {
+                message,
+                context: context_at(pc, layer),
+            }));
+        }
+    }
+
+    fn send(&mut self, message: Message) {
+        if self.sink.messages.send(message).is_err() && self.stop.is_none() {
+            self.stop = Some(Stop::Error(TraceError::Disconnected));
+        }
+    }
+
+    /// Sends the pending batch, reusing a vector the analyzer gave back.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let fresh = self
+            .sink
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(self.batch_size));
+        let full = std::mem::replace(&mut self.batch, fresh);
+        self.events += full.len() as u64;
+        self.send(Message::Events(full));
+    }
+
+    /// One guest access that starts within `MAX_ACCESS` bytes before, or
+    /// inside, buffer `index` of the open layer.
+    fn record(&mut self, index: usize, write: bool, address: u64, size: u64, pc: u64) {
+        let t_abs = self.clock.now(pc);
+        let Some(layer) = self.layer.as_mut() else {
+            return;
+        };
+        let b = &mut layer.buffers[index];
+        let base = b.buffer.base;
+        let start = address.max(base);
+        let end = (address + size).min(base + b.buffer.size as u64);
+        if start >= end {
+            return;
+        }
+        let t = t_abs - layer.t0;
+        let (first, last) = ((start - base) as u32, (end - base) as u32);
+        if !write {
+            push_event(
+                &mut self.batch,
+                &mut layer.seq,
+                t,
+                pc,
+                b.buffer.id,
+                first,
+                last,
+                AccessKind::Load,
+            );
+        } else {
+            // Split into runs of already-written (update) and new (store) bytes.
+            let mut run_start = first;
+            let mut run_written = is_set(&b.written, first);
+            for off in first..last {
+                let w = is_set(&b.written, off);
+                if w != run_written {
+                    let kind = if run_written {
+                        AccessKind::Update
+                    } else {
+                        AccessKind::Store
+                    };
+                    push_event(
+                        &mut self.batch,
+                        &mut layer.seq,
+                        t,
+                        pc,
+                        b.buffer.id,
+                        run_start,
+                        off,
+                        kind,
+                    );
+                    run_start = off;
+                    run_written = w;
+                }
+                set(&mut b.written, off);
+            }
+            let kind = if run_written {
+                AccessKind::Update
+            } else {
+                AccessKind::Store
+            };
+            push_event(
+                &mut self.batch,
+                &mut layer.seq,
+                t,
+                pc,
+                b.buffer.id,
+                run_start,
+                last,
+                kind,
+            );
+        }
+        if self.batch.len() >= self.batch_size {
+            self.flush();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push_event(
+    batch: &mut Vec<Event>,
+    seq: &mut u64,
+    t: u64,
+    pc: u64,
+    buffer: u32,
+    start: u32,
+    end: u32,
+    kind: AccessKind,
+) {
+    batch.push(Event {
+        t,
+        seq: *seq,
+        pc,
+        buffer,
+        offset: start,
+        size: end - start,
+        kind,
+    });
+    *seq += 1;
+}
+
+fn is_set(bits: &[u64], i: u32) -> bool {
+    bits[(i / 64) as usize] >> (i % 64) & 1 == 1
+}
+
+fn set(bits: &mut [u64], i: u32) {
+    bits[(i / 64) as usize] |= 1 << (i % 64);
+}
