@@ -1,0 +1,900 @@
+//! Algorithmic safe overlap O_s (DMO paper, Section III-C, Algorithm 2).
+//!
+//! For every operator the memtrace kernel suite runs, this module re-runs the
+//! loop nest of the TFLM reference kernel it models — same loops, same order,
+//! same border handling — with the arithmetic removed, and feeds the input
+//! byte offsets read and the output byte ranges written into a streaming
+//! accumulator of the *monotone* O_s (`docs/O_s` definitions, DESIGN.md §6):
+//!
+//! ```text
+//! M_k = max end byte (offset + size) of the output writes 0..=k
+//! m_k = min input byte offset read strictly after write k   (IB if none)
+//! O_s = max(0, min_k (OB - M_k + m_k))
+//! ```
+//!
+//! # Steps
+//!
+//! Every kernel modelled here is a sequence of *steps*: some input reads, then
+//! exactly one output write (one output element). A read and a write of the same
+//! step are ordered read first, as in the compiled code (the loads feed the
+//! value that is stored). Only the minimum input offset read between two
+//! consecutive writes matters for the monotone O_s (see the proof in
+//! [`Monotone`]), so the innermost tap loops (`filter_y`, `filter_x`,
+//! `in_channel` / the FC depth loop) are collapsed to the offset of their first
+//! in-bounds tap, which is their minimum: the set of in-bounds taps of a window
+//! is a rectangle (rows × columns, each bounded independently, exactly as the
+//! kernels' `is_point_inside_image` test or the pools' `filter_*_start/end`
+//! clipping), and the NHWC offset grows with the row, then the column, then the
+//! channel. The brute-force reference in the tests enumerates every tap instead
+//! and must agree exactly.
+//!
+//! # What the compiled kernels do
+//!
+//! The model assumes element-sized accesses. A compiler may merge loads of one
+//! step (e.g. the contiguous int8 `in_channel` run of `conv2d`) or stores into
+//! wider accesses; that cannot change the monotone value, because a merged load
+//! starts at the lowest element it covers and a merged store ends at the highest.
+//! Merging *across* steps (hoisting the next step's loads above this step's
+//! store, or vectorising `relu`/`add`) would be needed to change it, and the
+//! kernels' input and output pointers are not `restrict`, so the compiler must
+//! keep those loads after the store unless it versions the loop with a runtime
+//! alias check (GCC `-O3` can) — in which case an overlapped (DMO) placement
+//! takes the scalar path anyway. For `matmul` we model the statement
+//! `C[m][n] += A[m][k] * B[k][n]` literally, i.e. one load of `A[m][k]` per
+//! `(k, m, n)` step; a kernel that loads `A[m][k]` once per `(k, m)` before the
+//! `n` loop has fewer reads but the same O_s (0, decided by the zeroing pass).
+//!
+//! The per-op loop orders, from the `tfmicro` 0.1.0 reference kernels:
+//!
+//! | op | loops (outer → inner) | reads | write |
+//! |---|---|---|---|
+//! | conv2d (f32 `reference_ops::Conv`, int8 `reference_integer_ops::ConvPerChannel`) | b, out_y, out_x, out_c, filter_y, filter_x, in_c | in-bounds taps only | `[b, out_y, out_x, out_c]` |
+//! | depthwise_conv2d (`DepthwiseConv`, `DepthwiseConvPerChannel`) | b, out_y, out_x, ic, m, filter_y, filter_x | in-bounds taps, channel `ic` | `[b, out_y, out_x, ic·mult + m]` |
+//! | max/average_pool (f32 and int8) | b, out_y, out_x, c, filter_y, filter_x | window clipped by `filter_{x,y}_{start,end}`; no dilation | `[b, out_y, out_x, c]` |
+//! | fully_connected (f32, int8) | b, out_c, d | `input[b·depth + d]` | `output[out_c + units·b]` |
+//! | add (f32, int8) | i | `input1[i]` (and `input2[i]`, another buffer) | `output[i]` |
+//! | relu | i | `input[i]` | `output[i]` |
+//! | matmul (memtrace's own) | zero pass m, n; then k, m, n | `A[m][k]` | `C[m][n]` |
+//!
+//! Float and int8 variants of all of these have identical loop nests in this
+//! TFLM version; only the element size differs.
+
+use memtrace_tracer::spec::{LayerSpec, Op};
+
+/// minR / maxW curves of a layer, in bytes, for plotting (paper Figs. 5–7).
+///
+/// `x` is the step index: step `k` is the `k`-th output write of the kernel.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Curves {
+    /// Output buffer size OB in bytes.
+    pub output_bytes: u64,
+    /// (First) input buffer size IB in bytes.
+    pub input_bytes: u64,
+    /// Number of output writes (steps) of the kernel.
+    pub total_steps: u64,
+    /// The monotone O_s, computed over every step (not only the sampled ones).
+    pub overlap: u64,
+    /// The step `k` whose term `OB - M_k + m_k` is the minimum (the binding
+    /// write), or `None` if the minimum is `IB` from the final write only.
+    pub binding_step: Option<u64>,
+    /// Sampled points, in increasing step order; the first and the last step
+    /// are always included. Every sampled point is exact (not averaged).
+    pub points: Vec<CurvePoint>,
+}
+
+/// One sampled step of [`Curves`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CurvePoint {
+    /// Step index `k`.
+    pub step: u64,
+    /// `M_k`: max end byte (offset + size) of the output writes `0..=k` (maxW).
+    pub max_write_end: u64,
+    /// `m_k`: min input byte offset read strictly after write `k`, or IB if
+    /// there is none (minR).
+    pub min_future_read: u64,
+}
+
+impl Curves {
+    /// The term `OB - M_k + m_k` of a point (may be negative).
+    pub fn term(&self, p: &CurvePoint) -> i64 {
+        self.output_bytes as i64 - p.max_write_end as i64 + p.min_future_read as i64
+    }
+}
+
+/// Monotone O_s in bytes of `spec` run through the TFLM reference kernel it
+/// models (memtrace's own kernel for `matmul`). `None` for an op without a
+/// method (all current ops have one).
+pub fn algorithmic_overlap(spec: &LayerSpec) -> Option<u64> {
+    let mut acc = Monotone::new(spec.output_bytes(), spec.input_bytes(), true);
+    walk(spec, &mut acc)?;
+    Some(acc.finish())
+}
+
+/// minR / maxW curves of `spec`, sampled at most `max_points` steps (at least 2;
+/// `0` means every step). Memory is `O(max_points)`; the kernel loops run once.
+pub fn algorithmic_curves(spec: &LayerSpec, max_points: usize) -> Option<Curves> {
+    let total = step_count(spec)?;
+    let mut sink = CurveSink::new(spec, total, max_points);
+    walk(spec, &mut sink)?;
+    Some(sink.finish())
+}
+
+/// Number of output writes (steps) the modelled kernel performs.
+pub fn step_count(spec: &LayerSpec) -> Option<u64> {
+    let out: u64 = spec.output.iter().map(|&d| d as u64).product();
+    Some(match spec.op {
+        Op::Matmul => {
+            // zeroing pass + one update per (k, m, n)
+            out + out * spec.input[3] as u64
+        }
+        _ => out,
+    })
+}
+
+/// Receives the steps of a kernel, in program order.
+pub(crate) trait StepSink {
+    /// One step: the minimum input byte offset read since the previous write
+    /// (`None` if the step reads no input), then one output write.
+    /// Returns `false` to stop the walk early.
+    fn step(&mut self, min_read: Option<u64>, write_offset: u64, write_size: u64) -> bool;
+}
+
+/// Streaming monotone O_s accumulator, O(1) memory.
+///
+/// The minimum over writes `k` of `OB - M_k + m_k` equals the minimum over
+/// input reads `r` (that follow at least one write) of `OB - M(r) + r`, where
+/// `M(r)` is the max write end before the read, together with the term
+/// `OB - M_last + IB` of the last write: for a fixed read the largest (hence
+/// binding) `M_k` among the writes before it is the latest one, because `M_k`
+/// never decreases. So a forward pass needs only the running `M` and the running
+/// minimum, and within a step only the minimum read offset matters.
+pub(crate) struct Monotone {
+    ob: i64,
+    ib: i64,
+    max_end: Option<u64>,
+    best: i64,
+    /// Write index of the binding term (`None`: IB / none yet).
+    binding: Option<u64>,
+    writes: u64,
+    early_exit: bool,
+}
+
+impl Monotone {
+    pub(crate) fn new(output_bytes: u64, input_bytes: u64, early_exit: bool) -> Self {
+        Monotone {
+            ob: output_bytes as i64,
+            ib: input_bytes as i64,
+            max_end: None,
+            best: i64::MAX,
+            binding: None,
+            writes: 0,
+            early_exit,
+        }
+    }
+
+    /// The monotone O_s in bytes.
+    pub(crate) fn finish(&self) -> u64 {
+        self.final_min().max(0) as u64
+    }
+
+    fn final_min(&self) -> i64 {
+        match self.max_end {
+            Some(m) => self.best.min(self.ob - m as i64 + self.ib),
+            None => self.ib,
+        }
+    }
+}
+
+impl StepSink for Monotone {
+    #[inline]
+    fn step(&mut self, min_read: Option<u64>, write_offset: u64, write_size: u64) -> bool {
+        if let (Some(r), Some(m)) = (min_read, self.max_end) {
+            let term = self.ob - m as i64 + r as i64;
+            if term < self.best {
+                self.best = term;
+                self.binding = Some(self.writes - 1);
+            }
+        }
+        let end = write_offset + write_size;
+        self.max_end = Some(self.max_end.map_or(end, |m| m.max(end)));
+        self.writes += 1;
+        // Once a term is <= 0 the result is 0 whatever follows.
+        !(self.early_exit && self.best <= 0)
+    }
+}
+
+/// Samples `M_k` and bucketed minimum reads at `max_points` steps, then a
+/// reverse pass turns bucket minima into exact `m_k` at the sampled steps.
+struct CurveSink {
+    total: u64,
+    npoints: u64,
+    /// Step index of the next sample to record.
+    next_sample: u64,
+    /// Index of the next sample.
+    next_index: u64,
+    samples: Vec<(u64, u64)>, // (step, M_k)
+    /// bucket[i]: min read in steps (sample_i, sample_{i+1}]
+    buckets: Vec<u64>,
+    monotone: Monotone,
+    step: u64,
+    ib: u64,
+}
+
+impl CurveSink {
+    fn new(spec: &LayerSpec, total: u64, max_points: usize) -> Self {
+        let npoints = if max_points == 0 || max_points as u64 >= total {
+            total
+        } else {
+            (max_points as u64).max(2)
+        };
+        CurveSink {
+            total,
+            npoints,
+            next_sample: 0,
+            next_index: 0,
+            samples: Vec::with_capacity(npoints as usize),
+            buckets: Vec::with_capacity(npoints as usize),
+            monotone: Monotone::new(spec.output_bytes(), spec.input_bytes(), false),
+            step: 0,
+            ib: spec.input_bytes(),
+        }
+    }
+
+    fn sample_step(&self, i: u64) -> u64 {
+        if self.npoints <= 1 {
+            return 0;
+        }
+        ((i as u128 * (self.total - 1) as u128) / (self.npoints - 1) as u128) as u64
+    }
+
+    fn finish(self) -> Curves {
+        let mut points: Vec<CurvePoint> = Vec::with_capacity(self.samples.len());
+        let mut future = self.ib;
+        for (i, &(step, max_end)) in self.samples.iter().enumerate().rev() {
+            future = future.min(self.buckets[i]);
+            points.push(CurvePoint {
+                step,
+                max_write_end: max_end,
+                min_future_read: future,
+            });
+        }
+        points.reverse();
+        let overlap = self.monotone.finish();
+        let binding_step = if self.monotone.best <= self.monotone.final_min() {
+            self.monotone.binding
+        } else {
+            None
+        };
+        Curves {
+            output_bytes: self.monotone.ob as u64,
+            input_bytes: self.ib,
+            total_steps: self.total,
+            overlap,
+            binding_step,
+            points,
+        }
+    }
+}
+
+impl StepSink for CurveSink {
+    fn step(&mut self, min_read: Option<u64>, write_offset: u64, write_size: u64) -> bool {
+        if let (Some(r), Some(b)) = (min_read, self.buckets.last_mut()) {
+            *b = (*b).min(r);
+        }
+        self.monotone.step(min_read, write_offset, write_size);
+        if self.step == self.next_sample && self.next_index < self.npoints {
+            self.samples
+                .push((self.step, self.monotone.max_end.unwrap_or(0)));
+            self.buckets.push(u64::MAX);
+            self.next_index += 1;
+            self.next_sample = self.sample_step(self.next_index);
+        }
+        self.step += 1;
+        true
+    }
+}
+
+/// Shape and parameters of a layer (NHWC), as signed 64-bit for index maths:
+/// `n, ih, iw, id` input, `oh, ow, od` output, `kh, kw` window, `sh, sw`
+/// stride, `dh, dw` dilation, `ph, pw` TFLite before-padding, `mult` depth
+/// multiplier.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    pub n: i64,
+    pub ih: i64,
+    pub iw: i64,
+    pub id: i64,
+    pub oh: i64,
+    pub ow: i64,
+    pub od: i64,
+    pub kh: i64,
+    pub kw: i64,
+    pub sh: i64,
+    pub sw: i64,
+    pub dh: i64,
+    pub dw: i64,
+    pub ph: i64,
+    pub pw: i64,
+    pub mult: i64,
+}
+
+impl Geometry {
+    pub fn of(spec: &LayerSpec) -> Geometry {
+        let i = |v: u32| v as i64;
+        Geometry {
+            n: i(spec.input[0]),
+            ih: i(spec.input[1]),
+            iw: i(spec.input[2]),
+            id: i(spec.input[3]),
+            oh: i(spec.output[1]),
+            ow: i(spec.output[2]),
+            od: i(spec.output[3]),
+            kh: i(spec.filter[1]),
+            kw: i(spec.filter[2]),
+            sh: i(spec.stride.0),
+            sw: i(spec.stride.1),
+            dh: i(spec.dilation.0),
+            dw: i(spec.dilation.1),
+            ph: i(spec.pad.0),
+            pw: i(spec.pad.1),
+            mult: i(spec.depth_multiplier),
+        }
+    }
+}
+
+/// First in-bounds coordinate of a (dilated) conv/depthwise window axis:
+/// the smallest `origin + dil·f` with `0 <= f < k` and `0 <= origin + dil·f <
+/// size` — the kernels' `is_point_inside_image` test, per axis.
+#[inline]
+fn first_tap(origin: i64, dil: i64, k: i64, size: i64) -> Option<i64> {
+    let f0 = if origin >= 0 {
+        0
+    } else {
+        (-origin + dil - 1) / dil
+    };
+    if f0 >= k {
+        return None;
+    }
+    let p = origin + dil * f0;
+    (p < size).then_some(p)
+}
+
+/// First coordinate of a pool window axis clipped like TFLM:
+/// `filter_start = max(0, -origin)`, `filter_end = min(k, size - origin)`.
+#[inline]
+fn first_pool_tap(origin: i64, k: i64, size: i64) -> Option<i64> {
+    let start = (-origin).max(0);
+    let end = k.min(size - origin);
+    (start < end).then_some(origin + start)
+}
+
+/// Runs the modelled kernel's loop nest of `spec` into `sink`.
+/// `None` for ops without a model.
+pub(crate) fn walk<S: StepSink>(spec: &LayerSpec, sink: &mut S) -> Option<()> {
+    let t = spec.dtype.size();
+    let g = Geometry::of(spec);
+    match spec.op {
+        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+            walk_windowed(spec.op, &g, t, sink);
+        }
+        Op::FullyConnected => {
+            // batches = flat size of the output without its last dim; the input
+            // is read as [batches, depth].
+            let units = spec.output[3] as u64;
+            let batches =
+                (spec.output[0] as u64) * (spec.output[1] as u64) * (spec.output[2] as u64);
+            let depth = spec.filter[3] as u64;
+            'fc: for b in 0..batches {
+                for c in 0..units {
+                    // for d in 0..depth: input[b*depth + d] — first is the minimum
+                    let read = (depth > 0).then_some(b * depth * t);
+                    if !sink.step(read, (c + units * b) * t, t) {
+                        break 'fc;
+                    }
+                }
+            }
+        }
+        Op::Add | Op::Relu => {
+            let n: u64 = spec.output.iter().map(|&d| d as u64).product();
+            for i in 0..n {
+                if !sink.step(Some(i * t), i * t, t) {
+                    break;
+                }
+            }
+        }
+        Op::Matmul => {
+            let m_rows = spec.input[2] as u64;
+            let k_depth = spec.input[3] as u64;
+            let n_cols = spec.filter[3] as u64;
+            'mm: {
+                for m in 0..m_rows {
+                    for n in 0..n_cols {
+                        if !sink.step(None, (m * n_cols + n) * t, t) {
+                            break 'mm;
+                        }
+                    }
+                }
+                for k in 0..k_depth {
+                    for m in 0..m_rows {
+                        for n in 0..n_cols {
+                            // C[m][n] += A[m][k] * B[k][n]
+                            if !sink.step(Some((m * k_depth + k) * t), (m * n_cols + n) * t, t) {
+                                break 'mm;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Some(())
+}
+
+fn walk_windowed<S: StepSink>(op: Op, g: &Geometry, t: u64, sink: &mut S) {
+    let pool = matches!(op, Op::MaxPool | Op::AveragePool);
+    // Column of the first in-bounds tap, per out_x (depends on out_x only).
+    let first_x: Vec<Option<i64>> = (0..g.ow)
+        .map(|ox| {
+            let origin = ox * g.sw - g.pw;
+            if pool {
+                first_pool_tap(origin, g.kw, g.iw)
+            } else {
+                first_tap(origin, g.dw, g.kw, g.iw)
+            }
+        })
+        .collect();
+    let t = t as i64;
+    for b in 0..g.n {
+        for oy in 0..g.oh {
+            let origin_y = oy * g.sh - g.ph;
+            let ry = if pool {
+                first_pool_tap(origin_y, g.kh, g.ih)
+            } else {
+                first_tap(origin_y, g.dh, g.kh, g.ih)
+            };
+            for (ox, rx) in first_x.iter().enumerate() {
+                let ox = ox as i64;
+                // element offset of channel 0 of the first in-bounds tap
+                let base = match (ry, *rx) {
+                    (Some(y), Some(x)) => Some(((b * g.ih + y) * g.iw + x) * g.id),
+                    _ => None,
+                };
+                let out_base = ((b * g.oh + oy) * g.ow + ox) * g.od;
+                match op {
+                    Op::Conv2d => {
+                        // out_c, then filter_y, filter_x, in_c: min read is in_c 0
+                        for oc in 0..g.od {
+                            let r = base.map(|e| (e * t) as u64);
+                            if !sink.step(r, ((out_base + oc) * t) as u64, t as u64) {
+                                return;
+                            }
+                        }
+                    }
+                    Op::DepthwiseConv2d => {
+                        for ic in 0..g.id {
+                            let r = base.map(|e| ((e + ic) * t) as u64);
+                            for m in 0..g.mult {
+                                let oc = m + ic * g.mult;
+                                if !sink.step(r, ((out_base + oc) * t) as u64, t as u64) {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    _ => {
+                        for c in 0..g.id {
+                            let r = base.map(|e| ((e + c) * t) as u64);
+                            if !sink.step(r, ((out_base + c) * t) as u64, t as u64) {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use memtrace_tracer::spec::{Dtype, LayerSpecBuilder, Padding};
+
+    /// splitmix64: a tiny seeded PRNG for reproducible random configurations.
+    pub(crate) struct Rng(u64);
+
+    impl Rng {
+        pub(crate) fn new(seed: u64) -> Rng {
+            Rng(seed)
+        }
+        pub(crate) fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        /// Uniform in `lo..=hi`.
+        pub(crate) fn range(&mut self, lo: u32, hi: u32) -> u32 {
+            lo + (self.next_u64() % (hi - lo + 1) as u64) as u32
+        }
+        pub(crate) fn chance(&mut self, percent: u32) -> bool {
+            self.range(0, 99) < percent
+        }
+    }
+
+    /// A random small valid configuration of `op` (retries until `LayerSpec`
+    /// accepts it). Shapes stay small so that the brute force is fast.
+    pub(crate) fn random_spec(rng: &mut Rng, op: Op, dtype: Dtype) -> LayerSpec {
+        loop {
+            let n = if rng.chance(20) { 2 } else { 1 };
+            let h = rng.range(1, 9);
+            let w = rng.range(1, 9);
+            let c = rng.range(1, 5);
+            let kh = rng.range(1, 4);
+            let kw = rng.range(1, 4);
+            let padding = if rng.chance(50) {
+                Padding::Same
+            } else {
+                Padding::Valid
+            };
+            let mut b = LayerSpecBuilder::new(op, dtype, [n, h, w, c])
+                .stride(rng.range(1, 3), rng.range(1, 3))
+                .padding(padding);
+            if rng.chance(25) {
+                b = b.dilation(rng.range(1, 3), rng.range(1, 3));
+            }
+            b = match op {
+                Op::Conv2d => b.filter([rng.range(1, 5), kh, kw, c]),
+                Op::DepthwiseConv2d => {
+                    let m = rng.range(1, 3);
+                    b.depth_multiplier(m).filter([1, kh, kw, c * m])
+                }
+                Op::MaxPool | Op::AveragePool => b.filter([1, kh, kw, 1]),
+                Op::FullyConnected => {
+                    // keep the [.., depth] input but vary batches and units
+                    b.filter([1, 1, rng.range(1, 12), c])
+                }
+                Op::Matmul => {
+                    let k = rng.range(1, 6);
+                    b = LayerSpecBuilder::new(op, dtype, [1, 1, rng.range(1, 8), k]);
+                    b.filter([1, 1, k, rng.range(1, 8)])
+                }
+                Op::Add | Op::Relu => b,
+            };
+            if let Ok(spec) = b.build() {
+                return spec;
+            }
+        }
+    }
+
+    /// One access of the naive kernels: an input read or an output write
+    /// (byte offset, size). Filter, bias, second-input and output reads are not
+    /// input-buffer accesses and do not appear.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Ev {
+        Read(u64, u64),
+        Write(u64, u64),
+    }
+
+    /// A straightforward reimplementation of every kernel loop nest, emitting
+    /// every single access (all taps, all channels) — the brute-force reference.
+    pub(crate) fn naive_events(spec: &LayerSpec) -> Vec<Ev> {
+        let t = spec.dtype.size();
+        let g = Geometry::of(spec);
+        let mut ev = Vec::new();
+        let off = |b: i64, y: i64, x: i64, c: i64, h: i64, w: i64, d: i64| -> u64 {
+            ((((b * h + y) * w + x) * d + c) as u64) * t
+        };
+        match spec.op {
+            Op::Conv2d => {
+                for b in 0..g.n {
+                    for oy in 0..g.oh {
+                        for ox in 0..g.ow {
+                            for oc in 0..g.od {
+                                let x0 = ox * g.sw - g.pw;
+                                let y0 = oy * g.sh - g.ph;
+                                for fy in 0..g.kh {
+                                    for fx in 0..g.kw {
+                                        for ic in 0..g.id {
+                                            let ix = x0 + g.dw * fx;
+                                            let iy = y0 + g.dh * fy;
+                                            if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
+                                                ev.push(Ev::Read(
+                                                    off(b, iy, ix, ic, g.ih, g.iw, g.id),
+                                                    t,
+                                                ));
+                                            }
+                                        }
+                                    }
+                                }
+                                ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
+                            }
+                        }
+                    }
+                }
+            }
+            Op::DepthwiseConv2d => {
+                for b in 0..g.n {
+                    for oy in 0..g.oh {
+                        for ox in 0..g.ow {
+                            for ic in 0..g.id {
+                                for m in 0..g.mult {
+                                    let oc = m + ic * g.mult;
+                                    let x0 = ox * g.sw - g.pw;
+                                    let y0 = oy * g.sh - g.ph;
+                                    for fy in 0..g.kh {
+                                        for fx in 0..g.kw {
+                                            let ix = x0 + g.dw * fx;
+                                            let iy = y0 + g.dh * fy;
+                                            if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
+                                                ev.push(Ev::Read(
+                                                    off(b, iy, ix, ic, g.ih, g.iw, g.id),
+                                                    t,
+                                                ));
+                                            }
+                                        }
+                                    }
+                                    ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Op::MaxPool | Op::AveragePool => {
+                for b in 0..g.n {
+                    for oy in 0..g.oh {
+                        for ox in 0..g.ow {
+                            for c in 0..g.id {
+                                let x0 = ox * g.sw - g.pw;
+                                let y0 = oy * g.sh - g.ph;
+                                let fxs = (-x0).max(0);
+                                let fxe = g.kw.min(g.iw - x0);
+                                let fys = (-y0).max(0);
+                                let fye = g.kh.min(g.ih - y0);
+                                for fy in fys..fye {
+                                    for fx in fxs..fxe {
+                                        ev.push(Ev::Read(
+                                            off(b, y0 + fy, x0 + fx, c, g.ih, g.iw, g.id),
+                                            t,
+                                        ));
+                                    }
+                                }
+                                ev.push(Ev::Write(off(b, oy, ox, c, g.oh, g.ow, g.od), t));
+                            }
+                        }
+                    }
+                }
+            }
+            Op::FullyConnected => {
+                let batches: u64 = spec.output[..3].iter().map(|&d| d as u64).product();
+                let units = spec.output[3] as u64;
+                let depth = spec.filter[3] as u64;
+                for b in 0..batches {
+                    for c in 0..units {
+                        for d in 0..depth {
+                            ev.push(Ev::Read((b * depth + d) * t, t));
+                        }
+                        ev.push(Ev::Write((c + units * b) * t, t));
+                    }
+                }
+            }
+            Op::Add | Op::Relu => {
+                let n: u64 = spec.input.iter().map(|&d| d as u64).product();
+                for i in 0..n {
+                    ev.push(Ev::Read(i * t, t));
+                    ev.push(Ev::Write(i * t, t));
+                }
+            }
+            Op::Matmul => {
+                let (mm, kk, nn) = (
+                    spec.input[2] as u64,
+                    spec.input[3] as u64,
+                    spec.filter[3] as u64,
+                );
+                for m in 0..mm {
+                    for n in 0..nn {
+                        ev.push(Ev::Write((m * nn + n) * t, t));
+                    }
+                }
+                for k in 0..kk {
+                    for m in 0..mm {
+                        for n in 0..nn {
+                            ev.push(Ev::Read((m * kk + k) * t, t));
+                            ev.push(Ev::Write((m * nn + n) * t, t));
+                        }
+                    }
+                }
+            }
+        }
+        ev
+    }
+
+    /// Per write k: (M_k, m_k) straight from the definition.
+    pub(crate) fn literal_curves(events: &[Ev], ib: u64) -> Vec<(u64, u64)> {
+        let mut suffix = vec![ib; events.len() + 1];
+        for i in (0..events.len()).rev() {
+            suffix[i] = match events[i] {
+                Ev::Read(o, _) => suffix[i + 1].min(o),
+                Ev::Write(..) => suffix[i + 1],
+            };
+        }
+        let mut max_end = 0;
+        let mut out = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            if let Ev::Write(o, s) = *e {
+                max_end = max_end.max(o + s);
+                out.push((max_end, suffix[i + 1]));
+            }
+        }
+        out
+    }
+
+    /// Monotone O_s applying the definition literally.
+    pub(crate) fn monotone_literal(events: &[Ev], ob: u64, ib: u64) -> u64 {
+        literal_curves(events, ib)
+            .iter()
+            .map(|&(m, r)| ob as i64 - m as i64 + r as i64)
+            .min()
+            .unwrap_or(ib as i64)
+            .max(0) as u64
+    }
+
+    /// Exact O_s: largest o <= IB such that no o' in [0, o] lets a write
+    /// clobber an input byte read later.
+    pub(crate) fn exact_literal(events: &[Ev], ob: u64, ib: u64) -> u64 {
+        let mut first_write = vec![u64::MAX; ob as usize];
+        let mut last_read: Vec<Option<u64>> = vec![None; ib as usize];
+        let mut step = 0u64;
+        for e in events {
+            match *e {
+                Ev::Read(o, s) => {
+                    for r in o..o + s {
+                        last_read[r as usize] = Some(step);
+                    }
+                }
+                Ev::Write(o, s) => {
+                    for w in o..o + s {
+                        if first_write[w as usize] == u64::MAX {
+                            first_write[w as usize] = step;
+                        }
+                    }
+                    step += 1;
+                }
+            }
+        }
+        for o in 0..=ib {
+            for (w, &fw) in first_write.iter().enumerate() {
+                if fw == u64::MAX {
+                    continue;
+                }
+                let r = w as i64 - ob as i64 + o as i64;
+                if r < 0 || r >= ib as i64 {
+                    continue;
+                }
+                if matches!(last_read[r as usize], Some(s) if s > fw) {
+                    return o - 1; // o >= 1 here: o = 0 gives r < 0
+                }
+            }
+        }
+        ib
+    }
+
+    const DTYPES: [Dtype; 2] = [Dtype::F32, Dtype::Int8];
+
+    fn table_one() -> LayerSpec {
+        LayerSpec::parse(
+            "op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn table_one_layer_is_exactly_the_output_buffer() {
+        let s = table_one();
+        assert_eq!(step_count(&s), Some(301_056));
+        assert_eq!(algorithmic_overlap(&s), Some(1_204_224));
+    }
+
+    #[test]
+    fn relu_and_add_give_the_output_size_and_matmul_zero() {
+        for dtype in DTYPES {
+            for op in [Op::Relu, Op::Add] {
+                let s = LayerSpecBuilder::new(op, dtype, [1, 7, 5, 3])
+                    .build()
+                    .unwrap();
+                assert_eq!(algorithmic_overlap(&s), Some(s.output_bytes()), "{s}");
+            }
+            let s = LayerSpec::parse(&format!(
+                "op=matmul,dtype={},input=1x1x6x4,filter=1x1x4x5",
+                dtype.name()
+            ))
+            .unwrap();
+            assert_eq!(algorithmic_overlap(&s), Some(0));
+        }
+    }
+
+    #[test]
+    fn algorithmic_equals_brute_force_monotone_for_random_configs() {
+        let mut rng = Rng::new(0x5EED_0001);
+        let mut exact_checked = 0;
+        for op in Op::ALL {
+            for dtype in DTYPES {
+                for _ in 0..300 {
+                    let s = random_spec(&mut rng, op, dtype);
+                    let ev = naive_events(&s);
+                    let (ob, ib) = (s.output_bytes(), s.input_bytes());
+                    let brute = monotone_literal(&ev, ob, ib);
+                    assert_eq!(algorithmic_overlap(&s), Some(brute), "{s}");
+                    if ob * ib <= 200_000 {
+                        let exact = exact_literal(&ev, ob, ib);
+                        assert!(exact >= brute, "exact {exact} < monotone {brute}: {s}");
+                        exact_checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(exact_checked > 1000, "{exact_checked}");
+    }
+
+    #[test]
+    fn curves_match_the_definition_at_every_sampled_step() {
+        let mut rng = Rng::new(0x5EED_0002);
+        for op in Op::ALL {
+            for dtype in DTYPES {
+                for i in 0..40 {
+                    let s = random_spec(&mut rng, op, dtype);
+                    let ev = naive_events(&s);
+                    let lit = literal_curves(&ev, s.input_bytes());
+                    let max_points = [0, 2, 3, 17][i % 4];
+                    let c = algorithmic_curves(&s, max_points).unwrap();
+                    assert_eq!(c.total_steps as usize, lit.len(), "{s}");
+                    assert_eq!(Some(c.overlap), algorithmic_overlap(&s));
+                    let want = if max_points == 0 || max_points >= lit.len() {
+                        lit.len()
+                    } else {
+                        max_points
+                    };
+                    assert_eq!(c.points.len(), want, "{s}");
+                    assert_eq!(c.points.first().unwrap().step, 0);
+                    assert_eq!(c.points.last().unwrap().step as usize, lit.len() - 1);
+                    for p in &c.points {
+                        let (m, r) = lit[p.step as usize];
+                        assert_eq!(
+                            (p.max_write_end, p.min_future_read),
+                            (m, r),
+                            "{s} step {}",
+                            p.step
+                        );
+                    }
+                    let min_term = lit
+                        .iter()
+                        .map(|&(m, r)| s.output_bytes() as i64 - m as i64 + r as i64)
+                        .min()
+                        .unwrap();
+                    if let Some(k) = c.binding_step {
+                        let (m, r) = lit[k as usize];
+                        assert_eq!(
+                            s.output_bytes() as i64 - m as i64 + r as i64,
+                            min_term,
+                            "{s}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn table_one_curves_are_cheap_and_bounded() {
+        let c = algorithmic_curves(&table_one(), 1000).unwrap();
+        assert_eq!(c.points.len(), 1000);
+        assert_eq!(c.overlap, 1_204_224);
+        // the first write's term is binding: OB - 4 + 4
+        assert_eq!(c.binding_step, Some(0));
+        let last = c.points.last().unwrap();
+        assert_eq!(last.max_write_end, c.output_bytes);
+        assert_eq!(last.min_future_read, c.input_bytes);
+    }
+}

@@ -1,0 +1,3 @@
+//! Safe input/output buffer overlap O_s (DMO paper, Section III).
+pub mod algorithmic;
+pub mod analytic;
