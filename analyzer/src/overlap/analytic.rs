@@ -652,6 +652,9 @@ mod tests {
                         }
                     }
                 }
+                println!(
+                    "{op} {dtype:?}: printed form above algorithmic in {printed_violations}/400"
+                );
                 if matches!(op, Op::Conv2d | Op::DepthwiseConv2d) {
                     // documented below: the printed equations are not safe
                     assert!(printed_violations > 0, "{op} {dtype:?}");
@@ -713,6 +716,40 @@ mod tests {
         assert_eq!(alg(&s), 27);
         assert_eq!(analytic_overlap_as_printed(&s), Some(29));
         assert!(analytic_overlap(&s).unwrap() <= 27);
+    }
+
+    /// Prints all readings for some well-known layers; run with
+    /// `cargo test --release -p memtrace-analyzer readings_table -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn readings_table() {
+        for text in [
+            "op=depthwise_conv2d,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same",
+            "op=depthwise_conv2d,input=1x112x112x32,filter=1x3x3x32,stride=1,padding=same",
+            "op=depthwise_conv2d,input=1x56x56x144,filter=1x3x3x144,stride=2,padding=same",
+            "op=depthwise_conv2d,input=1x16x16x8,filter=1x3x3x16,depth_multiplier=2,stride=1,padding=same",
+            "op=conv2d,input=1x224x224x3,filter=32x3x3x3,stride=2,padding=same",
+            "op=conv2d,input=1x112x112x32,filter=64x1x1x32,stride=1,padding=same",
+            "op=conv2d,input=1x56x56x144,filter=24x1x1x144,stride=1,padding=same",
+            "op=conv2d,input=1x56x56x64,filter=128x1x1x64,stride=2,padding=same",
+            "op=max_pool,input=1x112x112x64,filter=3x3,stride=2,padding=same",
+            "op=max_pool,input=1x224x224x32,filter=3x3,stride=2,padding=same",
+            "op=average_pool,input=1x7x7x1024,filter=7x7,stride=1,padding=valid",
+            "op=fully_connected,input=1x1x1x1024,filter=1x1x1000x1024",
+        ] {
+            for dt in ["f32", "int8"] {
+                let s = spec(&format!("{text},dtype={dt}"));
+                println!(
+                    "| {s} | {} | {} | {} | {} | {} | {} |",
+                    alg(&s),
+                    analytic_overlap_as_printed(&s).map_or("-".into(), |v| v.to_string()),
+                    analytic_overlap_table_reading(&s).map_or("-".into(), |v| v.to_string()),
+                    analytic_overlap(&s).unwrap(),
+                    analytic_overlap_best(&s).unwrap(),
+                    s.output_bytes()
+                );
+            }
+        }
     }
 
     /// Prints timings; run with `cargo test --release -p memtrace-analyzer
