@@ -59,7 +59,21 @@ static inline void memtrace_push_ptr(const volatile void *p) {
     memtrace_push((uint32_t)(v >> 32));
 }
 
-static inline void memtrace_command(uint32_t cmd) { memtrace_port[1] = cmd; }
+/* A command is also a compiler memory barrier: without it, GCC may move
+ * ordinary (non-volatile) loads and stores of tensor data across the volatile
+ * port write, e.g. sink the last input-initialising stores past LAYER_BEGIN or
+ * hoist kernel loads above it. This changes no word of the protocol. */
+#if defined(__GNUC__)
+#define MEMTRACE_BARRIER() __asm__ volatile("" ::: "memory")
+#else
+#define MEMTRACE_BARRIER() ((void)0)
+#endif
+
+static inline void memtrace_command(uint32_t cmd) {
+    MEMTRACE_BARRIER();
+    memtrace_port[1] = cmd;
+    MEMTRACE_BARRIER();
+}
 
 /* Opens a layer window. `params` is "key=value,key=value" (may be ""). */
 static inline void memtrace_layer_begin(const char *name, const char *op, const char *params) {

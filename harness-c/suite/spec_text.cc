@@ -1,0 +1,142 @@
+// spec_text.cc — the `params` string of LAYER_BEGIN.
+//
+// It must be exactly what tracer/src/spec.rs prints for the same layer
+// (`Display for LayerSpec`), so that the host can parse it back with
+// `LayerSpec::parse` and re-describe the traced layer to the algorithmic and
+// analytic O_s methods:
+//
+//   op=<op>,dtype=<f32|int8>,input=NxHxWxC
+//   [,filter=AxBxCxD]                      (not for add, relu)
+//   ,output=NxHxWxC
+//   [,stride=HxW,dilation=HxW,padding=<same|valid>,pad=HxW]   (conv2d,
+//                                            depthwise_conv2d, max/average_pool)
+//   [,depth_multiplier=M]                  (depthwise_conv2d)
+//   [,activation=<relu|relu6>]             (only when not none)
+#include "suite.h"
+
+namespace memtrace {
+namespace {
+
+class Writer {
+  public:
+    Writer(char *out, size_t cap) : out_(out), cap_(cap), len_(0), ok_(cap > 0) {}
+
+    void str(const char *s) {
+        while (*s) {
+            put(*s++);
+        }
+    }
+
+    void num(int32_t v) {
+        char digits[12];
+        int n = 0;
+        uint32_t u;
+        if (v < 0) {
+            put('-');
+            u = 0u - static_cast<uint32_t>(v);
+        } else {
+            u = static_cast<uint32_t>(v);
+        }
+        do {
+            digits[n++] = static_cast<char>('0' + u % 10u);
+            u /= 10u;
+        } while (u != 0);
+        while (n > 0) {
+            put(digits[--n]);
+        }
+    }
+
+    void shape(const char *key, const int32_t *dims) {
+        str(key);
+        for (int i = 0; i < 4; ++i) {
+            if (i) {
+                put('x');
+            }
+            num(dims[i]);
+        }
+    }
+
+    void pair(const char *key, int32_t a, int32_t b) {
+        str(key);
+        num(a);
+        put('x');
+        num(b);
+    }
+
+    bool finish() {
+        if (!ok_) {
+            return false;
+        }
+        out_[len_] = '\0';
+        return true;
+    }
+
+  private:
+    void put(char c) {
+        if (len_ + 1 >= cap_) {  // keep room for the NUL
+            ok_ = false;
+            return;
+        }
+        out_[len_++] = c;
+    }
+
+    char *out_;
+    size_t cap_;
+    size_t len_;
+    bool ok_;
+};
+
+bool has_window(int32_t op) {
+    return op == OP_CONV2D || op == OP_DEPTHWISE_CONV2D || op == OP_MAX_POOL ||
+           op == OP_AVERAGE_POOL;
+}
+
+}  // namespace
+
+const char *op_name(int32_t op) {
+    switch (op) {
+        case OP_CONV2D: return "conv2d";
+        case OP_DEPTHWISE_CONV2D: return "depthwise_conv2d";
+        case OP_MAX_POOL: return "max_pool";
+        case OP_AVERAGE_POOL: return "average_pool";
+        case OP_FULLY_CONNECTED: return "fully_connected";
+        case OP_ADD: return "add";
+        case OP_RELU: return "relu";
+        case OP_MATMUL: return "matmul";
+        default: return nullptr;
+    }
+}
+
+bool format_params(const Layer &l, char *out, size_t cap) {
+    const char *op = op_name(l.op);
+    if (!op) {
+        return false;
+    }
+    Writer w(out, cap);
+    w.str("op=");
+    w.str(op);
+    w.str(l.dtype == DTYPE_INT8 ? ",dtype=int8" : ",dtype=f32");
+    w.shape(",input=", l.input);
+    if (l.op != OP_ADD && l.op != OP_RELU) {
+        w.shape(",filter=", l.filter);
+    }
+    w.shape(",output=", l.output);
+    if (has_window(l.op)) {
+        w.pair(",stride=", l.stride_h, l.stride_w);
+        w.pair(",dilation=", l.dilation_h, l.dilation_w);
+        w.str(l.padding == 2 ? ",padding=valid" : ",padding=same");
+        w.pair(",pad=", l.pad_h, l.pad_w);
+    }
+    if (l.op == OP_DEPTHWISE_CONV2D) {
+        w.str(",depth_multiplier=");
+        w.num(l.depth_multiplier);
+    }
+    if (l.activation == 1) {
+        w.str(",activation=relu");
+    } else if (l.activation == 2) {
+        w.str(",activation=relu6");
+    }
+    return w.finish();
+}
+
+}  // namespace memtrace

@@ -1,0 +1,76 @@
+// suite.h — internal interface of the memtrace kernel suite.
+#ifndef MEMTRACE_SUITE_H
+#define MEMTRACE_SUITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memtrace_job.h"
+
+namespace memtrace {
+
+// Exit codes of the suite.
+enum : int {
+    kExitOk = 0,
+    kExitInvalidJob = 2,  // unknown op/dtype, inconsistent shapes, arena too small
+};
+
+// One layer configuration, decoded from the job mailbox (same fields and
+// meaning as the words in memtrace_job.h).
+struct Layer {
+    int32_t op;     // enum memtrace_op
+    int32_t dtype;  // enum memtrace_dtype
+    int32_t input[4];
+    int32_t filter[4];
+    int32_t output[4];
+    int32_t stride_h, stride_w;
+    int32_t dilation_h, dilation_w;
+    int32_t padding;  // 1 same, 2 valid
+    int32_t pad_h, pad_w;
+    int32_t depth_multiplier;
+    int32_t activation;  // 0 none, 1 relu, 2 relu6
+    uint32_t seed;
+};
+
+// Quantisation constants of an int8 layer. They are fixed, plausible values
+// (multipliers in [2^30, 2^31), negative shifts); the access pattern of the
+// kernels does not depend on them.
+struct Quant {
+    int32_t input_zero_point;
+    int32_t input2_zero_point;  // add
+    int32_t output_zero_point;
+    int32_t output_multiplier;  // per-tensor (fully_connected, add)
+    int32_t output_shift;
+    int32_t input1_multiplier, input1_shift;  // add
+    int32_t input2_multiplier, input2_shift;  // add
+    int32_t act_min, act_max;                 // int8 activation clamp
+    const int32_t *channel_multiplier;  // per output channel (conv2d, depthwise)
+    const int32_t *channel_shift;
+};
+
+// Buffers of one layer (null when the op has no such buffer).
+struct Buffers {
+    void *input;
+    void *input2;
+    void *filter;
+    void *bias;
+    void *output;
+};
+
+// Runs one layer window: validates, allocates from the arena, fills the data,
+// then LAYER_BEGIN, BUFFER..., the kernel, LAYER_END. Returns kExitOk, or
+// kExitInvalidJob without opening a window.
+int run_layer(const char *name, const Layer &layer);
+
+// The kernel call itself (kernels.cc): only this runs inside the window.
+void run_kernel(const Layer &layer, const Buffers &b, const Quant &q);
+
+// Canonical layer text, exactly as tracer/src/spec.rs `Display for LayerSpec`
+// prints it. Returns false if it would not fit in `cap` bytes (NUL included).
+bool format_params(const Layer &layer, char *out, size_t cap);
+
+const char *op_name(int32_t op);
+
+}  // namespace memtrace
+
+#endif  // MEMTRACE_SUITE_H
