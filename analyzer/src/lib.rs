@@ -1,2 +1,12 @@
+//! memtrace analyzer: everything that happens to a trace after the emulator.
+//!
+//! It knows events (from `memtrace_tracer::event`), O_s (empirical,
+//! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
+pub mod layer_stats;
 pub mod overlap;
+pub mod pipeline;
+pub mod report;
+pub mod output;
+pub mod plot;
+pub mod table;

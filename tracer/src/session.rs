@@ -149,6 +149,21 @@ struct Session<'a> {
 }
 
 type Uc<'a> = Unicorn<'a, Session<'a>>;
+/// Clears the Thumb IT state that Unicorn's PC synchronisation leaves behind.
+///
+/// A memory hook makes Unicorn restore the CPU state of the accessing
+/// instruction, IT bits included, and nothing resets them when the block
+/// leaves the IT block, so the next block would run as if still inside it
+/// (unicorn-engine/unicorn#2309; `harness-c/guests/it_block.c` shows it).
+/// Writing EPSR changes only the IT and T bits. A block that ends inside an IT
+/// block stores its own IT state at its end, so zero is right in every case.
+fn clear_stale_it_state(uc: &mut HookUc<'_, '_>) {
+    if uc.get_data().image.arch == Arch::CortexM4 {
+        const THUMB: u64 = 1 << 24;
+        let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
+    }
+}
+
 /// What hooks receive: any emulator lifetime, any session lifetime.
 type HookUc<'u, 's> = Unicorn<'u, Session<'s>>;
 
@@ -446,6 +461,7 @@ fn on_port_write(
     value: i64,
 ) -> bool {
     let pc = uc.pc_read().unwrap_or(0);
+    clear_stale_it_state(uc);
     let port = address & !(PORT_SIZE - 1);
     let offset = address - port;
     if size != 4 || offset % 4 != 0 {
@@ -613,6 +629,7 @@ fn declare_buffer(
                     let write = kind == MemType::WRITE;
                     uc.get_data_mut()
                         .record(index, write, address, size as u64, pc);
+                    clear_stale_it_state(uc);
                     true
                 },
             )

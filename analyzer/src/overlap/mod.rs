@@ -1,3 +1,4 @@
 //! Safe input/output buffer overlap O_s (DMO paper, Section III).
 pub mod algorithmic;
 pub mod analytic;
+pub mod empirical;

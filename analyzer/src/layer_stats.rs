@@ -1,0 +1,111 @@
+//! Per-layer access counts and empirical O_s, online.
+
+use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
+
+use crate::overlap::empirical::OverlapAccumulator;
+use crate::pipeline::Analysis;
+use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
+
+/// Builds a [`LayerReport`] for every traced layer.
+#[derive(Default)]
+pub struct LayerStats {
+    current: Option<Current>,
+    /// Finished layers, in order.
+    pub layers: Vec<LayerReport>,
+}
+
+struct Current {
+    report: LayerReport,
+    /// buffer id -> index in `report.buffers` (ids are small; sparse is fine).
+    slot: Vec<Option<usize>>,
+    overlap: Option<OverlapAccumulator>,
+}
+
+impl Analysis for LayerStats {
+    fn layer_begin(&mut self, layer: &LayerInfo) {
+        self.current = Some(Current {
+            report: LayerReport {
+                index: layer.index,
+                name: layer.name.clone(),
+                op: layer.op.clone(),
+                params: layer.params.clone(),
+                spec: layer.spec.clone(),
+                instructions: 0,
+                buffers: Vec::new(),
+                overlap: None,
+            },
+            slot: Vec::new(),
+            overlap: None,
+        });
+    }
+
+    fn buffer(&mut self, b: &Buffer) {
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        let id = b.id as usize;
+        if cur.slot.len() <= id {
+            cur.slot.resize(id + 1, None);
+        }
+        cur.slot[id] = Some(cur.report.buffers.len());
+        cur.report.buffers.push(BufferReport {
+            id: b.id,
+            name: b.name.clone(),
+            role: b.role,
+            size: b.size as u64,
+            elem_size: b.elem_size,
+            loads: 0,
+            stores: 0,
+            updates: 0,
+        });
+        // O_s pairs the first declared input with the first declared output.
+        if cur.overlap.is_none() {
+            let first = |role| cur.report.buffers.iter().find(|x| x.role == role);
+            if let (Some(i), Some(o)) = (first(Role::Input), first(Role::Output)) {
+                cur.overlap = Some(OverlapAccumulator::new(i.id, i.size, o.id, o.size));
+            }
+        }
+    }
+
+    fn events(&mut self, events: &[Event]) {
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        for e in events {
+            if let Some(Some(i)) = cur.slot.get(e.buffer as usize) {
+                let b = &mut cur.report.buffers[*i];
+                match e.kind {
+                    AccessKind::Load => b.loads += 1,
+                    AccessKind::Store => b.stores += 1,
+                    AccessKind::Update => b.updates += 1,
+                }
+            }
+        }
+        if let Some(acc) = cur.overlap.as_mut() {
+            acc.observe(events);
+        }
+    }
+
+    fn layer_end(&mut self, instructions: u64) {
+        let Some(mut cur) = self.current.take() else {
+            return;
+        };
+        cur.report.instructions = instructions;
+        if let Some(acc) = &cur.overlap {
+            let r = acc.result();
+            let first = |role| cur.report.buffers.iter().find(|x| x.role == role);
+            let (i, o) = (first(Role::Input).unwrap(), first(Role::Output).unwrap());
+            cur.report.overlap = Some(OverlapReport {
+                input: i.name.clone(),
+                output: o.name.clone(),
+                input_bytes: i.size,
+                output_bytes: o.size,
+                monotone_bytes: r.monotone_bytes,
+                exact_bytes: r.exact_bytes,
+                monotone_percent: percent(r.monotone_bytes, o.size),
+                exact_percent: percent(r.exact_bytes, o.size),
+            });
+        }
+        self.layers.push(cur.report);
+    }
+}

@@ -1,0 +1,346 @@
+//! Fig. 3-style trace pictures: x = instruction, y = byte offset, one panel
+//! per input and output buffer, loads / stores / updates in red / blue / green.
+//!
+//! Events are binned while they stream into a fixed per-pixel count grid whose
+//! time bins double in width whenever the layer runs past the grid, so memory
+//! stays constant however many millions of events a layer has.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::output::render_atomically;
+use crate::pipeline::Analysis;
+use crate::plot::font;
+
+const COLUMNS: usize = 640;
+const ROWS: usize = 256;
+const LOAD: RGBColor = RGBColor(214, 39, 40);
+const STORE: RGBColor = RGBColor(31, 119, 180);
+const UPDATE: RGBColor = RGBColor(44, 160, 44);
+
+/// Access counts per (time bin, offset bin) cell and kind.
+#[derive(Debug, Clone)]
+pub struct Grid {
+    /// Instructions per column; doubles when time outruns the grid.
+    bin: u64,
+    /// Bytes of the buffer.
+    span: u64,
+    counts: Vec<[u32; 3]>,
+}
+
+impl Grid {
+    pub fn new(span: u64) -> Grid {
+        Grid {
+            bin: 1,
+            span: span.max(1),
+            counts: vec![[0; 3]; COLUMNS * ROWS],
+        }
+    }
+
+    fn row(&self, offset: u64) -> usize {
+        ((offset * ROWS as u64) / self.span).min(ROWS as u64 - 1) as usize
+    }
+
+    /// Counts one access at instruction `t`.
+    pub fn add(&mut self, t: u64, offset: u64, size: u64, kind: AccessKind) {
+        while t >= self.bin * COLUMNS as u64 {
+            self.fold();
+        }
+        let col = (t / self.bin) as usize;
+        let k = kind_index(kind);
+        for row in self.row(offset)..=self.row(offset + size.max(1) - 1) {
+            self.counts[row * COLUMNS + col][k] += 1;
+        }
+    }
+
+    /// Halves the time resolution: columns 2c and 2c+1 become column c.
+    fn fold(&mut self) {
+        for row in 0..ROWS {
+            let base = row * COLUMNS;
+            for c in 0..COLUMNS / 2 {
+                let (a, b) = (self.counts[base + 2 * c], self.counts[base + 2 * c + 1]);
+                self.counts[base + c] = [a[0] + b[0], a[1] + b[1], a[2] + b[2]];
+            }
+            self.counts[base + COLUMNS / 2..base + COLUMNS].fill([0; 3]);
+        }
+        self.bin *= 2;
+    }
+
+    /// Total accesses of `kind` counted (each access once per row it spans).
+    pub fn total(&self, kind: AccessKind) -> u64 {
+        let k = kind_index(kind);
+        self.counts.iter().map(|c| c[k] as u64).sum()
+    }
+
+    /// Cells as (instruction range, byte range, colour), merged along time.
+    fn runs(&self) -> Vec<((u64, u64), (u64, u64), RGBColor)> {
+        let mut out = Vec::new();
+        for row in 0..ROWS {
+            let y0 = row as u64 * self.span / ROWS as u64;
+            let y1 = ((row + 1) as u64 * self.span / ROWS as u64).max(y0 + 1);
+            let mut open: Option<(usize, RGBColor)> = None;
+            for col in 0..=COLUMNS {
+                let colour = (col < COLUMNS)
+                    .then(|| dominant(self.counts[row * COLUMNS + col]))
+                    .flatten();
+                match (open, colour) {
+                    (Some((_, c)), Some(n)) if c == n => {}
+                    (prev, next) => {
+                        if let Some((start, c)) = prev {
+                            out.push((
+                                (start as u64 * self.bin, col as u64 * self.bin),
+                                (y0, y1),
+                                c,
+                            ));
+                        }
+                        open = next.map(|n| (col, n));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn kind_index(kind: AccessKind) -> usize {
+    match kind {
+        AccessKind::Load => 0,
+        AccessKind::Store => 1,
+        AccessKind::Update => 2,
+    }
+}
+
+fn dominant(c: [u32; 3]) -> Option<RGBColor> {
+    let (i, &n) = c.iter().enumerate().max_by_key(|(i, n)| (**n, 2 - *i))?;
+    (n > 0).then_some([LOAD, STORE, UPDATE][i])
+}
+
+/// A curve drawn over a panel (minR / maxW / analytic bound), in
+/// (instruction, byte offset) coordinates.
+#[derive(Debug, Clone)]
+pub struct Overlay {
+    pub label: String,
+    pub colour: RGBColor,
+    pub points: Vec<(u64, u64)>,
+}
+
+/// One buffer's panel.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub buffer: Buffer,
+    pub grid: Grid,
+    pub overlays: Vec<Overlay>,
+}
+
+/// One layer's picture.
+#[derive(Debug, Clone)]
+pub struct LayerPicture {
+    pub layer: LayerInfo,
+    pub instructions: u64,
+    pub panels: Vec<Panel>,
+}
+
+/// Streams events of every layer into pictures.
+#[derive(Default)]
+pub struct TracePlot {
+    pub layers: Vec<LayerPicture>,
+    /// Panel index by buffer id for the open layer.
+    panel_of: Vec<Option<usize>>,
+}
+
+impl Analysis for TracePlot {
+    fn layer_begin(&mut self, layer: &LayerInfo) {
+        self.layers.push(LayerPicture {
+            layer: layer.clone(),
+            instructions: 0,
+            panels: Vec::new(),
+        });
+        self.panel_of.clear();
+    }
+
+    fn buffer(&mut self, b: &Buffer) {
+        let Some(pic) = self.layers.last_mut() else {
+            return;
+        };
+        // The paper's pictures show the first input and the output.
+        let wanted = matches!(b.role, Role::Input | Role::Output)
+            && !pic.panels.iter().any(|p| p.buffer.role == b.role);
+        if !wanted {
+            return;
+        }
+        let id = b.id as usize;
+        if self.panel_of.len() <= id {
+            self.panel_of.resize(id + 1, None);
+        }
+        self.panel_of[id] = Some(pic.panels.len());
+        pic.panels.push(Panel {
+            buffer: b.clone(),
+            grid: Grid::new(b.size as u64),
+            overlays: Vec::new(),
+        });
+    }
+
+    fn events(&mut self, events: &[Event]) {
+        let Some(pic) = self.layers.last_mut() else {
+            return;
+        };
+        for e in events {
+            if let Some(Some(p)) = self.panel_of.get(e.buffer as usize) {
+                pic.panels[*p]
+                    .grid
+                    .add(e.t, e.offset as u64, e.size as u64, e.kind);
+            }
+        }
+    }
+
+    fn layer_end(&mut self, instructions: u64) {
+        if let Some(pic) = self.layers.last_mut() {
+            pic.instructions = instructions;
+        }
+    }
+}
+
+impl TracePlot {
+    /// Draws all layers, one row each, to `.png` or `.svg` (by extension).
+    pub fn render(&self, path: &Path) -> Result<()> {
+        if self.layers.is_empty() {
+            return Err(anyhow!("no layer was traced, so there is nothing to plot"));
+        }
+        let size = (1400u32, 340 * self.layers.len() as u32);
+        let svg = match path.extension().and_then(|e| e.to_str()) {
+            Some("svg") => true,
+            Some("png") => false,
+            _ => {
+                return Err(anyhow!(
+                    "{}: plot files must end in .png or .svg",
+                    path.display()
+                ))
+            }
+        };
+        render_atomically(path, |tmp| {
+            if svg {
+                let root = SVGBackend::new(tmp, size).into_drawing_area();
+                self.draw(&root)?;
+                root.present().context("writing SVG")?;
+            } else {
+                let root = BitMapBackend::new(tmp, size).into_drawing_area();
+                self.draw(&root)?;
+                root.present().context("writing PNG")?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("cannot draw {}", path.display()))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        let rows = root.split_evenly((self.layers.len(), 1));
+        for (pic, area) in self.layers.iter().zip(rows) {
+            let cells = area.split_evenly((1, 2));
+            for (panel, cell) in pic.panels.iter().zip(cells) {
+                draw_panel(pic, panel, &cell)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    pic: &LayerPicture,
+    panel: &Panel,
+    area: &DrawingArea<DB, Shift>,
+) -> Result<()> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+    let family = font();
+    let x_max = pic.instructions.max(1);
+    let y_max = panel.buffer.size.max(1) as u64;
+    let title = format!(
+        "{} ({}) - {} `{}`, {} B",
+        pic.layer.name,
+        pic.layer.op,
+        panel.buffer.role.name(),
+        panel.buffer.name,
+        panel.buffer.size
+    );
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (family, 16))
+        .margin(8)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0..x_max, 0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("instruction")
+        .y_desc("byte offset")
+        .label_style((family, 12))
+        .axis_desc_style((family, 13))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(
+            panel
+                .grid
+                .runs()
+                .into_iter()
+                .map(|((x0, x1), (y0, y1), c)| {
+                    Rectangle::new([(x0.min(x_max), y0), (x1.min(x_max), y1)], c.filled())
+                }),
+        )
+        .map_err(err)?;
+    for overlay in &panel.overlays {
+        let colour = overlay.colour;
+        chart
+            .draw_series(LineSeries::new(
+                overlay.points.iter().copied(),
+                colour.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(overlay.label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+    }
+    let kinds: Vec<(AccessKind, RGBColor)> = [
+        (AccessKind::Load, LOAD),
+        (AccessKind::Store, STORE),
+        (AccessKind::Update, UPDATE),
+    ]
+    .into_iter()
+    .filter(|(k, _)| panel.grid.total(*k) > 0)
+    .collect();
+    for (kind, colour) in kinds {
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(u64, u64)>>())
+            .map_err(err)?
+            .label(kind.name())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .label_font((family, 12))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folding_keeps_every_count() {
+        let mut g = Grid::new(100);
+        for t in 0..10_000u64 {
+            g.add(t, t % 100, 1, AccessKind::Load);
+        }
+        assert_eq!(g.total(AccessKind::Load), 10_000);
+        assert!(g.bin >= 10_000 / COLUMNS as u64);
+    }
+}

@@ -1,0 +1,111 @@
+//! What `memtrace run` reports per layer, in a stable JSON schema
+//! (docs/user-guide.md). Later analyses add fields; existing names stay.
+
+use memtrace_tracer::{LayerSpec, Role};
+use serde::Serialize;
+
+/// One buffer of a traced layer with its access counts.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BufferReport {
+    pub id: u32,
+    pub name: String,
+    pub role: Role,
+    pub size: u64,
+    pub elem_size: u32,
+    pub loads: u64,
+    pub stores: u64,
+    pub updates: u64,
+}
+
+/// O_s of a layer's first input against its output.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OverlapReport {
+    pub input: String,
+    pub output: String,
+    pub input_bytes: u64,
+    pub output_bytes: u64,
+    pub monotone_bytes: u64,
+    pub exact_bytes: u64,
+    /// Monotone O_s as % of the output size.
+    pub monotone_percent: f64,
+    pub exact_percent: f64,
+}
+
+/// One traced layer.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LayerReport {
+    pub index: usize,
+    pub name: String,
+    pub op: String,
+    pub params: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<LayerSpec>,
+    pub instructions: u64,
+    pub buffers: Vec<BufferReport>,
+    /// Absent when the layer has no input or no output buffer.
+    pub overlap: Option<OverlapReport>,
+}
+
+/// A whole `memtrace run`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunReport {
+    pub elf: String,
+    pub arch: String,
+    pub exit_code: i32,
+    pub instructions: u64,
+    pub layers: Vec<LayerReport>,
+}
+
+/// `part` as a percentage of `whole` (0 when `whole` is 0).
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// The per-buffer table of a run, for printing.
+pub fn buffers_frame(
+    report: &RunReport,
+) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
+    use polars::prelude::*;
+    let rows: Vec<(&LayerReport, &BufferReport)> = report
+        .layers
+        .iter()
+        .flat_map(|l| l.buffers.iter().map(move |b| (l, b)))
+        .collect();
+    df!(
+        "layer" => rows.iter().map(|(l, _)| l.name.as_str()).collect::<Vec<_>>(),
+        "op" => rows.iter().map(|(l, _)| l.op.as_str()).collect::<Vec<_>>(),
+        "instructions" => rows.iter().map(|(l, _)| l.instructions).collect::<Vec<_>>(),
+        "buffer" => rows.iter().map(|(_, b)| b.name.as_str()).collect::<Vec<_>>(),
+        "role" => rows.iter().map(|(_, b)| b.role.name()).collect::<Vec<_>>(),
+        "bytes" => rows.iter().map(|(_, b)| b.size).collect::<Vec<_>>(),
+        "elem" => rows.iter().map(|(_, b)| b.elem_size).collect::<Vec<_>>(),
+        "loads" => rows.iter().map(|(_, b)| b.loads).collect::<Vec<_>>(),
+        "stores" => rows.iter().map(|(_, b)| b.stores).collect::<Vec<_>>(),
+        "updates" => rows.iter().map(|(_, b)| b.updates).collect::<Vec<_>>(),
+    )
+}
+
+/// The per-layer O_s table of a run, for printing.
+pub fn overlap_frame(
+    report: &RunReport,
+) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
+    use polars::prelude::*;
+    let rows: Vec<(&LayerReport, &OverlapReport)> = report
+        .layers
+        .iter()
+        .filter_map(|l| l.overlap.as_ref().map(|o| (l, o)))
+        .collect();
+    df!(
+        "layer" => rows.iter().map(|(l, _)| l.name.as_str()).collect::<Vec<_>>(),
+        "input B" => rows.iter().map(|(_, o)| o.input_bytes).collect::<Vec<_>>(),
+        "output B" => rows.iter().map(|(_, o)| o.output_bytes).collect::<Vec<_>>(),
+        "O_s monotone B" => rows.iter().map(|(_, o)| o.monotone_bytes).collect::<Vec<_>>(),
+        "% of output" => rows.iter().map(|(_, o)| (o.monotone_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        "O_s exact B" => rows.iter().map(|(_, o)| o.exact_bytes).collect::<Vec<_>>(),
+        "exact % of output" => rows.iter().map(|(_, o)| (o.exact_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
+    )
+}

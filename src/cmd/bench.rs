@@ -1,0 +1,1 @@
+//! `memtrace bench`: placeholder replaced below.

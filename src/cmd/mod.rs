@@ -1,0 +1,5 @@
+//! Subcommands.
+
+pub mod bench;
+pub mod common;
+pub mod run;

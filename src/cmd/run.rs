@@ -1,0 +1,153 @@
+//! `memtrace run`: trace layers, report buffers, access counts and O_s.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, ValueEnum};
+use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::pipeline::Analysis;
+use memtrace_analyzer::plot::trace::TracePlot;
+use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
+use memtrace_analyzer::table::EventTable;
+use memtrace_tracer::{ElfImage, Job, LayerSpec, TraceOptions};
+
+use super::common::{check_writable, configure_table_printing, trace_with};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Kernel binary (ELF for Cortex-M4 or x86-64) built with memtrace.h.
+    pub elf: PathBuf,
+    /// Trace only this layer (repeatable); all layers when absent.
+    #[arg(long = "layer", value_name = "NAME")]
+    pub layers: Vec<String>,
+    /// Layer configuration written into the guest's job mailbox, e.g.
+    /// 'op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same'.
+    #[arg(long, value_name = "SPEC")]
+    pub job: Option<String>,
+    /// Seed of the guest's data generator for --job.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u32,
+    /// Write every event to this Parquet file.
+    #[arg(long, value_name = "OUT.parquet")]
+    pub events: Option<PathBuf>,
+    /// Draw the trace (x = instruction, y = byte offset) to a .png or .svg.
+    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    pub plot: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Stop a guest that runs longer than this many instructions.
+    #[arg(long, default_value_t = 20_000_000_000)]
+    pub max_instructions: u64,
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    let job = args
+        .job
+        .as_deref()
+        .map(|text| {
+            LayerSpec::parse(text)
+                .map(|spec| Job {
+                    spec,
+                    seed: args.seed,
+                })
+                .map_err(|e| anyhow!("bad --job `{text}`: {e}"))
+        })
+        .transpose()?;
+    for path in args.events.iter().chain(&args.plot) {
+        check_writable(path)?;
+    }
+    if let Some(plot) = &args.plot {
+        if !matches!(
+            plot.extension().and_then(|e| e.to_str()),
+            Some("png" | "svg")
+        ) {
+            bail!(
+                "--plot {}: the file must end in .png or .svg",
+                plot.display()
+            );
+        }
+    }
+    let image = ElfImage::load(&args.elf)?;
+    let mut stats = LayerStats::default();
+    let mut table = args.events.as_ref().map(|_| EventTable::default());
+    let mut plot = args.plot.as_ref().map(|_| TracePlot::default());
+    let options = TraceOptions {
+        job,
+        layers: (!args.layers.is_empty()).then(|| args.layers.clone()),
+        max_instructions: args.max_instructions,
+        ..TraceOptions::default()
+    };
+    let summary = {
+        let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut stats];
+        if let Some(t) = table.as_mut() {
+            analyses.push(t);
+        }
+        if let Some(p) = plot.as_mut() {
+            analyses.push(p);
+        }
+        trace_with(&image, options, &mut analyses)
+            .with_context(|| format!("tracing {}", args.elf.display()))?
+    };
+    let unknown: Vec<&String> = args
+        .layers
+        .iter()
+        .filter(|l| !summary.layers.contains(l))
+        .collect();
+    if !unknown.is_empty() {
+        bail!(
+            "unknown --layer {}; {} has the layers: {}",
+            unknown
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.elf.display(),
+            summary.layers.join(", ")
+        );
+    }
+    if summary.exit_code != 0 {
+        bail!(
+            "the guest exited with code {} (a rejected job or a failed kernel check)",
+            summary.exit_code
+        );
+    }
+    if let (Some(table), Some(path)) = (table, &args.events) {
+        table.write_parquet(path)?;
+    }
+    if let (Some(plot), Some(path)) = (plot, &args.plot) {
+        plot.render(path)?;
+    }
+    let report = RunReport {
+        elf: args.elf.display().to_string(),
+        arch: summary.arch.name().to_owned(),
+        exit_code: summary.exit_code,
+        instructions: summary.instructions,
+        layers: stats.layers,
+    };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => print_tables(&report)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_tables(report: &RunReport) -> Result<()> {
+    configure_table_printing();
+    println!(
+        "{} ({}): {} layer(s) traced, {} instructions in total",
+        report.elf,
+        report.arch,
+        report.layers.len(),
+        report.instructions
+    );
+    println!("{}", buffers_frame(report)?);
+    println!("{}", overlap_frame(report)?);
+    Ok(())
+}
