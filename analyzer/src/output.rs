@@ -50,6 +50,10 @@ fn temporary_sibling(path: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // Keep the extension last: plotters picks nothing from it, but humans do.
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+    // Keep the real extension last: image encoders choose the format by it.
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp{ext}", std::process::id()))
 }

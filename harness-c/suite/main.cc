@@ -9,8 +9,13 @@
 // Written by the host after loading and before the first instruction. It lives
 // in .noinit (NOLOAD), which the start-up code neither copies nor zeroes;
 // memory the host did not write reads as zero, i.e. "no job".
+// The native x86-64 build (suite-native.elf) puts it in .data instead, so a
+// job can be patched into the file before running it under Valgrind.
+#ifndef MEMTRACE_JOB_SECTION
+#define MEMTRACE_JOB_SECTION ".noinit"
+#endif
 extern "C" {
-__attribute__((section(".noinit"), used, aligned(8)))
+__attribute__((section(MEMTRACE_JOB_SECTION), used, aligned(8)))
 volatile int32_t memtrace_job[MEMTRACE_JOB_WORDS];
 }
 

@@ -85,12 +85,14 @@ pub fn check_writable(path: &Path) -> Result<()> {
 /// Polars prints our tables; keep them complete and free of dtype noise.
 pub fn configure_table_printing() {
     for (key, value) in [
-        ("POLARS_FMT_HIDE_DATAFRAME_SHAPE", "1"),
-        ("POLARS_FMT_HIDE_COLUMN_DATA_TYPES", "1"),
+        ("POLARS_FMT_TABLE_HIDE_DATAFRAME_SHAPE_INFORMATION", "1"),
+        ("POLARS_FMT_TABLE_HIDE_COLUMN_DATA_TYPES", "1"),
+        ("POLARS_FMT_TABLE_HIDE_COLUMN_SEPARATOR", "1"),
+        ("POLARS_FMT_TABLE_FORMATTING", "ASCII_MARKDOWN"),
         ("POLARS_FMT_MAX_ROWS", "-1"),
         ("POLARS_FMT_MAX_COLS", "-1"),
         ("POLARS_FMT_STR_LEN", "80"),
-        ("POLARS_FMT_TABLE_WIDTH", "200"),
+        ("POLARS_TABLE_WIDTH", "220"),
     ] {
         if std::env::var_os(key).is_none() {
             std::env::set_var(key, value);

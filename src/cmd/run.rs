@@ -131,6 +131,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         instructions: summary.instructions,
         layers: stats.layers,
     };
+    if std::env::var_os("MEMTRACE_REPORT_PEAK_RSS").is_some() {
+        if let Some(kb) = super::bench::peak_rss_kb() {
+            eprintln!("peak RSS kB: {kb}");
+        }
+    }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print_tables(&report)?,

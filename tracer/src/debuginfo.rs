@@ -33,18 +33,40 @@ impl DebugInfo {
             function: image.function_at(pc).map(str::to_owned),
             file: None,
             line: None,
+            inlined_into: None,
         };
         if let Some(ctx) = &self.context {
             if let Ok(mut frames) = ctx.find_frames(pc).skip_all_loads() {
-                // The innermost frame is the inlined function the PC is really in.
-                if let Ok(Some(frame)) = frames.next() {
-                    if let Some(func) = frame.function.as_ref().and_then(|f| f.demangle().ok()) {
-                        loc.function = Some(func.into_owned());
-                    }
-                    if let Some(l) = frame.location {
-                        loc.file = l.file.map(short_path);
-                        loc.line = l.line;
-                    }
+                // Innermost first: the inlined function the PC is really in,
+                // then the functions it was inlined into.
+                let mut described = Vec::new();
+                while let Ok(Some(frame)) = frames.next() {
+                    let name = frame
+                        .function
+                        .as_ref()
+                        .and_then(|f| f.demangle().ok())
+                        .map(|n| n.into_owned());
+                    let (file, line) = frame
+                        .location
+                        .map(|l| (l.file.map(short_path), l.line))
+                        .unwrap_or((None, None));
+                    described.push((name, file, line));
+                }
+                if let Some((name, file, line)) = described.first().cloned() {
+                    loc.function = name.or(loc.function);
+                    loc.file = file;
+                    loc.line = line;
+                }
+                if described.len() > 1 {
+                    let (name, file, line) = described.last().cloned().unwrap_or_default();
+                    loc.inlined_into = Some(format!(
+                        "{}{}",
+                        name.unwrap_or_else(|| "?".into()),
+                        match (file, line) {
+                            (Some(f), Some(l)) => format!(" ({f}:{l})"),
+                            _ => String::new(),
+                        }
+                    ));
                 }
             }
         }

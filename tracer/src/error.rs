@@ -11,6 +11,9 @@ pub struct CodeLocation {
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// When the PC is in inlined code (such as memtrace.h's helpers), the
+    /// function it was inlined into, as "name (file:line)".
+    pub inlined_into: Option<String>,
 }
 
 impl fmt::Display for CodeLocation {
@@ -23,7 +26,11 @@ impl fmt::Display for CodeLocation {
             (Some(file), Some(line)) => write!(f, " ({file}:{line})"),
             (Some(file), None) => write!(f, " ({file})"),
             _ => Ok(()),
+        }?;
+        if let Some(caller) = &self.inlined_into {
+            write!(f, " inlined into `{caller}`")?;
         }
+        Ok(())
     }
 }
 

@@ -9,6 +9,8 @@ pub mod event;
 pub mod spec;
 
 #[cfg(feature = "emulator")]
+pub mod baseline;
+#[cfg(feature = "emulator")]
 pub mod clock;
 #[cfg(feature = "emulator")]
 pub mod debuginfo;

@@ -26,7 +26,7 @@ use crate::spec::{LayerSpec, JOB_WORDS};
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
 /// early so accesses that begin before the buffer and reach into it are seen.
 const MAX_ACCESS: u64 = 16;
-const PAGE: u64 = 0x1000;
+pub(crate) const PAGE: u64 = 0x1000;
 
 /// A layer configuration written into the guest's job mailbox.
 #[derive(Clone, Debug)]
@@ -292,7 +292,7 @@ fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, Tra
 }
 
 /// Page-aligned, merged address ranges covering all loadable segments.
-fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
+pub(crate) fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = image
         .segments
         .iter()
@@ -313,7 +313,11 @@ fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
     merged
 }
 
-fn write_job(uc: &mut Uc<'_>, image: &ElfImage, job: &Job) -> Result<(), TraceError> {
+pub(crate) fn write_job<D>(
+    uc: &mut Unicorn<'_, D>,
+    image: &ElfImage,
+    job: &Job,
+) -> Result<(), TraceError> {
     let needed = JOB_WORDS * 4;
     let mailbox = image
         .symbol("memtrace_job")
