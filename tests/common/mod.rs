@@ -1,0 +1,76 @@
+//! Helpers for the integration tests: run the real `memtrace` binary on the
+//! real guest ELFs built by `make -C harness-c`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Path of a guest built by the harness, e.g. `guest("cortex-m4", "suite")`.
+pub fn guest(target: &str, name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("harness-c/build")
+        .join(target)
+        .join(format!("{name}.elf"));
+    assert!(
+        path.exists(),
+        "{} is missing: build the guests first (`make -C harness-c`, or `make test`)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `memtrace ARGS`.
+pub fn memtrace<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(args)
+        .env("CI", "1")
+        .output()
+        .expect("memtrace runs")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `memtrace run ELF ARGS --format json`, asserting success.
+pub fn run_json(elf: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["run".to_owned(), elf.display().to_string()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    all.extend(["--format".into(), "json".into()]);
+    let out = memtrace(&all);
+    assert!(
+        out.status.success(),
+        "memtrace {all:?} failed: {}",
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+/// The report of the single layer a `--job` run traces.
+pub fn job_layer(target: &str, spec: &str) -> Value {
+    let report = run_json(&guest(target, "suite"), &["--job", spec]);
+    let layers = report["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "a job runs one layer");
+    layers[0].clone()
+}
+
+/// A buffer of a layer report by name.
+pub fn buffer<'a>(layer: &'a Value, name: &str) -> &'a Value {
+    layer["buffers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap_or_else(|| panic!("layer has no buffer `{name}`: {layer}"))
+}
+
+pub fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
+}

@@ -1,0 +1,182 @@
+//! Every kind of bad input gets a clear message naming what and where, a
+//! non-zero exit code, no panic and no half-written output file.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// Runs `memtrace ARGS`, expects failure, returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = memtrace(args);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "memtrace {args:?} should fail: {err}"
+    );
+    assert!(
+        !err.contains("panicked"),
+        "memtrace {args:?} panicked: {err}"
+    );
+    err
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn a_file_that_is_not_an_elf_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kernel.elf");
+    std::fs::write(&file, "this is not an ELF").unwrap();
+    let err = fails(&["run", p(&file)]);
+    assert!(err.contains("kernel.elf is not an ELF file"), "{err}");
+}
+
+#[test]
+fn a_truncated_elf_is_malformed_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cut.elf");
+    let bytes = std::fs::read(guest("cortex-m4", "suite")).unwrap();
+    std::fs::write(&file, &bytes[..200]).unwrap();
+    let err = fails(&["run", p(&file)]);
+    assert!(err.contains("cut.elf"), "{err}");
+    assert!(
+        err.contains("malformed ELF") || err.contains("not an ELF"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unsupported_architecture_is_rejected() {
+    // The Cortex-M4 suite relabelled as RISC-V (e_machine = 243).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("riscv.elf");
+    let mut bytes = std::fs::read(guest("cortex-m4", "suite")).unwrap();
+    bytes[18..20].copy_from_slice(&243u16.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let err = fails(&["run", p(&file)]);
+    assert!(err.contains("unsupported architecture"), "{err}");
+}
+
+#[test]
+fn a_binary_without_the_protocol_is_explained() {
+    let err = fails(&["run", p(&guest("cortex-m4", "no-protocol"))]);
+    assert!(err.contains("no `memtrace_port` symbol"), "{err}");
+    assert!(err.contains("built without memtrace.h"), "{err}");
+}
+
+#[test]
+fn an_unknown_layer_lists_the_layers_that_exist() {
+    let err = fails(&["run", p(&guest("cortex-m4", "suite")), "--layer", "conv9"]);
+    assert!(err.contains("unknown --layer `conv9`"), "{err}");
+    assert!(err.contains("conv1, dw1, conv2, dw2, conv3"), "{err}");
+}
+
+#[test]
+fn a_guest_fault_names_address_pc_function_and_line() {
+    for target in ["cortex-m4", "x86_64"] {
+        let err = fails(&["run", p(&guest(target, "fault"))]);
+        assert!(err.contains("guest fault in layer `fault`"), "{err}");
+        assert!(err.contains("unmapped address 0x70000000"), "{err}");
+        assert!(err.contains("`read_unmapped`"), "{err}");
+        assert!(err.contains("guests/fault.c:"), "{err}");
+    }
+}
+
+#[test]
+fn a_runaway_guest_hits_the_instruction_budget() {
+    let err = fails(&[
+        "run",
+        p(&guest("cortex-m4", "spin")),
+        "--max-instructions",
+        "200000",
+    ]);
+    assert!(
+        err.contains("instruction budget of 200000 exceeded"),
+        "{err}"
+    );
+    assert!(err.contains("guests/spin.c:"), "{err}");
+}
+
+#[test]
+fn protocol_violations_are_named_with_the_guest_pc() {
+    let cases = [
+        ("bad-protocol", "LAYER_END without LAYER_BEGIN"),
+        ("overlap-decl", "overlaps buffer `input`"),
+        ("proto-nested-begin", "LAYER_BEGIN while layer"),
+        ("proto-bad-role", "unknown role"),
+        ("proto-long-name", "not NUL-terminated within 256 bytes"),
+        ("proto-fifo-leftover", "FIFO words but"),
+        ("proto-fifo-missing", "FIFO words but"),
+        ("proto-duplicate-id", "declared twice"),
+    ];
+    for (elf, message) in cases {
+        let err = fails(&["run", p(&guest("cortex-m4", elf))]);
+        assert!(err.contains("protocol violation"), "{elf}: {err}");
+        assert!(
+            err.contains(message),
+            "{elf}: expected `{message}` in {err}"
+        );
+        assert!(err.contains("at pc 0x"), "{elf}: {err}");
+    }
+}
+
+#[test]
+fn a_bad_job_spec_says_what_is_wrong() {
+    let suite = guest("cortex-m4", "suite");
+    let err = fails(&["run", p(&suite), "--job", "op=conv3d,input=1x4x4x1"]);
+    assert!(
+        err.contains("bad --job") && err.contains("unknown op `conv3d`"),
+        "{err}"
+    );
+    let err = fails(&[
+        "run",
+        p(&suite),
+        "--job",
+        "op=conv2d,input=1x4x4x3,filter=8x3x3x2",
+    ]);
+    assert!(err.contains("does not match input depth 3"), "{err}");
+}
+
+#[test]
+fn bad_cli_arguments_exit_with_a_usage_error() {
+    let out = memtrace(["run", "--format", "yaml", "x.elf"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("invalid value 'yaml'"));
+}
+
+#[test]
+fn an_unwritable_output_fails_before_tracing_and_leaves_nothing() {
+    let err = fails(&[
+        "run",
+        p(&guest("cortex-m4", "suite")),
+        "--events",
+        "/nonexistent-dir/trace.parquet",
+    ]);
+    assert!(
+        err.contains("cannot write /nonexistent-dir/trace.parquet"),
+        "{err}"
+    );
+    assert!(!Path::new("/nonexistent-dir").exists());
+}
+
+#[test]
+fn a_failed_trace_writes_no_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.parquet");
+    let plot = dir.path().join("trace.png");
+    fails(&[
+        "run",
+        p(&guest("cortex-m4", "fault")),
+        "--events",
+        p(&events),
+        "--plot",
+        p(&plot),
+    ]);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+}
