@@ -1,0 +1,49 @@
+# memtrace — the two commands of the README, on a fresh Debian machine:
+#
+#   make demo    build everything and trace the built-in Cortex-M4 example
+#   make test    build everything and run all tests
+#
+# Both install missing system packages with apt-get (as root, or via sudo).
+# Cargo builds reuse a target directory outside the clone, because unicorn and
+# polars take minutes to compile on a small machine.
+
+CARGO_TARGET_DIR ?= $(HOME)/.cache/memtrace-target
+export CARGO_TARGET_DIR
+CARGO ?= cargo
+MEMTRACE := $(CARGO_TARGET_DIR)/release/memtrace
+DEMO_OUT ?= demo-out
+
+# Debian packages: the emulator build (cmake, libclang for bindgen), the
+# Cortex-M4 cross compiler with its C and C++ libraries, host C/C++.
+APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
+    libstdc++-arm-none-eabi-newlib gcc g++ make
+
+.PHONY: all demo test bench deps guests build clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh $(APT_PACKAGES)
+
+guests: deps
+	$(MAKE) -C harness-c -j2
+
+build: deps guests
+	$(CARGO) build --release --workspace
+
+demo: build
+	@mkdir -p $(DEMO_OUT)
+	$(MEMTRACE) run harness-c/build/cortex-m4/suite.elf \
+	    --plot $(DEMO_OUT)/mobilenet-layers.png --events $(DEMO_OUT)/events.parquet
+	@echo
+	@echo "trace plot: $(DEMO_OUT)/mobilenet-layers.png, events: $(DEMO_OUT)/events.parquet"
+
+test: build
+	$(CARGO) test --release --workspace --all-targets
+
+bench: build
+	$(MEMTRACE) bench
+
+clean:
+	$(MAKE) -C harness-c clean
+	rm -rf $(DEMO_OUT)
