@@ -4,9 +4,11 @@
 //! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
 pub mod layer_stats;
+pub mod model;
+pub mod output;
 pub mod overlap;
 pub mod pipeline;
-pub mod report;
-pub mod output;
+pub mod planner;
 pub mod plot;
+pub mod report;
 pub mod table;

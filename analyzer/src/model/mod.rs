@@ -1,0 +1,615 @@
+//! Models: a graph of operators over tensors, as the planners see it.
+//!
+//! A [`Model`] comes from a `.tflite` file ([`tflite::import_file`]) or from
+//! the built-in zoo ([`zoo::build`], `zoo:NAME`). Operators are kept in the
+//! file's order; [`order`] derives other valid execution orders.
+//!
+//! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
+//! describes one operator as a [`LayerSpec`], so the O_s methods of
+//! [`crate::overlap`] apply to it.
+
+pub mod order;
+pub mod schema;
+pub mod tflite;
+pub mod zoo;
+
+use std::collections::HashSet;
+use std::fmt;
+
+use memtrace_tracer::spec::{self, LayerSpec, LayerSpecBuilder};
+use serde::{Deserialize, Serialize};
+
+/// Element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataType {
+    Float32,
+    Int8,
+    Uint8,
+    Int16,
+    Int32,
+    Int64,
+    Bool,
+    Float16,
+}
+
+impl DataType {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            DataType::Int8 | DataType::Uint8 | DataType::Bool => 1,
+            DataType::Int16 | DataType::Float16 => 2,
+            DataType::Float32 | DataType::Int32 => 4,
+            DataType::Int64 => 8,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Float32 => "float32",
+            DataType::Int8 => "int8",
+            DataType::Uint8 => "uint8",
+            DataType::Int16 => "int16",
+            DataType::Int32 => "int32",
+            DataType::Int64 => "int64",
+            DataType::Bool => "bool",
+            DataType::Float16 => "float16",
+        }
+    }
+
+    /// The kernel-suite dtype whose O_s applies. `uint8` maps to `int8`: same
+    /// element size, and TFLite's uint8 reference kernels (Conv, DepthwiseConv,
+    /// pools, FullyConnected) walk exactly the loop nests of the int8 ones, so
+    /// their load/store order — the only thing O_s depends on — is the same.
+    pub fn spec_dtype(self) -> Option<spec::Dtype> {
+        match self {
+            DataType::Float32 => Some(spec::Dtype::F32),
+            DataType::Int8 | DataType::Uint8 => Some(spec::Dtype::Int8),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Affine quantisation parameters (`real = scale · (q − zero_point)`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantization {
+    pub scale: Vec<f32>,
+    pub zero_point: Vec<i64>,
+    /// Axis of per-channel parameters (0 when per-tensor).
+    pub quantized_dimension: i32,
+}
+
+/// One tensor of the graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tensor {
+    pub name: String,
+    pub shape: Vec<u32>,
+    pub dtype: DataType,
+    /// Bytes of its data: elements × element size.
+    pub bytes: u64,
+    /// Holds constant data (weights, biases, shape operands): it lives in
+    /// flash, never in the arena.
+    pub is_constant: bool,
+    /// TFLite variable tensor: allocated persistently by TFLM, not planned.
+    pub is_variable: bool,
+    pub quantization: Option<Quantization>,
+    /// The constant's bytes when the model carries them (imported models do;
+    /// zoo models only know sizes).
+    #[serde(skip)]
+    pub data: Option<Vec<u8>>,
+}
+
+impl Tensor {
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+
+    /// Whether an arena planner must place it.
+    pub fn needs_arena(&self) -> bool {
+        !self.is_constant && !self.is_variable
+    }
+}
+
+/// Operator kinds memtrace can plan. Anything else is rejected on import with
+/// the operator's name and index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Conv2d,
+    DepthwiseConv2d,
+    FullyConnected,
+    MaxPool2d,
+    AveragePool2d,
+    Add,
+    Sub,
+    Mul,
+    Relu,
+    Relu6,
+    ReluN1To1,
+    Logistic,
+    Tanh,
+    Softmax,
+    Reshape,
+    Squeeze,
+    Quantize,
+    Dequantize,
+    Concatenation,
+    Pad,
+    Mean,
+}
+
+impl OpKind {
+    /// TFLite's name of the builtin operator.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Conv2d => "CONV_2D",
+            OpKind::DepthwiseConv2d => "DEPTHWISE_CONV_2D",
+            OpKind::FullyConnected => "FULLY_CONNECTED",
+            OpKind::MaxPool2d => "MAX_POOL_2D",
+            OpKind::AveragePool2d => "AVERAGE_POOL_2D",
+            OpKind::Add => "ADD",
+            OpKind::Sub => "SUB",
+            OpKind::Mul => "MUL",
+            OpKind::Relu => "RELU",
+            OpKind::Relu6 => "RELU6",
+            OpKind::ReluN1To1 => "RELU_N1_TO_1",
+            OpKind::Logistic => "LOGISTIC",
+            OpKind::Tanh => "TANH",
+            OpKind::Softmax => "SOFTMAX",
+            OpKind::Reshape => "RESHAPE",
+            OpKind::Squeeze => "SQUEEZE",
+            OpKind::Quantize => "QUANTIZE",
+            OpKind::Dequantize => "DEQUANTIZE",
+            OpKind::Concatenation => "CONCATENATION",
+            OpKind::Pad => "PAD",
+            OpKind::Mean => "MEAN",
+        }
+    }
+
+    /// Unary ops whose TFLite reference kernel is one flat loop
+    /// `out[i] = f(in[i])` over same-sized elements: every output write
+    /// follows the read of the same index and no later read goes backwards, so
+    /// O_s = OB exactly as for ReLU (which the kernel suite traces).
+    pub fn is_flat_unary(self) -> bool {
+        matches!(self, OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Fused activation of an operator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    ReluN1To1,
+    Relu6,
+    Tanh,
+    SignBit,
+}
+
+/// TFLite padding scheme.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Padding {
+    #[default]
+    Same,
+    Valid,
+}
+
+/// Operator options (only the fields that matter for the op's kind are set).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpOptions {
+    /// (height, width)
+    pub stride: (u32, u32),
+    /// (height, width)
+    pub dilation: (u32, u32),
+    pub padding: Padding,
+    pub depth_multiplier: u32,
+    pub activation: Activation,
+    /// Pool window (height, width).
+    pub filter: (u32, u32),
+    /// Concatenation / softmax axis etc.
+    pub axis: Option<i32>,
+}
+
+impl Default for OpOptions {
+    fn default() -> Self {
+        OpOptions {
+            stride: (1, 1),
+            dilation: (1, 1),
+            padding: Padding::Same,
+            depth_multiplier: 1,
+            activation: Activation::None,
+            filter: (1, 1),
+            axis: None,
+        }
+    }
+}
+
+/// One operator: tensor indices in TFLite's positional order (conv: input,
+/// filter, bias). Absent optional inputs (`-1` in TFLite) are dropped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    pub kind: OpKind,
+    pub inputs: Vec<usize>,
+    pub outputs: Vec<usize>,
+    pub options: OpOptions,
+}
+
+/// A graph of operators over tensors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub name: String,
+    pub tensors: Vec<Tensor>,
+    /// In the file's (or builder's) execution order.
+    pub ops: Vec<Op>,
+    pub inputs: Vec<usize>,
+    pub outputs: Vec<usize>,
+}
+
+/// A model that is not a well-formed graph, or a feature memtrace does not
+/// support.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("operator {index}: unsupported operator {name}")]
+    UnsupportedOp { index: usize, name: String },
+    #[error("tensor {index} `{name}`: unsupported element type {dtype}")]
+    UnsupportedType {
+        index: usize,
+        name: String,
+        dtype: String,
+    },
+    #[error("malformed .tflite flatbuffer ({context}): {source}")]
+    Flatbuffer {
+        context: String,
+        #[source]
+        source: planus::Error,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Model {
+    /// For each tensor, the operator that writes it (at most one).
+    pub fn producers(&self) -> Vec<Option<usize>> {
+        let mut p = vec![None; self.tensors.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                p[t] = Some(i);
+            }
+        }
+        p
+    }
+
+    /// For each tensor, the operators that read it (each at most once, in
+    /// op order).
+    pub fn consumers(&self) -> Vec<Vec<usize>> {
+        let mut c: Vec<Vec<usize>> = vec![Vec::new(); self.tensors.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in &op.inputs {
+                if c[t].last() != Some(&i) {
+                    c[t].push(i);
+                }
+            }
+        }
+        c
+    }
+
+    /// Operators whose outputs op `i` reads (deduplicated, sorted).
+    pub fn predecessors(&self) -> Vec<Vec<usize>> {
+        let producers = self.producers();
+        self.ops
+            .iter()
+            .map(|op| {
+                let mut p: Vec<usize> = op.inputs.iter().filter_map(|&t| producers[t]).collect();
+                p.sort_unstable();
+                p.dedup();
+                p
+            })
+            .collect()
+    }
+
+    /// Operators that read op `i`'s outputs (deduplicated, sorted).
+    pub fn successors(&self) -> Vec<Vec<usize>> {
+        let mut s: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
+        for (i, preds) in self.predecessors().into_iter().enumerate() {
+            for p in preds {
+                s[p].push(i);
+            }
+        }
+        for v in &mut s {
+            v.sort_unstable();
+            v.dedup();
+        }
+        s
+    }
+
+    /// Checks indices, single producers, that graph inputs are not produced,
+    /// that the operator order is a valid execution order, and that every
+    /// activation an operator reads exists by then.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let n = self.tensors.len();
+        let bad = |what: String| Err(ModelError::Invalid(what));
+        for (list, what) in [
+            (&self.inputs, "graph input"),
+            (&self.outputs, "graph output"),
+        ] {
+            if let Some(&t) = list.iter().find(|&&t| t >= n) {
+                return bad(format!("{what} tensor {t} does not exist ({n} tensors)"));
+            }
+        }
+        let mut produced: Vec<Option<usize>> = vec![None; n];
+        let mut available: Vec<bool> = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| !t.needs_arena() || self.inputs.contains(&i))
+            .collect();
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in op.inputs.iter().chain(&op.outputs) {
+                if t >= n {
+                    return bad(format!(
+                        "operator {i} ({}) uses tensor {t}, but there are {n} tensors",
+                        op.kind
+                    ));
+                }
+            }
+            if op.outputs.is_empty() {
+                return bad(format!("operator {i} ({}) has no output", op.kind));
+            }
+            for &t in &op.inputs {
+                if !available[t] {
+                    return bad(format!(
+                        "operator {i} ({}) reads tensor {t} `{}` before any operator writes it",
+                        op.kind, self.tensors[t].name
+                    ));
+                }
+            }
+            for &t in &op.outputs {
+                if let Some(p) = produced[t] {
+                    return bad(format!(
+                        "tensor {t} `{}` is written by operators {p} and {i}",
+                        self.tensors[t].name
+                    ));
+                }
+                if self.tensors[t].is_constant {
+                    return bad(format!(
+                        "operator {i} ({}) writes constant tensor {t} `{}`",
+                        op.kind, self.tensors[t].name
+                    ));
+                }
+                if self.inputs.contains(&t) {
+                    return bad(format!(
+                        "operator {i} ({}) writes graph input tensor {t} `{}`",
+                        op.kind, self.tensors[t].name
+                    ));
+                }
+                produced[t] = Some(i);
+                available[t] = true;
+            }
+        }
+        for &t in &self.outputs {
+            if !available[t] {
+                return bad(format!(
+                    "graph output tensor {t} `{}` is never written",
+                    self.tensors[t].name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Operators that carry a non-constant input into a non-constant output
+    /// and form a single chain: every op reads exactly the previous op's
+    /// output (or the graph input) and every intermediate tensor has one
+    /// reader. `Err` names the first reason it is not.
+    pub fn sequential_chain(&self) -> Result<(), String> {
+        let consumers = self.consumers();
+        let mut prev: Option<usize> = None;
+        for (i, op) in self.ops.iter().enumerate() {
+            let acts: Vec<usize> = op
+                .inputs
+                .iter()
+                .copied()
+                .filter(|&t| self.tensors[t].needs_arena())
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let outs: Vec<usize> = op
+                .outputs
+                .iter()
+                .copied()
+                .filter(|&t| self.tensors[t].needs_arena())
+                .collect();
+            if outs.len() != 1 {
+                return Err(format!(
+                    "operator {i} ({}) has {} activation outputs",
+                    op.kind,
+                    outs.len()
+                ));
+            }
+            if acts.len() != 1 {
+                return Err(format!(
+                    "operator {i} ({}) reads {} activation tensors",
+                    op.kind,
+                    acts.len()
+                ));
+            }
+            let input = acts[0];
+            match prev {
+                Some(p) if p != input => {
+                    return Err(format!(
+                        "operator {i} ({}) does not read the previous operator's output",
+                        op.kind
+                    ))
+                }
+                None if !self.inputs.contains(&input) => {
+                    return Err(format!(
+                        "operator {i} ({}) does not read a graph input",
+                        op.kind
+                    ))
+                }
+                _ => {}
+            }
+            if consumers[input].len() > 1 || (prev.is_some() && self.outputs.contains(&input)) {
+                return Err(format!(
+                    "tensor `{}` is read by {} operators",
+                    self.tensors[input].name,
+                    consumers[input].len() + usize::from(self.outputs.contains(&input))
+                ));
+            }
+            prev = Some(outs[0]);
+        }
+        Ok(())
+    }
+
+    /// The layer specification of operator `op` for the O_s methods, if the
+    /// kernel suite runs this kind of operator in this configuration.
+    pub fn layer_spec(&self, op: usize) -> Option<LayerSpec> {
+        let o = self.ops.get(op)?;
+        let input = self.tensors.get(*o.inputs.first()?)?;
+        let output = self.tensors.get(*o.outputs.first()?)?;
+        let dtype = input.dtype.spec_dtype()?;
+        if output.dtype.spec_dtype()? != dtype || input.dtype.size() != output.dtype.size() {
+            return None;
+        }
+        let activation = match o.options.activation {
+            Activation::None => spec::Activation::None,
+            Activation::Relu => spec::Activation::Relu,
+            Activation::Relu6 => spec::Activation::Relu6,
+            _ => return None,
+        };
+        let padding = match o.options.padding {
+            Padding::Same => spec::Padding::Same,
+            Padding::Valid => spec::Padding::Valid,
+        };
+        let (sh, sw) = o.options.stride;
+        let (dh, dw) = o.options.dilation;
+        let builder = match o.kind {
+            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
+                let filter = self.tensors.get(*o.inputs.get(1)?)?;
+                let f = shape4(&filter.shape)?;
+                let in4 = shape4(&input.shape)?;
+                let op_kind = if o.kind == OpKind::Conv2d {
+                    spec::Op::Conv2d
+                } else {
+                    spec::Op::DepthwiseConv2d
+                };
+                let mut b = LayerSpecBuilder::new(op_kind, dtype, in4)
+                    .filter(f)
+                    .stride(sh, sw)
+                    .dilation(dh, dw)
+                    .padding(padding)
+                    .activation(activation);
+                if o.kind == OpKind::DepthwiseConv2d {
+                    if in4[3] == 0 || f[3] % in4[3] != 0 {
+                        return None;
+                    }
+                    b = b.depth_multiplier(f[3] / in4[3]);
+                }
+                b
+            }
+            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+                let op_kind = if o.kind == OpKind::MaxPool2d {
+                    spec::Op::MaxPool
+                } else {
+                    spec::Op::AveragePool
+                };
+                let (fh, fw) = o.options.filter;
+                LayerSpecBuilder::new(op_kind, dtype, shape4(&input.shape)?)
+                    .filter([1, fh, fw, 1])
+                    .stride(sh, sw)
+                    .padding(padding)
+                    .activation(activation)
+            }
+            OpKind::FullyConnected => {
+                let weights = self.tensors.get(*o.inputs.get(1)?)?;
+                if weights.shape.len() != 2 {
+                    return None;
+                }
+                let (units, depth) = (weights.shape[0], weights.shape[1]);
+                if depth == 0 || input.elements() % depth as u64 != 0 {
+                    return None;
+                }
+                let rows = u32::try_from(input.elements() / depth as u64).ok()?;
+                LayerSpecBuilder::new(spec::Op::FullyConnected, dtype, [1, 1, rows, depth])
+                    .filter([1, 1, units, depth])
+                    .activation(activation)
+            }
+            OpKind::Add => {
+                let other = self.tensors.get(*o.inputs.get(1)?)?;
+                if o.inputs.len() != 2
+                    || other.shape != input.shape
+                    || output.shape != input.shape
+                    || other.dtype != input.dtype
+                {
+                    return None;
+                }
+                LayerSpecBuilder::new(spec::Op::Add, dtype, shape4(&input.shape)?)
+                    .activation(activation)
+            }
+            OpKind::Relu => {
+                if output.shape != input.shape {
+                    return None;
+                }
+                LayerSpecBuilder::new(spec::Op::Relu, dtype, shape4(&input.shape)?)
+            }
+            _ => return None,
+        };
+        let built = builder.build().ok()?;
+        // The spec must describe this operator's real output.
+        if built.output_bytes() != output.bytes || built.input_bytes() != input.bytes {
+            return None;
+        }
+        Some(built)
+    }
+
+    /// Non-constant, non-variable tensors that some operator touches or that
+    /// are graph inputs/outputs: the tensors an arena planner places.
+    pub fn arena_tensors(&self) -> Vec<usize> {
+        let mut used = vec![false; self.tensors.len()];
+        for op in &self.ops {
+            for &t in op.inputs.iter().chain(&op.outputs) {
+                used[t] = true;
+            }
+        }
+        for &t in self.inputs.iter().chain(&self.outputs) {
+            used[t] = true;
+        }
+        (0..self.tensors.len())
+            .filter(|&t| used[t] && self.tensors[t].needs_arena())
+            .collect()
+    }
+}
+
+/// A shape as 4-D NHWC (rank ≤ 4, left-padded with 1s).
+pub fn shape4(shape: &[u32]) -> Option<[u32; 4]> {
+    if shape.len() > 4 {
+        return None;
+    }
+    let mut s = [1u32; 4];
+    s[4 - shape.len()..].copy_from_slice(shape);
+    Some(s)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,258 @@
+//! Model import and zoo tests. The real models come from the registry copy of
+//! the `tfmicro` crate (located with `cargo metadata`, never copied here).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::order::{self, OrderKind};
+use super::*;
+
+/// `examples/models/` of the tfmicro crate.
+pub(crate) fn tfmicro_models() -> PathBuf {
+    let manifest = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../harness-c/tfmicro-locator/Cargo.toml"
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut out = None;
+    for offline in [true, false] {
+        let mut cmd = Command::new(&cargo);
+        cmd.args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--manifest-path",
+            manifest,
+        ]);
+        if offline {
+            cmd.arg("--offline");
+        }
+        if let Ok(o) = cmd.output() {
+            if o.status.success() {
+                out = Some(o.stdout);
+                break;
+            }
+        }
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.expect("cargo metadata on tfmicro-locator")).unwrap();
+    let path = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "tfmicro")
+        .and_then(|p| p["manifest_path"].as_str())
+        .expect("tfmicro in cargo metadata");
+    PathBuf::from(path)
+        .parent()
+        .unwrap()
+        .join("examples/models")
+}
+
+pub(crate) const REAL_MODELS: [&str; 4] = [
+    "person_detection_grayscale",
+    "micro_speech",
+    "magic_wand",
+    "hello_world",
+];
+
+pub(crate) fn real_model(name: &str) -> Model {
+    tflite::import_file(&tfmicro_models().join(format!("{name}.tflite")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn the_four_real_models_import() {
+    for name in REAL_MODELS {
+        let m = real_model(name);
+        m.validate().unwrap();
+        assert!(!m.ops.is_empty(), "{name}");
+        assert!(!m.inputs.is_empty() && !m.outputs.is_empty(), "{name}");
+        let consts = m.tensors.iter().filter(|t| t.is_constant).count();
+        assert!(consts > 0, "{name} has weights");
+        for t in m.tensors.iter().filter(|t| t.is_constant) {
+            assert_eq!(
+                t.data.as_ref().map(|d| d.len() as u64),
+                Some(t.bytes),
+                "{name} {}",
+                t.name
+            );
+        }
+        let kinds: Vec<_> = m.ops.iter().map(|o| o.kind.name()).collect();
+        eprintln!("{name}: {} ops {:?}", m.ops.len(), kinds);
+    }
+}
+
+#[test]
+fn person_detection_is_the_mobilenet_the_greedy_test_describes() {
+    let m = real_model("person_detection_grayscale");
+    // 29 operators: 1 + 29 = 30 buffers, as in TFLM's planner test.
+    assert_eq!(m.ops.len(), 29);
+    let dw = m
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::DepthwiseConv2d)
+        .count();
+    assert_eq!(dw, 14);
+    let first = &m.ops[0];
+    assert_eq!(first.kind, OpKind::DepthwiseConv2d);
+    assert_eq!(first.options.stride, (2, 2));
+    assert_eq!(first.options.padding, Padding::Same);
+    assert_eq!(m.tensors[first.outputs[0]].shape, vec![1, 48, 48, 8]);
+    let input = &m.tensors[m.inputs[0]];
+    assert_eq!(input.shape, vec![1, 96, 96, 1]);
+    assert!(input.quantization.is_some());
+    // Every conv / depthwise / pool / fc has a LayerSpec for the O_s methods.
+    for (i, o) in m.ops.iter().enumerate() {
+        if matches!(
+            o.kind,
+            OpKind::Conv2d
+                | OpKind::DepthwiseConv2d
+                | OpKind::AveragePool2d
+                | OpKind::FullyConnected
+        ) {
+            assert!(m.layer_spec(i).is_some(), "op {i} {}", o.kind);
+        }
+    }
+}
+
+#[test]
+fn truncated_and_corrupted_files_are_errors() {
+    let bytes = std::fs::read(tfmicro_models().join("hello_world.tflite")).unwrap();
+    assert!(tflite::import_bytes("x", &bytes).is_ok());
+    for cut in [
+        0,
+        3,
+        8,
+        64,
+        bytes.len() / 3,
+        bytes.len() / 2,
+        bytes.len() - 1,
+    ] {
+        let r = tflite::import_bytes("x", &bytes[..cut]);
+        assert!(r.is_err(), "truncated to {cut} bytes");
+    }
+    // Flip bytes all over the file: never a panic; errors say what was read.
+    let mut errors = 0;
+    for pos in (0..bytes.len()).step_by(7) {
+        let mut b = bytes.clone();
+        b[pos] ^= 0xA5;
+        if let Err(e) = tflite::import_bytes("x", &b) {
+            assert!(!e.to_string().is_empty());
+            errors += 1;
+        }
+    }
+    assert!(errors > 0);
+    let e = tflite::import_bytes("x", b"not a flatbuffer").unwrap_err();
+    assert!(e.to_string().contains("malformed"), "{e}");
+}
+
+#[test]
+fn unsupported_operators_are_named_with_their_index() {
+    // Rewrite hello_world's operator code to GATHER through the generated
+    // owned types, then import.
+    use super::schema::tflite as fb;
+    let bytes = std::fs::read(tfmicro_models().join("hello_world.tflite")).unwrap();
+    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(&bytes[..]).unwrap();
+    let mut owned = fb::Model::try_from(root).unwrap();
+    let codes = owned.operator_codes.as_mut().unwrap();
+    let used = owned.subgraphs.as_ref().unwrap()[0]
+        .operators
+        .as_ref()
+        .unwrap()[0]
+        .opcode_index as usize;
+    codes[used].builtin_code = fb::BuiltinOperator::Gather;
+    codes[used].deprecated_builtin_code = fb::BuiltinOperator::Gather as i32 as i8;
+    let out = tflite::serialize_for_tests(&owned);
+    let e = tflite::import_bytes("x", &out).unwrap_err().to_string();
+    assert!(e.contains("GATHER"), "{e}");
+    assert!(e.contains("operator 0"), "{e}");
+}
+
+#[test]
+fn offline_plan_round_trips_through_the_flatbuffer() {
+    let path = tfmicro_models().join("hello_world.tflite");
+    let bytes = std::fs::read(&path).unwrap();
+    let m = tflite::import_bytes("hello_world", &bytes).unwrap();
+    let offsets: Vec<i64> = (0..m.tensors.len() as i64)
+        .map(|i| if i % 2 == 0 { i * 16 } else { -1 })
+        .collect();
+    let r = tflite::emit_offline(&bytes, &offsets).unwrap();
+    assert_eq!(
+        tflite::read_offline(&r.bytes).unwrap(),
+        Some(offsets.clone())
+    );
+    assert!(r.min_buffer_alignment >= 4);
+    // The rest of the model is unchanged.
+    let again = tflite::import_bytes("hello_world", &r.bytes).unwrap();
+    assert_eq!(again, m);
+    // Emitting twice replaces the entry.
+    let r2 = tflite::emit_offline(&r.bytes, &vec![-1; offsets.len()]).unwrap();
+    assert_eq!(
+        tflite::read_offline(&r2.bytes).unwrap(),
+        Some(vec![-1; offsets.len()])
+    );
+    assert_eq!(&r2.bytes[4..8], b"TFL3");
+}
+
+fn bytes_of(m: &Model, name: &str) -> u64 {
+    m.tensors.iter().find(|t| t.name == name).unwrap().bytes
+}
+
+#[test]
+fn zoo_mobilenets_have_keras_shapes() {
+    let m = zoo::build("zoo:mobilenet_v1_0.25_128_int8").unwrap();
+    m.validate().unwrap();
+    assert_eq!(bytes_of(&m, "conv1"), 32 * 1024);
+    assert_eq!(bytes_of(&m, "conv_dw_1"), 32 * 1024);
+    assert_eq!(bytes_of(&m, "conv_pw_1"), 64 * 1024);
+    assert_eq!(m.tensors[m.outputs[0]].shape, vec![1, 1000]);
+    assert_eq!(m.ops.len(), 1 + 26 + 4);
+    for (i, o) in m.ops.iter().enumerate() {
+        if matches!(o.kind, OpKind::Conv2d | OpKind::DepthwiseConv2d) {
+            assert!(m.layer_spec(i).is_some(), "{i}");
+        }
+    }
+
+    let v2 = zoo::build("mobilenet_v2_1.0_224").unwrap();
+    v2.validate().unwrap();
+    assert_eq!(bytes_of(&v2, "block_1_expand"), 112 * 112 * 96 * 4);
+    assert_eq!(bytes_of(&v2, "block_1_depthwise"), 56 * 56 * 96 * 4);
+    let adds = v2.ops.iter().filter(|o| o.kind == OpKind::Add).count();
+    assert_eq!(adds, 10);
+    assert!(v2.sequential_chain().is_err());
+    let v2s = zoo::build("mobilenet_v2_0.35_224").unwrap();
+    assert_eq!(bytes_of(&v2s, "Conv1"), 112 * 112 * 16 * 4);
+    assert_eq!(bytes_of(&v2s, "expanded_conv_project"), 112 * 112 * 8 * 4);
+    assert!(zoo::build("zoo:mobilenet_v3").is_err());
+    assert!(zoo::build("mobilenet_v1_0.3_224").is_err());
+}
+
+#[test]
+fn orders_are_topological_and_differ_on_branches() {
+    let m = zoo::liberis_fig1();
+    let model = order::order(&m, OrderKind::Model);
+    let eager = order::order(&m, OrderKind::Eager);
+    let lazy = order::order(&m, OrderKind::Lazy);
+    for o in [&model, &eager, &lazy] {
+        assert!(order::is_valid_order(&m, o));
+    }
+    assert_eq!(eager, vec![0, 1, 3, 2, 5, 4, 6]);
+    assert!(!order::is_valid_order(&m, &[1, 0, 2, 3, 4, 5, 6]));
+}
+
+#[test]
+fn reordering_dp_reproduces_liberis_and_lane_figure_1() {
+    let m = zoo::liberis_fig1();
+    let none = |_: usize| 0u64;
+    let default = order::working_set_peak(&m, &order::order(&m, OrderKind::Model), &none);
+    assert_eq!(default, 5216);
+    let r = order::reorder_dp(&m, &none, 1000).unwrap();
+    assert_eq!(r.peak_working_set, 4960);
+    assert_eq!(order::working_set_peak(&m, &r.order, &none), 4960);
+    assert_eq!(r.order, vec![0, 3, 5, 1, 2, 4, 6]);
+    assert!(matches!(
+        order::reorder_dp(&m, &none, 3),
+        Err(order::ReorderError::TooManyStates { limit: 3 })
+    ));
+}

@@ -1,0 +1,487 @@
+//! Built-in models (`zoo:NAME`): the DMO paper's Table III MobileNets with the
+//! layer shapes the Keras application definitions produce, plus small graphs
+//! from the neighbouring papers.
+//!
+//! Names:
+//! * `mobilenet_v1_{ALPHA}_{RES}[_int8|_float32]`, ALPHA ∈ {1.0, 0.75, 0.5,
+//!   0.25}, RES ∈ {224, 192, 160, 128} (Keras `MobileNet`);
+//! * `mobilenet_v2_{ALPHA}_{RES}[_int8|_float32]`, ALPHA ∈ {0.35, 0.5, 0.75,
+//!   1.0, 1.3, 1.4}, RES ∈ {96, 128, 160, 192, 224} (Keras `MobileNetV2`);
+//! * `liberis_fig1`: the branching graph of Liberis & Lane's Figure 1, with the
+//!   tensor sizes their appendix tables imply (default order peaks at 5216 B,
+//!   the best order at 4960 B);
+//! * `sakr_cifar10`: the CIFAR-10 CNN of Sakr et al. (Table II), int8.
+//!
+//! Keras pads the stride-2 convolutions explicitly
+//! (`ZeroPadding2D(((0, 1), (0, 1)))` then `padding='valid'`, or `'same'` in
+//! newer releases). For even input sizes that is exactly TFLite's SAME padding
+//! (0 rows/cols before, 1 after), so these models use SAME and carry no PAD
+//! tensors — as the paper's own figures must have: MobileNet v1 0.25 128's
+//! 96 KB "original" peak would be 130 KB with a 65×65×16 PAD output.
+//! Float32 is the default; `_int8` makes every activation and weight int8
+//! (biases int32), as a fully integer-quantised TFLite export does.
+
+use super::{Activation, DataType, Model, Op, OpKind, OpOptions, Padding, Tensor};
+
+/// Builds operator graphs tensor by tensor.
+pub struct GraphBuilder {
+    model: Model,
+    dtype: DataType,
+}
+
+impl GraphBuilder {
+    /// `dtype` is the activation/weight type of the layer helpers.
+    pub fn new(name: impl Into<String>, dtype: DataType) -> Self {
+        GraphBuilder {
+            model: Model {
+                name: name.into(),
+                tensors: Vec::new(),
+                ops: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+            },
+            dtype,
+        }
+    }
+
+    pub fn tensor(
+        &mut self,
+        name: impl Into<String>,
+        shape: &[u32],
+        dtype: DataType,
+        constant: bool,
+    ) -> usize {
+        let elements: u64 = shape.iter().map(|&d| d as u64).product();
+        self.model.tensors.push(Tensor {
+            name: name.into(),
+            shape: shape.to_vec(),
+            dtype,
+            bytes: elements * dtype.size(),
+            is_constant: constant,
+            is_variable: false,
+            quantization: None,
+            data: None,
+        });
+        self.model.tensors.len() - 1
+    }
+
+    /// A graph input of the builder's dtype.
+    pub fn input(&mut self, name: &str, shape: &[u32]) -> usize {
+        let t = self.tensor(name, shape, self.dtype, false);
+        self.model.inputs.push(t);
+        t
+    }
+
+    pub fn shape(&self, t: usize) -> &[u32] {
+        &self.model.tensors[t].shape
+    }
+
+    /// Adds an operator writing a new activation tensor `out` of `shape`.
+    pub fn op(
+        &mut self,
+        kind: OpKind,
+        inputs: Vec<usize>,
+        out: &str,
+        shape: &[u32],
+        options: OpOptions,
+    ) -> usize {
+        let o = self.tensor(out, shape, self.dtype, false);
+        self.model.ops.push(Op {
+            kind,
+            inputs,
+            outputs: vec![o],
+            options,
+        });
+        o
+    }
+
+    fn bias_type(&self) -> DataType {
+        match self.dtype {
+            DataType::Int8 | DataType::Uint8 => DataType::Int32,
+            d => d,
+        }
+    }
+
+    /// `Conv2D` with a `k×k` kernel, bias and fused activation.
+    pub fn conv2d(
+        &mut self,
+        name: &str,
+        x: usize,
+        filters: u32,
+        k: u32,
+        stride: u32,
+        act: Activation,
+    ) -> usize {
+        let [n, h, w, c] = four(self.shape(x));
+        let dt = self.dtype;
+        let bt = self.bias_type();
+        let f = self.tensor(format!("{name}/weights"), &[filters, k, k, c], dt, true);
+        let b = self.tensor(format!("{name}/bias"), &[filters], bt, true);
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        self.op(
+            OpKind::Conv2d,
+            vec![x, f, b],
+            name,
+            &[n, oh, ow, filters],
+            OpOptions {
+                stride: (stride, stride),
+                activation: act,
+                ..OpOptions::default()
+            },
+        )
+    }
+
+    /// `DepthwiseConv2D` 3×3 (SAME), depth multiplier 1.
+    pub fn depthwise(&mut self, name: &str, x: usize, stride: u32, act: Activation) -> usize {
+        let [n, h, w, c] = four(self.shape(x));
+        let dt = self.dtype;
+        let bt = self.bias_type();
+        let f = self.tensor(format!("{name}/weights"), &[1, 3, 3, c], dt, true);
+        let b = self.tensor(format!("{name}/bias"), &[c], bt, true);
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        self.op(
+            OpKind::DepthwiseConv2d,
+            vec![x, f, b],
+            name,
+            &[n, oh, ow, c],
+            OpOptions {
+                stride: (stride, stride),
+                activation: act,
+                depth_multiplier: 1,
+                ..OpOptions::default()
+            },
+        )
+    }
+
+    /// A `k×k` pool with VALID padding.
+    pub fn pool(&mut self, kind: OpKind, name: &str, x: usize, k: u32, stride: u32) -> usize {
+        let [n, h, w, c] = four(self.shape(x));
+        let (oh, ow) = ((h - k) / stride + 1, (w - k) / stride + 1);
+        self.op(
+            kind,
+            vec![x],
+            name,
+            &[n, oh, ow, c],
+            OpOptions {
+                stride: (stride, stride),
+                filter: (k, k),
+                padding: Padding::Valid,
+                ..OpOptions::default()
+            },
+        )
+    }
+
+    /// `Dense` on the flattened input.
+    pub fn fully_connected(&mut self, name: &str, x: usize, units: u32, act: Activation) -> usize {
+        let depth = *self.shape(x).last().unwrap_or(&1);
+        let rows = (self.model.tensors[x].elements() / depth.max(1) as u64) as u32;
+        let dt = self.dtype;
+        let bt = self.bias_type();
+        let f = self.tensor(format!("{name}/weights"), &[units, depth], dt, true);
+        let b = self.tensor(format!("{name}/bias"), &[units], bt, true);
+        self.op(
+            OpKind::FullyConnected,
+            vec![x, f, b],
+            name,
+            &[rows, units],
+            OpOptions {
+                activation: act,
+                ..OpOptions::default()
+            },
+        )
+    }
+
+    pub fn add(&mut self, name: &str, a: usize, b: usize) -> usize {
+        let shape = self.shape(a).to_vec();
+        self.op(OpKind::Add, vec![a, b], name, &shape, OpOptions::default())
+    }
+
+    pub fn softmax(&mut self, name: &str, x: usize) -> usize {
+        let shape = self.shape(x).to_vec();
+        self.op(OpKind::Softmax, vec![x], name, &shape, OpOptions::default())
+    }
+
+    pub fn reshape(&mut self, name: &str, x: usize, shape: &[u32]) -> usize {
+        let s = self.tensor(
+            format!("{name}/shape"),
+            &[shape.len() as u32],
+            DataType::Int32,
+            true,
+        );
+        self.op(
+            OpKind::Reshape,
+            vec![x, s],
+            name,
+            shape,
+            OpOptions::default(),
+        )
+    }
+
+    pub fn finish(mut self, outputs: &[usize]) -> Model {
+        self.model.outputs = outputs.to_vec();
+        self.model
+    }
+}
+
+fn four(shape: &[u32]) -> [u32; 4] {
+    super::shape4(shape).unwrap_or([1, 1, 1, 1])
+}
+
+/// Names `zoo:NAME` accepts (the Table III rows first).
+pub fn names() -> Vec<&'static str> {
+    vec![
+        "mobilenet_v1_1.0_224",
+        "mobilenet_v1_1.0_224_int8",
+        "mobilenet_v1_0.25_224",
+        "mobilenet_v1_0.25_128_int8",
+        "mobilenet_v2_0.35_224",
+        "mobilenet_v2_1.0_224",
+        "liberis_fig1",
+        "sakr_cifar10",
+    ]
+}
+
+/// Builds `zoo:NAME` (the `zoo:` prefix is optional).
+pub fn build(name: &str) -> Result<Model, String> {
+    let bare = name.strip_prefix("zoo:").unwrap_or(name);
+    let unknown = || {
+        format!(
+            "unknown zoo model `{bare}` (known: {}; any Keras alpha/resolution of \
+             mobilenet_v1_ALPHA_RES / mobilenet_v2_ALPHA_RES, with _int8 or _float32)",
+            names().join(", ")
+        )
+    };
+    match bare {
+        "liberis_fig1" => return Ok(liberis_fig1()),
+        "sakr_cifar10" => return Ok(sakr_cifar10()),
+        _ => {}
+    }
+    let (rest, dtype) = if let Some(r) = bare.strip_suffix("_int8") {
+        (r, DataType::Int8)
+    } else if let Some(r) = bare.strip_suffix("_float32") {
+        (r, DataType::Float32)
+    } else {
+        (bare, DataType::Float32)
+    };
+    let (version, params) = if let Some(p) = rest.strip_prefix("mobilenet_v1_") {
+        (1, p)
+    } else if let Some(p) = rest.strip_prefix("mobilenet_v2_") {
+        (2, p)
+    } else {
+        return Err(unknown());
+    };
+    let (alpha, res) = params.split_once('_').ok_or_else(unknown)?;
+    let res: u32 = res.parse().map_err(|_| unknown())?;
+    let alpha_ok = match version {
+        1 => ["1.0", "0.75", "0.5", "0.25"].contains(&alpha),
+        _ => ["0.35", "0.5", "0.75", "1.0", "1.3", "1.4"].contains(&alpha),
+    };
+    let res_ok = match version {
+        1 => [224, 192, 160, 128].contains(&res),
+        _ => [224, 192, 160, 128, 96].contains(&res),
+    };
+    if !alpha_ok || !res_ok {
+        return Err(unknown());
+    }
+    let alpha: f64 = alpha.parse().map_err(|_| unknown())?;
+    Ok(if version == 1 {
+        mobilenet_v1(bare, alpha, res, dtype)
+    } else {
+        mobilenet_v2(bare, alpha, res, dtype)
+    })
+}
+
+/// Keras `MobileNet(alpha, depth_multiplier=1, include_top=True)`: channel
+/// counts `int(filters · alpha)`; every conv/depthwise fuses BN and ReLU6;
+/// the top is global average pooling, a 1×1 conv to 1000 classes, reshape
+/// and softmax.
+pub fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+    let mut g = GraphBuilder::new(name, dtype);
+    let ch = |f: u32| (f as f64 * alpha) as u32;
+    let mut x = g.input("input", &[1, res, res, 3]);
+    x = g.conv2d("conv1", x, ch(32), 3, 2, Activation::Relu6);
+    let blocks: [(u32, u32); 13] = [
+        (64, 1),
+        (128, 2),
+        (128, 1),
+        (256, 2),
+        (256, 1),
+        (512, 2),
+        (512, 1),
+        (512, 1),
+        (512, 1),
+        (512, 1),
+        (512, 1),
+        (1024, 2),
+        (1024, 1),
+    ];
+    for (i, (filters, stride)) in blocks.into_iter().enumerate() {
+        let id = i + 1;
+        x = g.depthwise(&format!("conv_dw_{id}"), x, stride, Activation::Relu6);
+        x = g.conv2d(
+            &format!("conv_pw_{id}"),
+            x,
+            ch(filters),
+            1,
+            1,
+            Activation::Relu6,
+        );
+    }
+    let spatial = g.shape(x)[1];
+    x = g.pool(
+        OpKind::AveragePool2d,
+        "global_average_pooling2d",
+        x,
+        spatial,
+        1,
+    );
+    x = g.conv2d("conv_preds", x, 1000, 1, 1, Activation::None);
+    x = g.reshape("reshape_2", x, &[1, 1000]);
+    x = g.softmax("act_softmax", x);
+    g.finish(&[x])
+}
+
+/// Keras `_make_divisible`.
+fn make_divisible(v: f64, divisor: u32) -> u32 {
+    let d = divisor as f64;
+    let mut new_v = ((v + d / 2.0) as u32 / divisor * divisor).max(divisor);
+    if (new_v as f64) < 0.9 * v {
+        new_v += divisor;
+    }
+    new_v
+}
+
+/// Keras `MobileNetV2(alpha, include_top=True)`: inverted residual blocks
+/// (1×1 expand + ReLU6 unless block 0, 3×3 depthwise + ReLU6, linear 1×1
+/// project, residual ADD when the block keeps stride 1 and its channel count),
+/// a last 1×1 conv to 1280 (more for alpha > 1), global average pooling, dense
+/// and softmax.
+pub fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+    let mut g = GraphBuilder::new(name, dtype);
+    let mut x = g.input("input", &[1, res, res, 3]);
+    x = g.conv2d(
+        "Conv1",
+        x,
+        make_divisible(32.0 * alpha, 8),
+        3,
+        2,
+        Activation::Relu6,
+    );
+    let blocks: [(u32, u32, u32); 17] = [
+        (16, 1, 1),
+        (24, 2, 6),
+        (24, 1, 6),
+        (32, 2, 6),
+        (32, 1, 6),
+        (32, 1, 6),
+        (64, 2, 6),
+        (64, 1, 6),
+        (64, 1, 6),
+        (64, 1, 6),
+        (96, 1, 6),
+        (96, 1, 6),
+        (96, 1, 6),
+        (160, 2, 6),
+        (160, 1, 6),
+        (160, 1, 6),
+        (320, 1, 6),
+    ];
+    for (id, (filters, stride, expansion)) in blocks.into_iter().enumerate() {
+        let block_in = x;
+        let in_ch = g.shape(x)[3];
+        let out_ch = make_divisible((filters as f64 * alpha) as u32 as f64, 8);
+        let prefix = if id == 0 {
+            "expanded_conv".to_string()
+        } else {
+            format!("block_{id}")
+        };
+        if id != 0 {
+            x = g.conv2d(
+                &format!("{prefix}_expand"),
+                x,
+                expansion * in_ch,
+                1,
+                1,
+                Activation::Relu6,
+            );
+        }
+        x = g.depthwise(&format!("{prefix}_depthwise"), x, stride, Activation::Relu6);
+        x = g.conv2d(
+            &format!("{prefix}_project"),
+            x,
+            out_ch,
+            1,
+            1,
+            Activation::None,
+        );
+        if in_ch == out_ch && stride == 1 {
+            x = g.add(&format!("{prefix}_add"), block_in, x);
+        }
+    }
+    let last = if alpha > 1.0 {
+        make_divisible(1280.0 * alpha, 8)
+    } else {
+        1280
+    };
+    x = g.conv2d("Conv_1", x, last, 1, 1, Activation::Relu6);
+    let spatial = g.shape(x)[1];
+    x = g.pool(
+        OpKind::AveragePool2d,
+        "global_average_pooling2d",
+        x,
+        spatial,
+        1,
+    );
+    x = g.fully_connected("predictions", x, 1000, Activation::None);
+    x = g.softmax("predictions_softmax", x);
+    g.finish(&[x])
+}
+
+/// Liberis & Lane, Figure 1: op 1 feeds two branches (ops 2→3→5 and 4→6)
+/// that a concatenation (op 7) joins. Their appendix tables fix the tensor
+/// sizes (int8 bytes): input 1568, t1 3136, t2 1568, t3 512, t4 512, t5 256,
+/// t6 256, concat 512. Default order peak 5216 B (at op 3), best order
+/// 1, 4, 6, 2, 3, 5, 7 peak 4960 B (at op 2).
+pub fn liberis_fig1() -> Model {
+    let mut g = GraphBuilder::new("liberis_fig1", DataType::Int8);
+    let opts = OpOptions::default;
+    let x = g.input("input", &[1, 14, 14, 8]);
+    let t1 = g.op(OpKind::Conv2d, vec![x], "op1", &[1, 14, 14, 16], opts());
+    let t2 = g.op(OpKind::Conv2d, vec![t1], "op2", &[1, 14, 14, 8], opts());
+    let t3 = g.op(OpKind::Conv2d, vec![t2], "op3", &[1, 8, 8, 8], opts());
+    let t4 = g.op(OpKind::Conv2d, vec![t1], "op4", &[1, 8, 8, 8], opts());
+    let t5 = g.op(OpKind::Conv2d, vec![t3], "op5", &[1, 4, 4, 16], opts());
+    let t6 = g.op(OpKind::Conv2d, vec![t4], "op6", &[1, 4, 4, 16], opts());
+    let t7 = g.op(
+        OpKind::Concatenation,
+        vec![t5, t6],
+        "op7",
+        &[1, 4, 4, 32],
+        OpOptions {
+            axis: Some(3),
+            ..OpOptions::default()
+        },
+    );
+    g.finish(&[t7])
+}
+
+/// Sakr et al.'s CIFAR-10 CNN (their Table II), int8: three 5×5 SAME convs
+/// (32, 32, 64 filters) each followed by a 2×2 stride-2 max pool, then a dense
+/// layer to 10 classes.
+pub fn sakr_cifar10() -> Model {
+    let mut g = GraphBuilder::new("sakr_cifar10", DataType::Int8);
+    let mut x = g.input("input", &[1, 32, 32, 3]);
+    for (i, filters) in [32u32, 32, 64].into_iter().enumerate() {
+        x = g.conv2d(
+            &format!("conv{}", i + 1),
+            x,
+            filters,
+            5,
+            1,
+            Activation::Relu,
+        );
+        x = g.pool(OpKind::MaxPool2d, &format!("pool{}", i + 1), x, 2, 2);
+    }
+    x = g.fully_connected("fc", x, 10, Activation::None);
+    g.finish(&[x])
+}

@@ -1,0 +1,528 @@
+//! Arena planners: where each activation tensor lives in one arena.
+//!
+//! Every planner returns the same [`Plan`] (tensor → offset, size, first and
+//! last step; peak bytes), with the lower bound of its execution order and
+//! its gap to it, after the independent [`validate`] check has accepted it.
+//!
+//! | planner | what it is |
+//! |---|---|
+//! | `linear` | TFLM `LinearMemoryPlanner`: tensors back to back |
+//! | `tflm-greedy` | TFLM `GreedyMemoryPlanner`, exactly (largest first, first fit in time) |
+//! | `dmo-heap` | the DMO paper's heap allocation (Section IV), overlapping by O_s, best of eager/lazy × forward/backward |
+//! | `replacement` | Sakr et al.'s single-buffer replacement strategy, sequential models only |
+//! | `reorder` | Liberis & Lane's reordering DP, then `dmo-heap` placement |
+//! | `exact` | branch and bound over placements (DMO overlaps allowed), within a time limit |
+//!
+//! Lifetimes follow TFLM's `AllocationInfoBuilder`: graph inputs are created
+//! at step 0, graph outputs live to the last step, every other tensor from the
+//! step of its producer to the step of its last reader. Sizes are rounded up
+//! to the plan's alignment (TFLM's `kBufferAlignment` is 16) and O_s credits
+//! are rounded down to it.
+
+pub mod bench;
+pub mod exact;
+pub mod greedy;
+pub mod heap;
+pub mod overlap;
+pub mod plot;
+pub mod replacement;
+pub mod report;
+pub mod validate;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::order::{self, OrderKind};
+use crate::model::Model;
+pub use overlap::{FnOverlap, OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
+pub use report::Comparison;
+
+/// The planners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PlannerKind {
+    Linear,
+    TflmGreedy,
+    DmoHeap,
+    Replacement,
+    Reorder,
+    Exact,
+}
+
+impl PlannerKind {
+    pub const ALL: [PlannerKind; 6] = [
+        PlannerKind::Linear,
+        PlannerKind::TflmGreedy,
+        PlannerKind::DmoHeap,
+        PlannerKind::Replacement,
+        PlannerKind::Reorder,
+        PlannerKind::Exact,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PlannerKind::Linear => "linear",
+            PlannerKind::TflmGreedy => "tflm-greedy",
+            PlannerKind::DmoHeap => "dmo-heap",
+            PlannerKind::Replacement => "replacement",
+            PlannerKind::Reorder => "reorder",
+            PlannerKind::Exact => "exact",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PlannerKind> {
+        PlannerKind::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// Whether the planner can use O_s at all (linear and greedy are TFLM's
+    /// and never overlap tensors that are live together).
+    pub fn uses_overlap(self) -> bool {
+        !matches!(self, PlannerKind::Linear | PlannerKind::TflmGreedy)
+    }
+}
+
+impl fmt::Display for PlannerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Knobs shared by the planners.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// Offsets and sizes are multiples of this (TFLM: 16). At least 1.
+    pub alignment: u64,
+    /// Wall-clock budget of the `exact` search.
+    pub exact_time_limit: Duration,
+    /// `exact` searches only graphs with at most this many arena tensors
+    /// (beyond, it returns the best heuristic plan as "best found").
+    pub exact_max_tensors: usize,
+    /// The reordering DP gives up after visiting this many operator sets.
+    pub reorder_max_states: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            alignment: 16,
+            exact_time_limit: Duration::from_secs(2),
+            exact_max_tensors: 400,
+            reorder_max_states: 200_000,
+        }
+    }
+}
+
+/// How a plan was obtained.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    /// A heuristic's answer.
+    #[serde(rename = "heuristic")]
+    Heuristic,
+    /// Proven minimal peak for the plan's execution order.
+    #[serde(rename = "optimal")]
+    Optimal,
+    /// The exact search stopped (time or size limit) before proving optimality.
+    #[serde(rename = "best found")]
+    BestFound,
+    /// The planner does not apply to this model; `note` says why.
+    #[serde(rename = "not applicable")]
+    NotApplicable,
+}
+
+impl fmt::Display for PlanStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PlanStatus::Heuristic => "heuristic",
+            PlanStatus::Optimal => "optimal",
+            PlanStatus::BestFound => "best found",
+            PlanStatus::NotApplicable => "not applicable",
+        })
+    }
+}
+
+/// One placed tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedTensor {
+    /// Index in `Model::tensors`.
+    pub tensor: usize,
+    pub name: String,
+    pub offset: u64,
+    /// Planned (aligned) size; the data is `Model::tensors[tensor].bytes`.
+    pub size: u64,
+    /// First and last execution step (position in `Plan::order`) the tensor
+    /// is live; equal to operator indices when the order is the model's.
+    pub first_op: usize,
+    pub last_op: usize,
+}
+
+/// An input/output pair a plan overlaps by DMO.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsedOverlap {
+    /// Operator index.
+    pub op: usize,
+    pub input: usize,
+    pub output: usize,
+    /// Bytes by which the input's start overlaps the output's end.
+    pub bytes: u64,
+    /// The O_s that allowed it.
+    pub safe_bytes: u64,
+}
+
+/// An arena plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub planner: String,
+    /// O_s source (`none` for planners that never overlap).
+    pub overlap: String,
+    pub status: PlanStatus,
+    /// Why not applicable, which order won, search statistics …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Which serialisation: `model`, `eager`, `lazy`, `reordered`.
+    pub order_name: String,
+    /// Operator index executed at each step.
+    pub order: Vec<usize>,
+    pub peak_bytes: Option<u64>,
+    /// Lower bound for this plan's order (max over steps of live bytes,
+    /// crediting DMO overlaps).
+    pub lower_bound_bytes: u64,
+    pub gap_bytes: Option<u64>,
+    pub tensors: Vec<PlacedTensor>,
+    pub overlaps_used: Vec<UsedOverlap>,
+    /// Wall-clock planning time (not serialised: not deterministic).
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+impl Plan {
+    /// Per-tensor byte offsets for TFLM `OfflineMemoryAllocation`: one entry
+    /// per model tensor, -1 for tensors this plan does not place.
+    pub fn offline_offsets(&self, model: &Model) -> Vec<i64> {
+        let mut out = vec![-1i64; model.tensors.len()];
+        for t in &self.tensors {
+            out[t.tensor] = t.offset as i64;
+        }
+        out
+    }
+}
+
+/// A plan that failed, or a planner that could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{planner} produced an invalid plan: {reason}")]
+    Invalid { planner: String, reason: String },
+    #[error("{0}")]
+    Model(String),
+}
+
+/// One tensor to place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    pub tensor: usize,
+    /// Planned size (data bytes rounded up to the alignment, at least one
+    /// alignment unit).
+    pub size: u64,
+    pub first: usize,
+    pub last: usize,
+}
+
+/// A DMO pair: `input` dies at step `step`, where `output` is created; the
+/// input may start at `output.offset + output.size - credit` or higher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DmoPair {
+    pub step: usize,
+    pub op: usize,
+    /// Buffer indices.
+    pub input: usize,
+    pub output: usize,
+    pub credit: u64,
+    /// The raw O_s.
+    pub safe: u64,
+}
+
+/// The placement problem of one execution order.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    pub order: Vec<usize>,
+    pub buffers: Vec<Buffer>,
+    pub pairs: Vec<DmoPair>,
+    pub alignment: u64,
+    pub steps: usize,
+}
+
+pub(crate) fn align_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+impl Problem {
+    /// Buffers in tensor-index order (TFLM's `AddBuffer` order) with
+    /// TFLM-style lifetimes for `order`, and the DMO pairs `overlaps` allows.
+    pub fn new(model: &Model, order: &[usize], overlaps: &Overlaps, alignment: u64) -> Problem {
+        let alignment = alignment.max(1);
+        let steps = order.len();
+        let last_step = steps.saturating_sub(1);
+        let mut step_of = vec![0; model.ops.len()];
+        for (s, &op) in order.iter().enumerate() {
+            step_of[op] = s;
+        }
+        let n = model.tensors.len();
+        let mut first: Vec<Option<usize>> = vec![None; n];
+        let mut last: Vec<Option<usize>> = vec![None; n];
+        for &t in &model.inputs {
+            first[t] = Some(0);
+        }
+        for &t in &model.outputs {
+            last[t] = Some(last_step);
+        }
+        for (op, o) in model.ops.iter().enumerate() {
+            let s = step_of[op];
+            for &t in &o.inputs {
+                last[t] = Some(last[t].map_or(s, |l| l.max(s)));
+            }
+            for &t in &o.outputs {
+                first[t] = Some(first[t].map_or(s, |f| f.min(s)));
+            }
+        }
+        let mut buffers = Vec::new();
+        let mut buffer_of = vec![usize::MAX; n];
+        for t in model.arena_tensors() {
+            let Some(f) = first[t] else { continue };
+            // A tensor nobody reads lives during its producer's step only.
+            let l = last[t].unwrap_or(f).max(f);
+            buffer_of[t] = buffers.len();
+            buffers.push(Buffer {
+                tensor: t,
+                size: align_up(model.tensors[t].bytes.max(1), alignment),
+                first: f,
+                last: l,
+            });
+        }
+        let mut pairs = Vec::new();
+        for (s, &op) in order.iter().enumerate() {
+            let o = &model.ops[op];
+            let safe = overlaps.get(op);
+            let Some(&out_t) = o.outputs.first() else {
+                continue;
+            };
+            let out = buffer_of[out_t];
+            if safe == 0 || out == usize::MAX || buffers[out].first != s {
+                continue;
+            }
+            let out_bytes = model.tensors[out_t].bytes;
+            // Safe: input start >= out start + out bytes - O_s; the planners
+            // place against the padded size, which allows the padding too.
+            let credit = (safe + buffers[out].size - out_bytes) / alignment * alignment;
+            let mut seen = Vec::new();
+            for &in_t in &o.inputs {
+                let inp = buffer_of[in_t];
+                if inp == usize::MAX || inp == out || seen.contains(&inp) {
+                    continue;
+                }
+                seen.push(inp);
+                if buffers[inp].last == s && !model.outputs.contains(&in_t) && credit > 0 {
+                    pairs.push(DmoPair {
+                        step: s,
+                        op,
+                        input: inp,
+                        output: out,
+                        credit,
+                        safe,
+                    });
+                }
+            }
+        }
+        Problem {
+            order: order.to_vec(),
+            buffers,
+            pairs,
+            alignment,
+            steps,
+        }
+    }
+
+    /// Whether two buffers are live at a common step.
+    pub fn conflict(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (&self.buffers[a], &self.buffers[b]);
+        x.first <= y.last && y.first <= x.last
+    }
+
+    /// The DMO credit if `input` may overlap `output`.
+    pub fn pair_credit(&self, input: usize, output: usize) -> Option<u64> {
+        self.pairs
+            .iter()
+            .find(|p| p.input == input && p.output == output)
+            .map(|p| p.credit)
+    }
+
+    /// Max over steps of the live (planned) bytes, minus at each step the
+    /// most its DMO pairs can overlap: `min(credit, output size, sum of the
+    /// paired inputs' sizes)`. No placement of this order can do better.
+    pub fn lower_bound(&self) -> u64 {
+        if self.buffers.is_empty() {
+            return 0;
+        }
+        let steps = self.steps.max(1);
+        let mut delta = vec![0i128; steps + 1];
+        for b in &self.buffers {
+            delta[b.first] += b.size as i128;
+            delta[b.last + 1] -= b.size as i128;
+        }
+        let mut credit = vec![0u64; steps];
+        let mut by_step: std::collections::HashMap<usize, (u64, u64, u64)> = Default::default();
+        for p in &self.pairs {
+            let e = by_step
+                .entry(p.step)
+                .or_insert((p.credit, self.buffers[p.output].size, 0));
+            e.2 += self.buffers[p.input].size;
+        }
+        for (s, (c, out, ins)) in by_step {
+            credit[s] = c.min(out).min(ins);
+        }
+        let mut live = 0i128;
+        let mut best = 0u64;
+        for s in 0..steps {
+            live += delta[s];
+            best = best.max((live as u64).saturating_sub(credit[s]));
+        }
+        best
+    }
+
+    /// Builds the plan for `offsets` (one per buffer).
+    pub(crate) fn plan(
+        &self,
+        model: &Model,
+        planner: &str,
+        overlap: &str,
+        order_name: &str,
+        offsets: &[u64],
+    ) -> Plan {
+        let tensors: Vec<PlacedTensor> = self
+            .buffers
+            .iter()
+            .zip(offsets)
+            .map(|(b, &offset)| PlacedTensor {
+                tensor: b.tensor,
+                name: model.tensors[b.tensor].name.clone(),
+                offset,
+                size: b.size,
+                first_op: b.first,
+                last_op: b.last,
+            })
+            .collect();
+        let peak = tensors.iter().map(|t| t.offset + t.size).max().unwrap_or(0);
+        let overlaps_used = self
+            .pairs
+            .iter()
+            .filter_map(|p| {
+                let (i, o) = (&self.buffers[p.input], &self.buffers[p.output]);
+                let (io, oo) = (offsets[p.input], offsets[p.output]);
+                let overlap = (oo + o.size).min(io + i.size).saturating_sub(oo.max(io));
+                (overlap > 0).then(|| UsedOverlap {
+                    op: p.op,
+                    input: i.tensor,
+                    output: o.tensor,
+                    bytes: (oo + model.tensors[o.tensor].bytes).saturating_sub(io),
+                    safe_bytes: p.safe,
+                })
+            })
+            .collect();
+        let lb = self.lower_bound();
+        Plan {
+            planner: planner.to_string(),
+            overlap: overlap.to_string(),
+            status: PlanStatus::Heuristic,
+            note: None,
+            order_name: order_name.to_string(),
+            order: self.order.clone(),
+            peak_bytes: Some(peak),
+            lower_bound_bytes: lb,
+            gap_bytes: Some(peak.saturating_sub(lb)),
+            tensors,
+            overlaps_used,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Peak of an offset assignment.
+    pub fn peak(&self, offsets: &[u64]) -> u64 {
+        self.buffers
+            .iter()
+            .zip(offsets)
+            .map(|(b, &o)| o + b.size)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A "not applicable" plan.
+pub(crate) fn not_applicable(model: &Model, planner: &str, overlap: &str, reason: String) -> Plan {
+    let order: Vec<usize> = (0..model.ops.len()).collect();
+    let lb = Problem::new(model, &order, &Overlaps::none(model), 1).lower_bound();
+    Plan {
+        planner: planner.to_string(),
+        overlap: overlap.to_string(),
+        status: PlanStatus::NotApplicable,
+        note: Some(reason),
+        order_name: "model".into(),
+        order,
+        peak_bytes: None,
+        lower_bound_bytes: lb,
+        gap_bytes: None,
+        tensors: Vec::new(),
+        overlaps_used: Vec::new(),
+        elapsed: Duration::ZERO,
+    }
+}
+
+/// Distinct orders among model / eager / lazy, with their names.
+pub(crate) fn candidate_orders(model: &Model, kinds: &[OrderKind]) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    for &k in kinds {
+        let o = order::order(model, k);
+        if let Some(existing) = out.iter_mut().find(|(_, x)| *x == o) {
+            existing.0.push('=');
+            existing.0.push_str(k.name());
+        } else {
+            out.push((k.name().to_string(), o));
+        }
+    }
+    out
+}
+
+/// Runs one planner, then checks its plan with the independent validator.
+/// An invalid plan is an error, never returned.
+pub fn run(
+    model: &Model,
+    planner: PlannerKind,
+    overlaps: &Overlaps,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let start = std::time::Instant::now();
+    let none = Overlaps::none(model);
+    let overlaps = if planner.uses_overlap() {
+        overlaps
+    } else {
+        &none
+    };
+    let mut plan = match planner {
+        PlannerKind::Linear => greedy::linear(model, opts),
+        PlannerKind::TflmGreedy => greedy::tflm_greedy(model, opts),
+        PlannerKind::DmoHeap => heap::dmo_heap(model, overlaps, opts),
+        PlannerKind::Replacement => replacement::replacement(model, overlaps, opts),
+        PlannerKind::Reorder => heap::reorder(model, overlaps, opts),
+        PlannerKind::Exact => exact::exact(model, overlaps, opts),
+    };
+    plan.elapsed = start.elapsed();
+    if plan.status != PlanStatus::NotApplicable {
+        validate::validate(model, &plan, overlaps).map_err(|reason| PlanError::Invalid {
+            planner: planner.name().to_string(),
+            reason,
+        })?;
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests;
