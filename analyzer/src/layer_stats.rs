@@ -2,6 +2,7 @@
 
 use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
 
+use crate::overlap::check::{check, method_values, MethodValues};
 use crate::overlap::empirical::OverlapAccumulator;
 use crate::pipeline::Analysis;
 use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
@@ -95,6 +96,17 @@ impl Analysis for LayerStats {
             let r = acc.result();
             let first = |role| cur.report.buffers.iter().find(|x| x.role == role);
             let (i, o) = (first(Role::Input).unwrap(), first(Role::Output).unwrap());
+            let methods = cur
+                .report
+                .spec
+                .as_ref()
+                .map(|s| method_values(s, i.size, o.size))
+                .unwrap_or_default();
+            let MethodValues {
+                algorithmic,
+                analytic,
+                analytic_printed,
+            } = methods;
             cur.report.overlap = Some(OverlapReport {
                 input: i.name.clone(),
                 output: o.name.clone(),
@@ -104,6 +116,10 @@ impl Analysis for LayerStats {
                 exact_bytes: r.exact_bytes,
                 monotone_percent: percent(r.monotone_bytes, o.size),
                 exact_percent: percent(r.exact_bytes, o.size),
+                algorithmic_bytes: algorithmic,
+                analytic_bytes: analytic,
+                analytic_printed_bytes: analytic_printed,
+                flags: check(r.monotone_bytes, r.exact_bytes, &methods),
             });
         }
         self.layers.push(cur.report);

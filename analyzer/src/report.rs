@@ -4,6 +4,8 @@
 use memtrace_tracer::{LayerSpec, Role};
 use serde::Serialize;
 
+use crate::overlap::check::Flag;
+
 /// One buffer of a traced layer with its access counts.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct BufferReport {
@@ -29,6 +31,17 @@ pub struct OverlapReport {
     /// Monotone O_s as % of the output size.
     pub monotone_percent: f64,
     pub exact_percent: f64,
+    /// Algorithmic O_s (DMO §III-C) of the layer's spec; `null` without a spec
+    /// whose buffers match the traced ones, or for an op without a method.
+    pub algorithmic_bytes: Option<u64>,
+    /// memtrace's safe analytic bound (DMO §III-D); `null` like the above.
+    pub analytic_bytes: Option<u64>,
+    /// The paper's equations exactly as printed (may exceed the traced value:
+    /// docs/overlap.md); informational, never flagged.
+    pub analytic_printed_bytes: Option<i64>,
+    /// Failed cross-checks: `UNSAFE` (analytic > monotone), `MISMATCH`
+    /// (algorithmic ≠ monotone), `EXACT_BELOW_MONOTONE`. Empty when all pass.
+    pub flags: Vec<Flag>,
 }
 
 /// One traced layer.
@@ -107,5 +120,20 @@ pub fn overlap_frame(
         "% of output" => rows.iter().map(|(_, o)| (o.monotone_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
         "O_s exact B" => rows.iter().map(|(_, o)| o.exact_bytes).collect::<Vec<_>>(),
         "exact % of output" => rows.iter().map(|(_, o)| (o.exact_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        "algorithmic B" => rows.iter().map(|(_, o)| o.algorithmic_bytes).collect::<Vec<_>>(),
+        "analytic B" => rows.iter().map(|(_, o)| o.analytic_bytes).collect::<Vec<_>>(),
+        "check" => rows.iter().map(|(_, o)| flag_marker(&o.flags)).collect::<Vec<_>>(),
     )
+}
+
+/// The marker column of the O_s table: `ok`, or the failed checks with `!!`.
+pub fn flag_marker(flags: &[Flag]) -> String {
+    if flags.is_empty() {
+        "ok".to_owned()
+    } else {
+        format!(
+            "!! {}",
+            flags.iter().map(|f| f.name()).collect::<Vec<_>>().join(" ")
+        )
+    }
 }

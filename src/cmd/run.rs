@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::overlap::check::{explain, MethodValues};
 use memtrace_analyzer::pipeline::Analysis;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
@@ -38,8 +39,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT.parquet")]
     pub events: Option<PathBuf>,
     /// Draw the trace (x = instruction, y = byte offset) to a .png or .svg.
+    /// Layers with a spec also get the O_s curves drawn over them: maxW on the
+    /// output; minR, the clobber front maxW − OB + O_s and the analytic bound
+    /// on the input (docs/overlap.md).
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// With --plot: draw only the trace, without the O_s curves.
+    #[arg(long)]
+    pub no_overlay: bool,
+    /// Exit with status 1 when a layer fails an O_s cross-check (UNSAFE
+    /// analytic bound, algorithmic MISMATCH); without it they are warnings.
+    #[arg(long)]
+    pub strict: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Stop a guest that runs longer than this many instructions.
@@ -77,7 +88,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let image = ElfImage::load(&args.elf)?;
     let mut stats = LayerStats::default();
     let mut table = args.events.as_ref().map(|_| EventTable::default());
-    let mut plot = args.plot.as_ref().map(|_| TracePlot::default());
+    let mut plot = args.plot.as_ref().map(|_| {
+        if args.no_overlay {
+            TracePlot::default()
+        } else {
+            TracePlot::with_overlays()
+        }
+    });
     let options = TraceOptions {
         job,
         layers: (!args.layers.is_empty()).then(|| args.layers.clone()),
@@ -140,7 +157,39 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print_tables(&report)?,
     }
+    let flagged = warn_flags(&report);
+    if flagged > 0 && args.strict {
+        eprintln!("error: {flagged} layer(s) failed an O_s cross-check (--strict)");
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a warning on stderr for every failed O_s cross-check; returns the
+/// number of flagged layers.
+fn warn_flags(report: &RunReport) -> usize {
+    let mut flagged = 0;
+    for layer in &report.layers {
+        let Some(o) = &layer.overlap else { continue };
+        if o.flags.is_empty() {
+            continue;
+        }
+        flagged += 1;
+        let methods = MethodValues {
+            algorithmic: o.algorithmic_bytes,
+            analytic: o.analytic_bytes,
+            analytic_printed: o.analytic_printed_bytes,
+        };
+        for flag in &o.flags {
+            eprintln!(
+                "WARNING: layer `{}` ({}): {}",
+                layer.name,
+                layer.params,
+                explain(*flag, o.monotone_bytes, o.exact_bytes, &methods)
+            );
+        }
+    }
+    flagged
 }
 
 fn print_tables(report: &RunReport) -> Result<()> {

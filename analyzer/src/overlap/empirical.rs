@@ -10,12 +10,16 @@
 //!   read of r at a time when the writes so far reach M gives a candidate
 //!   `OB − M + r`, and the last write gives `OB − M_final + IB`. That needs
 //!   O(1) state.
-//! * exact: the largest o (≤ IB) such that no o' ≤ o clobbers. For input byte
-//!   r last read at time L(r), the smallest clobbering overlap is
-//!   `r + OB + 1 − M(L(r))`, with M(s) the largest output end written before s;
-//!   so exact = `min(IB, min_r (r + OB − M(L(r))))`. That needs the last read
-//!   of every input byte and the (increasing) history of M: memory
-//!   proportional to the buffers, not to the number of events.
+//! * exact: the largest o (≤ the monotone method's last-write term
+//!   `OB − M_final + IB`, which is IB once the whole output is written) such
+//!   that no o' ≤ o clobbers. For input byte r last read at time L(r), the
+//!   smallest clobbering overlap is `r + OB + 1 − M(L(r))`, with M(s) the
+//!   largest output end written before s; so exact =
+//!   `min(OB − M_final + IB, min_r (r + OB − M(L(r))))`. Sharing the cap with
+//!   the monotone value keeps exact ≥ monotone even for a layer that leaves
+//!   part of its output unwritten. That needs the last read of every input
+//!   byte and the (increasing) history of M: memory proportional to the
+//!   buffers, not to the number of events.
 
 use memtrace_tracer::{AccessKind, Event};
 
@@ -94,7 +98,11 @@ impl OverlapAccumulator {
 
     /// Exact O_s in bytes.
     pub fn exact(&self) -> u64 {
-        let mut best = self.input_bytes as i64;
+        if self.write_front.is_empty() {
+            return self.input_bytes;
+        }
+        let mut best =
+            self.output_bytes as i64 - self.max_write_end as i64 + self.input_bytes as i64;
         for (r, &last) in self.last_read.iter().enumerate() {
             if last == 0 {
                 continue;
@@ -159,10 +167,13 @@ mod tests {
                     })
             })
         };
-        let exact = (0..=ib as i64)
-            .take_while(|&o| !clobbers(o))
-            .last()
-            .unwrap_or(-1);
+        let front = ev
+            .iter()
+            .filter(|w| w.buffer == OUT && w.kind != AccessKind::Load)
+            .map(|w| (w.offset + w.size) as i64)
+            .max();
+        let cap = front.map_or(ib as i64, |m| ob as i64 - m + ib as i64);
+        let exact = (0..=cap).take_while(|&o| !clobbers(o)).last().unwrap_or(-1);
         // monotone, straight from the definition
         let mut mono = i64::MAX;
         let mut m = 0i64;

@@ -1,4 +1,6 @@
 //! Safe input/output buffer overlap O_s (DMO paper, Section III).
 pub mod algorithmic;
 pub mod analytic;
+pub mod check;
 pub mod empirical;
+pub mod timeline;

@@ -4,6 +4,12 @@
 //! Events are binned while they stream into a fixed per-pixel count grid whose
 //! time bins double in width whenever the layer runs past the grid, so memory
 //! stays constant however many millions of events a layer has.
+//!
+//! With [`TracePlot::with_overlays`], a layer whose spec is known (a `--job`
+//! or a suite layer) also gets the O_s curves of docs/overlap.md drawn over
+//! its panels: `maxW` on the output, `minR`, the clobber front
+//! `maxW − OB + O_s` and the analytic read bound (eq. 9) on the input. Steps
+//! are placed on the instruction axis by a [`StepClock`].
 
 use std::path::Path;
 
@@ -13,6 +19,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::output::render_atomically;
+use crate::overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
+use crate::overlap::analytic::windowed_safe_detail;
+use crate::overlap::timeline::{StepClock, StepMapping};
 use crate::pipeline::Analysis;
 use crate::plot::font;
 
@@ -21,6 +30,15 @@ const ROWS: usize = 256;
 const LOAD: RGBColor = RGBColor(214, 39, 40);
 const STORE: RGBColor = RGBColor(31, 119, 180);
 const UPDATE: RGBColor = RGBColor(44, 160, 44);
+const MIN_R: RGBColor = RGBColor(0, 0, 0);
+const MAX_W: RGBColor = RGBColor(0, 0, 0);
+const FRONT: RGBColor = RGBColor(148, 103, 189);
+const BOUND: RGBColor = RGBColor(255, 127, 14);
+/// Sampled steps of the overlay curves.
+const OVERLAY_POINTS: usize = 1000;
+
+/// A drawn cell run: (instruction range, byte range, colour).
+type Run = ((u64, u64), (u64, u64), RGBColor);
 
 /// Access counts per (time bin, offset bin) cell and kind.
 #[derive(Debug, Clone)]
@@ -77,7 +95,7 @@ impl Grid {
     }
 
     /// Cells as (instruction range, byte range, colour), merged along time.
-    fn runs(&self) -> Vec<((u64, u64), (u64, u64), RGBColor)> {
+    fn runs(&self) -> Vec<Run> {
         let mut out = Vec::new();
         for row in 0..ROWS {
             let y0 = row as u64 * self.span / ROWS as u64;
@@ -150,6 +168,108 @@ pub struct TracePlot {
     pub layers: Vec<LayerPicture>,
     /// Panel index by buffer id for the open layer.
     panel_of: Vec<Option<usize>>,
+    /// Draw the O_s curves over layers with a spec.
+    overlays: bool,
+    /// Curves and step clock of the open layer.
+    pending: Option<PendingOverlay>,
+}
+
+struct PendingOverlay {
+    curves: Curves,
+    clock: Option<StepClock>,
+}
+
+impl TracePlot {
+    /// A plot that also draws minR / maxW / the clobber front / the analytic
+    /// bound over every layer whose spec matches its traced buffers.
+    pub fn with_overlays() -> TracePlot {
+        TracePlot {
+            overlays: true,
+            ..TracePlot::default()
+        }
+    }
+
+    /// Attaches the step clock once both panels exist and match the spec.
+    fn arm_clock(&mut self) {
+        let (Some(pic), Some(pending)) = (self.layers.last(), self.pending.as_mut()) else {
+            return;
+        };
+        if pending.clock.is_some() {
+            return;
+        }
+        let panel = |role| pic.panels.iter().find(|p| p.buffer.role == role);
+        if let (Some(i), Some(o)) = (panel(Role::Input), panel(Role::Output)) {
+            if i.buffer.size as u64 == pending.curves.input_bytes
+                && o.buffer.size as u64 == pending.curves.output_bytes
+            {
+                pending.clock = Some(StepClock::new(o.buffer.id, &pending.curves));
+            }
+        }
+    }
+}
+
+/// The overlay curves of a finished layer, in (instruction, byte) coordinates.
+fn overlay_curves(
+    pic: &LayerPicture,
+    curves: &Curves,
+    clock: &StepClock,
+) -> (Vec<Overlay>, Vec<Overlay>) {
+    let (times, mapping) = clock.times(curves.total_steps);
+    let how = match mapping {
+        StepMapping::ByCount => "step k = k-th output write",
+        StepMapping::ByFront => "steps placed by write front",
+    };
+    let at = |f: &dyn Fn(usize) -> Option<u64>| -> Vec<(u64, u64)> {
+        (0..curves.points.len())
+            .filter_map(|i| f(i).map(|y| (times[i], y)))
+            .collect()
+    };
+    let ob = curves.output_bytes as i64;
+    let os = curves.overlap as i64;
+    let output = vec![Overlay {
+        label: format!("maxW (algorithmic; {how})"),
+        colour: MAX_W,
+        points: at(&|i| Some(curves.points[i].max_write_end)),
+    }];
+    let mut input = vec![
+        Overlay {
+            label: "minR: lowest input byte read after step k".into(),
+            colour: MIN_R,
+            points: at(&|i| Some(curves.points[i].min_future_read)),
+        },
+        Overlay {
+            label: format!("clobber front maxW - OB + O_s (O_s = {os} B)"),
+            colour: FRONT,
+            points: at(&|i| {
+                let v = curves.points[i].max_write_end as i64 - ob + os;
+                (v >= 0).then_some(v as u64)
+            }),
+        },
+    ];
+    if let Some(spec) = &pic.layer.spec {
+        if let Some(d) = windowed_safe_detail(spec) {
+            let g = Geometry::of(spec);
+            let t = spec.dtype.size() as f64;
+            let (a, b) = (d.line.a.to_f64(), d.line.b.to_f64());
+            let per_batch = d.ic as u64;
+            let image = (g.ih * g.iw * g.id) as f64;
+            let ib = curves.input_bytes as f64;
+            input.push(Overlay {
+                label: format!(
+                    "analytic bound on minR, eq. 9 (a = {}, b = {})",
+                    d.line.a, d.line.b
+                ),
+                colour: BOUND,
+                points: at(&|i| {
+                    let k = curves.points[i].step;
+                    let (n, j) = (k / per_batch.max(1), k % per_batch.max(1));
+                    let e = a * j as f64 + b + n as f64 * image;
+                    Some((e * t).clamp(0.0, ib) as u64)
+                }),
+            });
+        }
+    }
+    (input, output)
 }
 
 impl Analysis for TracePlot {
@@ -160,6 +280,19 @@ impl Analysis for TracePlot {
             panels: Vec::new(),
         });
         self.panel_of.clear();
+        self.pending = None;
+        if self.overlays {
+            if let Some(curves) = layer
+                .spec
+                .as_ref()
+                .and_then(|s| algorithmic_curves(s, OVERLAY_POINTS))
+            {
+                self.pending = Some(PendingOverlay {
+                    curves,
+                    clock: None,
+                });
+            }
+        }
     }
 
     fn buffer(&mut self, b: &Buffer) {
@@ -182,6 +315,7 @@ impl Analysis for TracePlot {
             grid: Grid::new(b.size as u64),
             overlays: Vec::new(),
         });
+        self.arm_clock();
     }
 
     fn events(&mut self, events: &[Event]) {
@@ -195,11 +329,29 @@ impl Analysis for TracePlot {
                     .add(e.t, e.offset as u64, e.size as u64, e.kind);
             }
         }
+        if let Some(clock) = self.pending.as_mut().and_then(|p| p.clock.as_mut()) {
+            clock.observe(events);
+        }
     }
 
     fn layer_end(&mut self, instructions: u64) {
+        let pending = self.pending.take();
         if let Some(pic) = self.layers.last_mut() {
             pic.instructions = instructions;
+            if let Some(PendingOverlay {
+                curves,
+                clock: Some(clock),
+            }) = pending
+            {
+                let (input, output) = overlay_curves(pic, &curves, &clock);
+                for panel in &mut pic.panels {
+                    match panel.buffer.role {
+                        Role::Input => panel.overlays.extend(input.iter().cloned()),
+                        Role::Output => panel.overlays.extend(output.iter().cloned()),
+                        _ => {}
+                    }
+                }
+            }
         }
     }
 }
