@@ -31,11 +31,17 @@ impl std::hash::Hasher for AddressHasher {
 
 type AddressMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddressHasher>>;
 
+/// Slots of the direct-mapped cache in front of the block map.
+const CACHE_SLOTS: usize = 1 << 12;
+
 /// Counts retired instructions for Thumb code from block starts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ThumbClock {
     /// Block address -> index into `starts`.
     blocks: AddressMap<u32>,
+    /// (block address, index) by low address bits: most block starts hit here
+    /// and skip the hash map, which matters at millions of blocks per second.
+    cache: Box<[(u64, u32)]>,
     /// Byte offset of every instruction from its block's start, per block.
     starts: Vec<Box<[u16]>>,
     /// Instructions retired before the current block.
@@ -61,20 +67,45 @@ pub fn thumb_instruction_starts(bytes: &[u8]) -> Box<[u16]> {
     starts.into_boxed_slice()
 }
 
+impl Default for ThumbClock {
+    fn default() -> Self {
+        ThumbClock {
+            blocks: AddressMap::default(),
+            cache: vec![(u64::MAX, 0); CACHE_SLOTS].into_boxed_slice(),
+            starts: Vec::new(),
+            retired: 0,
+            current_start: 0,
+            current: None,
+        }
+    }
+}
+
 impl ThumbClock {
+    fn slot(address: u64) -> usize {
+        (address as usize >> 1) & (CACHE_SLOTS - 1)
+    }
+
     /// A block of `size` bytes at `address` starts; `code` reads its bytes
     /// the first time the block is seen.
     pub fn block_start(&mut self, address: u64, size: u32, code: impl FnOnce() -> Vec<u8>) {
         if let Some(prev) = self.current {
             self.retired += self.starts[prev as usize].len() as u64;
         }
-        let starts = &mut self.starts;
-        let index = *self.blocks.entry(address).or_insert_with(|| {
-            let bytes = code();
-            let n = (size as usize).min(bytes.len());
-            starts.push(thumb_instruction_starts(&bytes[..n]));
-            (starts.len() - 1) as u32
-        });
+        let slot = Self::slot(address);
+        let index = match self.cache[slot] {
+            (a, i) if a == address => i,
+            _ => {
+                let starts = &mut self.starts;
+                let i = *self.blocks.entry(address).or_insert_with(|| {
+                    let bytes = code();
+                    let n = (size as usize).min(bytes.len());
+                    starts.push(thumb_instruction_starts(&bytes[..n]));
+                    (starts.len() - 1) as u32
+                });
+                self.cache[slot] = (address, i);
+                i
+            }
+        };
         self.current_start = address;
         self.current = Some(index);
     }
@@ -94,7 +125,7 @@ impl ThumbClock {
 
     /// True when the block at `address` has been decoded before.
     pub fn knows(&self, address: u64) -> bool {
-        self.blocks.contains_key(&address)
+        self.cache[Self::slot(address)].0 == address || self.blocks.contains_key(&address)
     }
 
     /// Instructions retired before the current block.
