@@ -651,7 +651,7 @@ fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
             if let Some(d) = b.data().map_err(fb_err("buffer data"))? {
                 if !d.is_empty() {
                     let off = d.as_ptr() as usize - base;
-                    while align > 1 && off % align != 0 {
+                    while align > 1 && !off.is_multiple_of(align) {
                         align /= 2;
                     }
                 }

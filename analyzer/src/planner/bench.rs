@@ -63,7 +63,7 @@ pub fn synthetic_graph(ops: usize) -> Model {
     let mut count = 0usize;
     let mut block = 0usize;
     while count + 4 <= ops {
-        if block % 2 == 0 {
+        if block.is_multiple_of(2) {
             let a = g.conv2d(&format!("b{block}_expand"), x, 16, 1, 1, Activation::Relu6);
             let b = g.depthwise(&format!("b{block}_dw"), a, 1, Activation::Relu6);
             let c = g.conv2d(&format!("b{block}_project"), b, 16, 1, 1, Activation::None);

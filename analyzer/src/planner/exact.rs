@@ -52,14 +52,12 @@ impl<'a> Search<'a> {
             for b in a + 1..n {
                 if problem.conflict(a, b) {
                     conflicts.push((a, b));
-                    let (sa, sb) = (
-                        problem.buffers[a].size as i128,
-                        problem.buffers[b].size as i128,
-                    );
-                    weight[a][b] = Some(sa);
-                    weight[b][a] = Some(sb);
                 }
             }
+        }
+        for &(a, b) in &conflicts {
+            weight[a][b] = Some(problem.buffers[a].size as i128);
+            weight[b][a] = Some(problem.buffers[b].size as i128);
         }
         for p in &problem.pairs {
             // The input may sit as low as output end − credit.
@@ -138,7 +136,7 @@ impl<'a> Search<'a> {
 
     fn dfs(&mut self) {
         self.nodes += 1;
-        if self.nodes % 1024 == 0 && Instant::now() >= self.deadline {
+        if self.nodes.is_multiple_of(1024) && Instant::now() >= self.deadline {
             self.timed_out = true;
         }
         if self.timed_out || self.best <= self.lower_bound {
@@ -235,7 +233,7 @@ pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
         all_finished &= finished;
         let peak = problem.peak(&offsets);
         let plan = problem.plan(model, "exact", &overlaps.method, name, &offsets);
-        if best.as_ref().map_or(true, |(_, p)| peak < *p) {
+        if best.as_ref().is_none_or(|(_, p)| peak < *p) {
             best = Some((plan, peak));
         }
     }

@@ -128,6 +128,26 @@ pub(crate) fn lowest_fit(
     x as u64
 }
 
+/// The distinct entries of `lists` that pass `keep` (`stamp` marks seen ones
+/// with `id`).
+fn distinct(
+    lists: &[Vec<usize>],
+    stamp: &mut [u32],
+    id: u32,
+    keep: impl Fn(usize) -> bool,
+) -> Vec<usize> {
+    let mut out = Vec::new();
+    for list in lists {
+        for &i in list {
+            if stamp[i] != id && keep(i) {
+                stamp[i] = id;
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
 /// Heap placement of `problem` in `direction`; returns offsets per buffer.
 pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
     let n = problem.buffers.len();
@@ -145,9 +165,10 @@ pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
     let mut stamp_id = 0u32;
     // Buffers live at each step (for finding new candidates).
     let mut live_at: Vec<Vec<usize>> = vec![Vec::new(); steps];
-    for (i, b) in bufs.iter().enumerate() {
-        for s in b.first..=b.last.min(steps - 1) {
-            live_at[s].push(i);
+    let span = |i: usize| bufs[i].first..=bufs[i].last.min(steps - 1);
+    for i in 0..n {
+        for list in &mut live_at[span(i)] {
+            list.push(i);
         }
     }
     // Time key: closer to the seed first.
@@ -185,15 +206,7 @@ pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
         // Place c.
         let fit = {
             stamp_id += 1;
-            let mut others = Vec::new();
-            for s in bufs[c].first..=bufs[c].last.min(steps - 1) {
-                for &p in &at_step[s] {
-                    if stamp[p] != stamp_id {
-                        stamp[p] = stamp_id;
-                        others.push(p);
-                    }
-                }
-            }
+            let others = distinct(&at_step[span(c)], &mut stamp, stamp_id, |_| true);
             lowest_fit(
                 bufs[c].size,
                 problem.alignment,
@@ -212,31 +225,15 @@ pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
         if let Some(k) = key_of[c].take() {
             queue.remove(&k);
         }
-        for s in bufs[c].first..=bufs[c].last.min(steps - 1) {
-            at_step[s].push(c);
+        for list in &mut at_step[span(c)] {
+            list.push(c);
         }
         // Re-evaluate unplaced buffers live together with c.
         stamp_id += 1;
-        let mut touched = Vec::new();
-        for s in bufs[c].first..=bufs[c].last.min(steps - 1) {
-            for &u in &live_at[s] {
-                if !placed[u] && stamp[u] != stamp_id {
-                    stamp[u] = stamp_id;
-                    touched.push(u);
-                }
-            }
-        }
+        let touched = distinct(&live_at[span(c)], &mut stamp, stamp_id, |u| !placed[u]);
         for u in touched {
             stamp_id += 1;
-            let mut others = Vec::new();
-            for s in bufs[u].first..=bufs[u].last.min(steps - 1) {
-                for &p in &at_step[s] {
-                    if stamp[p] != stamp_id {
-                        stamp[p] = stamp_id;
-                        others.push(p);
-                    }
-                }
-            }
+            let others = distinct(&at_step[span(u)], &mut stamp, stamp_id, |_| true);
             let fit = lowest_fit(
                 bufs[u].size,
                 problem.alignment,
@@ -287,10 +284,7 @@ pub(crate) fn best_heap(
             let dir_name = dir.name(&problem, model);
             let mut plan = problem.plan(model, planner, &overlaps.method, name, &offsets);
             plan.note = Some(format!("{name} order, {dir_name}"));
-            if best
-                .as_ref()
-                .map_or(true, |b| plan.peak_bytes < b.peak_bytes)
-            {
+            if best.as_ref().is_none_or(|b| plan.peak_bytes < b.peak_bytes) {
                 best = Some(plan);
             }
         }

@@ -418,12 +418,13 @@ impl Problem {
             .filter_map(|p| {
                 let (i, o) = (&self.buffers[p.input], &self.buffers[p.output]);
                 let (io, oo) = (offsets[p.input], offsets[p.output]);
-                let overlap = (oo + o.size).min(io + i.size).saturating_sub(oo.max(io));
-                (overlap > 0).then(|| UsedOverlap {
+                let (ib, ob) = (model.tensors[i.tensor].bytes, model.tensors[o.tensor].bytes);
+                let shared = (oo + ob).min(io + ib).saturating_sub(oo.max(io));
+                (shared > 0).then(|| UsedOverlap {
                     op: p.op,
                     input: i.tensor,
                     output: o.tensor,
-                    bytes: (oo + model.tensors[o.tensor].bytes).saturating_sub(io),
+                    bytes: (oo + ob).saturating_sub(io),
                     safe_bytes: p.safe,
                 })
             })

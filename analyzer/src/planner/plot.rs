@@ -74,7 +74,7 @@ pub fn plot_plans(model: &Model, plans: &[Plan], path: &Path) -> Result<()> {
         return Err(anyhow!("no applicable plan to draw"));
     }
     let svg = output_kind(path)?;
-    let size = (520 * plans.len() as u32, 720u32);
+    let size = (560 * plans.len() as u32, 760u32);
     render_atomically(path, |tmp| {
         if svg {
             let root = SVGBackend::new(tmp, size).into_drawing_area();
@@ -96,14 +96,10 @@ fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let max_peak = plans
-        .iter()
-        .filter_map(|p| p.peak_bytes)
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    // Each panel on its own scale: a linear plan would squash the others.
     for (plan, area) in plans.iter().zip(root.split_evenly((1, plans.len()))) {
-        draw_plan(model, plan, max_peak, &area)?;
+        let x_max = plan.peak_bytes.unwrap_or(1).max(1);
+        draw_plan(model, plan, x_max, &area)?;
     }
     Ok(())
 }
@@ -131,7 +127,7 @@ fn draw_plan<DB: DrawingBackend>(
         .margin(10)
         .x_label_area_size(36)
         .y_label_area_size(44)
-        .build_cartesian_2d(0f64..x_max_k * 1.02, steps..0f64)
+        .build_cartesian_2d(0f64..x_max_k * 1.04, steps..0f64)
         .map_err(err)?;
     chart
         .configure_mesh()

@@ -116,8 +116,8 @@ pub fn validate(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), S
     // Pairwise check, step by step over data ranges sorted by start.
     let mut live_at: Vec<Vec<usize>> = vec![Vec::new(); steps.max(1)];
     for (i, p) in plan.tensors.iter().enumerate() {
-        for s in p.first_op..=p.last_op.min(steps.max(1) - 1) {
-            live_at[s].push(i);
+        for list in &mut live_at[p.first_op..=p.last_op.min(steps.max(1) - 1)] {
+            list.push(i);
         }
     }
     for (s, live) in live_at.iter_mut().enumerate() {
