@@ -425,6 +425,9 @@ impl LayerSpec {
         let mut dtype = Dtype::F32;
         let mut input = None;
         let mut filter = None;
+        // Pool filters may be written KHxKW; only then is [1, 1, KH, KW]
+        // re-read as [1, KH, KW, 1] (a printed 1x1xKWx1 must stay as it is).
+        let mut filter_2d = false;
         let mut stride = (1, 1);
         let mut dilation = (1, 1);
         let mut padding = Padding::Same;
@@ -441,7 +444,10 @@ impl LayerSpec {
                 "op" => op = Some(value.parse::<Op>()?),
                 "dtype" => dtype = value.parse()?,
                 "input" => input = Some(parse_shape(key, value)?),
-                "filter" => filter = Some(parse_shape(key, value)?),
+                "filter" => {
+                    filter = Some(parse_shape(key, value)?);
+                    filter_2d = value.split('x').count() == 2;
+                }
                 "output" => claimed_output = Some(parse_shape(key, value)?),
                 "stride" => stride = parse_pair(key, value)?,
                 "dilation" => dilation = parse_pair(key, value)?,
@@ -481,7 +487,9 @@ impl LayerSpec {
         let input = input.ok_or_else(|| SpecError::new("missing input=NxHxWxC"))?;
         // Pools may be given as KHxKW.
         let filter = match (op, filter) {
-            (Op::MaxPool | Op::AveragePool, Some([1, 1, kh, kw])) => Some([1, kh, kw, 1]),
+            (Op::MaxPool | Op::AveragePool, Some([1, 1, kh, kw])) if filter_2d => {
+                Some([1, kh, kw, 1])
+            }
             (_, f) => f,
         };
         let spec = LayerSpec::new(LayerSpecBuilder {
@@ -666,6 +674,14 @@ mod tests {
         let s = LayerSpec::parse("op=max_pool,input=1x8x8x4,filter=3x3").unwrap();
         assert_eq!(s.pad, (1, 1));
         assert_eq!(s.output, [1, 8, 8, 4]);
+    }
+
+    #[test]
+    fn printed_pool_filters_with_one_row_parse_back() {
+        let s = LayerSpec::parse("op=max_pool,input=1x10x7x6,filter=1x3,padding=same").unwrap();
+        assert_eq!(s.filter, [1, 1, 3, 1]);
+        assert_eq!(s.to_string().matches("filter=1x1x3x1").count(), 1);
+        assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s);
     }
 
     #[test]

@@ -2,5 +2,6 @@
 pub mod algorithmic;
 pub mod analytic;
 pub mod check;
+pub mod configs;
 pub mod empirical;
 pub mod timeline;

@@ -1,0 +1,372 @@
+//! Layer configurations for sweeps (`memtrace validate`, `memtrace table`):
+//! seeded random configurations of one op, a brace-expanded grid, and a
+//! rough instruction-count model that keeps every random configuration small.
+//!
+//! Random configurations vary everything the O_s depends on — batch, odd and
+//! non-square spatial shapes, channel counts, window shapes, strides and
+//! dilations per axis (no dilation for pools: TFLM pools have none), `same`
+//! and `valid` padding, depth multipliers, fully connected batch/units/depth
+//! and matmul M/K/N — and the activation, which must not matter. The `i`-th
+//! configuration of a (seed, op, dtype) stream does not depend on how many
+//! are drawn, so `--configs 10` is a prefix of `--configs 200`.
+
+use memtrace_tracer::spec::{
+    Activation, Dtype, LayerSpec, LayerSpecBuilder, Op, Padding, SpecError,
+};
+
+/// Default cap on [`estimated_instructions`] of a random configuration.
+pub const DEFAULT_BUDGET: u64 = 3_000_000;
+
+/// splitmix64.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u32, hi: u32) -> u32 {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as u32
+    }
+    pub fn chance(&mut self, percent: u32) -> bool {
+        self.range(0, 99) < percent
+    }
+    /// One of `items`, weighted.
+    fn weighted<T: Copy>(&mut self, items: &[(u32, T)]) -> T {
+        let total: u32 = items.iter().map(|(w, _)| w).sum();
+        let mut pick = self.range(0, total - 1);
+        for &(w, v) in items {
+            if pick < w {
+                return v;
+            }
+            pick -= w;
+        }
+        items[items.len() - 1].1
+    }
+}
+
+/// A spatial extent: mostly small, sometimes 1, sometimes larger.
+fn extent(rng: &mut Rng, max: u32) -> u32 {
+    match rng.range(0, 9) {
+        0 => rng.range(1, 3),
+        1..=6 => rng.range(3, 12.min(max)),
+        _ => rng.range(8.min(max), max),
+    }
+}
+
+fn stride(rng: &mut Rng) -> u32 {
+    rng.weighted(&[(55, 1), (35, 2), (10, 3)])
+}
+
+fn activation(rng: &mut Rng) -> Activation {
+    rng.weighted(&[
+        (50, Activation::None),
+        (25, Activation::Relu),
+        (25, Activation::Relu6),
+    ])
+}
+
+/// Rough Cortex-M4 instruction count of the suite running `spec` (data
+/// generation included), used only to keep random configurations small.
+pub fn estimated_instructions(spec: &LayerSpec) -> u64 {
+    let p = |s: &[u32]| s.iter().map(|&d| d as u64).product::<u64>();
+    let out = p(&spec.output);
+    let input = p(&spec.input);
+    let filter = p(&spec.filter);
+    let fill = 15 * (input + out + filter) + 5_000;
+    let window = spec.filter[1] as u64 * spec.filter[2] as u64;
+    let work = match spec.op {
+        Op::Conv2d => out * (60 + 45 * window * spec.input[3] as u64),
+        Op::DepthwiseConv2d => out * (60 + 45 * window),
+        Op::MaxPool | Op::AveragePool => out * (60 + 30 * window),
+        Op::FullyConnected => out * (60 + 35 * spec.filter[3] as u64),
+        Op::Add | Op::Relu => out * 40,
+        Op::Matmul => out * (20 + 35 * spec.input[3] as u64),
+    };
+    fill + work
+}
+
+/// One random configuration of `op` whose [`estimated_instructions`] is at
+/// most `budget`.
+pub fn random_config(rng: &mut Rng, op: Op, dtype: Dtype, budget: u64) -> LayerSpec {
+    loop {
+        if let Ok(spec) = draw(rng, op, dtype) {
+            if estimated_instructions(&spec) <= budget {
+                return spec;
+            }
+        }
+    }
+}
+
+fn draw(rng: &mut Rng, op: Op, dtype: Dtype) -> Result<LayerSpec, SpecError> {
+    let n = if rng.chance(12) { 2 } else { 1 };
+    let padding = if rng.chance(50) {
+        Padding::Same
+    } else {
+        Padding::Valid
+    };
+    let act = activation(rng);
+    let windowed = |rng: &mut Rng, c: u32, dilate: bool| {
+        let (h, w) = (extent(rng, 24), extent(rng, 24));
+        let mut b = LayerSpecBuilder::new(op, dtype, [n, h, w, c])
+            .stride(stride(rng), stride(rng))
+            .padding(padding)
+            .activation(act);
+        if dilate && rng.chance(25) {
+            b = b.dilation(rng.range(1, 3), rng.range(1, 3));
+        }
+        b
+    };
+    let b = match op {
+        Op::Conv2d => {
+            let c = rng.weighted(&[(30, 1), (50, 3), (20, 8)]);
+            let c = rng.range(1, c);
+            windowed(rng, c, true).filter([rng.range(1, 8), rng.range(1, 5), rng.range(1, 5), c])
+        }
+        Op::DepthwiseConv2d => {
+            let c = rng.range(1, 12);
+            let m = rng.weighted(&[(60, 1), (30, 2), (10, 3)]);
+            windowed(rng, c, true).depth_multiplier(m).filter([
+                1,
+                rng.range(1, 5),
+                rng.range(1, 5),
+                c * m,
+            ])
+        }
+        Op::MaxPool | Op::AveragePool => {
+            let c = rng.range(1, 16);
+            windowed(rng, c, false).filter([1, rng.range(1, 4), rng.range(1, 4), 1])
+        }
+        Op::FullyConnected => {
+            let depth = rng.weighted(&[(20, 4), (50, 32), (30, 96)]);
+            let depth = rng.range(1, depth);
+            let units = rng.range(1, 40);
+            // batches = N·H·W: mostly one row, sometimes a 4-D input
+            let input = if rng.chance(25) {
+                [rng.range(1, 2), rng.range(1, 2), rng.range(1, 3), depth]
+            } else {
+                [1, 1, rng.range(1, 6), depth]
+            };
+            LayerSpecBuilder::new(op, dtype, input)
+                .filter([1, 1, units, depth])
+                .activation(act)
+        }
+        Op::Add | Op::Relu => {
+            let shape = [n, extent(rng, 20), extent(rng, 20), rng.range(1, 12)];
+            let b = LayerSpecBuilder::new(op, dtype, shape);
+            if op == Op::Add {
+                b.activation(act)
+            } else {
+                b
+            }
+        }
+        Op::Matmul => {
+            let (m, k, nn) = (rng.range(1, 16), rng.range(1, 16), rng.range(1, 16));
+            LayerSpecBuilder::new(op, dtype, [1, 1, m, k]).filter([1, 1, k, nn])
+        }
+    };
+    b.build()
+}
+
+/// The `count` first random configurations of the (seed, op, dtype) stream.
+pub fn random_configs(
+    op: Op,
+    dtype: Dtype,
+    count: usize,
+    seed: u64,
+    budget: u64,
+) -> Vec<LayerSpec> {
+    let stream = seed
+        ^ ((op.job_code() as u64) << 40)
+        ^ ((dtype.job_code() as u64) << 48)
+        ^ 0x6D65_6D74_7261_6365; // "memtrace"
+    let mut rng = Rng::new(stream);
+    (0..count)
+        .map(|_| random_config(&mut rng, op, dtype, budget))
+        .collect()
+}
+
+/// Expands `{a,b,c}` alternatives and `{lo..hi}` integer ranges (inclusive),
+/// left to right, into every combination: `input=1x{8,9}x{4..5}x3` gives four
+/// texts. Text without braces is returned as is.
+pub fn expand_grid(text: &str) -> Result<Vec<String>, String> {
+    let Some(open) = text.find('{') else {
+        if text.contains('}') {
+            return Err(format!("`{text}`: `}}` without `{{`"));
+        }
+        return Ok(vec![text.to_owned()]);
+    };
+    let close = text[open..]
+        .find('}')
+        .map(|c| open + c)
+        .ok_or_else(|| format!("`{text}`: `{{` without `}}`"))?;
+    let inner = &text[open + 1..close];
+    if inner.contains('{') {
+        return Err(format!("`{text}`: nested braces are not supported"));
+    }
+    let choices: Vec<String> = match inner.split_once("..") {
+        Some((lo, hi)) if !inner.contains(',') => {
+            let lo: u64 = lo
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{{{inner}}}`: not an integer range"))?;
+            let hi: u64 = hi
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{{{inner}}}`: not an integer range"))?;
+            if lo > hi || hi - lo > 10_000 {
+                return Err(format!("`{{{inner}}}`: empty or huge range"));
+            }
+            (lo..=hi).map(|v| v.to_string()).collect()
+        }
+        _ => inner.split(',').map(|s| s.trim().to_owned()).collect(),
+    };
+    let rest = expand_grid(&text[close + 1..])?;
+    let mut out = Vec::with_capacity(choices.len() * rest.len());
+    for c in &choices {
+        for r in &rest {
+            out.push(format!("{}{c}{r}", &text[..open]));
+        }
+    }
+    if out.len() > 100_000 {
+        return Err(format!(
+            "`{text}` expands to more than 100 000 configurations"
+        ));
+    }
+    Ok(out)
+}
+
+/// Specs of a configs file: one spec per line (grids allowed), `#` comments
+/// and blank lines ignored. Errors name the line.
+pub fn parse_configs_file(text: &str) -> Result<Vec<LayerSpec>, String> {
+    let mut specs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        for t in expand_grid(line).map_err(|e| format!("line {}: {e}", i + 1))? {
+            specs.push(LayerSpec::parse(&t).map_err(|e| format!("line {}: `{t}`: {e}", i + 1))?);
+        }
+    }
+    Ok(specs)
+}
+
+/// A compact one-line description for tables, e.g.
+/// `conv2d int8 1x9x7x3 f5x3x3x3 s2x1 d1x1 valid`.
+pub fn short_text(spec: &LayerSpec) -> String {
+    let shape = |s: &[u32; 4]| s.map(|d| d.to_string()).join("x");
+    let mut t = format!(
+        "{} {} {}",
+        spec.op.name(),
+        spec.dtype.name(),
+        shape(&spec.input)
+    );
+    match spec.op {
+        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+            let f = if matches!(spec.op, Op::MaxPool | Op::AveragePool) {
+                format!("{}x{}", spec.filter[1], spec.filter[2])
+            } else {
+                shape(&spec.filter)
+            };
+            t += &format!(
+                " f{f} s{}x{} d{}x{} {}",
+                spec.stride.0,
+                spec.stride.1,
+                spec.dilation.0,
+                spec.dilation.1,
+                match spec.padding {
+                    Padding::Same => "same",
+                    Padding::Valid => "valid",
+                }
+            );
+            if spec.depth_multiplier != 1 {
+                t += &format!(" m{}", spec.depth_multiplier);
+            }
+        }
+        Op::FullyConnected | Op::Matmul => t += &format!(" f{}", shape(&spec.filter)),
+        Op::Add | Op::Relu => {}
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_configs_are_valid_small_and_prefix_stable() {
+        for op in Op::ALL {
+            for dtype in [Dtype::F32, Dtype::Int8] {
+                let a = random_configs(op, dtype, 300, 7, DEFAULT_BUDGET);
+                let b = random_configs(op, dtype, 20, 7, DEFAULT_BUDGET);
+                assert_eq!(&a[..20], &b[..]);
+                assert!(a.iter().all(|s| s.op == op && s.dtype == dtype));
+                assert!(a
+                    .iter()
+                    .all(|s| estimated_instructions(s) <= DEFAULT_BUDGET));
+                assert!(a
+                    .iter()
+                    .all(|s| LayerSpec::parse(&s.to_string()).as_ref() == Ok(s)));
+                let distinct: std::collections::HashSet<_> = a.iter().collect();
+                assert!(distinct.len() > 150, "{op} {dtype:?}: {}", distinct.len());
+                if matches!(
+                    op,
+                    Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool
+                ) {
+                    assert!(a.iter().any(|s| s.stride.0 != s.stride.1));
+                    assert!(a.iter().any(|s| s.input[1] != s.input[2]));
+                    assert!(a.iter().any(|s| s.padding == Padding::Valid));
+                    assert!(a.iter().any(|s| s.input[0] == 2));
+                    let dilated = a.iter().any(|s| s.dilation != (1, 1));
+                    assert_eq!(dilated, op != Op::MaxPool && op != Op::AveragePool);
+                }
+                if op == Op::DepthwiseConv2d {
+                    assert!(a.iter().any(|s| s.depth_multiplier > 1));
+                }
+            }
+        }
+        assert_ne!(
+            random_configs(Op::Conv2d, Dtype::F32, 5, 1, DEFAULT_BUDGET),
+            random_configs(Op::Conv2d, Dtype::F32, 5, 2, DEFAULT_BUDGET)
+        );
+    }
+
+    #[test]
+    fn grids_expand_left_to_right() {
+        assert_eq!(
+            expand_grid("a{1,2}b{3..4}").unwrap(),
+            vec!["a1b3", "a1b4", "a2b3", "a2b4"]
+        );
+        assert_eq!(expand_grid("plain").unwrap(), vec!["plain"]);
+        assert!(expand_grid("a{1,2").is_err());
+        assert!(expand_grid("a{x..2}").is_err());
+        let specs = parse_configs_file(
+            "# comment\nop=relu,input=1x{2,3}x4x1\n\nop=max_pool,input=1x8x8x2,filter=2x2 # trailing\n",
+        )
+        .unwrap();
+        assert_eq!(specs.len(), 3);
+        let e = parse_configs_file("op=relu,input=1x2\nop=conv9,input=1").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+    }
+
+    #[test]
+    fn short_text_names_the_geometry() {
+        let s = LayerSpec::parse(
+            "op=depthwise_conv2d,dtype=int8,input=1x9x7x3,filter=1x3x3x6,depth_multiplier=2,stride=2x1,padding=valid",
+        )
+        .unwrap();
+        assert_eq!(
+            short_text(&s),
+            "depthwise_conv2d int8 1x9x7x3 f1x3x3x6 s2x1 d1x1 valid m2"
+        );
+    }
+}
