@@ -601,6 +601,14 @@ impl Model {
     }
 }
 
+/// Loads `MODEL.tflite` or `zoo:NAME` (the CLI's model argument).
+pub fn load(arg: &str) -> Result<Model, ModelError> {
+    match arg.strip_prefix("zoo:") {
+        Some(name) => zoo::build(name).map_err(ModelError::Invalid),
+        None => tflite::import_file(std::path::Path::new(arg)),
+    }
+}
+
 /// A shape as 4-D NHWC (rank ≤ 4, left-padded with 1s).
 pub fn shape4(shape: &[u32]) -> Option<[u32; 4]> {
     if shape.len() > 4 {

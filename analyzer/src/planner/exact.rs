@@ -28,6 +28,17 @@ use crate::model::order::{self, OrderKind};
 use crate::model::Model;
 use crate::planner::Overlaps;
 
+/// Searches stop being attempted beyond this many colliding pairs (the
+/// depth of the search's recursion).
+const MAX_CONFLICTS: usize = 4000;
+
+fn colliding_pairs(problem: &Problem) -> usize {
+    let n = problem.buffers.len();
+    (0..n)
+        .map(|a| (a + 1..n).filter(|&b| problem.conflict(a, b)).count())
+        .sum()
+}
+
 struct Search<'a> {
     problem: &'a Problem,
     /// Edge weight a → b if b goes above a (None: no conflict).
@@ -219,6 +230,11 @@ pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
                 "{name}: {} tensors > {} searched",
                 problem.buffers.len(),
                 opts.exact_max_tensors
+            ));
+            false
+        } else if colliding_pairs(&problem) > MAX_CONFLICTS {
+            notes.push(format!(
+                "{name}: more than {MAX_CONFLICTS} colliding pairs, not searched"
             ));
             false
         } else {

@@ -458,9 +458,16 @@ impl Problem {
 }
 
 /// A "not applicable" plan.
-pub(crate) fn not_applicable(model: &Model, planner: &str, overlap: &str, reason: String) -> Plan {
+pub(crate) fn not_applicable(
+    model: &Model,
+    planner: &str,
+    overlaps: &Overlaps,
+    alignment: u64,
+    reason: String,
+) -> Plan {
     let order: Vec<usize> = (0..model.ops.len()).collect();
-    let lb = Problem::new(model, &order, &Overlaps::none(model), 1).lower_bound();
+    let lb = Problem::new(model, &order, overlaps, alignment).lower_bound();
+    let overlap = overlaps.method.as_str();
     Plan {
         planner: planner.to_string(),
         overlap: overlap.to_string(),

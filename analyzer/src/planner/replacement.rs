@@ -26,7 +26,8 @@ pub fn replacement(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Pl
         return not_applicable(
             model,
             "replacement",
-            &overlaps.method,
+            overlaps,
+            opts.alignment,
             format!("needs a sequential model: {reason}"),
         );
     }

@@ -166,6 +166,15 @@ impl Comparison {
         out
     }
 
+    /// The applicable plan with the smallest peak (the first one on ties):
+    /// what `--emit-offline` writes when no planner is named.
+    pub fn best_plan(&self) -> Option<&Plan> {
+        self.plans
+            .iter()
+            .filter(|p| p.peak_bytes.is_some())
+            .min_by_key(|p| p.peak_bytes)
+    }
+
     /// The plan of `planner` with `overlap` source, if present.
     pub fn plan(&self, planner: &str, overlap: &str) -> Option<&Plan> {
         self.plans

@@ -568,3 +568,31 @@ fn print_table_three_algorithmic() {
         plot::plot_comparison(&m, &c, &dir.join(format!("{name}.png"))).unwrap();
     }
 }
+
+#[test]
+#[ignore]
+fn print_markdown_rows() {
+    let mut models: Vec<Model> = TABLE_III.iter().map(|r| zoo::build(r.0).unwrap()).collect();
+    models.extend(REAL_MODELS.iter().map(|n| real_model(n)));
+    for m in &models {
+        for method in [OverlapMethod::Analytic, OverlapMethod::Algorithmic] {
+            let ov = Overlaps::compute(m, &method);
+            let c = report::compare_all(m, &ov, &opts()).unwrap();
+            let cells: Vec<String> = c
+                .plans
+                .iter()
+                .map(|p| match p.peak_bytes {
+                    Some(b) => format!("{b}"),
+                    None => "n/a".into(),
+                })
+                .collect();
+            eprintln!(
+                "| {} | {} | {} | {} |",
+                m.name,
+                ov.method,
+                c.lower_bound_bytes,
+                cells.join(" | ")
+            );
+        }
+    }
+}
