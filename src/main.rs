@@ -21,6 +21,14 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Measure tracing overhead against plain Unicorn and Valgrind.
     Bench(cmd::bench::BenchArgs),
+    /// Sweep layer configurations through a compiled kernel and check the
+    /// analytic and algorithmic O_s against the traces.
+    Validate(cmd::validate::ValidateArgs),
+    /// Write an O_s baseline table of a kernel binary (for `regress`).
+    Table(cmd::table::TableArgs),
+    /// Compare a kernel binary's O_s against a baseline table; exit 1 when
+    /// any layer's safe overlap shrank.
+    Regress(cmd::regress::RegressArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,6 +36,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => cmd::run::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
+        Command::Table(args) => cmd::table::run(args),
+        Command::Regress(args) => cmd::regress::run(args),
     };
     match result {
         Ok(code) => code,

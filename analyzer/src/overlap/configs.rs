@@ -115,7 +115,7 @@ fn draw(rng: &mut Rng, op: Op, dtype: Dtype) -> Result<LayerSpec, SpecError> {
     };
     let act = activation(rng);
     let windowed = |rng: &mut Rng, c: u32, dilate: bool| {
-        let (h, w) = (extent(rng, 24), extent(rng, 24));
+        let (h, w) = (extent(rng, 32), extent(rng, 32));
         let mut b = LayerSpecBuilder::new(op, dtype, [n, h, w, c])
             .stride(stride(rng), stride(rng))
             .padding(padding)

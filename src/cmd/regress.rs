@@ -1,0 +1,381 @@
+//! `memtrace regress`: re-trace the layers and configurations of an O_s
+//! baseline (`memtrace table`) with another build of the kernel library and
+//! report, per row, whether its safe overlap shrank, grew or stayed.
+//!
+//! A shrunk traced O_s (monotone or exact) means a memory plan built on the
+//! baseline value now overlaps buffers the new kernel still reads: the run
+//! exits with status 1 and names every such layer. A baseline layer the new
+//! binary no longer runs, or a configuration it can no longer trace, also
+//! fails (its safety is unknown).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Result};
+use clap::{Args, ValueEnum};
+use memtrace_analyzer::output::write_atomically;
+use memtrace_tracer::{ElfImage, LayerSpec};
+use serde::Serialize;
+
+use super::common::check_writable;
+use super::sweep::{trace_builtin, trace_specs, Row};
+use super::table::{Baseline, BaselineRow};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Markdown,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct RegressArgs {
+    /// Baseline written by `memtrace table`.
+    pub baseline: PathBuf,
+    /// The new build of the kernel binary.
+    pub elf: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Markdown)]
+    pub format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long, value_name = "REPORT")]
+    pub out: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Stop a guest that runs longer than this many instructions.
+    #[arg(long, default_value_t = 2_000_000_000, value_name = "N")]
+    pub max_instructions: u64,
+}
+
+/// What happened to one baseline row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Traced monotone or exact O_s is smaller: plans on the old value are unsafe.
+    Shrank,
+    /// Larger (and nothing smaller): old plans stay safe, memory is left unused.
+    Grew,
+    Same,
+    /// A built-in layer the new binary does not run.
+    Missing,
+    /// The configuration could not be traced.
+    Error,
+}
+
+impl Status {
+    fn fails(self) -> bool {
+        matches!(self, Status::Shrank | Status::Missing | Status::Error)
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Status::Shrank => "SHRANK",
+            Status::Grew => "grew",
+            Status::Same => "same",
+            Status::Missing => "MISSING",
+            Status::Error => "ERROR",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Values {
+    exact_bytes: Option<u64>,
+    monotone_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Comparison {
+    name: String,
+    source: String,
+    op: String,
+    spec: String,
+    status: Status,
+    old: Values,
+    new: Option<Values>,
+    /// new − old monotone O_s, bytes.
+    monotone_delta: Option<i64>,
+    exact_delta: Option<i64>,
+    /// The analytic bound of the spec exceeds the new traced monotone value.
+    analytic_now_unsafe: bool,
+    note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+struct Counts {
+    rows: usize,
+    shrank: usize,
+    grew: usize,
+    same: usize,
+    missing: usize,
+    errors: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Report {
+    baseline: String,
+    baseline_elf: String,
+    baseline_arch: String,
+    elf: String,
+    arch: String,
+    passed: bool,
+    counts: Counts,
+    rows: Vec<Comparison>,
+}
+
+fn delta(new: Option<u64>, old: Option<u64>) -> Option<i64> {
+    Some(new? as i64 - old? as i64)
+}
+
+fn compare(old: &BaselineRow, new: Option<&Row>) -> Comparison {
+    let mut c = Comparison {
+        name: old.name.clone(),
+        source: old.source.clone(),
+        op: old.op.clone(),
+        spec: old.spec.clone(),
+        status: Status::Same,
+        old: Values {
+            exact_bytes: old.exact_bytes,
+            monotone_bytes: old.monotone_bytes,
+        },
+        new: None,
+        monotone_delta: None,
+        exact_delta: None,
+        analytic_now_unsafe: false,
+        note: None,
+    };
+    let Some(new) = new else {
+        c.status = Status::Missing;
+        c.note = Some("the new binary does not run this layer".into());
+        return c;
+    };
+    if let Some(e) = &new.error {
+        c.status = Status::Error;
+        c.note = Some(e.clone());
+        return c;
+    }
+    c.new = Some(Values {
+        exact_bytes: new.exact_bytes,
+        monotone_bytes: new.monotone_bytes,
+    });
+    c.monotone_delta = delta(new.monotone_bytes, old.monotone_bytes);
+    c.exact_delta = delta(new.exact_bytes, old.exact_bytes);
+    let deltas = [c.monotone_delta, c.exact_delta];
+    c.status = if deltas.iter().flatten().any(|&d| d < 0) {
+        Status::Shrank
+    } else if deltas.iter().flatten().any(|&d| d > 0) {
+        Status::Grew
+    } else {
+        Status::Same
+    };
+    if new.spec != old.spec {
+        c.note = Some(format!("the layer's spec changed to `{}`", new.spec));
+    }
+    c.analytic_now_unsafe = matches!(
+        (new.analytic_bytes, new.monotone_bytes),
+        (Some(a), Some(m)) if a > m
+    );
+    c
+}
+
+pub fn run(args: RegressArgs) -> Result<ExitCode> {
+    if let Some(out) = &args.out {
+        check_writable(out)?;
+    }
+    let baseline = Baseline::load(&args.baseline)?;
+    let image = ElfImage::load(&args.elf)?;
+    if image.arch.name() != baseline.arch {
+        eprintln!(
+            "WARNING: the baseline was traced on {} and {} is {}",
+            baseline.arch,
+            args.elf.display(),
+            image.arch.name()
+        );
+    }
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    // Built-in layers: one run of the binary without a job.
+    let builtin: HashMap<String, Row> = if baseline.rows.iter().any(|r| r.source == "builtin") {
+        trace_builtin(&image, args.max_instructions)?
+            .into_iter()
+            .map(|r| (r.name.clone(), r))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    // Job rows: re-traced from their spec text.
+    let jobs: Vec<&BaselineRow> = baseline.rows.iter().filter(|r| r.source == "job").collect();
+    let specs = jobs
+        .iter()
+        .map(|r| {
+            LayerSpec::parse(&r.spec)
+                .map_err(|e| anyhow!("baseline row `{}`: bad spec `{}`: {e}", r.name, r.spec))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let names: Vec<String> = jobs.iter().map(|r| r.name.clone()).collect();
+    let traced = trace_specs(
+        &image,
+        &specs,
+        &names,
+        baseline.seed as u32,
+        threads,
+        args.max_instructions,
+    );
+    let traced: HashMap<&str, &Row> = jobs
+        .iter()
+        .map(|r| r.name.as_str())
+        .zip(traced.iter())
+        .collect();
+    let rows: Vec<Comparison> = baseline
+        .rows
+        .iter()
+        .map(|old| {
+            let new = if old.source == "builtin" {
+                builtin.get(&old.name)
+            } else {
+                traced.get(old.name.as_str()).copied()
+            };
+            compare(old, new)
+        })
+        .collect();
+    let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
+    let counts = Counts {
+        rows: rows.len(),
+        shrank: count(Status::Shrank),
+        grew: count(Status::Grew),
+        same: count(Status::Same),
+        missing: count(Status::Missing),
+        errors: count(Status::Error),
+    };
+    let report = Report {
+        baseline: args.baseline.display().to_string(),
+        baseline_elf: baseline.elf.clone(),
+        baseline_arch: baseline.arch.clone(),
+        elf: args.elf.display().to_string(),
+        arch: image.arch.name().to_owned(),
+        passed: !rows.iter().any(|r| r.status.fails()),
+        counts,
+        rows,
+    };
+    let text = match args.format {
+        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+        Format::Markdown => markdown(&report),
+    };
+    match &args.out {
+        Some(path) => {
+            write_atomically(path, |w| Ok(std::io::Write::write_all(w, text.as_bytes())?))?
+        }
+        None => print!("{text}"),
+    }
+    for r in report.rows.iter().filter(|r| r.status.fails()) {
+        eprintln!(
+            "{} {} ({}): monotone {} -> {}, exact {} -> {}{}",
+            r.status.name(),
+            r.name,
+            r.spec,
+            show(r.old.monotone_bytes),
+            show(r.new.as_ref().and_then(|v| v.monotone_bytes)),
+            show(r.old.exact_bytes),
+            show(r.new.as_ref().and_then(|v| v.exact_bytes)),
+            r.note
+                .as_ref()
+                .map_or_else(String::new, |n| format!(" — {n}"))
+        );
+    }
+    let c = &report.counts;
+    eprintln!(
+        "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors — {}",
+        c.rows,
+        c.shrank,
+        c.grew,
+        c.same,
+        c.missing,
+        c.errors,
+        if report.passed { "PASS" } else { "FAIL" }
+    );
+    Ok(if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn show(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn signed(v: Option<i64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:+}"))
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let c = &r.counts;
+    let _ = writeln!(s, "# memtrace regress: O_s of `{}`\n", r.elf);
+    let _ = writeln!(
+        s,
+        "Baseline `{}` (traced from `{}`, {}); new binary `{}` ({}).\n",
+        r.baseline, r.baseline_elf, r.baseline_arch, r.elf, r.arch
+    );
+    if r.passed {
+        let _ = writeln!(
+            s,
+            "**PASS** — no safe overlap shrank: {} rows, {} grew, {} same.\n",
+            c.rows, c.grew, c.same
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "**FAIL** — {} of {} rows shrank (memory plans built on the baseline O_s are unsafe for them), {} missing, {} could not be traced; {} grew, {} same.\n",
+            c.shrank, c.rows, c.missing, c.errors, c.grew, c.same
+        );
+    }
+    let section = |s: &mut String, title: &str, rows: Vec<&Comparison>| {
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "## {title} ({})\n", rows.len());
+        let _ = writeln!(
+            s,
+            "| layer / config | spec | monotone O_s B (old → new) | Δ | exact O_s B (old → new) | Δ | note |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        for r in rows {
+            let new = r.new.as_ref();
+            let mut note = r.note.clone().unwrap_or_default();
+            if r.analytic_now_unsafe {
+                if !note.is_empty() {
+                    note.push_str("; ");
+                }
+                note.push_str("analytic bound now above the traced value");
+            }
+            let _ = writeln!(
+                s,
+                "| {} | `{}` | {} → {} | {} | {} → {} | {} | {} |",
+                r.name,
+                r.spec,
+                show(r.old.monotone_bytes),
+                show(new.and_then(|v| v.monotone_bytes)),
+                signed(r.monotone_delta),
+                show(r.old.exact_bytes),
+                show(new.and_then(|v| v.exact_bytes)),
+                signed(r.exact_delta),
+                note
+            );
+        }
+        let _ = writeln!(s);
+    };
+    let of = |st: Status| r.rows.iter().filter(|x| x.status == st).collect::<Vec<_>>();
+    section(
+        &mut s,
+        "Shrank — unsafe for existing plans",
+        of(Status::Shrank),
+    );
+    section(&mut s, "Missing from the new binary", of(Status::Missing));
+    section(&mut s, "Could not be traced", of(Status::Error));
+    section(&mut s, "Grew", of(Status::Grew));
+    section(&mut s, "Unchanged", of(Status::Same));
+    s
+}

@@ -1,0 +1,433 @@
+//! The engine behind `memtrace validate`, `memtrace table` and
+//! `memtrace regress`: choose layer configurations, trace each through the
+//! compiled kernel via the job mailbox on all cores, and turn every traced
+//! layer into a [`Row`] with its four O_s values and its cross-checks.
+//!
+//! Each worker thread owns its own Unicorn (a `Unicorn` is not `Send`; it is
+//! created inside `memtrace_tracer::run`) and shares the parsed [`ElfImage`].
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
+use memtrace_analyzer::overlap::configs::{
+    expand_grid, parse_configs_file, random_configs, short_text, DEFAULT_BUDGET,
+};
+use memtrace_analyzer::pipeline::{consume, Analysis};
+use memtrace_analyzer::report::LayerReport;
+use memtrace_tracer::spec::{Dtype, Op};
+use memtrace_tracer::{ElfImage, EventSink, Job, LayerSpec, TraceOptions};
+use serde::Serialize;
+
+/// Which configurations to sweep (shared by `validate` and `table`).
+#[derive(Args, Debug, Clone)]
+pub struct ConfigArgs {
+    /// Operator(s) of the random configurations: a name, a comma list, or `all`.
+    #[arg(long = "op", value_name = "OP", value_delimiter = ',')]
+    pub ops: Vec<String>,
+    /// Element type of the random configurations: f32, int8 or all.
+    #[arg(long, default_value = "f32", value_name = "f32|int8|all")]
+    pub dtype: String,
+    /// Random configurations per (op, dtype).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub configs: usize,
+    /// Seed of the configuration generator (also sent to the guest's data
+    /// generator).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A file of layer specs, one per line (`#` comments, `{a,b}` and
+    /// `{lo..hi}` grids allowed).
+    #[arg(long, value_name = "FILE")]
+    pub configs_file: Option<PathBuf>,
+    /// A layer spec with `{a,b}` / `{lo..hi}` alternatives, expanded into every
+    /// combination (repeatable), e.g.
+    /// 'op=max_pool,input=1x{7,8}x{5..6}x3,filter=3x3,stride={1,2}'.
+    #[arg(long, value_name = "SPEC")]
+    pub grid: Vec<String>,
+    /// Upper bound of the estimated instructions of a random configuration.
+    #[arg(long, default_value_t = DEFAULT_BUDGET, value_name = "N")]
+    pub budget: u64,
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Stop a guest that runs longer than this many instructions.
+    #[arg(long, default_value_t = 2_000_000_000, value_name = "N")]
+    pub max_instructions: u64,
+}
+
+fn parse_ops(names: &[String]) -> Result<Vec<Op>> {
+    let mut ops = Vec::new();
+    for name in names {
+        if name == "all" {
+            ops.extend(Op::ALL);
+        } else {
+            ops.push(name.parse::<Op>().map_err(|e| anyhow!("--op: {e}"))?);
+        }
+    }
+    ops.dedup();
+    Ok(ops)
+}
+
+fn parse_dtypes(name: &str) -> Result<Vec<Dtype>> {
+    Ok(match name {
+        "all" => vec![Dtype::F32, Dtype::Int8],
+        other => vec![other
+            .parse::<Dtype>()
+            .map_err(|e| anyhow!("--dtype: {e}"))?],
+    })
+}
+
+impl ConfigArgs {
+    /// Whether any configuration source was given.
+    pub fn any(&self) -> bool {
+        !self.ops.is_empty() || self.configs_file.is_some() || !self.grid.is_empty()
+    }
+
+    /// The configurations, in a fixed order: random ones per (op, dtype),
+    /// then the configs file, then the grids.
+    pub fn specs(&self) -> Result<Vec<LayerSpec>> {
+        let mut specs = Vec::new();
+        let ops = parse_ops(&self.ops)?;
+        let dtypes = parse_dtypes(&self.dtype)?;
+        for &op in &ops {
+            for &dtype in &dtypes {
+                specs.extend(random_configs(
+                    op,
+                    dtype,
+                    self.configs,
+                    self.seed,
+                    self.budget,
+                ));
+            }
+        }
+        if let Some(path) = &self.configs_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --configs-file {}", path.display()))?;
+            specs.extend(
+                parse_configs_file(&text)
+                    .map_err(|e| anyhow!("--configs-file {}: {e}", path.display()))?,
+            );
+        }
+        for g in &self.grid {
+            for text in expand_grid(g).map_err(|e| anyhow!("--grid: {e}"))? {
+                specs.push(LayerSpec::parse(&text).map_err(|e| anyhow!("--grid `{text}`: {e}"))?);
+            }
+        }
+        Ok(specs)
+    }
+
+    pub fn threads(&self) -> usize {
+        self.jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+}
+
+/// One traced layer with its O_s values and checks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// `config N` for a job, the layer name for a built-in layer.
+    pub name: String,
+    /// `job` (traced via the job mailbox) or `builtin` (a layer of the ELF).
+    pub source: &'static str,
+    pub op: String,
+    pub dtype: String,
+    pub arch: String,
+    /// Canonical spec text (or the guest's params of a layer without a spec).
+    pub spec: String,
+    pub short: String,
+    pub instructions: u64,
+    pub events: u64,
+    pub input_bytes: Option<u64>,
+    pub output_bytes: Option<u64>,
+    pub exact_bytes: Option<u64>,
+    pub monotone_bytes: Option<u64>,
+    pub algorithmic_bytes: Option<u64>,
+    pub analytic_bytes: Option<u64>,
+    pub analytic_printed_bytes: Option<i64>,
+    /// (monotone − analytic) / monotone, in percent.
+    pub analytic_error_percent: Option<f64>,
+    pub flags: Vec<Flag>,
+    /// The paper's equations as printed exceed the traced monotone value (a
+    /// documented paper finding; not a violation of memtrace's bound).
+    pub printed_above_traced: bool,
+    /// `ok`, `VIOLATION` or `ERROR`.
+    pub verdict: &'static str,
+    pub error: Option<String>,
+}
+
+impl Row {
+    fn from_layer(name: String, source: &'static str, arch: &str, l: &LayerReport) -> Row {
+        let spec_text = l
+            .spec
+            .as_ref()
+            .map_or_else(|| l.params.clone(), |s| s.to_string());
+        let o = l.overlap.as_ref();
+        let flags = o.map(|o| o.flags.clone()).unwrap_or_default();
+        let monotone = o.map(|o| o.monotone_bytes);
+        let printed_above = match (o.and_then(|o| o.analytic_printed_bytes), monotone) {
+            (Some(p), Some(m)) => p > m as i64,
+            _ => false,
+        };
+        Row {
+            name,
+            source,
+            op: l.op.clone(),
+            dtype: l
+                .spec
+                .as_ref()
+                .map_or_else(String::new, |s| s.dtype.name().to_owned()),
+            arch: arch.to_owned(),
+            short: l.spec.as_ref().map_or_else(|| l.params.clone(), short_text),
+            spec: spec_text,
+            instructions: l.instructions,
+            events: l
+                .buffers
+                .iter()
+                .map(|b| b.loads + b.stores + b.updates)
+                .sum(),
+            input_bytes: o.map(|o| o.input_bytes),
+            output_bytes: o.map(|o| o.output_bytes),
+            exact_bytes: o.map(|o| o.exact_bytes),
+            monotone_bytes: monotone,
+            algorithmic_bytes: o.and_then(|o| o.algorithmic_bytes),
+            analytic_bytes: o.and_then(|o| o.analytic_bytes),
+            analytic_printed_bytes: o.and_then(|o| o.analytic_printed_bytes),
+            analytic_error_percent: o
+                .and_then(|o| analytic_error_percent(o.monotone_bytes, o.analytic_bytes)),
+            verdict: if flags.is_empty() { "ok" } else { "VIOLATION" },
+            flags,
+            printed_above_traced: printed_above,
+            error: if o.is_none() {
+                Some("the layer has no input/output buffer pair".into())
+            } else {
+                None
+            },
+        }
+    }
+
+    fn failed(name: String, spec: &LayerSpec, arch: &str, error: String) -> Row {
+        Row {
+            name,
+            source: "job",
+            op: spec.op.name().to_owned(),
+            dtype: spec.dtype.name().to_owned(),
+            arch: arch.to_owned(),
+            spec: spec.to_string(),
+            short: short_text(spec),
+            instructions: 0,
+            events: 0,
+            input_bytes: None,
+            output_bytes: None,
+            exact_bytes: None,
+            monotone_bytes: None,
+            algorithmic_bytes: None,
+            analytic_bytes: None,
+            analytic_printed_bytes: None,
+            analytic_error_percent: None,
+            flags: Vec::new(),
+            printed_above_traced: false,
+            verdict: "ERROR",
+            error: Some(error),
+        }
+    }
+}
+
+/// Traces with the O_s analyses on a second thread, without a spinner.
+fn trace_layers(
+    image: &ElfImage,
+    job: Option<Job>,
+    max_instructions: u64,
+) -> Result<(i32, Vec<LayerReport>)> {
+    let (tx, rx) = crossbeam_channel::bounded(64);
+    let (recycle_tx, recycle_rx) = crossbeam_channel::bounded(64);
+    let mut stats = LayerStats::default();
+    let options = TraceOptions {
+        job,
+        max_instructions,
+        ..TraceOptions::default()
+    };
+    let summary = std::thread::scope(|scope| {
+        let stats = &mut stats;
+        let analyzer = scope.spawn(move || {
+            let mut refs: Vec<&mut dyn Analysis> = vec![stats];
+            consume(rx, recycle_tx, &mut refs);
+        });
+        let summary = memtrace_tracer::run(
+            image,
+            options,
+            EventSink {
+                messages: tx,
+                recycled: recycle_rx,
+            },
+        );
+        analyzer
+            .join()
+            .map_err(|_| anyhow!("the analyzer thread panicked"))?;
+        summary.map_err(anyhow::Error::from)
+    })?;
+    Ok((summary.exit_code, stats.layers))
+}
+
+/// Traces `spec` as a job; the job's single layer or an error text.
+fn trace_job(
+    image: &ElfImage,
+    spec: &LayerSpec,
+    seed: u32,
+    max_instructions: u64,
+) -> Result<LayerReport, String> {
+    let job = Job {
+        spec: spec.clone(),
+        seed,
+    };
+    match trace_layers(image, Some(job), max_instructions) {
+        Ok((0, mut layers)) if layers.len() == 1 => Ok(layers.remove(0)),
+        Ok((0, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
+        Ok((2, _)) => Err("the guest rejected the configuration (exit 2)".into()),
+        Ok((code, _)) => Err(format!("the guest exited with code {code}")),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
+/// Traces the ELF's built-in layers (no job) and returns one row each.
+pub fn trace_builtin(image: &ElfImage, max_instructions: u64) -> Result<Vec<Row>> {
+    let (code, layers) = trace_layers(image, None, max_instructions)
+        .with_context(|| format!("tracing {}", image.path.display()))?;
+    if code != 0 {
+        bail!(
+            "{} exited with code {code} running its built-in layers",
+            image.path.display()
+        );
+    }
+    let arch = image.arch.name();
+    Ok(layers
+        .iter()
+        .map(|l| Row::from_layer(l.name.clone(), "builtin", arch, l))
+        .collect())
+}
+
+/// Traces every spec as a job on `threads` workers. Rows come back in the
+/// order of `specs`, named `config I` (I from `first_index`).
+pub fn trace_specs(
+    image: &ElfImage,
+    specs: &[LayerSpec],
+    names: &[String],
+    seed: u32,
+    threads: usize,
+    max_instructions: u64,
+) -> Vec<Row> {
+    let arch = image.arch.name();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Row>>> = Mutex::new(vec![None; specs.len()]);
+    let bar = progress(specs.len() as u64);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(specs.len().max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(spec) = specs.get(i) else { break };
+                let name = names[i].clone();
+                let row = match trace_job(image, spec, seed, max_instructions) {
+                    Ok(layer) => Row::from_layer(name, "job", arch, &layer),
+                    Err(e) => Row::failed(name, spec, arch, e),
+                };
+                if let Ok(mut r) = results.lock() {
+                    r[i] = Some(row);
+                }
+                if let Some(bar) = &bar {
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .zip(specs)
+        .zip(names)
+        .map(|((row, spec), name)| {
+            row.unwrap_or_else(|| {
+                Row::failed(name.clone(), spec, arch, "the worker thread died".into())
+            })
+        })
+        .collect()
+}
+
+/// Default names of swept configurations.
+pub fn config_names(count: usize) -> Vec<String> {
+    (1..=count).map(|i| format!("config {i}")).collect()
+}
+
+fn progress(len: u64) -> Option<ProgressBar> {
+    if len < 2 || !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+        return None;
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} configs [{elapsed} / ~{eta}]").ok()?,
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    Some(bar)
+}
+
+/// Summary of a sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub configs: usize,
+    pub violations: usize,
+    pub errors: usize,
+    pub unsafe_analytic: usize,
+    pub algorithmic_mismatch: usize,
+    pub exact_below_monotone: usize,
+    /// Configs where the paper's printed equations exceed the traced value.
+    pub printed_above_traced: usize,
+    pub max_analytic_error_percent: Option<f64>,
+    pub mean_analytic_error_percent: Option<f64>,
+    pub seconds: f64,
+    pub configs_per_second: f64,
+    pub threads: usize,
+}
+
+pub fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summary {
+    let count = |f: Flag| rows.iter().filter(|r| r.flags.contains(&f)).count();
+    let errors: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.monotone_bytes.is_some_and(|m| m > 0))
+        .filter_map(|r| r.analytic_error_percent)
+        .collect();
+    let seconds = elapsed.as_secs_f64();
+    Summary {
+        configs: rows.len(),
+        violations: rows.iter().filter(|r| !r.flags.is_empty()).count(),
+        errors: rows.iter().filter(|r| r.error.is_some()).count(),
+        unsafe_analytic: count(Flag::Unsafe),
+        algorithmic_mismatch: count(Flag::Mismatch),
+        exact_below_monotone: count(Flag::ExactBelowMonotone),
+        printed_above_traced: rows.iter().filter(|r| r.printed_above_traced).count(),
+        max_analytic_error_percent: errors.iter().copied().reduce(f64::max),
+        mean_analytic_error_percent: (!errors.is_empty())
+            .then(|| errors.iter().sum::<f64>() / errors.len() as f64),
+        seconds,
+        configs_per_second: if seconds > 0.0 {
+            rows.len() as f64 / seconds
+        } else {
+            0.0
+        },
+        threads,
+    }
+}
+
+/// Starts a timer for [`summarise`].
+pub fn start() -> Instant {
+    Instant::now()
+}
