@@ -74,19 +74,22 @@ pub enum TraceError {
     #[error("protocol violation {context}: {message}")]
     Protocol {
         message: String,
-        context: GuestContext,
+        context: Box<GuestContext>,
     },
     #[error("guest fault {context}: {message}")]
     GuestFault {
         message: String,
-        context: GuestContext,
+        context: Box<GuestContext>,
     },
     #[error(
         "instruction budget of {budget} exceeded {context} (raise it with --max-instructions)"
     )]
-    BudgetExceeded { budget: u64, context: GuestContext },
+    BudgetExceeded {
+        budget: u64,
+        context: Box<GuestContext>,
+    },
     #[error("guest stopped {context} without calling memtrace_exit")]
-    NoExit { context: GuestContext },
+    NoExit { context: Box<GuestContext> },
     #[error("the analysis side stopped reading events")]
     Disconnected,
     #[error("emulator error: {0}")]

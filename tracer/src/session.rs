@@ -62,6 +62,12 @@ pub struct TraceOptions<'a> {
     pub batch_size: usize,
     pub clock: ClockMode,
     pub progress: Option<Box<dyn FnMut(Progress) + 'a>>,
+    /// Bytes the host writes into guest memory before the first instruction
+    /// (after the job mailbox), e.g. a model program for the executor.
+    pub preload: Vec<(u64, Vec<u8>)>,
+    /// Guest ranges `(address, length)` read back once the guest has exited;
+    /// returned in [`RunSummary::memory`] in the same order.
+    pub readback: Vec<(u64, u64)>,
 }
 
 impl Default for TraceOptions<'_> {
@@ -73,6 +79,8 @@ impl Default for TraceOptions<'_> {
             batch_size: 8192,
             clock: ClockMode::Auto,
             progress: None,
+            preload: Vec::new(),
+            readback: Vec::new(),
         }
     }
 }
@@ -92,6 +100,8 @@ pub struct RunSummary {
     pub instructions: u64,
     /// Names of all layers the guest opened, traced or not, in order.
     pub layers: Vec<String>,
+    /// The ranges of [`TraceOptions::readback`], read after the exit.
+    pub memory: Vec<Vec<u8>>,
 }
 
 enum Clock {
@@ -203,6 +213,17 @@ pub fn run(
     if let Some(job) = &options.job {
         write_job(&mut uc, image, job)?;
     }
+    for (address, bytes) in &options.preload {
+        if !image.is_loaded(*address, bytes.len() as u64) {
+            return Err(TraceError::Emulator(format!(
+                "preload of {} bytes at {address:#x} is outside the guest's loaded memory",
+                bytes.len()
+            )));
+        }
+        uc.mem_write(*address, bytes)
+            .map_err(|e| emulator_error("writing preloaded guest memory", e))?;
+    }
+    let readback = options.readback;
     install_hooks(&mut uc, port.address)?;
     let start = match image.arch {
         Arch::CortexM4 => image.entry | 1,
@@ -217,12 +238,22 @@ pub fn run(
     let finish = |err: TraceError| Err(with_locations(err, image));
     match (stop, result) {
         (Some(Stop::Error(err)), _) => finish(err),
-        (Some(Stop::Exit { code, instructions }), _) => Ok(RunSummary {
-            arch: image.arch,
-            exit_code: code,
-            instructions,
-            layers,
-        }),
+        (Some(Stop::Exit { code, instructions }), _) => {
+            let mut memory = Vec::with_capacity(readback.len());
+            for &(address, len) in &readback {
+                let mut bytes = vec![0u8; len as usize];
+                uc.mem_read(address, &mut bytes)
+                    .map_err(|e| emulator_error(&format!("reading back {address:#x}"), e))?;
+                memory.push(bytes);
+            }
+            Ok(RunSummary {
+                arch: image.arch,
+                exit_code: code,
+                instructions,
+                layers,
+                memory,
+            })
+        }
         (None, Err(e)) => finish(TraceError::GuestFault {
             message: format!("emulation stopped: {e:?}"),
             context: context_at(pc, layer),
@@ -233,14 +264,14 @@ pub fn run(
     }
 }
 
-fn context_at(pc: u64, layer: Option<String>) -> GuestContext {
-    GuestContext {
+fn context_at(pc: u64, layer: Option<String>) -> Box<GuestContext> {
+    Box::new(GuestContext {
         location: CodeLocation {
             pc,
             ..CodeLocation::default()
         },
         layer,
-    }
+    })
 }
 
 /// Fills function and file:line into the error's guest context.
@@ -468,7 +499,7 @@ fn on_port_write(
     clear_stale_it_state(uc);
     let port = address & !(PORT_SIZE - 1);
     let offset = address - port;
-    if size != 4 || offset % 4 != 0 {
+    if size != 4 || !offset.is_multiple_of(4) {
         let err = format!(
             "memtrace_port written with a {size}-byte store at offset {offset} (use 32-bit stores)"
         );
@@ -591,7 +622,7 @@ fn declare_buffer(
     let role = Role::from_code(role)
         .ok_or_else(|| format!("buffer {id} has unknown role {role} (0..=4)"))?;
     let name = read_string(uc, name, "buffer name")?;
-    if size == 0 || elem_size == 0 || size % elem_size != 0 {
+    if size == 0 || elem_size == 0 || !size.is_multiple_of(elem_size) {
         return Err(format!(
             "buffer `{name}` has size {size} and element size {elem_size}: size must be a positive multiple of the element size"
         ));
@@ -603,11 +634,19 @@ fn declare_buffer(
         ));
     }
     let end = base + size as u64;
-    if let Some(other) = layer
-        .buffers
-        .iter()
-        .find(|b| base < b.buffer.base + b.buffer.size as u64 && b.buffer.base < end)
-    {
+    // An input may overlap the layer's output (DMO places them so); any other
+    // pair of overlapping buffers is an error.
+    let io_pair = |a: Role, b: Role| {
+        matches!(
+            (a, b),
+            (Role::Input, Role::Output) | (Role::Output, Role::Input)
+        )
+    };
+    if let Some(other) = layer.buffers.iter().find(|b| {
+        base < b.buffer.base + b.buffer.size as u64
+            && b.buffer.base < end
+            && !io_pair(role, b.buffer.role)
+    }) {
         return Err(format!(
             "buffer `{name}` [{base:#x}, {end:#x}) overlaps buffer `{}` [{:#x}, {:#x})",
             other.buffer.name,
