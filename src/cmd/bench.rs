@@ -46,6 +46,16 @@ pub struct BenchArgs {
     /// Skip the peak-RSS measurement.
     #[arg(long)]
     pub no_rss: bool,
+    /// Only measure the O_s cost ladder (analytic ns, algorithmic ms, traced
+    /// s on one layer) and `validate` throughput, on cortex-m4/suite.elf.
+    #[arg(long)]
+    pub ladder: bool,
+    /// Layer of the ladder (default: the DMO paper's Table I layer).
+    #[arg(long, default_value = super::ladder::TABLE_ONE)]
+    pub ladder_job: String,
+    /// Random configurations per (op, dtype) for the throughput measurement.
+    #[arg(long, default_value_t = 25)]
+    pub ladder_configs: usize,
 }
 
 fn fastest<T>(repeat: u32, mut f: impl FnMut() -> Result<T>) -> Result<(Duration, T)> {
@@ -85,6 +95,14 @@ fn traced(image: &ElfImage, job: &Job) -> Result<(u64, u64)> {
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    if args.ladder {
+        super::ladder::run(
+            &args.build_dir.join("cortex-m4/suite.elf"),
+            &args.ladder_job,
+            args.ladder_configs,
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let spec = LayerSpec::parse(&args.job).map_err(|e| anyhow!("bad --job: {e}"))?;
     let job = Job { spec, seed: 1 };
     println!("memtrace bench — layer: {}", job.spec);

@@ -2,8 +2,10 @@
 
 pub mod bench;
 pub mod common;
+pub mod ladder;
 pub mod regress;
 pub mod run;
 pub mod sweep;
 pub mod table;
 pub mod validate;
+pub mod verify;
