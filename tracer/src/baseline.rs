@@ -4,12 +4,12 @@
 //! Only the page holding `memtrace_port` is mapped as MMIO, so the run can stop
 //! at the guest's EXIT command; every other access stays on Unicorn's fast path.
 
-use unicorn_engine::{Arch as UcArch, ArmCpuModel, Mode, Prot, Unicorn};
+use unicorn_engine::{Prot, Unicorn};
 
-use crate::elf::{Arch, ElfImage};
+use crate::elf::ElfImage;
 use crate::error::TraceError;
 use crate::protocol::{Command, PortDecoder, MARKER_OFFSET};
-use crate::session::{page_ranges, write_job, Job, PAGE};
+use crate::session::{new_engine, page_ranges, start_address, write_job, Job, PAGE};
 
 #[derive(Default)]
 struct PortState {
@@ -19,25 +19,10 @@ struct PortState {
 
 /// Runs `image` to its EXIT command without hooks and returns the exit code.
 pub fn run_untraced(image: &ElfImage, job: Option<&Job>) -> Result<i32, TraceError> {
-    let port = image
-        .symbol("memtrace_port")
-        .ok_or_else(|| TraceError::MissingProtocol {
-            path: image.path.clone(),
-            symbol: "memtrace_port",
-        })?;
+    let port = image.protocol_port()?;
     let port_page = port.address & !(PAGE - 1);
     let emu = |what: &str, e| TraceError::Emulator(format!("{what}: {e:?}"));
-    let mut uc = match image.arch {
-        Arch::CortexM4 => {
-            let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, PortState::default())
-                .map_err(|e| emu("creating the emulator", e))?;
-            uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
-                .map_err(|e| emu("selecting Cortex-M4", e))?;
-            uc
-        }
-        Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, PortState::default())
-            .map_err(|e| emu("creating the emulator", e))?,
-    };
+    let mut uc = new_engine(image.arch, PortState::default())?;
     for (start, end) in page_ranges(image) {
         // Map around the port page.
         for (s, e) in [
@@ -87,11 +72,7 @@ pub fn run_untraced(image: &ElfImage, job: Option<&Job>) -> Result<i32, TraceErr
     if let Some(job) = job {
         write_job(&mut uc, image, job)?;
     }
-    let start = match image.arch {
-        Arch::CortexM4 => image.entry | 1,
-        Arch::X86_64 => image.entry,
-    };
-    let result = uc.emu_start(start, 0, 0, 0);
+    let result = uc.emu_start(start_address(image), 0, 0, 0);
     match (uc.get_data().exit, result) {
         (Some(code), _) => Ok(code),
         (None, r) => Err(TraceError::Emulator(format!(

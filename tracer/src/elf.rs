@@ -180,6 +180,15 @@ impl ElfImage {
         })
     }
 
+    /// The `memtrace_port` protocol object every memtrace guest defines.
+    pub fn protocol_port(&self) -> Result<Symbol, TraceError> {
+        self.symbol("memtrace_port")
+            .ok_or_else(|| TraceError::MissingProtocol {
+                path: self.path.clone(),
+                symbol: "memtrace_port",
+            })
+    }
+
     pub fn symbol(&self, name: &str) -> Option<Symbol> {
         self.symbols.get(name).copied()
     }

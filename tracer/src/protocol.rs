@@ -19,23 +19,23 @@ const FIFO_LIMIT: usize = 64;
 /// A decoded marker command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
-    LayerBegin {
-        name: u64,
-        op: u64,
-        params: u64,
-    },
-    Buffer {
-        id: u32,
-        role: u32,
-        base: u64,
-        size: u32,
-        elem_size: u32,
-        name: u64,
-    },
+    LayerBegin { name: u64, op: u64, params: u64 },
+    Buffer(BufferDecl),
     LayerEnd,
-    Exit {
-        code: i32,
-    },
+    Exit { code: i32 },
+}
+
+/// The words of a BUFFER command, undecoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferDecl {
+    pub id: u32,
+    /// `MEMTRACE_ROLE_*`
+    pub role: u32,
+    pub base: u64,
+    pub size: u32,
+    pub elem_size: u32,
+    /// Guest address of the NUL-terminated name.
+    pub name: u64,
 }
 
 /// Accumulates FIFO words and turns marker writes into [`Command`]s.
@@ -82,14 +82,14 @@ impl PortDecoder {
                 op: wide(2),
                 params: wide(4),
             },
-            2 => Command::Buffer {
+            2 => Command::Buffer(BufferDecl {
                 id: words[0],
                 role: words[1],
                 base: wide(2),
                 size: words[4],
                 elem_size: words[5],
                 name: wide(6),
-            },
+            }),
             3 => Command::LayerEnd,
             _ => Command::Exit {
                 code: words[0] as i32,
@@ -114,14 +114,14 @@ mod tests {
         feed(&mut d, &[7, 1, 0x1000, 0x1, 64, 4, 0x2000, 0]);
         assert_eq!(
             d.command(2).unwrap(),
-            Command::Buffer {
+            Command::Buffer(BufferDecl {
                 id: 7,
                 role: 1,
                 base: 0x1_0000_1000,
                 size: 64,
                 elem_size: 4,
                 name: 0x2000
-            }
+            })
         );
         // The FIFO is empty again.
         assert_eq!(d.command(3).unwrap(), Command::LayerEnd);

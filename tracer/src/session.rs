@@ -20,7 +20,7 @@ use crate::debuginfo::DebugInfo;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 use crate::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
-use crate::protocol::{Command, PortDecoder, MARKER_OFFSET, MAX_STRING, PORT_SIZE};
+use crate::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, MAX_STRING, PORT_SIZE};
 use crate::spec::{LayerSpec, JOB_WORDS};
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
@@ -183,12 +183,7 @@ pub fn run(
     options: TraceOptions<'_>,
     sink: EventSink,
 ) -> Result<RunSummary, TraceError> {
-    let port = image
-        .symbol("memtrace_port")
-        .ok_or_else(|| TraceError::MissingProtocol {
-            path: image.path.clone(),
-            symbol: "memtrace_port",
-        })?;
+    let port = image.protocol_port()?;
     let clock = match (image.arch, options.clock) {
         (Arch::CortexM4, ClockMode::Auto) => Clock::Thumb(ThumbClock::default()),
         _ => Clock::Counted(0),
@@ -225,11 +220,7 @@ pub fn run(
     }
     let readback = options.readback;
     install_hooks(&mut uc, port.address)?;
-    let start = match image.arch {
-        Arch::CortexM4 => image.entry | 1,
-        Arch::X86_64 => image.entry,
-    };
-    let result = uc.emu_start(start, 0, 0, 0);
+    let result = uc.emu_start(start_address(image), 0, 0, 0);
     let pc = uc.pc_read().unwrap_or(0);
     let session = uc.get_data_mut();
     let layer = session.layer.as_ref().map(|l| l.name.clone());
@@ -293,18 +284,7 @@ fn emulator_error(what: &str, e: unicorn_engine::uc_error) -> TraceError {
 
 /// A Unicorn instance of the image's architecture with its segments loaded.
 fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, TraceError> {
-    let mut uc = match image.arch {
-        Arch::CortexM4 => {
-            let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, session)
-                .map_err(|e| emulator_error("creating the ARM emulator", e))?;
-            // Mode::MCLASS would force a Cortex-M33; choose the M4 explicitly.
-            uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
-                .map_err(|e| emulator_error("selecting Cortex-M4", e))?;
-            uc
-        }
-        Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, session)
-            .map_err(|e| emulator_error("creating the x86-64 emulator", e))?,
-    };
+    let mut uc = new_engine(image.arch, session)?;
     for (start, end) in page_ranges(image) {
         uc.mem_map(start, end - start, Prot::ALL).map_err(|e| {
             emulator_error(&format!("mapping guest memory {start:#x}..{end:#x}"), e)
@@ -320,6 +300,30 @@ fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, Tra
         let _ = uc.reg_write(RegisterARM::LR, 0xFFFF_FFFF);
     }
     Ok(uc)
+}
+
+/// A bare Unicorn engine for `arch`.
+pub(crate) fn new_engine<'a, D>(arch: Arch, data: D) -> Result<Unicorn<'a, D>, TraceError> {
+    match arch {
+        Arch::CortexM4 => {
+            let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, data)
+                .map_err(|e| emulator_error("creating the ARM emulator", e))?;
+            // Mode::MCLASS would force a Cortex-M33; choose the M4 explicitly.
+            uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
+                .map_err(|e| emulator_error("selecting Cortex-M4", e))?;
+            Ok(uc)
+        }
+        Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, data)
+            .map_err(|e| emulator_error("creating the x86-64 emulator", e)),
+    }
+}
+
+/// Where execution starts (Thumb code starts at an odd address).
+pub(crate) fn start_address(image: &ElfImage) -> u64 {
+    match image.arch {
+        Arch::CortexM4 => image.entry | 1,
+        Arch::X86_64 => image.entry,
+    }
 }
 
 /// Page-aligned, merged address ranges covering all loadable segments.
@@ -566,14 +570,7 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
             }
             Ok(())
         }
-        Command::Buffer {
-            id,
-            role,
-            base,
-            size,
-            elem_size,
-            name,
-        } => declare_buffer(uc, id, role, base, size, elem_size, name),
+        Command::Buffer(decl) => declare_buffer(uc, decl),
         Command::LayerEnd => {
             let s = uc.get_data_mut();
             let Some(layer) = s.layer.take() else {
@@ -606,16 +603,15 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn declare_buffer(
-    uc: &mut HookUc<'_, '_>,
-    id: u32,
-    role: u32,
-    base: u64,
-    size: u32,
-    elem_size: u32,
-    name: u64,
-) -> Result<(), String> {
+fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), String> {
+    let BufferDecl {
+        id,
+        role,
+        base,
+        size,
+        elem_size,
+        name,
+    } = decl;
     let Some(layer) = &uc.get_data().layer else {
         return Err("BUFFER declared outside a layer (declare buffers after LAYER_BEGIN)".into());
     };
@@ -813,46 +809,31 @@ impl Session<'_> {
             );
         } else {
             // Split into runs of already-written (update) and new (store) bytes.
-            let mut run_start = first;
-            let mut run_written = is_set(&b.written, first);
-            for off in first..last {
-                let w = is_set(&b.written, off);
-                if w != run_written {
-                    let kind = if run_written {
-                        AccessKind::Update
-                    } else {
-                        AccessKind::Store
-                    };
-                    push_event(
-                        &mut self.batch,
-                        &mut layer.seq,
-                        t,
-                        pc,
-                        b.buffer.id,
-                        run_start,
-                        off,
-                        kind,
-                    );
-                    run_start = off;
-                    run_written = w;
+            let mut start = first;
+            while start < last {
+                let written = is_set(&b.written, start);
+                let mut end = start + 1;
+                while end < last && is_set(&b.written, end) == written {
+                    end += 1;
                 }
-                set(&mut b.written, off);
+                let kind = if written {
+                    AccessKind::Update
+                } else {
+                    AccessKind::Store
+                };
+                push_event(
+                    &mut self.batch,
+                    &mut layer.seq,
+                    t,
+                    pc,
+                    b.buffer.id,
+                    start,
+                    end,
+                    kind,
+                );
+                start = end;
             }
-            let kind = if run_written {
-                AccessKind::Update
-            } else {
-                AccessKind::Store
-            };
-            push_event(
-                &mut self.batch,
-                &mut layer.seq,
-                t,
-                pc,
-                b.buffer.id,
-                run_start,
-                last,
-                kind,
-            );
+            (first..last).for_each(|off| set(&mut b.written, off));
         }
         if self.batch.len() >= self.batch_size {
             self.flush();
