@@ -29,6 +29,9 @@ enum Command {
     /// Compare a kernel binary's O_s against a baseline table; exit 1 when
     /// any layer's safe overlap shrank.
     Regress(cmd::regress::RegressArgs),
+    /// Run a whole model under a plan: shadow-map clobber check and
+    /// bit-exact outputs against an un-overlapped run.
+    Verify(cmd::verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Table(args) => cmd::table::run(args),
         Command::Regress(args) => cmd::regress::run(args),
+        Command::Verify(args) => cmd::verify::run(args),
     };
     match result {
         Ok(code) => code,

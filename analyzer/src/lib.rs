@@ -12,3 +12,4 @@ pub mod planner;
 pub mod plot;
 pub mod report;
 pub mod table;
+pub mod verify;

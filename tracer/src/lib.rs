@@ -6,6 +6,7 @@
 //! analyzer: [`event`] and [`spec`].
 
 pub mod event;
+pub mod program;
 pub mod spec;
 
 #[cfg(feature = "emulator")]

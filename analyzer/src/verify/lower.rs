@@ -1,0 +1,530 @@
+//! From a [`Model`] and a placement to the executor's [`Program`]: kernel
+//! parameters, quantisation computed the way TFLM's kernels compute it in
+//! their `Prepare` (multipliers and shifts from the tensors' scales), and the
+//! constant data.
+//!
+//! Imported `.tflite` models carry their weights and quantisation. Zoo models
+//! only know shapes, so they get seeded data: weights uniform in the int8
+//! range (float: ±√(3/K)), biases small, and for int8 a fixed activation scale
+//! of 0.05 with zero point 0 and weight scales chosen so that an output keeps
+//! roughly the spread of its input (real multiplier 1 / (73·√K)); softmax
+//! outputs use TFLM's required scale 1/256 and zero point −128.
+
+use memtrace_tracer::program::{
+    OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
+};
+
+use crate::model::{Activation, DataType, Model, OpKind, Tensor};
+
+/// A small deterministic generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform integer in `[lo, hi]`.
+    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
+    }
+    /// Uniform in `[lo, hi)`.
+    pub fn float(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+}
+
+/// TFLite `QuantizeMultiplier`: `m ≈ q · 2^(shift − 31)`, q in [2^30, 2^31).
+pub fn quantize_multiplier(m: f64) -> (i32, i32) {
+    if m == 0.0 || !m.is_finite() {
+        return (0, 0);
+    }
+    // frexp: m = frac · 2^exp with frac in [0.5, 1).
+    let mut exp = m.abs().log2().floor() as i32 + 1;
+    let mut frac = m / 2f64.powi(exp);
+    if frac.abs() >= 1.0 {
+        frac /= 2.0;
+        exp += 1;
+    } else if frac.abs() < 0.5 {
+        frac *= 2.0;
+        exp -= 1;
+    }
+    let mut q = (frac * (1i64 << 31) as f64).round() as i64;
+    if q == 1i64 << 31 {
+        q /= 2;
+        exp += 1;
+    }
+    if exp < -31 {
+        return (0, 0);
+    }
+    (q as i32, exp)
+}
+
+/// What cannot be lowered.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run operator {op} ({kind}) in the executor: {reason}")]
+pub struct LowerError {
+    pub op: usize,
+    pub kind: String,
+    pub reason: String,
+}
+
+fn dtype(d: DataType) -> Option<ProgramDtype> {
+    Some(match d {
+        DataType::Float32 => ProgramDtype::F32,
+        DataType::Int8 => ProgramDtype::Int8,
+        DataType::Uint8 => ProgramDtype::Uint8,
+        DataType::Int32 => ProgramDtype::Int32,
+        _ => return None,
+    })
+}
+
+const ACT_SCALE: f64 = 0.05;
+
+/// (scale, zero point) of an activation tensor; `softmax_out` selects TFLM's
+/// fixed softmax output parameters when the model has none.
+fn act_q(t: &Tensor, softmax_out: bool) -> (f64, i32) {
+    if let Some(q) = &t.quantization {
+        if let (Some(&s), zp) = (q.scale.first(), q.zero_point.first().copied()) {
+            if s > 0.0 {
+                return (s as f64, zp.unwrap_or(0) as i32);
+            }
+        }
+    }
+    match (softmax_out, t.dtype) {
+        (true, DataType::Uint8) => (1.0 / 256.0, 0),
+        (true, _) => (1.0 / 256.0, -128),
+        (false, DataType::Uint8) => (ACT_SCALE, 128),
+        _ => (ACT_SCALE, 0),
+    }
+}
+
+fn qrange(d: DataType) -> (i32, i32) {
+    match d {
+        DataType::Uint8 => (0, 255),
+        _ => (-128, 127),
+    }
+}
+
+/// TFLite `CalculateActivationRangeQuantized`.
+fn act_range(act: Activation, d: DataType, scale: f64, zp: i32) -> (i32, i32) {
+    let (qmin, qmax) = qrange(d);
+    let q = |v: f64| zp + (v / scale).round() as i32;
+    match act {
+        Activation::Relu => (qmin.max(zp), qmax),
+        Activation::Relu6 => (qmin.max(zp), qmax.min(q(6.0))),
+        Activation::ReluN1To1 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
+        _ => (qmin, qmax),
+    }
+}
+
+fn float_range(act: Activation) -> (f32, f32) {
+    match act {
+        Activation::Relu => (0.0, f32::MAX),
+        Activation::Relu6 => (0.0, 6.0),
+        Activation::ReluN1To1 => (-1.0, 1.0),
+        _ => (f32::MIN, f32::MAX),
+    }
+}
+
+/// TFLite's `ComputePaddingHeightWidth` for one dimension.
+fn pad(stride: u32, dilation: u32, input: u32, filter: u32, output: u32) -> i32 {
+    let eff = (filter as i64 - 1) * dilation as i64 + 1;
+    let total = (output as i64 - 1) * stride as i64 + eff - input as i64;
+    (total.max(0) / 2) as i32
+}
+
+/// Everything `lower` needs besides the model.
+pub struct LowerInput<'a> {
+    /// Execution order (operator indices).
+    pub order: &'a [usize],
+    /// Arena offset of every tensor the plan places (`None` for constants).
+    pub offsets: &'a [Option<u64>],
+    pub arena_bytes: u64,
+    pub seed: u64,
+}
+
+/// Unique buffer names: the tensor's name, with `#index` when two tensors
+/// share it (or it is empty).
+pub fn tensor_names(model: &Model) -> Vec<String> {
+    let mut count = std::collections::HashMap::new();
+    for t in &model.tensors {
+        *count.entry(t.name.as_str()).or_insert(0) += 1;
+    }
+    model
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.name.is_empty() || count[t.name.as_str()] > 1 {
+                format!("{}#{i}", t.name)
+            } else {
+                t.name.clone()
+            }
+        })
+        .collect()
+}
+
+/// Lowers `model` with tensors at `input.offsets`.
+pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerError> {
+    let names = tensor_names(model);
+    let producers = model.producers();
+    let mut rng = Rng::new(input.seed);
+    let fail = |op: usize, reason: String| LowerError {
+        op,
+        kind: model.ops[op].kind.name().to_string(),
+        reason,
+    };
+    // Program tensor index per model tensor, created on first use.
+    let mut map: Vec<Option<u32>> = vec![None; model.tensors.len()];
+    let mut tensors: Vec<ProgramTensor> = Vec::new();
+    let is_softmax_out =
+        |t: usize| producers[t].is_some_and(|p| model.ops[p].kind == OpKind::Softmax);
+    let mut arena_tensor =
+        |t: usize, op: usize, tensors: &mut Vec<ProgramTensor>| -> Result<u32, LowerError> {
+            if let Some(i) = map[t] {
+                return Ok(i);
+            }
+            let m = &model.tensors[t];
+            let d = dtype(m.dtype)
+                .ok_or_else(|| fail(op, format!("tensor `{}` has type {}", m.name, m.dtype)))?;
+            let offset =
+                input.offsets.get(t).copied().flatten().ok_or_else(|| {
+                    fail(op, format!("tensor `{}` has no place in the plan", m.name))
+                })?;
+            let (_, zp) = act_q(m, is_softmax_out(t));
+            tensors.push(ProgramTensor {
+                name: names[t].clone(),
+                dtype: d,
+                dims: if m.shape.is_empty() {
+                    vec![1]
+                } else {
+                    m.shape.clone()
+                },
+                zero_point: zp,
+                data: TensorData::Arena { offset },
+            });
+            map[t] = Some(tensors.len() as u32 - 1);
+            Ok(tensors.len() as u32 - 1)
+        };
+    let mut ops = Vec::new();
+    for &oi in input.order {
+        let op = &model.ops[oi];
+        let x = *op
+            .inputs
+            .first()
+            .ok_or_else(|| fail(oi, "no input".into()))?;
+        let y = *op
+            .outputs
+            .first()
+            .ok_or_else(|| fail(oi, "no output".into()))?;
+        let xt = &model.tensors[x];
+        let yt = &model.tensors[y];
+        let d = dtype(xt.dtype)
+            .filter(|d| *d != ProgramDtype::Int32)
+            .ok_or_else(|| fail(oi, format!("input type {}", xt.dtype)))?;
+        let xi = arena_tensor(x, oi, &mut tensors)?;
+        let yi = arena_tensor(y, oi, &mut tensors)?;
+        let (sx, zx) = act_q(xt, false);
+        let (sy, zy) = act_q(yt, op.kind == OpKind::Softmax);
+        let quantized = d != ProgramDtype::F32;
+        let mut p = OpParams {
+            stride_h: op.options.stride.0 as i32,
+            stride_w: op.options.stride.1 as i32,
+            dilation_h: op.options.dilation.0 as i32,
+            dilation_w: op.options.dilation.1 as i32,
+            depth_multiplier: op.options.depth_multiplier as i32,
+            input_offset: -zx,
+            output_offset: zy,
+            beta: 1.0,
+            ..OpParams::default()
+        };
+        (p.act_min, p.act_max) = act_range(op.options.activation, yt.dtype, sy, zy);
+        (p.float_min, p.float_max) = float_range(op.options.activation);
+        let mut weights = None;
+        let mut bias = None;
+        let mut inputs = vec![xi];
+        let mut per_channel = Vec::new();
+        let kind = match op.kind {
+            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => {
+                let wi = *op
+                    .inputs
+                    .get(1)
+                    .ok_or_else(|| fail(oi, "no weights".into()))?;
+                let wt = &model.tensors[wi];
+                let out_c = *yt.shape.last().unwrap_or(&1) as usize;
+                let k = (wt.elements() as usize / out_c.max(1)).max(1);
+                let depthwise = op.kind == OpKind::DepthwiseConv2d;
+                // Weight scales: per output channel (conv, depthwise) or one.
+                let channels = if op.kind == OpKind::FullyConnected {
+                    1
+                } else {
+                    out_c
+                };
+                let w_scales: Vec<f64> = match &wt.quantization {
+                    Some(q) if !q.scale.is_empty() => (0..channels)
+                        .map(|c| q.scale[c.min(q.scale.len() - 1)] as f64)
+                        .collect(),
+                    _ => vec![sy / (sx * 73.0 * (k as f64).sqrt()); channels],
+                };
+                let w_zp = wt
+                    .quantization
+                    .as_ref()
+                    .and_then(|q| q.zero_point.first().copied())
+                    .unwrap_or(0) as i32;
+                let wdata = match &wt.data {
+                    Some(b) if b.len() as u64 == wt.bytes => b.clone(),
+                    _ => synth_weights(&mut rng, wt, k),
+                };
+                let wd = dtype(wt.dtype)
+                    .ok_or_else(|| fail(oi, format!("weights type {}", wt.dtype)))?;
+                tensors.push(ProgramTensor {
+                    name: names[wi].clone(),
+                    dtype: wd,
+                    dims: wt.shape.clone(),
+                    zero_point: w_zp,
+                    data: TensorData::Constant(wdata),
+                });
+                weights = Some(tensors.len() as u32 - 1);
+                if let Some(&bi) = op.inputs.get(2) {
+                    let bt = &model.tensors[bi];
+                    let bd = dtype(bt.dtype)
+                        .ok_or_else(|| fail(oi, format!("bias type {}", bt.dtype)))?;
+                    let bdata = match &bt.data {
+                        Some(b) if b.len() as u64 == bt.bytes => b.clone(),
+                        _ => synth_bias(&mut rng, bt),
+                    };
+                    tensors.push(ProgramTensor {
+                        name: names[bi].clone(),
+                        dtype: bd,
+                        dims: if bt.shape.is_empty() {
+                            vec![1]
+                        } else {
+                            bt.shape.clone()
+                        },
+                        zero_point: 0,
+                        data: TensorData::Constant(bdata),
+                    });
+                    bias = Some(tensors.len() as u32 - 1);
+                }
+                if quantized {
+                    p.weights_offset = if d == ProgramDtype::Uint8 { -w_zp } else { 0 };
+                    let ms: Vec<(i32, i32)> = w_scales
+                        .iter()
+                        .map(|ws| quantize_multiplier(sx * ws / sy))
+                        .collect();
+                    (p.output_multiplier, p.output_shift) = ms[0];
+                    if d == ProgramDtype::Int8 && op.kind != OpKind::FullyConnected {
+                        per_channel = ms;
+                    }
+                }
+                if op.kind != OpKind::FullyConnected {
+                    let (i4, f4, o4) = (
+                        crate::model::shape4(&xt.shape),
+                        crate::model::shape4(&wt.shape),
+                        crate::model::shape4(&yt.shape),
+                    );
+                    let (Some(i4), Some(f4), Some(o4)) = (i4, f4, o4) else {
+                        return Err(fail(oi, "tensors of rank > 4".into()));
+                    };
+                    p.pad_h = pad(
+                        op.options.stride.0,
+                        op.options.dilation.0,
+                        i4[1],
+                        f4[1],
+                        o4[1],
+                    );
+                    p.pad_w = pad(
+                        op.options.stride.1,
+                        op.options.dilation.1,
+                        i4[2],
+                        f4[2],
+                        o4[2],
+                    );
+                    p.filter_h = f4[1] as i32;
+                    p.filter_w = f4[2] as i32;
+                    if depthwise && i4[3] > 0 {
+                        p.depth_multiplier = (f4[3] / i4[3]).max(1) as i32;
+                    }
+                }
+                match op.kind {
+                    OpKind::Conv2d => ProgramOpKind::Conv2d,
+                    OpKind::DepthwiseConv2d => ProgramOpKind::DepthwiseConv2d,
+                    _ => ProgramOpKind::FullyConnected,
+                }
+            }
+            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+                let (Some(i4), Some(o4)) = (
+                    crate::model::shape4(&xt.shape),
+                    crate::model::shape4(&yt.shape),
+                ) else {
+                    return Err(fail(oi, "tensors of rank > 4".into()));
+                };
+                let (fh, fw) = op.options.filter;
+                p.filter_h = fh as i32;
+                p.filter_w = fw as i32;
+                p.pad_h = pad(op.options.stride.0, 1, i4[1], fh, o4[1]);
+                p.pad_w = pad(op.options.stride.1, 1, i4[2], fw, o4[2]);
+                if op.kind == OpKind::MaxPool2d {
+                    ProgramOpKind::MaxPool
+                } else {
+                    ProgramOpKind::AveragePool
+                }
+            }
+            OpKind::Add => {
+                let x2 = *op
+                    .inputs
+                    .get(1)
+                    .ok_or_else(|| fail(oi, "one input".into()))?;
+                if model.tensors[x2].shape != yt.shape || xt.shape != yt.shape {
+                    return Err(fail(oi, "broadcasting ADD is not supported".into()));
+                }
+                inputs.push(arena_tensor(x2, oi, &mut tensors)?);
+                if quantized {
+                    let (s2, z2) = act_q(&model.tensors[x2], false);
+                    p.input2_offset = -z2;
+                    p.left_shift = 20;
+                    let twice = 2.0 * sx.max(s2);
+                    (p.input1_multiplier, p.input1_shift) = quantize_multiplier(sx / twice);
+                    (p.input2_multiplier, p.input2_shift) = quantize_multiplier(s2 / twice);
+                    (p.output_multiplier, p.output_shift) =
+                        quantize_multiplier(twice / ((1 << 20) as f64 * sy));
+                }
+                ProgramOpKind::Add
+            }
+            OpKind::Softmax => {
+                if quantized {
+                    // TFLite PreprocessSoftmaxScaling (beta 1, 5 integer bits).
+                    let real = (sx * (1u64 << 26) as f64).min((1u64 << 31) as f64 - 1.0);
+                    let (m, shift) = quantize_multiplier(real);
+                    p.softmax_multiplier = m;
+                    p.softmax_left_shift = shift;
+                    let radius = 31.0 * (1u64 << 26) as f64 / 2f64.powi(shift);
+                    p.diff_min = -(radius.floor() as i32);
+                }
+                ProgramOpKind::Softmax
+            }
+            OpKind::Reshape | OpKind::Squeeze => {
+                if xt.bytes != yt.bytes {
+                    return Err(fail(oi, "input and output sizes differ".into()));
+                }
+                ProgramOpKind::Reshape
+            }
+            OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1 => {
+                let act = match op.kind {
+                    OpKind::Relu => Activation::Relu,
+                    OpKind::Relu6 => Activation::Relu6,
+                    _ => Activation::ReluN1To1,
+                };
+                (p.act_min, p.act_max) = act_range(act, yt.dtype, sy, zy);
+                (p.float_min, p.float_max) = float_range(act);
+                if d == ProgramDtype::Uint8 {
+                    return Err(fail(oi, "uint8 activations are not supported".into()));
+                }
+                ProgramOpKind::Relu
+            }
+            other => {
+                return Err(fail(oi, format!("{} has no executor kernel", other.name())));
+            }
+        };
+        let params_text = model
+            .layer_spec(oi)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        ops.push(ProgramOp {
+            kind,
+            dtype: d,
+            name: names[y].clone(),
+            params_text,
+            inputs,
+            weights,
+            bias,
+            output: yi,
+            params: p,
+            per_channel,
+        });
+    }
+    let mut graph_inputs = Vec::new();
+    for &t in &model.inputs {
+        let Some(i) = map[t] else { continue };
+        let m = &model.tensors[t];
+        graph_inputs.push((i, synth_input(&mut rng, m)));
+    }
+    let outputs = model.outputs.iter().filter_map(|&t| map[t]).collect();
+    Ok(Program {
+        tensors,
+        ops,
+        inputs: graph_inputs,
+        outputs,
+        arena_bytes: input.arena_bytes,
+    })
+}
+
+fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize) -> Vec<u8> {
+    let n = t.elements() as usize;
+    match t.dtype {
+        DataType::Float32 => {
+            let a = (3.0 / k as f32).sqrt();
+            (0..n)
+                .flat_map(|_| rng.float(-a, a).to_le_bytes())
+                .collect()
+        }
+        DataType::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
+        _ => (0..n).map(|_| rng.int(-127, 127) as i8 as u8).collect(),
+    }
+}
+
+fn synth_bias(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
+    let n = t.elements() as usize;
+    match t.dtype {
+        DataType::Float32 => (0..n)
+            .flat_map(|_| rng.float(-0.1, 0.1).to_le_bytes())
+            .collect(),
+        _ => (0..n)
+            .flat_map(|_| (rng.int(-512, 512) as i32).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// Seeded graph input: the whole int8/uint8 range, or floats in [−1, 1).
+pub fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
+    let n = t.elements() as usize;
+    match t.dtype {
+        DataType::Float32 => (0..n)
+            .flat_map(|_| rng.float(-1.0, 1.0).to_le_bytes())
+            .collect(),
+        DataType::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
+        _ => (0..n).map(|_| rng.int(-128, 127) as i8 as u8).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_multiplier_matches_tflite_conventions() {
+        assert_eq!(quantize_multiplier(0.5), (1 << 30, 0));
+        assert_eq!(quantize_multiplier(0.25), (1 << 30, -1));
+        assert_eq!(quantize_multiplier(1.0), (1 << 30, 1));
+        let (q, s) = quantize_multiplier(0.0123);
+        let back = q as f64 * 2f64.powi(s - 31);
+        assert!((back - 0.0123).abs() < 1e-9, "{q} {s}");
+        assert!(q >= 1 << 30);
+    }
+
+    #[test]
+    fn same_padding_follows_tflite() {
+        assert_eq!(pad(2, 1, 128, 3, 64), 0);
+        assert_eq!(pad(1, 1, 64, 3, 64), 1);
+        assert_eq!(pad(1, 1, 4, 4, 1), 0);
+    }
+}

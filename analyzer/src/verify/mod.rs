@@ -1,0 +1,150 @@
+//! Plan verification (DESIGN §7, `memtrace verify`): a model is lowered to
+//! the guest executor's program ([`lower`]) with its tensors at a plan's
+//! offsets, run in the emulator, and checked byte by byte by the arena
+//! [`shadow`] map; its outputs are compared with an un-overlapped run.
+//!
+//! This module knows nothing of the emulator: the CLI runs the tracer and
+//! feeds the [`shadow::ShadowMap`] analysis.
+
+pub mod lower;
+pub mod shadow;
+
+use serde::Serialize;
+
+pub use lower::{lower, LowerError, LowerInput};
+pub use shadow::{Clobber, LayerOverlap, ShadowMap, Writer};
+
+/// One run of the model under a placement.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub planner: String,
+    pub overlap: String,
+    pub arena_bytes: u64,
+    /// Guest instructions of the whole run.
+    pub instructions: u64,
+    pub clobbers: Vec<Clobber>,
+    /// Placed tensors: name, offset, size.
+    pub tensors: Vec<PlacedTensorReport>,
+    /// DMO overlaps the plan used.
+    pub overlaps_used: Vec<UsedOverlapReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PlacedTensorReport {
+    pub tensor: usize,
+    pub name: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct UsedOverlapReport {
+    pub op: String,
+    pub input: String,
+    pub output: String,
+    pub bytes: u64,
+    pub safe_bytes: u64,
+}
+
+/// Traced O_s of one operator (from the reference run).
+#[derive(Clone, Debug, Serialize)]
+pub struct OpOverlapReport {
+    pub op: String,
+    pub index: usize,
+    pub input: String,
+    pub output: String,
+    pub input_bytes: u64,
+    pub output_bytes: u64,
+    pub monotone_bytes: Option<u64>,
+    pub exact_bytes: Option<u64>,
+}
+
+/// What `memtrace verify` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct VerifyReport {
+    pub model: String,
+    pub target: String,
+    pub seed: u64,
+    pub reference: RunReport,
+    pub plan: RunReport,
+    /// Clobbers of the plan run (the reference run's are in `reference`).
+    pub clobbers: Vec<Clobber>,
+    pub bit_exact: bool,
+    /// Output bytes that differ from the reference run.
+    pub mismatched_bytes: u64,
+    pub output_bytes: u64,
+    pub traced_overlaps: Vec<OpOverlapReport>,
+    /// Wall-clock seconds of both runs together.
+    pub seconds: f64,
+}
+
+impl VerifyReport {
+    /// Passed: no clobber in either run, outputs bit-exact.
+    pub fn ok(&self) -> bool {
+        self.clobbers.is_empty() && self.reference.clobbers.is_empty() && self.bit_exact
+    }
+
+    /// Human-readable summary.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "model   {}  (target {}, seed {})\n",
+            self.model, self.target, self.seed
+        ));
+        s.push_str(
+            "| run       | planner     | overlap     | arena bytes | instructions | clobbers |\n",
+        );
+        s.push_str(
+            "|-----------|-------------|-------------|-------------|--------------|----------|\n",
+        );
+        for (what, r) in [("reference", &self.reference), ("plan", &self.plan)] {
+            s.push_str(&format!(
+                "| {:<9} | {:<11} | {:<11} | {:>11} | {:>12} | {:>8} |\n",
+                what,
+                r.planner,
+                r.overlap,
+                r.arena_bytes,
+                r.instructions,
+                r.clobbers.len()
+            ));
+        }
+        let saving = if self.reference.arena_bytes > 0 {
+            100.0 * (self.reference.arena_bytes as f64 - self.plan.arena_bytes as f64)
+                / self.reference.arena_bytes as f64
+        } else {
+            0.0
+        };
+        s.push_str(&format!(
+            "saving  {:.1} % of the reference arena; {} DMO overlaps used\n",
+            saving,
+            self.plan.overlaps_used.len()
+        ));
+        for c in self.reference.clobbers.iter().chain(&self.clobbers) {
+            let by = c
+                .overwritten_by
+                .as_ref()
+                .map(|w| format!("{} (writing {})", w.op, w.tensor))
+                .unwrap_or_else(|| "never written".into());
+            s.push_str(&format!(
+                "CLOBBER op {} read tensor {} at byte {} ({} bytes), overwritten by {}\n",
+                c.op, c.tensor, c.offset, c.bytes, by
+            ));
+        }
+        s.push_str(&format!(
+            "outputs {} ({} of {} bytes differ)\n",
+            if self.bit_exact {
+                "bit-exact"
+            } else {
+                "MISMATCH"
+            },
+            self.mismatched_bytes,
+            self.output_bytes
+        ));
+        s.push_str(&format!(
+            "result  {}  ({:.2} s)\n",
+            if self.ok() { "OK" } else { "FAILED" },
+            self.seconds
+        ));
+        s
+    }
+}

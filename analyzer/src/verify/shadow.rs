@@ -1,0 +1,327 @@
+//! The shadow map of an arena (DESIGN §7): for every arena byte, which tensor
+//! last wrote it and in which layer. A read, through a buffer of role
+//! `input`, of a byte that does not hold that input tensor is a clobber.
+//!
+//! Tensors are identified by their buffer names (the executor names buffers
+//! after the model's tensors, which `lower` makes unique). Writes through any
+//! buffer of a layer — output, or an input that overlaps the output — are
+//! writes of the layer's output tensor. Accesses outside the arena (weights
+//! and biases in the program) are not tracked.
+//!
+//! Alongside, the monotone and exact O_s of every layer's first input against
+//! its output are accumulated ([`OverlapAccumulator`]), so the reference run
+//! of `memtrace verify` also yields the traced O_s of every operator.
+
+use std::collections::HashMap;
+
+use memtrace_tracer::{Buffer, Event, LayerInfo, Role};
+use serde::Serialize;
+
+use crate::overlap::empirical::{EmpiricalOverlap, OverlapAccumulator};
+use crate::pipeline::Analysis;
+
+/// Who wrote a byte.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Writer {
+    /// Layer (operator) name.
+    pub op: String,
+    pub tensor: String,
+}
+
+/// Reads of destroyed bytes of one tensor by one operator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Clobber {
+    /// The reading operator (layer name) and its position among the layers.
+    pub op: String,
+    pub layer_index: usize,
+    /// The input tensor that was expected.
+    pub tensor: String,
+    /// Tensor-relative byte offset of the first clobbered read.
+    pub offset: u64,
+    /// Clobbered bytes read (counted per read access byte).
+    pub bytes: u64,
+    /// The layer/tensor that last wrote the first clobbered byte; `None`
+    /// when no layer ever wrote it.
+    pub overwritten_by: Option<Writer>,
+}
+
+/// Per-layer result besides clobbers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LayerOverlap {
+    pub name: String,
+    pub input_bytes: u64,
+    pub output_bytes: u64,
+    /// O_s of the first input against the output (`None` without both).
+    pub overlap: Option<EmpiricalOverlap>,
+}
+
+#[derive(Default)]
+struct Current {
+    name: String,
+    index: usize,
+    buffers: HashMap<u32, Buffer>,
+    output_tensor: Option<u32>,
+    acc: Option<OverlapAccumulator>,
+    input_bytes: u64,
+    output_bytes: u64,
+}
+
+/// The clobber checker (an [`Analysis`]).
+pub struct ShadowMap {
+    base: u64,
+    bytes: u64,
+    /// Per byte: tensor id + 1 (0 = never written).
+    owner: Vec<u32>,
+    /// Per byte: layer index that wrote it.
+    writer: Vec<u32>,
+    tensors: HashMap<String, u32>,
+    tensor_names: Vec<String>,
+    layer_names: Vec<String>,
+    cur: Option<Current>,
+    by_key: HashMap<(usize, u32), usize>,
+    pub clobbers: Vec<Clobber>,
+    pub layers: Vec<LayerOverlap>,
+}
+
+impl ShadowMap {
+    /// Tracks the arena `[base, base + bytes)` (guest addresses).
+    pub fn new(base: u64, bytes: u64) -> Self {
+        ShadowMap {
+            base,
+            bytes,
+            owner: vec![0; bytes as usize],
+            writer: vec![0; bytes as usize],
+            tensors: HashMap::new(),
+            tensor_names: Vec::new(),
+            layer_names: Vec::new(),
+            cur: None,
+            by_key: HashMap::new(),
+            clobbers: Vec::new(),
+            layers: Vec::new(),
+        }
+    }
+
+    fn tensor_id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.tensors.get(name) {
+            return id;
+        }
+        let id = self.tensor_names.len() as u32;
+        self.tensor_names.push(name.to_string());
+        self.tensors.insert(name.to_string(), id);
+        id
+    }
+
+    /// Arena byte index of a guest address, if inside the arena.
+    fn slot(&self, address: u64) -> Option<usize> {
+        (address >= self.base && address < self.base + self.bytes)
+            .then(|| (address - self.base) as usize)
+    }
+}
+
+impl Analysis for ShadowMap {
+    fn layer_begin(&mut self, layer: &LayerInfo) {
+        self.layer_names.push(layer.name.clone());
+        self.cur = Some(Current {
+            name: layer.name.clone(),
+            index: layer.index,
+            ..Current::default()
+        });
+    }
+
+    fn buffer(&mut self, b: &Buffer) {
+        let id = self.tensor_id(&b.name);
+        let Some(cur) = self.cur.as_mut() else {
+            return;
+        };
+        if b.role == Role::Output {
+            cur.output_tensor = Some(id);
+            cur.output_bytes = b.size as u64;
+        }
+        if b.role == Role::Input && b.id == 0 {
+            cur.input_bytes = b.size as u64;
+        }
+        cur.buffers.insert(b.id, b.clone());
+        if cur.acc.is_none() {
+            let input = cur
+                .buffers
+                .values()
+                .filter(|x| x.role == Role::Input)
+                .min_by_key(|x| x.id);
+            let output = cur.buffers.values().find(|x| x.role == Role::Output);
+            if let (Some(i), Some(o)) = (input, output) {
+                cur.acc = Some(OverlapAccumulator::new(
+                    i.id,
+                    i.size as u64,
+                    o.id,
+                    o.size as u64,
+                ));
+            }
+        }
+    }
+
+    fn events(&mut self, events: &[Event]) {
+        let Some(mut cur) = self.cur.take() else {
+            return;
+        };
+        if let Some(acc) = cur.acc.as_mut() {
+            acc.observe(events);
+        }
+        let layer = (self.layer_names.len() - 1) as u32;
+        for e in events {
+            let Some(b) = cur.buffers.get(&e.buffer) else {
+                continue;
+            };
+            let start = b.base + e.offset as u64;
+            if e.kind == memtrace_tracer::AccessKind::Load {
+                if b.role != Role::Input {
+                    continue;
+                }
+                let expected = self.tensors[&b.name];
+                for k in 0..e.size as u64 {
+                    let Some(s) = self.slot(start + k) else {
+                        continue;
+                    };
+                    if self.owner[s] == expected + 1 {
+                        continue;
+                    }
+                    let key = (cur.index, expected);
+                    let offset = e.offset as u64 + k;
+                    match self.by_key.get(&key) {
+                        Some(&i) => {
+                            let c = &mut self.clobbers[i];
+                            c.bytes += 1;
+                            c.offset = c.offset.min(offset);
+                        }
+                        None => {
+                            let overwritten_by = (self.owner[s] != 0).then(|| Writer {
+                                op: self.layer_names[self.writer[s] as usize].clone(),
+                                tensor: self.tensor_names[(self.owner[s] - 1) as usize].clone(),
+                            });
+                            self.by_key.insert(key, self.clobbers.len());
+                            self.clobbers.push(Clobber {
+                                op: cur.name.clone(),
+                                layer_index: cur.index,
+                                tensor: b.name.clone(),
+                                offset,
+                                bytes: 1,
+                                overwritten_by,
+                            });
+                        }
+                    }
+                }
+            } else if let Some(out) = cur.output_tensor {
+                for k in 0..e.size as u64 {
+                    if let Some(s) = self.slot(start + k) {
+                        self.owner[s] = out + 1;
+                        self.writer[s] = layer;
+                    }
+                }
+            }
+        }
+        self.cur = Some(cur);
+    }
+
+    fn layer_end(&mut self, _instructions: u64) {
+        if let Some(cur) = self.cur.take() {
+            self.layers.push(LayerOverlap {
+                name: cur.name,
+                input_bytes: cur.input_bytes,
+                output_bytes: cur.output_bytes,
+                overlap: cur.acc.map(|a| a.result()),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memtrace_tracer::AccessKind;
+
+    fn buf(id: u32, role: Role, name: &str, base: u64, size: u32) -> Buffer {
+        Buffer {
+            id,
+            role,
+            name: name.into(),
+            base,
+            size,
+            elem_size: 1,
+        }
+    }
+
+    fn ev(seq: u64, buffer: u32, offset: u32, size: u32, kind: AccessKind) -> Event {
+        Event {
+            t: seq,
+            seq,
+            pc: 0,
+            buffer,
+            offset,
+            size,
+            kind,
+        }
+    }
+
+    fn layer(index: usize, name: &str) -> LayerInfo {
+        LayerInfo {
+            index,
+            name: name.into(),
+            op: "x".into(),
+            params: String::new(),
+            spec: None,
+        }
+    }
+
+    #[test]
+    fn a_read_of_an_overwritten_byte_names_the_writer() {
+        let mut m = ShadowMap::new(0x1000, 64);
+        m.layer_begin(&layer(0, "load_input"));
+        m.buffer(&buf(2, Role::Output, "a", 0x1010, 16));
+        m.events(&[ev(0, 2, 0, 16, AccessKind::Store)]);
+        m.layer_end(0);
+        // op1: a (at 16..32) -> b at 8..24: overlaps a's first 8 bytes.
+        m.layer_begin(&layer(1, "op1"));
+        m.buffer(&buf(0, Role::Input, "a", 0x1010, 16));
+        m.buffer(&buf(2, Role::Output, "b", 0x1008, 16));
+        // Writes b[8..12] = a[0..4] before reading a[0..4]: clobber.
+        m.events(&[
+            ev(0, 2, 8, 4, AccessKind::Store),
+            ev(1, 0, 0, 4, AccessKind::Store),
+            ev(2, 0, 0, 4, AccessKind::Load),
+            ev(3, 0, 4, 4, AccessKind::Load),
+        ]);
+        m.layer_end(0);
+        assert_eq!(m.clobbers.len(), 1);
+        let c = &m.clobbers[0];
+        assert_eq!(
+            (c.op.as_str(), c.tensor.as_str(), c.offset, c.bytes),
+            ("op1", "a", 0, 4)
+        );
+        assert_eq!(
+            c.overwritten_by,
+            Some(Writer {
+                op: "op1".into(),
+                tensor: "b".into()
+            })
+        );
+    }
+
+    #[test]
+    fn reads_of_what_was_written_are_clean_and_unwritten_bytes_are_not() {
+        let mut m = ShadowMap::new(0, 32);
+        m.layer_begin(&layer(0, "load_input"));
+        m.buffer(&buf(2, Role::Output, "a", 0, 8));
+        m.events(&[ev(0, 2, 0, 4, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(1, "op"));
+        m.buffer(&buf(0, Role::Input, "a", 0, 8));
+        m.buffer(&buf(2, Role::Output, "b", 16, 8));
+        m.events(&[
+            ev(0, 0, 0, 4, AccessKind::Load),
+            ev(1, 0, 4, 4, AccessKind::Load),
+        ]);
+        m.layer_end(0);
+        assert_eq!(m.clobbers.len(), 1);
+        assert_eq!(m.clobbers[0].offset, 4);
+        assert_eq!(m.clobbers[0].overwritten_by, None);
+    }
+}

@@ -1,0 +1,566 @@
+// executor.cc — runs a whole model with the TFLM reference kernels (from the
+// tfmicro crate's registry copy, see the Makefile) on the program the host
+// writes at `memtrace_arena` (include/memtrace_program.h, docs/protocol.md §8).
+//
+// Every operator is one layer window named after the model's operator, with
+// its activation input(s), output, weights and bias declared as buffers; the
+// activations live in one arena at the offsets of a memtrace plan. Before the
+// operators, a window `load_input` copies each graph input from the program
+// into the arena (declaring the tensor as that window's output), so a shadow
+// map of the arena sees every activation byte being written.
+//
+// Exit codes: 0 ok, 3 no/invalid program, 4 unsupported operator or type.
+#include <limits>
+#include <string.h>
+
+#include "memtrace.h"
+#include "memtrace_program.h"
+#include "memtrace_rt.h"
+#include "tensorflow/lite/kernels/internal/common.h"
+#include "tensorflow/lite/kernels/internal/reference/add.h"
+#include "tensorflow/lite/kernels/internal/reference/conv.h"
+#include "tensorflow/lite/kernels/internal/reference/depthwiseconv_float.h"
+#include "tensorflow/lite/kernels/internal/reference/depthwiseconv_uint8.h"
+#include "tensorflow/lite/kernels/internal/reference/fully_connected.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/add.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/conv.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/depthwise_conv.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/fully_connected.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/pooling.h"
+#include "tensorflow/lite/kernels/internal/reference/pooling.h"
+#include "tensorflow/lite/kernels/internal/reference/softmax.h"
+#include "tensorflow/lite/kernels/internal/types.h"
+
+#define EXEC_KERNEL __attribute__((noinline))
+
+namespace {
+
+using tflite::RuntimeShape;
+
+enum : int { kOk = 0, kNoProgram = 3, kUnsupported = 4 };
+
+enum : uint32_t { kIdInput = 0, kIdInput2 = 1, kIdOutput = 2, kIdWeights = 3, kIdBias = 4 };
+
+const unsigned char *g_prog;
+unsigned char *g_arena;
+
+int32_t word(uint32_t byte_offset) {
+    int32_t v;
+    memcpy(&v, g_prog + byte_offset, 4);
+    return v;
+}
+
+struct Tensor {
+    int32_t dtype, bytes, ndims;
+    int32_t dims[4];
+    int32_t zero_point;
+    void *data;
+    const char *name;
+};
+
+Tensor tensor(int32_t index) {
+    const uint32_t base = static_cast<uint32_t>(word(PRG_TENSORS * 4)) +
+                          static_cast<uint32_t>(index) * TEN_WORDS * 4;
+    Tensor t;
+    const int32_t *w = reinterpret_cast<const int32_t *>(g_prog + base);
+    t.dtype = w[TEN_DTYPE];
+    t.bytes = w[TEN_BYTES];
+    t.ndims = w[TEN_NDIMS];
+    for (int i = 0; i < 4; ++i) {
+        t.dims[i] = w[TEN_DIMS + i];
+    }
+    t.zero_point = w[TEN_ZERO_POINT];
+    const int32_t off = w[TEN_OFFSET];
+    if (w[TEN_LOCATION] == 0) {
+        t.data = g_arena + off;
+    } else {
+        t.data = const_cast<unsigned char *>(g_prog) + off;
+    }
+    t.name = reinterpret_cast<const char *>(g_prog + w[TEN_NAME]);
+    return t;
+}
+
+uint32_t elem_size(int32_t dtype) { return dtype == PDT_F32 || dtype == PDT_INT32 ? 4 : 1; }
+
+RuntimeShape shape(const Tensor &t) { return RuntimeShape(t.ndims, t.dims); }
+
+// The tensor viewed as 4-D NHWC (left-padded with 1s).
+RuntimeShape shape4(const Tensor &t) { return RuntimeShape::ExtendedShape(4, shape(t)); }
+
+RuntimeShape shape1(int32_t n) { return RuntimeShape(1, &n); }
+
+RuntimeShape shape2(int32_t a, int32_t b) {
+    const int32_t d[2] = {a, b};
+    return RuntimeShape(2, d);
+}
+
+int32_t flat(const Tensor &t) {
+    int32_t n = 1;
+    for (int i = 0; i < t.ndims; ++i) {
+        n *= t.dims[i];
+    }
+    return n;
+}
+
+// One operator record, decoded.
+struct Op {
+    const int32_t *w;
+    int32_t kind, dtype;
+    Tensor in, in2, out, weights, bias;
+    bool has_in2, has_weights, has_bias;
+};
+
+tflite::PaddingValues padding(const Op &op) {
+    tflite::PaddingValues p = {};
+    p.height = static_cast<int16_t>(op.w[OPW_PAD_H]);
+    p.width = static_cast<int16_t>(op.w[OPW_PAD_W]);
+    return p;
+}
+
+float fmin_of(const Op &op);
+float fmax_of(const Op &op);
+float fmin_of_fwd(const Op &op) { return fmin_of(op); }
+float fmax_of_fwd(const Op &op) { return fmax_of(op); }
+
+tflite::ConvParams conv_params(const Op &op) {
+    tflite::ConvParams p = {};
+    p.padding_type = tflite::PaddingType::kSame;
+    p.padding_values = padding(op);
+    p.stride_height = static_cast<int16_t>(op.w[OPW_STRIDE_H]);
+    p.stride_width = static_cast<int16_t>(op.w[OPW_STRIDE_W]);
+    p.dilation_height_factor = static_cast<int16_t>(op.w[OPW_DILATION_H]);
+    p.dilation_width_factor = static_cast<int16_t>(op.w[OPW_DILATION_W]);
+    p.input_offset = op.w[OPW_INPUT_OFFSET];
+    p.weights_offset = op.w[OPW_WEIGHTS_OFFSET];
+    p.output_offset = op.w[OPW_OUTPUT_OFFSET];
+    p.output_multiplier = op.w[OPW_OUTPUT_MULTIPLIER];
+    p.output_shift = op.w[OPW_OUTPUT_SHIFT];
+    p.quantized_activation_min = op.w[OPW_ACT_MIN];
+    p.quantized_activation_max = op.w[OPW_ACT_MAX];
+    p.float_activation_min = fmin_of_fwd(op);
+    p.float_activation_max = fmax_of_fwd(op);
+    return p;
+}
+
+float fmin_of(const Op &op) {
+    float v;
+    memcpy(&v, &op.w[OPW_FLOAT_MIN], 4);
+    return v;
+}
+
+float fmax_of(const Op &op) {
+    float v;
+    memcpy(&v, &op.w[OPW_FLOAT_MAX], 4);
+    return v;
+}
+
+const int32_t *channel_array(const Op &op, int which) {
+    const int32_t off = op.w[which];
+    return off < 0 ? nullptr : reinterpret_cast<const int32_t *>(g_prog + off);
+}
+
+// ---- kernels (one non-inlined function each: readable trace PCs) ----------
+
+EXEC_KERNEL int conv2d(const Op &op) {
+    tflite::ConvParams p = conv_params(op);
+    p.float_activation_min = fmin_of(op);
+    p.float_activation_max = fmax_of(op);
+    const RuntimeShape bias = shape1(op.out.dims[3]);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::Conv(p, shape4(op.in), static_cast<const float *>(op.in.data),
+                                        shape4(op.weights),
+                                        static_cast<const float *>(op.weights.data), bias,
+                                        op.has_bias ? static_cast<const float *>(op.bias.data) : nullptr,
+                                        shape4(op.out), static_cast<float *>(op.out.data),
+                                        RuntimeShape(), nullptr);
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_integer_ops::ConvPerChannel(
+                p, channel_array(op, OPW_CHANNEL_MULTIPLIERS), channel_array(op, OPW_CHANNEL_SHIFTS),
+                shape4(op.in), static_cast<const int8_t *>(op.in.data), shape4(op.weights),
+                static_cast<const int8_t *>(op.weights.data), bias,
+                op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, shape4(op.out),
+                static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::Conv(
+                p, shape4(op.in), static_cast<const uint8_t *>(op.in.data), shape4(op.weights),
+                static_cast<const uint8_t *>(op.weights.data), bias,
+                op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, shape4(op.out),
+                static_cast<uint8_t *>(op.out.data), RuntimeShape(), nullptr, nullptr);
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+EXEC_KERNEL int depthwise_conv2d(const Op &op) {
+    tflite::DepthwiseParams p = {};
+    p.padding_type = tflite::PaddingType::kSame;
+    p.padding_values = padding(op);
+    p.stride_height = static_cast<int16_t>(op.w[OPW_STRIDE_H]);
+    p.stride_width = static_cast<int16_t>(op.w[OPW_STRIDE_W]);
+    p.dilation_height_factor = static_cast<int16_t>(op.w[OPW_DILATION_H]);
+    p.dilation_width_factor = static_cast<int16_t>(op.w[OPW_DILATION_W]);
+    p.depth_multiplier = static_cast<int16_t>(op.w[OPW_DEPTH_MULTIPLIER]);
+    p.input_offset = op.w[OPW_INPUT_OFFSET];
+    p.weights_offset = op.w[OPW_WEIGHTS_OFFSET];
+    p.output_offset = op.w[OPW_OUTPUT_OFFSET];
+    p.output_multiplier = op.w[OPW_OUTPUT_MULTIPLIER];
+    p.output_shift = op.w[OPW_OUTPUT_SHIFT];
+    p.quantized_activation_min = op.w[OPW_ACT_MIN];
+    p.quantized_activation_max = op.w[OPW_ACT_MAX];
+    p.float_activation_min = fmin_of(op);
+    p.float_activation_max = fmax_of(op);
+    const RuntimeShape bias = shape1(op.out.dims[3]);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::DepthwiseConv(
+                p, shape4(op.in), static_cast<const float *>(op.in.data), shape4(op.weights),
+                static_cast<const float *>(op.weights.data), bias,
+                op.has_bias ? static_cast<const float *>(op.bias.data) : nullptr, shape4(op.out),
+                static_cast<float *>(op.out.data));
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_integer_ops::DepthwiseConvPerChannel(
+                p, channel_array(op, OPW_CHANNEL_MULTIPLIERS), channel_array(op, OPW_CHANNEL_SHIFTS),
+                shape4(op.in), static_cast<const int8_t *>(op.in.data), shape4(op.weights),
+                static_cast<const int8_t *>(op.weights.data), bias,
+                op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, shape4(op.out),
+                static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::DepthwiseConv(
+                p, shape4(op.in), static_cast<const uint8_t *>(op.in.data), shape4(op.weights),
+                static_cast<const uint8_t *>(op.weights.data), bias,
+                op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, shape4(op.out),
+                static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+tflite::PoolParams pool_params(const Op &op) {
+    tflite::PoolParams p = {};
+    p.padding_type = tflite::PaddingType::kSame;
+    p.padding_values = padding(op);
+    p.stride_height = op.w[OPW_STRIDE_H];
+    p.stride_width = op.w[OPW_STRIDE_W];
+    p.filter_height = op.w[OPW_FILTER_H];
+    p.filter_width = op.w[OPW_FILTER_W];
+    p.quantized_activation_min = op.w[OPW_ACT_MIN];
+    p.quantized_activation_max = op.w[OPW_ACT_MAX];
+    p.float_activation_min = fmin_of(op);
+    p.float_activation_max = fmax_of(op);
+    return p;
+}
+
+EXEC_KERNEL int average_pool(const Op &op) {
+    const tflite::PoolParams p = pool_params(op);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::AveragePool(p, shape4(op.in), static_cast<const float *>(op.in.data),
+                                               shape4(op.out), static_cast<float *>(op.out.data));
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_integer_ops::AveragePool(
+                p, shape4(op.in), static_cast<const int8_t *>(op.in.data), shape4(op.out),
+                static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::AveragePool(p, shape4(op.in),
+                                               static_cast<const uint8_t *>(op.in.data),
+                                               shape4(op.out), static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+EXEC_KERNEL int max_pool(const Op &op) {
+    const tflite::PoolParams p = pool_params(op);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::MaxPool(p, shape4(op.in), static_cast<const float *>(op.in.data),
+                                           shape4(op.out), static_cast<float *>(op.out.data));
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_integer_ops::MaxPool(p, shape4(op.in),
+                                                   static_cast<const int8_t *>(op.in.data),
+                                                   shape4(op.out), static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::MaxPool(p, shape4(op.in), static_cast<const uint8_t *>(op.in.data),
+                                           shape4(op.out), static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+// TFLM's FULLY_CONNECTED: input flattened to [batches, depth], weights
+// [units, depth], output [batches, units].
+EXEC_KERNEL int fully_connected(const Op &op) {
+    tflite::FullyConnectedParams p = {};
+    p.input_offset = op.w[OPW_INPUT_OFFSET];
+    p.weights_offset = op.w[OPW_WEIGHTS_OFFSET];
+    p.output_offset = op.w[OPW_OUTPUT_OFFSET];
+    p.output_multiplier = op.w[OPW_OUTPUT_MULTIPLIER];
+    p.output_shift = op.w[OPW_OUTPUT_SHIFT];
+    p.quantized_activation_min = op.w[OPW_ACT_MIN];
+    p.quantized_activation_max = op.w[OPW_ACT_MAX];
+    p.float_activation_min = fmin_of(op);
+    p.float_activation_max = fmax_of(op);
+    const int32_t units = op.weights.dims[0];
+    const int32_t depth = op.weights.bytes / static_cast<int32_t>(elem_size(op.weights.dtype)) / units;
+    const int32_t batches = flat(op.in) / depth;
+    const RuntimeShape in_s = shape2(batches, depth), w_s = shape2(units, depth),
+                       b_s = shape1(units), out_s = shape2(batches, units);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::FullyConnected(
+                p, in_s, static_cast<const float *>(op.in.data), w_s,
+                static_cast<const float *>(op.weights.data), b_s,
+                op.has_bias ? static_cast<const float *>(op.bias.data) : nullptr, out_s,
+                static_cast<float *>(op.out.data));
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_integer_ops::FullyConnected(
+                p, in_s, static_cast<const int8_t *>(op.in.data), w_s,
+                static_cast<const int8_t *>(op.weights.data), b_s,
+                op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, out_s,
+                static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::FullyConnected(
+                p, in_s, static_cast<const uint8_t *>(op.in.data), w_s,
+                static_cast<const uint8_t *>(op.weights.data), b_s,
+                op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, out_s,
+                static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+EXEC_KERNEL int add(const Op &op) {
+    tflite::ArithmeticParams p = {};
+    p.left_shift = op.w[OPW_LEFT_SHIFT];
+    p.input1_offset = op.w[OPW_INPUT_OFFSET];
+    p.input2_offset = op.w[OPW_INPUT2_OFFSET];
+    p.output_offset = op.w[OPW_OUTPUT_OFFSET];
+    p.input1_multiplier = op.w[OPW_INPUT1_MULTIPLIER];
+    p.input1_shift = op.w[OPW_INPUT1_SHIFT];
+    p.input2_multiplier = op.w[OPW_INPUT2_MULTIPLIER];
+    p.input2_shift = op.w[OPW_INPUT2_SHIFT];
+    p.output_multiplier = op.w[OPW_OUTPUT_MULTIPLIER];
+    p.output_shift = op.w[OPW_OUTPUT_SHIFT];
+    p.quantized_activation_min = op.w[OPW_ACT_MIN];
+    p.quantized_activation_max = op.w[OPW_ACT_MAX];
+    p.float_activation_min = fmin_of(op);
+    p.float_activation_max = fmax_of(op);
+    const RuntimeShape s = shape4(op.out);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::Add(p, s, static_cast<const float *>(op.in.data), s,
+                                       static_cast<const float *>(op.in2.data), s,
+                                       static_cast<float *>(op.out.data));
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_integer_ops::Add(p, s, static_cast<const int8_t *>(op.in.data), s,
+                                               static_cast<const int8_t *>(op.in2.data), s,
+                                               static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::Add(p, s, static_cast<const uint8_t *>(op.in.data), s,
+                                       static_cast<const uint8_t *>(op.in2.data), s,
+                                       static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+EXEC_KERNEL int softmax(const Op &op) {
+    tflite::SoftmaxParams p = {};
+    float beta;
+    memcpy(&beta, &op.w[OPW_BETA], 4);
+    p.beta = beta;
+    p.input_multiplier = op.w[OPW_SOFTMAX_MULTIPLIER];
+    p.input_left_shift = op.w[OPW_SOFTMAX_LEFT_SHIFT];
+    p.diff_min = op.w[OPW_DIFF_MIN];
+    const RuntimeShape in_s = shape(op.in), out_s = shape(op.out);
+    switch (op.dtype) {
+        case PDT_F32:
+            tflite::reference_ops::Softmax(p, in_s, static_cast<const float *>(op.in.data), out_s,
+                                           static_cast<float *>(op.out.data));
+            return kOk;
+        case PDT_INT8:
+            tflite::reference_ops::Softmax(p, in_s, static_cast<const int8_t *>(op.in.data), out_s,
+                                           static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::Softmax(p, in_s, static_cast<const uint8_t *>(op.in.data), out_s,
+                                           static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+// TFLM's RESHAPE copies the bytes when input and output are not the same
+// memory.
+EXEC_KERNEL int reshape(const Op &op) {
+    if (op.in.data != op.out.data) {
+        memcpy(op.out.data, op.in.data, static_cast<size_t>(op.out.bytes));
+    }
+    return kOk;
+}
+
+EXEC_KERNEL int relu(const Op &op) {
+    const int32_t n = flat(op.out);
+    if (op.dtype == PDT_F32) {
+        const float *in = static_cast<const float *>(op.in.data);
+        float *out = static_cast<float *>(op.out.data);
+        const float lo = fmin_of(op), hi = fmax_of(op);
+        for (int32_t i = 0; i < n; ++i) {
+            const float v = in[i];
+            out[i] = v > hi ? hi : v < lo ? lo : v;
+        }
+        return kOk;
+    }
+    if (op.dtype == PDT_INT8) {
+        const int8_t *in = static_cast<const int8_t *>(op.in.data);
+        int8_t *out = static_cast<int8_t *>(op.out.data);
+        const int32_t lo = op.w[OPW_ACT_MIN], hi = op.w[OPW_ACT_MAX];
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t v = in[i];
+            out[i] = static_cast<int8_t>(v > hi ? hi : v < lo ? lo : v);
+        }
+        return kOk;
+    }
+    return kUnsupported;
+}
+
+void declare(uint32_t id, uint32_t role, const Tensor &t) {
+    memtrace_buffer(id, role, t.data, static_cast<uint32_t>(t.bytes), elem_size(t.dtype), t.name);
+}
+
+int run_op(uint32_t index) {
+    Op op;
+    op.w = reinterpret_cast<const int32_t *>(g_prog + word(PRG_OPS * 4) + index * OPW_WORDS * 4);
+    op.kind = op.w[OPW_KIND];
+    op.dtype = op.w[OPW_DTYPE];
+    op.in = tensor(op.w[OPW_INPUT]);
+    op.out = tensor(op.w[OPW_OUTPUT]);
+    op.has_in2 = op.w[OPW_INPUT2] >= 0;
+    op.has_weights = op.w[OPW_WEIGHTS] >= 0;
+    op.has_bias = op.w[OPW_BIAS] >= 0;
+    if (op.has_in2) op.in2 = tensor(op.w[OPW_INPUT2]);
+    if (op.has_weights) op.weights = tensor(op.w[OPW_WEIGHTS]);
+    if (op.has_bias) op.bias = tensor(op.w[OPW_BIAS]);
+    const char *name = reinterpret_cast<const char *>(g_prog + op.w[OPW_NAME]);
+    const char *params = reinterpret_cast<const char *>(g_prog + op.w[OPW_PARAMS]);
+    const char *kind = "custom";
+    switch (op.kind) {
+        case PK_CONV2D: kind = "conv2d"; break;
+        case PK_DEPTHWISE_CONV2D: kind = "depthwise_conv2d"; break;
+        case PK_MAX_POOL: kind = "max_pool"; break;
+        case PK_AVERAGE_POOL: kind = "average_pool"; break;
+        case PK_FULLY_CONNECTED: kind = "fully_connected"; break;
+        case PK_ADD: kind = "add"; break;
+        case PK_RELU: kind = "relu"; break;
+        case PK_SOFTMAX: kind = "softmax"; break;
+        case PK_RESHAPE: kind = "reshape"; break;
+        default: return kUnsupported;
+    }
+    memtrace_layer_begin(name, kind, params);
+    declare(kIdInput, MEMTRACE_ROLE_INPUT, op.in);
+    // An add of a tensor with itself reads one buffer.
+    if (op.has_in2 && op.in2.data != op.in.data) declare(kIdInput2, MEMTRACE_ROLE_INPUT, op.in2);
+    declare(kIdOutput, MEMTRACE_ROLE_OUTPUT, op.out);
+    if (op.has_weights) declare(kIdWeights, MEMTRACE_ROLE_WEIGHTS, op.weights);
+    if (op.has_bias) declare(kIdBias, MEMTRACE_ROLE_BIAS, op.bias);
+    int rc = kUnsupported;
+    switch (op.kind) {
+        case PK_CONV2D: rc = conv2d(op); break;
+        case PK_DEPTHWISE_CONV2D: rc = depthwise_conv2d(op); break;
+        case PK_MAX_POOL: rc = max_pool(op); break;
+        case PK_AVERAGE_POOL: rc = average_pool(op); break;
+        case PK_FULLY_CONNECTED: rc = fully_connected(op); break;
+        case PK_ADD: rc = add(op); break;
+        case PK_RELU: rc = relu(op); break;
+        case PK_SOFTMAX: rc = softmax(op); break;
+        case PK_RESHAPE: rc = reshape(op); break;
+        default: break;
+    }
+    memtrace_layer_end();
+    return rc;
+}
+
+EXEC_KERNEL void copy_input(void *dst, const void *src, int32_t bytes) {
+    memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+}  // namespace
+
+int main() {
+    g_prog = memtrace_arena;
+    if (static_cast<uint32_t>(word(PRG_MAGIC * 4)) != MEMTRACE_PROGRAM_MAGIC) {
+        return kNoProgram;
+    }
+    const int32_t arena_offset = word(PRG_ARENA_OFFSET * 4);
+    const int32_t arena_bytes = word(PRG_ARENA_BYTES * 4);
+    if (arena_offset < 0 || arena_bytes < 0 ||
+        memtrace_arena + arena_offset + arena_bytes > memtrace_arena_end) {
+        return kNoProgram;
+    }
+    g_arena = memtrace_arena + arena_offset;
+    const int32_t n_inputs = word(PRG_N_INPUTS * 4);
+    const uint32_t inputs = static_cast<uint32_t>(word(PRG_INPUTS * 4));
+    for (int32_t i = 0; i < n_inputs; ++i) {
+        const uint32_t rec = inputs + static_cast<uint32_t>(i) * 12;
+        const Tensor t = tensor(word(rec));
+        memtrace_layer_begin("load_input", "load_input", "");
+        declare(kIdOutput, MEMTRACE_ROLE_OUTPUT, t);
+        copy_input(t.data, g_prog + word(rec + 4), word(rec + 8));
+        memtrace_layer_end();
+    }
+    const uint32_t n_ops = static_cast<uint32_t>(word(PRG_N_OPS * 4));
+    for (uint32_t i = 0; i < n_ops; ++i) {
+        const int rc = run_op(i);
+        if (rc != kOk) {
+            return rc;
+        }
+    }
+    return kOk;
+}
+
+// newlib's expf reports range errors through errno; no C library is linked,
+// so the executor provides the errno location itself.
+extern "C" {
+static int g_errno;
+int *__errno(void) { return &g_errno; }
+int *__errno_location(void) { return &g_errno; }
+}
+
+#if defined(__x86_64__)
+// x86-64 only: glibc's expf cannot be linked freestanding (IFUNC), so this
+// is the executor's expf: e^x = 2^k * e^r with r = x - k*ln2, |r| <= ln2/2,
+// e^r by its Taylor series in double (error far below one float ulp), then
+// rounded to float. Float results may differ from newlib's in the last ulp;
+// verification compares runs on the same target only.
+extern "C" float expf(float xf) {
+    const double x = xf;
+    if (x != x) return xf;
+    if (x > 88.8) return __builtin_inff();
+    if (x < -104.0) return 0.0f;
+    const double ln2 = 0.6931471805599453094;
+    const double kd = __builtin_floor(x / ln2 + 0.5);
+    const double r = x - kd * ln2;
+    double term = 1.0, sum = 1.0;
+    for (int i = 1; i < 16; ++i) {
+        term *= r / i;
+        sum += term;
+    }
+    int k = static_cast<int>(kd);
+    while (k > 0) { sum *= 2.0; --k; }
+    while (k < 0) { sum *= 0.5; ++k; }
+    return static_cast<float>(sum);
+}
+#endif

@@ -1,0 +1,444 @@
+//! `memtrace verify`: run a whole model in the emulator under the reference
+//! plan (TFLM greedy, no overlaps) and under a chosen plan, check every read
+//! of the arena with the shadow map, and compare the outputs bit by bit.
+//!
+//! The reference run also traces every operator's O_s (monotone, first input
+//! against output), which is the `traced` overlap source of the plan.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, ValueEnum};
+use memtrace_analyzer::model::{self, Model};
+use memtrace_analyzer::planner::{
+    self, OverlapMethod, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps,
+};
+use memtrace_analyzer::verify::{
+    lower, Clobber, LowerInput, OpOverlapReport, PlacedTensorReport, RunReport, ShadowMap,
+    UsedOverlapReport, VerifyReport,
+};
+use memtrace_tracer::{ElfImage, TraceOptions};
+use serde::Deserialize;
+
+use super::common::trace_with;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    #[value(name = "cortex-m4")]
+    CortexM4,
+    #[value(name = "x86-64")]
+    X86_64,
+}
+
+impl Target {
+    fn dir(self) -> &'static str {
+        match self {
+            Target::CortexM4 => "cortex-m4",
+            Target::X86_64 => "x86_64",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Target::CortexM4 => "cortex-m4",
+            Target::X86_64 => "x86-64",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// `MODEL.tflite` or `zoo:NAME`.
+    pub model: String,
+    /// Planner of the verified plan (linear, tflm-greedy, dmo-heap,
+    /// replacement, reorder, exact).
+    #[arg(long, default_value = "dmo-heap")]
+    pub planner: String,
+    /// O_s source of the plan: traced (from the reference run), algorithmic,
+    /// analytic, none.
+    #[arg(long, default_value = "traced")]
+    pub overlap: String,
+    /// Verify this placement instead of a planner's: JSON
+    /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N}`
+    /// (tensors not listed keep their reference offsets; model order).
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<PathBuf>,
+    /// Seed of the generated input (and of the weights of zoo models).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_enum, default_value_t = Target::CortexM4)]
+    pub target: Target,
+    /// The executor ELF (default: harness-c/build/TARGET/executor.elf).
+    #[arg(long, value_name = "ELF")]
+    pub executor: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Stop a guest that runs longer than this many instructions.
+    #[arg(long, default_value_t = 200_000_000_000)]
+    pub max_instructions: u64,
+}
+
+#[derive(Deserialize)]
+struct PlanFile {
+    tensors: Vec<PlanFileTensor>,
+    arena_bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PlanFileTensor {
+    name: String,
+    offset: u64,
+}
+
+fn executor_path(args: &VerifyArgs) -> Result<PathBuf> {
+    if let Some(p) = &args.executor {
+        return Ok(p.clone());
+    }
+    let rel = Path::new("harness-c/build")
+        .join(args.target.dir())
+        .join("executor.elf");
+    let candidates = [
+        rel.clone(),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .ok_or_else(|| {
+            anyhow!(
+                "{} not found: build the guests (`make -C harness-c`) or pass --executor",
+                rel.display()
+            )
+        })
+}
+
+/// Result of one emulated run.
+struct Outcome {
+    shadow: ShadowMap,
+    instructions: u64,
+    outputs: Vec<u8>,
+}
+
+/// Lowers and runs `model` with tensors at `offsets`, executing `order`.
+fn execute(
+    image: &ElfImage,
+    model: &Model,
+    order: &[usize],
+    offsets: &[Option<u64>],
+    arena_bytes: u64,
+    args: &VerifyArgs,
+) -> Result<Outcome> {
+    let program = lower(
+        model,
+        &LowerInput {
+            order,
+            offsets,
+            arena_bytes,
+            seed: args.seed,
+        },
+    )?;
+    let encoded = program.encode()?;
+    let arena = image
+        .symbol("memtrace_arena")
+        .ok_or_else(|| anyhow!("{} has no memtrace_arena symbol", image.path.display()))?;
+    let arena_end = image.symbol("memtrace_arena_end").map(|s| s.address);
+    let base = arena.address + encoded.arena_offset;
+    if let Some(end) = arena_end {
+        if base + arena_bytes > end {
+            bail!(
+                "program ({} bytes) and arena ({arena_bytes} bytes) do not fit the executor's arena ({} bytes)",
+                encoded.arena_offset,
+                end - arena.address
+            );
+        }
+    }
+    let readback: Vec<(u64, u64)> = program
+        .outputs
+        .iter()
+        .map(|&o| {
+            let t = &program.tensors[o as usize];
+            let off = match t.data {
+                memtrace_tracer::program::TensorData::Arena { offset } => offset,
+                _ => 0,
+            };
+            (base + off, t.bytes())
+        })
+        .collect();
+    let mut shadow = ShadowMap::new(base, arena_bytes);
+    let summary = trace_with(
+        image,
+        TraceOptions {
+            max_instructions: args.max_instructions,
+            preload: vec![(arena.address, encoded.bytes)],
+            readback,
+            ..TraceOptions::default()
+        },
+        &mut [&mut shadow],
+    )?;
+    if summary.exit_code != 0 {
+        bail!(
+            "the executor exited with code {} (3: no program, 4: unsupported operator)",
+            summary.exit_code
+        );
+    }
+    Ok(Outcome {
+        shadow,
+        instructions: summary.instructions,
+        outputs: summary.memory.concat(),
+    })
+}
+
+fn offsets_of(model: &Model, plan: &Plan) -> Vec<Option<u64>> {
+    let mut o = vec![None; model.tensors.len()];
+    for t in &plan.tensors {
+        o[t.tensor] = Some(t.offset);
+    }
+    o
+}
+
+fn arena_of(plan: &Plan, model: &Model) -> u64 {
+    plan.peak_bytes.unwrap_or_else(|| {
+        plan.tensors
+            .iter()
+            .map(|t| t.offset + model.tensors[t.tensor].bytes.max(t.size))
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+fn run_report(
+    model: &Model,
+    planner: &str,
+    overlap: &str,
+    offsets: &[Option<u64>],
+    arena_bytes: u64,
+    plan: Option<&Plan>,
+    outcome: &Outcome,
+) -> RunReport {
+    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    RunReport {
+        planner: planner.into(),
+        overlap: overlap.into(),
+        arena_bytes,
+        instructions: outcome.instructions,
+        clobbers: outcome.shadow.clobbers.clone(),
+        tensors: offsets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| {
+                o.map(|offset| PlacedTensorReport {
+                    tensor: i,
+                    name: names[i].clone(),
+                    offset,
+                    size: model.tensors[i].bytes,
+                })
+            })
+            .collect(),
+        overlaps_used: plan
+            .map(|p| {
+                p.overlaps_used
+                    .iter()
+                    .map(|u| UsedOverlapReport {
+                        op: names[model.ops[u.op].outputs[0]].clone(),
+                        input: names[u.input].clone(),
+                        output: names[u.output].clone(),
+                        bytes: u.bytes,
+                        safe_bytes: u.safe_bytes,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+pub fn run(args: VerifyArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let model = model::load(&args.model).with_context(|| format!("loading {}", args.model))?;
+    model.validate()?;
+    let kind = PlannerKind::parse(&args.planner).ok_or_else(|| {
+        anyhow!(
+            "unknown planner `{}` (known: {})",
+            args.planner,
+            PlannerKind::ALL.map(|p| p.name()).join(", ")
+        )
+    })?;
+    if !["traced", "algorithmic", "analytic", "none"].contains(&args.overlap.as_str()) {
+        bail!(
+            "unknown overlap method `{}` (traced, algorithmic, analytic, none)",
+            args.overlap
+        );
+    }
+    let exe = executor_path(&args)?;
+    let image = ElfImage::load(&exe)?;
+    let opts = PlanOptions::default();
+    let names = memtrace_analyzer::verify::lower::tensor_names(&model);
+
+    // Reference: TFLM's greedy plan, no overlaps, model order.
+    let reference = planner::run(
+        &model,
+        PlannerKind::TflmGreedy,
+        &Overlaps::none(&model),
+        &opts,
+    )?;
+    let ref_offsets = offsets_of(&model, &reference);
+    let ref_arena = arena_of(&reference, &model);
+    let ref_out = execute(
+        &image,
+        &model,
+        &reference.order,
+        &ref_offsets,
+        ref_arena,
+        &args,
+    )?;
+
+    // Traced O_s per operator, from the reference run's layers (after the
+    // `load_input` windows, one per operator in execution order).
+    let op_layers: Vec<_> = ref_out
+        .shadow
+        .layers
+        .iter()
+        .skip(model.inputs.len())
+        .cloned()
+        .collect();
+    let mut traced = TracedOverlaps::default();
+    let mut traced_report = Vec::new();
+    for (step, &op) in reference.order.iter().enumerate() {
+        let o = &model.ops[op];
+        let layer = op_layers.get(step);
+        let ov = layer.and_then(|l| l.overlap);
+        if let Some(ov) = ov {
+            traced.by_op.insert(op, ov.monotone_bytes);
+        }
+        traced_report.push(OpOverlapReport {
+            op: names[o.outputs[0]].clone(),
+            index: op,
+            input: names[o.inputs[0]].clone(),
+            output: names[o.outputs[0]].clone(),
+            input_bytes: model.tensors[o.inputs[0]].bytes,
+            output_bytes: model.tensors[o.outputs[0]].bytes,
+            monotone_bytes: ov.map(|v| v.monotone_bytes),
+            exact_bytes: ov.map(|v| v.exact_bytes),
+        });
+    }
+
+    // The plan under test.
+    let (plan, offsets, arena_bytes, order, planner_name, overlap_name) = match &args.plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let file: PlanFile = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a plan file", path.display()))?;
+            let mut offsets = ref_offsets.clone();
+            for t in &file.tensors {
+                let i = names
+                    .iter()
+                    .position(|n| *n == t.name)
+                    .ok_or_else(|| anyhow!("{}: no tensor `{}`", path.display(), t.name))?;
+                if offsets[i].is_none() {
+                    bail!(
+                        "{}: tensor `{}` is not an arena tensor",
+                        path.display(),
+                        t.name
+                    );
+                }
+                offsets[i] = Some(t.offset);
+            }
+            let end = offsets
+                .iter()
+                .enumerate()
+                .filter_map(|(i, o)| o.map(|o| o + model.tensors[i].bytes))
+                .max()
+                .unwrap_or(0);
+            let arena = file.arena_bytes.unwrap_or(end).max(end);
+            (
+                None,
+                offsets,
+                arena,
+                (0..model.ops.len()).collect::<Vec<_>>(),
+                "file".to_string(),
+                path.display().to_string(),
+            )
+        }
+        None => {
+            let overlaps = match args.overlap.as_str() {
+                "traced" => Overlaps::compute(&model, &traced),
+                m => Overlaps::compute(&model, &OverlapMethod::parse(m).expect("checked above")),
+            };
+            let plan = planner::run(&model, kind, &overlaps, &opts)?;
+            if plan.tensors.is_empty() {
+                bail!(
+                    "planner {} does not apply to this model: {}",
+                    kind.name(),
+                    plan.note.clone().unwrap_or_default()
+                );
+            }
+            let offsets = offsets_of(&model, &plan);
+            let arena = arena_of(&plan, &model);
+            let order = plan.order.clone();
+            let overlap = plan.overlap.clone();
+            (
+                Some(plan),
+                offsets,
+                arena,
+                order,
+                kind.name().to_string(),
+                overlap,
+            )
+        }
+    };
+    let plan_out = execute(&image, &model, &order, &offsets, arena_bytes, &args)?;
+    let mismatched = ref_out
+        .outputs
+        .iter()
+        .zip(&plan_out.outputs)
+        .filter(|(a, b)| a != b)
+        .count() as u64
+        + (ref_out.outputs.len() as i64 - plan_out.outputs.len() as i64).unsigned_abs();
+    let clobbers: Vec<Clobber> = plan_out.shadow.clobbers.clone();
+    let report = VerifyReport {
+        model: model.name.clone(),
+        target: args.target.name().into(),
+        seed: args.seed,
+        reference: run_report(
+            &model,
+            "tflm-greedy",
+            "none",
+            &ref_offsets,
+            ref_arena,
+            Some(&reference),
+            &ref_out,
+        ),
+        plan: run_report(
+            &model,
+            &planner_name,
+            &overlap_name,
+            &offsets,
+            arena_bytes,
+            plan.as_ref(),
+            &plan_out,
+        ),
+        clobbers,
+        bit_exact: mismatched == 0,
+        mismatched_bytes: mismatched,
+        output_bytes: ref_out.outputs.len() as u64,
+        traced_overlaps: traced_report,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    match args.format {
+        Format::Table => print!("{}", report.to_text()),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

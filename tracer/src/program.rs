@@ -1,0 +1,470 @@
+//! The model program of the guest executor (`harness-c/executor/`): a whole
+//! model — operators with their parameters and host-computed quantisation,
+//! constant tensors, and the arena offset of every activation tensor — in the
+//! binary format the executor reads from guest memory.
+//!
+//! The host writes the encoded program at the guest symbol `memtrace_arena`
+//! (the start of the NOLOAD arena) before the first instruction; the
+//! activation arena follows the program at [`EncodedProgram::arena_offset`].
+//! The format is specified in `docs/protocol.md` (section 8) and mirrored by
+//! `harness-c/include/memtrace_program.h`. This module knows nothing of
+//! planners or models: it takes plain offsets, shapes and parameters.
+
+/// "PRG1", little-endian.
+pub const PROGRAM_MAGIC: u32 = 0x3147_5250;
+/// Words in the program header.
+pub const HEADER_WORDS: usize = 16;
+/// Words per tensor record.
+pub const TENSOR_WORDS: usize = 12;
+/// Words per operator record.
+pub const OP_WORDS: usize = 48;
+/// The activation arena starts at a multiple of this from the program start.
+pub const ARENA_ALIGN: u64 = 4096;
+
+/// Element type codes of the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramDtype {
+    F32 = 1,
+    Int8 = 2,
+    Uint8 = 3,
+    Int32 = 4,
+}
+
+impl ProgramDtype {
+    pub fn size(self) -> u32 {
+        match self {
+            ProgramDtype::Int8 | ProgramDtype::Uint8 => 1,
+            ProgramDtype::F32 | ProgramDtype::Int32 => 4,
+        }
+    }
+}
+
+/// Operator codes (the kernel suite's `memtrace_op` values where they exist).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramOpKind {
+    Conv2d = 1,
+    DepthwiseConv2d = 2,
+    MaxPool = 3,
+    AveragePool = 4,
+    FullyConnected = 5,
+    Add = 6,
+    Relu = 7,
+    Softmax = 9,
+    Reshape = 10,
+}
+
+impl ProgramOpKind {
+    /// The `op` text of the layer window.
+    pub fn op_name(self) -> &'static str {
+        match self {
+            ProgramOpKind::Conv2d => "conv2d",
+            ProgramOpKind::DepthwiseConv2d => "depthwise_conv2d",
+            ProgramOpKind::MaxPool => "max_pool",
+            ProgramOpKind::AveragePool => "average_pool",
+            ProgramOpKind::FullyConnected => "fully_connected",
+            ProgramOpKind::Add => "add",
+            ProgramOpKind::Relu => "relu",
+            ProgramOpKind::Softmax => "softmax",
+            ProgramOpKind::Reshape => "reshape",
+        }
+    }
+}
+
+/// Where a tensor's bytes are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    /// An activation at this byte offset of the activation arena.
+    Arena { offset: u64 },
+    /// A constant (weights, bias) stored in the program.
+    Constant(Vec<u8>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramTensor {
+    pub name: String,
+    pub dtype: ProgramDtype,
+    /// Up to 4 dimensions, outermost first.
+    pub dims: Vec<u32>,
+    pub zero_point: i32,
+    pub data: TensorData,
+}
+
+impl ProgramTensor {
+    pub fn bytes(&self) -> u64 {
+        self.dims.iter().map(|&d| d as u64).product::<u64>() * self.dtype.size() as u64
+    }
+}
+
+/// Operator parameters, with quantisation already computed by the host
+/// (TFLite's conventions: `input_offset` = −input zero point, shifts
+/// positive = left).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpParams {
+    pub stride_h: i32,
+    pub stride_w: i32,
+    pub dilation_h: i32,
+    pub dilation_w: i32,
+    pub pad_h: i32,
+    pub pad_w: i32,
+    pub depth_multiplier: i32,
+    pub filter_h: i32,
+    pub filter_w: i32,
+    pub act_min: i32,
+    pub act_max: i32,
+    pub float_min: f32,
+    pub float_max: f32,
+    pub input_offset: i32,
+    pub weights_offset: i32,
+    pub output_offset: i32,
+    pub output_multiplier: i32,
+    pub output_shift: i32,
+    pub input2_offset: i32,
+    pub input1_multiplier: i32,
+    pub input1_shift: i32,
+    pub input2_multiplier: i32,
+    pub input2_shift: i32,
+    pub left_shift: i32,
+    pub softmax_multiplier: i32,
+    pub softmax_left_shift: i32,
+    pub diff_min: i32,
+    pub beta: f32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramOp {
+    pub kind: ProgramOpKind,
+    /// Element type of the kernel (its input's).
+    pub dtype: ProgramDtype,
+    /// Layer name (the model's operator name).
+    pub name: String,
+    /// `key=value,...` text of the layer window (may be empty).
+    pub params_text: String,
+    /// Activation inputs (1, or 2 for add), tensor indices.
+    pub inputs: Vec<u32>,
+    pub weights: Option<u32>,
+    pub bias: Option<u32>,
+    pub output: u32,
+    pub params: OpParams,
+    /// Per output channel (multiplier, shift) of int8 conv / depthwise.
+    pub per_channel: Vec<(i32, i32)>,
+}
+
+/// A whole model for the executor.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    pub tensors: Vec<ProgramTensor>,
+    /// In execution order.
+    pub ops: Vec<ProgramOp>,
+    /// Graph inputs and the bytes the executor copies into them first (in a
+    /// layer window `load_input`, which declares the tensor as its output).
+    pub inputs: Vec<(u32, Vec<u8>)>,
+    pub outputs: Vec<u32>,
+    /// Size of the activation arena (≥ every offset + size).
+    pub arena_bytes: u64,
+}
+
+/// The encoded program and where its activation arena begins.
+#[derive(Clone, Debug)]
+pub struct EncodedProgram {
+    pub bytes: Vec<u8>,
+    /// Byte offset of activation-arena offset 0 from the program start.
+    pub arena_offset: u64,
+}
+
+/// A program the format cannot express.
+#[derive(Debug, thiserror::Error)]
+#[error("program: {0}")]
+pub struct ProgramError(pub String);
+
+struct Blob {
+    bytes: Vec<u8>,
+}
+
+impl Blob {
+    fn align(&mut self, a: usize) {
+        while !self.bytes.len().is_multiple_of(a) {
+            self.bytes.push(0);
+        }
+    }
+    fn string(&mut self, s: &str) -> u32 {
+        let at = self.bytes.len() as u32;
+        let s: String = s.chars().filter(|&c| c != '\0').take(200).collect();
+        self.bytes.extend_from_slice(s.as_bytes());
+        self.bytes.push(0);
+        at
+    }
+    fn data(&mut self, d: &[u8]) -> u32 {
+        self.align(16);
+        let at = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(d);
+        at
+    }
+}
+
+fn opt(v: Option<u32>) -> i32 {
+    v.map(|x| x as i32).unwrap_or(-1)
+}
+
+impl Program {
+    /// Encodes the program (checks indices, sizes and dimensions).
+    pub fn encode(&self) -> Result<EncodedProgram, ProgramError> {
+        let err = |m: String| Err(ProgramError(m));
+        let nt = self.tensors.len() as u32;
+        for (i, t) in self.tensors.iter().enumerate() {
+            if t.dims.is_empty() || t.dims.len() > 4 {
+                return err(format!(
+                    "tensor {i} `{}` has {} dimensions (1..=4 supported)",
+                    t.name,
+                    t.dims.len()
+                ));
+            }
+            match &t.data {
+                TensorData::Arena { offset } if offset + t.bytes() > self.arena_bytes => {
+                    return err(format!(
+                        "tensor {i} `{}` at arena offset {offset} + {} bytes exceeds the arena ({} bytes)",
+                        t.name,
+                        t.bytes(),
+                        self.arena_bytes
+                    ))
+                }
+                TensorData::Constant(d) if d.len() as u64 != t.bytes() => {
+                    return err(format!(
+                        "constant tensor {i} `{}` has {} bytes of data, its shape needs {}",
+                        t.name,
+                        d.len(),
+                        t.bytes()
+                    ))
+                }
+                _ => {}
+            }
+        }
+        for op in &self.ops {
+            let all = op
+                .inputs
+                .iter()
+                .chain(op.weights.iter())
+                .chain(op.bias.iter())
+                .chain(std::iter::once(&op.output));
+            if let Some(bad) = all.clone().find(|&&t| t >= nt) {
+                return err(format!("operator `{}` uses tensor {bad} of {nt}", op.name));
+            }
+            if op.inputs.is_empty() || op.inputs.len() > 2 {
+                return err(format!(
+                    "operator `{}` has {} inputs",
+                    op.name,
+                    op.inputs.len()
+                ));
+            }
+        }
+        let header_bytes = HEADER_WORDS * 4;
+        let tensors_off = header_bytes;
+        let ops_off = tensors_off + self.tensors.len() * TENSOR_WORDS * 4;
+        let inputs_off = ops_off + self.ops.len() * OP_WORDS * 4;
+        let outputs_off = inputs_off + self.inputs.len() * 12;
+        let blob_off = outputs_off + self.outputs.len() * 4;
+        // Blob offsets are relative to the program start.
+        let mut blob = Blob {
+            bytes: vec![0u8; blob_off],
+        };
+        let mut words: Vec<i32> = Vec::new();
+        let mut tensor_words = Vec::new();
+        for t in &self.tensors {
+            let name = blob.string(&t.name);
+            let (loc, off) = match &t.data {
+                TensorData::Arena { offset } => (0, *offset as i32),
+                TensorData::Constant(d) => (1, blob.data(d) as i32),
+            };
+            let mut dims = [1i32; 4];
+            for (k, &d) in t.dims.iter().enumerate() {
+                dims[k] = d as i32;
+            }
+            tensor_words.extend_from_slice(&[
+                t.dtype as i32,
+                t.bytes() as i32,
+                t.dims.len() as i32,
+                dims[0],
+                dims[1],
+                dims[2],
+                dims[3],
+                t.zero_point,
+                loc,
+                off,
+                name as i32,
+                0,
+            ]);
+        }
+        let mut op_words = Vec::new();
+        for op in &self.ops {
+            let name = blob.string(&op.name);
+            let text = blob.string(&op.params_text);
+            let (mult_off, shift_off) = if op.per_channel.is_empty() {
+                (-1, -1)
+            } else {
+                let m: Vec<u8> = op
+                    .per_channel
+                    .iter()
+                    .flat_map(|p| p.0.to_le_bytes())
+                    .collect();
+                let s: Vec<u8> = op
+                    .per_channel
+                    .iter()
+                    .flat_map(|p| p.1.to_le_bytes())
+                    .collect();
+                (blob.data(&m) as i32, blob.data(&s) as i32)
+            };
+            let p = &op.params;
+            let mut w = vec![
+                op.kind as i32,
+                op.dtype as i32,
+                name as i32,
+                text as i32,
+                op.inputs[0] as i32,
+                op.inputs.get(1).map(|&x| x as i32).unwrap_or(-1),
+                opt(op.weights),
+                opt(op.bias),
+                op.output as i32,
+                p.stride_h,
+                p.stride_w,
+                p.dilation_h,
+                p.dilation_w,
+                p.pad_h,
+                p.pad_w,
+                p.depth_multiplier,
+                p.filter_h,
+                p.filter_w,
+                p.act_min,
+                p.act_max,
+                p.float_min.to_bits() as i32,
+                p.float_max.to_bits() as i32,
+                p.input_offset,
+                p.weights_offset,
+                p.output_offset,
+                p.output_multiplier,
+                p.output_shift,
+                mult_off,
+                shift_off,
+                p.softmax_multiplier,
+                p.softmax_left_shift,
+                p.diff_min,
+                p.beta.to_bits() as i32,
+                p.input2_offset,
+                p.input1_multiplier,
+                p.input1_shift,
+                p.input2_multiplier,
+                p.input2_shift,
+                p.left_shift,
+                op.per_channel.len() as i32,
+            ];
+            w.resize(OP_WORDS, 0);
+            op_words.extend(w);
+        }
+        let mut input_words = Vec::new();
+        for (t, data) in &self.inputs {
+            if *t >= nt {
+                return err(format!("graph input {t} of {nt} tensors"));
+            }
+            let expect = self.tensors[*t as usize].bytes();
+            if data.len() as u64 != expect {
+                return err(format!(
+                    "input data for `{}` has {} bytes, the tensor {expect}",
+                    self.tensors[*t as usize].name,
+                    data.len()
+                ));
+            }
+            let off = blob.data(data);
+            input_words.extend_from_slice(&[*t as i32, off as i32, data.len() as i32]);
+        }
+        blob.align(ARENA_ALIGN as usize);
+        let arena_offset = blob.bytes.len() as u64;
+        words.extend_from_slice(&[
+            PROGRAM_MAGIC as i32,
+            arena_offset as i32,
+            self.tensors.len() as i32,
+            tensors_off as i32,
+            self.ops.len() as i32,
+            ops_off as i32,
+            self.inputs.len() as i32,
+            inputs_off as i32,
+            self.outputs.len() as i32,
+            outputs_off as i32,
+            arena_offset as i32,
+            self.arena_bytes as i32,
+            0,
+            0,
+            0,
+            0,
+        ]);
+        words.extend(tensor_words);
+        words.extend(op_words);
+        words.extend(input_words);
+        words.extend(self.outputs.iter().map(|&o| o as i32));
+        let mut bytes = blob.bytes;
+        for (i, w) in words.iter().enumerate() {
+            bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        if bytes.len() > i32::MAX as usize {
+            return err("program larger than 2 GiB".into());
+        }
+        Ok(EncodedProgram {
+            bytes,
+            arena_offset,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_and_records_land_where_the_guest_reads_them() {
+        let p = Program {
+            tensors: vec![
+                ProgramTensor {
+                    name: "x".into(),
+                    dtype: ProgramDtype::Int8,
+                    dims: vec![1, 4],
+                    zero_point: 0,
+                    data: TensorData::Arena { offset: 16 },
+                },
+                ProgramTensor {
+                    name: "y".into(),
+                    dtype: ProgramDtype::Int8,
+                    dims: vec![1, 4],
+                    zero_point: -128,
+                    data: TensorData::Arena { offset: 0 },
+                },
+            ],
+            ops: vec![ProgramOp {
+                kind: ProgramOpKind::Reshape,
+                dtype: ProgramDtype::Int8,
+                name: "r".into(),
+                params_text: String::new(),
+                inputs: vec![0],
+                weights: None,
+                bias: None,
+                output: 1,
+                params: OpParams::default(),
+                per_channel: vec![],
+            }],
+            inputs: vec![(0, vec![1, 2, 3, 4])],
+            outputs: vec![1],
+            arena_bytes: 32,
+        };
+        let e = p.encode().unwrap();
+        let word = |i: usize| i32::from_le_bytes(e.bytes[i * 4..i * 4 + 4].try_into().unwrap());
+        assert_eq!(word(0) as u32, PROGRAM_MAGIC);
+        assert_eq!(e.arena_offset % ARENA_ALIGN, 0);
+        assert_eq!(e.bytes.len() as u64, e.arena_offset);
+        let t1 = HEADER_WORDS + TENSOR_WORDS;
+        assert_eq!(word(t1 + 7), -128);
+        assert_eq!(
+            word(HEADER_WORDS + 2 * TENSOR_WORDS),
+            ProgramOpKind::Reshape as i32
+        );
+        // Bad: tensor beyond the arena.
+        let mut bad = p.clone();
+        bad.arena_bytes = 8;
+        assert!(bad.encode().is_err());
+    }
+}
