@@ -388,17 +388,24 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
     )
     .map_err(hook_err)?;
     uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
-    match uc.get_data().clock {
-        Clock::Thumb(_) => uc.add_block_hook(1, 0, on_block).map_err(hook_err)?,
-        Clock::Counted(_) => uc.add_code_hook(1, 0, on_instruction).map_err(hook_err)?,
-    };
+    // Budget and progress are checked per block in both modes; the counting
+    // hook, where needed, does nothing else.
+    uc.add_block_hook(1, 0, on_block).map_err(hook_err)?;
+    if matches!(uc.get_data().clock, Clock::Counted(_)) {
+        uc.add_code_hook(1, 0, on_instruction).map_err(hook_err)?;
+    }
     Ok(())
 }
 
 fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
     let known = match &uc.get_data().clock {
         Clock::Thumb(c) => c.knows(address),
-        Clock::Counted(_) => return,
+        Clock::Counted(n) => {
+            // The block's first instruction has not been counted yet.
+            let retired = *n;
+            after_instructions(uc, retired, address);
+            return;
+        }
     };
     // Code bytes are read only the first time a block is seen.
     let mut code = Vec::new();
@@ -414,14 +421,10 @@ fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
     after_instructions(uc, retired, address);
 }
 
-fn on_instruction(uc: &mut HookUc<'_, '_>, address: u64, _size: u32) {
-    let s = uc.get_data_mut();
-    let Clock::Counted(n) = &mut s.clock else {
-        return;
-    };
-    *n += 1;
-    let now = *n;
-    after_instructions(uc, now, address);
+fn on_instruction(uc: &mut HookUc<'_, '_>, _address: u64, _size: u32) {
+    if let Clock::Counted(n) = &mut uc.get_data_mut().clock {
+        *n += 1;
+    }
 }
 
 /// Budget and progress checks, at block or instruction granularity.
