@@ -29,6 +29,8 @@ enum Command {
     /// Compare a kernel binary's O_s against a baseline table; exit 1 when
     /// any layer's safe overlap shrank.
     Regress(cmd::regress::RegressArgs),
+    /// Plan a model's tensor arena with every planner, with and without DMO.
+    Plan(cmd::plan::PlanArgs),
     /// Run a whole model under a plan: shadow-map clobber check and
     /// bit-exact outputs against an un-overlapped run.
     Verify(cmd::verify::VerifyArgs),
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Table(args) => cmd::table::run(args),
         Command::Regress(args) => cmd::regress::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+        Command::Plan(args) => cmd::plan::run(args),
     };
     match result {
         Ok(code) => code,

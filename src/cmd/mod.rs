@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod common;
 pub mod ladder;
+pub mod plan;
 pub mod regress;
 pub mod run;
 pub mod sweep;

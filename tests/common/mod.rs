@@ -74,3 +74,32 @@ pub fn u(v: &Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
 }
+
+/// `examples/models/` of the `tfmicro` crate's registry copy, located with
+/// `cargo metadata` (never copied into this repository).
+pub fn tfmicro_model(name: &str) -> PathBuf {
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("harness-c/tfmicro-locator/Cargo.toml");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1", "--manifest-path"])
+        .arg(&manifest)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        stderr(&out)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tfmicro = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "tfmicro")
+        .expect("tfmicro in cargo metadata");
+    Path::new(tfmicro["manifest_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .join("examples/models")
+        .join(format!("{name}.tflite"))
+}

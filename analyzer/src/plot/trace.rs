@@ -133,7 +133,9 @@ fn kind_index(kind: AccessKind) -> usize {
 }
 
 fn dominant(c: [u32; 3]) -> Option<RGBColor> {
-    let (i, &n) = c.iter().enumerate().max_by_key(|(i, n)| (**n, 2 - *i))?;
+    // On ties writes win (update over store over load): a read-modify-write
+    // cell is shown as the write it ends in, as in the paper's Fig. 3b.
+    let (i, &n) = c.iter().enumerate().max_by_key(|(i, n)| (**n, *i))?;
     (n > 0).then_some([LOAD, STORE, UPDATE][i])
 }
 
