@@ -24,7 +24,7 @@
 //!
 //! [`analytic_overlap_table_reading`] is the printed form with eq. 11's minimum
 //! rounded down to whole elements before multiplying by `T_s`; it reproduces
-//! both Table I and Table II row 2 (see `docs/overlap-derivations-draft.md`).
+//! both Table I and Table II row 2 (see `docs/overlap.md` §7–8).
 //!
 //! Element-wise ops (`relu`, `add`): O_s = OB. `fully_connected`: an exact
 //! closed form derived here ([`fully_connected_overlap`]). `matmul`: 0.
