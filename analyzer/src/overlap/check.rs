@@ -147,6 +147,18 @@ mod tests {
     }
 
     #[test]
+    fn table_two_row_three_is_inception_resnet_v2_stem_conv() {
+        // Conv2d_2b_3x3: 147x147x32 -> 147x147x64, 3x3, same. Paper: 2 746 884
+        // exact and estimate (0 %). Traced value: docs/overlap.md §7.
+        let s = spec("op=conv2d,input=1x147x147x32,filter=64x3x3x32,stride=1,padding=same");
+        let m = method_values(&s, s.input_bytes(), s.output_bytes());
+        assert_eq!(m.algorithmic, Some(2_746_884));
+        assert_eq!(m.analytic, Some(2_746_884));
+        assert_eq!(m.analytic_printed, Some(2_746_884));
+        assert_eq!(s.input_bytes() - ((147 + 2) * 32 - 1) * 4, 2_746_884);
+    }
+
+    #[test]
     fn flags_are_raised_without_clamping() {
         let m = MethodValues {
             algorithmic: Some(100),
