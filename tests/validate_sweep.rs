@@ -7,6 +7,7 @@
 
 mod overlap_support;
 
+use overlap_support::elf as elf_file;
 use overlap_support::*;
 use serde_json::Value;
 
@@ -281,6 +282,19 @@ fn table_csv_grid_and_rejected_configs() {
         .as_str()
         .unwrap()
         .contains("rejected"));
+    // a binary without the job mailbox: one clear error, before any tracing
+    let o = memtrace([
+        "validate",
+        path_str(&elf_file("cortex-m4", "it-block.elf")),
+        "--op",
+        "relu",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("has no `memtrace_job` mailbox"),
+        "{}",
+        stderr(&o)
+    );
     // no configuration source: a clear error
     let o = memtrace(["validate", path_str(&elf)]);
     assert!(!o.status.success());

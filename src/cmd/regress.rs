@@ -20,7 +20,7 @@ use memtrace_tracer::{ElfImage, LayerSpec};
 use serde::Serialize;
 
 use super::common::check_writable;
-use super::sweep::{trace_builtin, trace_specs, Row};
+use super::sweep::{require_job_mailbox, trace_builtin, trace_specs, Row};
 use super::table::{Baseline, BaselineRow};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -214,6 +214,9 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
                 .map_err(|e| anyhow!("baseline row `{}`: bad spec `{}`: {e}", r.name, r.spec))
         })
         .collect::<Result<Vec<_>>>()?;
+    if !specs.is_empty() {
+        require_job_mailbox(&image)?;
+    }
     let names: Vec<String> = jobs.iter().map(|r| r.name.clone()).collect();
     let traced = trace_specs(
         &image,

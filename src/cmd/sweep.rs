@@ -313,6 +313,17 @@ pub fn trace_builtin(image: &ElfImage, max_instructions: u64) -> Result<Vec<Row>
         .collect())
 }
 
+/// Fails early when `image` has no job mailbox (it is not a kernel suite).
+pub fn require_job_mailbox(image: &ElfImage) -> Result<()> {
+    if image.symbol("memtrace_job").is_none() {
+        bail!(
+            "{} has no `memtrace_job` mailbox, so layer configurations cannot be sent to it (build harness-c's suite.elf, or see docs/protocol.md)",
+            image.path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Traces every spec as a job on `threads` workers. Rows come back in the
 /// order of `specs`, named `config I` (I from `first_index`).
 pub fn trace_specs(

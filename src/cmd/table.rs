@@ -13,7 +13,10 @@ use memtrace_tracer::ElfImage;
 use serde::{Deserialize, Serialize};
 
 use super::common::check_writable;
-use super::sweep::{config_names, start, summarise, trace_builtin, trace_specs, ConfigArgs, Row};
+use super::sweep::{
+    config_names, require_job_mailbox, start, summarise, trace_builtin, trace_specs, ConfigArgs,
+    Row,
+};
 
 /// Format tag of baseline files.
 pub const FORMAT: &str = "memtrace-os-table/1";
@@ -109,6 +112,9 @@ pub fn run(args: TableArgs) -> Result<ExitCode> {
         Vec::new()
     };
     let image = ElfImage::load(&args.elf)?;
+    if !specs.is_empty() {
+        require_job_mailbox(&image)?;
+    }
     let threads = args.configs.threads();
     let t0 = start();
     let mut rows = Vec::new();

@@ -17,7 +17,9 @@ use memtrace_tracer::ElfImage;
 use serde::Serialize;
 
 use super::common::{check_writable, configure_table_printing};
-use super::sweep::{config_names, start, summarise, trace_specs, ConfigArgs, Row, Summary};
+use super::sweep::{
+    config_names, require_job_mailbox, start, summarise, trace_specs, ConfigArgs, Row, Summary,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
@@ -59,6 +61,7 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         bail!("the configuration sources gave no configuration");
     }
     let image = ElfImage::load(&args.elf)?;
+    require_job_mailbox(&image)?;
     let threads = args.configs.threads();
     let t0 = start();
     let rows = trace_specs(
