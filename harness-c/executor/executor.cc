@@ -21,6 +21,7 @@
 #include "tensorflow/lite/kernels/internal/reference/conv.h"
 #include "tensorflow/lite/kernels/internal/reference/depthwiseconv_float.h"
 #include "tensorflow/lite/kernels/internal/reference/depthwiseconv_uint8.h"
+#include "tensorflow/lite/kernels/internal/reference/dequantize.h"
 #include "tensorflow/lite/kernels/internal/reference/fully_connected.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/add.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/conv.h"
@@ -28,6 +29,7 @@
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/fully_connected.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/pooling.h"
 #include "tensorflow/lite/kernels/internal/reference/pooling.h"
+#include "tensorflow/lite/kernels/internal/reference/quantize.h"
 #include "tensorflow/lite/kernels/internal/reference/softmax.h"
 #include "tensorflow/lite/kernels/internal/types.h"
 
@@ -412,6 +414,50 @@ EXEC_KERNEL int reshape(const Op &op) {
     return kOk;
 }
 
+float quant_scale(const Op &op) {
+    float v;
+    memcpy(&v, &op.w[OPW_QUANT_SCALE], 4);
+    return v;
+}
+
+// QUANTIZE float -> int8/uint8 (scale and zero point of the output).
+EXEC_KERNEL int quantize(const Op &op) {
+    if (op.dtype != PDT_F32) return kUnsupported;
+    tflite::QuantizationParams p;
+    p.zero_point = op.w[OPW_QUANT_ZERO_POINT];
+    p.scale = quant_scale(op);
+    const RuntimeShape in_s = shape(op.in), out_s = shape(op.out);
+    const float *in = static_cast<const float *>(op.in.data);
+    switch (op.out.dtype) {
+        case PDT_INT8:
+            tflite::reference_ops::AffineQuantize(p, in_s, in, out_s, static_cast<int8_t *>(op.out.data));
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::AffineQuantize(p, in_s, in, out_s, static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
+// DEQUANTIZE int8/uint8 -> float (scale and zero point of the input).
+EXEC_KERNEL int dequantize(const Op &op) {
+    if (op.out.dtype != PDT_F32) return kUnsupported;
+    tflite::DequantizationParams p;
+    p.zero_point = op.w[OPW_QUANT_ZERO_POINT];
+    p.scale = quant_scale(op);
+    const RuntimeShape in_s = shape(op.in), out_s = shape(op.out);
+    float *out = static_cast<float *>(op.out.data);
+    switch (op.dtype) {
+        case PDT_INT8:
+            tflite::reference_ops::Dequantize(p, in_s, static_cast<const int8_t *>(op.in.data), out_s, out);
+            return kOk;
+        case PDT_UINT8:
+            tflite::reference_ops::Dequantize(p, in_s, static_cast<const uint8_t *>(op.in.data), out_s, out);
+            return kOk;
+        default: return kUnsupported;
+    }
+}
+
 EXEC_KERNEL int relu(const Op &op) {
     const int32_t n = flat(op.out);
     if (op.dtype == PDT_F32) {
@@ -467,6 +513,8 @@ int run_op(uint32_t index) {
         case PK_RELU: kind = "relu"; break;
         case PK_SOFTMAX: kind = "softmax"; break;
         case PK_RESHAPE: kind = "reshape"; break;
+        case PK_QUANTIZE: kind = "quantize"; break;
+        case PK_DEQUANTIZE: kind = "dequantize"; break;
         default: return kUnsupported;
     }
     memtrace_layer_begin(name, kind, params);
@@ -487,6 +535,8 @@ int run_op(uint32_t index) {
         case PK_RELU: rc = relu(op); break;
         case PK_SOFTMAX: rc = softmax(op); break;
         case PK_RESHAPE: rc = reshape(op); break;
+        case PK_QUANTIZE: rc = quantize(op); break;
+        case PK_DEQUANTIZE: rc = dequantize(op); break;
         default: break;
     }
     memtrace_layer_end();
@@ -562,5 +612,16 @@ extern "C" float expf(float xf) {
     while (k > 0) { sum *= 2.0; --k; }
     while (k < 0) { sum *= 0.5; ++k; }
     return static_cast<float>(sum);
+}
+
+// roundf (QUANTIZE's TfLiteRound): half away from zero. x - trunc(x) is
+// exact in float, so the comparison with 0.5 is too.
+extern "C" float roundf(float x) {
+    if (!(x == x) || __builtin_fabsf(x) >= 8388608.0f) return x;
+    const float t = static_cast<float>(static_cast<long long>(x));
+    const float frac = x - t;
+    if (frac >= 0.5f) return t + 1.0f;
+    if (frac <= -0.5f) return t - 1.0f;
+    return t;
 }
 #endif

@@ -83,6 +83,8 @@ enum prg_op {
     OPW_INPUT2_SHIFT = 37,
     OPW_LEFT_SHIFT = 38,
     OPW_CHANNELS = 39,
+    OPW_QUANT_SCALE = 40, /* float bits: QUANTIZE output / DEQUANTIZE input scale */
+    OPW_QUANT_ZERO_POINT = 41,
     OPW_WORDS = 48,
 };
 
@@ -98,6 +100,8 @@ enum prg_kind {
     PK_RELU = 7,
     PK_SOFTMAX = 9,
     PK_RESHAPE = 10,
+    PK_QUANTIZE = 11,
+    PK_DEQUANTIZE = 12,
 };
 
 #endif /* MEMTRACE_PROGRAM_H */

@@ -51,6 +51,8 @@ pub enum ProgramOpKind {
     Relu = 7,
     Softmax = 9,
     Reshape = 10,
+    Quantize = 11,
+    Dequantize = 12,
 }
 
 impl ProgramOpKind {
@@ -66,6 +68,8 @@ impl ProgramOpKind {
             ProgramOpKind::Relu => "relu",
             ProgramOpKind::Softmax => "softmax",
             ProgramOpKind::Reshape => "reshape",
+            ProgramOpKind::Quantize => "quantize",
+            ProgramOpKind::Dequantize => "dequantize",
         }
     }
 }
@@ -128,6 +132,9 @@ pub struct OpParams {
     pub softmax_left_shift: i32,
     pub diff_min: i32,
     pub beta: f32,
+    /// QUANTIZE (output's) / DEQUANTIZE (input's) scale and zero point.
+    pub quant_scale: f32,
+    pub quant_zero_point: i32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -354,6 +361,8 @@ impl Program {
                 p.input2_shift,
                 p.left_shift,
                 op.per_channel.len() as i32,
+                p.quant_scale.to_bits() as i32,
+                p.quant_zero_point,
             ];
             w.resize(OP_WORDS, 0);
             op_words.extend(w);

@@ -418,6 +418,31 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 }
                 ProgramOpKind::Reshape
             }
+            OpKind::Quantize | OpKind::Dequantize => {
+                let (s, z) = if op.kind == OpKind::Quantize {
+                    (sy, zy)
+                } else {
+                    (sx, zx)
+                };
+                p.quant_scale = s as f32;
+                p.quant_zero_point = z;
+                let ok = if op.kind == OpKind::Quantize {
+                    d == ProgramDtype::F32 && matches!(yt.dtype, DataType::Int8 | DataType::Uint8)
+                } else {
+                    quantized && yt.dtype == DataType::Float32
+                };
+                if !ok {
+                    return Err(fail(
+                        oi,
+                        format!("{} -> {} is not supported", xt.dtype, yt.dtype),
+                    ));
+                }
+                if op.kind == OpKind::Quantize {
+                    ProgramOpKind::Quantize
+                } else {
+                    ProgramOpKind::Dequantize
+                }
+            }
             OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1 => {
                 let act = match op.kind {
                     OpKind::Relu => Activation::Relu,

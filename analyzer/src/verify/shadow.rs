@@ -110,12 +110,6 @@ impl ShadowMap {
         self.tensors.insert(name.to_string(), id);
         id
     }
-
-    /// Arena byte index of a guest address, if inside the arena.
-    fn slot(&self, address: u64) -> Option<usize> {
-        (address >= self.base && address < self.base + self.bytes)
-            .then(|| (address - self.base) as usize)
-    }
 }
 
 impl Analysis for ShadowMap {
@@ -167,25 +161,37 @@ impl Analysis for ShadowMap {
             acc.observe(events);
         }
         let layer = (self.layer_names.len() - 1) as u32;
+        // Per declared buffer: (id, base, role, tensor id), scanned linearly
+        // (a layer declares a handful).
+        let bufs: Vec<(u32, u64, Role, u32)> = cur
+            .buffers
+            .values()
+            .map(|b| (b.id, b.base, b.role, self.tensors[&b.name]))
+            .collect();
+        let (lo, hi) = (self.base, self.base + self.bytes);
         for e in events {
-            let Some(b) = cur.buffers.get(&e.buffer) else {
+            let Some(&(_, base, role, tensor)) = bufs.iter().find(|b| b.0 == e.buffer) else {
                 continue;
             };
-            let start = b.base + e.offset as u64;
+            let start = (base + e.offset as u64).max(lo);
+            let end = (base + e.offset as u64 + e.size as u64).min(hi);
+            if start >= end {
+                continue;
+            }
+            let (s0, s1) = ((start - lo) as usize, (end - lo) as usize);
             if e.kind == memtrace_tracer::AccessKind::Load {
-                if b.role != Role::Input {
+                if role != Role::Input {
                     continue;
                 }
-                let expected = self.tensors[&b.name];
-                for k in 0..e.size as u64 {
-                    let Some(s) = self.slot(start + k) else {
-                        continue;
-                    };
-                    if self.owner[s] == expected + 1 {
+                if self.owner[s0..s1].iter().all(|&o| o == tensor + 1) {
+                    continue;
+                }
+                for s in s0..s1 {
+                    if self.owner[s] == tensor + 1 {
                         continue;
                     }
-                    let key = (cur.index, expected);
-                    let offset = e.offset as u64 + k;
+                    let key = (cur.index, tensor);
+                    let offset = (lo + s as u64) - base;
                     match self.by_key.get(&key) {
                         Some(&i) => {
                             let c = &mut self.clobbers[i];
@@ -201,7 +207,7 @@ impl Analysis for ShadowMap {
                             self.clobbers.push(Clobber {
                                 op: cur.name.clone(),
                                 layer_index: cur.index,
-                                tensor: b.name.clone(),
+                                tensor: self.tensor_names[tensor as usize].clone(),
                                 offset,
                                 bytes: 1,
                                 overwritten_by,
@@ -210,12 +216,8 @@ impl Analysis for ShadowMap {
                     }
                 }
             } else if let Some(out) = cur.output_tensor {
-                for k in 0..e.size as u64 {
-                    if let Some(s) = self.slot(start + k) {
-                        self.owner[s] = out + 1;
-                        self.writer[s] = layer;
-                    }
-                }
+                self.owner[s0..s1].fill(out + 1);
+                self.writer[s0..s1].fill(layer);
             }
         }
         self.cur = Some(cur);
