@@ -1,6 +1,6 @@
 // executor.cc — runs a whole model with the TFLM reference kernels (from the
 // tfmicro crate's registry copy, see the Makefile) on the program the host
-// writes at `memtrace_arena` (include/memtrace_program.h, docs/protocol.md §8).
+// writes at `memtrace_arena` (include/memtrace_program.h, docs/protocol.md §13).
 //
 // Every operator is one layer window named after the model's operator, with
 // its activation input(s), output, weights and bias declared as buffers; the

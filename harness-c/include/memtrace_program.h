@@ -5,7 +5,7 @@
  * it at `memtrace_arena` before the first instruction. All fields are 32-bit
  * little-endian words; "offsets" are byte offsets from the program start,
  * except a tensor's arena offset, which is relative to the activation arena
- * (program start + PRG_ARENA_OFFSET). docs/protocol.md section 8 is the spec.
+ * (program start + PRG_ARENA_OFFSET). docs/protocol.md section 13 is the spec.
  */
 #ifndef MEMTRACE_PROGRAM_H
 #define MEMTRACE_PROGRAM_H

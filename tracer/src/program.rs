@@ -6,7 +6,7 @@
 //! The host writes the encoded program at the guest symbol `memtrace_arena`
 //! (the start of the NOLOAD arena) before the first instruction; the
 //! activation arena follows the program at [`EncodedProgram::arena_offset`].
-//! The format is specified in `docs/protocol.md` (section 8) and mirrored by
+//! The format is specified in `docs/protocol.md` (section 13) and mirrored by
 //! `harness-c/include/memtrace_program.h`. This module knows nothing of
 //! planners or models: it takes plain offsets, shapes and parameters.
 
