@@ -73,6 +73,9 @@ pub struct VerifyArgs {
     /// Seed of the generated input (and of the weights of zoo models).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Raw bytes of the (first) graph input, instead of seeded data.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Target::CortexM4)]
     pub target: Target,
     /// The executor ELF (default: harness-c/build/TARGET/executor.elf).
@@ -135,6 +138,7 @@ fn execute(
     offsets: &[Option<u64>],
     arena_bytes: u64,
     args: &VerifyArgs,
+    input_data: Option<&[u8]>,
 ) -> Result<Outcome> {
     let program = lower(
         model,
@@ -143,6 +147,7 @@ fn execute(
             offsets,
             arena_bytes,
             seed: args.seed,
+            input_data,
         },
     )?;
     let encoded = program.encode()?;
@@ -276,6 +281,24 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             args.overlap
         );
     }
+    let input_data = args
+        .input
+        .as_ref()
+        .map(|p| std::fs::read(p).with_context(|| format!("reading --input {}", p.display())))
+        .transpose()?;
+    if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
+        let t = &model.tensors[first];
+        if data.len() as u64 != t.bytes {
+            bail!(
+                "--input has {} bytes; graph input `{}` ({} {:?}) needs {}",
+                data.len(),
+                t.name,
+                t.dtype,
+                t.shape,
+                t.bytes
+            );
+        }
+    }
     let exe = executor_path(&args)?;
     let image = ElfImage::load(&exe)?;
     let opts = PlanOptions::default();
@@ -297,6 +320,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         &ref_offsets,
         ref_arena,
         &args,
+        input_data.as_deref(),
     )?;
 
     // Traced O_s per operator, from the reference run's layers (after the
@@ -394,7 +418,15 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             )
         }
     };
-    let plan_out = execute(&image, &model, &order, &offsets, arena_bytes, &args)?;
+    let plan_out = execute(
+        &image,
+        &model,
+        &order,
+        &offsets,
+        arena_bytes,
+        &args,
+        input_data.as_deref(),
+    )?;
     let mismatched = ref_out
         .outputs
         .iter()
@@ -429,6 +461,15 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         bit_exact: mismatched == 0,
         mismatched_bytes: mismatched,
         output_bytes: ref_out.outputs.len() as u64,
+        output_digest: memtrace_analyzer::verify::digest(&ref_out.outputs),
+        output_distinct_bytes: {
+            let mut seen = [false; 256];
+            ref_out
+                .outputs
+                .iter()
+                .for_each(|&b| seen[b as usize] = true);
+            seen.iter().filter(|&&x| x).count()
+        },
         traced_overlaps: traced_report,
         seconds: started.elapsed().as_secs_f64(),
     };

@@ -150,6 +150,8 @@ pub struct LowerInput<'a> {
     pub offsets: &'a [Option<u64>],
     pub arena_bytes: u64,
     pub seed: u64,
+    /// Raw bytes of the first graph input, instead of seeded data.
+    pub input_data: Option<&'a [u8]>,
 }
 
 /// Unique buffer names: the tensor's name, with `#index` when two tensors
@@ -478,10 +480,30 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         });
     }
     let mut graph_inputs = Vec::new();
-    for &t in &model.inputs {
+    for (k, &t) in model.inputs.iter().enumerate() {
         let Some(i) = map[t] else { continue };
         let m = &model.tensors[t];
-        graph_inputs.push((i, synth_input(&mut rng, m)));
+        let data = match input.input_data {
+            Some(d) if k == 0 => {
+                if d.len() as u64 != m.bytes {
+                    return Err(LowerError {
+                        op: 0,
+                        kind: "input".into(),
+                        reason: format!(
+                            "the input file has {} bytes, graph input `{}` ({} {:?}) needs {}",
+                            d.len(),
+                            m.name,
+                            m.dtype,
+                            m.shape,
+                            m.bytes
+                        ),
+                    });
+                }
+                d.to_vec()
+            }
+            _ => synth_input(&mut rng, m),
+        };
+        graph_inputs.push((i, data));
     }
     let outputs = model.outputs.iter().filter_map(|&t| map[t]).collect();
     Ok(Program {

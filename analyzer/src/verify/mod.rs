@@ -73,9 +73,23 @@ pub struct VerifyReport {
     /// Output bytes that differ from the reference run.
     pub mismatched_bytes: u64,
     pub output_bytes: u64,
+    /// FNV-1a of the reference run's output bytes, and how many distinct
+    /// byte values they hold (a degenerate output would have very few).
+    pub output_digest: String,
+    pub output_distinct_bytes: usize,
     pub traced_overlaps: Vec<OpOverlapReport>,
     /// Wall-clock seconds of both runs together.
     pub seconds: f64,
+}
+
+/// FNV-1a 64 of `bytes`, as 16 hex digits.
+pub fn digest(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 impl VerifyReport {
@@ -131,14 +145,16 @@ impl VerifyReport {
             ));
         }
         s.push_str(&format!(
-            "outputs {} ({} of {} bytes differ)\n",
+            "outputs {} ({} of {} bytes differ; digest {}, {} distinct byte values)\n",
             if self.bit_exact {
                 "bit-exact"
             } else {
                 "MISMATCH"
             },
             self.mismatched_bytes,
-            self.output_bytes
+            self.output_bytes,
+            self.output_digest,
+            self.output_distinct_bytes
         ));
         s.push_str(&format!(
             "result  {}  ({:.2} s)\n",
