@@ -179,6 +179,20 @@ fn an_overlap_beyond_the_traced_os_is_reported_as_a_clobber() {
     assert_eq!(r["reference"]["clobbers"], json!([]));
 }
 
+#[test]
+fn plot_draws_both_runs_of_the_arena_trace() {
+    let dir = tempfile_dir();
+    let png = dir.join("micro_speech-arena.png");
+    let (code, r) = verify(
+        &tfmicro_model("micro_speech"),
+        &["--plot", png.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{r}");
+    let bytes = std::fs::read(&png).expect("the plot was written");
+    assert_eq!(&bytes[1..4], b"PNG");
+    assert!(bytes.len() > 10_000);
+}
+
 fn tempfile_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memtrace-verify-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

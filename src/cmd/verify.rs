@@ -12,9 +12,11 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use memtrace_analyzer::model::{self, Model};
+use memtrace_analyzer::pipeline::Analysis;
 use memtrace_analyzer::planner::{
     self, OverlapMethod, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps,
 };
+use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
     lower, Clobber, LowerInput, OpOverlapReport, PlacedTensorReport, RunReport, ShadowMap,
     UsedOverlapReport, VerifyReport,
@@ -83,6 +85,10 @@ pub struct VerifyArgs {
     pub executor: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Draw the arena-wide access trace of both runs side by side (x =
+    /// arena offset, y = instruction; the paper's Fig. 2) to a .png or .svg.
+    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    pub plot: Option<PathBuf>,
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 200_000_000_000)]
     pub max_instructions: u64,
@@ -126,11 +132,13 @@ fn executor_path(args: &VerifyArgs) -> Result<PathBuf> {
 /// Result of one emulated run.
 struct Outcome {
     shadow: ShadowMap,
+    trace: Option<ArenaTrace>,
     instructions: u64,
     outputs: Vec<u8>,
 }
 
 /// Lowers and runs `model` with tensors at `offsets`, executing `order`.
+#[allow(clippy::too_many_arguments)]
 fn execute(
     image: &ElfImage,
     model: &Model,
@@ -139,6 +147,7 @@ fn execute(
     arena_bytes: u64,
     args: &VerifyArgs,
     input_data: Option<&[u8]>,
+    plot_title: Option<String>,
 ) -> Result<Outcome> {
     let program = lower(
         model,
@@ -178,16 +187,23 @@ fn execute(
         })
         .collect();
     let mut shadow = ShadowMap::new(base, arena_bytes);
-    let summary = trace_with(
-        image,
-        TraceOptions {
-            max_instructions: args.max_instructions,
-            preload: vec![(arena.address, encoded.bytes)],
-            readback,
-            ..TraceOptions::default()
-        },
-        &mut [&mut shadow],
-    )?;
+    let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
+    let summary = {
+        let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut shadow];
+        if let Some(t) = trace.as_mut() {
+            analyses.push(t);
+        }
+        trace_with(
+            image,
+            TraceOptions {
+                max_instructions: args.max_instructions,
+                preload: vec![(arena.address, encoded.bytes)],
+                readback,
+                ..TraceOptions::default()
+            },
+            &mut analyses,
+        )?
+    };
     if summary.exit_code != 0 {
         bail!(
             "the executor exited with code {} (3: no program, 4: unsupported operator)",
@@ -196,6 +212,7 @@ fn execute(
     }
     Ok(Outcome {
         shadow,
+        trace,
         instructions: summary.instructions,
         outputs: summary.memory.concat(),
     })
@@ -299,6 +316,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             );
         }
     }
+    if let Some(p) = &args.plot {
+        super::common::check_writable(p)?;
+    }
     let exe = executor_path(&args)?;
     let image = ElfImage::load(&exe)?;
     let opts = PlanOptions::default();
@@ -321,6 +341,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         ref_arena,
         &args,
         input_data.as_deref(),
+        args.plot
+            .as_ref()
+            .map(|_| "reference (tflm-greedy)".to_string()),
     )?;
 
     // Traced O_s per operator, from the reference run's layers (after the
@@ -426,7 +449,13 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         arena_bytes,
         &args,
         input_data.as_deref(),
+        args.plot
+            .as_ref()
+            .map(|_| format!("{planner_name} ({overlap_name})")),
     )?;
+    if let (Some(path), Some(a), Some(b)) = (&args.plot, &ref_out.trace, &plan_out.trace) {
+        memtrace_analyzer::verify::plot::render(&[a, b], path)?;
+    }
     let mismatched = ref_out
         .outputs
         .iter()

@@ -5,10 +5,11 @@
 //!
 //! Imported `.tflite` models carry their weights and quantisation. Zoo models
 //! only know shapes, so they get seeded data: weights uniform in the int8
-//! range (float: ±√(3/K)), biases small, and for int8 a fixed activation scale
-//! of 0.05 with zero point 0 and weight scales chosen so that an output keeps
-//! roughly the spread of its input (real multiplier 1 / (73·√K)); softmax
-//! outputs use TFLM's required scale 1/256 and zero point −128.
+//! range (float: ±g·√(3/K)), biases small, and for int8 a fixed activation
+//! scale of 0.05 with zero point 0 and weight scales chosen so that an output
+//! keeps roughly the spread of its input (real multiplier g / (73·√K)), with
+//! g = √2 before a ReLU/ReLU6 (He) and 1 otherwise; softmax outputs use TFLM's
+//! required scale 1/256 and zero point −128.
 
 use memtrace_tracer::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
@@ -265,6 +266,12 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
                 let k = (wt.elements() as usize / out_c.max(1)).max(1);
                 let depthwise = op.kind == OpKind::DepthwiseConv2d;
+                // He-style gain: a (clipped) ReLU halves the second moment,
+                // so without √2 a deep model's activations fade to zero.
+                let gain = match op.options.activation {
+                    Activation::Relu | Activation::Relu6 => std::f64::consts::SQRT_2,
+                    _ => 1.0,
+                };
                 // Weight scales: per output channel (conv, depthwise) or one.
                 let channels = if op.kind == OpKind::FullyConnected {
                     1
@@ -275,7 +282,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     Some(q) if !q.scale.is_empty() => (0..channels)
                         .map(|c| q.scale[c.min(q.scale.len() - 1)] as f64)
                         .collect(),
-                    _ => vec![sy / (sx * 73.0 * (k as f64).sqrt()); channels],
+                    _ => vec![sy * gain / (sx * 73.0 * (k as f64).sqrt()); channels],
                 };
                 let w_zp = wt
                     .quantization
@@ -284,7 +291,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     .unwrap_or(0) as i32;
                 let wdata = match &wt.data {
                     Some(b) if b.len() as u64 == wt.bytes => b.clone(),
-                    _ => synth_weights(&mut rng, wt, k),
+                    _ => synth_weights(&mut rng, wt, k, gain as f32),
                 };
                 let wd = dtype(wt.dtype)
                     .ok_or_else(|| fail(oi, format!("weights type {}", wt.dtype)))?;
@@ -515,11 +522,11 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     })
 }
 
-fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize) -> Vec<u8> {
+fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize, gain: f32) -> Vec<u8> {
     let n = t.elements() as usize;
     match t.dtype {
         DataType::Float32 => {
-            let a = (3.0 / k as f32).sqrt();
+            let a = gain * (3.0 / k as f32).sqrt();
             (0..n)
                 .flat_map(|_| rng.float(-a, a).to_le_bytes())
                 .collect()

@@ -7,6 +7,7 @@
 //! feeds the [`shadow::ShadowMap`] analysis.
 
 pub mod lower;
+pub mod plot;
 pub mod shadow;
 
 use serde::Serialize;
