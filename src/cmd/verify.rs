@@ -89,6 +89,10 @@ pub struct VerifyArgs {
     /// arena offset, y = instruction; the paper's Fig. 2) to a .png or .svg.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Also run the plan's program in Unicorn without hooks and report the
+    /// tracing slowdown against it.
+    #[arg(long)]
+    pub baseline: bool,
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 200_000_000_000)]
     pub max_instructions: u64,
@@ -131,6 +135,9 @@ fn executor_path(args: &VerifyArgs) -> Result<PathBuf> {
 
 /// Result of one emulated run.
 struct Outcome {
+    seconds: f64,
+    /// Wall-clock seconds of the same program without hooks (--baseline).
+    untraced_seconds: Option<f64>,
     shadow: ShadowMap,
     trace: Option<ArenaTrace>,
     instructions: u64,
@@ -186,6 +193,18 @@ fn execute(
             (base + off, t.bytes())
         })
         .collect();
+    let preload = vec![(arena.address, encoded.bytes)];
+    let untraced_seconds = if args.baseline {
+        let t = Instant::now();
+        let code = memtrace_tracer::baseline::run_untraced_with(image, None, &preload)?;
+        if code != 0 {
+            bail!("the untraced executor exited with code {code}");
+        }
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    let started = Instant::now();
     let mut shadow = ShadowMap::new(base, arena_bytes);
     let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
     let summary = {
@@ -197,7 +216,7 @@ fn execute(
             image,
             TraceOptions {
                 max_instructions: args.max_instructions,
-                preload: vec![(arena.address, encoded.bytes)],
+                preload,
                 readback,
                 ..TraceOptions::default()
             },
@@ -211,6 +230,8 @@ fn execute(
         );
     }
     Ok(Outcome {
+        seconds: started.elapsed().as_secs_f64(),
+        untraced_seconds,
         shadow,
         trace,
         instructions: summary.instructions,
@@ -247,6 +268,8 @@ fn run_report(
 ) -> RunReport {
     let names = memtrace_analyzer::verify::lower::tensor_names(model);
     RunReport {
+        seconds: outcome.seconds,
+        untraced_seconds: outcome.untraced_seconds,
         planner: planner.into(),
         overlap: overlap.into(),
         arena_bytes,

@@ -19,6 +19,16 @@ struct PortState {
 
 /// Runs `image` to its EXIT command without hooks and returns the exit code.
 pub fn run_untraced(image: &ElfImage, job: Option<&Job>) -> Result<i32, TraceError> {
+    run_untraced_with(image, job, &[])
+}
+
+/// [`run_untraced`], with `preload` written into guest memory first (as
+/// [`crate::TraceOptions::preload`]), e.g. the executor's model program.
+pub fn run_untraced_with(
+    image: &ElfImage,
+    job: Option<&Job>,
+    preload: &[(u64, Vec<u8>)],
+) -> Result<i32, TraceError> {
     let port = image.protocol_port()?;
     let port_page = port.address & !(PAGE - 1);
     let emu = |what: &str, e| TraceError::Emulator(format!("{what}: {e:?}"));
@@ -71,6 +81,10 @@ pub fn run_untraced(image: &ElfImage, job: Option<&Job>) -> Result<i32, TraceErr
     }
     if let Some(job) = job {
         write_job(&mut uc, image, job)?;
+    }
+    for (address, bytes) in preload {
+        uc.mem_write(*address, bytes)
+            .map_err(|e| emu("writing preloaded guest memory", e))?;
     }
     let result = uc.emu_start(start_address(image), 0, 0, 0);
     match (uc.get_data().exit, result) {

@@ -23,6 +23,11 @@ pub struct RunReport {
     pub arena_bytes: u64,
     /// Guest instructions of the whole run.
     pub instructions: u64,
+    /// Wall-clock seconds of the traced run (emulator, shadow map, plot).
+    pub seconds: f64,
+    /// The same program in Unicorn without hooks (`--baseline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untraced_seconds: Option<f64>,
     pub clobbers: Vec<Clobber>,
     /// Placed tensors: name, offset, size.
     pub tensors: Vec<PlacedTensorReport>,
@@ -129,6 +134,16 @@ impl VerifyReport {
         } else {
             0.0
         };
+        for (what, r) in [("reference", &self.reference), ("plan", &self.plan)] {
+            if let Some(u) = r.untraced_seconds {
+                s.push_str(&format!(
+                    "time    {what}: traced {:.2} s, untraced {:.3} s, slowdown {:.1}x\n",
+                    r.seconds,
+                    u,
+                    r.seconds / u.max(1e-9)
+                ));
+            }
+        }
         s.push_str(&format!(
             "saving  {:.1} % of the reference arena; {} DMO overlaps used\n",
             saving,
