@@ -6,7 +6,6 @@
 //! monotone), 2 when none violates but some could not be traced (e.g. the
 //! guest rejected a configuration).
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -88,7 +87,7 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
                 configs: &rows,
             })? + "\n"
         }
-        Format::Csv => csv_text(&rows),
+        Format::Csv => csv_text(&rows)?,
     };
     match &args.out {
         Some(path) => {
@@ -191,55 +190,33 @@ fn table_text(rows: &[Row]) -> Result<String> {
     Ok(format!("{df}\n"))
 }
 
-/// RFC 4180 field quoting.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
-}
-
-/// One CSV line per row, with a header. Written by hand: the workspace's
-/// polars is built without its CSV writer, and these rows are flat.
-pub fn csv_text(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "name,source,op,dtype,arch,spec,instructions,events,input_bytes,output_bytes,exact_bytes,monotone_bytes,algorithmic_bytes,analytic_bytes,analytic_printed_bytes,analytic_error_percent,flags,printed_above_traced,verdict,error\n",
-    );
-    for r in rows {
-        let fields = [
-            r.name.clone(),
-            r.source.to_owned(),
-            r.op.clone(),
-            r.dtype.clone(),
-            r.arch.clone(),
-            r.spec.clone(),
-            r.instructions.to_string(),
-            r.events.to_string(),
-            show(r.input_bytes),
-            show(r.output_bytes),
-            show(r.exact_bytes),
-            show(r.monotone_bytes),
-            show(r.algorithmic_bytes),
-            show(r.analytic_bytes),
-            show(r.analytic_printed_bytes),
-            r.analytic_error_percent
-                .map_or_else(String::new, |e| format!("{e:.4}")),
-            r.flags
-                .iter()
-                .map(|f| f.name())
-                .collect::<Vec<_>>()
-                .join(" "),
-            r.printed_above_traced.to_string(),
-            r.verdict.to_owned(),
-            r.error.clone().unwrap_or_default(),
-        ];
-        let line = fields
-            .iter()
-            .map(|f| csv_field(if f == "-" { "" } else { f }))
-            .collect::<Vec<_>>()
-            .join(",");
-        let _ = writeln!(out, "{line}");
-    }
-    out
+/// The rows as CSV (polars' writer), one line per row with a header.
+pub fn csv_text(rows: &[Row]) -> Result<String> {
+    use polars::prelude::*;
+    let text = |f: fn(&Row) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let mut df = df!(
+        "name" => text(|r| r.name.clone()),
+        "source" => text(|r| r.source.to_owned()),
+        "op" => text(|r| r.op.clone()),
+        "dtype" => text(|r| r.dtype.clone()),
+        "arch" => text(|r| r.arch.clone()),
+        "spec" => text(|r| r.spec.clone()),
+        "instructions" => rows.iter().map(|r| r.instructions).collect::<Vec<_>>(),
+        "events" => rows.iter().map(|r| r.events).collect::<Vec<_>>(),
+        "input_bytes" => rows.iter().map(|r| r.input_bytes).collect::<Vec<_>>(),
+        "output_bytes" => rows.iter().map(|r| r.output_bytes).collect::<Vec<_>>(),
+        "exact_bytes" => rows.iter().map(|r| r.exact_bytes).collect::<Vec<_>>(),
+        "monotone_bytes" => rows.iter().map(|r| r.monotone_bytes).collect::<Vec<_>>(),
+        "algorithmic_bytes" => rows.iter().map(|r| r.algorithmic_bytes).collect::<Vec<_>>(),
+        "analytic_bytes" => rows.iter().map(|r| r.analytic_bytes).collect::<Vec<_>>(),
+        "analytic_printed_bytes" => rows.iter().map(|r| r.analytic_printed_bytes).collect::<Vec<_>>(),
+        "analytic_error_percent" => rows.iter().map(|r| r.analytic_error_percent).collect::<Vec<_>>(),
+        "flags" => text(|r| r.flags.iter().map(|f| f.name()).collect::<Vec<_>>().join(" ")),
+        "printed_above_traced" => rows.iter().map(|r| r.printed_above_traced).collect::<Vec<_>>(),
+        "verdict" => text(|r| r.verdict.to_owned()),
+        "error" => text(|r| r.error.clone().unwrap_or_default()),
+    )?;
+    let mut out = Vec::new();
+    CsvWriter::new(&mut out).finish(&mut df)?;
+    Ok(String::from_utf8(out)?)
 }
