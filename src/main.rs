@@ -34,6 +34,8 @@ enum Command {
     /// Run a whole model under a plan: shadow-map clobber check and
     /// bit-exact outputs against an un-overlapped run.
     Verify(cmd::verify::VerifyArgs),
+    /// Built-in models: list them, export one as .tflite.
+    Zoo(cmd::zoo::ZooArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Table(args) => cmd::table::run(args),
         Command::Regress(args) => cmd::regress::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+        Command::Zoo(args) => cmd::zoo::run(args),
         Command::Plan(args) => cmd::plan::run(args),
     };
     match result {

@@ -193,6 +193,26 @@ fn plot_draws_both_runs_of_the_arena_trace() {
     assert!(bytes.len() > 10_000);
 }
 
+/// `memtrace zoo export` writes a .tflite that imports back and verifies
+/// like any real model.
+#[test]
+fn an_exported_zoo_model_verifies_as_a_tflite_file() {
+    let dir = tempfile_dir();
+    let path = dir.join("sakr_cifar10.tflite");
+    let out = memtrace(["zoo", "export", "sakr_cifar10", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[4..8], b"TFL3");
+    assert_dmo_safe(path.to_str().unwrap(), "traced");
+    let out = memtrace(["zoo", "export", "no_such_model", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("unknown zoo model"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 fn tempfile_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memtrace-verify-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

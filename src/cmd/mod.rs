@@ -10,3 +10,4 @@ pub mod sweep;
 pub mod table;
 pub mod validate;
 pub mod verify;
+pub mod zoo;

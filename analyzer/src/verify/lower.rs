@@ -15,7 +15,7 @@ use memtrace_tracer::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
 };
 
-use crate::model::{Activation, DataType, Model, OpKind, Tensor};
+use crate::model::{Activation, DataType, Model, OpKind, Quantization, Tensor};
 
 /// A small deterministic generator (SplitMix64).
 #[derive(Clone, Debug)]
@@ -176,8 +176,119 @@ pub fn tensor_names(model: &Model) -> Vec<String> {
         .collect()
 }
 
-/// Lowers `model` with tensors at `input.offsets`.
+fn per_tensor(scale: f64, zp: i32) -> Option<Quantization> {
+    Some(Quantization {
+        scale: vec![scale as f32],
+        zero_point: vec![zp as i64],
+        quantized_dimension: 0,
+    })
+}
+
+/// Fills in what a zoo model lacks, deterministically from `seed`: the data
+/// of every constant (weights, biases, reshape shapes) and, for int8/uint8
+/// models, the quantisation of activations, weights and biases (see the
+/// module docs). Tensors that already have data or quantisation keep it, so
+/// imported models are returned unchanged.
+pub fn materialize(model: &Model, seed: u64) -> Model {
+    let mut m = model.clone();
+    let mut rng = Rng::new(seed.wrapping_add(0x5EED));
+    let producers = model.producers();
+    for (i, t) in m.tensors.iter_mut().enumerate() {
+        if !t.is_constant
+            && matches!(t.dtype, DataType::Int8 | DataType::Uint8)
+            && t.quantization.is_none()
+        {
+            let softmax = producers[i].is_some_and(|p| model.ops[p].kind == OpKind::Softmax);
+            let (s, z) = act_q(t, softmax);
+            t.quantization = per_tensor(s, z);
+        }
+    }
+    for op in &model.ops {
+        match op.kind {
+            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => {
+                let (Some(&x), Some(&wi), Some(&y)) =
+                    (op.inputs.first(), op.inputs.get(1), op.outputs.first())
+                else {
+                    continue;
+                };
+                let out_c = *m.tensors[y].shape.last().unwrap_or(&1) as usize;
+                let k = (m.tensors[wi].elements() as usize / out_c.max(1)).max(1);
+                let gain = match op.options.activation {
+                    Activation::Relu | Activation::Relu6 => std::f64::consts::SQRT_2,
+                    _ => 1.0,
+                };
+                let (sx, _) = act_q(&m.tensors[x], false);
+                let (sy, _) = act_q(&m.tensors[y], false);
+                let quantized = matches!(m.tensors[x].dtype, DataType::Int8 | DataType::Uint8);
+                let channels = if op.kind == OpKind::FullyConnected {
+                    1
+                } else {
+                    out_c
+                };
+                let w = &mut m.tensors[wi];
+                if w.data.is_none() {
+                    w.data = Some(synth_weights(&mut rng, w, k, gain as f32));
+                }
+                if quantized && w.quantization.is_none() {
+                    let ws = sy * gain / (sx * 73.0 * (k as f64).sqrt());
+                    w.quantization = Some(Quantization {
+                        scale: vec![ws as f32; channels],
+                        zero_point: vec![
+                            if w.dtype == DataType::Uint8 { 128 } else { 0 };
+                            channels
+                        ],
+                        quantized_dimension: if op.kind == OpKind::DepthwiseConv2d {
+                            3
+                        } else {
+                            0
+                        },
+                    });
+                }
+                let w_scales: Vec<f32> = w
+                    .quantization
+                    .as_ref()
+                    .map(|q| q.scale.clone())
+                    .unwrap_or_default();
+                if let Some(&bi) = op.inputs.get(2) {
+                    let b = &mut m.tensors[bi];
+                    if b.data.is_none() {
+                        b.data = Some(synth_bias(&mut rng, b));
+                    }
+                    if quantized && b.quantization.is_none() && !w_scales.is_empty() {
+                        b.quantization = Some(Quantization {
+                            scale: w_scales.iter().map(|&ws| (sx * ws as f64) as f32).collect(),
+                            zero_point: vec![0; w_scales.len()],
+                            quantized_dimension: 0,
+                        });
+                    }
+                }
+            }
+            OpKind::Reshape => {
+                if let (Some(&si), Some(&y)) = (op.inputs.get(1), op.outputs.first()) {
+                    let shape: Vec<u8> = m.tensors[y]
+                        .shape
+                        .iter()
+                        .flat_map(|&d| (d as i32).to_le_bytes())
+                        .collect();
+                    let st = &mut m.tensors[si];
+                    if st.data.is_none()
+                        && st.dtype == DataType::Int32
+                        && st.bytes == shape.len() as u64
+                    {
+                        st.data = Some(shape);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Lowers `model` with tensors at `input.offsets` (after [`materialize`]).
 pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerError> {
+    let materialized = materialize(model, input.seed);
+    let model = &materialized;
     let names = tensor_names(model);
     let producers = model.producers();
     let mut rng = Rng::new(input.seed);

@@ -6,6 +6,7 @@
 //! This module knows nothing of the emulator: the CLI runs the tracer and
 //! feeds the [`shadow::ShadowMap`] analysis.
 
+pub mod export;
 pub mod lower;
 pub mod plot;
 pub mod shadow;
