@@ -514,6 +514,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         mismatched_bytes: mismatched,
         output_bytes: ref_out.outputs.len() as u64,
         output_digest: memtrace_analyzer::verify::digest(&ref_out.outputs),
+        output_hex: ref_out.outputs.iter().map(|b| format!("{b:02x}")).collect(),
         output_distinct_bytes: {
             let mut seen = [false; 256];
             ref_out

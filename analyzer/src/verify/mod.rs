@@ -84,6 +84,9 @@ pub struct VerifyReport {
     /// byte values they hold (a degenerate output would have very few).
     pub output_digest: String,
     pub output_distinct_bytes: usize,
+    /// The reference run's output bytes (all graph outputs, concatenated),
+    /// hex-encoded, for comparison with other interpreters.
+    pub output_hex: String,
     pub traced_overlaps: Vec<OpOverlapReport>,
     /// Wall-clock seconds of both runs together.
     pub seconds: f64,
