@@ -124,6 +124,28 @@ fn tfmicro_example_models_dmo_plans_are_clobber_free_and_bit_exact() {
 }
 
 #[test]
+fn x86_64_executor_verifies_the_example_models_too() {
+    let exe = guest("x86_64", "executor");
+    for m in ["hello_world", "magic_wand", "micro_speech"] {
+        let out = memtrace([
+            "verify",
+            &tfmicro_model(m),
+            "--target",
+            "x86-64",
+            "--executor",
+            exe.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(r["target"], "x86-64");
+        assert_eq!(r["clobbers"], json!([]), "{m}");
+        assert_eq!(r["bit_exact"], true, "{m}");
+        assert_eq!(out.status.code(), Some(0), "{m}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn person_detection_dmo_plan_is_clobber_free_and_bit_exact() {
     let r = assert_dmo_safe(&tfmicro_model("person_detection_grayscale"), "traced");
     assert!(!r["plan"]["overlaps_used"].as_array().unwrap().is_empty());
