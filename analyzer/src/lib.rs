@@ -11,5 +11,6 @@ pub mod pipeline;
 pub mod planner;
 pub mod plot;
 pub mod report;
+pub mod rng;
 pub mod table;
 pub mod verify;

@@ -500,28 +500,7 @@ pub(crate) mod tests {
     use super::*;
     use memtrace_tracer::spec::{Dtype, LayerSpecBuilder, Padding};
 
-    /// splitmix64: a tiny seeded PRNG for reproducible random configurations.
-    pub(crate) struct Rng(u64);
-
-    impl Rng {
-        pub(crate) fn new(seed: u64) -> Rng {
-            Rng(seed)
-        }
-        pub(crate) fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        /// Uniform in `lo..=hi`.
-        pub(crate) fn range(&mut self, lo: u32, hi: u32) -> u32 {
-            lo + (self.next_u64() % (hi - lo + 1) as u64) as u32
-        }
-        pub(crate) fn chance(&mut self, percent: u32) -> bool {
-            self.range(0, 99) < percent
-        }
-    }
+    pub(crate) use crate::rng::Rng;
 
     /// A random small valid configuration of `op` (retries until `LayerSpec`
     /// accepts it). Shapes stay small so that the brute force is fast.

@@ -17,41 +17,7 @@ use memtrace_tracer::spec::{
 /// Default cap on [`estimated_instructions`] of a random configuration.
 pub const DEFAULT_BUDGET: u64 = 3_000_000;
 
-/// splitmix64.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as u32
-    }
-    pub fn chance(&mut self, percent: u32) -> bool {
-        self.range(0, 99) < percent
-    }
-    /// One of `items`, weighted.
-    fn weighted<T: Copy>(&mut self, items: &[(u32, T)]) -> T {
-        let total: u32 = items.iter().map(|(w, _)| w).sum();
-        let mut pick = self.range(0, total - 1);
-        for &(w, v) in items {
-            if pick < w {
-                return v;
-            }
-            pick -= w;
-        }
-        items[items.len() - 1].1
-    }
-}
+pub use crate::rng::Rng;
 
 /// A spatial extent: mostly small, sometimes 1, sometimes larger.
 fn extent(rng: &mut Rng, max: u32) -> u32 {

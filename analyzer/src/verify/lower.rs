@@ -17,30 +17,12 @@ use memtrace_tracer::program::{
 
 use crate::model::{Activation, DataType, Model, OpKind, Quantization, Tensor};
 
-/// A small deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
+use crate::rng::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform integer in `[lo, hi]`.
-    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
-    }
-    /// Uniform in `[lo, hi)`.
-    pub fn float(&mut self, lo: f32, hi: f32) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * u
-    }
+/// Verifier streams start from the seed mixed with the SplitMix64 increment,
+/// so that seed 0 is not the all-zero state.
+fn stream(seed: u64) -> Rng {
+    Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15)
 }
 
 /// TFLite `QuantizeMultiplier`: `m ≈ q · 2^(shift − 31)`, q in [2^30, 2^31).
@@ -191,7 +173,7 @@ fn per_tensor(scale: f64, zp: i32) -> Option<Quantization> {
 /// imported models are returned unchanged.
 pub fn materialize(model: &Model, seed: u64) -> Model {
     let mut m = model.clone();
-    let mut rng = Rng::new(seed.wrapping_add(0x5EED));
+    let mut rng = stream(seed.wrapping_add(0x5EED));
     let producers = model.producers();
     for (i, t) in m.tensors.iter_mut().enumerate() {
         if !t.is_constant
@@ -291,7 +273,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let model = &materialized;
     let names = tensor_names(model);
     let producers = model.producers();
-    let mut rng = Rng::new(input.seed);
+    let mut rng = stream(input.seed);
     let fail = |op: usize, reason: String| LowerError {
         op,
         kind: model.ops[op].kind.name().to_string(),
