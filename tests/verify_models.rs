@@ -9,32 +9,9 @@ use std::path::PathBuf;
 use common::{guest, memtrace, stderr};
 use serde_json::{json, Value};
 
+/// A tfmicro example model's path as an argument.
 fn tfmicro_model(name: &str) -> String {
-    let out = std::process::Command::new("cargo")
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--manifest-path",
-            "harness-c/tfmicro-locator/Cargo.toml",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
-    let manifest = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "tfmicro")
-        .and_then(|p| p["manifest_path"].as_str())
-        .expect("tfmicro in the locator's metadata")
-        .to_string();
-    let dir = PathBuf::from(manifest)
-        .parent()
-        .unwrap()
-        .join("examples/models");
-    dir.join(format!("{name}.tflite")).display().to_string()
+    common::tfmicro_model(name).display().to_string()
 }
 
 /// `memtrace verify MODEL ARGS --format json` → (exit code, report).

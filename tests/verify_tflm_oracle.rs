@@ -16,33 +16,6 @@ fn python() -> Option<PathBuf> {
     std::env::var_os("MEMTRACE_TFLM_PYTHON").map(PathBuf::from)
 }
 
-fn models_dir() -> PathBuf {
-    let out = Command::new("cargo")
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--manifest-path",
-            "harness-c/tfmicro-locator/Cargo.toml",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let manifest = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "tfmicro")
-        .and_then(|p| p["manifest_path"].as_str())
-        .unwrap()
-        .to_string();
-    PathBuf::from(manifest)
-        .parent()
-        .unwrap()
-        .join("examples/models")
-}
-
 fn oracle(py: &PathBuf, model: &str) -> (i32, Value) {
     let out = Command::new(py)
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
@@ -67,7 +40,6 @@ fn emulated_outputs_are_bit_exact_with_current_tflm() {
         eprintln!("MEMTRACE_TFLM_PYTHON is not set: skipping the tflite-micro oracle");
         return;
     };
-    let dir = models_dir();
     let tmp = std::env::temp_dir().join(format!("memtrace-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let sakr = tmp.join("sakr_cifar10_int8.tflite");
@@ -75,7 +47,7 @@ fn emulated_outputs_are_bit_exact_with_current_tflm() {
     assert!(out.status.success());
     let mut models: Vec<String> = ["hello_world", "magic_wand"]
         .iter()
-        .map(|m| dir.join(format!("{m}.tflite")).display().to_string())
+        .map(|m| common::tfmicro_model(m).display().to_string())
         .collect();
     models.push(sakr.display().to_string());
     for m in &models {
