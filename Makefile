@@ -12,13 +12,16 @@ export CARGO_TARGET_DIR
 CARGO ?= cargo
 MEMTRACE := $(CARGO_TARGET_DIR)/release/memtrace
 DEMO_OUT ?= demo-out
+# Python venv with PyPI `tflite-micro`: the real TFLM that `make test`
+# compares memtrace verify's outputs and arenas against.
+ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 
 # Debian packages: the emulator build (cmake, libclang for bindgen), the
 # Cortex-M4 cross compiler with its C and C++ libraries, host C/C++.
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
-    libstdc++-arm-none-eabi-newlib gcc g++ make
+    libstdc++-arm-none-eabi-newlib gcc g++ make python3 python3-venv
 
-.PHONY: all demo test bench deps guests build clean
+.PHONY: all demo test bench deps guests build oracle clean
 
 all: build
 
@@ -38,8 +41,12 @@ demo: build
 	@echo
 	@echo "trace plot: $(DEMO_OUT)/mobilenet-layers.png, events: $(DEMO_OUT)/events.parquet"
 
-test: build
-	$(CARGO) test --release --workspace --all-targets
+oracle: deps
+	@bash scripts/install-oracle.sh $(ORACLE_VENV)
+
+test: build oracle
+	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python \
+	    $(CARGO) test --release --workspace --all-targets
 
 bench: build
 	$(MEMTRACE) bench

@@ -7,21 +7,44 @@ same seeded input, and compare the output bytes.
     python tflm_oracle.py MEMTRACE_BINARY MODEL.tflite [--seed N]
 
 Prints one JSON object: {"model", "equal", "tflm_hex", "memtrace_hex",
-"max_ulp" (float outputs only), "tflm_arena_bytes" (if reported)}.
+"memtrace_ok", "max_ulp" (float outputs only), "tflm_arena_head_bytes" (the
+"Arena allocation head" of TFLM's print_allocations, i.e. its planned
+activation arena), "memtrace_greedy_bytes" and "memtrace_plan_bytes" (the
+reference tflm-greedy arena and the DMO plan's arena of `memtrace verify`)}.
 Exit 0 when the outputs are bit-exact, 1 otherwise, 2 when TFLM cannot run
 the model (e.g. the uint8 micro_speech model, which current TFLM rejects).
 """
-import io
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import contextlib
 
 import numpy as np
 from tflite_micro.python.tflite_micro import runtime
+
+
+def arena_head_bytes(interp):
+    """TFLM's planned arena, read from print_allocations(), which the C++
+    side prints straight to the process's stdout or stderr."""
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            interp.print_allocations()
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    m = re.search(r"Arena allocation head (\d+) bytes", text)
+    return int(m.group(1)) if m else None
 
 
 def main():
@@ -41,6 +64,7 @@ def main():
         x = rng.integers(info.min, info.max + 1, d["shape"]).astype(d["dtype"])
     interp.set_input(x, 0)
     interp.invoke()
+    head = arena_head_bytes(interp)
     y = interp.get_output(0)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "input.bin")
@@ -59,6 +83,9 @@ def main():
         "tflm_hex": theirs.hex(),
         "memtrace_hex": mine.hex(),
         "memtrace_ok": report["clobbers"] == [] and report["bit_exact"],
+        "tflm_arena_head_bytes": head,
+        "memtrace_greedy_bytes": report["reference"]["arena_bytes"],
+        "memtrace_plan_bytes": report["plan"]["arena_bytes"],
     }
     if y.dtype == np.float32 and len(mine) == len(theirs):
         a = np.frombuffer(mine, np.int32).astype(np.int64)

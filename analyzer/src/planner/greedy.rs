@@ -30,8 +30,11 @@ pub fn greedy_offsets(requests: &[Request]) -> Vec<u64> {
     if n == 0 {
         return offsets;
     }
-    let mut by_size: Vec<usize> = (0..n).collect();
-    // Stable: equal sizes keep insertion order, like TFLM's bubble sort.
+    // Current TFLM fills its sort array from the tail (offline-planned
+    // buffers take the head), so equal sizes end up in reverse `AddBuffer`
+    // order after its stable bubble sort. tfmicro 0.1.0 (2019) kept them in
+    // insertion order; the arena head of today's TFLM is what we match.
+    let mut by_size: Vec<usize> = (0..n).rev().collect();
     by_size.sort_by(|&a, &b| requests[b].size.cmp(&requests[a].size));
     // Placed buffers in ascending offset order; ties keep placement order.
     let mut placed: Vec<usize> = vec![by_size[0]];
