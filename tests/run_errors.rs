@@ -122,6 +122,10 @@ fn protocol_violations_are_named_with_the_guest_pc() {
             "{elf}: expected `{message}` in {err}"
         );
         assert!(err.contains("at pc 0x"), "{elf}: {err}");
+        // The guest line that issued the command (memtrace.h's inline
+        // wrapper, inlined into it), not the out-of-line memtrace_signal.
+        assert!(err.contains(".c:"), "{elf}: no guest file:line in {err}");
+        assert!(!err.contains("`memtrace_signal`"), "{elf}: {err}");
     }
 }
 

@@ -88,7 +88,10 @@ fn exported_int8_zoo_models_are_bit_exact_and_dmo_beats_tflm_s_arena() {
         let v = agrees_with_tflm(&py, &export(&tmp, name));
         let head = v["tflm_arena_head_bytes"].as_u64().unwrap();
         let dmo = v["memtrace_plan_bytes"].as_u64().unwrap();
-        assert!(dmo < head, "{name}: DMO {dmo} B is not below TFLM's {head} B");
+        assert!(
+            dmo < head,
+            "{name}: DMO {dmo} B is not below TFLM's {head} B"
+        );
     }
     std::fs::remove_dir_all(&tmp).ok();
 }

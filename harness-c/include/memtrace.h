@@ -69,9 +69,20 @@ static inline void memtrace_push_ptr(const volatile void *p) {
 #define MEMTRACE_BARRIER() ((void)0)
 #endif
 
+/* Every command is one store to MARKER made by this one out-of-line function
+ * (defined with memtrace_port). A tracer that serves the port page without
+ * memory hooks learns the exact instruction of that store from a code hook on
+ * this function alone, which costs nothing anywhere else (docs/protocol.md,
+ * "Fast path"). */
+void memtrace_signal(uint32_t cmd);
+
+#ifdef MEMTRACE_IMPLEMENTATION
+__attribute__((noinline, used)) void memtrace_signal(uint32_t cmd) { memtrace_port[1] = cmd; }
+#endif
+
 static inline void memtrace_command(uint32_t cmd) {
     MEMTRACE_BARRIER();
-    memtrace_port[1] = cmd;
+    memtrace_signal(cmd);
     MEMTRACE_BARRIER();
 }
 

@@ -11,7 +11,7 @@ use memtrace_analyzer::pipeline::Analysis;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
 use memtrace_analyzer::table::EventTable;
-use memtrace_tracer::{ElfImage, Job, LayerSpec, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Job, LayerSpec, TraceOptions};
 
 use super::common::{check_writable, configure_table_printing, trace_with};
 
@@ -56,6 +56,20 @@ pub struct RunArgs {
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 20_000_000_000)]
     pub max_instructions: u64,
+    /// Observe buffers with memory hooks even when neither --events nor
+    /// --plot needs each access's exact instruction (several times slower;
+    /// the O_s and counts are the same, see docs/protocol.md "Access paths").
+    #[arg(long)]
+    pub exact_time: bool,
+}
+
+/// The MMIO path unless some output needs each access's exact instruction.
+pub fn access_path(exact_time: bool) -> AccessPath {
+    if exact_time {
+        AccessPath::Hooks
+    } else {
+        AccessPath::Mmio
+    }
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
@@ -99,6 +113,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         job,
         layers: (!args.layers.is_empty()).then(|| args.layers.clone()),
         max_instructions: args.max_instructions,
+        access: access_path(args.exact_time || table.is_some() || plot.is_some()),
         ..TraceOptions::default()
     };
     let summary = {

@@ -23,7 +23,7 @@ use memtrace_analyzer::overlap::configs::{
 use memtrace_analyzer::pipeline::{consume, Analysis};
 use memtrace_analyzer::report::LayerReport;
 use memtrace_tracer::spec::{Dtype, Op};
-use memtrace_tracer::{ElfImage, EventSink, Job, LayerSpec, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, EventSink, Job, LayerSpec, TraceOptions};
 use serde::Serialize;
 
 /// Which configurations to sweep (shared by `validate` and `table`).
@@ -252,6 +252,7 @@ fn trace_layers(
     let options = TraceOptions {
         job,
         max_instructions,
+        access: AccessPath::Mmio,
         ..TraceOptions::default()
     };
     let summary = std::thread::scope(|scope| {

@@ -207,6 +207,8 @@ fn execute(
     let started = Instant::now();
     let mut shadow = ShadowMap::new(base, arena_bytes);
     let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
+    // Only the arena plot needs each access's exact instruction.
+    let access = super::run::access_path(trace.is_some());
     let summary = {
         let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut shadow];
         if let Some(t) = trace.as_mut() {
@@ -218,6 +220,7 @@ fn execute(
                 max_instructions: args.max_instructions,
                 preload,
                 readback,
+                access,
                 ..TraceOptions::default()
             },
             &mut analyses,

@@ -34,6 +34,8 @@ pub struct Segment {
     /// Bytes in memory (`p_memsz`); the tail beyond `data` is zero.
     pub size: u64,
     pub data: Vec<u8>,
+    /// Mapped executable (`PF_X`).
+    pub executable: bool,
 }
 
 /// A named guest object or function.
@@ -129,10 +131,15 @@ impl ElfImage {
                     ),
                 });
             }
+            let executable = match seg.flags() {
+                object::SegmentFlags::Elf { p_flags, .. } => p_flags.contains(object::elf::PF_X),
+                _ => true,
+            };
             segments.push(Segment {
                 address: seg.address(),
                 size: seg.size(),
                 data: data.to_vec(),
+                executable,
             });
         }
         if segments.is_empty() {
@@ -198,6 +205,20 @@ impl ElfImage {
         let i = self.functions.partition_point(|(a, _, _)| *a <= pc);
         let (addr, size, name) = self.functions.get(i.checked_sub(1)?)?;
         (pc < addr + (*size).max(1)).then_some(name.as_str())
+    }
+
+    /// True when a page of `[address, address+len)` holds part of an
+    /// executable segment.
+    pub fn is_executable(&self, address: u64, len: u64) -> bool {
+        const PAGE: u64 = 0x1000;
+        let (start, end) = (address & !(PAGE - 1), (address + len).div_ceil(PAGE) * PAGE);
+        self.segments.iter().filter(|s| s.executable).any(|s| {
+            let (s0, s1) = (
+                s.address & !(PAGE - 1),
+                (s.address + s.size).div_ceil(PAGE) * PAGE,
+            );
+            s0 < end && start < s1
+        })
     }
 
     /// True when `[address, address+len)` lies inside a loadable segment.

@@ -32,4 +32,4 @@ pub use elf::{Arch, ElfImage};
 #[cfg(feature = "emulator")]
 pub use error::TraceError;
 #[cfg(feature = "emulator")]
-pub use session::{run, ClockMode, EventSink, Job, Progress, RunSummary, TraceOptions};
+pub use session::{run, AccessPath, ClockMode, EventSink, Job, Progress, RunSummary, TraceOptions};

@@ -7,12 +7,15 @@
 //! instruction) and one per declared buffer of a selected layer (installed when
 //! the guest declares it, removed at layer end). Memory hooks also make Unicorn
 //! synchronise the PC, which gives each event its exact instruction.
+//! [`AccessPath::Mmio`] avoids memory hooks altogether (see `session/mmio.rs`).
+
+mod mmio;
 
 use std::collections::HashSet;
 
 use crossbeam_channel::{Receiver, Sender};
 use unicorn_engine::{
-    Arch as UcArch, ArmCpuModel, HookType, MemType, Mode, Prot, RegisterARM, Unicorn,
+    Arch as UcArch, ArmCpuModel, HookType, MemType, Mode, Prot, RegisterARM, RegisterX86, Unicorn,
 };
 
 use crate::clock::ThumbClock;
@@ -45,6 +48,20 @@ pub enum ClockMode {
     PerInstruction,
 }
 
+/// How accesses to declared buffers are observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AccessPath {
+    /// Memory hooks: every event carries its exact instruction (`t`) and PC.
+    #[default]
+    Hooks,
+    /// Buffer pages mapped as MMIO while their layer is open: several times
+    /// faster; events keep their exact order, kinds and sizes, but `t` and
+    /// `pc` are those of the block that made them. Layer instruction counts
+    /// stay exact. Falls back to `Hooks` for guests without
+    /// `memtrace_signal` (built with an older memtrace.h).
+    Mmio,
+}
+
 /// Progress report for long runs.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
@@ -61,6 +78,7 @@ pub struct TraceOptions<'a> {
     /// Events per batch message.
     pub batch_size: usize,
     pub clock: ClockMode,
+    pub access: AccessPath,
     pub progress: Option<Box<dyn FnMut(Progress) + 'a>>,
     /// Bytes the host writes into guest memory before the first instruction
     /// (after the job mailbox), e.g. a model program for the executor.
@@ -78,6 +96,7 @@ impl Default for TraceOptions<'_> {
             max_instructions: 20_000_000_000,
             batch_size: 8192,
             clock: ClockMode::Auto,
+            access: AccessPath::Hooks,
             progress: None,
             preload: Vec::new(),
             readback: Vec::new(),
@@ -98,6 +117,8 @@ pub struct RunSummary {
     pub arch: Arch,
     pub exit_code: i32,
     pub instructions: u64,
+    /// The access path the run used.
+    pub access: AccessPath,
     /// Names of all layers the guest opened, traced or not, in order.
     pub layers: Vec<String>,
     /// The ranges of [`TraceOptions::readback`], read after the exit.
@@ -156,6 +177,10 @@ struct Session<'a> {
     stop: Option<Stop>,
     progress: Option<Box<dyn FnMut(Progress) + 'a>>,
     next_progress: u64,
+    /// State of the MMIO access path; `None` on the hook path.
+    served: Option<mmio::Served>,
+    /// Address of the block now running.
+    block_address: u64,
 }
 
 type Uc<'a> = Unicorn<'a, Session<'a>>;
@@ -188,6 +213,15 @@ pub fn run(
         (Arch::CortexM4, ClockMode::Auto) => Clock::Thumb(ThumbClock::default()),
         _ => Clock::Counted(0),
     };
+    let served = match options.access {
+        AccessPath::Mmio => mmio::Served::for_image(image, port.address),
+        AccessPath::Hooks => None,
+    };
+    let access = if served.is_some() {
+        AccessPath::Mmio
+    } else {
+        AccessPath::Hooks
+    };
     let session = Session {
         image,
         decoder: PortDecoder::default(),
@@ -203,6 +237,8 @@ pub fn run(
         stop: None,
         progress: options.progress,
         next_progress: 1 << 24,
+        served,
+        block_address: 0,
     };
     let mut uc = new_machine(image, session)?;
     if let Some(job) = &options.job {
@@ -233,7 +269,7 @@ pub fn run(
             let mut memory = Vec::with_capacity(readback.len());
             for &(address, len) in &readback {
                 let mut bytes = vec![0u8; len as usize];
-                uc.mem_read(address, &mut bytes)
+                guest_read(&uc, address, &mut bytes)
                     .map_err(|e| emulator_error(&format!("reading back {address:#x}"), e))?;
                 memory.push(bytes);
             }
@@ -241,6 +277,7 @@ pub fn run(
                 arch: image.arch,
                 exit_code: code,
                 instructions,
+                access,
                 layers,
                 memory,
             })
@@ -285,10 +322,14 @@ fn emulator_error(what: &str, e: unicorn_engine::uc_error) -> TraceError {
 /// A Unicorn instance of the image's architecture with its segments loaded.
 fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, TraceError> {
     let mut uc = new_engine(image.arch, session)?;
-    for (start, end) in page_ranges(image) {
-        uc.mem_map(start, end - start, Prot::ALL).map_err(|e| {
-            emulator_error(&format!("mapping guest memory {start:#x}..{end:#x}"), e)
-        })?;
+    if uc.get_data().served.is_some() {
+        mmio::map_ram(&mut uc)?;
+    } else {
+        for (start, end) in page_ranges(image) {
+            uc.mem_map(start, end - start, Prot::ALL).map_err(|e| {
+                emulator_error(&format!("mapping guest memory {start:#x}..{end:#x}"), e)
+            })?;
+        }
     }
     for seg in &image.segments {
         uc.mem_write(seg.address, &seg.data)
@@ -373,13 +414,17 @@ pub(crate) fn write_job<D>(
 
 fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
     let hook_err = |e| emulator_error("installing hooks", e);
-    uc.add_mem_hook(
-        HookType::MEM_WRITE,
-        port,
-        port + PORT_SIZE - 1,
-        on_port_write,
-    )
-    .map_err(hook_err)?;
+    if uc.get_data().served.is_some() {
+        mmio::install(uc)?;
+    } else {
+        uc.add_mem_hook(
+            HookType::MEM_WRITE,
+            port,
+            port + PORT_SIZE - 1,
+            on_port_write,
+        )
+        .map_err(hook_err)?;
+    }
     uc.add_mem_hook(
         HookType::MEM_READ_UNMAPPED | HookType::MEM_WRITE_UNMAPPED | HookType::MEM_FETCH_UNMAPPED,
         1,
@@ -398,6 +443,11 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
 }
 
 fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
+    let s = uc.get_data_mut();
+    s.block_address = address;
+    if let Some(served) = s.served.as_mut() {
+        served.signal_pc = None;
+    }
     let known = match &uc.get_data().clock {
         Clock::Thumb(c) => c.knows(address),
         Clock::Counted(n) => {
@@ -504,23 +554,32 @@ fn on_port_write(
 ) -> bool {
     let pc = uc.pc_read().unwrap_or(0);
     clear_stale_it_state(uc);
+    port_store(uc, address, size, value, pc);
+    true
+}
+
+/// A guest store of `size` bytes at `address` inside `memtrace_port`, made by
+/// the instruction at `pc`.
+fn port_store(uc: &mut HookUc<'_, '_>, address: u64, size: usize, value: i64, pc: u64) {
+    // Errors point at the guest's call; times use the storing instruction.
+    let site = call_site(uc, pc);
     let port = address & !(PORT_SIZE - 1);
     let offset = address - port;
     if size != 4 || !offset.is_multiple_of(4) {
         let err = format!(
             "memtrace_port written with a {size}-byte store at offset {offset} (use 32-bit stores)"
         );
-        uc.get_data_mut().fail_protocol(err, pc);
+        uc.get_data_mut().fail_protocol(err, site);
         let _ = uc.emu_stop();
-        return true;
+        return;
     }
     let word = value as u32;
     if offset != MARKER_OFFSET {
         if let Err(e) = uc.get_data_mut().decoder.push(word) {
-            uc.get_data_mut().fail_protocol(e, pc);
+            uc.get_data_mut().fail_protocol(e, site);
             let _ = uc.emu_stop();
         }
-        return true;
+        return;
     }
     let command = uc.get_data_mut().decoder.command(word);
     let outcome = match command {
@@ -528,12 +587,35 @@ fn on_port_write(
         Err(e) => Err(e),
     };
     if let Err(e) = outcome {
-        uc.get_data_mut().fail_protocol(e, pc);
+        uc.get_data_mut().fail_protocol(e, site);
     }
     if uc.get_data().stop.is_some() {
         let _ = uc.emu_stop();
     }
-    true
+}
+
+/// For a store made inside `memtrace_signal`, the guest's call of it: that
+/// is where a command comes from, and what errors should point at. Both
+/// targets call it directly (`bl`, 4 bytes; `call rel32`, 5 bytes) from a
+/// leaf-free inline wrapper, so the return address is still at hand.
+fn call_site(uc: &HookUc<'_, '_>, pc: u64) -> u64 {
+    let image = uc.get_data().image;
+    let inside = image
+        .symbol("memtrace_signal")
+        .is_some_and(|f| pc >= f.address && pc < f.address + f.size.max(1));
+    if !inside {
+        return pc;
+    }
+    let call = match image.arch {
+        Arch::CortexM4 => uc
+            .reg_read(RegisterARM::LR)
+            .map(|lr| (lr & !1).wrapping_sub(4)),
+        Arch::X86_64 => uc.reg_read(RegisterX86::RSP).and_then(|sp| {
+            let mut ret = [0u8; 8];
+            guest_read(uc, sp, &mut ret).map(|()| u64::from_le_bytes(ret).wrapping_sub(5))
+        }),
+    };
+    call.unwrap_or(pc)
 }
 
 /// Applies one protocol command; `Err` is a protocol violation.
@@ -589,7 +671,7 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
                     let _ = uc.remove_hook(h);
                 }
             }
-            Ok(())
+            mmio::release_layer_pages(uc)
         }
         Command::Exit { code } => {
             let s = uc.get_data_mut();
@@ -660,7 +742,10 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
     }
     let selected = layer.selected;
     let index = layer.buffers.len();
-    let hook = if selected {
+    let hook = if selected && uc.get_data().served.is_some() {
+        mmio::serve_range(uc, base, end)?;
+        None
+    } else if selected {
         let hook = uc
             .add_mem_hook(
                 HookType::MEM_READ | HookType::MEM_WRITE,
@@ -706,13 +791,10 @@ fn read_string(uc: &HookUc<'_, '_>, address: u64, what: &str) -> Result<String, 
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 32];
     while bytes.len() < MAX_STRING {
-        if uc
-            .mem_read(address + bytes.len() as u64, &mut chunk)
-            .is_err()
-        {
+        if guest_read(uc, address + bytes.len() as u64, &mut chunk).is_err() {
             // Near the end of mapped memory: fall back to single bytes.
             let mut one = [0u8; 1];
-            uc.mem_read(address + bytes.len() as u64, &mut one)
+            guest_read(uc, address + bytes.len() as u64, &mut one)
                 .map_err(|_| format!("{what} at {address:#x} is not in guest memory"))?;
             chunk = [0; 32];
             chunk[0] = one[0];
@@ -731,6 +813,19 @@ fn read_string(uc: &HookUc<'_, '_>, address: u64, what: &str) -> Result<String, 
     Err(format!(
         "{what} at {address:#x} is not NUL-terminated within {MAX_STRING} bytes"
     ))
+}
+
+/// Reads guest memory; on the MMIO path straight from its host memory
+/// (reading served pages through Unicorn would re-enter the callbacks).
+fn guest_read(
+    uc: &HookUc<'_, '_>,
+    address: u64,
+    out: &mut [u8],
+) -> Result<(), unicorn_engine::uc_error> {
+    match uc.get_data().served.as_ref() {
+        Some(s) if s.read(address, out) => Ok(()),
+        _ => uc.mem_read(address, out),
+    }
 }
 
 fn finish_string(bytes: Vec<u8>, what: &str, address: u64) -> Result<String, String> {
@@ -781,6 +876,29 @@ impl Session<'_> {
         let full = std::mem::replace(&mut self.batch, fresh);
         self.events += full.len() as u64;
         self.send(Message::Events(full));
+    }
+
+    /// One guest access on the MMIO path, to whichever buffers of the open
+    /// layer it touches, in declaration order (the order the hook path's
+    /// per-buffer hooks fire in).
+    fn record_access(&mut self, write: bool, address: u64, size: u64) {
+        let pc = self.block_address;
+        let Some(layer) = self.layer.as_ref() else {
+            return;
+        };
+        let touched = |b: &TracedBuffer| {
+            address < b.buffer.base + b.buffer.size as u64 && b.buffer.base < address + size
+        };
+        let n = layer.buffers.len();
+        for index in 0..n {
+            let hit = self
+                .layer
+                .as_ref()
+                .is_some_and(|l| touched(&l.buffers[index]));
+            if hit {
+                self.record(index, write, address, size, pc);
+            }
+        }
     }
 
     /// One guest access that starts within `MAX_ACCESS` bytes before, or

@@ -1,0 +1,318 @@
+//! The MMIO access path ([`AccessPath::Mmio`]): no memory hooks at all.
+//!
+//! Any memory hook sends every guest load and store through Unicorn's slow
+//! helper, whatever its range (DESIGN §9). This path installs none. Instead,
+//! the page of `memtrace_port` and, while a selected layer is open, the pages
+//! of its declared buffers are *served*: their RAM mapping is replaced by MMIO
+//! whose callbacks read and write the same host memory and record the
+//! events. All other memory stays on Unicorn's fast path.
+//!
+//! Guest RAM is host memory owned here and mapped with `mem_map_ptr`, so
+//! serving and releasing pages moves no data (Unicorn splits a region it
+//! allocated itself by copying all of it).
+//!
+//! MMIO callbacks are not told the PC. So events get the current block's
+//! address as `pc` and the instructions retired before that block as `t`;
+//! their order (`seq`), sizes and kinds are exact, and O_s depends only on
+//! order. Commands still get exact times: the MARKER store is made by the
+//! guest's `memtrace_signal()` (memtrace.h), and a code hook on that function
+//! alone, which costs nothing elsewhere, reports the storing instruction.
+
+use std::ffi::c_void;
+
+use unicorn_engine::{Prot, Unicorn};
+
+use super::{emulator_error, page_ranges, port_store, HookUc, Session, PAGE, PORT_SIZE};
+use crate::elf::ElfImage;
+use crate::error::TraceError;
+
+/// Size of the RAM regions guest memory is mapped in (a multiple of pages).
+const RAM_CHUNK: usize = 1 << 20;
+
+/// Zeroed host memory backing a range of guest RAM.
+struct HostRam {
+    guest: u64,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HostRam {
+    fn new(guest: u64, len: usize) -> HostRam {
+        let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
+        HostRam { guest, ptr, len }
+    }
+
+    fn contains(&self, address: u64, len: u64) -> bool {
+        address >= self.guest && address + len <= self.guest + self.len as u64
+    }
+
+    /// Host pointer of guest `address` (inside this range).
+    fn at(&self, address: u64) -> *mut u8 {
+        debug_assert!(self.contains(address, 0));
+        // SAFETY: in bounds of the allocation, checked by the callers.
+        unsafe { self.ptr.add((address - self.guest) as usize) }
+    }
+}
+
+impl Drop for HostRam {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` came from `Box<[u8]>::into_raw` in `new`, and
+        // Unicorn, which also points here, is closed before its data drops.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr, self.len,
+            )))
+        };
+    }
+}
+
+/// A run of guest pages now served as MMIO.
+struct Region {
+    base: u64,
+    len: u64,
+    /// Index into `Served::ram`.
+    ram: usize,
+    /// The port page: served for the whole run.
+    permanent: bool,
+}
+
+/// State of the MMIO path.
+pub(super) struct Served {
+    ram: Vec<HostRam>,
+    /// Slots of served regions; a callback knows its slot. Slots of released
+    /// regions are reused.
+    regions: Vec<Option<Region>>,
+    port: u64,
+    /// `[start, end)` of `memtrace_signal`.
+    signal: (u64, u64),
+    /// The instruction of `memtrace_signal` its code hook saw last in the
+    /// current block.
+    pub(super) signal_pc: Option<u64>,
+}
+
+impl Served {
+    /// The MMIO path for `image`, if it was built with a `memtrace_signal`.
+    pub(super) fn for_image(image: &ElfImage, port: u64) -> Option<Served> {
+        let signal = image.symbol("memtrace_signal")?;
+        let ram = page_ranges(image)
+            .into_iter()
+            .map(|(start, end)| HostRam::new(start, (end - start) as usize))
+            .collect();
+        Some(Served {
+            ram,
+            regions: Vec::new(),
+            port,
+            signal: (signal.address, signal.address + signal.size.max(1)),
+            signal_pc: None,
+        })
+    }
+
+    fn is_served(&self, page: u64) -> bool {
+        self.regions
+            .iter()
+            .flatten()
+            .any(|r| page >= r.base && page < r.base + r.len)
+    }
+
+    fn ram_index(&self, address: u64, len: u64) -> Option<usize> {
+        self.ram.iter().position(|r| r.contains(address, len))
+    }
+
+    /// Copies guest RAM at `address` into `out`; false outside guest RAM.
+    pub(super) fn read(&self, address: u64, out: &mut [u8]) -> bool {
+        let Some(i) = self.ram_index(address, out.len() as u64) else {
+            return false;
+        };
+        // SAFETY: the range is inside the allocation (`ram_index`); the
+        // emulator is not running guest code while a callback runs.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ram[i].at(address), out.as_mut_ptr(), out.len())
+        };
+        true
+    }
+}
+
+/// Maps guest RAM onto the path's host memory (instead of `mem_map`).
+pub(super) fn map_ram(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceError> {
+    let ranges: Vec<(u64, usize, *mut u8)> = match uc.get_data().served.as_ref() {
+        Some(s) => s.ram.iter().map(|r| (r.guest, r.len, r.ptr)).collect(),
+        None => return Ok(()),
+    };
+    for (guest, len, ptr) in ranges {
+        // Unmapping part of a region makes Unicorn unmap and flush all of it
+        // first; chunks bound that cost per served buffer.
+        for at in (0..len).step_by(RAM_CHUNK) {
+            let n = RAM_CHUNK.min(len - at);
+            let start = guest + at as u64;
+            // SAFETY: `ptr` points to `len` bytes that live as long as the
+            // session, which Unicorn owns and outlives its last use of them.
+            unsafe { uc.mem_map_ptr(start, n as u64, Prot::ALL, ptr.add(at) as *mut c_void) }
+                .map_err(|e| {
+                    emulator_error(
+                        &format!("mapping guest memory {start:#x}..{:#x}", start + n as u64),
+                        e,
+                    )
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// Serves the port page and hooks `memtrace_signal`; before the first
+/// instruction.
+pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceError> {
+    let Some(served) = uc.get_data().served.as_ref() else {
+        return Ok(());
+    };
+    let (port, signal) = (served.port, served.signal);
+    let page = port & !(PAGE - 1);
+    serve(uc, page, page + PAGE, true).map_err(TraceError::Emulator)?;
+    uc.add_code_hook(signal.0, signal.1 - 1, |uc: &mut HookUc<'_, '_>, pc, _| {
+        if let Some(s) = uc.get_data_mut().served.as_mut() {
+            s.signal_pc = Some(pc);
+        }
+    })
+    .map_err(|e| emulator_error("hooking memtrace_signal", e))?;
+    Ok(())
+}
+
+/// Serves every page of `[start, end)` that is not served yet.
+pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Result<(), String> {
+    let last = end.div_ceil(PAGE) * PAGE;
+    let served = |uc: &HookUc<'_, '_>, p: u64| {
+        uc.get_data()
+            .served
+            .as_ref()
+            .is_some_and(|s| s.is_served(p))
+    };
+    let mut page = start & !(PAGE - 1);
+    while page < last {
+        if served(uc, page) {
+            page += PAGE;
+            continue;
+        }
+        let mut run_end = page + PAGE;
+        while run_end < last && !served(uc, run_end) {
+            run_end += PAGE;
+        }
+        serve(uc, page, run_end, false)?;
+        page = run_end;
+    }
+    Ok(())
+}
+
+/// Replaces the RAM mapping of `[start, end)` (page-aligned) by MMIO.
+fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Result<(), String> {
+    let range = format!("{start:#x}..{end:#x}");
+    if uc.get_data().image.is_executable(start, end - start) {
+        return Err(format!(
+            "guest pages {range} hold code as well as traced data; \
+             trace with --exact-time (memory hooks) instead"
+        ));
+    }
+    let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
+    let ram = s
+        .ram_index(start, end - start)
+        .ok_or_else(|| format!("guest pages {range} are not one range of guest RAM"))?;
+    let region = Region {
+        base: start,
+        len: end - start,
+        ram,
+        permanent,
+    };
+    let slot = match s.regions.iter().position(Option::is_none) {
+        Some(free) => {
+            s.regions[free] = Some(region);
+            free
+        }
+        None => {
+            s.regions.push(Some(region));
+            s.regions.len() - 1
+        }
+    };
+    uc.mem_unmap(start, end - start)
+        .map_err(|e| format!("unmapping guest pages {range}: {e:?}"))?;
+    uc.mmio_map(
+        start,
+        end - start,
+        Some(move |uc: &mut HookUc<'_, '_>, offset: u64, size: usize| {
+            on_read(uc, slot, offset, size)
+        }),
+        Some(
+            move |uc: &mut HookUc<'_, '_>, offset: u64, size: usize, value: u64| {
+                on_write(uc, slot, offset, size, value)
+            },
+        ),
+    )
+    .map_err(|e| format!("mapping guest pages {range} as MMIO: {e:?}"))
+}
+
+/// Gives the pages served for a layer back to RAM.
+pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
+    let released: Vec<(u64, u64, *mut u8)> = match uc.get_data_mut().served.as_mut() {
+        Some(s) => {
+            let taken: Vec<Region> = s
+                .regions
+                .iter_mut()
+                .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
+                .filter_map(Option::take)
+                .collect();
+            taken
+                .into_iter()
+                .map(|r| (r.base, r.len, s.ram[r.ram].at(r.base)))
+                .collect()
+        }
+        None => return Ok(()),
+    };
+    for (base, len, ptr) in released {
+        let range = format!("{base:#x}..{:#x}", base + len);
+        uc.mem_unmap(base, len)
+            .map_err(|e| format!("unmapping MMIO pages {range}: {e:?}"))?;
+        // SAFETY: as in `map_ram`; `ptr` is inside the same allocation.
+        unsafe { uc.mem_map_ptr(base, len, Prot::ALL, ptr as *mut c_void) }
+            .map_err(|e| format!("remapping guest pages {range}: {e:?}"))?;
+    }
+    Ok(())
+}
+
+/// Host pointer and clipped size of an access to served region `slot`.
+fn host_access(
+    s: &Session<'_>,
+    slot: usize,
+    offset: u64,
+    size: usize,
+) -> Option<(u64, *mut u8, usize)> {
+    let sv = s.served.as_ref()?;
+    let r = sv.regions.get(slot)?.as_ref()?;
+    let address = r.base + offset;
+    let n = size.min(8).min(r.len.saturating_sub(offset) as usize);
+    Some((address, sv.ram[r.ram].at(address), n))
+}
+
+fn on_read(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize) -> u64 {
+    let s = uc.get_data_mut();
+    let Some((address, host, n)) = host_access(s, slot, offset, size) else {
+        return 0;
+    };
+    let mut word = [0u8; 8];
+    // SAFETY: `host_access` clipped the access to the served region.
+    unsafe { std::ptr::copy_nonoverlapping(host, word.as_mut_ptr(), n) };
+    s.record_access(false, address, n as u64);
+    u64::from_le_bytes(word)
+}
+
+fn on_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, value: u64) {
+    let s = uc.get_data_mut();
+    let Some((address, host, n)) = host_access(s, slot, offset, size) else {
+        return;
+    };
+    // SAFETY: as in `on_read`.
+    unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
+    let served = s.served.as_mut().expect("MMIO path");
+    if address >= served.port && address < served.port + PORT_SIZE {
+        let pc = served.signal_pc.take().unwrap_or(s.block_address);
+        port_store(uc, address, size, value as i64, pc);
+        return;
+    }
+    s.record_access(true, address, n as u64);
+}

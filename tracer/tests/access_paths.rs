@@ -1,0 +1,120 @@
+//! The two ways of observing buffer accesses must see the same accesses.
+//!
+//! `AccessPath::Hooks` (memory hooks, exact PC and instruction per event) and
+//! `AccessPath::Mmio` (buffer pages served as MMIO while their layer is open)
+//! run the same guest; every message must agree, except that MMIO events carry
+//! the time and address of the block that made them, which can only be at or
+//! before the exact ones.
+
+use std::path::{Path, PathBuf};
+
+use memtrace_tracer::{
+    run, AccessPath, ElfImage, Event, EventSink, Job, LayerSpec, Message, TraceOptions,
+};
+
+fn guest(target: &str, name: &str) -> PathBuf {
+    let elf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../harness-c/build")
+        .join(target)
+        .join(name);
+    assert!(elf.exists(), "build the guests first: make -C harness-c");
+    elf
+}
+
+fn trace(image: &ElfImage, job: Option<&Job>, access: AccessPath) -> Vec<Message> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let (_recycle_tx, recycle_rx) = crossbeam_channel::unbounded();
+    let options = TraceOptions {
+        job: job.cloned(),
+        access,
+        ..TraceOptions::default()
+    };
+    let summary = run(
+        image,
+        options,
+        EventSink {
+            messages: tx,
+            recycled: recycle_rx,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", image.path.display()));
+    assert_eq!(summary.exit_code, 0);
+    assert_eq!(summary.access, access, "the requested path was used");
+    rx.try_iter().collect()
+}
+
+/// Events of all batches, and the other messages, in order.
+fn split(messages: Vec<Message>) -> (Vec<Event>, Vec<Message>) {
+    let mut events = Vec::new();
+    let mut rest = Vec::new();
+    for m in messages {
+        match m {
+            Message::Events(batch) => events.extend(batch),
+            other => rest.push(other),
+        }
+    }
+    (events, rest)
+}
+
+fn assert_paths_agree(image: &ElfImage, job: Option<&Job>, what: &str) {
+    let (exact, exact_rest) = split(trace(image, job, AccessPath::Hooks));
+    let (fast, fast_rest) = split(trace(image, job, AccessPath::Mmio));
+    assert!(!exact.is_empty(), "{what}: no events");
+    // Layer windows, buffers and instruction counts are identical.
+    assert_eq!(fast_rest, exact_rest, "{what}");
+    assert_eq!(fast.len(), exact.len(), "{what}: event counts");
+    for (f, e) in fast.iter().zip(&exact) {
+        assert_eq!(
+            Event { t: 0, pc: 0, ..*f },
+            Event { t: 0, pc: 0, ..*e },
+            "{what}: the same access in the same order"
+        );
+        assert!(
+            f.t <= e.t,
+            "{what}: block time after the access: {f:?} {e:?}"
+        );
+        assert!(
+            f.pc <= e.pc,
+            "{what}: block address after the PC: {f:?} {e:?}"
+        );
+    }
+}
+
+const SPECS: [&str; 9] = [
+    "op=conv2d,dtype=int8,input=1x9x9x3,filter=4x3x3x3,stride=2,padding=same",
+    "op=conv2d,dtype=f32,input=1x7x7x2,filter=3x3x3x2,stride=1,padding=valid",
+    "op=depthwise_conv2d,dtype=int8,input=1x9x9x4,filter=1x3x3x4,stride=2,padding=same",
+    "op=max_pool,dtype=int8,input=1x8x8x3,filter=3x3,stride=2,padding=valid",
+    "op=average_pool,dtype=f32,input=1x6x6x2,filter=2x2,stride=2,padding=valid",
+    "op=fully_connected,dtype=int8,input=2x20,filter=5x20",
+    "op=add,dtype=int8,input=1x5x5x3",
+    "op=relu,dtype=f32,input=1x4x4x3",
+    "op=matmul,dtype=f32,input=4x3,filter=3x5",
+];
+
+#[test]
+fn mmio_and_hooks_see_the_same_accesses_on_both_targets() {
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
+        for spec in SPECS {
+            let job = Job {
+                spec: LayerSpec::parse(spec).unwrap(),
+                seed: 5,
+            };
+            assert_paths_agree(&image, Some(&job), &format!("{target} {spec}"));
+        }
+    }
+}
+
+/// The built-in layers: several windows in one run, pages served and given
+/// back per layer.
+#[test]
+fn mmio_and_hooks_agree_across_layers() {
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
+        assert_paths_agree(&image, None, &format!("{target} built-in layers"));
+    }
+    // Thumb IT blocks whose conditional accesses hit traced buffers.
+    let image = ElfImage::load(&guest("cortex-m4", "it-block.elf")).unwrap();
+    assert_paths_agree(&image, None, "cortex-m4 it-block.elf");
+}
