@@ -449,10 +449,14 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(err)?;
     for overlay in &panel.overlays {
         let colour = overlay.colour;
+        // Dashed and thin: the curves often lie right on the traced accesses
+        // (they model them), which must stay visible between the dashes.
         chart
-            .draw_series(LineSeries::new(
+            .draw_series(DashedLineSeries::new(
                 overlay.points.iter().copied(),
-                colour.stroke_width(2),
+                6,
+                5,
+                colour.stroke_width(1),
             ))
             .map_err(err)?
             .label(overlay.label.clone())
