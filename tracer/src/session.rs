@@ -18,7 +18,7 @@ use unicorn_engine::{
     Arch as UcArch, ArmCpuModel, HookType, MemType, Mode, Prot, RegisterARM, RegisterX86, Unicorn,
 };
 
-use crate::clock::ThumbClock;
+use crate::clock::BlockClock;
 use crate::debuginfo::DebugInfo;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
@@ -41,10 +41,12 @@ pub struct Job {
 /// How retired instructions are counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ClockMode {
-    /// Block lengths plus position in block on Thumb; per-instruction on x86-64.
+    /// Block lengths plus position in block (Thumb-2 and x86-64).
     #[default]
     Auto,
-    /// A hook on every instruction (slower; used to cross-check `Auto`).
+    /// A hook on every instruction (slower; used to cross-check `Auto`). It
+    /// counts what Unicorn's code hook reports, which differs from `Auto` for
+    /// failed IT-block instructions and `rep` iterations (see `clock`).
     PerInstruction,
 }
 
@@ -126,7 +128,7 @@ pub struct RunSummary {
 }
 
 enum Clock {
-    Thumb(ThumbClock),
+    Blocks(BlockClock),
     /// Instructions started so far (the current one included).
     Counted(u64),
 }
@@ -134,7 +136,7 @@ enum Clock {
 impl Clock {
     fn now(&self, pc: u64) -> u64 {
         match self {
-            Clock::Thumb(c) => c.now(pc),
+            Clock::Blocks(c) => c.now(pc),
             Clock::Counted(n) => n.saturating_sub(1),
         }
     }
@@ -210,8 +212,9 @@ pub fn run(
 ) -> Result<RunSummary, TraceError> {
     let port = image.protocol_port()?;
     let clock = match (image.arch, options.clock) {
-        (Arch::CortexM4, ClockMode::Auto) => Clock::Thumb(ThumbClock::default()),
-        _ => Clock::Counted(0),
+        (_, ClockMode::PerInstruction) => Clock::Counted(0),
+        (Arch::CortexM4, ClockMode::Auto) => Clock::Blocks(BlockClock::thumb()),
+        (Arch::X86_64, ClockMode::Auto) => Clock::Blocks(BlockClock::x86_64()),
     };
     let served = match options.access {
         AccessPath::Mmio => mmio::Served::for_image(image, port.address),
@@ -449,7 +452,7 @@ fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
         served.signal_pc = None;
     }
     let known = match &uc.get_data().clock {
-        Clock::Thumb(c) => c.knows(address),
+        Clock::Blocks(c) => c.knows(address),
         Clock::Counted(n) => {
             // The block's first instruction has not been counted yet.
             let retired = *n;
@@ -463,7 +466,7 @@ fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
         code.resize(size as usize, 0);
         let _ = uc.mem_read(address, &mut code);
     }
-    let Clock::Thumb(clock) = &mut uc.get_data_mut().clock else {
+    let Clock::Blocks(clock) = &mut uc.get_data_mut().clock else {
         return;
     };
     clock.block_start(address, size, move || code);

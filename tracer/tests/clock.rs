@@ -1,17 +1,39 @@
-//! The exact instruction clock: block lengths + Thumb decoding must give the
-//! same time for every event as counting each instruction with a code hook.
+//! The exact instruction clock: block lengths + per-block decoding (Thumb-2,
+//! x86-64) must give the same time for every event as counting each
+//! instruction with a code hook, except where Unicorn's code hook does not
+//! count retired instructions (failed IT-block instructions, `rep` passes).
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
+use memtrace_tracer::clock::BlockClock;
 use memtrace_tracer::{
     run, ClockMode, ElfImage, Event, EventSink, Job, LayerSpec, Message, TraceOptions,
 };
+use unicorn_engine::{Arch as UcArch, Mode, Prot, RegisterX86, Unicorn};
 
-fn trace(image: &ElfImage, job: &Job, clock: ClockMode) -> (Vec<Event>, Vec<u64>) {
+fn guest(target: &str, name: &str) -> PathBuf {
+    let elf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../harness-c/build")
+        .join(target)
+        .join(name);
+    assert!(elf.exists(), "build the guests first: make -C harness-c");
+    elf
+}
+
+/// The layer specs both architectures are checked on.
+const SPECS: [&str; 3] = [
+    "op=depthwise_conv2d,dtype=int8,input=1x9x9x4,filter=1x3x3x4,stride=2,padding=same",
+    "op=matmul,dtype=f32,input=4x3,filter=3x5",
+    "op=max_pool,dtype=int8,input=1x8x8x3,filter=3x3,stride=2,padding=valid",
+];
+
+fn trace(image: &ElfImage, job: Option<&Job>, clock: ClockMode) -> (Vec<Event>, Vec<u64>) {
     let (tx, rx) = crossbeam_channel::unbounded();
     let (_recycle_tx, recycle_rx) = crossbeam_channel::unbounded();
     let options = TraceOptions {
-        job: Some(job.clone()),
+        job: job.cloned(),
         clock,
         ..TraceOptions::default()
     };
@@ -44,20 +66,14 @@ fn trace(image: &ElfImage, job: &Job, clock: ClockMode) -> (Vec<Event>, Vec<u64>
 /// ahead, by a gap that never shrinks (skipped instructions accumulate).
 #[test]
 fn thumb_block_clock_agrees_with_per_instruction_hooks() {
-    let elf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../harness-c/build/cortex-m4/suite.elf");
-    assert!(elf.exists(), "build the guests first: make -C harness-c");
-    let image = ElfImage::load(&elf).unwrap();
-    for spec in [
-        "op=depthwise_conv2d,dtype=int8,input=1x9x9x4,filter=1x3x3x4,stride=2,padding=same",
-        "op=matmul,dtype=f32,input=4x3,filter=3x5",
-        "op=max_pool,dtype=int8,input=1x8x8x3,filter=3x3,stride=2,padding=valid",
-    ] {
+    let image = ElfImage::load(&guest("cortex-m4", "suite.elf")).unwrap();
+    for spec in SPECS {
         let job = Job {
             spec: LayerSpec::parse(spec).unwrap(),
             seed: 7,
         };
-        let (fast, fast_n) = trace(&image, &job, ClockMode::Auto);
-        let (slow, slow_n) = trace(&image, &job, ClockMode::PerInstruction);
+        let (fast, fast_n) = trace(&image, Some(&job), ClockMode::Auto);
+        let (slow, slow_n) = trace(&image, Some(&job), ClockMode::PerInstruction);
         assert!(!fast.is_empty());
         assert_eq!(fast.len(), slow.len(), "{spec}");
         let mut gap = 0;
@@ -80,18 +96,150 @@ fn thumb_block_clock_agrees_with_per_instruction_hooks() {
 /// the window, does skip some, so whole-program counts differ).
 #[test]
 fn thumb_block_clock_equals_instruction_count_without_it_blocks() {
-    let elf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../harness-c/build/cortex-m4/suite.elf");
-    let image = ElfImage::load(&elf).unwrap();
+    let image = ElfImage::load(&guest("cortex-m4", "suite.elf")).unwrap();
     let job = Job {
         spec: LayerSpec::parse("op=matmul,dtype=f32,input=4x3,filter=3x5").unwrap(),
         seed: 7,
     };
-    let (fast, fast_n) = trace(&image, &job, ClockMode::Auto);
-    let (slow, slow_n) = trace(&image, &job, ClockMode::PerInstruction);
+    let (fast, fast_n) = trace(&image, Some(&job), ClockMode::Auto);
+    let (slow, slow_n) = trace(&image, Some(&job), ClockMode::PerInstruction);
     assert_eq!(fast_n[1], slow_n[1], "layer instructions");
     assert_eq!(fast, slow);
     assert!(
         fast_n[0] > slow_n[0],
         "the data generator has skipped IT instructions"
     );
+}
+
+/// What Unicorn reports for `mov rax,rcx; rep movsb; mov rax,rcx; nop` with
+/// RCX = 3: the `rep movsb` ends the first block and is re-entered as a block
+/// of its own once per pass (3 iterations, then a pass that finds RCX = 0), and
+/// the code hook fires on every pass. Block sizes cover whole instructions.
+/// The block clock, fed the same blocks, counts the `rep` once.
+#[test]
+fn unicorn_runs_rep_string_instructions_one_pass_per_block() {
+    let code = [0x48, 0x89, 0xc8, 0xf3, 0xa4, 0x48, 0x89, 0xc8, 0x90];
+    let mut uc = Unicorn::new(UcArch::X86, Mode::MODE_64).unwrap();
+    uc.mem_map(0x1000, 0x1000, Prot::ALL).unwrap();
+    uc.mem_map(0x10000, 0x10000, Prot::ALL).unwrap();
+    uc.mem_write(0x1000, &code).unwrap();
+    uc.reg_write(RegisterX86::RCX, 3).unwrap();
+    uc.reg_write(RegisterX86::RSI, 0x10000).unwrap();
+    uc.reg_write(RegisterX86::RDI, 0x18000).unwrap();
+    let blocks = Rc::new(RefCell::new(Vec::new()));
+    let passes = Rc::new(RefCell::new(Vec::new()));
+    let b = blocks.clone();
+    uc.add_block_hook(1, 0, move |_, address, size| {
+        b.borrow_mut().push((address, size))
+    })
+    .unwrap();
+    let p = passes.clone();
+    uc.add_code_hook(1, 0, move |_, address, _| p.borrow_mut().push(address))
+        .unwrap();
+    uc.emu_start(0x1000, 0x1000 + code.len() as u64, 0, 0)
+        .unwrap();
+    let blocks = blocks.borrow();
+    assert_eq!(
+        *blocks,
+        [
+            (0x1000, 5),
+            (0x1003, 2),
+            (0x1003, 2),
+            (0x1003, 2),
+            (0x1005, 4)
+        ]
+    );
+    assert_eq!(
+        *passes.borrow(),
+        [0x1000, 0x1003, 0x1003, 0x1003, 0x1003, 0x1005, 0x1008]
+    );
+    let mut clock = BlockClock::x86_64();
+    for &(address, size) in blocks.iter() {
+        let at = (address - 0x1000) as usize;
+        clock.block_start(address, size, || code[at..at + size as usize].to_vec());
+        if address == 0x1003 {
+            assert_eq!(clock.now(0x1003), 1, "every pass is the same instruction");
+        }
+    }
+    assert_eq!(
+        clock.now(0x1008),
+        3,
+        "mov, rep movsb, mov: the nop is the 4th"
+    );
+}
+
+/// No `rep` string instruction runs inside the suite's layer windows, so there
+/// the two clocks agree exactly. The suite's `main` zeroes a local with
+/// `rep stosd` before any layer, which the code hook counts once per pass: the
+/// whole-program counts differ by those extra passes, the same for every job.
+#[test]
+fn x86_64_block_clock_agrees_with_per_instruction_hooks() {
+    let image = ElfImage::load(&guest("x86_64", "suite.elf")).unwrap();
+    let mut outside = Vec::new();
+    for spec in SPECS {
+        let job = Job {
+            spec: LayerSpec::parse(spec).unwrap(),
+            seed: 7,
+        };
+        let (fast, fast_n) = trace(&image, Some(&job), ClockMode::Auto);
+        let (slow, slow_n) = trace(&image, Some(&job), ClockMode::PerInstruction);
+        assert!(!fast.is_empty());
+        assert_eq!(fast.len(), slow.len(), "{spec}");
+        let first = fast.iter().zip(&slow).position(|(f, s)| f != s);
+        assert_eq!(first, None, "{spec}: first differing event");
+        assert_eq!(fast_n.len(), slow_n.len(), "{spec}");
+        assert_eq!(fast_n[1..], slow_n[1..], "{spec}: layer instructions");
+        assert!(slow_n[0] >= fast_n[0], "{spec}: {fast_n:?} vs {slow_n:?}");
+        outside.push(slow_n[0] - fast_n[0]);
+    }
+    assert!(
+        outside.iter().all(|&d| d == outside[0]),
+        "extra rep passes outside the layers: {outside:?}"
+    );
+}
+
+/// `rep-string.elf` runs, inside its layer, `rep movsb` (40 iterations, count
+/// runs out), `rep stosd` (6, count), `repne scasb` (stops on the 11th byte)
+/// and `repe cmpsb` (40, count), then `rep movsb` with RCX = 0. The block
+/// clock gives every access of one `rep` instruction the same time; the
+/// code-hook count is ahead by the iteration index plus the extra passes of
+/// the earlier `rep` instructions (a count that runs out costs one pass more
+/// than its iterations, a condition that stops it does not).
+#[test]
+fn x86_64_rep_string_instruction_is_one_instruction() {
+    let image = ElfImage::load(&guest("x86_64", "rep-string.elf")).unwrap();
+    let (fast, fast_n) = trace(&image, None, ClockMode::Auto);
+    let (slow, slow_n) = trace(&image, None, ClockMode::PerInstruction);
+    // (events per iteration, iterations, extra passes) in program order.
+    let reps: [(usize, u64, u64); 4] = [(2, 40, 40), (1, 6, 6), (1, 11, 10), (2, 40, 40)];
+    let expected_events: usize = reps.iter().map(|&(e, n, _)| e * n as usize).sum();
+    assert_eq!(fast.len(), expected_events);
+    assert_eq!(slow.len(), expected_events);
+    let mut at = 0;
+    let mut ahead = 0;
+    for (i, &(per_iteration, iterations, extra)) in reps.iter().enumerate() {
+        let n = per_iteration * iterations as usize;
+        let (f, s) = (&fast[at..at + n], &slow[at..at + n]);
+        for (k, (f, s)) in f.iter().zip(s).enumerate() {
+            assert_eq!(Event { t: 0, ..*f }, Event { t: 0, ..*s }, "rep {i}");
+            assert_eq!(f.pc, fast[at].pc, "rep {i}: one instruction");
+            assert_eq!(f.t, fast[at].t, "rep {i}: one time for all its accesses");
+            let iteration = (k / per_iteration) as u64;
+            assert_eq!(
+                s.t - f.t,
+                ahead + iteration,
+                "rep {i}, access {k}: {f:?} vs {s:?}"
+            );
+            assert_eq!(f.offset as u64, iteration * f.size as u64, "rep {i}");
+        }
+        if i > 0 {
+            assert!(fast[at].t > fast[at - 1].t, "rep {i} follows rep {}", i - 1);
+        }
+        at += n;
+        ahead += extra;
+    }
+    // The guest has no other `rep` instruction, inside the layer or out.
+    let extra: u64 = reps.iter().map(|r| r.2).sum();
+    assert_eq!(slow_n[1] - fast_n[1], extra, "layer instructions");
+    assert_eq!(slow_n[0] - fast_n[0], extra, "whole-program instructions");
 }
