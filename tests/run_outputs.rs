@@ -23,6 +23,22 @@ fn json_report_keeps_the_documented_names() {
     }
 }
 
+/// Without --events or --plot, `run` watches the buffers through MMIO pages;
+/// `--exact-time` forces memory hooks. Only the `access` field may differ.
+#[test]
+fn both_access_paths_report_the_same_layers() {
+    for target in ["cortex-m4", "x86_64"] {
+        let suite = guest(target, "suite");
+        let mut fast = run_json(&suite, &[]);
+        let mut exact = run_json(&suite, &["--exact-time"]);
+        assert_eq!(fast["access"], "mmio", "{target}");
+        assert_eq!(exact["access"], "hooks", "{target}");
+        fast["access"] = serde_json::Value::Null;
+        exact["access"] = serde_json::Value::Null;
+        assert_eq!(fast, exact, "{target}");
+    }
+}
+
 #[test]
 fn tracing_the_same_elf_twice_gives_identical_parquet() {
     let dir = tempfile::tempdir().unwrap();
@@ -71,6 +87,7 @@ fn the_event_table_agrees_with_the_reported_counts() {
         columns,
         ["layer", "t", "seq", "pc", "buffer", "offset", "size", "kind"]
     );
+    assert_eq!(report["access"], "hooks", "--events needs exact t and pc");
     let kind = frame.column("kind").unwrap().str().unwrap();
     let count = |k: &str| kind.iter().filter(|v| *v == Some(k)).count() as u64;
     let layer = &report["layers"][0];

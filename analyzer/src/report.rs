@@ -64,6 +64,9 @@ pub struct LayerReport {
 pub struct RunReport {
     pub elf: String,
     pub arch: String,
+    /// How buffer accesses were observed: `hooks` (exact `t`/`pc` per event)
+    /// or `mmio` (counts and O_s only; see the user guide).
+    pub access: String,
     pub exit_code: i32,
     pub instructions: u64,
     pub layers: Vec<LayerReport>,

@@ -159,6 +159,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let report = RunReport {
         elf: args.elf.display().to_string(),
         arch: summary.arch.name().to_owned(),
+        access: summary.access.name().to_owned(),
         exit_code: summary.exit_code,
         instructions: summary.instructions,
         layers: stats.layers,

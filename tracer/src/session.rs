@@ -64,6 +64,15 @@ pub enum AccessPath {
     Mmio,
 }
 
+impl AccessPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessPath::Hooks => "hooks",
+            AccessPath::Mmio => "mmio",
+        }
+    }
+}
+
 /// Progress report for long runs.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
