@@ -103,20 +103,32 @@ impl OverlapAccumulator {
         }
         let mut best =
             self.output_bytes as i64 - self.max_write_end as i64 + self.input_bytes as i64;
+        // Neighbouring bytes were mostly last read by the same access (a
+        // 4-byte load covers four): look each distinct read up once.
+        let mut memo: Option<(u64, Option<i64>)> = None;
         for (r, &last) in self.last_read.iter().enumerate() {
             if last == 0 {
                 continue;
             }
-            let read_seq = last - 1;
-            // Writes strictly before the read.
-            let i = self.write_front.partition_point(|&(seq, _)| seq < read_seq);
-            if i == 0 {
-                continue;
+            let front = match memo {
+                Some((seq, front)) if seq == last => front,
+                _ => {
+                    let front = self.front_before(last - 1);
+                    memo = Some((last, front));
+                    front
+                }
+            };
+            if let Some(front) = front {
+                best = best.min(r as i64 + self.output_bytes as i64 - front);
             }
-            let front = self.write_front[i - 1].1 as i64;
-            best = best.min(r as i64 + self.output_bytes as i64 - front);
         }
         best.max(0) as u64
+    }
+
+    /// M(s): the largest output end written strictly before access `seq`.
+    fn front_before(&self, seq: u64) -> Option<i64> {
+        let i = self.write_front.partition_point(|&(s, _)| s < seq);
+        (i > 0).then(|| self.write_front[i - 1].1 as i64)
     }
 
     pub fn result(&self) -> EmpiricalOverlap {
