@@ -178,6 +178,56 @@ fn an_overlap_beyond_the_traced_os_is_reported_as_a_clobber() {
     assert_eq!(r["reference"]["clobbers"], json!([]));
 }
 
+/// The reverse sweep, proved by running it: every operator of magic_wand gets
+/// its input placed *below* its output, the input's end over the output's
+/// start by the traced reverse O_s (clean, bit-exact), then by one float
+/// element more (a clobber of that input by that operator).
+#[test]
+fn the_traced_reverse_os_is_exactly_the_safe_reverse_overlap() {
+    let model = tfmicro_model("magic_wand");
+    let (code, r) = verify(&model, &["--planner", "tflm-greedy"]);
+    assert_eq!(code, 0, "{r}");
+    let base = r["reference"]["arena_bytes"].as_u64().unwrap().div_ceil(16) * 16;
+    let dir = tempfile_dir();
+    let mut nonzero = 0;
+    for v in r["traced_overlaps"].as_array().unwrap() {
+        let (op, input, output) = (
+            v["op"].as_str().unwrap(),
+            v["input"].as_str().unwrap(),
+            v["output"].as_str().unwrap(),
+        );
+        let ib = v["input_bytes"].as_u64().unwrap();
+        let reverse = v["reverse_exact_bytes"].as_u64().unwrap();
+        nonzero += usize::from(reverse > 0);
+        // Output at base + IB; the input's end reaches o bytes into it.
+        let run_with = |o: u64| {
+            let plan = json!({
+                "tensors": [
+                    {"name": output, "offset": base + ib},
+                    {"name": input, "offset": base + o},
+                ]
+            });
+            let path = dir.join(format!("reverse-{}-{o}.json", v["index"]));
+            std::fs::write(&path, plan.to_string()).unwrap();
+            verify(&model, &["--plan", path.to_str().unwrap()])
+        };
+        let (code, safe) = run_with(reverse);
+        assert_eq!(code, 0, "{op} at reverse O_s {reverse}: {safe}");
+        assert_eq!(safe["clobbers"], json!([]));
+        let (code, unsafe_) = run_with(reverse + 4);
+        assert_eq!(code, 1, "{op} at reverse O_s + 4 must clobber: {unsafe_}");
+        let clobbers = unsafe_["clobbers"].as_array().unwrap();
+        assert!(
+            clobbers
+                .iter()
+                .any(|c| c["op"] == op && c["tensor"] == input),
+            "{op}: {clobbers:?}"
+        );
+    }
+    // MaxPool leaves the input's last rows unread: a reverse overlap exists.
+    assert!(nonzero >= 1, "{r}");
+}
+
 #[test]
 fn plot_draws_both_runs_of_the_arena_trace() {
     let dir = tempfile_dir();

@@ -114,6 +114,8 @@ impl Analysis for LayerStats {
                 output_bytes: o.size,
                 monotone_bytes: r.monotone_bytes,
                 exact_bytes: r.exact_bytes,
+                reverse_monotone_bytes: r.reverse_monotone_bytes,
+                reverse_exact_bytes: r.reverse_exact_bytes,
                 monotone_percent: percent(r.monotone_bytes, o.size),
                 exact_percent: percent(r.exact_bytes, o.size),
                 algorithmic_bytes: algorithmic,

@@ -28,6 +28,10 @@ pub struct OverlapReport {
     pub output_bytes: u64,
     pub monotone_bytes: u64,
     pub exact_bytes: u64,
+    /// O_s with the input placed below the output (its end over the
+    /// output's start): docs/overlap.md, "The reverse sweep".
+    pub reverse_monotone_bytes: u64,
+    pub reverse_exact_bytes: u64,
     /// Monotone O_s as % of the output size.
     pub monotone_percent: f64,
     pub exact_percent: f64,

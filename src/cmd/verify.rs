@@ -399,6 +399,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             output_bytes: model.tensors[o.outputs[0]].bytes,
             monotone_bytes: ov.map(|v| v.monotone_bytes),
             exact_bytes: ov.map(|v| v.exact_bytes),
+            reverse_exact_bytes: ov.map(|v| v.reverse_exact_bytes),
         });
     }
 

@@ -20,6 +20,20 @@
 //!   part of its output unwritten. That needs the last read of every input
 //!   byte and the (increasing) history of M: memory proportional to the
 //!   buffers, not to the number of events.
+//!
+//! The **reverse sweep** (DESIGN §6's open mirror case) places the input
+//! *below* the output, its end overlapping the output's start by o bytes:
+//! input byte r sits at A − IB + o + r, so a write of output byte w clobbers
+//! r = w + IB − o. For input byte r last read at L(r), the smallest
+//! clobbering overlap is `IB − r + m(L(r))`, with m(s) the lowest output
+//! offset written before s. So, with m_final the lowest offset ever written:
+//!
+//! * reverse exact = `min(IB + m_final, min_r (IB − r − 1 + m(L(r))))`;
+//! * reverse monotone = `max(0, min_k (IB − R_k + m_k))`, R_k the largest
+//!   input end byte read after write k (the cap `IB + m_final` if none).
+//!
+//! Kernels that sweep upwards write low output offsets first, so the reverse
+//! overlap is usually small: the input's end is read last.
 
 use memtrace_tracer::{AccessKind, Event};
 
@@ -38,6 +52,10 @@ pub struct OverlapAccumulator {
     last_read: Vec<u64>,
     /// (seq, M) each time M grew, in seq order.
     write_front: Vec<(u64, u64)>,
+    /// Reverse sweep: smallest `IB − R + m` over reads that follow a write.
+    reverse_monotone_min: Option<i64>,
+    /// (seq, m) each time the lowest written output offset m fell.
+    write_floor: Vec<(u64, u64)>,
 }
 
 /// Result of an [`OverlapAccumulator`].
@@ -45,6 +63,9 @@ pub struct OverlapAccumulator {
 pub struct EmpiricalOverlap {
     pub monotone_bytes: u64,
     pub exact_bytes: u64,
+    /// The same two for the input placed below the output (reverse sweep).
+    pub reverse_monotone_bytes: u64,
+    pub reverse_exact_bytes: u64,
 }
 
 impl OverlapAccumulator {
@@ -59,6 +80,8 @@ impl OverlapAccumulator {
             monotone_min: None,
             last_read: vec![0; input_bytes as usize],
             write_front: Vec::new(),
+            reverse_monotone_min: None,
+            write_floor: Vec::new(),
         }
     }
 
@@ -71,12 +94,24 @@ impl OverlapAccumulator {
                     self.max_write_end = end;
                     self.write_front.push((e.seq, end));
                 }
+                let start = e.offset as u64;
+                if self.write_floor.last().is_none_or(|&(_, m)| start < m) {
+                    self.write_floor.push((e.seq, start));
+                }
             } else if e.buffer == self.input && e.kind == AccessKind::Load {
                 if self.max_write_end > 0 {
                     let candidate =
                         self.output_bytes as i64 - self.max_write_end as i64 + e.offset as i64;
                     self.monotone_min =
                         Some(self.monotone_min.map_or(candidate, |m| m.min(candidate)));
+                }
+                if let Some(&(_, floor)) = self.write_floor.last() {
+                    let candidate =
+                        self.input_bytes as i64 - (e.offset + e.size) as i64 + floor as i64;
+                    self.reverse_monotone_min = Some(
+                        self.reverse_monotone_min
+                            .map_or(candidate, |m| m.min(candidate)),
+                    );
                 }
                 let range = e.offset as usize..(e.offset + e.size) as usize;
                 self.last_read[range].fill(e.seq + 1);
@@ -125,6 +160,53 @@ impl OverlapAccumulator {
         best.max(0) as u64
     }
 
+    /// Reverse-sweep cap `IB + m_final` (None when nothing was written).
+    fn reverse_cap(&self) -> Option<i64> {
+        self.write_floor
+            .last()
+            .map(|&(_, m)| self.input_bytes as i64 + m as i64)
+    }
+
+    /// Monotone O_s of the reverse sweep, in bytes.
+    pub fn reverse_monotone(&self) -> u64 {
+        let Some(cap) = self.reverse_cap() else {
+            return self.input_bytes;
+        };
+        let m = self.reverse_monotone_min.map_or(cap, |m| m.min(cap));
+        m.max(0) as u64
+    }
+
+    /// Exact O_s of the reverse sweep, in bytes.
+    pub fn reverse_exact(&self) -> u64 {
+        let Some(mut best) = self.reverse_cap() else {
+            return self.input_bytes;
+        };
+        let mut memo: Option<(u64, Option<i64>)> = None;
+        for (r, &last) in self.last_read.iter().enumerate() {
+            if last == 0 {
+                continue;
+            }
+            let floor = match memo {
+                Some((seq, floor)) if seq == last => floor,
+                _ => {
+                    let floor = self.floor_before(last - 1);
+                    memo = Some((last, floor));
+                    floor
+                }
+            };
+            if let Some(floor) = floor {
+                best = best.min(self.input_bytes as i64 - r as i64 - 1 + floor);
+            }
+        }
+        best.max(0) as u64
+    }
+
+    /// m(s): the lowest output offset written strictly before access `seq`.
+    fn floor_before(&self, seq: u64) -> Option<i64> {
+        let i = self.write_floor.partition_point(|&(s, _)| s < seq);
+        (i > 0).then(|| self.write_floor[i - 1].1 as i64)
+    }
+
     /// M(s): the largest output end written strictly before access `seq`.
     fn front_before(&self, seq: u64) -> Option<i64> {
         let i = self.write_front.partition_point(|&(s, _)| s < seq);
@@ -135,6 +217,8 @@ impl OverlapAccumulator {
         EmpiricalOverlap {
             monotone_bytes: self.monotone(),
             exact_bytes: self.exact(),
+            reverse_monotone_bytes: self.reverse_monotone(),
+            reverse_exact_bytes: self.reverse_exact(),
         }
     }
 }
@@ -207,6 +291,47 @@ mod tests {
         (mono as u64, (exact.max(0)) as u64)
     }
 
+    /// The reverse sweep's definitions applied literally: input byte r at
+    /// A − IB + o + r, so a write of w clobbers r = w + IB − o.
+    fn brute_force_reverse(ev: &[Event], ib: u64, _ob: u64) -> (u64, u64) {
+        let writes = || {
+            ev.iter()
+                .enumerate()
+                .filter(|(_, w)| w.buffer == OUT && w.kind != AccessKind::Load)
+        };
+        let Some(floor) = writes().map(|(_, w)| w.offset as i64).min() else {
+            return (ib, ib);
+        };
+        let cap = ib as i64 + floor;
+        let clobbers = |o: i64| {
+            writes().any(|(k, w)| {
+                (w.offset..w.offset + w.size).any(|wb| {
+                    let r = wb as i64 + ib as i64 - o;
+                    ev[k + 1..].iter().any(|rd| {
+                        rd.buffer == IN
+                            && rd.kind == AccessKind::Load
+                            && (rd.offset as i64..(rd.offset + rd.size) as i64).contains(&r)
+                    })
+                })
+            })
+        };
+        let exact = (0..=cap).take_while(|&o| !clobbers(o)).last().unwrap_or(-1);
+        let mut mono = cap;
+        let mut m = i64::MAX;
+        for (k, w) in writes() {
+            m = m.min(w.offset as i64);
+            let later_max = ev[k + 1..]
+                .iter()
+                .filter(|r| r.buffer == IN && r.kind == AccessKind::Load)
+                .map(|r| (r.offset + r.size) as i64)
+                .max();
+            if let Some(rmax) = later_max {
+                mono = mono.min(ib as i64 - rmax + m);
+            }
+        }
+        (mono.max(0) as u64, exact.max(0) as u64)
+    }
+
     fn check(list: &[(u32, u32, u32, AccessKind)], ib: u64, ob: u64) -> EmpiricalOverlap {
         let ev = events(list);
         let mut acc = OverlapAccumulator::new(IN, ib, OUT, ob);
@@ -218,6 +343,10 @@ mod tests {
         assert_eq!(acc.monotone(), mono, "monotone");
         assert_eq!(acc.exact(), exact, "exact");
         assert!(acc.exact() >= acc.monotone());
+        let (rmono, rexact) = brute_force_reverse(&ev, ib, ob);
+        assert_eq!(acc.reverse_monotone(), rmono, "reverse monotone");
+        assert_eq!(acc.reverse_exact(), rexact, "reverse exact");
+        assert!(acc.reverse_exact() >= acc.reverse_monotone());
         acc.result()
     }
 
@@ -234,6 +363,12 @@ mod tests {
         let r = check(&list, 16, 16);
         assert_eq!(r.monotone_bytes, 16);
         assert_eq!(r.exact_bytes, 16);
+        // Mirrored, the input's end meets the output's start: any o from 1
+        // to 15 puts output element 0, written first, on an input byte read
+        // later, so not even one byte may overlap (o = 16, in place, would be
+        // safe again, but the definition asks for every o' <= o).
+        assert_eq!(r.reverse_exact_bytes, 0);
+        assert_eq!(r.reverse_monotone_bytes, 0);
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub struct OpOverlapReport {
     pub output_bytes: u64,
     pub monotone_bytes: Option<u64>,
     pub exact_bytes: Option<u64>,
+    /// The input placed below the output instead (docs/overlap.md).
+    pub reverse_exact_bytes: Option<u64>,
 }
 
 /// What `memtrace verify` prints.
