@@ -2,9 +2,9 @@
 //! next to the traced ones, loud flags, plot overlays, and the paper's Tables
 //! I and II reproduced from traces of the real kernels.
 
-mod overlap_support;
+mod common;
 
-use overlap_support::*;
+use common::*;
 use serde_json::Value;
 
 fn overlap(layer: &Value) -> &Value {

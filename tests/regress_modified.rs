@@ -2,9 +2,9 @@
 //! with suite-modified.elf (depthwise convolution with its channel loops moved
 //! outermost), must fail and name every depthwise layer and configuration.
 
-mod overlap_support;
+mod common;
 
-use overlap_support::*;
+use common::*;
 use serde_json::Value;
 
 /// Baseline of suite.elf: built-in layers, 6 random configs each of three

@@ -5,10 +5,9 @@
 //! monotone. Places where the paper's equations *as printed* exceed the trace
 //! are kept as asserted findings (fixtures/overlap/paper-findings.specs).
 
-mod overlap_support;
+mod common;
 
-use overlap_support::elf as elf_file;
-use overlap_support::*;
+use common::*;
 use serde_json::Value;
 
 const CONFIGS: usize = 200;
@@ -145,7 +144,8 @@ fn validate_matmul() {
 /// may already be overwritten. memtrace's safe reading stays below the trace.
 #[test]
 fn printed_equations_exceed_real_kernels_on_the_documented_configs() {
-    let file = root().join("fixtures/overlap/paper-findings.specs");
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/overlap/paper-findings.specs");
     // (traced monotone = algorithmic, printed), in file order
     let expected: [(u64, i64); 5] = [
         (400_900, 401_282),
@@ -285,7 +285,7 @@ fn table_csv_grid_and_rejected_configs() {
     // a binary without the job mailbox: one clear error, before any tracing
     let o = memtrace([
         "validate",
-        path_str(&elf_file("cortex-m4", "it-block.elf")),
+        path_str(&guest("cortex-m4", "it-block")),
         "--op",
         "relu",
     ]);

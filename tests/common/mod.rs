@@ -1,5 +1,5 @@
-//! Helpers for the integration tests: run the real `memtrace` binary on the
-//! real guest ELFs built by `make -C harness-c`.
+//! Helpers shared by the integration tests: run the real `memtrace` binary on
+//! the real guest ELFs built by `make -C harness-c`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -21,6 +21,24 @@ pub fn guest(target: &str, name: &str) -> PathBuf {
     path
 }
 
+/// The DMO paper's Table I layer as a `--job` spec.
+pub const TABLE_ONE: &str =
+    "op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same";
+
+/// The kernel suite of a target.
+pub fn suite(target: &str) -> PathBuf {
+    guest(target, "suite")
+}
+
+/// The suite with the channel-outer depthwise loop (for `regress`).
+pub fn modified(target: &str) -> PathBuf {
+    guest(target, "suite-modified")
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
 /// Runs `memtrace ARGS`.
 pub fn memtrace<I, S>(args: I) -> Output
 where
@@ -34,8 +52,24 @@ where
         .expect("memtrace runs")
 }
 
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The JSON a command printed, or a panic that shows what it printed.
+pub fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "memtrace did not print JSON ({e}); status {:?}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            stdout(out),
+            stderr(out)
+        )
+    })
 }
 
 /// Runs `memtrace run ELF ARGS --format json`, asserting success.
@@ -49,15 +83,20 @@ pub fn run_json(elf: &Path, args: &[&str]) -> Value {
         "memtrace {all:?} failed: {}",
         stderr(&out)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+    json(&out)
 }
 
-/// The report of the single layer a `--job` run traces.
-pub fn job_layer(target: &str, spec: &str) -> Value {
-    let report = run_json(&guest(target, "suite"), &["--job", spec]);
+/// The report of the single layer `memtrace run ELF --job SPEC` traces.
+pub fn run_job(elf: &Path, spec: &str) -> Value {
+    let report = run_json(elf, &["--job", spec]);
     let layers = report["layers"].as_array().expect("layers");
     assert_eq!(layers.len(), 1, "a job runs one layer");
     layers[0].clone()
+}
+
+/// [`run_job`] on a target's kernel suite.
+pub fn job_layer(target: &str, spec: &str) -> Value {
+    run_job(&suite(target), spec)
 }
 
 /// A buffer of a layer report by name.
