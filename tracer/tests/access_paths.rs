@@ -6,41 +6,20 @@
 //! the time and address of the block that made them, which can only be at or
 //! before the exact ones.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use memtrace_tracer::{
-    run, AccessPath, ElfImage, Event, EventSink, Job, LayerSpec, Message, TraceOptions,
-};
-
-fn guest(target: &str, name: &str) -> PathBuf {
-    let elf = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../harness-c/build")
-        .join(target)
-        .join(name);
-    assert!(elf.exists(), "build the guests first: make -C harness-c");
-    elf
-}
+use common::{guest, trace_messages};
+use memtrace_tracer::{AccessPath, ElfImage, Event, Job, LayerSpec, Message, TraceOptions};
 
 fn trace(image: &ElfImage, job: Option<&Job>, access: AccessPath) -> Vec<Message> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let (_recycle_tx, recycle_rx) = crossbeam_channel::unbounded();
     let options = TraceOptions {
         job: job.cloned(),
         access,
         ..TraceOptions::default()
     };
-    let summary = run(
-        image,
-        options,
-        EventSink {
-            messages: tx,
-            recycled: recycle_rx,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", image.path.display()));
-    assert_eq!(summary.exit_code, 0);
+    let (summary, messages) = trace_messages(image, options);
     assert_eq!(summary.access, access, "the requested path was used");
-    rx.try_iter().collect()
+    messages
 }
 
 /// Events of all batches, and the other messages, in order.

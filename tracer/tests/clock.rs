@@ -3,24 +3,16 @@
 //! instruction with a code hook, except where Unicorn's code hook does not
 //! count retired instructions (failed IT-block instructions, `rep` passes).
 
+mod common;
+
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use memtrace_tracer::clock::BlockClock;
-use memtrace_tracer::{
-    run, ClockMode, ElfImage, Event, EventSink, Job, LayerSpec, Message, TraceOptions,
-};
-use unicorn_engine::{Arch as UcArch, Mode, Prot, RegisterX86, Unicorn};
+use common::{guest, trace_messages};
 
-fn guest(target: &str, name: &str) -> PathBuf {
-    let elf = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../harness-c/build")
-        .join(target)
-        .join(name);
-    assert!(elf.exists(), "build the guests first: make -C harness-c");
-    elf
-}
+use memtrace_tracer::clock::BlockClock;
+use memtrace_tracer::{ClockMode, ElfImage, Event, Job, LayerSpec, Message, TraceOptions};
+use unicorn_engine::{Arch as UcArch, Mode, Prot, RegisterX86, Unicorn};
 
 /// The layer specs both architectures are checked on.
 const SPECS: [&str; 3] = [
@@ -30,26 +22,15 @@ const SPECS: [&str; 3] = [
 ];
 
 fn trace(image: &ElfImage, job: Option<&Job>, clock: ClockMode) -> (Vec<Event>, Vec<u64>) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let (_recycle_tx, recycle_rx) = crossbeam_channel::unbounded();
     let options = TraceOptions {
         job: job.cloned(),
         clock,
         ..TraceOptions::default()
     };
-    let summary = run(
-        image,
-        options,
-        EventSink {
-            messages: tx,
-            recycled: recycle_rx,
-        },
-    )
-    .unwrap();
-    assert_eq!(summary.exit_code, 0);
+    let (summary, messages) = trace_messages(image, options);
     let mut events = Vec::new();
     let mut instructions = vec![summary.instructions];
-    for m in rx.try_iter() {
+    for m in messages {
         match m {
             Message::Events(batch) => events.extend(batch),
             Message::LayerEnd { instructions: n } => instructions.push(n),
