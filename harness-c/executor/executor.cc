@@ -119,13 +119,22 @@ tflite::PaddingValues padding(const Op &op) {
     return p;
 }
 
-float fmin_of(const Op &op);
-float fmax_of(const Op &op);
-float fmin_of_fwd(const Op &op) { return fmin_of(op); }
-float fmax_of_fwd(const Op &op) { return fmax_of(op); }
+float fmin_of(const Op &op) {
+    float v;
+    memcpy(&v, &op.w[OPW_FLOAT_MIN], 4);
+    return v;
+}
 
-tflite::ConvParams conv_params(const Op &op) {
-    tflite::ConvParams p = {};
+float fmax_of(const Op &op) {
+    float v;
+    memcpy(&v, &op.w[OPW_FLOAT_MAX], 4);
+    return v;
+}
+
+// tflite::ConvParams and tflite::DepthwiseParams share these fields.
+template <typename Params>
+Params window_params(const Op &op) {
+    Params p = {};
     p.padding_type = tflite::PaddingType::kSame;
     p.padding_values = padding(op);
     p.stride_height = static_cast<int16_t>(op.w[OPW_STRIDE_H]);
@@ -139,21 +148,9 @@ tflite::ConvParams conv_params(const Op &op) {
     p.output_shift = op.w[OPW_OUTPUT_SHIFT];
     p.quantized_activation_min = op.w[OPW_ACT_MIN];
     p.quantized_activation_max = op.w[OPW_ACT_MAX];
-    p.float_activation_min = fmin_of_fwd(op);
-    p.float_activation_max = fmax_of_fwd(op);
+    p.float_activation_min = fmin_of(op);
+    p.float_activation_max = fmax_of(op);
     return p;
-}
-
-float fmin_of(const Op &op) {
-    float v;
-    memcpy(&v, &op.w[OPW_FLOAT_MIN], 4);
-    return v;
-}
-
-float fmax_of(const Op &op) {
-    float v;
-    memcpy(&v, &op.w[OPW_FLOAT_MAX], 4);
-    return v;
 }
 
 const int32_t *channel_array(const Op &op, int which) {
@@ -164,9 +161,7 @@ const int32_t *channel_array(const Op &op, int which) {
 // ---- kernels (one non-inlined function each: readable trace PCs) ----------
 
 EXEC_KERNEL int conv2d(const Op &op) {
-    tflite::ConvParams p = conv_params(op);
-    p.float_activation_min = fmin_of(op);
-    p.float_activation_max = fmax_of(op);
+    const tflite::ConvParams p = window_params<tflite::ConvParams>(op);
     const RuntimeShape bias = shape1(op.out.dims[3]);
     switch (op.dtype) {
         case PDT_F32:
@@ -197,23 +192,8 @@ EXEC_KERNEL int conv2d(const Op &op) {
 }
 
 EXEC_KERNEL int depthwise_conv2d(const Op &op) {
-    tflite::DepthwiseParams p = {};
-    p.padding_type = tflite::PaddingType::kSame;
-    p.padding_values = padding(op);
-    p.stride_height = static_cast<int16_t>(op.w[OPW_STRIDE_H]);
-    p.stride_width = static_cast<int16_t>(op.w[OPW_STRIDE_W]);
-    p.dilation_height_factor = static_cast<int16_t>(op.w[OPW_DILATION_H]);
-    p.dilation_width_factor = static_cast<int16_t>(op.w[OPW_DILATION_W]);
+    tflite::DepthwiseParams p = window_params<tflite::DepthwiseParams>(op);
     p.depth_multiplier = static_cast<int16_t>(op.w[OPW_DEPTH_MULTIPLIER]);
-    p.input_offset = op.w[OPW_INPUT_OFFSET];
-    p.weights_offset = op.w[OPW_WEIGHTS_OFFSET];
-    p.output_offset = op.w[OPW_OUTPUT_OFFSET];
-    p.output_multiplier = op.w[OPW_OUTPUT_MULTIPLIER];
-    p.output_shift = op.w[OPW_OUTPUT_SHIFT];
-    p.quantized_activation_min = op.w[OPW_ACT_MIN];
-    p.quantized_activation_max = op.w[OPW_ACT_MAX];
-    p.float_activation_min = fmin_of(op);
-    p.float_activation_max = fmax_of(op);
     const RuntimeShape bias = shape1(op.out.dims[3]);
     switch (op.dtype) {
         case PDT_F32:
