@@ -5,6 +5,9 @@ pub mod trace;
 
 use std::sync::OnceLock;
 
+use plotters::coord::ranged1d::Ranged;
+use plotters::coord::types::RangedCoordu64;
+use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 /// The font family every memtrace plot uses, registered on first use.
@@ -19,4 +22,31 @@ pub fn font() -> &'static str {
         );
     });
     "sans-serif"
+}
+
+/// Adds a filled-square legend entry for each `(label, colour)` and draws the
+/// legend box: the key of memtrace's event colours in every trace picture.
+pub fn swatch_legend<'a, DB, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordu64, Y>>,
+    swatches: &[(&str, RGBColor)],
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged,
+    Y::ValueType: 'static,
+{
+    for &(label, colour) in swatches {
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(u64, Y::ValueType)>>())?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .label_font((font(), 12))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
 }

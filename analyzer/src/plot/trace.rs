@@ -18,6 +18,7 @@ use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::swatch_legend;
 use crate::output::render_atomically;
 use crate::overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
 use crate::overlap::analytic::windowed_safe_detail;
@@ -462,29 +463,16 @@ fn draw_panel<DB: DrawingBackend>(
             .label(overlay.label.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
     }
-    let kinds: Vec<(AccessKind, RGBColor)> = [
+    let swatches: Vec<(&str, RGBColor)> = [
         (AccessKind::Load, LOAD),
         (AccessKind::Store, STORE),
         (AccessKind::Update, UPDATE),
     ]
     .into_iter()
     .filter(|(k, _)| panel.grid.total(*k) > 0)
+    .map(|(k, colour)| (k.name(), colour))
     .collect();
-    for (kind, colour) in kinds {
-        chart
-            .draw_series(std::iter::empty::<Rectangle<(u64, u64)>>())
-            .map_err(err)?
-            .label(kind.name())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .label_font((family, 12))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(err)?;
+    swatch_legend(&mut chart, &swatches, SeriesLabelPosition::UpperLeft).map_err(err)?;
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use plotters::prelude::*;
 
 use crate::output::render_atomically;
 use crate::pipeline::Analysis;
-use crate::plot::font;
+use crate::plot::{font, swatch_legend};
 
 const COLUMNS: usize = 600;
 const ROWS: usize = 700;
@@ -231,26 +231,13 @@ fn draw_run<DB: DrawingBackend>(
             ))
         }))
         .map_err(err)?;
-    for (name, colour) in [
+    let swatches = [
         ("load", LOAD),
         ("store", STORE),
         ("update", UPDATE),
         ("in use", IN_USE),
-    ] {
-        chart
-            .draw_series(std::iter::empty::<Rectangle<(u64, i64)>>())
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .label_font((family, 12))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    ];
+    swatch_legend(&mut chart, &swatches, SeriesLabelPosition::LowerRight).map_err(err)?;
     Ok(())
 }
 
