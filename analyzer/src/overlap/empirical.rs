@@ -138,25 +138,10 @@ impl OverlapAccumulator {
         }
         let mut best =
             self.output_bytes as i64 - self.max_write_end as i64 + self.input_bytes as i64;
-        // Neighbouring bytes were mostly last read by the same access (a
-        // 4-byte load covers four): look each distinct read up once.
-        let mut memo: Option<(u64, Option<i64>)> = None;
-        for (r, &last) in self.last_read.iter().enumerate() {
-            if last == 0 {
-                continue;
-            }
-            let front = match memo {
-                Some((seq, front)) if seq == last => front,
-                _ => {
-                    let front = self.front_before(last - 1);
-                    memo = Some((last, front));
-                    front
-                }
-            };
-            if let Some(front) = front {
-                best = best.min(r as i64 + self.output_bytes as i64 - front);
-            }
-        }
+        let ob = self.output_bytes as i64;
+        self.each_last_read(&self.write_front, |r, front| {
+            best = best.min(r + ob - front);
+        });
         best.max(0) as u64
     }
 
@@ -181,36 +166,37 @@ impl OverlapAccumulator {
         let Some(mut best) = self.reverse_cap() else {
             return self.input_bytes;
         };
+        let ib = self.input_bytes as i64;
+        self.each_last_read(&self.write_floor, |r, floor| {
+            best = best.min(ib - r - 1 + floor);
+        });
+        best.max(0) as u64
+    }
+
+    /// Calls `f(r, v)` for every input byte r read after some write, with v
+    /// the value `history` (write-order (seq, value) steps: M or m) had just
+    /// before r's last read.
+    fn each_last_read(&self, history: &[(u64, u64)], mut f: impl FnMut(i64, i64)) {
+        // Neighbouring bytes were mostly last read by the same access (a
+        // 4-byte load covers four): look each distinct read up once.
         let mut memo: Option<(u64, Option<i64>)> = None;
         for (r, &last) in self.last_read.iter().enumerate() {
             if last == 0 {
                 continue;
             }
-            let floor = match memo {
-                Some((seq, floor)) if seq == last => floor,
+            let value = match memo {
+                Some((seq, value)) if seq == last => value,
                 _ => {
-                    let floor = self.floor_before(last - 1);
-                    memo = Some((last, floor));
-                    floor
+                    let i = history.partition_point(|&(s, _)| s < last - 1);
+                    let value = (i > 0).then(|| history[i - 1].1 as i64);
+                    memo = Some((last, value));
+                    value
                 }
             };
-            if let Some(floor) = floor {
-                best = best.min(self.input_bytes as i64 - r as i64 - 1 + floor);
+            if let Some(v) = value {
+                f(r as i64, v);
             }
         }
-        best.max(0) as u64
-    }
-
-    /// m(s): the lowest output offset written strictly before access `seq`.
-    fn floor_before(&self, seq: u64) -> Option<i64> {
-        let i = self.write_floor.partition_point(|&(s, _)| s < seq);
-        (i > 0).then(|| self.write_floor[i - 1].1 as i64)
-    }
-
-    /// M(s): the largest output end written strictly before access `seq`.
-    fn front_before(&self, seq: u64) -> Option<i64> {
-        let i = self.write_front.partition_point(|&(s, _)| s < seq);
-        (i > 0).then(|| self.write_front[i - 1].1 as i64)
     }
 
     pub fn result(&self) -> EmpiricalOverlap {
