@@ -97,3 +97,49 @@ fn mmio_and_hooks_agree_across_layers() {
     let image = ElfImage::load(&guest("cortex-m4", "it-block.elf")).unwrap();
     assert_paths_agree(&image, None, "cortex-m4 it-block.elf");
 }
+
+/// A guest built with an older memtrace.h has no `memtrace_signal`, so its
+/// commands cannot be timed without hooks: the MMIO path falls back to the
+/// hook path (and says so) instead of giving inexact layer times. Such a
+/// guest is made here by renaming the symbol in a real ELF's string tables.
+#[test]
+fn a_guest_without_memtrace_signal_is_traced_with_hooks() {
+    let path = guest("cortex-m4", "suite.elf");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let name = b"memtrace_signal\0";
+    let places: Vec<usize> = (0..bytes.len() - name.len())
+        .filter(|&i| &bytes[i..i + name.len()] == name)
+        .collect();
+    assert!(!places.is_empty(), "the symbol name is in the ELF");
+    for at in places {
+        bytes[at + name.len() - 2] = b'X'; // the symbol and DWARF strings
+    }
+    let image = ElfImage::parse(&path, bytes.into()).unwrap();
+    assert!(image.symbol("memtrace_signal").is_none());
+    let job = Job {
+        spec: LayerSpec::parse(SPECS[0]).unwrap(),
+        seed: 5,
+    };
+    let options = TraceOptions {
+        job: Some(job.clone()),
+        access: AccessPath::Mmio,
+        ..TraceOptions::default()
+    };
+    let (summary, fallback) = trace_messages(&image, options);
+    assert_eq!(summary.access, AccessPath::Hooks);
+    let original = ElfImage::load(&path).unwrap();
+    assert_eq!(fallback, trace(&original, Some(&job), AccessPath::Hooks));
+}
+
+/// Served pages must never hold code: the image knows which pages do.
+#[test]
+fn code_pages_are_told_apart_from_data_pages() {
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
+        assert!(image.is_executable(image.entry, 2), "{target}: entry");
+        let port = image.protocol_port().unwrap();
+        assert!(!image.is_executable(port.address, 8), "{target}: port page");
+        let signal = image.symbol("memtrace_signal").unwrap();
+        assert!(image.is_executable(signal.address, signal.size), "{target}");
+    }
+}
