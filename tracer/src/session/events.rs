@@ -1,0 +1,142 @@
+//! Recording accesses: each guest access to a declared buffer of the open
+//! layer becomes load, store or update events, sent to the analyzer in
+//! batches.
+
+use super::*;
+
+impl Session<'_> {
+    pub(super) fn send(&mut self, message: Message) {
+        if self.sink.messages.send(message).is_err() && self.stop.is_none() {
+            self.stop = Some(Stop::Error(TraceError::Disconnected));
+        }
+    }
+
+    /// Sends the pending batch, reusing a vector the analyzer gave back.
+    pub(super) fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let fresh = self
+            .sink
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(self.batch_size));
+        let full = std::mem::replace(&mut self.batch, fresh);
+        self.events += full.len() as u64;
+        self.send(Message::Events(full));
+    }
+
+    /// One guest access on the MMIO path, to whichever buffers of the open
+    /// layer it touches, in declaration order (the order the hook path's
+    /// per-buffer hooks fire in).
+    pub(super) fn record_access(&mut self, write: bool, address: u64, size: u64) {
+        let pc = self.block_address;
+        let Some(layer) = self.layer.as_ref() else {
+            return;
+        };
+        let touched = |b: &TracedBuffer| {
+            address < b.buffer.base + b.buffer.size as u64 && b.buffer.base < address + size
+        };
+        let n = layer.buffers.len();
+        for index in 0..n {
+            let hit = self
+                .layer
+                .as_ref()
+                .is_some_and(|l| touched(&l.buffers[index]));
+            if hit {
+                self.record(index, write, address, size, pc);
+            }
+        }
+    }
+
+    /// One guest access that starts within `MAX_ACCESS` bytes before, or
+    /// inside, buffer `index` of the open layer.
+    pub(super) fn record(&mut self, index: usize, write: bool, address: u64, size: u64, pc: u64) {
+        let t_abs = self.clock.now(pc);
+        let Some(layer) = self.layer.as_mut() else {
+            return;
+        };
+        let b = &mut layer.buffers[index];
+        let base = b.buffer.base;
+        let start = address.max(base);
+        let end = (address + size).min(base + b.buffer.size as u64);
+        if start >= end {
+            return;
+        }
+        let t = t_abs - layer.t0;
+        let (first, last) = ((start - base) as u32, (end - base) as u32);
+        if !write {
+            push_event(
+                &mut self.batch,
+                &mut layer.seq,
+                t,
+                pc,
+                b.buffer.id,
+                first,
+                last,
+                AccessKind::Load,
+            );
+        } else {
+            // Split into runs of already-written (update) and new (store) bytes.
+            let mut start = first;
+            while start < last {
+                let written = is_set(&b.written, start);
+                let mut end = start + 1;
+                while end < last && is_set(&b.written, end) == written {
+                    end += 1;
+                }
+                let kind = if written {
+                    AccessKind::Update
+                } else {
+                    AccessKind::Store
+                };
+                push_event(
+                    &mut self.batch,
+                    &mut layer.seq,
+                    t,
+                    pc,
+                    b.buffer.id,
+                    start,
+                    end,
+                    kind,
+                );
+                start = end;
+            }
+            (first..last).for_each(|off| set(&mut b.written, off));
+        }
+        if self.batch.len() >= self.batch_size {
+            self.flush();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push_event(
+    batch: &mut Vec<Event>,
+    seq: &mut u64,
+    t: u64,
+    pc: u64,
+    buffer: u32,
+    start: u32,
+    end: u32,
+    kind: AccessKind,
+) {
+    batch.push(Event {
+        t,
+        seq: *seq,
+        pc,
+        buffer,
+        offset: start,
+        size: end - start,
+        kind,
+    });
+    *seq += 1;
+}
+
+fn is_set(bits: &[u64], i: u32) -> bool {
+    bits[(i / 64) as usize] >> (i % 64) & 1 == 1
+}
+
+fn set(bits: &mut [u64], i: u32) {
+    bits[(i / 64) as usize] |= 1 << (i % 64);
+}
