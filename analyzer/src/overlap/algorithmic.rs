@@ -19,7 +19,7 @@
 //! step are ordered read first, as in the compiled code (the loads feed the
 //! value that is stored). Only the minimum input offset read between two
 //! consecutive writes matters for the monotone O_s (see the proof in
-//! [`Monotone`]), so the innermost tap loops (`filter_y`, `filter_x`,
+//! `Monotone`), so the innermost tap loops (`filter_y`, `filter_x`,
 //! `in_channel` / the FC depth loop) are collapsed to the offset of their first
 //! in-bounds tap, which is their minimum: the set of in-bounds taps of a window
 //! is a rectangle (rows × columns, each bounded independently, exactly as the
@@ -213,7 +213,7 @@ struct CurveSink {
     /// Index of the next sample.
     next_index: u64,
     samples: Vec<(u64, u64)>, // (step, M_k)
-    /// bucket[i]: min read in steps (sample_i, sample_{i+1}]
+    /// `bucket[i]`: min read in steps (sample_i, sample_{i+1}]
     buckets: Vec<u64>,
     monotone: Monotone,
     step: u64,

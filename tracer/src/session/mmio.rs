@@ -1,4 +1,4 @@
-//! The MMIO access path ([`AccessPath::Mmio`]): no memory hooks at all.
+//! The MMIO access path ([`super::AccessPath::Mmio`]): no memory hooks at all.
 //!
 //! Any memory hook sends every guest load and store through Unicorn's slow
 //! helper, whatever its range (DESIGN §9). This path installs none. Instead,
