@@ -21,7 +21,7 @@ ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
     libstdc++-arm-none-eabi-newlib gcc g++ make python3 python3-venv
 
-.PHONY: all demo test bench deps guests build oracle clean
+.PHONY: all demo test bench lint deps guests build oracle clean
 
 all: build
 
@@ -50,6 +50,12 @@ test: build oracle
 
 bench: build
 	$(MEMTRACE) bench
+
+# What every commit keeps clean: formatting, clippy, rustdoc links.
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --no-deps --workspace --document-private-items
 
 clean:
 	$(MAKE) -C harness-c clean
