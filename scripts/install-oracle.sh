@@ -8,7 +8,13 @@ venv=${1:?usage: install-oracle.sh VENV_DIR}
 # A pinned nightly, so that CI compares against the same TFLM every time.
 package=${TFLM_PACKAGE:-tflite-micro==0.dev20261023182759}
 
-if "$venv/bin/python" -c "import tflite_micro.python.tflite_micro.runtime" 2>/dev/null; then
+# Up to date when the runtime imports and, for a pinned package, the pinned
+# version is the one installed.
+wanted=""
+[[ $package == *==* ]] && wanted=${package#*==}
+have=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('tflite-micro'))" 2>/dev/null || true)
+if { [ -z "$wanted" ] || [ "$have" = "$wanted" ]; } \
+    && "$venv/bin/python" -c "import tflite_micro.python.tflite_micro.runtime" 2>/dev/null; then
     exit 0
 fi
 python=$(command -v python3 || true)
