@@ -190,6 +190,7 @@ fn valgrind_comparison(args: &BenchArgs, job: &Job) -> Result<()> {
     }
     let x86 = ElfImage::load(&args.build_dir.join("x86_64/suite.elf"))?;
     let (mmio, hooks, t) = traced_both(&x86, job, args.repeat)?;
+    let (raw, _) = fastest(args.repeat, || Ok(run_untraced(&x86, Some(job))?))?;
     let native = patched_native(&args.build_dir.join("x86_64/suite-native.elf"), job)?;
     let run_valgrind = |tool: &[&str]| -> Result<Duration> {
         fastest(args.repeat, || {
@@ -223,14 +224,19 @@ fn valgrind_comparison(args: &BenchArgs, job: &Job) -> Result<()> {
         "  valgrind --tool=lackey --trace-mem {:>8.3} s",
         lackey.as_secs_f64()
     );
+    println!(
+        "  unicorn, no hooks                 {:>9.3} s",
+        raw.as_secs_f64()
+    );
     for (name, took) in [
         ("memtrace run (O_s)", mmio),
         ("memtrace run --exact-time", hooks),
     ] {
         println!(
-            "  {name:<33} {:>9.3} s   lackey / memtrace = {:>5.1} x",
+            "  {name:<33} {:>9.3} s   lackey / memtrace = {:>5.1} x   ({:.2} x unicorn)",
             took.as_secs_f64(),
-            lackey.as_secs_f64() / took.as_secs_f64()
+            lackey.as_secs_f64() / took.as_secs_f64(),
+            took.as_secs_f64() / raw.as_secs_f64()
         );
     }
     println!(
