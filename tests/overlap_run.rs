@@ -123,6 +123,7 @@ fn a_changed_loop_order_is_flagged_loudly() {
     let out = stdout(&o);
     assert!(out.contains("!! UNSAFE MISMATCH"), "{out}");
     assert!(out.contains("algorithmic B") && out.contains("analytic B"));
+    assert!(out.contains("reverse exact B"));
     // --strict turns the warnings into a failure
     let o = memtrace(["run", path_str(&elf), "--strict", "--layer", "dw2"]);
     assert_eq!(o.status.code(), Some(1));

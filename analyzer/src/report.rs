@@ -129,6 +129,7 @@ pub fn overlap_frame(
         "exact % of output" => rows.iter().map(|(_, o)| (o.exact_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
         "algorithmic B" => rows.iter().map(|(_, o)| o.algorithmic_bytes).collect::<Vec<_>>(),
         "analytic B" => rows.iter().map(|(_, o)| o.analytic_bytes).collect::<Vec<_>>(),
+        "reverse exact B" => rows.iter().map(|(_, o)| o.reverse_exact_bytes).collect::<Vec<_>>(),
         "check" => rows.iter().map(|(_, o)| flag_marker(&o.flags)).collect::<Vec<_>>(),
     )
 }
