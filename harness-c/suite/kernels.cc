@@ -57,8 +57,10 @@ tflite::PaddingType padding_type(const Layer &l) {
     return l.padding == 2 ? tflite::PaddingType::kValid : tflite::PaddingType::kSame;
 }
 
-tflite::ConvParams conv_params(const Layer &l, const Quant &q) {
-    tflite::ConvParams p = {};
+// tflite::ConvParams and tflite::DepthwiseParams share these fields.
+template <typename Params>
+Params window_params(const Layer &l, const Quant &q) {
+    Params p = {};
     p.padding_type = padding_type(l);
     p.padding_values = padding_values(l);
     p.stride_height = static_cast<int16_t>(l.stride_h);
@@ -74,21 +76,13 @@ tflite::ConvParams conv_params(const Layer &l, const Quant &q) {
     return p;
 }
 
+tflite::ConvParams conv_params(const Layer &l, const Quant &q) {
+    return window_params<tflite::ConvParams>(l, q);
+}
+
 tflite::DepthwiseParams depthwise_params(const Layer &l, const Quant &q) {
-    tflite::DepthwiseParams p = {};
-    p.padding_type = padding_type(l);
-    p.padding_values = padding_values(l);
-    p.stride_height = static_cast<int16_t>(l.stride_h);
-    p.stride_width = static_cast<int16_t>(l.stride_w);
-    p.dilation_height_factor = static_cast<int16_t>(l.dilation_h);
-    p.dilation_width_factor = static_cast<int16_t>(l.dilation_w);
+    tflite::DepthwiseParams p = window_params<tflite::DepthwiseParams>(l, q);
     p.depth_multiplier = static_cast<int16_t>(l.depth_multiplier);
-    p.input_offset = -q.input_zero_point;
-    p.weights_offset = 0;
-    p.output_offset = q.output_zero_point;
-    p.quantized_activation_min = q.act_min;
-    p.quantized_activation_max = q.act_max;
-    float_activation(l.activation, &p.float_activation_min, &p.float_activation_max);
     return p;
 }
 
