@@ -6,14 +6,13 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{Comparison, Plan, PlanStatus};
 use crate::model::Model;
-use crate::output::render_atomically;
-use crate::plot::font;
+use crate::plot::{font, render_picture, Picture};
 
 const GREY: RGBColor = RGBColor(170, 170, 170);
 const PEAK: RGBColor = RGBColor(31, 119, 180);
@@ -43,17 +42,6 @@ pub fn peak_defining(plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
-fn output_kind(path: &Path) -> Result<bool> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("svg") => Ok(true),
-        Some("png") => Ok(false),
-        _ => Err(anyhow!(
-            "{}: plot files must end in .png or .svg",
-            path.display()
-        )),
-    }
-}
-
 /// Draws one plan to `path` (`.svg` or `.png`).
 pub fn plot_plan(model: &Model, plan: &Plan, path: &Path) -> Result<()> {
     plot_plans(model, std::slice::from_ref(plan), path)
@@ -73,21 +61,20 @@ pub fn plot_plans(model: &Model, plans: &[Plan], path: &Path) -> Result<()> {
     if plans.is_empty() {
         return Err(anyhow!("no applicable plan to draw"));
     }
-    let svg = output_kind(path)?;
     let size = (560 * plans.len() as u32, 760u32);
-    render_atomically(path, |tmp| {
-        if svg {
-            let root = SVGBackend::new(tmp, size).into_drawing_area();
-            draw(model, &plans, &root)?;
-            root.present().context("writing SVG")?;
-        } else {
-            let root = BitMapBackend::new(tmp, size).into_drawing_area();
-            draw(model, &plans, &root)?;
-            root.present().context("writing PNG")?;
-        }
-        Ok(())
-    })
-    .with_context(|| format!("cannot draw {}", path.display()))
+    render_picture(path, size, &PlanPanels { model, plans })
+}
+
+/// Plans drawn next to each other, each on its own scale.
+struct PlanPanels<'a> {
+    model: &'a Model,
+    plans: Vec<&'a Plan>,
+}
+
+impl Picture for PlanPanels<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        draw(self.model, &self.plans, root)
+    }
 }
 
 fn draw<DB: DrawingBackend>(

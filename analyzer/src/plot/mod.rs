@@ -3,12 +3,17 @@
 
 pub mod trace;
 
+use std::path::Path;
 use std::sync::OnceLock;
 
+use anyhow::{anyhow, Context, Result};
 use plotters::coord::ranged1d::Ranged;
 use plotters::coord::types::RangedCoordu64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
+
+use crate::output::render_atomically;
 
 /// The font family every memtrace plot uses, registered on first use.
 pub fn font() -> &'static str {
@@ -49,4 +54,37 @@ where
         .border_style(BLACK)
         .position(position)
         .draw()
+}
+
+/// A picture plotters can draw on any backend.
+pub trait Picture {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>;
+}
+
+/// Draws `picture` at `size` pixels into `path`, as SVG or PNG by its
+/// extension (anything else is an error), written atomically.
+pub fn render_picture(path: &Path, size: (u32, u32), picture: &impl Picture) -> Result<()> {
+    let svg = match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => true,
+        Some("png") => false,
+        _ => {
+            return Err(anyhow!(
+                "{}: plot files must end in .png or .svg",
+                path.display()
+            ))
+        }
+    };
+    render_atomically(path, |tmp| {
+        if svg {
+            let root = SVGBackend::new(tmp, size).into_drawing_area();
+            picture.draw(&root)?;
+            root.present().context("writing SVG")?;
+        } else {
+            let root = BitMapBackend::new(tmp, size).into_drawing_area();
+            picture.draw(&root)?;
+            root.present().context("writing PNG")?;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("cannot draw {}", path.display()))
 }

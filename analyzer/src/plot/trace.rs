@@ -13,13 +13,12 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::swatch_legend;
-use crate::output::render_atomically;
+use super::{render_picture, swatch_legend, Picture};
 use crate::overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
 use crate::overlap::analytic::windowed_safe_detail;
 use crate::overlap::timeline::{StepClock, StepMapping};
@@ -366,31 +365,11 @@ impl TracePlot {
             return Err(anyhow!("no layer was traced, so there is nothing to plot"));
         }
         let size = (1400u32, 340 * self.layers.len() as u32);
-        let svg = match path.extension().and_then(|e| e.to_str()) {
-            Some("svg") => true,
-            Some("png") => false,
-            _ => {
-                return Err(anyhow!(
-                    "{}: plot files must end in .png or .svg",
-                    path.display()
-                ))
-            }
-        };
-        render_atomically(path, |tmp| {
-            if svg {
-                let root = SVGBackend::new(tmp, size).into_drawing_area();
-                self.draw(&root)?;
-                root.present().context("writing SVG")?;
-            } else {
-                let root = BitMapBackend::new(tmp, size).into_drawing_area();
-                self.draw(&root)?;
-                root.present().context("writing PNG")?;
-            }
-            Ok(())
-        })
-        .with_context(|| format!("cannot draw {}", path.display()))
+        render_picture(path, size, self)
     }
+}
 
+impl Picture for TracePlot {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
         let rows = root.split_evenly((self.layers.len(), 1));

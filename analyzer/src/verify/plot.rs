@@ -11,14 +11,13 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::output::render_atomically;
 use crate::pipeline::Analysis;
-use crate::plot::{font, swatch_legend};
+use crate::plot::{font, render_picture, swatch_legend, Picture};
 
 const COLUMNS: usize = 600;
 const ROWS: usize = 700;
@@ -134,30 +133,17 @@ impl Analysis for ArenaTrace {
 
 /// Draws `runs` side by side (one arena scale) into a `.png` or `.svg`.
 pub fn render(runs: &[&ArenaTrace], path: &Path) -> Result<()> {
-    let svg = match path.extension().and_then(|e| e.to_str()) {
-        Some("svg") => true,
-        Some("png") => false,
-        _ => {
-            return Err(anyhow!(
-                "{}: plot files must end in .png or .svg",
-                path.display()
-            ))
-        }
-    };
     let size = (700 * runs.len() as u32, 900);
-    render_atomically(path, |tmp| {
-        if svg {
-            let root = SVGBackend::new(tmp, size).into_drawing_area();
-            draw(runs, &root)?;
-            root.present().context("writing SVG")?;
-        } else {
-            let root = BitMapBackend::new(tmp, size).into_drawing_area();
-            draw(runs, &root)?;
-            root.present().context("writing PNG")?;
-        }
-        Ok(())
-    })
-    .with_context(|| format!("cannot draw {}", path.display()))
+    render_picture(path, size, &SideBySide(runs))
+}
+
+/// Runs drawn next to each other on one arena scale.
+struct SideBySide<'a>(&'a [&'a ArenaTrace]);
+
+impl Picture for SideBySide<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        draw(self.0, root)
+    }
 }
 
 fn draw<DB: DrawingBackend>(runs: &[&ArenaTrace], root: &DrawingArea<DB, Shift>) -> Result<()> {
