@@ -463,11 +463,7 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
 }
 
 fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
-    let s = uc.get_data_mut();
-    s.block_address = address;
-    if let Some(served) = s.served.as_mut() {
-        served.signal_pc = None;
-    }
+    uc.get_data_mut().block_address = address;
     let known = match &uc.get_data().clock {
         Clock::Blocks(c) => c.knows(address),
         Clock::Counted(n) => {

@@ -30,29 +30,15 @@ impl Session<'_> {
     /// layer it touches, in declaration order (the order the hook path's
     /// per-buffer hooks fire in).
     pub(super) fn record_access(&mut self, write: bool, address: u64, size: u64) {
-        let pc = self.block_address;
-        let Some(layer) = self.layer.as_ref() else {
-            return;
-        };
-        let touched = |b: &TracedBuffer| {
-            address < b.buffer.base + b.buffer.size as u64 && b.buffer.base < address + size
-        };
-        let n = layer.buffers.len();
-        for index in 0..n {
-            let hit = self
-                .layer
-                .as_ref()
-                .is_some_and(|l| touched(&l.buffers[index]));
-            if hit {
-                self.record(index, write, address, size, pc);
-            }
+        let buffers = self.layer.as_ref().map_or(0, |l| l.buffers.len());
+        for index in 0..buffers {
+            self.record(index, write, address, size, self.block_address);
         }
     }
 
-    /// One guest access that starts within `MAX_ACCESS` bytes before, or
-    /// inside, buffer `index` of the open layer.
+    /// One guest access, recorded for the part of it that lies inside buffer
+    /// `index` of the open layer (none, for an access that misses it).
     pub(super) fn record(&mut self, index: usize, write: bool, address: u64, size: u64, pc: u64) {
-        let t_abs = self.clock.now(pc);
         let Some(layer) = self.layer.as_mut() else {
             return;
         };
@@ -63,7 +49,7 @@ impl Session<'_> {
         if start >= end {
             return;
         }
-        let t = t_abs - layer.t0;
+        let t = self.clock.now(pc) - layer.t0;
         let (first, last) = ((start - base) as u32, (end - base) as u32);
         if !write {
             push_event(

@@ -85,9 +85,8 @@ pub(super) struct Served {
     port: u64,
     /// `[start, end)` of `memtrace_signal`.
     signal: (u64, u64),
-    /// The instruction of `memtrace_signal` its code hook saw last in the
-    /// current block.
-    pub(super) signal_pc: Option<u64>,
+    /// The instruction of `memtrace_signal` its code hook saw last.
+    signal_pc: u64,
 }
 
 impl Served {
@@ -103,8 +102,19 @@ impl Served {
             regions: Vec::new(),
             port,
             signal: (signal.address, signal.address + signal.size.max(1)),
-            signal_pc: None,
+            signal_pc: 0,
         })
+    }
+
+    /// The instruction of a MARKER store made in the block at `block`: the
+    /// store that the code hook just saw when the block is part of
+    /// `memtrace_signal`; otherwise (a hand-written store) the block's start.
+    fn command_pc(&self, block: u64) -> u64 {
+        if (self.signal.0..self.signal.1).contains(&block) {
+            self.signal_pc
+        } else {
+            block
+        }
     }
 
     fn is_served(&self, page: u64) -> bool {
@@ -169,7 +179,7 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
     serve(uc, page, page + PAGE, true).map_err(TraceError::Emulator)?;
     uc.add_code_hook(signal.0, signal.1 - 1, |uc: &mut HookUc<'_, '_>, pc, _| {
         if let Some(s) = uc.get_data_mut().served.as_mut() {
-            s.signal_pc = Some(pc);
+            s.signal_pc = pc;
         }
     })
     .map_err(|e| emulator_error("hooking memtrace_signal", e))?;
@@ -310,7 +320,7 @@ fn on_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, valu
     unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
     let served = s.served.as_mut().expect("MMIO path");
     if address >= served.port && address < served.port + PORT_SIZE {
-        let pc = served.signal_pc.take().unwrap_or(s.block_address);
+        let pc = served.command_pc(s.block_address);
         port_store(uc, address, size, value as i64, pc);
         return;
     }
