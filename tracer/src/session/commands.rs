@@ -20,37 +20,36 @@ pub(super) fn on_port_write(
 /// A guest store of `size` bytes at `address` inside `memtrace_port`, made by
 /// the instruction at `pc`.
 pub(super) fn port_store(uc: &mut HookUc<'_, '_>, address: u64, size: usize, value: i64, pc: u64) {
-    // Errors point at the guest's call; times use the storing instruction.
-    let site = call_site(uc, pc);
-    let port = address & !(PORT_SIZE - 1);
-    let offset = address - port;
-    if size != 4 || !offset.is_multiple_of(4) {
-        let err = format!(
-            "memtrace_port written with a {size}-byte store at offset {offset} (use 32-bit stores)"
-        );
-        uc.get_data_mut().fail_protocol(err, site);
-        let _ = uc.emu_stop();
-        return;
-    }
-    let word = value as u32;
-    if offset != MARKER_OFFSET {
-        if let Err(e) = uc.get_data_mut().decoder.push(word) {
-            uc.get_data_mut().fail_protocol(e, site);
-            let _ = uc.emu_stop();
-        }
-        return;
-    }
-    let command = uc.get_data_mut().decoder.command(word);
-    let outcome = match command {
-        Ok(cmd) => execute(uc, cmd, pc),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = outcome {
+    if let Err(e) = port_command(uc, address, size, value, pc) {
+        // Errors point at the guest's call; times use the storing instruction.
+        let site = call_site(uc, pc);
         uc.get_data_mut().fail_protocol(e, site);
     }
     if uc.get_data().stop.is_some() {
         let _ = uc.emu_stop();
     }
+}
+
+/// Decodes one port store: a FIFO word, or a MARKER command applied at once.
+fn port_command(
+    uc: &mut HookUc<'_, '_>,
+    address: u64,
+    size: usize,
+    value: i64,
+    pc: u64,
+) -> Result<(), String> {
+    let offset = address & (PORT_SIZE - 1);
+    if size != 4 || !offset.is_multiple_of(4) {
+        return Err(format!(
+            "memtrace_port written with a {size}-byte store at offset {offset} (use 32-bit stores)"
+        ));
+    }
+    let word = value as u32;
+    if offset != MARKER_OFFSET {
+        return uc.get_data_mut().decoder.push(word);
+    }
+    let command = uc.get_data_mut().decoder.command(word)?;
+    execute(uc, command, pc)
 }
 
 /// For a store made inside `memtrace_signal`, the guest's call of it: that
