@@ -40,6 +40,21 @@ fn trace(image: &ElfImage, job: Option<&Job>, clock: ClockMode) -> (Vec<Event>, 
     (events, instructions)
 }
 
+/// A job traced with the block clock and with the per-instruction hook:
+/// (events, [program, layer] instruction counts) each, same number of events.
+type Traced = (Vec<Event>, Vec<u64>);
+fn both_clocks(image: &ElfImage, spec: &str) -> (Traced, Traced) {
+    let job = Job {
+        spec: LayerSpec::parse(spec).unwrap(),
+        seed: 7,
+    };
+    let fast = trace(image, Some(&job), ClockMode::Auto);
+    let slow = trace(image, Some(&job), ClockMode::PerInstruction);
+    assert!(!fast.0.is_empty(), "{spec}");
+    assert_eq!(fast.0.len(), slow.0.len(), "{spec}");
+    (fast, slow)
+}
+
 /// Unicorn's per-instruction hook is emitted after the IT-block condition
 /// check, so it skips Thumb instructions whose condition failed; the block
 /// clock counts them (they retire as no-ops on a Cortex-M4). So the two
@@ -49,14 +64,7 @@ fn trace(image: &ElfImage, job: Option<&Job>, clock: ClockMode) -> (Vec<Event>, 
 fn thumb_block_clock_agrees_with_per_instruction_hooks() {
     let image = ElfImage::load(&guest("cortex-m4", "suite.elf")).unwrap();
     for spec in SPECS {
-        let job = Job {
-            spec: LayerSpec::parse(spec).unwrap(),
-            seed: 7,
-        };
-        let (fast, fast_n) = trace(&image, Some(&job), ClockMode::Auto);
-        let (slow, slow_n) = trace(&image, Some(&job), ClockMode::PerInstruction);
-        assert!(!fast.is_empty());
-        assert_eq!(fast.len(), slow.len(), "{spec}");
+        let ((fast, fast_n), (slow, slow_n)) = both_clocks(&image, spec);
         let mut gap = 0;
         for (f, s) in fast.iter().zip(&slow) {
             assert_eq!(Event { t: 0, ..*f }, Event { t: 0, ..*s }, "{spec}");
@@ -158,14 +166,7 @@ fn x86_64_block_clock_agrees_with_per_instruction_hooks() {
     let image = ElfImage::load(&guest("x86_64", "suite.elf")).unwrap();
     let mut outside = Vec::new();
     for spec in SPECS {
-        let job = Job {
-            spec: LayerSpec::parse(spec).unwrap(),
-            seed: 7,
-        };
-        let (fast, fast_n) = trace(&image, Some(&job), ClockMode::Auto);
-        let (slow, slow_n) = trace(&image, Some(&job), ClockMode::PerInstruction);
-        assert!(!fast.is_empty());
-        assert_eq!(fast.len(), slow.len(), "{spec}");
+        let ((fast, fast_n), (slow, slow_n)) = both_clocks(&image, spec);
         let first = fast.iter().zip(&slow).position(|(f, s)| f != s);
         assert_eq!(first, None, "{spec}: first differing event");
         assert_eq!(fast_n.len(), slow_n.len(), "{spec}");
