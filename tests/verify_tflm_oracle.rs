@@ -12,8 +12,13 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The oracle's Python, or `None` (said on stderr) when it is not set.
 fn python() -> Option<PathBuf> {
-    std::env::var_os("MEMTRACE_TFLM_PYTHON").map(PathBuf::from)
+    let py = std::env::var_os("MEMTRACE_TFLM_PYTHON").map(PathBuf::from);
+    if py.is_none() {
+        eprintln!("MEMTRACE_TFLM_PYTHON is not set: skipping the tflite-micro oracle");
+    }
+    py
 }
 
 fn oracle(py: &PathBuf, model: &str) -> (i32, Value) {
@@ -61,7 +66,6 @@ fn agrees_with_tflm(py: &PathBuf, model: &str) -> Value {
 #[test]
 fn float_example_models_are_bit_exact_with_current_tflm() {
     let Some(py) = python() else {
-        eprintln!("MEMTRACE_TFLM_PYTHON is not set: skipping the tflite-micro oracle");
         return;
     };
     for name in ["hello_world", "magic_wand"] {
@@ -77,7 +81,6 @@ fn float_example_models_are_bit_exact_with_current_tflm() {
 #[test]
 fn exported_int8_zoo_models_are_bit_exact_and_dmo_beats_tflm_s_arena() {
     let Some(py) = python() else {
-        eprintln!("MEMTRACE_TFLM_PYTHON is not set: skipping the tflite-micro oracle");
         return;
     };
     let tmp = std::env::temp_dir().join(format!("memtrace-oracle-{}", std::process::id()));

@@ -261,15 +261,12 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
 pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
     let released: Vec<(u64, u64, *mut u8)> = match uc.get_data_mut().served.as_mut() {
         Some(s) => {
-            let taken: Vec<Region> = s
-                .regions
+            let ram = &s.ram;
+            s.regions
                 .iter_mut()
                 .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
                 .filter_map(Option::take)
-                .collect();
-            taken
-                .into_iter()
-                .map(|r| (r.base, r.len, s.ram[r.ram].at(r.base)))
+                .map(|r| (r.base, r.len, ram[r.ram].at(r.base)))
                 .collect()
         }
         None => return Ok(()),
