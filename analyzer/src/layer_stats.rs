@@ -1,10 +1,10 @@
 //! Per-layer access counts and empirical O_s, online.
 
-use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
+use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, Role};
 
 use crate::overlap::check::{check, method_values, MethodValues};
 use crate::overlap::empirical::OverlapAccumulator;
-use crate::pipeline::Analysis;
+use memtrace_abi::Analysis;
 use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
 
 /// Builds a [`LayerReport`] for every traced layer.

@@ -1,6 +1,6 @@
 //! memtrace analyzer: everything that happens to a trace after the emulator.
 //!
-//! It knows events (from `memtrace_tracer::event`), O_s (empirical,
+//! It knows events (from `memtrace_abi::event`), O_s (empirical,
 //! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
 pub mod layer_stats;

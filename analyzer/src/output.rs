@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Error, Result};
 
 /// Writes `path` through a temporary sibling that is renamed into place only
 /// when `write` succeeds.
@@ -15,16 +15,16 @@ pub fn write_atomically(
 ) -> Result<()> {
     let tmp = temporary_sibling(path);
     let result = (|| {
-        let file =
-            File::create(&tmp).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = File::create(&tmp).map_err(|source| Error::Io {
+            action: "create",
+            path: path.to_owned(),
+            source,
+        })?;
         let mut out = BufWriter::new(file);
         write(&mut out)?;
-        let file = out
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let file = out.into_inner().map_err(|e| write_error(path, e.into_error()))?;
         file.sync_all().ok();
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+        std::fs::rename(&tmp, path).map_err(|e| write_error(path, e))
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -37,12 +37,21 @@ pub fn write_atomically(
 pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let tmp = temporary_sibling(path);
     let result = render(&tmp).and_then(|()| {
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+        std::fs::rename(&tmp, path).map_err(|e| write_error(path, e))
     });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// The error of a failed write of `path`.
+pub fn write_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        action: "write",
+        path: path.to_owned(),
+        source,
+    }
 }
 
 fn temporary_sibling(path: &Path) -> PathBuf {

@@ -1,7 +1,7 @@
 //! What `memtrace run` reports per layer, in a stable JSON schema
 //! (docs/user-guide.md). Later analyses add fields; existing names stay.
 
-use memtrace_tracer::{LayerSpec, Role};
+use memtrace_abi::{LayerSpec, Role};
 use serde::Serialize;
 
 use crate::overlap::check::Flag;

@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use anyhow::Result;
-use memtrace_tracer::{Event, LayerInfo};
+use crate::error::Result;
+use memtrace_abi::{Event, LayerInfo};
 use polars::prelude::*;
 
 use crate::output::write_atomically;
-use crate::pipeline::Analysis;
+use memtrace_abi::Analysis;
 
 /// Collects every event into columns.
 #[derive(Default)]
@@ -80,7 +80,7 @@ impl EventTable {
         write_atomically(path, |out| {
             ParquetWriter::new(out)
                 .finish(&mut frame)
-                .map_err(|e| anyhow::anyhow!("writing Parquet: {e}"))?;
+                ?;
             Ok(())
         })
     }

@@ -4,12 +4,15 @@
 //! Only the page holding `memtrace_port` is mapped as MMIO, so the run can stop
 //! at the guest's EXIT command; every other access stays on Unicorn's fast path.
 
-use unicorn_engine::{Prot, Unicorn};
+use unicorn_engine::Unicorn;
+
+use memtrace_abi::protocol::{Command, PortDecoder, MARKER_OFFSET};
 
 use crate::elf::ElfImage;
 use crate::error::TraceError;
-use crate::protocol::{Command, PortDecoder, MARKER_OFFSET};
-use crate::session::{new_engine, page_ranges, start_address, write_job, Job, PAGE};
+use crate::machine::{
+    emulator_error, load_segments, map_pages, write_inputs, GuestInputs, Job, PAGE,
+};
 
 #[derive(Default)]
 struct PortState {
@@ -31,20 +34,8 @@ pub fn run_untraced_with(
 ) -> Result<i32, TraceError> {
     let port = image.protocol_port()?;
     let port_page = port.address & !(PAGE - 1);
-    let emu = |what: &str, e| TraceError::Emulator(format!("{what}: {e:?}"));
-    let mut uc = new_engine(image.arch, PortState::default())?;
-    for (start, end) in page_ranges(image) {
-        // Map around the port page.
-        for (s, e) in [
-            (start, end.min(port_page)),
-            (start.max(port_page + PAGE), end),
-        ] {
-            if s < e {
-                uc.mem_map(s, e - s, Prot::ALL)
-                    .map_err(|err| emu("mapping guest memory", err))?;
-            }
-        }
-    }
+    let mut uc = image.arch.new_engine(PortState::default())?;
+    map_pages(&mut uc, image, Some(port_page))?;
     uc.mmio_map(
         port_page,
         PAGE,
@@ -64,29 +55,10 @@ pub fn run_untraced_with(
             },
         ),
     )
-    .map_err(|e| emu("mapping the port page", e))?;
-    for seg in &image.segments {
-        // The port page holds no initialised data; skip it.
-        let end = seg.address + seg.data.len() as u64;
-        for (s, e) in [
-            (seg.address, end.min(port_page)),
-            (seg.address.max(port_page + PAGE), end),
-        ] {
-            if s < e {
-                let data = &seg.data[(s - seg.address) as usize..(e - seg.address) as usize];
-                uc.mem_write(s, data)
-                    .map_err(|err| emu("loading a segment", err))?;
-            }
-        }
-    }
-    if let Some(job) = job {
-        write_job(&mut uc, image, job)?;
-    }
-    for (address, bytes) in preload {
-        uc.mem_write(*address, bytes)
-            .map_err(|e| emu("writing preloaded guest memory", e))?;
-    }
-    let result = uc.emu_start(start_address(image), 0, 0, 0);
+    .map_err(|e| emulator_error("mapping the port page", e))?;
+    load_segments(&mut uc, image, Some(port_page))?;
+    write_inputs(&mut uc, image, GuestInputs { job, preload })?;
+    let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
     match (uc.get_data().exit, result) {
         (Some(code), _) => Ok(code),
         (None, r) => Err(TraceError::Emulator(format!(

@@ -92,6 +92,11 @@ pub enum TraceError {
     NoExit { context: Box<GuestContext> },
     #[error("the analysis side stopped reading events")]
     Disconnected,
+    #[error("an analysis panicked while consuming the trace")]
+    AnalysisPanicked,
     #[error("emulator error: {0}")]
     Emulator(String),
 }
+
+/// Result of the tracer's operations.
+pub type Result<T, E = TraceError> = std::result::Result<T, E>;

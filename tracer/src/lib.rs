@@ -1,35 +1,24 @@
 //! memtrace tracer: runs a guest ELF in Unicorn and turns its accesses to the
 //! buffers it declares through the memtrace protocol (docs/protocol.md) into an
-//! event stream for the analyzer.
+//! event stream, which it feeds to the caller's analyses ([`trace`]).
 //!
-//! Without the `emulator` feature the crate is only the contract shared with the
-//! analyzer: [`event`] and [`spec`].
+//! It knows ELF ([`elf`]), DWARF ([`debuginfo`]), the emulator (`arch`,
+//! `machine`, [`session`]) and the guest protocol (from `memtrace-abi`), and
+//! nothing of what the events mean: O_s, models and planners are the
+//! analyzer's.
 
-pub mod event;
-pub mod program;
-pub mod spec;
-
-#[cfg(feature = "emulator")]
+mod arch;
 pub mod baseline;
-#[cfg(feature = "emulator")]
 pub mod clock;
-#[cfg(feature = "emulator")]
 pub mod debuginfo;
-#[cfg(feature = "emulator")]
 pub mod elf;
-#[cfg(feature = "emulator")]
 pub mod error;
-#[cfg(feature = "emulator")]
-pub mod protocol;
-#[cfg(feature = "emulator")]
+mod machine;
 pub mod session;
+mod stream;
 
-pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
-pub use spec::{LayerSpec, Op};
-
-#[cfg(feature = "emulator")]
 pub use elf::{Arch, ElfImage};
-#[cfg(feature = "emulator")]
-pub use error::TraceError;
-#[cfg(feature = "emulator")]
-pub use session::{run, AccessPath, ClockMode, EventSink, Job, Progress, RunSummary, TraceOptions};
+pub use error::{Result, TraceError};
+pub use machine::Job;
+pub use session::{AccessPath, ClockMode, Progress, RunSummary, TraceOptions};
+pub use stream::trace;

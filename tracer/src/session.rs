@@ -26,25 +26,22 @@ use unicorn_engine::{
     Arch as UcArch, ArmCpuModel, HookType, MemType, Mode, Prot, RegisterARM, RegisterX86, Unicorn,
 };
 
+use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
+use memtrace_abi::protocol::{
+    BufferDecl, Command, PortDecoder, MARKER_OFFSET, MAX_STRING, PORT_SIZE,
+};
+use memtrace_abi::spec::LayerSpec;
+
 use crate::clock::BlockClock;
 use crate::debuginfo::DebugInfo;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
-use crate::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
-use crate::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, MAX_STRING, PORT_SIZE};
-use crate::spec::{LayerSpec, JOB_WORDS};
+pub(crate) use crate::machine::{emulator_error, page_ranges, PAGE};
+use crate::machine::{load_segments, map_pages, write_inputs, GuestInputs, Job};
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
 /// early so accesses that begin before the buffer and reach into it are seen.
 const MAX_ACCESS: u64 = 16;
-pub(crate) const PAGE: u64 = 0x1000;
-
-/// A layer configuration written into the guest's job mailbox.
-#[derive(Clone, Debug)]
-pub struct Job {
-    pub spec: LayerSpec,
-    pub seed: u32,
-}
 
 /// How retired instructions are counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -125,9 +122,9 @@ impl Default for TraceOptions<'_> {
 
 /// Where events go: the analyzer's channel and the channel it returns empty
 /// batch vectors on.
-pub struct EventSink {
-    pub messages: Sender<Message>,
-    pub recycled: Receiver<Vec<Event>>,
+pub(crate) struct EventSink {
+    pub(crate) messages: Sender<Message>,
+    pub(crate) recycled: Receiver<Vec<Event>>,
 }
 
 /// Outcome of a run that reached `memtrace_exit`.
@@ -212,7 +209,7 @@ type Uc<'a> = Unicorn<'a, Session<'a>>;
 /// Writing EPSR changes only the IT and T bits. A block that ends inside an IT
 /// block stores its own IT state at its end, so zero is right in every case.
 fn clear_stale_it_state(uc: &mut HookUc<'_, '_>) {
-    if uc.get_data().image.arch == Arch::CortexM4 {
+    if uc.get_data().image.arch.has_it_blocks() {
         const THUMB: u64 = 1 << 24;
         let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
     }
@@ -222,7 +219,7 @@ fn clear_stale_it_state(uc: &mut HookUc<'_, '_>) {
 type HookUc<'u, 's> = Unicorn<'u, Session<'s>>;
 
 /// Runs `image` to its `memtrace_exit`, streaming messages to `sink`.
-pub fn run(
+pub(crate) fn run(
     image: &ElfImage,
     options: TraceOptions<'_>,
     sink: EventSink,
@@ -230,8 +227,7 @@ pub fn run(
     let port = image.protocol_port()?;
     let clock = match (image.arch, options.clock) {
         (_, ClockMode::PerInstruction) => Clock::Counted(0),
-        (Arch::CortexM4, ClockMode::Auto) => Clock::Blocks(BlockClock::thumb()),
-        (Arch::X86_64, ClockMode::Auto) => Clock::Blocks(BlockClock::x86_64()),
+        (arch, ClockMode::Auto) => Clock::Blocks(arch.block_clock()),
     };
     let served = match options.access {
         AccessPath::Mmio => mmio::Served::for_image(image, port.address),
@@ -261,22 +257,17 @@ pub fn run(
         block_address: 0,
     };
     let mut uc = new_machine(image, session)?;
-    if let Some(job) = &options.job {
-        write_job(&mut uc, image, job)?;
-    }
-    for (address, bytes) in &options.preload {
-        if !image.is_loaded(*address, bytes.len() as u64) {
-            return Err(TraceError::Emulator(format!(
-                "preload of {} bytes at {address:#x} is outside the guest's loaded memory",
-                bytes.len()
-            )));
-        }
-        uc.mem_write(*address, bytes)
-            .map_err(|e| emulator_error("writing preloaded guest memory", e))?;
-    }
+    write_inputs(
+        &mut uc,
+        image,
+        GuestInputs {
+            job: options.job.as_ref(),
+            preload: &options.preload,
+        },
+    )?;
     let readback = options.readback;
     install_hooks(&mut uc, port.address)?;
-    let result = uc.emu_start(start_address(image), 0, 0, 0);
+    let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
     let pc = uc.pc_read().unwrap_or(0);
     let session = uc.get_data_mut();
     let layer = session.layer.as_ref().map(|l| l.name.clone());
@@ -335,101 +326,17 @@ fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceError {
     err
 }
 
-fn emulator_error(what: &str, e: unicorn_engine::uc_error) -> TraceError {
-    TraceError::Emulator(format!("{what}: {e:?}"))
-}
-
-/// A Unicorn instance of the image's architecture with its segments loaded.
+/// The machine of a traced run: RAM host-backed on the MMIO path, plain
+/// pages on the hook path; segments loaded.
 fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, TraceError> {
-    let mut uc = new_engine(image.arch, session)?;
+    let mut uc = image.arch.new_engine(session)?;
     if uc.get_data().served.is_some() {
         mmio::map_ram(&mut uc)?;
     } else {
-        for (start, end) in page_ranges(image) {
-            uc.mem_map(start, end - start, Prot::ALL).map_err(|e| {
-                emulator_error(&format!("mapping guest memory {start:#x}..{end:#x}"), e)
-            })?;
-        }
+        map_pages(&mut uc, image, None)?;
     }
-    for seg in &image.segments {
-        uc.mem_write(seg.address, &seg.data)
-            .map_err(|e| emulator_error(&format!("loading segment at {:#x}", seg.address), e))?;
-    }
-    if image.arch == Arch::CortexM4 {
-        // Start in Thumb state with the stack the start-up code expects; the
-        // start-up code sets SP itself, this only keeps early faults readable.
-        let _ = uc.reg_write(RegisterARM::LR, 0xFFFF_FFFF);
-    }
+    load_segments(&mut uc, image, None)?;
     Ok(uc)
-}
-
-/// A bare Unicorn engine for `arch`.
-pub(crate) fn new_engine<'a, D>(arch: Arch, data: D) -> Result<Unicorn<'a, D>, TraceError> {
-    match arch {
-        Arch::CortexM4 => {
-            let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, data)
-                .map_err(|e| emulator_error("creating the ARM emulator", e))?;
-            // Mode::MCLASS would force a Cortex-M33; choose the M4 explicitly.
-            uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
-                .map_err(|e| emulator_error("selecting Cortex-M4", e))?;
-            Ok(uc)
-        }
-        Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, data)
-            .map_err(|e| emulator_error("creating the x86-64 emulator", e)),
-    }
-}
-
-/// Where execution starts (Thumb code starts at an odd address).
-pub(crate) fn start_address(image: &ElfImage) -> u64 {
-    match image.arch {
-        Arch::CortexM4 => image.entry | 1,
-        Arch::X86_64 => image.entry,
-    }
-}
-
-/// Page-aligned, merged address ranges covering all loadable segments.
-pub(crate) fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
-    let mut ranges: Vec<(u64, u64)> = image
-        .segments
-        .iter()
-        .map(|s| {
-            let start = s.address & !(PAGE - 1);
-            let end = (s.address + s.size).div_ceil(PAGE) * PAGE;
-            (start, end)
-        })
-        .collect();
-    ranges.sort();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in ranges {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
-    merged
-}
-
-pub(crate) fn write_job<D>(
-    uc: &mut Unicorn<'_, D>,
-    image: &ElfImage,
-    job: &Job,
-) -> Result<(), TraceError> {
-    let needed = JOB_WORDS * 4;
-    let mailbox = image
-        .symbol("memtrace_job")
-        .filter(|s| s.size as usize >= needed && image.is_loaded(s.address, needed as u64))
-        .ok_or_else(|| TraceError::NoJobMailbox {
-            path: image.path.clone(),
-            needed,
-        })?;
-    let bytes: Vec<u8> = job
-        .spec
-        .job_words(job.seed)
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect();
-    uc.mem_write(mailbox.address, &bytes)
-        .map_err(|e| emulator_error("writing the job mailbox", e))
 }
 
 fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
@@ -544,17 +451,7 @@ fn on_unmapped(
 fn on_interrupt(uc: &mut HookUc<'_, '_>, number: u32) {
     let pc = uc.pc_read().unwrap_or(0);
     let arch = uc.get_data().image.arch;
-    let name = match (arch, number) {
-        (Arch::CortexM4, 1) => "undefined instruction",
-        (Arch::CortexM4, 2) => "supervisor call (SVC)",
-        (Arch::CortexM4, 3) | (Arch::CortexM4, 4) => "memory abort",
-        (Arch::CortexM4, 7) => "breakpoint (BKPT)",
-        (Arch::X86_64, 3) => "breakpoint (int3)",
-        (Arch::X86_64, 6) => "invalid opcode",
-        (Arch::X86_64, 13) => "general protection fault",
-        (Arch::X86_64, 14) => "page fault",
-        _ => "exception",
-    };
+    let name = arch.interrupt_name(number);
     let s = uc.get_data_mut();
     let layer = s.layer.as_ref().map(|l| l.name.clone());
     s.fail_guest(format!("{name} (interrupt {number})"), pc, layer);

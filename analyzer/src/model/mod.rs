@@ -16,7 +16,7 @@ pub mod zoo;
 use std::collections::HashSet;
 use std::fmt;
 
-use memtrace_tracer::spec::{self, LayerSpec, LayerSpecBuilder};
+use memtrace_abi::spec::{self, LayerSpec, LayerSpecBuilder};
 use serde::{Deserialize, Serialize};
 
 /// Element type of a tensor.
@@ -422,7 +422,16 @@ impl Model {
     /// and form a single chain: every op reads exactly the previous op's
     /// output (or the graph input) and every intermediate tensor has one
     /// reader. `Err` names the first reason it is not.
-    pub fn sequential_chain(&self) -> Result<(), String> {
+    pub fn sequential_chain(&self) -> Result<(), ModelError> {
+        self.chain_break().map_or(Ok(()), |reason| Err(ModelError::Invalid(reason)))
+    }
+
+    /// Why the model is not a sequential chain, if it is not.
+    fn chain_break(&self) -> Option<String> {
+        self.chain_check().err()
+    }
+
+    fn chain_check(&self) -> Result<(), String> {
         let consumers = self.consumers();
         let mut prev: Option<usize> = None;
         for (i, op) in self.ops.iter().enumerate() {
@@ -604,7 +613,7 @@ impl Model {
 /// Loads `MODEL.tflite` or `zoo:NAME` (the CLI's model argument).
 pub fn load(arg: &str) -> Result<Model, ModelError> {
     match arg.strip_prefix("zoo:") {
-        Some(name) => zoo::build(name).map_err(ModelError::Invalid),
+        Some(name) => zoo::build(name),
         None => tflite::import_file(std::path::Path::new(arg)),
     }
 }

@@ -15,7 +15,8 @@
 //! Keras pads the stride-2 convolutions explicitly
 //! (`ZeroPadding2D(((0, 1), (0, 1)))` then `padding='valid'`, or `'same'` in
 //! newer releases). For even input sizes that is exactly TFLite's SAME padding
-//! (0 rows/cols before, 1 after), so these models use SAME and carry no PAD
+//! (0 rows/cols before, 1 after), so these models use crate::model::ModelError;
+use SAME and carry no PAD
 //! tensors — as the paper's own figures must have: MobileNet v1 0.25 128's
 //! 96 KB "original" peak would be 130 KB with a 65×65×16 PAD output.
 //! Float32 is the default; `_int8` makes every activation and weight int8
@@ -242,7 +243,11 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// Builds `zoo:NAME` (the `zoo:` prefix is optional).
-pub fn build(name: &str) -> Result<Model, String> {
+pub fn build(name: &str) -> Result<Model, ModelError> {
+    build_named(name).map_err(ModelError::Invalid)
+}
+
+fn build_named(name: &str) -> Result<Model, String> {
     let bare = name.strip_prefix("zoo:").unwrap_or(name);
     let unknown = || {
         format!(

@@ -59,7 +59,7 @@
 //! Float and int8 variants of all of these have identical loop nests in this
 //! TFLM version; only the element size differs.
 
-use memtrace_tracer::spec::{LayerSpec, Op};
+use memtrace_abi::spec::{LayerSpec, Op};
 
 /// minR / maxW curves of a layer, in bytes, for plotting (paper Figs. 5–7).
 ///
@@ -498,7 +498,7 @@ fn walk_windowed<S: StepSink>(op: Op, g: &Geometry, t: u64, sink: &mut S) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use memtrace_tracer::spec::{Dtype, LayerSpecBuilder, Padding};
+    use memtrace_abi::spec::{Dtype, LayerSpecBuilder, Padding};
 
     pub(crate) use crate::rng::Rng;
 

@@ -33,7 +33,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::ops::{Add, Div, Mul, Sub};
 
-use memtrace_tracer::spec::{LayerSpec, Op};
+use memtrace_abi::spec::{LayerSpec, Op};
 
 use super::algorithmic::Geometry;
 
@@ -480,7 +480,7 @@ mod tests {
     use super::*;
     use crate::overlap::algorithmic::algorithmic_overlap;
     use crate::overlap::algorithmic::tests::{random_spec, Rng};
-    use memtrace_tracer::spec::Dtype;
+    use memtrace_abi::spec::Dtype;
 
     fn spec(text: &str) -> LayerSpec {
         LayerSpec::parse(text).unwrap()

@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use memtrace_tracer::LayerSpec;
+use memtrace_abi::LayerSpec;
 use serde::{Deserialize, Serialize};
 
 use super::algorithmic::algorithmic_overlap;

@@ -10,7 +10,7 @@
 //! configuration of a (seed, op, dtype) stream does not depend on how many
 //! are drawn, so `--configs 10` is a prefix of `--configs 200`.
 
-use memtrace_tracer::spec::{
+use memtrace_abi::spec::{
     Activation, Dtype, LayerSpec, LayerSpecBuilder, Op, Padding, SpecError,
 };
 
@@ -160,10 +160,19 @@ pub fn random_configs(
         .collect()
 }
 
+/// A configuration source that cannot be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
 /// Expands `{a,b,c}` alternatives and `{lo..hi}` integer ranges (inclusive),
 /// left to right, into every combination: `input=1x{8,9}x{4..5}x3` gives four
 /// texts. Text without braces is returned as is.
-pub fn expand_grid(text: &str) -> Result<Vec<String>, String> {
+pub fn expand_grid(text: &str) -> Result<Vec<String>, ConfigError> {
+    expand(text).map_err(ConfigError)
+}
+
+fn expand(text: &str) -> Result<Vec<String>, String> {
     let Some(open) = text.find('{') else {
         if text.contains('}') {
             return Err(format!("`{text}`: `}}` without `{{`"));
@@ -195,7 +204,7 @@ pub fn expand_grid(text: &str) -> Result<Vec<String>, String> {
         }
         _ => inner.split(',').map(|s| s.trim().to_owned()).collect(),
     };
-    let rest = expand_grid(&text[close + 1..])?;
+    let rest = expand(&text[close + 1..])?;
     let mut out = Vec::with_capacity(choices.len() * rest.len());
     for c in &choices {
         for r in &rest {
@@ -212,14 +221,18 @@ pub fn expand_grid(text: &str) -> Result<Vec<String>, String> {
 
 /// Specs of a configs file: one spec per line (grids allowed), `#` comments
 /// and blank lines ignored. Errors name the line.
-pub fn parse_configs_file(text: &str) -> Result<Vec<LayerSpec>, String> {
+pub fn parse_configs_file(text: &str) -> Result<Vec<LayerSpec>, ConfigError> {
+    parse_lines(text).map_err(ConfigError)
+}
+
+fn parse_lines(text: &str) -> Result<Vec<LayerSpec>, String> {
     let mut specs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        for t in expand_grid(line).map_err(|e| format!("line {}: {e}", i + 1))? {
+        for t in expand(line).map_err(|e| format!("line {}: {e}", i + 1))? {
             specs.push(LayerSpec::parse(&t).map_err(|e| format!("line {}: `{t}`: {e}", i + 1))?);
         }
     }

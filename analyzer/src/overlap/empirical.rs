@@ -35,7 +35,7 @@
 //! Kernels that sweep upwards write low output offsets first, so the reverse
 //! overlap is usually small: the input's end is read last.
 
-use memtrace_tracer::{AccessKind, Event};
+use memtrace_abi::{AccessKind, Event};
 
 /// Online monotone and exact O_s of one (input, output) buffer pair.
 #[derive(Debug, Clone)]

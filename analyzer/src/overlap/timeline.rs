@@ -13,7 +13,7 @@
 //!   steps (a compiler merged or split stores, or the kernel is not the
 //!   modelled one); it is monotone and lines `maxW` up with the traced stores.
 
-use memtrace_tracer::{AccessKind, Event};
+use memtrace_abi::{AccessKind, Event};
 
 use super::algorithmic::Curves;
 
@@ -102,7 +102,7 @@ impl StepClock {
 mod tests {
     use super::*;
     use crate::overlap::algorithmic::algorithmic_curves;
-    use memtrace_tracer::LayerSpec;
+    use memtrace_abi::LayerSpec;
 
     fn ev(t: u64, buffer: u32, offset: u32, size: u32, kind: AccessKind) -> Event {
         Event {

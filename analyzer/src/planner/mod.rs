@@ -524,9 +524,9 @@ pub fn run(
     };
     plan.elapsed = start.elapsed();
     if plan.status != PlanStatus::NotApplicable {
-        validate::validate(model, &plan, overlaps).map_err(|reason| PlanError::Invalid {
+        validate::validate(model, &plan, overlaps).map_err(|v| PlanError::Invalid {
             planner: planner.name().to_string(),
-            reason,
+            reason: v.0,
         })?;
     }
     Ok(plan)

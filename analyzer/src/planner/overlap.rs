@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use memtrace_tracer::spec::LayerSpec;
+use memtrace_abi::spec::LayerSpec;
 
 use crate::model::{Model, OpKind};
 use crate::overlap::{algorithmic, analytic};

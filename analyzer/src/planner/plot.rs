@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
+use crate::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -59,7 +59,7 @@ pub fn plot_plans(model: &Model, plans: &[Plan], path: &Path) -> Result<()> {
         .filter(|p| p.status != PlanStatus::NotApplicable)
         .collect();
     if plans.is_empty() {
-        return Err(anyhow!("no applicable plan to draw"));
+        return Err(Error::Invalid("no applicable plan to draw".into()));
     }
     let size = (560 * plans.len() as u32, 760u32);
     render_picture(path, size, &PlanPanels { model, plans })
@@ -82,7 +82,7 @@ fn draw<DB: DrawingBackend>(
     plans: &[&Plan],
     root: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(|e| Error::Drawing(e.to_string()))?;
     // Each panel on its own scale: a linear plan would squash the others.
     for (plan, area) in plans.iter().zip(root.split_evenly((1, plans.len()))) {
         let x_max = plan.peak_bytes.unwrap_or(1).max(1);
@@ -97,7 +97,7 @@ fn draw_plan<DB: DrawingBackend>(
     x_max: u64,
     area: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| Error::Drawing(e.to_string());
     let family = font();
     let steps = plan.order.len().max(1) as f64;
     let peak = plan.peak_bytes.unwrap_or(0);

@@ -22,7 +22,7 @@ use crate::model::Model;
 use crate::planner::Overlaps;
 
 pub fn replacement(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
-    if let Err(reason) = model.sequential_chain() {
+    if let Err(reason) = model.sequential_chain().map_err(|e| e.to_string()) {
         return not_applicable(
             model,
             "replacement",

@@ -20,8 +20,17 @@ use super::{Overlaps, Plan};
 use crate::model::order::is_valid_order;
 use crate::model::Model;
 
+/// Why a plan is not a safe arena layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Violation(pub String);
+
 /// `Ok` if `plan` is a safe arena layout for `model` under `overlaps`.
-pub fn validate(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> {
+pub fn validate(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), Violation> {
+    check(model, plan, overlaps).map_err(Violation)
+}
+
+fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> {
     if !is_valid_order(model, &plan.order) {
         return Err("the order is not a valid execution order".into());
     }

@@ -6,7 +6,7 @@ pub mod trace;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, Context, Result};
+use crate::error::{Error, Result};
 use plotters::coord::ranged1d::Ranged;
 use plotters::coord::types::RangedCoordu64;
 use plotters::coord::Shift;
@@ -68,23 +68,31 @@ pub fn render_picture(path: &Path, size: (u32, u32), picture: &impl Picture) -> 
         Some("svg") => true,
         Some("png") => false,
         _ => {
-            return Err(anyhow!(
+            return Err(Error::Invalid(format!(
                 "{}: plot files must end in .png or .svg",
                 path.display()
-            ))
+            )))
         }
     };
     render_atomically(path, |tmp| {
         if svg {
             let root = SVGBackend::new(tmp, size).into_drawing_area();
             picture.draw(&root)?;
-            root.present().context("writing SVG")?;
+            root.present()
+                .map_err(|e| Error::Drawing(format!("writing SVG: {e}")))?;
         } else {
             let root = BitMapBackend::new(tmp, size).into_drawing_area();
             picture.draw(&root)?;
-            root.present().context("writing PNG")?;
+            root.present()
+                .map_err(|e| Error::Drawing(format!("writing PNG: {e}")))?;
         }
         Ok(())
     })
-    .with_context(|| format!("cannot draw {}", path.display()))
+    .map_err(|e| match e {
+        Error::Drawing(message) => Error::Plot {
+            path: path.to_owned(),
+            message,
+        },
+        other => other,
+    })
 }

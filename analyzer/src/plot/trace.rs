@@ -13,8 +13,8 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
-use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo, Role};
+use crate::error::{Error, Result};
+use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, Role};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -22,7 +22,7 @@ use super::{render_picture, swatch_legend, Picture};
 use crate::overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
 use crate::overlap::analytic::windowed_safe_detail;
 use crate::overlap::timeline::{StepClock, StepMapping};
-use crate::pipeline::Analysis;
+use memtrace_abi::Analysis;
 use crate::plot::font;
 
 const COLUMNS: usize = 640;
@@ -362,7 +362,7 @@ impl TracePlot {
     /// Draws all layers, one row each, to `.png` or `.svg` (by extension).
     pub fn render(&self, path: &Path) -> Result<()> {
         if self.layers.is_empty() {
-            return Err(anyhow!("no layer was traced, so there is nothing to plot"));
+            return Err(Error::Invalid("no layer was traced, so there is nothing to plot".into()));
         }
         let size = (1400u32, 340 * self.layers.len() as u32);
         render_picture(path, size, self)
@@ -371,7 +371,7 @@ impl TracePlot {
 
 impl Picture for TracePlot {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        root.fill(&WHITE).map_err(|e| Error::Drawing(e.to_string()))?;
         let rows = root.split_evenly((self.layers.len(), 1));
         for (pic, area) in self.layers.iter().zip(rows) {
             let cells = area.split_evenly((1, 2));
@@ -388,7 +388,7 @@ fn draw_panel<DB: DrawingBackend>(
     panel: &Panel,
     area: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| Error::Drawing(e.to_string());
     let family = font();
     let x_max = pic.instructions.max(1);
     let y_max = panel.buffer.size.max(1) as u64;

@@ -77,7 +77,11 @@ fn quant(q: &Quantization) -> fb::QuantizationParameters {
 }
 
 /// Serialises `model` (its first subgraph only; constants need data).
-pub fn to_tflite(model: &Model) -> Result<Vec<u8>, String> {
+pub fn to_tflite(model: &Model) -> Result<Vec<u8>, crate::model::ModelError> {
+    serialise(model).map_err(crate::model::ModelError::Invalid)
+}
+
+fn serialise(model: &Model) -> Result<Vec<u8>, String> {
     // Buffer 0 is TFLite's empty sentinel; every constant gets its own.
     let mut buffers = vec![fb::Buffer { data: None }];
     let mut tensors = Vec::new();

@@ -11,7 +11,7 @@
 //! g = √2 before a ReLU/ReLU6 (He) and 1 otherwise; softmax outputs use TFLM's
 //! required scale 1/256 and zero point −128.
 
-use memtrace_tracer::program::{
+use memtrace_abi::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
 };
 

@@ -11,12 +11,12 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
-use memtrace_tracer::{AccessKind, Buffer, Event, LayerInfo};
+use crate::error::{Error, Result};
+use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::pipeline::Analysis;
+use memtrace_abi::Analysis;
 use crate::plot::{font, render_picture, swatch_legend, Picture};
 
 const COLUMNS: usize = 600;
@@ -147,7 +147,7 @@ impl Picture for SideBySide<'_> {
 }
 
 fn draw<DB: DrawingBackend>(runs: &[&ArenaTrace], root: &DrawingArea<DB, Shift>) -> Result<()> {
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(|e| Error::Drawing(e.to_string()))?;
     let x_max = runs.iter().map(|r| r.arena_bytes).max().unwrap_or(1);
     let areas = root.split_evenly((1, runs.len().max(1)));
     for (run, area) in runs.iter().zip(areas) {
@@ -161,7 +161,7 @@ fn draw_run<DB: DrawingBackend>(
     x_max: u64,
     area: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| Error::Drawing(e.to_string());
     let family = font();
     let t_max = run.total.max(1);
     let mut chart = ChartBuilder::on(area)
@@ -243,7 +243,7 @@ mod tests {
         });
         a.buffer(&Buffer {
             id: 0,
-            role: memtrace_tracer::Role::Output,
+            role: memtrace_abi::Role::Output,
             name: "o".into(),
             base: 0,
             size: 1000,

@@ -14,11 +14,11 @@
 
 use std::collections::HashMap;
 
-use memtrace_tracer::{Buffer, Event, LayerInfo, Role};
+use memtrace_abi::{Buffer, Event, LayerInfo, Role};
 use serde::Serialize;
 
 use crate::overlap::empirical::{EmpiricalOverlap, OverlapAccumulator};
-use crate::pipeline::Analysis;
+use memtrace_abi::Analysis;
 
 /// Who wrote a byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -179,7 +179,7 @@ impl Analysis for ShadowMap {
                 continue;
             }
             let (s0, s1) = ((start - lo) as usize, (end - lo) as usize);
-            if e.kind == memtrace_tracer::AccessKind::Load {
+            if e.kind == memtrace_abi::AccessKind::Load {
                 if role != Role::Input {
                     continue;
                 }
@@ -238,7 +238,7 @@ impl Analysis for ShadowMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memtrace_tracer::AccessKind;
+    use memtrace_abi::AccessKind;
 
     fn buf(id: u32, role: Role, name: &str, base: u64, size: u32) -> Buffer {
         Buffer {

@@ -46,9 +46,9 @@ fn port_command(
     }
     let word = value as u32;
     if offset != MARKER_OFFSET {
-        return uc.get_data_mut().decoder.push(word);
+        return uc.get_data_mut().decoder.push(word).map_err(|e| e.0);
     }
-    let command = uc.get_data_mut().decoder.command(word)?;
+    let command = uc.get_data_mut().decoder.command(word).map_err(|e| e.0)?;
     execute(uc, command, pc)
 }
 
@@ -64,15 +64,7 @@ fn call_site(uc: &HookUc<'_, '_>, pc: u64) -> u64 {
     if !inside {
         return pc;
     }
-    let call = match image.arch {
-        Arch::CortexM4 => uc
-            .reg_read(RegisterARM::LR)
-            .map(|lr| (lr & !1).wrapping_sub(4)),
-        Arch::X86_64 => uc.reg_read(RegisterX86::RSP).and_then(|sp| {
-            let mut ret = [0u8; 8];
-            guest_read(uc, sp, &mut ret).map(|()| u64::from_le_bytes(ret).wrapping_sub(5))
-        }),
-    };
+    let call = image.arch.caller(uc, |uc, at, buf| guest_read(uc, at, buf));
     call.unwrap_or(pc)
 }
 

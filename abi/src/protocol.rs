@@ -13,6 +13,20 @@ pub const MARKER_OFFSET: u64 = 4;
 pub const PORT_SIZE: u64 = 8;
 /// Longest accepted string, NUL included.
 pub const MAX_STRING: usize = 256;
+/// `MEMTRACE_CMD_LAYER_BEGIN`: opens a layer window.
+pub const CMD_LAYER_BEGIN: u32 = 1;
+/// `MEMTRACE_CMD_BUFFER`: declares a buffer of the open layer.
+pub const CMD_BUFFER: u32 = 2;
+/// `MEMTRACE_CMD_LAYER_END`: closes the layer window.
+pub const CMD_LAYER_END: u32 = 3;
+/// `MEMTRACE_CMD_EXIT`: the guest's exit code.
+pub const CMD_EXIT: u32 = 4;
+
+/// A violation of the port's wire format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProtocolError(pub String);
+
 /// More unconsumed FIFO words than this cannot be a well-formed command.
 const FIFO_LIMIT: usize = 64;
 
@@ -46,43 +60,45 @@ pub struct PortDecoder {
 
 impl PortDecoder {
     /// A guest write of `word` to the FIFO.
-    pub fn push(&mut self, word: u32) -> Result<(), String> {
+    pub fn push(&mut self, word: u32) -> Result<(), ProtocolError> {
         if self.fifo.len() >= FIFO_LIMIT {
-            return Err(format!(
+            return Err(ProtocolError(format!(
                 "more than {FIFO_LIMIT} FIFO words without a command"
-            ));
+            )));
         }
         self.fifo.push(word);
         Ok(())
     }
 
     /// A guest write of `code` to the marker.
-    pub fn command(&mut self, code: u32) -> Result<Command, String> {
+    pub fn command(&mut self, code: u32) -> Result<Command, ProtocolError> {
         let (name, needed) = match code {
-            1 => ("LAYER_BEGIN", 6),
-            2 => ("BUFFER", 8),
-            3 => ("LAYER_END", 0),
-            4 => ("EXIT", 1),
+            CMD_LAYER_BEGIN => ("LAYER_BEGIN", 6),
+            CMD_BUFFER => ("BUFFER", 8),
+            CMD_LAYER_END => ("LAYER_END", 0),
+            CMD_EXIT => ("EXIT", 1),
             _ => {
                 self.fifo.clear();
-                return Err(format!("unknown command {code} written to the marker"));
+                return Err(ProtocolError(format!(
+                    "unknown command {code} written to the marker"
+                )));
             }
         };
         let words = std::mem::take(&mut self.fifo);
         if words.len() != needed {
-            return Err(format!(
+            return Err(ProtocolError(format!(
                 "{name} expects {needed} FIFO words but {} were pushed",
                 words.len()
-            ));
+            )));
         }
         let wide = |i: usize| words[i] as u64 | (words[i + 1] as u64) << 32;
         Ok(match code {
-            1 => Command::LayerBegin {
+            CMD_LAYER_BEGIN => Command::LayerBegin {
                 name: wide(0),
                 op: wide(2),
                 params: wide(4),
             },
-            2 => Command::Buffer(BufferDecl {
+            CMD_BUFFER => Command::Buffer(BufferDecl {
                 id: words[0],
                 role: words[1],
                 base: wide(2),
@@ -90,7 +106,7 @@ impl PortDecoder {
                 elem_size: words[5],
                 name: wide(6),
             }),
-            3 => Command::LayerEnd,
+            CMD_LAYER_END => Command::LayerEnd,
             _ => Command::Exit {
                 code: words[0] as i32,
             },

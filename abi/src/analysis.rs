@@ -1,0 +1,19 @@
+//! The consumer side of the event stream: what an analysis receives.
+//!
+//! The tracer calls these methods, in program order, from the thread that
+//! consumes its channel (`memtrace_tracer::trace`); analyses live in the
+//! analyzer and the driver and never see the emulator.
+
+use crate::event::{Buffer, Event, LayerInfo};
+
+/// Something that consumes a trace, layer by layer.
+pub trait Analysis {
+    /// The guest opened a layer window.
+    fn layer_begin(&mut self, _layer: &LayerInfo) {}
+    /// The guest declared a buffer of the open layer.
+    fn buffer(&mut self, _buffer: &Buffer) {}
+    /// A batch of accesses of the open layer, in `seq` order.
+    fn events(&mut self, _events: &[Event]) {}
+    /// The open layer ended after `instructions` retired instructions.
+    fn layer_end(&mut self, _instructions: u64) {}
+}

@@ -1,0 +1,22 @@
+//! memtrace's guest ABI and event contract, shared by the tracer (which
+//! produces events) and the analyzer (which consumes them) — and by nothing
+//! that knows the emulator.
+//!
+//! * [`protocol`]: the `memtrace_port` wire format of `harness-c/include/memtrace.h`;
+//! * [`spec`]: layer configurations and the job mailbox of `memtrace_job.h`;
+//! * [`program`]: the whole-model program of `memtrace_program.h`;
+//! * [`event`]: the event stream the tracer sends;
+//! * [`analysis`]: the trait every consumer of that stream implements.
+//!
+//! The C headers and these modules are checked against each other by
+//! `abi/tests/headers.rs`; `docs/protocol.md` is the written specification.
+
+pub mod analysis;
+pub mod event;
+pub mod program;
+pub mod protocol;
+pub mod spec;
+
+pub use analysis::Analysis;
+pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
+pub use spec::{Dtype, LayerSpec, Op};

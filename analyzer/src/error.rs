@@ -1,0 +1,57 @@
+//! The analyzer's error: every failure of a model, planner, lowering, table
+//! or picture, as one type with a [`Result`] alias. The module errors stay
+//! typed and pass through unchanged.
+
+use std::path::PathBuf;
+
+use crate::model::ModelError;
+use crate::planner::PlanError;
+use crate::verify::LowerError;
+use memtrace_abi::program::ProgramError;
+
+/// Errors of the analyzer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A model could not be loaded, built or written.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// A planner failed or produced an invalid plan.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A model could not be lowered to an executor program.
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    /// A program the executor format cannot express.
+    #[error(transparent)]
+    Program(#[from] ProgramError),
+    /// A table could not be built or written.
+    #[error(transparent)]
+    Table(#[from] polars::error::PolarsError),
+    /// A file could not be written.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// `create` or `write`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A picture could not be drawn.
+    #[error("cannot draw {path}: {message}")]
+    Plot {
+        /// The picture file.
+        path: PathBuf,
+        /// What the drawing backend said.
+        message: String,
+    },
+    /// The drawing backend failed (wrapped into [`Error::Plot`] by the caller).
+    #[error("{0}")]
+    Drawing(String),
+    /// The input cannot be analysed, for the reason given.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Result of the analyzer's operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,91 @@
+//! The driver's error: what a workflow could not do, with the context it was
+//! doing it in. Library errors of the tracer and the analyzer pass through
+//! unchanged; the workflows add words, never a second copy of a cause.
+
+use std::path::PathBuf;
+
+/// Errors of the workflows.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Loading or tracing a guest failed.
+    #[error(transparent)]
+    Trace(#[from] memtrace_tracer::TraceError),
+    /// An analysis, model, planner or plot failed.
+    #[error(transparent)]
+    Analyzer(#[from] memtrace_analyzer::Error),
+    /// A file could not be read or written.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// `read` or `write`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A JSON document could not be produced or understood.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A table could not be built.
+    #[error(transparent)]
+    Table(#[from] polars::error::PolarsError),
+    /// A workflow failed for the reason given.
+    #[error("{0}")]
+    Failed(String),
+    /// `inner`, which happened while doing `context`.
+    #[error("{context}: {inner}")]
+    Context {
+        /// What the workflow was doing.
+        context: String,
+        /// What went wrong.
+        inner: Box<Error>,
+    },
+}
+
+/// Result of the workflows.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<memtrace_abi::program::ProgramError> for Error {
+    fn from(e: memtrace_abi::program::ProgramError) -> Self {
+        Error::Analyzer(e.into())
+    }
+}
+
+impl From<memtrace_analyzer::model::ModelError> for Error {
+    fn from(e: memtrace_analyzer::model::ModelError) -> Self {
+        Error::Analyzer(e.into())
+    }
+}
+
+impl From<memtrace_analyzer::verify::LowerError> for Error {
+    fn from(e: memtrace_analyzer::verify::LowerError) -> Self {
+        Error::Analyzer(e.into())
+    }
+}
+
+/// Adds what the workflow was doing to an error.
+pub trait Context<T> {
+    /// Wraps the error with the context `f` describes.
+    fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> Context<T> for std::result::Result<T, E> {
+    fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> Result<T> {
+        self.map_err(|e| Error::Context {
+            context: f().into(),
+            inner: Box::new(e.into()),
+        })
+    }
+}
+
+/// An [`Error::Failed`] from a format string.
+#[macro_export]
+macro_rules! failed {
+    ($($arg:tt)*) => { $crate::Error::Failed(format!($($arg)*)) };
+}
+
+/// Returns an [`Error::Failed`] from a format string.
+#[macro_export]
+macro_rules! bail {
+    ($($arg:tt)*) => { return Err($crate::failed!($($arg)*)) };
+}

@@ -1,0 +1,91 @@
+//! Everything that differs between the emulated architectures, in one place:
+//! how the engine is created, where execution starts, how a call's return
+//! address is found, what an interrupt number means, and how blocks are
+//! clocked. The rest of the tracer asks [`Arch`] instead of matching on it.
+
+use unicorn_engine::{Arch as UcArch, ArmCpuModel, Mode, RegisterARM, RegisterX86, Unicorn};
+
+use crate::clock::BlockClock;
+use crate::elf::Arch;
+use crate::error::TraceError;
+
+impl Arch {
+    /// A bare Unicorn engine of this architecture carrying `data`.
+    pub(crate) fn new_engine<'a, D>(self, data: D) -> Result<Unicorn<'a, D>, TraceError> {
+        let emu = |what: &str, e| TraceError::Emulator(format!("{what}: {e:?}"));
+        match self {
+            Arch::CortexM4 => {
+                let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, data)
+                    .map_err(|e| emu("creating the ARM emulator", e))?;
+                // Mode::MCLASS would force a Cortex-M33; choose the M4 explicitly.
+                uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
+                    .map_err(|e| emu("selecting Cortex-M4", e))?;
+                // The start-up code sets SP itself; a poisoned LR only keeps
+                // a return from the entry point readable as a fault.
+                let _ = uc.reg_write(RegisterARM::LR, 0xFFFF_FFFF);
+                Ok(uc)
+            }
+            Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, data)
+                .map_err(|e| emu("creating the x86-64 emulator", e)),
+        }
+    }
+
+    /// Where execution of an entry point starts (Thumb code at an odd address).
+    pub(crate) fn start_address(self, entry: u64) -> u64 {
+        match self {
+            Arch::CortexM4 => entry | 1,
+            Arch::X86_64 => entry,
+        }
+    }
+
+    /// The block clock that counts this architecture's instructions.
+    pub(crate) fn block_clock(self) -> BlockClock {
+        match self {
+            Arch::CortexM4 => BlockClock::thumb(),
+            Arch::X86_64 => BlockClock::x86_64(),
+        }
+    }
+
+    /// The call instruction that entered the current function, from its
+    /// return address: `bl` (4 bytes, LR) or `call rel32` (5 bytes, top of
+    /// stack). `read` reads guest memory.
+    pub(crate) fn caller<D>(
+        self,
+        uc: &Unicorn<'_, D>,
+        read: impl Fn(&Unicorn<'_, D>, u64, &mut [u8]) -> Result<(), unicorn_engine::uc_error>,
+    ) -> Option<u64> {
+        match self {
+            Arch::CortexM4 => uc
+                .reg_read(RegisterARM::LR)
+                .ok()
+                .map(|lr| (lr & !1).wrapping_sub(4)),
+            Arch::X86_64 => {
+                let sp = uc.reg_read(RegisterX86::RSP).ok()?;
+                let mut ret = [0u8; 8];
+                read(uc, sp, &mut ret).ok()?;
+                Some(u64::from_le_bytes(ret).wrapping_sub(5))
+            }
+        }
+    }
+
+    /// Whether memory hooks leave stale Thumb IT state behind that must be
+    /// cleared after each hooked access (unicorn-engine/unicorn#2309).
+    pub(crate) fn has_it_blocks(self) -> bool {
+        self == Arch::CortexM4
+    }
+
+    /// What Unicorn's interrupt `number` means on this architecture.
+    pub(crate) fn interrupt_name(self, number: u32) -> &'static str {
+        match (self, number) {
+            (Arch::CortexM4, 1) => "undefined instruction",
+            (Arch::CortexM4, 2) => "supervisor call (SVC)",
+            (Arch::CortexM4, 3) | (Arch::CortexM4, 4) => "memory abort",
+            (Arch::CortexM4, 7) => "breakpoint (BKPT)",
+            (Arch::X86_64, 3) => "breakpoint (int3)",
+            (Arch::X86_64, 6) => "invalid opcode",
+            (Arch::X86_64, 13) => "general protection fault",
+            (Arch::X86_64, 14) => "page fault",
+            _ => "exception",
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The guest machine: an engine of the image's architecture with its memory
+//! mapped, its segments loaded and the host's inputs (job mailbox, preloaded
+//! bytes) written — the same for traced runs (`session`) and untraced ones
+//! (`baseline`), which differ only in how a few pages are mapped.
+
+use unicorn_engine::{Prot, Unicorn};
+
+use memtrace_abi::spec::JOB_WORDS;
+
+use crate::elf::ElfImage;
+use crate::error::TraceError;
+
+/// Guest page size.
+pub(crate) const PAGE: u64 = 0x1000;
+
+/// A layer configuration written into the guest's job mailbox.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The layer configuration.
+    pub spec: memtrace_abi::LayerSpec,
+    /// Seed of the guest's data generator.
+    pub seed: u32,
+}
+
+/// What the host writes into guest memory before the first instruction.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GuestInputs<'a> {
+    pub job: Option<&'a Job>,
+    /// `(address, bytes)` written after the job, e.g. a model program.
+    pub preload: &'a [(u64, Vec<u8>)],
+}
+
+pub(crate) fn emulator_error(what: &str, e: unicorn_engine::uc_error) -> TraceError {
+    TraceError::Emulator(format!("{what}: {e:?}"))
+}
+
+/// Page-aligned, merged address ranges covering all loadable segments.
+pub(crate) fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = image
+        .segments
+        .iter()
+        .map(|s| {
+            let start = s.address & !(PAGE - 1);
+            let end = (s.address + s.size).div_ceil(PAGE) * PAGE;
+            (start, end)
+        })
+        .collect();
+    ranges.sort();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in ranges {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+/// `[start, end)` less the page at `hole` (if any), as up to two ranges.
+fn around(start: u64, end: u64, hole: Option<u64>) -> impl Iterator<Item = (u64, u64)> {
+    let parts = match hole {
+        Some(h) => [(start, end.min(h)), (start.max(h + PAGE), end)],
+        None => [(start, end), (end, end)],
+    };
+    parts.into_iter().filter(|(s, e)| s < e)
+}
+
+/// Maps all pages of the image's segments as ordinary RAM, except the page
+/// `hole`, which the caller maps itself.
+pub(crate) fn map_pages<D>(
+    uc: &mut Unicorn<'_, D>,
+    image: &ElfImage,
+    hole: Option<u64>,
+) -> Result<(), TraceError> {
+    for (start, end) in page_ranges(image) {
+        for (s, e) in around(start, end, hole) {
+            uc.mem_map(s, e - s, Prot::ALL).map_err(|err| {
+                emulator_error(&format!("mapping guest memory {s:#x}..{e:#x}"), err)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the segments' initialised bytes, skipping the page `hole` (an MMIO
+/// page holds no initialised data).
+pub(crate) fn load_segments<D>(
+    uc: &mut Unicorn<'_, D>,
+    image: &ElfImage,
+    hole: Option<u64>,
+) -> Result<(), TraceError> {
+    for seg in &image.segments {
+        let end = seg.address + seg.data.len() as u64;
+        for (s, e) in around(seg.address, end, hole) {
+            let data = &seg.data[(s - seg.address) as usize..(e - seg.address) as usize];
+            uc.mem_write(s, data)
+                .map_err(|err| emulator_error(&format!("loading segment at {s:#x}"), err))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the job mailbox and the preloaded bytes; both must lie in memory
+/// the image loads.
+pub(crate) fn write_inputs<D>(
+    uc: &mut Unicorn<'_, D>,
+    image: &ElfImage,
+    inputs: GuestInputs<'_>,
+) -> Result<(), TraceError> {
+    if let Some(job) = inputs.job {
+        write_job(uc, image, job)?;
+    }
+    for (address, bytes) in inputs.preload {
+        if !image.is_loaded(*address, bytes.len() as u64) {
+            return Err(TraceError::Emulator(format!(
+                "preload of {} bytes at {address:#x} is outside the guest's loaded memory",
+                bytes.len()
+            )));
+        }
+        uc.mem_write(*address, bytes)
+            .map_err(|e| emulator_error("writing preloaded guest memory", e))?;
+    }
+    Ok(())
+}
+
+fn write_job<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage, job: &Job) -> Result<(), TraceError> {
+    let needed = JOB_WORDS * 4;
+    let mailbox = image
+        .symbol("memtrace_job")
+        .filter(|s| s.size as usize >= needed && image.is_loaded(s.address, needed as u64))
+        .ok_or_else(|| TraceError::NoJobMailbox {
+            path: image.path.clone(),
+            needed,
+        })?;
+    let bytes: Vec<u8> = job
+        .spec
+        .job_words(job.seed)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    uc.mem_write(mailbox.address, &bytes)
+        .map_err(|e| emulator_error("writing the job mailbox", e))
+}
