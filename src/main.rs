@@ -1,5 +1,6 @@
-//! `memtrace`: the command-line front end. Each subcommand lives in `cmd/`
-//! and only wires the tracer and the analyzer together.
+//! `memtrace`: the command-line front end. Each subcommand lives in `cmd/`:
+//! it parses its arguments, calls one workflow of `memtrace-driver` and
+//! prints the report.
 
 mod cmd;
 
@@ -53,8 +54,23 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_text(&err));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes, each said once: library errors already include
+/// their cause in their own message, so a cause whose text is already there
+/// is not repeated.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

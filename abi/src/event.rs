@@ -64,12 +64,13 @@ pub enum Role {
 impl Role {
     /// Decodes `MEMTRACE_ROLE_*`.
     pub fn from_code(code: u32) -> Option<Role> {
+        use crate::protocol::*;
         Some(match code {
-            0 => Role::Input,
-            1 => Role::Output,
-            2 => Role::Weights,
-            3 => Role::Bias,
-            4 => Role::Scratch,
+            MEMTRACE_ROLE_INPUT => Role::Input,
+            MEMTRACE_ROLE_OUTPUT => Role::Output,
+            MEMTRACE_ROLE_WEIGHTS => Role::Weights,
+            MEMTRACE_ROLE_BIAS => Role::Bias,
+            MEMTRACE_ROLE_SCRATCH => Role::Scratch,
             _ => return None,
         })
     }

@@ -11,6 +11,20 @@
 //! The C headers and these modules are checked against each other by
 //! `abi/tests/headers.rs`; `docs/protocol.md` is the written specification.
 
+/// Defines constants mirrored from a C header, named exactly as there, and a
+/// table of them by name for `abi/tests/headers.rs` to compare with the
+/// header. `$ty` is the constants' type.
+macro_rules! c_constants {
+    ($(#[$meta:meta])* $table:ident: $ty:ty { $($name:ident = $value:expr),* $(,)? }) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "` of the C header.")]
+            pub const $name: $ty = $value;
+        )*
+        $(#[$meta])*
+        pub const $table: &[(&str, i64)] = &[$((stringify!($name), $value as i64)),*];
+    };
+}
+
 pub mod analysis;
 pub mod event;
 pub mod program;

@@ -10,14 +10,115 @@
 //! `harness-c/include/memtrace_program.h`. This module knows nothing of
 //! planners or models: it takes plain offsets, shapes and parameters.
 
+c_constants! {
+    /// The magic of `memtrace_program.h` ("PRG1", little-endian).
+    PROGRAM_MAGIC_TABLE: u32 {
+        MEMTRACE_PROGRAM_MAGIC = 0x3147_5250,
+    }
+}
+
 /// "PRG1", little-endian.
-pub const PROGRAM_MAGIC: u32 = 0x3147_5250;
+pub const PROGRAM_MAGIC: u32 = MEMTRACE_PROGRAM_MAGIC;
+
+c_constants! {
+    /// Word indices of the header, tensor and operator records
+    /// (`enum prg_header`, `enum prg_tensor`, `enum prg_op`).
+    PROGRAM_LAYOUT: usize {
+        PRG_MAGIC = 0,
+        PRG_SIZE = 1,
+        PRG_N_TENSORS = 2,
+        PRG_TENSORS = 3,
+        PRG_N_OPS = 4,
+        PRG_OPS = 5,
+        PRG_N_INPUTS = 6,
+        PRG_INPUTS = 7,
+        PRG_N_OUTPUTS = 8,
+        PRG_OUTPUTS = 9,
+        PRG_ARENA_OFFSET = 10,
+        PRG_ARENA_BYTES = 11,
+        PRG_HEADER_WORDS = 16,
+        TEN_DTYPE = 0,
+        TEN_BYTES = 1,
+        TEN_NDIMS = 2,
+        TEN_DIMS = 3,
+        TEN_ZERO_POINT = 7,
+        TEN_LOCATION = 8,
+        TEN_OFFSET = 9,
+        TEN_NAME = 10,
+        TEN_WORDS = 12,
+        OPW_KIND = 0,
+        OPW_DTYPE = 1,
+        OPW_NAME = 2,
+        OPW_PARAMS = 3,
+        OPW_INPUT = 4,
+        OPW_INPUT2 = 5,
+        OPW_WEIGHTS = 6,
+        OPW_BIAS = 7,
+        OPW_OUTPUT = 8,
+        OPW_STRIDE_H = 9,
+        OPW_STRIDE_W = 10,
+        OPW_DILATION_H = 11,
+        OPW_DILATION_W = 12,
+        OPW_PAD_H = 13,
+        OPW_PAD_W = 14,
+        OPW_DEPTH_MULTIPLIER = 15,
+        OPW_FILTER_H = 16,
+        OPW_FILTER_W = 17,
+        OPW_ACT_MIN = 18,
+        OPW_ACT_MAX = 19,
+        OPW_FLOAT_MIN = 20,
+        OPW_FLOAT_MAX = 21,
+        OPW_INPUT_OFFSET = 22,
+        OPW_WEIGHTS_OFFSET = 23,
+        OPW_OUTPUT_OFFSET = 24,
+        OPW_OUTPUT_MULTIPLIER = 25,
+        OPW_OUTPUT_SHIFT = 26,
+        OPW_CHANNEL_MULTIPLIERS = 27,
+        OPW_CHANNEL_SHIFTS = 28,
+        OPW_SOFTMAX_MULTIPLIER = 29,
+        OPW_SOFTMAX_LEFT_SHIFT = 30,
+        OPW_DIFF_MIN = 31,
+        OPW_BETA = 32,
+        OPW_INPUT2_OFFSET = 33,
+        OPW_INPUT1_MULTIPLIER = 34,
+        OPW_INPUT1_SHIFT = 35,
+        OPW_INPUT2_MULTIPLIER = 36,
+        OPW_INPUT2_SHIFT = 37,
+        OPW_LEFT_SHIFT = 38,
+        OPW_CHANNELS = 39,
+        OPW_QUANT_SCALE = 40,
+        OPW_QUANT_ZERO_POINT = 41,
+        OPW_WORDS = 48,
+    }
+}
+
+c_constants! {
+    /// Element-type and operator codes (`enum prg_dtype`, `enum prg_kind`).
+    PROGRAM_CODES: i32 {
+        PDT_F32 = ProgramDtype::F32 as i32,
+        PDT_INT8 = ProgramDtype::Int8 as i32,
+        PDT_UINT8 = ProgramDtype::Uint8 as i32,
+        PDT_INT32 = ProgramDtype::Int32 as i32,
+        PK_CONV2D = ProgramOpKind::Conv2d as i32,
+        PK_DEPTHWISE_CONV2D = ProgramOpKind::DepthwiseConv2d as i32,
+        PK_MAX_POOL = ProgramOpKind::MaxPool as i32,
+        PK_AVERAGE_POOL = ProgramOpKind::AveragePool as i32,
+        PK_FULLY_CONNECTED = ProgramOpKind::FullyConnected as i32,
+        PK_ADD = ProgramOpKind::Add as i32,
+        PK_RELU = ProgramOpKind::Relu as i32,
+        PK_SOFTMAX = ProgramOpKind::Softmax as i32,
+        PK_RESHAPE = ProgramOpKind::Reshape as i32,
+        PK_QUANTIZE = ProgramOpKind::Quantize as i32,
+        PK_DEQUANTIZE = ProgramOpKind::Dequantize as i32,
+    }
+}
+
 /// Words in the program header.
-pub const HEADER_WORDS: usize = 16;
+pub const HEADER_WORDS: usize = PRG_HEADER_WORDS;
 /// Words per tensor record.
-pub const TENSOR_WORDS: usize = 12;
+pub const TENSOR_WORDS: usize = TEN_WORDS;
 /// Words per operator record.
-pub const OP_WORDS: usize = 48;
+pub const OP_WORDS: usize = OPW_WORDS;
 /// The activation arena starts at a multiple of this from the program start.
 pub const ARENA_ALIGN: u64 = 4096;
 
@@ -285,20 +386,16 @@ impl Program {
             for (k, &d) in t.dims.iter().enumerate() {
                 dims[k] = d as i32;
             }
-            tensor_words.extend_from_slice(&[
-                t.dtype as i32,
-                t.bytes() as i32,
-                t.dims.len() as i32,
-                dims[0],
-                dims[1],
-                dims[2],
-                dims[3],
-                t.zero_point,
-                loc,
-                off,
-                name as i32,
-                0,
-            ]);
+            let mut r = [0i32; TEN_WORDS];
+            r[TEN_DTYPE] = t.dtype as i32;
+            r[TEN_BYTES] = t.bytes() as i32;
+            r[TEN_NDIMS] = t.dims.len() as i32;
+            r[TEN_DIMS..TEN_DIMS + 4].copy_from_slice(&dims);
+            r[TEN_ZERO_POINT] = t.zero_point;
+            r[TEN_LOCATION] = loc;
+            r[TEN_OFFSET] = off;
+            r[TEN_NAME] = name as i32;
+            tensor_words.extend_from_slice(&r);
         }
         let mut op_words = Vec::new();
         for op in &self.ops {
@@ -320,51 +417,49 @@ impl Program {
                 (blob.data(&m) as i32, blob.data(&s) as i32)
             };
             let p = &op.params;
-            let mut w = vec![
-                op.kind as i32,
-                op.dtype as i32,
-                name as i32,
-                text as i32,
-                op.inputs[0] as i32,
-                op.inputs.get(1).map(|&x| x as i32).unwrap_or(-1),
-                opt(op.weights),
-                opt(op.bias),
-                op.output as i32,
-                p.stride_h,
-                p.stride_w,
-                p.dilation_h,
-                p.dilation_w,
-                p.pad_h,
-                p.pad_w,
-                p.depth_multiplier,
-                p.filter_h,
-                p.filter_w,
-                p.act_min,
-                p.act_max,
-                p.float_min.to_bits() as i32,
-                p.float_max.to_bits() as i32,
-                p.input_offset,
-                p.weights_offset,
-                p.output_offset,
-                p.output_multiplier,
-                p.output_shift,
-                mult_off,
-                shift_off,
-                p.softmax_multiplier,
-                p.softmax_left_shift,
-                p.diff_min,
-                p.beta.to_bits() as i32,
-                p.input2_offset,
-                p.input1_multiplier,
-                p.input1_shift,
-                p.input2_multiplier,
-                p.input2_shift,
-                p.left_shift,
-                op.per_channel.len() as i32,
-                p.quant_scale.to_bits() as i32,
-                p.quant_zero_point,
-            ];
-            w.resize(OP_WORDS, 0);
+            let mut w = [0i32; OPW_WORDS];
+            w[OPW_KIND] = op.kind as i32;
+            w[OPW_DTYPE] = op.dtype as i32;
+            w[OPW_NAME] = name as i32;
+            w[OPW_PARAMS] = text as i32;
+            w[OPW_INPUT] = op.inputs[0] as i32;
+            w[OPW_INPUT2] = op.inputs.get(1).map(|&x| x as i32).unwrap_or(-1);
+            w[OPW_WEIGHTS] = opt(op.weights);
+            w[OPW_BIAS] = opt(op.bias);
+            w[OPW_OUTPUT] = op.output as i32;
+            w[OPW_STRIDE_H] = p.stride_h;
+            w[OPW_STRIDE_W] = p.stride_w;
+            w[OPW_DILATION_H] = p.dilation_h;
+            w[OPW_DILATION_W] = p.dilation_w;
+            w[OPW_PAD_H] = p.pad_h;
+            w[OPW_PAD_W] = p.pad_w;
+            w[OPW_DEPTH_MULTIPLIER] = p.depth_multiplier;
+            w[OPW_FILTER_H] = p.filter_h;
+            w[OPW_FILTER_W] = p.filter_w;
+            w[OPW_ACT_MIN] = p.act_min;
+            w[OPW_ACT_MAX] = p.act_max;
+            w[OPW_FLOAT_MIN] = p.float_min.to_bits() as i32;
+            w[OPW_FLOAT_MAX] = p.float_max.to_bits() as i32;
+            w[OPW_INPUT_OFFSET] = p.input_offset;
+            w[OPW_WEIGHTS_OFFSET] = p.weights_offset;
+            w[OPW_OUTPUT_OFFSET] = p.output_offset;
+            w[OPW_OUTPUT_MULTIPLIER] = p.output_multiplier;
+            w[OPW_OUTPUT_SHIFT] = p.output_shift;
+            w[OPW_CHANNEL_MULTIPLIERS] = mult_off;
+            w[OPW_CHANNEL_SHIFTS] = shift_off;
+            w[OPW_SOFTMAX_MULTIPLIER] = p.softmax_multiplier;
+            w[OPW_SOFTMAX_LEFT_SHIFT] = p.softmax_left_shift;
+            w[OPW_DIFF_MIN] = p.diff_min;
+            w[OPW_BETA] = p.beta.to_bits() as i32;
+            w[OPW_INPUT2_OFFSET] = p.input2_offset;
+            w[OPW_INPUT1_MULTIPLIER] = p.input1_multiplier;
+            w[OPW_INPUT1_SHIFT] = p.input1_shift;
+            w[OPW_INPUT2_MULTIPLIER] = p.input2_multiplier;
+            w[OPW_INPUT2_SHIFT] = p.input2_shift;
+            w[OPW_LEFT_SHIFT] = p.left_shift;
+            w[OPW_CHANNELS] = op.per_channel.len() as i32;
+            w[OPW_QUANT_SCALE] = p.quant_scale.to_bits() as i32;
+            w[OPW_QUANT_ZERO_POINT] = p.quant_zero_point;
             op_words.extend(w);
         }
         let mut input_words = Vec::new();
@@ -385,24 +480,20 @@ impl Program {
         }
         blob.align(ARENA_ALIGN as usize);
         let arena_offset = blob.bytes.len() as u64;
-        words.extend_from_slice(&[
-            PROGRAM_MAGIC as i32,
-            arena_offset as i32,
-            self.tensors.len() as i32,
-            tensors_off as i32,
-            self.ops.len() as i32,
-            ops_off as i32,
-            self.inputs.len() as i32,
-            inputs_off as i32,
-            self.outputs.len() as i32,
-            outputs_off as i32,
-            arena_offset as i32,
-            self.arena_bytes as i32,
-            0,
-            0,
-            0,
-            0,
-        ]);
+        let mut header = [0i32; PRG_HEADER_WORDS];
+        header[PRG_MAGIC] = PROGRAM_MAGIC as i32;
+        header[PRG_SIZE] = arena_offset as i32;
+        header[PRG_N_TENSORS] = self.tensors.len() as i32;
+        header[PRG_TENSORS] = tensors_off as i32;
+        header[PRG_N_OPS] = self.ops.len() as i32;
+        header[PRG_OPS] = ops_off as i32;
+        header[PRG_N_INPUTS] = self.inputs.len() as i32;
+        header[PRG_INPUTS] = inputs_off as i32;
+        header[PRG_N_OUTPUTS] = self.outputs.len() as i32;
+        header[PRG_OUTPUTS] = outputs_off as i32;
+        header[PRG_ARENA_OFFSET] = arena_offset as i32;
+        header[PRG_ARENA_BYTES] = self.arena_bytes as i32;
+        words.extend_from_slice(&header);
         words.extend(tensor_words);
         words.extend(op_words);
         words.extend(input_words);

@@ -12,15 +12,22 @@ pub const MARKER_OFFSET: u64 = 4;
 /// Size of `memtrace_port`.
 pub const PORT_SIZE: u64 = 8;
 /// Longest accepted string, NUL included.
-pub const MAX_STRING: usize = 256;
-/// `MEMTRACE_CMD_LAYER_BEGIN`: opens a layer window.
-pub const CMD_LAYER_BEGIN: u32 = 1;
-/// `MEMTRACE_CMD_BUFFER`: declares a buffer of the open layer.
-pub const CMD_BUFFER: u32 = 2;
-/// `MEMTRACE_CMD_LAYER_END`: closes the layer window.
-pub const CMD_LAYER_END: u32 = 3;
-/// `MEMTRACE_CMD_EXIT`: the guest's exit code.
-pub const CMD_EXIT: u32 = 4;
+pub const MAX_STRING: usize = MEMTRACE_MAX_STRING as usize;
+c_constants! {
+    /// The commands and roles of `memtrace.h`.
+    MEMTRACE_H: u32 {
+        MEMTRACE_CMD_LAYER_BEGIN = 1,
+        MEMTRACE_CMD_BUFFER = 2,
+        MEMTRACE_CMD_LAYER_END = 3,
+        MEMTRACE_CMD_EXIT = 4,
+        MEMTRACE_ROLE_INPUT = 0,
+        MEMTRACE_ROLE_OUTPUT = 1,
+        MEMTRACE_ROLE_WEIGHTS = 2,
+        MEMTRACE_ROLE_BIAS = 3,
+        MEMTRACE_ROLE_SCRATCH = 4,
+        MEMTRACE_MAX_STRING = 256,
+    }
+}
 
 /// A violation of the port's wire format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,10 +80,10 @@ impl PortDecoder {
     /// A guest write of `code` to the marker.
     pub fn command(&mut self, code: u32) -> Result<Command, ProtocolError> {
         let (name, needed) = match code {
-            CMD_LAYER_BEGIN => ("LAYER_BEGIN", 6),
-            CMD_BUFFER => ("BUFFER", 8),
-            CMD_LAYER_END => ("LAYER_END", 0),
-            CMD_EXIT => ("EXIT", 1),
+            MEMTRACE_CMD_LAYER_BEGIN => ("LAYER_BEGIN", 6),
+            MEMTRACE_CMD_BUFFER => ("BUFFER", 8),
+            MEMTRACE_CMD_LAYER_END => ("LAYER_END", 0),
+            MEMTRACE_CMD_EXIT => ("EXIT", 1),
             _ => {
                 self.fifo.clear();
                 return Err(ProtocolError(format!(
@@ -93,12 +100,12 @@ impl PortDecoder {
         }
         let wide = |i: usize| words[i] as u64 | (words[i + 1] as u64) << 32;
         Ok(match code {
-            CMD_LAYER_BEGIN => Command::LayerBegin {
+            MEMTRACE_CMD_LAYER_BEGIN => Command::LayerBegin {
                 name: wide(0),
                 op: wide(2),
                 params: wide(4),
             },
-            CMD_BUFFER => Command::Buffer(BufferDecl {
+            MEMTRACE_CMD_BUFFER => Command::Buffer(BufferDecl {
                 id: words[0],
                 role: words[1],
                 base: wide(2),
@@ -106,7 +113,7 @@ impl PortDecoder {
                 elem_size: words[5],
                 name: wide(6),
             }),
-            CMD_LAYER_END => Command::LayerEnd,
+            MEMTRACE_CMD_LAYER_END => Command::LayerEnd,
             _ => Command::Exit {
                 code: words[0] as i32,
             },

@@ -56,14 +56,14 @@ impl Op {
     /// Code in the job mailbox (`enum memtrace_op` in `memtrace_job.h`).
     pub fn job_code(self) -> i32 {
         match self {
-            Op::Conv2d => 1,
-            Op::DepthwiseConv2d => 2,
-            Op::MaxPool => 3,
-            Op::AveragePool => 4,
-            Op::FullyConnected => 5,
-            Op::Add => 6,
-            Op::Relu => 7,
-            Op::Matmul => 8,
+            Op::Conv2d => OP_CONV2D,
+            Op::DepthwiseConv2d => OP_DEPTHWISE_CONV2D,
+            Op::MaxPool => OP_MAX_POOL,
+            Op::AveragePool => OP_AVERAGE_POOL,
+            Op::FullyConnected => OP_FULLY_CONNECTED,
+            Op::Add => OP_ADD,
+            Op::Relu => OP_RELU,
+            Op::Matmul => OP_MATMUL,
         }
     }
 
@@ -120,8 +120,8 @@ impl Dtype {
     /// Code in the job mailbox (`enum memtrace_dtype`).
     pub fn job_code(self) -> i32 {
         match self {
-            Dtype::F32 => 1,
-            Dtype::Int8 => 2,
+            Dtype::F32 => DTYPE_F32,
+            Dtype::Int8 => DTYPE_INT8,
         }
     }
 }
@@ -535,35 +535,80 @@ impl LayerSpec {
     /// The job-mailbox words (`memtrace_job.h`).
     pub fn job_words(&self, seed: u32) -> [i32; JOB_WORDS] {
         let mut w = [0i32; JOB_WORDS];
-        w[0] = JOB_MAGIC;
-        w[1] = self.op.job_code();
-        w[2] = self.dtype.job_code();
+        w[JOB_MAGIC] = MEMTRACE_JOB_MAGIC as i32;
+        w[JOB_OP] = self.op.job_code();
+        w[JOB_DTYPE] = self.dtype.job_code();
         for i in 0..4 {
-            w[3 + i] = self.input[i] as i32;
-            w[7 + i] = self.filter[i] as i32;
-            w[11 + i] = self.output[i] as i32;
+            w[JOB_INPUT + i] = self.input[i] as i32;
+            w[JOB_FILTER + i] = self.filter[i] as i32;
+            w[JOB_OUTPUT + i] = self.output[i] as i32;
         }
-        w[15] = self.stride.0 as i32;
-        w[16] = self.stride.1 as i32;
-        w[17] = self.dilation.0 as i32;
-        w[18] = self.dilation.1 as i32;
-        w[19] = match self.padding {
+        w[JOB_STRIDE_H] = self.stride.0 as i32;
+        w[JOB_STRIDE_W] = self.stride.1 as i32;
+        w[JOB_DILATION_H] = self.dilation.0 as i32;
+        w[JOB_DILATION_W] = self.dilation.1 as i32;
+        w[JOB_PADDING] = match self.padding {
             Padding::Same => 1,
             Padding::Valid => 2,
         };
-        w[20] = self.pad.0 as i32;
-        w[21] = self.pad.1 as i32;
-        w[22] = self.depth_multiplier as i32;
-        w[23] = self.activation.job_code();
-        w[24] = seed as i32;
+        w[JOB_PAD_H] = self.pad.0 as i32;
+        w[JOB_PAD_W] = self.pad.1 as i32;
+        w[JOB_DEPTH_MULTIPLIER] = self.depth_multiplier as i32;
+        w[JOB_ACTIVATION] = self.activation.job_code();
+        w[JOB_SEED] = seed as i32;
         w
     }
 }
 
-/// Magic value of word 0 of a host-written job.
-pub const JOB_MAGIC: i32 = 0x4A4F_4231;
+c_constants! {
+    /// The sizes and magic of `memtrace_job.h`.
+    JOB_HEADER: i64 {
+        MEMTRACE_JOB_MAGIC = 0x4A4F_4231,
+        MEMTRACE_JOB_WORDS = 32,
+    }
+}
+
 /// Number of int32 words in the job mailbox.
-pub const JOB_WORDS: usize = 32;
+pub const JOB_WORDS: usize = MEMTRACE_JOB_WORDS as usize;
+
+c_constants! {
+    /// The word indices of the job mailbox (`enum memtrace_job_word`).
+    JOB_LAYOUT: usize {
+        JOB_MAGIC = 0,
+        JOB_OP = 1,
+        JOB_DTYPE = 2,
+        JOB_INPUT = 3,
+        JOB_FILTER = 7,
+        JOB_OUTPUT = 11,
+        JOB_STRIDE_H = 15,
+        JOB_STRIDE_W = 16,
+        JOB_DILATION_H = 17,
+        JOB_DILATION_W = 18,
+        JOB_PADDING = 19,
+        JOB_PAD_H = 20,
+        JOB_PAD_W = 21,
+        JOB_DEPTH_MULTIPLIER = 22,
+        JOB_ACTIVATION = 23,
+        JOB_SEED = 24,
+    }
+}
+
+c_constants! {
+    /// Operator and element-type codes of the job (`enum memtrace_op`,
+    /// `enum memtrace_dtype`).
+    JOB_CODES: i32 {
+        OP_CONV2D = 1,
+        OP_DEPTHWISE_CONV2D = 2,
+        OP_MAX_POOL = 3,
+        OP_AVERAGE_POOL = 4,
+        OP_FULLY_CONNECTED = 5,
+        OP_ADD = 6,
+        OP_RELU = 7,
+        OP_MATMUL = 8,
+        DTYPE_F32 = 1,
+        DTYPE_INT8 = 2,
+    }
+}
 
 fn elements(shape: &Shape) -> u64 {
     shape.iter().map(|&d| d as u64).product()

@@ -4,8 +4,8 @@ use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, Role};
 
 use crate::overlap::check::{check, method_values, MethodValues};
 use crate::overlap::empirical::OverlapAccumulator;
-use memtrace_abi::Analysis;
 use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
+use memtrace_abi::Analysis;
 
 /// Builds a [`LayerReport`] for every traced layer.
 #[derive(Default)]

@@ -3,14 +3,16 @@
 //! It knows events (from `memtrace_abi::event`), O_s (empirical,
 //! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
+pub mod error;
 pub mod layer_stats;
 pub mod model;
 pub mod output;
 pub mod overlap;
-pub mod pipeline;
 pub mod planner;
 pub mod plot;
 pub mod report;
 pub mod rng;
 pub mod table;
 pub mod verify;
+
+pub use error::{Error, Result};

@@ -22,7 +22,9 @@ pub fn write_atomically(
         })?;
         let mut out = BufWriter::new(file);
         write(&mut out)?;
-        let file = out.into_inner().map_err(|e| write_error(path, e.into_error()))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| write_error(path, e.into_error()))?;
         file.sync_all().ok();
         std::fs::rename(&tmp, path).map_err(|e| write_error(path, e))
     })();
@@ -36,9 +38,8 @@ pub fn write_atomically(
 /// plotters' backends), renamed into place only on success.
 pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let tmp = temporary_sibling(path);
-    let result = render(&tmp).and_then(|()| {
-        std::fs::rename(&tmp, path).map_err(|e| write_error(path, e))
-    });
+    let result =
+        render(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| write_error(path, e)));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -54,7 +54,7 @@ impl EventTable {
         self.t.is_empty()
     }
 
-    /// The columns of DESIGN §5 plus the layer name.
+    /// The event fields of docs/protocol.md (events) plus the layer name.
     pub fn into_frame(self) -> Result<DataFrame> {
         let names: Vec<&str> = self
             .layer
@@ -78,9 +78,7 @@ impl EventTable {
     pub fn write_parquet(self, path: &Path) -> Result<()> {
         let mut frame = self.into_frame()?;
         write_atomically(path, |out| {
-            ParquetWriter::new(out)
-                .finish(&mut frame)
-                ?;
+            ParquetWriter::new(out).finish(&mut frame)?;
             Ok(())
         })
     }

@@ -1,40 +1,24 @@
-//! `memtrace table`: write an O_s baseline table of a kernel binary — its
-//! built-in layers and/or swept configurations, each with the traced exact
-//! and monotone O_s and the algorithmic and analytic values — for
-//! `memtrace regress` to compare a later build against.
+//! O_s baseline tables (`memtrace table`): a kernel binary's built-in layers
+//! and/or swept configurations, each with the traced exact and monotone O_s
+//! and the algorithmic and analytic values, in a JSON file that
+//! [`crate::regress`] compares a later build against.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use clap::Args;
 use memtrace_analyzer::output::write_atomically;
 use memtrace_tracer::ElfImage;
 use serde::{Deserialize, Serialize};
 
-use super::common::check_writable;
-use super::sweep::{
-    config_names, require_job_mailbox, start, summarise, trace_builtin, trace_specs, ConfigArgs,
-    Row,
+use crate::bail;
+use crate::common::check_writable;
+use crate::error::{Error, Result};
+use crate::sweep::{
+    config_names, require_job_mailbox, start, summarise, trace_builtin, trace_specs,
+    ConfigSelection, Row,
 };
 
 /// Format tag of baseline files.
 pub const FORMAT: &str = "memtrace-os-table/1";
-
-#[derive(Args, Debug)]
-pub struct TableArgs {
-    /// Kernel-suite binary (ELF for Cortex-M4 or x86-64).
-    pub elf: PathBuf,
-    /// Where to write the table (JSON).
-    #[arg(long, value_name = "baseline.json")]
-    pub out: PathBuf,
-    /// Leave out the binary's built-in layers (by default they are traced
-    /// once, without a job, and recorded by layer name).
-    #[arg(long)]
-    pub no_builtin: bool,
-    #[command(flatten)]
-    pub configs: ConfigArgs,
-}
 
 /// One row of a baseline.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -44,30 +28,43 @@ pub struct BaselineRow {
     /// `builtin`: a layer the binary runs without a job, found again by name;
     /// `job`: re-traced from `spec` through the job mailbox.
     pub source: String,
+    /// Operator name.
     pub op: String,
+    /// Element type.
     pub dtype: String,
+    /// Architecture the row was traced on.
     pub arch: String,
     /// Canonical layer spec (the params text for a layer without one).
     pub spec: String,
+    /// Traced exact O_s.
     pub exact_bytes: Option<u64>,
+    /// Traced monotone O_s.
     pub monotone_bytes: Option<u64>,
+    /// Algorithmic O_s of the spec.
     pub algorithmic_bytes: Option<u64>,
+    /// Analytic O_s of the spec.
     pub analytic_bytes: Option<u64>,
 }
 
 /// A baseline file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Baseline {
+    /// [`FORMAT`].
     pub format: String,
+    /// The binary the rows were traced from.
     pub elf: String,
+    /// Its architecture.
     pub arch: String,
+    /// The memtrace that wrote the file.
     pub memtrace_version: String,
     /// Seed the guest's data generator got for job rows.
     pub seed: u64,
+    /// One row per layer or configuration.
     pub rows: Vec<BaselineRow>,
 }
 
 impl BaselineRow {
+    /// The baseline record of a swept row.
     pub fn of(row: &Row) -> BaselineRow {
         BaselineRow {
             name: row.name.clone(),
@@ -85,11 +82,15 @@ impl BaselineRow {
 }
 
 impl Baseline {
-    pub fn load(path: &std::path::Path) -> Result<Baseline> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read baseline {}", path.display()))?;
+    /// Reads and checks a baseline file.
+    pub fn load(path: &Path) -> Result<Baseline> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            action: "read baseline",
+            path: path.to_owned(),
+            source,
+        })?;
         let b: Baseline = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a memtrace O_s table", path.display()))?;
+            .map_err(|e| crate::failed!("{} is not a memtrace O_s table: {e}", path.display()))?;
         if b.format != FORMAT {
             bail!(
                 "{}: format `{}`, expected `{FORMAT}`",
@@ -101,83 +102,95 @@ impl Baseline {
     }
 }
 
-pub fn run(args: TableArgs) -> Result<ExitCode> {
-    if args.no_builtin && !args.configs.any() {
+/// What to tabulate and where.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    /// The kernel binary.
+    pub elf: PathBuf,
+    /// The baseline file to write.
+    pub out: PathBuf,
+    /// Leave out the binary's built-in layers.
+    pub no_builtin: bool,
+    /// Swept configurations.
+    pub configs: ConfigSelection,
+}
+
+/// A written baseline and the rows behind it.
+#[derive(Debug, Clone)]
+pub struct Tabulated {
+    /// The baseline as written.
+    pub baseline: Baseline,
+    /// The traced rows.
+    pub rows: Vec<Row>,
+    /// Swept configurations among them.
+    pub configs: usize,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// Traces the built-in layers and the selected configurations and writes the
+/// baseline file atomically; nothing is written when any row fails.
+pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
+    if opts.no_builtin && !opts.configs.any() {
         bail!("--no-builtin leaves nothing to tabulate: add --op, --configs-file or --grid");
     }
-    check_writable(&args.out)?;
-    let specs = if args.configs.any() {
-        args.configs.specs()?
+    check_writable(&opts.out)?;
+    let specs = if opts.configs.any() {
+        opts.configs.specs()?
     } else {
         Vec::new()
     };
-    let image = ElfImage::load(&args.elf)?;
+    let image = ElfImage::load(&opts.elf)?;
     if !specs.is_empty() {
         require_job_mailbox(&image)?;
     }
-    let threads = args.configs.threads();
+    let threads = opts.configs.threads();
     let t0 = start();
     let mut rows = Vec::new();
-    if !args.no_builtin {
-        rows.extend(trace_builtin(&image, args.configs.max_instructions)?);
+    if !opts.no_builtin {
+        rows.extend(trace_builtin(&image, opts.configs.max_instructions)?);
     }
     rows.extend(trace_specs(
         &image,
         &specs,
         &config_names(specs.len()),
-        args.configs.seed as u32,
+        opts.configs.seed as u32,
         threads,
-        args.configs.max_instructions,
+        opts.configs.max_instructions,
     ));
     let summary = summarise(&rows, t0.elapsed(), threads);
-    let failed: Vec<&Row> = rows.iter().filter(|r| r.error.is_some()).collect();
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let e = r.error.as_deref()?;
+            Some(format!("ERROR {}: {}: {e}", r.name, r.spec))
+        })
+        .collect();
     if !failed.is_empty() {
-        for r in &failed {
-            eprintln!(
-                "ERROR {}: {}: {}",
-                r.name,
-                r.spec,
-                r.error.as_deref().unwrap_or("")
-            );
-        }
         bail!(
-            "{} of {} configurations could not be traced; no table written",
+            "{} of {} configurations could not be traced; no table written\n{}",
             failed.len(),
-            rows.len()
+            rows.len(),
+            failed.join("\n")
         );
     }
     let baseline = Baseline {
         format: FORMAT.to_owned(),
-        elf: args.elf.display().to_string(),
+        elf: opts.elf.display().to_string(),
         arch: image.arch.name().to_owned(),
         memtrace_version: env!("CARGO_PKG_VERSION").to_owned(),
-        seed: args.configs.seed,
+        seed: opts.configs.seed,
         rows: rows.iter().map(BaselineRow::of).collect(),
     };
     let text = serde_json::to_string_pretty(&baseline)? + "\n";
-    write_atomically(&args.out, |w| {
-        Ok(std::io::Write::write_all(w, text.as_bytes())?)
+    write_atomically(&opts.out, |w| {
+        std::io::Write::write_all(w, text.as_bytes())
+            .map_err(|e| memtrace_analyzer::output::write_error(&opts.out, e))
     })?;
-    eprintln!(
-        "{}: {} rows ({} built-in layers, {} configs) written to {} in {:.1} s",
-        args.elf.display(),
-        rows.len(),
-        rows.iter().filter(|r| r.source == "builtin").count(),
-        specs.len(),
-        args.out.display(),
-        summary.seconds
-    );
-    for r in rows.iter().filter(|r| !r.flags.is_empty()) {
-        eprintln!(
-            "WARNING {}: {} fails the O_s cross-checks [{}] (recorded as traced)",
-            r.name,
-            r.spec,
-            r.flags
-                .iter()
-                .map(|f| f.name())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Tabulated {
+        baseline,
+        rows,
+        configs: specs.len(),
+        seconds: summary.seconds,
+    })
 }

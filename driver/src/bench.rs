@@ -1,4 +1,4 @@
-//! `memtrace bench`: tracing cost measured side by side in one run.
+//! Benchmarks (`memtrace bench`): tracing cost measured side by side in one run.
 //!
 //! * overhead: `memtrace run` (O_s only, on the MMIO access path it uses by
 //!   default, and with `--exact-time` on the hook path) of a job layer vs the
@@ -6,57 +6,38 @@
 //! * Valgrind: the x86-64 build traced by memtrace vs the native x86-64 build
 //!   of the same layer under `valgrind --tool=lackey --trace-mem=yes`
 //!   (the paper's tracer) and `--tool=none`;
-//! * memory: peak RSS of an O_s-only `memtrace run` of a large layer, measured
-//!   in a child process.
+//! * memory: peak RSS of an O_s-only trace of a large layer.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
+use memtrace_abi::LayerSpec;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_tracer::baseline::run_untraced;
-use memtrace_tracer::{AccessPath, ElfImage, Job, LayerSpec, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
-use super::common::trace_with;
+use crate::common::trace_with;
+use crate::error::{Error, Result};
+use crate::run::{run, RunOptions};
+use crate::{bail, failed};
 
-#[derive(Args, Debug)]
-pub struct BenchArgs {
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
     /// Directory holding cortex-m4/ and x86_64/ guest builds.
-    #[arg(long, default_value = "harness-c/build")]
     pub build_dir: PathBuf,
-    /// Layer for the overhead and Valgrind comparisons (≥ 10 M instructions).
-    #[arg(
-        long,
-        default_value = "op=conv2d,dtype=int8,input=1x32x32x16,filter=32x1x1x16,padding=same"
-    )]
+    /// Layer of the overhead and Valgrind comparisons.
     pub job: String,
-    /// Layer for the peak-RSS measurement (≥ 50 M events).
-    #[arg(
-        long,
-        default_value = "op=conv2d,dtype=int8,input=1x32x32x64,filter=64x3x3x64,padding=same"
-    )]
+    /// Layer of the peak-RSS measurement.
     pub rss_job: String,
-    /// Timed repetitions; the fastest is reported.
-    #[arg(long, default_value_t = 3)]
+    /// Timed repetitions; the fastest counts.
     pub repeat: u32,
     /// Skip the Valgrind comparison.
-    #[arg(long)]
     pub no_valgrind: bool,
     /// Skip the peak-RSS measurement.
-    #[arg(long)]
     pub no_rss: bool,
-    /// Only measure the O_s cost ladder (analytic ns, algorithmic ms, traced
-    /// s on one layer) and `validate` throughput, on cortex-m4/suite.elf.
-    #[arg(long)]
-    pub ladder: bool,
-    /// Layer of the ladder (default: the DMO paper's Table I layer).
-    #[arg(long, default_value = super::ladder::TABLE_ONE)]
-    pub ladder_job: String,
-    /// Random configurations per (op, dtype) for the throughput measurement.
-    #[arg(long, default_value_t = 25)]
-    pub ladder_configs: usize,
 }
 
 fn fastest<T>(repeat: u32, mut f: impl FnMut() -> Result<T>) -> Result<(Duration, T)> {
@@ -99,7 +80,7 @@ fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<Traced> {
     let layer = stats
         .layers
         .first()
-        .ok_or_else(|| anyhow!("the job produced no layer"))?;
+        .ok_or_else(|| failed!("the job produced no layer"))?;
     let events = layer
         .buffers
         .iter()
@@ -108,7 +89,7 @@ fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<Traced> {
     let overlap = layer
         .overlap
         .as_ref()
-        .ok_or_else(|| anyhow!("the job layer has no input/output pair"))?;
+        .ok_or_else(|| failed!("the job layer has no input/output pair"))?;
     Ok(Traced {
         events,
         instructions: layer.instructions,
@@ -127,18 +108,13 @@ fn traced_both(image: &ElfImage, job: &Job, repeat: u32) -> Result<(Duration, Du
     Ok((mmio, hooks, exact))
 }
 
-pub fn run(args: BenchArgs) -> Result<ExitCode> {
-    if args.ladder {
-        super::ladder::run(
-            &args.build_dir.join("cortex-m4/suite.elf"),
-            &args.ladder_job,
-            args.ladder_configs,
-        )?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let spec = LayerSpec::parse(&args.job).map_err(|e| anyhow!("bad --job: {e}"))?;
+/// Measures tracing overhead, the Valgrind comparison and peak memory,
+/// writing the report to `out`.
+pub fn bench(opts: &BenchOptions, out: &mut impl Write) -> Result<()> {
+    let args = opts;
+    let spec = LayerSpec::parse(&args.job).map_err(|e| failed!("bad --job: {e}"))?;
     let job = Job { spec, seed: 1 };
-    println!("memtrace bench — layer: {}", job.spec);
+    writeln!(out, "memtrace bench — layer: {}", job.spec)?;
 
     let m4 = ElfImage::load(&args.build_dir.join("cortex-m4/suite.elf"))?;
     let (raw, code) = fastest(args.repeat, || Ok(run_untraced(&m4, Some(&job))?))?;
@@ -146,46 +122,53 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         bail!("the untraced guest exited with code {code}");
     }
     let (mmio, hooks, t) = traced_both(&m4, &job, args.repeat)?;
-    println!(
+    writeln!(
+        out,
         "\n[overhead] cortex-m4, {} instructions in the layer, {} events, O_s {} B (both paths)",
         t.instructions, t.events, t.exact
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  unicorn, no hooks                 {:>9.3} s",
         raw.as_secs_f64()
-    );
+    )?;
     for (name, took) in [
         ("memtrace run (O_s)", mmio),
         ("memtrace run --exact-time", hooks),
     ] {
-        println!(
+        writeln!(
+            out,
             "  {name:<32}  {:>9.3} s  = {:>5.2} x   {:>5.1} ns/event",
             took.as_secs_f64(),
             took.as_secs_f64() / raw.as_secs_f64(),
             (took.as_secs_f64() - raw.as_secs_f64()) * 1e9 / t.events.max(1) as f64
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "  target: memtrace run <= 3 x   -> {}",
         if mmio.as_secs_f64() <= 3.0 * raw.as_secs_f64() {
             "met"
         } else {
             "NOT met"
         }
-    );
+    )?;
 
     if !args.no_valgrind {
-        valgrind_comparison(&args, &job)?;
+        valgrind_comparison(args, &job, out)?;
     }
     if !args.no_rss {
-        peak_rss(&args)?;
+        peak_rss(args, out)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-fn valgrind_comparison(args: &BenchArgs, job: &Job) -> Result<()> {
+fn valgrind_comparison(args: &BenchOptions, job: &Job, out: &mut impl Write) -> Result<()> {
     if Command::new("valgrind").arg("--version").output().is_err() {
-        println!("\n[valgrind] skipped: valgrind is not installed (apt-get install valgrind)");
+        writeln!(
+            out,
+            "\n[valgrind] skipped: valgrind is not installed (apt-get install valgrind)"
+        )?;
         return Ok(());
     }
     let x86 = ElfImage::load(&args.build_dir.join("x86_64/suite.elf"))?;
@@ -202,7 +185,7 @@ fn valgrind_comparison(args: &BenchArgs, job: &Job) -> Result<()> {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
-                .context("running valgrind")?;
+                .map_err(|e| failed!("running valgrind: {e}"))?;
             if !status.success() {
                 bail!("valgrind {tool:?} on the native suite failed: {status}");
             }
@@ -212,41 +195,47 @@ fn valgrind_comparison(args: &BenchArgs, job: &Job) -> Result<()> {
     };
     let lackey = run_valgrind(&["--tool=lackey", "--trace-mem=yes"])?;
     let none = run_valgrind(&["--tool=none"])?;
-    println!(
+    writeln!(
+        out,
         "\n[valgrind] x86-64, {} instructions in the layer, {} events",
         t.instructions, t.events
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  valgrind --tool=none              {:>9.3} s",
         none.as_secs_f64()
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  valgrind --tool=lackey --trace-mem {:>8.3} s",
         lackey.as_secs_f64()
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  unicorn, no hooks                 {:>9.3} s",
         raw.as_secs_f64()
-    );
+    )?;
     for (name, took) in [
         ("memtrace run (O_s)", mmio),
         ("memtrace run --exact-time", hooks),
     ] {
-        println!(
+        writeln!(
+            out,
             "  {name:<33} {:>9.3} s   lackey / memtrace = {:>5.1} x   ({:.2} x unicorn)",
             took.as_secs_f64(),
             lackey.as_secs_f64() / took.as_secs_f64(),
             took.as_secs_f64() / raw.as_secs_f64()
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "  target: lackey / memtrace run >= 20 x -> {}",
         if lackey.as_secs_f64() >= 20.0 * mmio.as_secs_f64() {
             "met"
         } else {
             "NOT met"
         }
-    );
+    )?;
     Ok(())
 }
 
@@ -255,21 +244,26 @@ fn valgrind_comparison(args: &BenchArgs, job: &Job) -> Result<()> {
 fn patched_native(path: &Path, job: &Job) -> Result<tempfile::TempPath> {
     use object::{Object, ObjectSection, ObjectSymbol};
     use std::os::unix::fs::PermissionsExt;
-    let mut bytes =
-        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut bytes = std::fs::read(path).map_err(|source| Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source,
+    })?;
     let offset = {
-        let file = object::File::parse(&*bytes)?;
+        let file = object::File::parse(&*bytes).map_err(|e| failed!("{}: {e}", path.display()))?;
         let sym = file
             .symbols()
             .find(|s| s.name() == Ok("memtrace_job"))
-            .ok_or_else(|| anyhow!("{} has no memtrace_job", path.display()))?;
-        let section = file.section_by_index(
-            sym.section_index()
-                .ok_or_else(|| anyhow!("memtrace_job has no section"))?,
-        )?;
+            .ok_or_else(|| failed!("{} has no memtrace_job", path.display()))?;
+        let section = file
+            .section_by_index(
+                sym.section_index()
+                    .ok_or_else(|| failed!("memtrace_job has no section"))?,
+            )
+            .map_err(|e| failed!("{}: {e}", path.display()))?;
         let (file_start, _) = section
             .file_range()
-            .ok_or_else(|| anyhow!("memtrace_job is not file-backed in {}", path.display()))?;
+            .ok_or_else(|| failed!("memtrace_job is not file-backed in {}", path.display()))?;
         (file_start + sym.address() - section.address()) as usize
     };
     for (i, w) in job.spec.job_words(job.seed).iter().enumerate() {
@@ -282,47 +276,37 @@ fn patched_native(path: &Path, job: &Job) -> Result<tempfile::TempPath> {
     Ok(tmp)
 }
 
-fn peak_rss(args: &BenchArgs) -> Result<()> {
-    let exe = std::env::current_exe()?;
-    let output = Command::new(exe)
-        .args(["run", "--format", "json", "--job", &args.rss_job])
-        .arg(args.build_dir.join("cortex-m4/suite.elf"))
-        .env("MEMTRACE_REPORT_PEAK_RSS", "1")
-        .output()
-        .context("running memtrace run for the RSS measurement")?;
-    if !output.status.success() {
-        bail!(
-            "memtrace run --job {} failed: {}",
-            args.rss_job,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-    let layer = &report["layers"][0];
-    let events: u64 = layer["buffers"]
-        .as_array()
-        .map(|bs| {
-            bs.iter()
-                .map(|b| {
-                    b["loads"].as_u64().unwrap_or(0)
-                        + b["stores"].as_u64().unwrap_or(0)
-                        + b["updates"].as_u64().unwrap_or(0)
-                })
-                .sum()
-        })
-        .unwrap_or(0);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let kb: u64 = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("peak RSS kB: "))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| anyhow!("the child did not report its peak RSS"))?;
-    println!("\n[memory] O_s-only run of {}", args.rss_job);
-    println!("  events                 {events:>12}");
-    println!(
+/// Peak RSS of an O_s-only trace of the RSS layer, measured in this process:
+/// the kernel's high-water mark is reset first (`/proc/self/clear_refs`), so
+/// what the earlier measurements held does not count unless still resident.
+fn peak_rss(args: &BenchOptions, out: &mut impl Write) -> Result<()> {
+    std::fs::write("/proc/self/clear_refs", "5")
+        .map_err(|e| failed!("resetting the peak RSS (/proc/self/clear_refs): {e}"))?;
+    let report = run(&RunOptions {
+        elf: args.build_dir.join("cortex-m4/suite.elf"),
+        layers: Vec::new(),
+        job: Some(args.rss_job.clone()),
+        seed: 1,
+        events: None,
+        plot: None,
+        no_overlay: false,
+        max_instructions: 20_000_000_000,
+        exact_time: false,
+    })?;
+    let kb = peak_rss_kb().ok_or_else(|| failed!("/proc/self/status has no VmHWM"))?;
+    let events: u64 = report
+        .layers
+        .iter()
+        .flat_map(|l| &l.buffers)
+        .map(|b| b.loads + b.stores + b.updates)
+        .sum();
+    writeln!(out, "\n[memory] O_s-only run of {}", args.rss_job)?;
+    writeln!(out, "  events                 {events:>12}")?;
+    writeln!(
+        out,
         "  peak RSS               {:>9.1} MB   (target <= 200 MB)",
         kb as f64 / 1024.0
-    );
+    )?;
     Ok(())
 }
 

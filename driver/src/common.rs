@@ -1,25 +1,23 @@
-//! Pieces shared by subcommands: tracing with the analyzer on a second
-//! thread, output-path checks, progress and table printing.
+//! Pieces every workflow shares: a traced run with a spinner, output-path
+//! checks, table printing settings, thread counts.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use memtrace_analyzer::pipeline::{consume, Analysis};
-use memtrace_tracer::{ElfImage, EventSink, Progress, RunSummary, TraceOptions};
+use memtrace_abi::Analysis;
+use memtrace_tracer::{ElfImage, Progress, RunSummary, TraceOptions};
 
-/// Runs the tracer on this thread and `analyses` on another, connected by
-/// bounded channels.
+use crate::error::{Error, Result};
+
+/// Traces `image` with `analyses`, showing a spinner on an interactive stderr.
 pub fn trace_with(
     image: &ElfImage,
     mut options: TraceOptions<'_>,
     analyses: &mut [&mut (dyn Analysis + Send)],
 ) -> Result<RunSummary> {
-    let (tx, rx) = crossbeam_channel::bounded(64);
-    let (recycle_tx, recycle_rx) = crossbeam_channel::bounded(64);
-    let bar = progress_bar();
+    let bar = spinner();
     if let Some(bar) = bar.clone() {
         options.progress = Some(Box::new(move |p: Progress| {
             bar.set_message(format!(
@@ -29,38 +27,42 @@ pub fn trace_with(
             ));
         }));
     }
-    let summary = std::thread::scope(|scope| {
-        let analyzer = scope.spawn(move || {
-            let mut refs: Vec<&mut dyn Analysis> = analyses
-                .iter_mut()
-                .map(|a| &mut **a as &mut dyn Analysis)
-                .collect();
-            consume(rx, recycle_tx, &mut refs);
-        });
-        let sink = EventSink {
-            messages: tx,
-            recycled: recycle_rx,
-        };
-        let summary = memtrace_tracer::run(image, options, sink);
-        analyzer
-            .join()
-            .map_err(|_| anyhow!("the analyzer thread panicked"))?;
-        summary.map_err(anyhow::Error::from)
-    });
+    let summary = memtrace_tracer::trace(image, options, analyses);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    summary
+    Ok(summary?)
+}
+
+/// Whether progress may be drawn: an interactive stderr, not CI.
+pub fn interactive() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }
 
 /// A spinner on an interactive stderr; nothing in CI or when piped.
-fn progress_bar() -> Option<ProgressBar> {
-    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+fn spinner() -> Option<ProgressBar> {
+    if !interactive() {
         return None;
     }
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} tracing: {msg} [{elapsed}]").ok()?);
     bar.enable_steady_tick(Duration::from_millis(120));
+    Some(bar)
+}
+
+/// A bar of `len` steps named `unit` on an interactive stderr.
+pub fn progress_bar(len: u64, unit: &str) -> Option<ProgressBar> {
+    if len < 2 || !interactive() {
+        return None;
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{pos}}/{{len}} {unit} [{{elapsed}} / ~{{eta}}]"
+        ))
+        .ok()?,
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
     Some(bar)
 }
 
@@ -71,12 +73,12 @@ pub fn check_writable(path: &Path) -> Result<()> {
         _ => PathBuf::from("."),
     };
     let probe = dir.join(format!(".memtrace-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).with_context(|| {
-        format!(
-            "cannot write {}: directory {} is not writable",
+    std::fs::File::create(&probe).map_err(|source| {
+        Error::Failed(format!(
+            "cannot write {}: directory {} is not writable: {source}",
             path.display(),
             dir.display()
-        )
+        ))
     })?;
     let _ = std::fs::remove_file(probe);
     Ok(())
@@ -98,4 +100,16 @@ pub fn configure_table_printing() {
             std::env::set_var(key, value);
         }
     }
+}
+
+/// `requested` worker threads, or all cores.
+pub fn threads(requested: Option<usize>) -> usize {
+    requested
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// `-` for a missing value.
+pub fn show<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }

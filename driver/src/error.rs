@@ -29,6 +29,9 @@ pub enum Error {
     /// A table could not be built.
     #[error(transparent)]
     Table(#[from] polars::error::PolarsError),
+    /// A report could not be written to its stream.
+    #[error("writing the report: {0}")]
+    Output(#[from] std::io::Error),
     /// A workflow failed for the reason given.
     #[error("{0}")]
     Failed(String),
@@ -53,6 +56,12 @@ impl From<memtrace_abi::program::ProgramError> for Error {
 
 impl From<memtrace_analyzer::model::ModelError> for Error {
     fn from(e: memtrace_analyzer::model::ModelError) -> Self {
+        Error::Analyzer(e.into())
+    }
+}
+
+impl From<memtrace_analyzer::planner::PlanError> for Error {
+    fn from(e: memtrace_analyzer::planner::PlanError) -> Self {
         Error::Analyzer(e.into())
     }
 }

@@ -1,31 +1,43 @@
-//! `memtrace bench --ladder`: the cost ladder of the three O_s methods (DMO
+//! The O_s cost ladder (`memtrace bench --ladder`): the cost ladder of the three O_s methods (DMO
 //! §III: bottom-up trace ≫ algorithmic ≫ analytic), measured in one run on
 //! one layer (by default Table I's), plus the throughput of `validate`.
 
 use std::hint::black_box;
+use std::io::Write;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Result};
+use memtrace_abi::spec::{Dtype, Op};
+use memtrace_abi::LayerSpec;
 use memtrace_analyzer::overlap::algorithmic::algorithmic_overlap;
 use memtrace_analyzer::overlap::analytic::{analytic_overlap, analytic_overlap_as_printed};
 use memtrace_analyzer::overlap::configs::{random_configs, DEFAULT_BUDGET};
-use memtrace_tracer::spec::{Dtype, Op};
-use memtrace_tracer::{ElfImage, LayerSpec};
+use memtrace_tracer::ElfImage;
 
-use super::sweep::{config_names, trace_specs};
+use crate::common::show;
+use crate::error::Result;
+use crate::sweep::{config_names, trace_specs};
+use crate::{bail, failed};
 
 /// The Table I layer: MobileNet v2's second depthwise convolution.
 pub const TABLE_ONE: &str =
     "op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same";
 
-pub fn run(elf: &std::path::Path, layer: &str, configs_per_op: usize) -> Result<()> {
-    let spec = LayerSpec::parse(layer).map_err(|e| anyhow!("bad --ladder-job: {e}"))?;
+/// Measures the ladder on `layer` and `validate`'s throughput with
+/// `configs_per_op` random configurations per (op, dtype), on `elf`.
+pub fn ladder(
+    elf: &std::path::Path,
+    layer: &str,
+    configs_per_op: usize,
+    out: &mut impl Write,
+) -> Result<()> {
+    let spec = LayerSpec::parse(layer).map_err(|e| failed!("bad --ladder-job: {e}"))?;
     let image = ElfImage::load(elf)?;
-    println!(
+    writeln!(
+        out,
         "memtrace bench --ladder — {} on {}",
         spec,
         image.arch.name()
-    );
+    )?;
 
     let n = 1_000_000u32;
     let t0 = Instant::now();
@@ -62,32 +74,35 @@ pub fn run(elf: &std::path::Path, layer: &str, configs_per_op: usize) -> Result<
     if let Some(e) = &row.error {
         bail!("tracing {spec}: {e}");
     }
-    let show = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    println!("\n[ladder] one layer, O_s by each method");
-    println!(
+    writeln!(out, "\n[ladder] one layer, O_s by each method")?;
+    writeln!(
+        out,
         "  analytic (safe reading)  {analytic_ns:>12.1} ns   O_s {} B",
         show(analytic_overlap(&spec))
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  analytic (as printed)    {printed_ns:>12.1} ns   O_s {} B",
         analytic_overlap_as_printed(&spec).map_or_else(|| "-".into(), |v| v.to_string())
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  algorithmic              {algorithmic_ms:>12.3} ms   O_s {} B",
         show(algorithmic)
-    );
-    println!(
+    )?;
+    writeln!(out, 
         "  traced (bottom-up)       {traced_s:>12.3} s    monotone {} B, exact {} B; {} instructions, {} events",
         show(row.monotone_bytes),
         show(row.exact_bytes),
         row.instructions,
         row.events
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  ratios                   algorithmic/analytic {:.0} x, traced/algorithmic {:.0} x",
         algorithmic_ms * 1e6 / analytic_ns,
         traced_s * 1e3 / algorithmic_ms
-    );
+    )?;
 
     // validate throughput: random configurations of every op, f32 and int8
     let mut specs = Vec::new();
@@ -112,15 +127,16 @@ pub fn run(elf: &std::path::Path, layer: &str, configs_per_op: usize) -> Result<
         .iter()
         .filter(|r| !r.flags.is_empty() || r.error.is_some())
         .count();
-    println!(
+    writeln!(
+        out,
         "\n[validate] {} random configs (all ops, f32 + int8), {threads} threads",
         specs.len()
-    );
-    println!(
+    )?;
+    writeln!(out, 
         "  {:.2} s, {:.1} configs/s, {:.1} M traced layer instructions/s, {bad} violations or errors ({acc:x})",
         secs,
         specs.len() as f64 / secs,
         instructions as f64 / secs / 1e6
-    );
+    )?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `memtrace regress`: re-trace the layers and configurations of an O_s
+//! Regression of O_s between kernel-library builds (`memtrace regress`):
+//! re-trace the layers and configurations of an O_s
 //! baseline (`memtrace table`) with another build of the kernel library and
 //! report, per row, whether its safe overlap shrank, grew or stayed.
 //!
@@ -11,40 +12,27 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use anyhow::{anyhow, Result};
-use clap::{Args, ValueEnum};
-use memtrace_analyzer::output::write_atomically;
-use memtrace_tracer::{ElfImage, LayerSpec};
+use memtrace_abi::LayerSpec;
+use memtrace_tracer::ElfImage;
 use serde::Serialize;
 
-use super::common::check_writable;
-use super::sweep::{require_job_mailbox, trace_builtin, trace_specs, Row};
-use super::table::{Baseline, BaselineRow};
+use crate::baseline::{Baseline, BaselineRow};
+use crate::common::{show, threads};
+use crate::error::Result;
+use crate::failed;
+use crate::sweep::{require_job_mailbox, trace_builtin, trace_specs, Row};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Markdown,
-    Json,
-}
-
-#[derive(Args, Debug)]
-pub struct RegressArgs {
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct RegressOptions {
     /// Baseline written by `memtrace table`.
     pub baseline: PathBuf,
     /// The new build of the kernel binary.
     pub elf: PathBuf,
-    #[arg(long, value_enum, default_value_t = Format::Markdown)]
-    pub format: Format,
-    /// Write the report here instead of stdout.
-    #[arg(long, value_name = "REPORT")]
-    pub out: Option<PathBuf>,
     /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 2_000_000_000, value_name = "N")]
     pub max_instructions: u64,
 }
 
@@ -64,10 +52,12 @@ pub enum Status {
 }
 
 impl Status {
-    fn fails(self) -> bool {
+    /// Whether this row fails the regression.
+    pub fn fails(self) -> bool {
         matches!(self, Status::Shrank | Status::Missing | Status::Error)
     }
-    fn name(self) -> &'static str {
+    /// The status as the reports print it.
+    pub fn name(self) -> &'static str {
         match self {
             Status::Shrank => "SHRANK",
             Status::Grew => "grew",
@@ -78,57 +68,86 @@ impl Status {
     }
 }
 
+/// Traced O_s of one row in one build.
 #[derive(Debug, Clone, Serialize)]
-struct Values {
-    exact_bytes: Option<u64>,
-    monotone_bytes: Option<u64>,
+pub struct Values {
+    /// Exact O_s.
+    pub exact_bytes: Option<u64>,
+    /// Monotone O_s.
+    pub monotone_bytes: Option<u64>,
 }
 
+/// One baseline row against the new build.
 #[derive(Debug, Clone, Serialize)]
-struct Comparison {
-    name: String,
-    source: String,
-    op: String,
-    spec: String,
-    status: Status,
-    old: Values,
-    new: Option<Values>,
+pub struct RowChange {
+    /// Layer name or `config N`.
+    pub name: String,
+    /// `builtin` or `job`.
+    pub source: String,
+    /// Operator name.
+    pub op: String,
+    /// Canonical spec.
+    pub spec: String,
+    /// What happened.
+    pub status: Status,
+    /// The baseline's values.
+    pub old: Values,
+    /// The new build's values, when it traced the row.
+    pub new: Option<Values>,
     /// new − old monotone O_s, bytes.
-    monotone_delta: Option<i64>,
-    exact_delta: Option<i64>,
+    pub monotone_delta: Option<i64>,
+    /// new − old exact O_s, bytes.
+    pub exact_delta: Option<i64>,
     /// The analytic bound of the spec exceeds the new traced monotone value.
-    analytic_now_unsafe: bool,
-    note: Option<String>,
+    pub analytic_now_unsafe: bool,
+    /// Why a row is missing or failed, or how its spec changed.
+    pub note: Option<String>,
 }
 
+/// Rows per status.
 #[derive(Debug, Clone, Serialize, Default)]
-struct Counts {
-    rows: usize,
-    shrank: usize,
-    grew: usize,
-    same: usize,
-    missing: usize,
-    errors: usize,
+pub struct Counts {
+    /// All rows.
+    pub rows: usize,
+    /// Rows whose O_s shrank.
+    pub shrank: usize,
+    /// Rows whose O_s grew.
+    pub grew: usize,
+    /// Unchanged rows.
+    pub same: usize,
+    /// Built-in layers the new build no longer runs.
+    pub missing: usize,
+    /// Rows that could not be traced.
+    pub errors: usize,
 }
 
+/// The outcome of `memtrace regress`.
 #[derive(Debug, Clone, Serialize)]
-struct Report {
-    baseline: String,
-    baseline_elf: String,
-    baseline_arch: String,
-    elf: String,
-    arch: String,
-    passed: bool,
-    counts: Counts,
-    rows: Vec<Comparison>,
+pub struct RegressReport {
+    /// The baseline file.
+    pub baseline: String,
+    /// The binary the baseline was traced from.
+    pub baseline_elf: String,
+    /// Its architecture.
+    pub baseline_arch: String,
+    /// The new build.
+    pub elf: String,
+    /// Its architecture.
+    pub arch: String,
+    /// No row failed.
+    pub passed: bool,
+    /// Rows per status.
+    pub counts: Counts,
+    /// One entry per baseline row, in baseline order.
+    pub rows: Vec<RowChange>,
 }
 
 fn delta(new: Option<u64>, old: Option<u64>) -> Option<i64> {
     Some(new? as i64 - old? as i64)
 }
 
-fn compare(old: &BaselineRow, new: Option<&Row>) -> Comparison {
-    let mut c = Comparison {
+fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
+    let mut c = RowChange {
         name: old.name.clone(),
         source: old.source.clone(),
         op: old.op.clone(),
@@ -178,27 +197,14 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> Comparison {
     c
 }
 
-pub fn run(args: RegressArgs) -> Result<ExitCode> {
-    if let Some(out) = &args.out {
-        check_writable(out)?;
-    }
-    let baseline = Baseline::load(&args.baseline)?;
-    let image = ElfImage::load(&args.elf)?;
-    if image.arch.name() != baseline.arch {
-        eprintln!(
-            "WARNING: the baseline was traced on {} and {} is {}",
-            baseline.arch,
-            args.elf.display(),
-            image.arch.name()
-        );
-    }
-    let threads = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+/// Re-traces every baseline row with the new build and compares.
+pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
+    let baseline = Baseline::load(&opts.baseline)?;
+    let image = ElfImage::load(&opts.elf)?;
+    let threads = threads(opts.jobs);
     // Built-in layers: one run of the binary without a job.
     let builtin: HashMap<String, Row> = if baseline.rows.iter().any(|r| r.source == "builtin") {
-        trace_builtin(&image, args.max_instructions)?
+        trace_builtin(&image, opts.max_instructions)?
             .into_iter()
             .map(|r| (r.name.clone(), r))
             .collect()
@@ -211,7 +217,7 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         .iter()
         .map(|r| {
             LayerSpec::parse(&r.spec)
-                .map_err(|e| anyhow!("baseline row `{}`: bad spec `{}`: {e}", r.name, r.spec))
+                .map_err(|e| failed!("baseline row `{}`: bad spec `{}`: {e}", r.name, r.spec))
         })
         .collect::<Result<Vec<_>>>()?;
     if !specs.is_empty() {
@@ -224,14 +230,14 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         &names,
         baseline.seed as u32,
         threads,
-        args.max_instructions,
+        opts.max_instructions,
     );
     let traced: HashMap<&str, &Row> = jobs
         .iter()
         .map(|r| r.name.as_str())
         .zip(traced.iter())
         .collect();
-    let rows: Vec<Comparison> = baseline
+    let rows: Vec<RowChange> = baseline
         .rows
         .iter()
         .map(|old| {
@@ -252,68 +258,78 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         missing: count(Status::Missing),
         errors: count(Status::Error),
     };
-    let report = Report {
-        baseline: args.baseline.display().to_string(),
+    Ok(RegressReport {
+        baseline: opts.baseline.display().to_string(),
         baseline_elf: baseline.elf.clone(),
         baseline_arch: baseline.arch.clone(),
-        elf: args.elf.display().to_string(),
+        elf: opts.elf.display().to_string(),
         arch: image.arch.name().to_owned(),
         passed: !rows.iter().any(|r| r.status.fails()),
         counts,
         rows,
-    };
-    let text = match args.format {
-        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
-        Format::Markdown => markdown(&report),
-    };
-    match &args.out {
-        Some(path) => {
-            write_atomically(path, |w| Ok(std::io::Write::write_all(w, text.as_bytes())?))?
-        }
-        None => print!("{text}"),
-    }
-    for r in report.rows.iter().filter(|r| r.status.fails()) {
-        eprintln!(
-            "{} {} ({}): monotone {} -> {}, exact {} -> {}{}",
-            r.status.name(),
-            r.name,
-            r.spec,
-            show(r.old.monotone_bytes),
-            show(r.new.as_ref().and_then(|v| v.monotone_bytes)),
-            show(r.old.exact_bytes),
-            show(r.new.as_ref().and_then(|v| v.exact_bytes)),
-            r.note
-                .as_ref()
-                .map_or_else(String::new, |n| format!(" — {n}"))
-        );
-    }
-    let c = &report.counts;
-    eprintln!(
-        "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors — {}",
-        c.rows,
-        c.shrank,
-        c.grew,
-        c.same,
-        c.missing,
-        c.errors,
-        if report.passed { "PASS" } else { "FAIL" }
-    );
-    Ok(if report.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
     })
 }
 
-fn show(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+impl RegressReport {
+    /// A warning when the baseline and the new build differ in architecture.
+    pub fn arch_warning(&self) -> Option<String> {
+        (self.arch != self.baseline_arch).then(|| {
+            format!(
+                "WARNING: the baseline was traced on {} and {} is {}",
+                self.baseline_arch, self.elf, self.arch
+            )
+        })
+    }
+
+    /// One line per failing row, for stderr.
+    pub fn failure_lines(&self) -> Vec<String> {
+        self.rows
+            .iter()
+            .filter(|r| r.status.fails())
+            .map(|r| {
+                format!(
+                    "{} {} ({}): monotone {} -> {}, exact {} -> {}{}",
+                    r.status.name(),
+                    r.name,
+                    r.spec,
+                    show(r.old.monotone_bytes),
+                    show(r.new.as_ref().and_then(|v| v.monotone_bytes)),
+                    show(r.old.exact_bytes),
+                    show(r.new.as_ref().and_then(|v| v.exact_bytes)),
+                    r.note
+                        .as_ref()
+                        .map_or_else(String::new, |n| format!(" — {n}"))
+                )
+            })
+            .collect()
+    }
+
+    /// The closing summary line.
+    pub fn summary_line(&self) -> String {
+        let c = &self.counts;
+        format!(
+            "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors — {}",
+            c.rows,
+            c.shrank,
+            c.grew,
+            c.same,
+            c.missing,
+            c.errors,
+            if self.passed { "PASS" } else { "FAIL" }
+        )
+    }
+
+    /// The report as Markdown.
+    pub fn to_markdown(&self) -> String {
+        markdown(self)
+    }
 }
 
 fn signed(v: Option<i64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:+}"))
 }
 
-fn markdown(r: &Report) -> String {
+fn markdown(r: &RegressReport) -> String {
     let mut s = String::new();
     let c = &r.counts;
     let _ = writeln!(s, "# memtrace regress: O_s of `{}`\n", r.elf);
@@ -335,7 +351,7 @@ fn markdown(r: &Report) -> String {
             c.shrank, c.rows, c.missing, c.errors, c.grew, c.same
         );
     }
-    let section = |s: &mut String, title: &str, rows: Vec<&Comparison>| {
+    let section = |s: &mut String, title: &str, rows: Vec<&RowChange>| {
         if rows.is_empty() {
             return;
         }

@@ -1,65 +1,42 @@
-//! `memtrace run`: trace layers, report buffers, access counts and O_s.
+//! Tracing layers of a kernel binary (`memtrace run`): buffers, access
+//! counts and O_s per layer, optionally every event as Parquet and the trace
+//! as a picture.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, ValueEnum};
+use memtrace_abi::Analysis;
+use memtrace_abi::LayerSpec;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{explain, MethodValues};
-use memtrace_analyzer::pipeline::Analysis;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
 use memtrace_analyzer::table::EventTable;
-use memtrace_tracer::{AccessPath, ElfImage, Job, LayerSpec, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
-use super::common::{check_writable, configure_table_printing, trace_with};
+use crate::common::{check_writable, configure_table_printing, trace_with};
+use crate::error::{Context, Result};
+use crate::{bail, failed};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
-
-#[derive(Args, Debug)]
-pub struct RunArgs {
-    /// Kernel binary (ELF for Cortex-M4 or x86-64) built with memtrace.h.
+/// What to trace and what to write.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The kernel binary.
     pub elf: PathBuf,
-    /// Trace only this layer (repeatable); all layers when absent.
-    #[arg(long = "layer", value_name = "NAME")]
+    /// Layers to trace (all when empty).
     pub layers: Vec<String>,
-    /// Layer configuration written into the guest's job mailbox, e.g.
-    /// 'op=depthwise_conv2d,dtype=f32,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same'.
-    #[arg(long, value_name = "SPEC")]
+    /// A layer configuration for the guest's job mailbox.
     pub job: Option<String>,
-    /// Seed of the guest's data generator for --job.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the guest's data generator for `job`.
     pub seed: u32,
-    /// Write every event to this Parquet file.
-    #[arg(long, value_name = "OUT.parquet")]
+    /// Parquet file of every event.
     pub events: Option<PathBuf>,
-    /// Draw the trace (x = instruction, y = byte offset) to a .png or .svg.
-    /// Layers with a spec also get the O_s curves drawn over them: maxW on the
-    /// output; minR, the clobber front maxW − OB + O_s and the analytic bound
-    /// on the input (docs/overlap.md).
-    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    /// Picture of the trace (.png or .svg).
     pub plot: Option<PathBuf>,
-    /// With --plot: draw only the trace, without the O_s curves.
-    #[arg(long)]
+    /// Draw the trace without the O_s curves.
     pub no_overlay: bool,
-    /// Exit with status 1 when a layer fails an O_s cross-check (UNSAFE
-    /// analytic bound, algorithmic MISMATCH); without it they are warnings.
-    #[arg(long)]
-    pub strict: bool,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-    /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 20_000_000_000)]
+    /// Instruction budget of the guest.
     pub max_instructions: u64,
-    /// Observe buffers with memory hooks even when neither --events nor
-    /// --plot needs each access's exact instruction (several times slower;
-    /// the O_s and counts are the same, see docs/protocol.md "Access paths").
-    #[arg(long)]
+    /// Use memory hooks even when no output needs exact instruction times.
     pub exact_time: bool,
 }
 
@@ -72,23 +49,24 @@ pub fn access_path(exact_time: bool) -> AccessPath {
     }
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let job = args
+/// Traces the selected layers and writes the requested files.
+pub fn run(opts: &RunOptions) -> Result<RunReport> {
+    let job = opts
         .job
         .as_deref()
         .map(|text| {
             LayerSpec::parse(text)
                 .map(|spec| Job {
                     spec,
-                    seed: args.seed,
+                    seed: opts.seed,
                 })
-                .map_err(|e| anyhow!("bad --job `{text}`: {e}"))
+                .map_err(|e| failed!("bad --job `{text}`: {e}"))
         })
         .transpose()?;
-    for path in args.events.iter().chain(&args.plot) {
+    for path in opts.events.iter().chain(&opts.plot) {
         check_writable(path)?;
     }
-    if let Some(plot) = &args.plot {
+    if let Some(plot) = &opts.plot {
         if !matches!(
             plot.extension().and_then(|e| e.to_str()),
             Some("png" | "svg")
@@ -99,11 +77,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             );
         }
     }
-    let image = ElfImage::load(&args.elf)?;
+    let image = ElfImage::load(&opts.elf)?;
     let mut stats = LayerStats::default();
-    let mut table = args.events.as_ref().map(|_| EventTable::default());
-    let mut plot = args.plot.as_ref().map(|_| {
-        if args.no_overlay {
+    let mut table = opts.events.as_ref().map(|_| EventTable::default());
+    let mut plot = opts.plot.as_ref().map(|_| {
+        if opts.no_overlay {
             TracePlot::default()
         } else {
             TracePlot::with_overlays()
@@ -111,9 +89,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     });
     let options = TraceOptions {
         job,
-        layers: (!args.layers.is_empty()).then(|| args.layers.clone()),
-        max_instructions: args.max_instructions,
-        access: access_path(args.exact_time || table.is_some() || plot.is_some()),
+        layers: (!opts.layers.is_empty()).then(|| opts.layers.clone()),
+        max_instructions: opts.max_instructions,
+        access: access_path(opts.exact_time || table.is_some() || plot.is_some()),
         ..TraceOptions::default()
     };
     let summary = {
@@ -125,9 +103,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             analyses.push(p);
         }
         trace_with(&image, options, &mut analyses)
-            .with_context(|| format!("tracing {}", args.elf.display()))?
+            .with_context(|| format!("tracing {}", opts.elf.display()))?
     };
-    let unknown: Vec<&String> = args
+    let unknown: Vec<&String> = opts
         .layers
         .iter()
         .filter(|l| !summary.layers.contains(l))
@@ -140,7 +118,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 .map(|l| format!("`{l}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            args.elf.display(),
+            opts.elf.display(),
             summary.layers.join(", ")
         );
     }
@@ -150,74 +128,63 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             summary.exit_code
         );
     }
-    if let (Some(table), Some(path)) = (table, &args.events) {
+    if let (Some(table), Some(path)) = (table, &opts.events) {
         table.write_parquet(path)?;
     }
-    if let (Some(plot), Some(path)) = (plot, &args.plot) {
+    if let (Some(plot), Some(path)) = (plot, &opts.plot) {
         plot.render(path)?;
     }
-    let report = RunReport {
-        elf: args.elf.display().to_string(),
+    Ok(RunReport {
+        elf: opts.elf.display().to_string(),
         arch: summary.arch.name().to_owned(),
         access: summary.access.name().to_owned(),
         exit_code: summary.exit_code,
         instructions: summary.instructions,
         layers: stats.layers,
-    };
-    if std::env::var_os("MEMTRACE_REPORT_PEAK_RSS").is_some() {
-        if let Some(kb) = super::bench::peak_rss_kb() {
-            eprintln!("peak RSS kB: {kb}");
-        }
-    }
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Table => print_tables(&report)?,
-    }
-    let flagged = warn_flags(&report);
-    if flagged > 0 && args.strict {
-        eprintln!("error: {flagged} layer(s) failed an O_s cross-check (--strict)");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
-/// Prints a warning on stderr for every failed O_s cross-check; returns the
-/// number of flagged layers.
-fn warn_flags(report: &RunReport) -> usize {
-    let mut flagged = 0;
+/// One warning per failed O_s cross-check of each layer.
+pub fn warnings(report: &RunReport) -> Vec<String> {
+    let mut lines = Vec::new();
     for layer in &report.layers {
         let Some(o) = &layer.overlap else { continue };
-        if o.flags.is_empty() {
-            continue;
-        }
-        flagged += 1;
         let methods = MethodValues {
             algorithmic: o.algorithmic_bytes,
             analytic: o.analytic_bytes,
             analytic_printed: o.analytic_printed_bytes,
         };
         for flag in &o.flags {
-            eprintln!(
+            lines.push(format!(
                 "WARNING: layer `{}` ({}): {}",
                 layer.name,
                 layer.params,
                 explain(*flag, o.monotone_bytes, o.exact_bytes, &methods)
-            );
+            ));
         }
     }
-    flagged
+    lines
 }
 
-fn print_tables(report: &RunReport) -> Result<()> {
+/// Layers with at least one failed cross-check.
+pub fn flagged_layers(report: &RunReport) -> usize {
+    report
+        .layers
+        .iter()
+        .filter(|l| l.overlap.as_ref().is_some_and(|o| !o.flags.is_empty()))
+        .count()
+}
+
+/// The buffer and O_s tables of `memtrace run`.
+pub fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
-    println!(
-        "{} ({}): {} layer(s) traced, {} instructions in total",
+    Ok(format!(
+        "{} ({}): {} layer(s) traced, {} instructions in total\n{}\n{}\n",
         report.elf,
         report.arch,
         report.layers.len(),
-        report.instructions
-    );
-    println!("{}", buffers_frame(report)?);
-    println!("{}", overlap_frame(report)?);
-    Ok(())
+        report.instructions,
+        buffers_frame(report)?,
+        overlap_frame(report)?
+    ))
 }

@@ -1,64 +1,56 @@
-//! The engine behind `memtrace validate`, `memtrace table` and
-//! `memtrace regress`: choose layer configurations, trace each through the
-//! compiled kernel via the job mailbox on all cores, and turn every traced
-//! layer into a [`Row`] with its four O_s values and its cross-checks.
+//! Sweeping layer configurations (behind `validate`, `table`, `regress`,
+//! `plan --overlap traced` and the ladder): choose configurations, trace each
+//! through the compiled kernel via the job mailbox on all cores, and turn
+//! every traced layer into a [`Row`] with its four O_s values and its
+//! cross-checks.
 //!
 //! Each worker thread owns its own Unicorn (a `Unicorn` is not `Send`; it is
-//! created inside `memtrace_tracer::run`) and shares the parsed [`ElfImage`].
+//! created inside `memtrace_tracer::trace`) and shares the parsed [`ElfImage`].
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use memtrace_abi::spec::{Dtype, Op};
+use memtrace_abi::LayerSpec;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
 use memtrace_analyzer::overlap::configs::{
-    expand_grid, parse_configs_file, random_configs, short_text, DEFAULT_BUDGET,
+    expand_grid, parse_configs_file, random_configs, short_text,
 };
-use memtrace_analyzer::pipeline::{consume, Analysis};
 use memtrace_analyzer::report::LayerReport;
-use memtrace_tracer::spec::{Dtype, Op};
-use memtrace_tracer::{AccessPath, ElfImage, EventSink, Job, LayerSpec, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 use serde::Serialize;
 
+use crate::common::progress_bar;
+use crate::error::{Context, Error, Result};
+use crate::{bail, failed};
+
 /// Which configurations to sweep (shared by `validate` and `table`).
-#[derive(Args, Debug, Clone)]
-pub struct ConfigArgs {
+#[derive(Debug, Clone)]
+pub struct ConfigSelection {
     /// Operator(s) of the random configurations: a name, a comma list, or `all`.
-    #[arg(long = "op", value_name = "OP", value_delimiter = ',')]
     pub ops: Vec<String>,
     /// Element type of the random configurations: f32, int8 or all.
-    #[arg(long, default_value = "f32", value_name = "f32|int8|all")]
     pub dtype: String,
     /// Random configurations per (op, dtype).
-    #[arg(long, default_value_t = 50, value_name = "N")]
     pub configs: usize,
     /// Seed of the configuration generator (also sent to the guest's data
     /// generator).
-    #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// A file of layer specs, one per line (`#` comments, `{a,b}` and
     /// `{lo..hi}` grids allowed).
-    #[arg(long, value_name = "FILE")]
     pub configs_file: Option<PathBuf>,
     /// A layer spec with `{a,b}` / `{lo..hi}` alternatives, expanded into every
     /// combination (repeatable), e.g.
     /// 'op=max_pool,input=1x{7,8}x{5..6}x3,filter=3x3,stride={1,2}'.
-    #[arg(long, value_name = "SPEC")]
     pub grid: Vec<String>,
     /// Upper bound of the estimated instructions of a random configuration.
-    #[arg(long, default_value_t = DEFAULT_BUDGET, value_name = "N")]
     pub budget: u64,
     /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 2_000_000_000, value_name = "N")]
     pub max_instructions: u64,
 }
 
@@ -68,7 +60,7 @@ fn parse_ops(names: &[String]) -> Result<Vec<Op>> {
         if name == "all" {
             ops.extend(Op::ALL);
         } else {
-            ops.push(name.parse::<Op>().map_err(|e| anyhow!("--op: {e}"))?);
+            ops.push(name.parse::<Op>().map_err(|e| failed!("--op: {e}"))?);
         }
     }
     ops.dedup();
@@ -80,11 +72,11 @@ fn parse_dtypes(name: &str) -> Result<Vec<Dtype>> {
         "all" => vec![Dtype::F32, Dtype::Int8],
         other => vec![other
             .parse::<Dtype>()
-            .map_err(|e| anyhow!("--dtype: {e}"))?],
+            .map_err(|e| failed!("--dtype: {e}"))?],
     })
 }
 
-impl ConfigArgs {
+impl ConfigSelection {
     /// Whether any configuration source was given.
     pub fn any(&self) -> bool {
         !self.ops.is_empty() || self.configs_file.is_some() || !self.grid.is_empty()
@@ -108,25 +100,52 @@ impl ConfigArgs {
             }
         }
         if let Some(path) = &self.configs_file {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read --configs-file {}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+                action: "read --configs-file",
+                path: path.clone(),
+                source,
+            })?;
             specs.extend(
                 parse_configs_file(&text)
-                    .map_err(|e| anyhow!("--configs-file {}: {e}", path.display()))?,
+                    .map_err(|e| failed!("--configs-file {}: {e}", path.display()))?,
             );
         }
         for g in &self.grid {
-            for text in expand_grid(g).map_err(|e| anyhow!("--grid: {e}"))? {
-                specs.push(LayerSpec::parse(&text).map_err(|e| anyhow!("--grid `{text}`: {e}"))?);
+            for text in expand_grid(g).map_err(|e| failed!("--grid: {e}"))? {
+                specs.push(LayerSpec::parse(&text).map_err(|e| failed!("--grid `{text}`: {e}"))?);
             }
         }
         Ok(specs)
     }
 
+    /// Worker threads: `jobs`, or all cores.
     pub fn threads(&self) -> usize {
-        self.jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1)
+        crate::common::threads(self.jobs)
+    }
+}
+
+/// What a swept configuration came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    /// Every O_s method passed its cross-checks.
+    #[serde(rename = "ok")]
+    Ok,
+    /// Some method failed a cross-check (see [`Row::flags`]).
+    #[serde(rename = "VIOLATION")]
+    Violation,
+    /// The configuration could not be traced (see [`Row::error`]).
+    #[serde(rename = "ERROR")]
+    Error,
+}
+
+impl Verdict {
+    /// The verdict as the reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Violation => "VIOLATION",
+            Verdict::Error => "ERROR",
+        }
     }
 }
 
@@ -158,8 +177,8 @@ pub struct Row {
     /// The paper's equations as printed exceed the traced monotone value (a
     /// documented paper finding; not a violation of memtrace's bound).
     pub printed_above_traced: bool,
-    /// `ok`, `VIOLATION` or `ERROR`.
-    pub verdict: &'static str,
+    /// What the configuration came to.
+    pub verdict: Verdict,
     pub error: Option<String>,
 }
 
@@ -202,7 +221,11 @@ impl Row {
             analytic_printed_bytes: o.and_then(|o| o.analytic_printed_bytes),
             analytic_error_percent: o
                 .and_then(|o| analytic_error_percent(o.monotone_bytes, o.analytic_bytes)),
-            verdict: if flags.is_empty() { "ok" } else { "VIOLATION" },
+            verdict: if flags.is_empty() {
+                Verdict::Ok
+            } else {
+                Verdict::Violation
+            },
             flags,
             printed_above_traced: printed_above,
             error: if o.is_none() {
@@ -234,20 +257,18 @@ impl Row {
             analytic_error_percent: None,
             flags: Vec::new(),
             printed_above_traced: false,
-            verdict: "ERROR",
+            verdict: Verdict::Error,
             error: Some(error),
         }
     }
 }
 
-/// Traces with the O_s analyses on a second thread, without a spinner.
+/// Traces with the O_s analyses, without a spinner.
 fn trace_layers(
     image: &ElfImage,
     job: Option<Job>,
     max_instructions: u64,
 ) -> Result<(i32, Vec<LayerReport>)> {
-    let (tx, rx) = crossbeam_channel::bounded(64);
-    let (recycle_tx, recycle_rx) = crossbeam_channel::bounded(64);
     let mut stats = LayerStats::default();
     let options = TraceOptions {
         job,
@@ -255,25 +276,7 @@ fn trace_layers(
         access: AccessPath::Mmio,
         ..TraceOptions::default()
     };
-    let summary = std::thread::scope(|scope| {
-        let stats = &mut stats;
-        let analyzer = scope.spawn(move || {
-            let mut refs: Vec<&mut dyn Analysis> = vec![stats];
-            consume(rx, recycle_tx, &mut refs);
-        });
-        let summary = memtrace_tracer::run(
-            image,
-            options,
-            EventSink {
-                messages: tx,
-                recycled: recycle_rx,
-            },
-        );
-        analyzer
-            .join()
-            .map_err(|_| anyhow!("the analyzer thread panicked"))?;
-        summary.map_err(anyhow::Error::from)
-    })?;
+    let summary = memtrace_tracer::trace(image, options, &mut [&mut stats])?;
     Ok((summary.exit_code, stats.layers))
 }
 
@@ -293,7 +296,7 @@ fn trace_job(
         Ok((0, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
         Ok((2, _)) => Err("the guest rejected the configuration (exit 2)".into()),
         Ok((code, _)) => Err(format!("the guest exited with code {code}")),
-        Err(e) => Err(format!("{e:#}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -338,7 +341,7 @@ pub fn trace_specs(
     let arch = image.arch.name();
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Row>>> = Mutex::new(vec![None; specs.len()]);
-    let bar = progress(specs.len() as u64);
+    let bar = progress_bar(specs.len() as u64, "configs");
     std::thread::scope(|scope| {
         for _ in 0..threads.min(specs.len().max(1)) {
             scope.spawn(|| loop {
@@ -380,18 +383,6 @@ pub fn config_names(count: usize) -> Vec<String> {
     (1..=count).map(|i| format!("config {i}")).collect()
 }
 
-fn progress(len: u64) -> Option<ProgressBar> {
-    if len < 2 || !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
-        return None;
-    }
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} configs [{elapsed} / ~{eta}]").ok()?,
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    Some(bar)
-}
-
 /// Summary of a sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -410,6 +401,7 @@ pub struct Summary {
     pub threads: usize,
 }
 
+/// Counts and error statistics of `rows`, swept in `elapsed` on `threads`.
 pub fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summary {
     let count = |f: Flag| rows.iter().filter(|r| r.flags.contains(&f)).count();
     let errors: Vec<f64> = rows

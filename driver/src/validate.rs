@@ -1,4 +1,4 @@
-//! `memtrace validate`: sweep layer configurations through a compiled kernel
+//! Validation of the O_s methods (`memtrace validate`): sweep layer configurations through a compiled kernel
 //! and check every O_s method against the trace (DMO Table II, generalised).
 //!
 //! Exit status: 0 when every configuration passes, 1 when any violates a check
@@ -7,132 +7,129 @@
 //! guest rejected a configuration).
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use anyhow::{bail, Result};
-use clap::{Args, ValueEnum};
-use memtrace_analyzer::output::write_atomically;
 use memtrace_tracer::ElfImage;
 use serde::Serialize;
 
-use super::common::{check_writable, configure_table_printing};
-use super::sweep::{
-    config_names, require_job_mailbox, start, summarise, trace_specs, ConfigArgs, Row, Summary,
+use crate::bail;
+use crate::common::{check_writable, configure_table_printing, show};
+use crate::error::Result;
+use crate::sweep::{
+    config_names, require_job_mailbox, start, summarise, trace_specs, ConfigSelection, Row, Summary,
 };
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-    Csv,
-}
-
-#[derive(Args, Debug)]
-pub struct ValidateArgs {
-    /// Kernel-suite binary (ELF for Cortex-M4 or x86-64) with the job mailbox.
+/// What to validate.
+#[derive(Debug, Clone)]
+pub struct ValidateOptions {
+    /// Kernel-suite binary with the job mailbox.
     pub elf: PathBuf,
-    #[command(flatten)]
-    pub configs: ConfigArgs,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-    /// Write the report here instead of stdout.
-    #[arg(long, value_name = "FILE")]
+    /// The configurations.
+    pub configs: ConfigSelection,
+    /// Where the report will be written (checked before tracing).
     pub out: Option<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
-    elf: String,
-    arch: &'a str,
-    summary: &'a Summary,
-    configs: &'a [Row],
+/// The outcome of `memtrace validate`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValidateReport {
+    /// The kernel binary.
+    pub elf: String,
+    /// Its architecture.
+    pub arch: &'static str,
+    /// Counts and statistics.
+    pub summary: Summary,
+    /// One row per configuration.
+    pub configs: Vec<Row>,
 }
 
-pub fn run(args: ValidateArgs) -> Result<ExitCode> {
-    if !args.configs.any() {
+/// Sweeps the selected configurations and checks every O_s method.
+pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
+    if !opts.configs.any() {
         bail!("nothing to validate: give --op OP (or `all`), --configs-file FILE or --grid SPEC");
     }
-    if let Some(out) = &args.out {
+    if let Some(out) = &opts.out {
         check_writable(out)?;
     }
-    let specs = args.configs.specs()?;
+    let specs = opts.configs.specs()?;
     if specs.is_empty() {
         bail!("the configuration sources gave no configuration");
     }
-    let image = ElfImage::load(&args.elf)?;
+    let image = ElfImage::load(&opts.elf)?;
     require_job_mailbox(&image)?;
-    let threads = args.configs.threads();
+    let threads = opts.configs.threads();
     let t0 = start();
     let rows = trace_specs(
         &image,
         &specs,
         &config_names(specs.len()),
-        args.configs.seed as u32,
+        opts.configs.seed as u32,
         threads,
-        args.configs.max_instructions,
+        opts.configs.max_instructions,
     );
-    let summary = summarise(&rows, t0.elapsed(), threads);
-    let text = match args.format {
-        Format::Table => {
-            let mut t = table_text(&rows)?;
-            t.push_str(&summary_line(&summary, image.arch.name()));
-            t.push('\n');
-            t
-        }
-        Format::Json => {
-            serde_json::to_string_pretty(&Report {
-                elf: args.elf.display().to_string(),
-                arch: image.arch.name(),
-                summary: &summary,
-                configs: &rows,
-            })? + "\n"
-        }
-        Format::Csv => csv_text(&rows)?,
-    };
-    match &args.out {
-        Some(path) => {
-            write_atomically(path, |w| Ok(std::io::Write::write_all(w, text.as_bytes())?))?
-        }
-        None => print!("{text}"),
-    }
-    if !matches!(args.format, Format::Table) || args.out.is_some() {
-        eprintln!("{}", summary_line(&summary, image.arch.name()));
-    }
-    for r in rows.iter().filter(|r| !r.flags.is_empty()) {
-        eprintln!(
-            "VIOLATION {} [{}]: {}: exact {} monotone {} algorithmic {} analytic {}",
-            r.name,
-            r.flags
-                .iter()
-                .map(|f| f.name())
-                .collect::<Vec<_>>()
-                .join(" "),
-            r.spec,
-            show(r.exact_bytes),
-            show(r.monotone_bytes),
-            show(r.algorithmic_bytes),
-            show(r.analytic_bytes)
-        );
-    }
-    for r in rows.iter().filter(|r| r.error.is_some()) {
-        eprintln!(
-            "ERROR {}: {}: {}",
-            r.name,
-            r.spec,
-            r.error.as_deref().unwrap_or("")
-        );
-    }
-    Ok(if summary.violations > 0 {
-        ExitCode::from(1)
-    } else if summary.errors > 0 {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
+    Ok(ValidateReport {
+        elf: opts.elf.display().to_string(),
+        arch: image.arch.name(),
+        summary: summarise(&rows, t0.elapsed(), threads),
+        configs: rows,
     })
 }
 
-fn show<T: ToString>(v: Option<T>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+impl ValidateReport {
+    /// The Table II-style table with the summary line under it.
+    pub fn to_table(&self) -> Result<String> {
+        let mut t = table_text(&self.configs)?;
+        t.push_str(&self.summary_line());
+        t.push('\n');
+        Ok(t)
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> Result<String> {
+        Ok(serde_json::to_string_pretty(self)? + "\n")
+    }
+
+    /// The rows as CSV.
+    pub fn to_csv(&self) -> Result<String> {
+        csv_text(&self.configs)
+    }
+
+    /// The summary line.
+    pub fn summary_line(&self) -> String {
+        summary_line(&self.summary, self.arch)
+    }
+
+    /// One stderr line per violating row, then one per failed row.
+    pub fn problem_lines(&self) -> Vec<String> {
+        let violations = self
+            .configs
+            .iter()
+            .filter(|r| !r.flags.is_empty())
+            .map(|r| {
+                format!(
+                    "VIOLATION {} [{}]: {}: exact {} monotone {} algorithmic {} analytic {}",
+                    r.name,
+                    r.flags
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    r.spec,
+                    show(r.exact_bytes),
+                    show(r.monotone_bytes),
+                    show(r.algorithmic_bytes),
+                    show(r.analytic_bytes)
+                )
+            });
+        let errors = self.configs.iter().filter(|r| r.error.is_some()).map(|r| {
+            format!(
+                "ERROR {}: {}: {}",
+                r.name,
+                r.spec,
+                r.error.as_deref().unwrap_or("")
+            )
+        });
+        violations.chain(errors).collect()
+    }
 }
 
 /// The summary line printed under the table.
@@ -213,10 +210,10 @@ pub fn csv_text(rows: &[Row]) -> Result<String> {
         "analytic_error_percent" => rows.iter().map(|r| r.analytic_error_percent).collect::<Vec<_>>(),
         "flags" => text(|r| r.flags.iter().map(|f| f.name()).collect::<Vec<_>>().join(" ")),
         "printed_above_traced" => rows.iter().map(|r| r.printed_above_traced).collect::<Vec<_>>(),
-        "verdict" => text(|r| r.verdict.to_owned()),
+        "verdict" => text(|r| r.verdict.name().to_owned()),
         "error" => text(|r| r.error.clone().unwrap_or_default()),
     )?;
     let mut out = Vec::new();
     CsvWriter::new(&mut out).finish(&mut df)?;
-    Ok(String::from_utf8(out)?)
+    String::from_utf8(out).map_err(|e| crate::failed!("CSV is not UTF-8: {e}"))
 }

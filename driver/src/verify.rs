@@ -1,4 +1,4 @@
-//! `memtrace verify`: run a whole model in the emulator under the reference
+//! Whole-model verification (`memtrace verify`): run a whole model in the emulator under the reference
 //! plan (TFLM greedy, no overlaps) and under a chosen plan, check every read
 //! of the arena with the shadow map, and compare the outputs bit by bit.
 //!
@@ -6,96 +6,59 @@
 //! against output), which is the `traced` overlap source of the plan.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, ValueEnum};
+use memtrace_abi::program::TensorData;
+use memtrace_abi::Analysis;
 use memtrace_analyzer::model::{self, Model};
-use memtrace_analyzer::pipeline::Analysis;
-use memtrace_analyzer::planner::{
-    self, OverlapMethod, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps,
-};
+use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
     lower, Clobber, LowerInput, OpOverlapReport, PlacedTensorReport, RunReport, ShadowMap,
     UsedOverlapReport, VerifyReport,
 };
-use memtrace_tracer::{ElfImage, TraceOptions};
+use memtrace_tracer::{Arch, ElfImage, TraceOptions};
 use serde::Deserialize;
 
-use super::common::trace_with;
+use crate::common::{check_writable, trace_with};
+use crate::error::{Context, Error, Result};
+use crate::plan::OverlapChoice;
+use crate::run::access_path;
+use crate::{bail, failed};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Target {
-    #[value(name = "cortex-m4")]
-    CortexM4,
-    #[value(name = "x86-64")]
-    X86_64,
-}
-
-impl Target {
-    fn dir(self) -> &'static str {
-        match self {
-            Target::CortexM4 => "cortex-m4",
-            Target::X86_64 => "x86_64",
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Target::CortexM4 => "cortex-m4",
-            Target::X86_64 => "x86-64",
-        }
-    }
-}
-
-#[derive(Args, Debug)]
-pub struct VerifyArgs {
+/// What to verify, and how.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Planner of the verified plan (linear, tflm-greedy, dmo-heap,
-    /// replacement, reorder, exact).
-    #[arg(long, default_value = "dmo-heap")]
-    pub planner: String,
-    /// O_s source of the plan: traced (from the reference run), algorithmic,
-    /// analytic, none.
-    #[arg(long, default_value = "traced")]
-    pub overlap: String,
-    /// Verify this placement instead of a planner's: JSON
-    /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N}`
-    /// (tensors not listed keep their reference offsets; model order).
-    #[arg(long, value_name = "PLAN.json")]
+    /// Planner of the verified plan.
+    pub planner: PlannerKind,
+    /// O_s source of the plan.
+    pub overlap: OverlapChoice,
+    /// A placement file to verify instead of a planner's plan.
     pub plan: Option<PathBuf>,
-    /// Seed of the generated input (and of the weights of zoo models).
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the generated input (and of zoo weights).
     pub seed: u64,
-    /// Raw bytes of the (first) graph input, instead of seeded data.
-    #[arg(long, value_name = "FILE")]
+    /// Raw bytes of the first graph input.
     pub input: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Target::CortexM4)]
-    pub target: Target,
-    /// The executor ELF (default: harness-c/build/TARGET/executor.elf).
-    #[arg(long, value_name = "ELF")]
+    /// Architecture of the executor.
+    pub target: Arch,
+    /// The executor ELF (default: `harness-c/build/TARGET/executor.elf`).
     pub executor: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-    /// Draw the arena-wide access trace of both runs side by side (x =
-    /// arena offset, y = instruction; the paper's Fig. 2) to a .png or .svg.
-    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    /// Arena-wide trace picture of both runs.
     pub plot: Option<PathBuf>,
-    /// Also run the plan's program in Unicorn without hooks and report the
-    /// tracing slowdown against it.
-    #[arg(long)]
+    /// Also time the plan's program without hooks.
     pub baseline: bool,
-    /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 200_000_000_000)]
+    /// Instruction budget of each run.
     pub max_instructions: u64,
+}
+
+/// The harness build folder of `arch`.
+fn build_dir(arch: Arch) -> &'static str {
+    match arch {
+        Arch::CortexM4 => "cortex-m4",
+        Arch::X86_64 => "x86_64",
+    }
 }
 
 #[derive(Deserialize)]
@@ -110,23 +73,23 @@ struct PlanFileTensor {
     offset: u64,
 }
 
-fn executor_path(args: &VerifyArgs) -> Result<PathBuf> {
-    if let Some(p) = &args.executor {
+fn executor_path(opts: &VerifyOptions) -> Result<PathBuf> {
+    if let Some(p) = &opts.executor {
         return Ok(p.clone());
     }
     let rel = Path::new("harness-c/build")
-        .join(args.target.dir())
+        .join(build_dir(opts.target))
         .join("executor.elf");
     let candidates = [
         rel.clone(),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(&rel),
     ];
     candidates
         .iter()
         .find(|p| p.exists())
         .cloned()
         .ok_or_else(|| {
-            anyhow!(
+            failed!(
                 "{} not found: build the guests (`make -C harness-c`) or pass --executor",
                 rel.display()
             )
@@ -152,7 +115,7 @@ fn execute(
     order: &[usize],
     offsets: &[Option<u64>],
     arena_bytes: u64,
-    args: &VerifyArgs,
+    opts: &VerifyOptions,
     input_data: Option<&[u8]>,
     plot_title: Option<String>,
 ) -> Result<Outcome> {
@@ -162,14 +125,14 @@ fn execute(
             order,
             offsets,
             arena_bytes,
-            seed: args.seed,
+            seed: opts.seed,
             input_data,
         },
     )?;
     let encoded = program.encode()?;
     let arena = image
         .symbol("memtrace_arena")
-        .ok_or_else(|| anyhow!("{} has no memtrace_arena symbol", image.path.display()))?;
+        .ok_or_else(|| failed!("{} has no memtrace_arena symbol", image.path.display()))?;
     let arena_end = image.symbol("memtrace_arena_end").map(|s| s.address);
     let base = arena.address + encoded.arena_offset;
     if let Some(end) = arena_end {
@@ -187,14 +150,14 @@ fn execute(
         .map(|&o| {
             let t = &program.tensors[o as usize];
             let off = match t.data {
-                memtrace_tracer::program::TensorData::Arena { offset } => offset,
+                TensorData::Arena { offset } => offset,
                 _ => 0,
             };
             (base + off, t.bytes())
         })
         .collect();
     let preload = vec![(arena.address, encoded.bytes)];
-    let untraced_seconds = if args.baseline {
+    let untraced_seconds = if opts.baseline {
         let t = Instant::now();
         let code = memtrace_tracer::baseline::run_untraced_with(image, None, &preload)?;
         if code != 0 {
@@ -208,7 +171,7 @@ fn execute(
     let mut shadow = ShadowMap::new(base, arena_bytes);
     let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
     // Only the arena plot needs each access's exact instruction.
-    let access = super::run::access_path(trace.is_some());
+    let access = access_path(trace.is_some());
     let summary = {
         let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut shadow];
         if let Some(t) = trace.as_mut() {
@@ -217,7 +180,7 @@ fn execute(
         trace_with(
             image,
             TraceOptions {
-                max_instructions: args.max_instructions,
+                max_instructions: opts.max_instructions,
                 preload,
                 readback,
                 access,
@@ -307,27 +270,23 @@ fn run_report(
     }
 }
 
-pub fn run(args: VerifyArgs) -> Result<ExitCode> {
+/// Runs the model under the reference plan and under the chosen plan, and
+/// reports clobbers, bit-exactness and the O_s each operator traced.
+pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let started = Instant::now();
-    let model = model::load(&args.model).with_context(|| format!("loading {}", args.model))?;
+    let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
     model.validate()?;
-    let kind = PlannerKind::parse(&args.planner).ok_or_else(|| {
-        anyhow!(
-            "unknown planner `{}` (known: {})",
-            args.planner,
-            PlannerKind::ALL.map(|p| p.name()).join(", ")
-        )
-    })?;
-    if !["traced", "algorithmic", "analytic", "none"].contains(&args.overlap.as_str()) {
-        bail!(
-            "unknown overlap method `{}` (traced, algorithmic, analytic, none)",
-            args.overlap
-        );
-    }
-    let input_data = args
+    let kind = req.planner;
+    let input_data = req
         .input
         .as_ref()
-        .map(|p| std::fs::read(p).with_context(|| format!("reading --input {}", p.display())))
+        .map(|p| {
+            std::fs::read(p).map_err(|source| Error::Io {
+                action: "read --input",
+                path: p.clone(),
+                source,
+            })
+        })
         .transpose()?;
     if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
         let t = &model.tensors[first];
@@ -342,10 +301,10 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             );
         }
     }
-    if let Some(p) = &args.plot {
-        super::common::check_writable(p)?;
+    if let Some(p) = &req.plot {
+        check_writable(p)?;
     }
-    let exe = executor_path(&args)?;
+    let exe = executor_path(req)?;
     let image = ElfImage::load(&exe)?;
     let opts = PlanOptions::default();
     let names = memtrace_analyzer::verify::lower::tensor_names(&model);
@@ -365,9 +324,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         &reference.order,
         &ref_offsets,
         ref_arena,
-        &args,
+        req,
         input_data.as_deref(),
-        args.plot
+        req.plot
             .as_ref()
             .map(|_| "reference (tflm-greedy)".to_string()),
     )?;
@@ -404,18 +363,21 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     }
 
     // The plan under test.
-    let (plan, offsets, arena_bytes, order, planner_name, overlap_name) = match &args.plan {
+    let (plan, offsets, arena_bytes, order, planner_name, overlap_name) = match &req.plan {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+                action: "read",
+                path: path.clone(),
+                source,
+            })?;
             let file: PlanFile = serde_json::from_str(&text)
-                .with_context(|| format!("{}: not a plan file", path.display()))?;
+                .map_err(|e| failed!("{}: not a plan file: {e}", path.display()))?;
             let mut offsets = ref_offsets.clone();
             for t in &file.tensors {
                 let i = names
                     .iter()
                     .position(|n| *n == t.name)
-                    .ok_or_else(|| anyhow!("{}: no tensor `{}`", path.display(), t.name))?;
+                    .ok_or_else(|| failed!("{}: no tensor `{}`", path.display(), t.name))?;
                 if offsets[i].is_none() {
                     bail!(
                         "{}: tensor `{}` is not an arena tensor",
@@ -442,9 +404,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             )
         }
         None => {
-            let overlaps = match args.overlap.as_str() {
-                "traced" => Overlaps::compute(&model, &traced),
-                m => Overlaps::compute(&model, &OverlapMethod::parse(m).expect("checked above")),
+            let overlaps = match req.overlap.method() {
+                None => Overlaps::compute(&model, &traced),
+                Some(method) => Overlaps::compute(&model, &method),
             };
             let plan = planner::run(&model, kind, &overlaps, &opts)?;
             if plan.tensors.is_empty() {
@@ -474,13 +436,13 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         &order,
         &offsets,
         arena_bytes,
-        &args,
+        req,
         input_data.as_deref(),
-        args.plot
+        req.plot
             .as_ref()
             .map(|_| format!("{planner_name} ({overlap_name})")),
     )?;
-    if let (Some(path), Some(a), Some(b)) = (&args.plot, &ref_out.trace, &plan_out.trace) {
+    if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {
         memtrace_analyzer::verify::plot::render(&[a, b], path)?;
     }
     let mismatched = ref_out
@@ -493,8 +455,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     let clobbers: Vec<Clobber> = plan_out.shadow.clobbers.clone();
     let report = VerifyReport {
         model: model.name.clone(),
-        target: args.target.name().into(),
-        seed: args.seed,
+        target: req.target.name().into(),
+        seed: req.seed,
         reference: run_report(
             &model,
             "tflm-greedy",
@@ -530,13 +492,5 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         traced_overlaps: traced_report,
         seconds: started.elapsed().as_secs_f64(),
     };
-    match args.format {
-        Format::Table => print!("{}", report.to_text()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-    }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(report)
 }

@@ -1,7 +1,7 @@
 /*
  * memtrace_program.h — the model program of the memtrace executor.
  *
- * `memtrace verify` encodes a whole model (tracer/src/program.rs) and writes
+ * `memtrace verify` encodes a whole model (abi/src/program.rs) and writes
  * it at `memtrace_arena` before the first instruction. All fields are 32-bit
  * little-endian words; "offsets" are byte offsets from the program start,
  * except a tensor's arena offset, which is relative to the activation arena

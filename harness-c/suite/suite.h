@@ -65,7 +65,7 @@ int run_layer(const char *name, const Layer &layer);
 // The kernel call itself (kernels.cc): only this runs inside the window.
 void run_kernel(const Layer &layer, const Buffers &b, const Quant &q);
 
-// Canonical layer text, exactly as tracer/src/spec.rs `Display for LayerSpec`
+// Canonical layer text, exactly as abi/src/spec.rs `Display for LayerSpec`
 // prints it. Returns false if it would not fit in `cap` bytes (NUL included).
 bool format_params(const Layer &layer, char *out, size_t cap);
 

@@ -4,10 +4,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use memtrace_analyzer::model::zoo;
-use memtrace_analyzer::output::write_atomically;
+use memtrace_analyzer::output::{write_atomically, write_error};
 use memtrace_analyzer::verify::export::{materialize, to_tflite};
 
 #[derive(Args, Debug)]
@@ -40,10 +40,11 @@ pub fn run(args: ZooArgs) -> Result<ExitCode> {
             }
         }
         ZooCommand::Export { name, out, seed } => {
-            let model = zoo::build(&name).map_err(|e| anyhow!(e))?;
-            let bytes = to_tflite(&materialize(&model, seed)).map_err(|e| anyhow!(e))?;
-            write_atomically(&out, |w| Ok(w.write_all(&bytes)?))
-                .with_context(|| format!("writing {}", out.display()))?;
+            let model = zoo::build(&name)?;
+            let bytes = to_tflite(&materialize(&model, seed))?;
+            write_atomically(&out, |w| {
+                w.write_all(&bytes).map_err(|e| write_error(&out, e))
+            })?;
             eprintln!(
                 "wrote {} ({} bytes, {} operators)",
                 out.display(),

@@ -10,11 +10,15 @@ use crate::error::TraceError;
 
 /// The guest architectures memtrace emulates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Arch {
     /// ARMv7E-M Thumb-2, emulated as a Cortex-M4.
     #[serde(rename = "cortex-m4")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m4"))]
     CortexM4,
+    /// x86-64 (SSE2, no AVX), freestanding.
     #[serde(rename = "x86-64")]
+    #[cfg_attr(feature = "clap", value(name = "x86-64"))]
     X86_64,
 }
 

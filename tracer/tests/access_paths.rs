@@ -9,7 +9,8 @@
 mod common;
 
 use common::{guest, trace_messages};
-use memtrace_tracer::{AccessPath, ElfImage, Event, Job, LayerSpec, Message, TraceOptions};
+use memtrace_abi::{Event, LayerSpec, Message};
+use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
 fn trace(image: &ElfImage, job: Option<&Job>, access: AccessPath) -> Vec<Message> {
     let options = TraceOptions {

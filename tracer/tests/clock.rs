@@ -10,8 +10,9 @@ use std::rc::Rc;
 
 use common::{guest, trace_messages};
 
+use memtrace_abi::{Event, LayerSpec, Message};
 use memtrace_tracer::clock::BlockClock;
-use memtrace_tracer::{ClockMode, ElfImage, Event, Job, LayerSpec, Message, TraceOptions};
+use memtrace_tracer::{ClockMode, ElfImage, Job, TraceOptions};
 use unicorn_engine::{Arch as UcArch, Mode, Prot, RegisterX86, Unicorn};
 
 /// The layer specs both architectures are checked on.

@@ -423,7 +423,8 @@ impl Model {
     /// output (or the graph input) and every intermediate tensor has one
     /// reader. `Err` names the first reason it is not.
     pub fn sequential_chain(&self) -> Result<(), ModelError> {
-        self.chain_break().map_or(Ok(()), |reason| Err(ModelError::Invalid(reason)))
+        self.chain_break()
+            .map_or(Ok(()), |reason| Err(ModelError::Invalid(reason)))
     }
 
     /// Why the model is not a sequential chain, if it is not.

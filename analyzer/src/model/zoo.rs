@@ -15,14 +15,13 @@
 //! Keras pads the stride-2 convolutions explicitly
 //! (`ZeroPadding2D(((0, 1), (0, 1)))` then `padding='valid'`, or `'same'` in
 //! newer releases). For even input sizes that is exactly TFLite's SAME padding
-//! (0 rows/cols before, 1 after), so these models use crate::model::ModelError;
-use SAME and carry no PAD
+//! (0 rows/cols before, 1 after), so these models use SAME and carry no PAD
 //! tensors — as the paper's own figures must have: MobileNet v1 0.25 128's
 //! 96 KB "original" peak would be 130 KB with a 65×65×16 PAD output.
 //! Float32 is the default; `_int8` makes every activation and weight int8
 //! (biases int32), as a fully integer-quantised TFLite export does.
 
-use super::{Activation, DataType, Model, Op, OpKind, OpOptions, Padding, Tensor};
+use super::{Activation, DataType, Model, ModelError, Op, OpKind, OpOptions, Padding, Tensor};
 
 /// Builds operator graphs tensor by tensor.
 pub struct GraphBuilder {

@@ -4,7 +4,7 @@
 //! loop nest of the TFLM reference kernel it models — same loops, same order,
 //! same border handling — with the arithmetic removed, and feeds the input
 //! byte offsets read and the output byte ranges written into a streaming
-//! accumulator of the *monotone* O_s (`docs/overlap.md` §1, DESIGN.md §6):
+//! accumulator of the *monotone* O_s (`docs/overlap.md` §1):
 //!
 //! ```text
 //! M_k = max end byte (offset + size) of the output writes 0..=k

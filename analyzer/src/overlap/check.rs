@@ -1,4 +1,4 @@
-//! Cross-checking the three O_s methods against each other (DESIGN §6).
+//! Cross-checking the three O_s methods against each other (docs/overlap.md).
 //!
 //! For a traced layer with a known [`LayerSpec`] memtrace has four numbers:
 //! the traced *exact* and *monotone* O_s ([`super::empirical`]), the

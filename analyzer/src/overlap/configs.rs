@@ -10,9 +10,7 @@
 //! configuration of a (seed, op, dtype) stream does not depend on how many
 //! are drawn, so `--configs 10` is a prefix of `--configs 200`.
 
-use memtrace_abi::spec::{
-    Activation, Dtype, LayerSpec, LayerSpecBuilder, Op, Padding, SpecError,
-};
+use memtrace_abi::spec::{Activation, Dtype, LayerSpec, LayerSpecBuilder, Op, Padding, SpecError};
 
 /// Default cap on [`estimated_instructions`] of a random configuration.
 pub const DEFAULT_BUDGET: u64 = 3_000_000;

@@ -1,4 +1,4 @@
-//! O_s from a trace, computed online (DESIGN §6).
+//! O_s from a trace, computed online (docs/overlap.md §1).
 //!
 //! The output buffer (OB bytes at A) and the input (IB bytes at A + OB − o)
 //! are both swept upwards. A write of output byte w clobbers input byte
@@ -21,7 +21,7 @@
 //!   byte and the (increasing) history of M: memory proportional to the
 //!   buffers, not to the number of events.
 //!
-//! The **reverse sweep** (DESIGN §6's open mirror case) places the input
+//! The **reverse sweep** (the mirror case the DMO paper leaves open, docs/overlap.md §10) places the input
 //! *below* the output, its end overlapping the output's start by o bytes:
 //! input byte r sits at A − IB + o + r, so a write of output byte w clobbers
 //! r = w + IB − o. For input byte r last read at L(r), the smallest

@@ -41,6 +41,7 @@ pub use report::Comparison;
 
 /// The planners.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PlannerKind {
     Linear,
     TflmGreedy,

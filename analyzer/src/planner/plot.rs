@@ -82,7 +82,8 @@ fn draw<DB: DrawingBackend>(
     plans: &[&Plan],
     root: &DrawingArea<DB, Shift>,
 ) -> Result<()> {
-    root.fill(&WHITE).map_err(|e| Error::Drawing(e.to_string()))?;
+    root.fill(&WHITE)
+        .map_err(|e| Error::Drawing(e.to_string()))?;
     // Each panel on its own scale: a linear plan would squash the others.
     for (plan, area) in plans.iter().zip(root.split_evenly((1, plans.len()))) {
         let x_max = plan.peak_bytes.unwrap_or(1).max(1);

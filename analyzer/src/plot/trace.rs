@@ -22,8 +22,8 @@ use super::{render_picture, swatch_legend, Picture};
 use crate::overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
 use crate::overlap::analytic::windowed_safe_detail;
 use crate::overlap::timeline::{StepClock, StepMapping};
-use memtrace_abi::Analysis;
 use crate::plot::font;
+use memtrace_abi::Analysis;
 
 const COLUMNS: usize = 640;
 const ROWS: usize = 256;
@@ -362,7 +362,9 @@ impl TracePlot {
     /// Draws all layers, one row each, to `.png` or `.svg` (by extension).
     pub fn render(&self, path: &Path) -> Result<()> {
         if self.layers.is_empty() {
-            return Err(Error::Invalid("no layer was traced, so there is nothing to plot".into()));
+            return Err(Error::Invalid(
+                "no layer was traced, so there is nothing to plot".into(),
+            ));
         }
         let size = (1400u32, 340 * self.layers.len() as u32);
         render_picture(path, size, self)
@@ -371,7 +373,8 @@ impl TracePlot {
 
 impl Picture for TracePlot {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        root.fill(&WHITE).map_err(|e| Error::Drawing(e.to_string()))?;
+        root.fill(&WHITE)
+            .map_err(|e| Error::Drawing(e.to_string()))?;
         let rows = root.split_evenly((self.layers.len(), 1));
         for (pic, area) in self.layers.iter().zip(rows) {
             let cells = area.split_evenly((1, 2));

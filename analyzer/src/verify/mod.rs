@@ -1,4 +1,4 @@
-//! Plan verification (DESIGN §7, `memtrace verify`): a model is lowered to
+//! Plan verification (docs/verify.md, `memtrace verify`): a model is lowered to
 //! the guest executor's program ([`lower`](mod@self::lower)) with its tensors at a plan's
 //! offsets, run in the emulator, and checked byte by byte by the arena
 //! [`shadow`] map; its outputs are compared with an un-overlapped run.

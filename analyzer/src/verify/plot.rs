@@ -16,8 +16,8 @@ use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use memtrace_abi::Analysis;
 use crate::plot::{font, render_picture, swatch_legend, Picture};
+use memtrace_abi::Analysis;
 
 const COLUMNS: usize = 600;
 const ROWS: usize = 700;
@@ -147,7 +147,8 @@ impl Picture for SideBySide<'_> {
 }
 
 fn draw<DB: DrawingBackend>(runs: &[&ArenaTrace], root: &DrawingArea<DB, Shift>) -> Result<()> {
-    root.fill(&WHITE).map_err(|e| Error::Drawing(e.to_string()))?;
+    root.fill(&WHITE)
+        .map_err(|e| Error::Drawing(e.to_string()))?;
     let x_max = runs.iter().map(|r| r.arena_bytes).max().unwrap_or(1);
     let areas = root.split_evenly((1, runs.len().max(1)));
     for (run, area) in runs.iter().zip(areas) {

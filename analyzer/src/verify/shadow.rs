@@ -1,4 +1,4 @@
-//! The shadow map of an arena (DESIGN §7): for every arena byte, which tensor
+//! The shadow map of an arena (docs/verify.md): for every arena byte, which tensor
 //! last wrote it and in which layer. A read, through a buffer of role
 //! `input`, of a byte that does not hold that input tensor is a clobber.
 //!

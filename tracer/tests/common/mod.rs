@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use memtrace_tracer::{run, ElfImage, EventSink, Message, RunSummary, TraceOptions};
+use memtrace_abi::{Analysis, Buffer, Event, LayerInfo, Message};
+use memtrace_tracer::{trace, ElfImage, RunSummary, TraceOptions};
 
 /// `harness-c/build/<target>/<name>`, built by `make -C harness-c`.
 pub fn guest(target: &str, name: &str) -> PathBuf {
@@ -16,16 +17,31 @@ pub fn guest(target: &str, name: &str) -> PathBuf {
     elf
 }
 
-/// Traces `image` to its exit (code 0) and returns every message it sent.
+/// Every message an analysis receives, in order, batches as they came.
+#[derive(Default)]
+pub struct MessageLog(pub Vec<Message>);
+
+impl Analysis for MessageLog {
+    fn layer_begin(&mut self, layer: &LayerInfo) {
+        self.0.push(Message::LayerBegin(layer.clone()));
+    }
+    fn buffer(&mut self, buffer: &Buffer) {
+        self.0.push(Message::BufferDeclared(buffer.clone()));
+    }
+    fn events(&mut self, events: &[Event]) {
+        self.0.push(Message::Events(events.to_vec()));
+    }
+    fn layer_end(&mut self, instructions: u64) {
+        self.0.push(Message::LayerEnd { instructions });
+    }
+}
+
+/// Traces `image` to its exit (code 0) and returns every message its
+/// analyses received.
 pub fn trace_messages(image: &ElfImage, options: TraceOptions<'_>) -> (RunSummary, Vec<Message>) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let (_recycle_tx, recycle_rx) = crossbeam_channel::unbounded();
-    let sink = EventSink {
-        messages: tx,
-        recycled: recycle_rx,
-    };
-    let summary =
-        run(image, options, sink).unwrap_or_else(|e| panic!("{}: {e}", image.path.display()));
+    let mut log = MessageLog::default();
+    let summary = trace(image, options, &mut [&mut log])
+        .unwrap_or_else(|e| panic!("{}: {e}", image.path.display()));
     assert_eq!(summary.exit_code, 0, "{}", image.path.display());
-    (summary, rx.try_iter().collect())
+    (summary, log.0)
 }

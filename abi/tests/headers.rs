@@ -1,0 +1,118 @@
+//! The guest's C headers and the Rust ABI must agree on every constant: a
+//! word index, command or code that differs between `harness-c/include/*.h`
+//! and `memtrace-abi` would make host and guest misread each other silently.
+//! This test reads the headers as text (`#define NAME VALUE` and enum entries
+//! `NAME = VALUE,`) and compares both ways: every header constant of the
+//! ABI's namespaces has a Rust twin of the same value, and every Rust
+//! constant is in the header.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use memtrace_abi::{program, protocol, spec};
+
+/// `NAME -> value` of the `#define`s and enum entries of a header.
+fn header_constants(file: &str) -> BTreeMap<String, i64> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../harness-c/include")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut found = BTreeMap::new();
+    for line in text.lines() {
+        let code = line.split("/*").next().unwrap_or("").trim();
+        let (name, value) = if let Some(rest) = code.strip_prefix("#define ") {
+            let mut parts = rest.split_whitespace();
+            match (parts.next(), parts.next()) {
+                (Some(n), Some(v)) => (n, v),
+                _ => continue,
+            }
+        } else if let Some((n, v)) = code.split_once('=') {
+            (n.trim(), v.trim().trim_end_matches(','))
+        } else {
+            continue;
+        };
+        if let Some(v) = parse_c_integer(value) {
+            found.insert(name.to_owned(), v);
+        }
+    }
+    found
+}
+
+/// A C integer literal (decimal or hex, optional `u` suffix).
+fn parse_c_integer(text: &str) -> Option<i64> {
+    let t = text.trim_end_matches(['u', 'U']);
+    match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => i64::from_str_radix(hex, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+/// Checks one header against the Rust tables; `prefixes` are the header
+/// namespaces the ABI owns.
+fn agree(file: &str, prefixes: &[&str], tables: &[&[(&str, i64)]]) {
+    let header = header_constants(file);
+    let rust: BTreeMap<&str, i64> = tables.iter().flat_map(|t| t.iter().copied()).collect();
+    let mut problems = Vec::new();
+    for (name, value) in &rust {
+        match header.get(*name) {
+            Some(h) if h == value => {}
+            Some(h) => problems.push(format!("{name}: header {h}, Rust {value}")),
+            None => problems.push(format!("{name}: in Rust ({value}) but not in {file}")),
+        }
+    }
+    for (name, value) in &header {
+        let owned = prefixes.iter().any(|p| name.starts_with(p));
+        if owned && !rust.contains_key(name.as_str()) {
+            problems.push(format!(
+                "{name}: in {file} ({value}) but not in memtrace-abi"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{file} and memtrace-abi disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn memtrace_h_matches_the_protocol_module() {
+    agree(
+        "memtrace.h",
+        &["MEMTRACE_CMD_", "MEMTRACE_ROLE_", "MEMTRACE_MAX_"],
+        &[protocol::MEMTRACE_H],
+    );
+}
+
+#[test]
+fn memtrace_job_h_matches_the_spec_module() {
+    agree(
+        "memtrace_job.h",
+        &["MEMTRACE_JOB_", "JOB_", "OP_", "DTYPE_"],
+        &[spec::JOB_HEADER, spec::JOB_LAYOUT, spec::JOB_CODES],
+    );
+}
+
+#[test]
+fn memtrace_program_h_matches_the_program_module() {
+    agree(
+        "memtrace_program.h",
+        &["MEMTRACE_PROGRAM_", "PRG_", "TEN_", "OPW_", "PDT_", "PK_"],
+        &[
+            program::PROGRAM_MAGIC_TABLE,
+            program::PROGRAM_LAYOUT,
+            program::PROGRAM_CODES,
+        ],
+    );
+}
+
+#[test]
+fn the_parser_reads_both_forms_and_a_changed_value_is_caught() {
+    // The check must be able to fail: a value the header does not have.
+    let header = header_constants("memtrace_program.h");
+    assert_eq!(header.get("OPW_WORDS"), Some(&48));
+    assert_eq!(header.get("MEMTRACE_PROGRAM_MAGIC"), Some(&0x3147_5250));
+    let wrong: &[(&str, i64)] = &[("OPW_KIND", 1)];
+    let caught = std::panic::catch_unwind(|| agree("memtrace_program.h", &[], &[wrong]));
+    assert!(caught.is_err());
+}

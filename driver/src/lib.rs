@@ -1,0 +1,23 @@
+//! memtrace's workflows: the tracer and the analyzer combined into what the
+//! commands do — trace a binary's layers ([`run`]), sweep configurations
+//! ([`sweep`], [`validate`]), keep and compare O_s baselines ([`baseline`],
+//! [`regress`]), plan a model's arena ([`plan`]), prove a plan by running the
+//! model ([`verify`]) and measure the tracer ([`bench`], [`ladder`]).
+//!
+//! Every workflow takes a plain options type and returns a report value that
+//! knows how to render itself; printing and exit codes are the binary's.
+//! Imports run one way: the binary → this crate → analyzer and tracer → abi.
+
+pub mod baseline;
+pub mod bench;
+pub mod common;
+pub mod error;
+pub mod ladder;
+pub mod plan;
+pub mod regress;
+pub mod run;
+pub mod sweep;
+pub mod validate;
+pub mod verify;
+
+pub use error::{Context, Error, Result};

@@ -1,0 +1,74 @@
+//! `memtrace bench`: tracing cost measured side by side in one run (overhead
+//! against plain Unicorn, against Valgrind lackey, peak memory), or the O_s
+//! cost ladder with `--ladder`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+use memtrace_driver::bench::{bench, BenchOptions};
+use memtrace_driver::ladder::{ladder, TABLE_ONE};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Directory holding cortex-m4/ and x86_64/ guest builds.
+    #[arg(long, default_value = "harness-c/build")]
+    pub build_dir: PathBuf,
+    /// Layer for the overhead and Valgrind comparisons (≥ 10 M instructions).
+    #[arg(
+        long,
+        default_value = "op=conv2d,dtype=int8,input=1x32x32x16,filter=32x1x1x16,padding=same"
+    )]
+    pub job: String,
+    /// Layer for the peak-RSS measurement (≥ 50 M events).
+    #[arg(
+        long,
+        default_value = "op=conv2d,dtype=int8,input=1x32x32x64,filter=64x3x3x64,padding=same"
+    )]
+    pub rss_job: String,
+    /// Timed repetitions; the fastest is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+    /// Skip the Valgrind comparison.
+    #[arg(long)]
+    pub no_valgrind: bool,
+    /// Skip the peak-RSS measurement.
+    #[arg(long)]
+    pub no_rss: bool,
+    /// Only measure the O_s cost ladder (analytic ns, algorithmic ms, traced
+    /// s on one layer) and `validate` throughput, on cortex-m4/suite.elf.
+    #[arg(long)]
+    pub ladder: bool,
+    /// Layer of the ladder (default: the DMO paper's Table I layer).
+    #[arg(long, default_value = TABLE_ONE)]
+    pub ladder_job: String,
+    /// Random configurations per (op, dtype) for the throughput measurement.
+    #[arg(long, default_value_t = 25)]
+    pub ladder_configs: usize,
+}
+
+pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    if args.ladder {
+        ladder(
+            &args.build_dir.join("cortex-m4/suite.elf"),
+            &args.ladder_job,
+            args.ladder_configs,
+            &mut out,
+        )?;
+    } else {
+        bench(
+            &BenchOptions {
+                build_dir: args.build_dir,
+                job: args.job,
+                rss_job: args.rss_job,
+                repeat: args.repeat,
+                no_valgrind: args.no_valgrind,
+                no_rss: args.no_rss,
+            },
+            &mut out,
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,83 @@
+//! `memtrace plan`: every arena planner on one model, side by side (the DMO
+//! paper's Table III), each plan checked by the independent validator.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use memtrace_analyzer::planner::PlannerKind;
+use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// `all` (`None`), or one planner.
+#[derive(Clone, Copy, Debug)]
+pub struct PlannerChoice(Option<PlannerKind>);
+
+fn planner_choice(text: &str) -> Result<PlannerChoice, String> {
+    if text == "all" {
+        return Ok(PlannerChoice(None));
+    }
+    <PlannerKind as ValueEnum>::from_str(text, false)
+        .map(|k| PlannerChoice(Some(k)))
+        .map_err(|_| {
+            let known: Vec<&str> = PlannerKind::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "unknown planner `{text}` (known: all, {})",
+                known.join(", ")
+            )
+        })
+}
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// A `.tflite` file or a built-in model, e.g. `zoo:mobilenet_v1_0.25_128_int8`.
+    pub model: String,
+    /// `all`, or one of linear, tflm-greedy, dmo-heap, replacement, reorder, exact.
+    #[arg(long, default_value = "all", value_parser = planner_choice)]
+    pub planner: PlannerChoice,
+    /// Where O_s comes from: analytic, algorithmic, traced (runs every layer
+    /// through --suite) or none.
+    #[arg(long, value_enum, default_value_t = OverlapChoice::Analytic)]
+    pub overlap: OverlapChoice,
+    /// Kernel suite traced for `--overlap traced`.
+    #[arg(long, default_value = "harness-c/build/cortex-m4/suite.elf")]
+    pub suite: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Draw the arena allocation of every plan (.svg or .png).
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
+    /// Write the best plan (or --planner's) into a copy of the model as TFLM
+    /// `OfflineMemoryAllocation` metadata.
+    #[arg(long, value_name = "OUT.tflite")]
+    pub emit_offline: Option<PathBuf>,
+    /// Offsets and sizes are multiples of this (TFLM uses 16).
+    #[arg(long, default_value_t = 16)]
+    pub alignment: u64,
+}
+
+pub fn run(args: PlanArgs) -> Result<ExitCode> {
+    let (comparison, emitted) = plan(&PlanRequest {
+        model: args.model,
+        planner: args.planner.0,
+        overlap: args.overlap,
+        suite: args.suite,
+        plot: args.plot,
+        emit_offline: args.emit_offline,
+        alignment: args.alignment,
+    })?;
+    if let Some(line) = emitted {
+        eprintln!("{line}");
+    }
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
+        Format::Table => print!("{}", comparison.to_table()),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,64 @@
+//! `memtrace validate`: sweep layer configurations through a compiled kernel
+//! and check every O_s method against the trace (DMO Table II, generalised).
+//!
+//! Exit status: 0 when every configuration passes, 1 when any violates a check
+//! (analytic > traced monotone, algorithmic ≠ traced monotone, exact <
+//! monotone), 2 when none violates but some could not be traced (e.g. the
+//! guest rejected a configuration).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use memtrace_driver::validate::{validate, ValidateOptions};
+
+use super::sweep_args::ConfigArgs;
+use super::write_report;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Kernel-suite binary (ELF for Cortex-M4 or x86-64) with the job mailbox.
+    pub elf: PathBuf,
+    #[command(flatten)]
+    pub configs: ConfigArgs,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: ValidateArgs) -> Result<ExitCode> {
+    let report = validate(&ValidateOptions {
+        elf: args.elf,
+        configs: args.configs.into(),
+        out: args.out.clone(),
+    })?;
+    let text = match args.format {
+        Format::Table => report.to_table()?,
+        Format::Json => report.to_json()?,
+        Format::Csv => report.to_csv()?,
+    };
+    write_report(args.out.as_deref(), &text)?;
+    if !matches!(args.format, Format::Table) || args.out.is_some() {
+        eprintln!("{}", report.summary_line());
+    }
+    for line in report.problem_lines() {
+        eprintln!("{line}");
+    }
+    Ok(if report.summary.violations > 0 {
+        ExitCode::from(1)
+    } else if report.summary.errors > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

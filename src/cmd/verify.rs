@@ -1,0 +1,86 @@
+//! `memtrace verify`: run a whole model in the emulator under the reference
+//! plan (TFLM greedy, no overlaps) and under a chosen plan, check every read
+//! of the arena with the shadow map, and compare the outputs bit by bit.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use memtrace_analyzer::planner::PlannerKind;
+use memtrace_driver::plan::OverlapChoice;
+use memtrace_driver::verify::{verify, VerifyOptions};
+use memtrace_tracer::Arch;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// `MODEL.tflite` or `zoo:NAME`.
+    pub model: String,
+    /// Planner of the verified plan.
+    #[arg(long, value_enum, default_value_t = PlannerKind::DmoHeap)]
+    pub planner: PlannerKind,
+    /// O_s source of the plan: traced (from the reference run), algorithmic,
+    /// analytic, none.
+    #[arg(long, value_enum, default_value_t = OverlapChoice::Traced)]
+    pub overlap: OverlapChoice,
+    /// Verify this placement instead of a planner's: JSON
+    /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N}`
+    /// (tensors not listed keep their reference offsets; model order).
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<PathBuf>,
+    /// Seed of the generated input (and of the weights of zoo models).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Raw bytes of the (first) graph input, instead of seeded data.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
+    pub target: Arch,
+    /// The executor ELF (default: harness-c/build/TARGET/executor.elf).
+    #[arg(long, value_name = "ELF")]
+    pub executor: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Draw the arena-wide access trace of both runs side by side (x =
+    /// arena offset, y = instruction; the paper's Fig. 2) to a .png or .svg.
+    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    pub plot: Option<PathBuf>,
+    /// Also run the plan's program in Unicorn without hooks and report the
+    /// tracing slowdown against it.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Stop a guest that runs longer than this many instructions.
+    #[arg(long, default_value_t = 200_000_000_000)]
+    pub max_instructions: u64,
+}
+
+pub fn run(args: VerifyArgs) -> Result<ExitCode> {
+    let report = verify(&VerifyOptions {
+        model: args.model,
+        planner: args.planner,
+        overlap: args.overlap,
+        plan: args.plan,
+        seed: args.seed,
+        input: args.input,
+        target: args.target,
+        executor: args.executor,
+        plot: args.plot,
+        baseline: args.baseline,
+        max_instructions: args.max_instructions,
+    })?;
+    match args.format {
+        Format::Table => print!("{}", report.to_text()),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
