@@ -90,7 +90,8 @@ pub fn ladder(
         "  algorithmic              {algorithmic_ms:>12.3} ms   O_s {} B",
         show(algorithmic)
     )?;
-    writeln!(out, 
+    writeln!(
+        out,
         "  traced (bottom-up)       {traced_s:>12.3} s    monotone {} B, exact {} B; {} instructions, {} events",
         show(row.monotone_bytes),
         show(row.exact_bytes),
@@ -132,7 +133,8 @@ pub fn ladder(
         "\n[validate] {} random configs (all ops, f32 + int8), {threads} threads",
         specs.len()
     )?;
-    writeln!(out, 
+    writeln!(
+        out,
         "  {:.2} s, {:.1} configs/s, {:.1} M traced layer instructions/s, {bad} violations or errors ({acc:x})",
         secs,
         specs.len() as f64 / secs,
