@@ -111,8 +111,18 @@ fn bad_plan_arguments_are_explained() {
         "--planner",
         "magic",
     ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("unknown --planner `magic`"));
+    // A value outside the planners is a usage error (exit 2), and the message
+    // names the value and the planners there are.
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("'magic'") && err.contains("--planner"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tflm-greedy") && err.contains("dmo-heap"),
+        "{err}"
+    );
     let out = memtrace(["plan", "zoo:no_such_model"]);
     assert_eq!(out.status.code(), Some(1));
     let dir = tempfile::tempdir().unwrap();

@@ -154,10 +154,10 @@ mod tests {
     fn wrong_word_counts_and_codes_are_errors() {
         let mut d = PortDecoder::default();
         feed(&mut d, &[1, 2]);
-        assert!(d.command(3).unwrap_err().contains("LAYER_END expects 0"));
-        assert!(d.command(9).unwrap_err().contains("unknown command 9"));
+        assert!(d.command(3).unwrap_err().0.contains("LAYER_END expects 0"));
+        assert!(d.command(9).unwrap_err().0.contains("unknown command 9"));
         assert_eq!(
-            d.command(4).unwrap_err(),
+            d.command(4).unwrap_err().0,
             "EXIT expects 1 FIFO words but 0 were pushed"
         );
         for _ in 0..64 {

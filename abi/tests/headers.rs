@@ -20,19 +20,26 @@ fn header_constants(file: &str) -> BTreeMap<String, i64> {
     let mut found = BTreeMap::new();
     for line in text.lines() {
         let code = line.split("/*").next().unwrap_or("").trim();
-        let (name, value) = if let Some(rest) = code.strip_prefix("#define ") {
+        if let Some(rest) = code.strip_prefix("#define ") {
             let mut parts = rest.split_whitespace();
-            match (parts.next(), parts.next()) {
-                (Some(n), Some(v)) => (n, v),
-                _ => continue,
+            if let (Some(name), Some(value)) = (parts.next(), parts.next()) {
+                if let Some(v) = parse_c_integer(value) {
+                    found.insert(name.to_owned(), v);
+                }
             }
-        } else if let Some((n, v)) = code.split_once('=') {
-            (n.trim(), v.trim().trim_end_matches(','))
-        } else {
             continue;
-        };
-        if let Some(v) = parse_c_integer(value) {
-            found.insert(name.to_owned(), v);
+        }
+        // Enum entries, one or several on a line: `A = 1, B = 2,`.
+        let body = code.rsplit('{').next().unwrap_or("");
+        for entry in body.split([',', '}']) {
+            if let Some((name, value)) = entry.split_once('=') {
+                let name = name.trim();
+                let is_identifier =
+                    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if let (true, Some(v)) = (is_identifier, parse_c_integer(value.trim())) {
+                    found.insert(name.to_owned(), v);
+                }
+            }
         }
     }
     found
@@ -112,6 +119,8 @@ fn the_parser_reads_both_forms_and_a_changed_value_is_caught() {
     let header = header_constants("memtrace_program.h");
     assert_eq!(header.get("OPW_WORDS"), Some(&48));
     assert_eq!(header.get("MEMTRACE_PROGRAM_MAGIC"), Some(&0x3147_5250));
+    // Several entries on one line.
+    assert_eq!(header.get("PDT_INT32"), Some(&4));
     let wrong: &[(&str, i64)] = &[("OPW_KIND", 1)];
     let caught = std::panic::catch_unwind(|| agree("memtrace_program.h", &[], &[wrong]));
     assert!(caught.is_err());

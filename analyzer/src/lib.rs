@@ -4,6 +4,7 @@
 //! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
 pub mod error;
+pub mod event_table;
 pub mod layer_stats;
 pub mod model;
 pub mod output;
@@ -12,7 +13,6 @@ pub mod planner;
 pub mod plot;
 pub mod report;
 pub mod rng;
-pub mod table;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -398,3 +398,88 @@ fn markdown(r: &RegressReport) -> String {
     section(&mut s, "Unchanged", of(Status::Same));
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::Verdict;
+
+    fn old(monotone: u64, exact: u64) -> BaselineRow {
+        BaselineRow {
+            name: "dw1".into(),
+            source: "builtin".into(),
+            op: "depthwise_conv2d".into(),
+            dtype: "int8".into(),
+            arch: "cortex-m4".into(),
+            spec: "op=depthwise_conv2d".into(),
+            exact_bytes: Some(exact),
+            monotone_bytes: Some(monotone),
+            algorithmic_bytes: None,
+            analytic_bytes: None,
+        }
+    }
+
+    fn new(monotone: u64, exact: u64, error: Option<&str>) -> Row {
+        Row {
+            name: "dw1".into(),
+            source: "builtin",
+            op: "depthwise_conv2d".into(),
+            dtype: "int8".into(),
+            arch: "cortex-m4".into(),
+            spec: "op=depthwise_conv2d".into(),
+            short: String::new(),
+            instructions: 1,
+            events: 1,
+            input_bytes: Some(100),
+            output_bytes: Some(100),
+            exact_bytes: Some(exact),
+            monotone_bytes: Some(monotone),
+            algorithmic_bytes: None,
+            analytic_bytes: Some(monotone + 1),
+            analytic_printed_bytes: None,
+            analytic_error_percent: None,
+            flags: Vec::new(),
+            printed_above_traced: false,
+            verdict: Verdict::Ok,
+            error: error.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_smaller_monotone_or_exact_value_is_a_shrink_and_fails() {
+        let c = compare(&old(64, 80), Some(&new(48, 80, None)));
+        assert_eq!(c.status, Status::Shrank);
+        assert_eq!(c.monotone_delta, Some(-16));
+        assert!(c.status.fails());
+        // Exact alone shrinking is a shrink too.
+        assert_eq!(
+            compare(&old(64, 80), Some(&new(64, 72, None))).status,
+            Status::Shrank
+        );
+    }
+
+    #[test]
+    fn growth_and_equality_pass() {
+        let grew = compare(&old(64, 80), Some(&new(96, 80, None)));
+        assert_eq!((grew.status, grew.monotone_delta), (Status::Grew, Some(32)));
+        assert!(!grew.status.fails());
+        let same = compare(&old(64, 80), Some(&new(64, 80, None)));
+        assert_eq!(same.status, Status::Same);
+    }
+
+    #[test]
+    fn missing_and_untraceable_rows_fail_with_a_note() {
+        let missing = compare(&old(64, 80), None);
+        assert_eq!(missing.status, Status::Missing);
+        assert!(missing.note.is_some() && missing.status.fails());
+        let failed = compare(&old(64, 80), Some(&new(0, 0, Some("exit 2"))));
+        assert_eq!(failed.status, Status::Error);
+        assert_eq!(failed.note.as_deref(), Some("exit 2"));
+    }
+
+    #[test]
+    fn an_analytic_bound_above_the_new_trace_is_flagged() {
+        // `new` puts the analytic value one byte above the traced monotone.
+        assert!(compare(&old(64, 80), Some(&new(64, 80, None))).analytic_now_unsafe);
+    }
+}

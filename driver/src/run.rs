@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
+use memtrace_analyzer::event_table::EventTable;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{explain, MethodValues};
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
-use memtrace_analyzer::table::EventTable;
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
 use crate::common::{check_writable, configure_table_printing, trace_with};

@@ -435,3 +435,90 @@ pub fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summary {
 pub fn start() -> Instant {
     Instant::now()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(monotone: Option<u64>, analytic: Option<u64>, flags: Vec<Flag>, error: bool) -> Row {
+        Row {
+            name: "config 1".into(),
+            source: "job",
+            op: "relu".into(),
+            dtype: "f32".into(),
+            arch: "cortex-m4".into(),
+            spec: String::new(),
+            short: String::new(),
+            instructions: 10,
+            events: 4,
+            input_bytes: Some(400),
+            output_bytes: Some(400),
+            exact_bytes: monotone,
+            monotone_bytes: monotone,
+            algorithmic_bytes: monotone,
+            analytic_bytes: analytic,
+            analytic_printed_bytes: None,
+            analytic_error_percent: monotone.and_then(|m| analytic_error_percent(m, analytic)),
+            verdict: if error {
+                Verdict::Error
+            } else if flags.is_empty() {
+                Verdict::Ok
+            } else {
+                Verdict::Violation
+            },
+            flags,
+            printed_above_traced: false,
+            error: error.then(|| "rejected".to_owned()),
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_each_verdict_and_averages_the_analytic_error() {
+        let rows = [
+            row(Some(400), Some(300), vec![], false),
+            row(Some(200), Some(200), vec![], false),
+            row(Some(100), Some(150), vec![Flag::Unsafe], false),
+            row(None, None, vec![], true),
+        ];
+        let s = summarise(&rows, Duration::from_secs(2), 3);
+        assert_eq!(
+            (s.configs, s.violations, s.errors, s.unsafe_analytic),
+            (4, 1, 1, 1)
+        );
+        // (400-300)/400 = 25 %, 0 %, (100-150)/100 = -50 %: computed by hand.
+        assert_eq!(s.max_analytic_error_percent, Some(25.0));
+        assert!((s.mean_analytic_error_percent.unwrap() - (-25.0 / 3.0)).abs() < 1e-9);
+        assert_eq!(s.configs_per_second, 2.0);
+    }
+
+    #[test]
+    fn configuration_sources_come_in_a_fixed_order() {
+        let sel = ConfigSelection {
+            ops: vec!["relu".into()],
+            dtype: "all".into(),
+            configs: 2,
+            seed: 7,
+            configs_file: None,
+            grid: vec!["op=max_pool,input=1x{7,8}x5x3,filter=3x3,stride=1".into()],
+            budget: memtrace_analyzer::overlap::configs::DEFAULT_BUDGET,
+            jobs: Some(1),
+            max_instructions: 1,
+        };
+        let specs = sel.specs().unwrap();
+        // 2 random relu per dtype (f32, int8), then the two grid points.
+        assert_eq!(specs.len(), 6);
+        assert!(specs[..4].iter().all(|s| s.op == Op::Relu));
+        assert_eq!(specs[4].input[1], 7);
+        assert_eq!(specs[5].input[1], 8);
+        assert_eq!(
+            specs,
+            sel.specs().unwrap(),
+            "the same seed gives the same configs"
+        );
+        let bad = ConfigSelection {
+            ops: vec!["conv9".into()],
+            ..sel
+        };
+        assert!(bad.specs().unwrap_err().to_string().starts_with("--op:"));
+    }
+}

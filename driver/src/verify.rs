@@ -14,7 +14,7 @@ use memtrace_analyzer::model::{self, Model};
 use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
-    lower, Clobber, LowerInput, OpOverlapReport, PlacedTensorReport, RunReport, ShadowMap,
+    lower, Clobber, LowerInput, OpOverlapReport, PlacedTensorReport, PlanRunReport, ShadowMap,
     UsedOverlapReport, VerifyReport,
 };
 use memtrace_tracer::{Arch, ElfImage, TraceOptions};
@@ -231,9 +231,9 @@ fn run_report(
     arena_bytes: u64,
     plan: Option<&Plan>,
     outcome: &Outcome,
-) -> RunReport {
+) -> PlanRunReport {
     let names = memtrace_analyzer::verify::lower::tensor_names(model);
-    RunReport {
+    PlanRunReport {
         seconds: outcome.seconds,
         untraced_seconds: outcome.untraced_seconds,
         planner: planner.into(),

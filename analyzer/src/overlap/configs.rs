@@ -332,7 +332,7 @@ mod tests {
         .unwrap();
         assert_eq!(specs.len(), 3);
         let e = parse_configs_file("op=relu,input=1x2\nop=conv9,input=1").unwrap_err();
-        assert!(e.starts_with("line 2:"), "{e}");
+        assert!(e.0.starts_with("line 2:"), "{e}");
     }
 
     #[test]

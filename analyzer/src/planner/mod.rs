@@ -218,9 +218,9 @@ pub enum PlanError {
     Model(String),
 }
 
-/// One tensor to place.
+/// One tensor to place in the arena, with its planned size and lifetime.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Buffer {
+pub struct ArenaBuffer {
     pub tensor: usize,
     /// Planned size (data bytes rounded up to the alignment, at least one
     /// alignment unit).
@@ -247,7 +247,7 @@ pub struct DmoPair {
 #[derive(Clone, Debug)]
 pub struct Problem {
     pub order: Vec<usize>,
-    pub buffers: Vec<Buffer>,
+    pub buffers: Vec<ArenaBuffer>,
     pub pairs: Vec<DmoPair>,
     pub alignment: u64,
     pub steps: usize,
@@ -293,7 +293,7 @@ impl Problem {
             // A tensor nobody reads lives during its producer's step only.
             let l = last[t].unwrap_or(f).max(f);
             buffer_of[t] = buffers.len();
-            buffers.push(Buffer {
+            buffers.push(ArenaBuffer {
                 tensor: t,
                 size: align_up(model.tensors[t].bytes.max(1), alignment),
                 first: f,

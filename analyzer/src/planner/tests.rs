@@ -321,7 +321,7 @@ fn validator_rejects_clobbers_and_accepts_safe_dmo_overlaps() {
     validate::validate(&m, &plan, &ov).unwrap();
     // Without O_s the same layout clobbers.
     let e = validate::validate(&m, &plan, &Overlaps::none(&m)).unwrap_err();
-    assert!(e.contains("overlap"), "{e}");
+    assert!(e.0.contains("overlap"), "{e}");
     // conv_dw_1 (32 KiB) feeds conv_pw_1 (64 KiB): build the pair by hand.
     let idx = |n: &str| plan.tensors.iter().position(|t| t.name == n).unwrap();
     let (i, o) = (idx("conv_dw_1"), idx("conv_pw_1"));

@@ -18,7 +18,7 @@ pub use shadow::{Clobber, LayerOverlap, ShadowMap, Writer};
 
 /// One run of the model under a placement.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunReport {
+pub struct PlanRunReport {
     pub planner: String,
     pub overlap: String,
     pub arena_bytes: u64,
@@ -74,8 +74,8 @@ pub struct VerifyReport {
     pub model: String,
     pub target: String,
     pub seed: u64,
-    pub reference: RunReport,
-    pub plan: RunReport,
+    pub reference: PlanRunReport,
+    pub plan: PlanRunReport,
     /// Clobbers of the plan run (the reference run's are in `reference`).
     pub clobbers: Vec<Clobber>,
     pub bit_exact: bool,
