@@ -13,6 +13,7 @@ use crate::spec::LayerSpec;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AccessKind {
+    /// A read of the bytes.
     Load,
     /// First write of these bytes within the current layer.
     Store,
@@ -21,6 +22,7 @@ pub enum AccessKind {
 }
 
 impl AccessKind {
+    /// Lower-case name used in tables and reports (`load`, `store`, `update`).
     pub fn name(self) -> &'static str {
         match self {
             AccessKind::Load => "load",
@@ -47,6 +49,7 @@ pub struct Event {
     pub offset: u32,
     /// Access width in bytes (after splitting).
     pub size: u32,
+    /// Whether the access read, first wrote or rewrote the bytes.
     pub kind: AccessKind,
 }
 
@@ -54,10 +57,15 @@ pub struct Event {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// An activation the layer reads (`MEMTRACE_ROLE_INPUT`).
     Input,
+    /// The activation the layer writes (`MEMTRACE_ROLE_OUTPUT`).
     Output,
+    /// Filter or weight tensor (`MEMTRACE_ROLE_WEIGHTS`).
     Weights,
+    /// Bias vector (`MEMTRACE_ROLE_BIAS`).
     Bias,
+    /// Temporary memory the kernel needs (`MEMTRACE_ROLE_SCRATCH`).
     Scratch,
 }
 
@@ -74,6 +82,7 @@ impl Role {
             _ => return None,
         })
     }
+    /// Lower-case name used in tables and reports (`input`, `output`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Role::Input => "input",
@@ -88,12 +97,17 @@ impl Role {
 /// A buffer declared by the guest for the current layer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Buffer {
+    /// Buffer id chosen by the guest, unique within the layer.
     pub id: u32,
+    /// What the buffer is to the layer.
     pub role: Role,
+    /// Name given by the guest (the tensor's name).
     pub name: String,
     /// Guest address of byte 0.
     pub base: u64,
+    /// Size in bytes.
     pub size: u32,
+    /// Element size in bytes (reported, not used to split accesses).
     pub elem_size: u32,
 }
 
@@ -102,7 +116,9 @@ pub struct Buffer {
 pub struct LayerInfo {
     /// Position of the layer in the run (0-based).
     pub index: usize,
+    /// Layer name given by the guest (identifies the layer in reports).
     pub name: String,
+    /// Operator text given by the guest (`conv2d`, `add`, ... or anything else).
     pub op: String,
     /// The guest's `key=value,...` parameter text.
     pub params: String,
@@ -113,17 +129,22 @@ pub struct LayerInfo {
 /// Messages in the order the guest produced them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
+    /// The guest opened a layer window (`LAYER_BEGIN`).
     LayerBegin(LayerInfo),
+    /// The guest declared a buffer of the open layer (`BUFFER`).
     BufferDeclared(Buffer),
     /// Accesses of the current layer, in `seq` order.
     Events(Vec<Event>),
+    /// The guest closed the open layer window (`LAYER_END`).
     LayerEnd {
         /// Instructions retired inside the window.
         instructions: u64,
     },
     /// The guest called `memtrace_exit`.
     Exit {
+        /// Exit code the guest passed.
         code: i32,
+        /// Instructions retired by the whole run.
         instructions: u64,
     },
 }

@@ -125,13 +125,18 @@ pub const ARENA_ALIGN: u64 = 4096;
 /// Element type codes of the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProgramDtype {
+    /// 32-bit float (`PDT_F32`).
     F32 = 1,
+    /// Signed 8-bit integer (`PDT_INT8`).
     Int8 = 2,
+    /// Unsigned 8-bit integer (`PDT_UINT8`).
     Uint8 = 3,
+    /// Signed 32-bit integer (`PDT_INT32`).
     Int32 = 4,
 }
 
 impl ProgramDtype {
+    /// Bytes per element.
     pub fn size(self) -> u32 {
         match self {
             ProgramDtype::Int8 | ProgramDtype::Uint8 => 1,
@@ -143,16 +148,27 @@ impl ProgramDtype {
 /// Operator codes (the kernel suite's `memtrace_op` values where they exist).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProgramOpKind {
+    /// 2-D convolution (`PK_CONV2D`).
     Conv2d = 1,
+    /// Depthwise 2-D convolution (`PK_DEPTHWISE_CONV2D`).
     DepthwiseConv2d = 2,
+    /// Max pooling (`PK_MAX_POOL`).
     MaxPool = 3,
+    /// Average pooling (`PK_AVERAGE_POOL`).
     AveragePool = 4,
+    /// Fully connected layer (`PK_FULLY_CONNECTED`).
     FullyConnected = 5,
+    /// Element-wise addition of two inputs (`PK_ADD`).
     Add = 6,
+    /// Element-wise ReLU (`PK_RELU`).
     Relu = 7,
+    /// Softmax over the innermost dimension (`PK_SOFTMAX`).
     Softmax = 9,
+    /// Reshape: copies the input bytes to the output unless they share memory (`PK_RESHAPE`).
     Reshape = 10,
+    /// Float to quantised conversion (`PK_QUANTIZE`).
     Quantize = 11,
+    /// Quantised to float conversion (`PK_DEQUANTIZE`).
     Dequantize = 12,
 }
 
@@ -179,22 +195,31 @@ impl ProgramOpKind {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TensorData {
     /// An activation at this byte offset of the activation arena.
-    Arena { offset: u64 },
+    Arena {
+        /// Byte offset from the start of the activation arena.
+        offset: u64,
+    },
     /// A constant (weights, bias) stored in the program.
     Constant(Vec<u8>),
 }
 
+/// One tensor record of the program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProgramTensor {
+    /// Tensor name (reported as the buffer name in layer windows).
     pub name: String,
+    /// Element type.
     pub dtype: ProgramDtype,
     /// Up to 4 dimensions, outermost first.
     pub dims: Vec<u32>,
+    /// Quantisation zero point.
     pub zero_point: i32,
+    /// Arena offset or constant bytes of the tensor.
     pub data: TensorData,
 }
 
 impl ProgramTensor {
+    /// Size in bytes: the product of the dimensions times the element size.
     pub fn bytes(&self) -> u64 {
         self.dims.iter().map(|&d| d as u64).product::<u64>() * self.dtype.size() as u64
     }
@@ -205,41 +230,73 @@ impl ProgramTensor {
 /// positive = left).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpParams {
+    /// Stride along the height.
     pub stride_h: i32,
+    /// Stride along the width.
     pub stride_w: i32,
+    /// Dilation along the height.
     pub dilation_h: i32,
+    /// Dilation along the width.
     pub dilation_w: i32,
+    /// TFLite `PaddingValues.height`: padding rows before the first input row.
     pub pad_h: i32,
+    /// TFLite `PaddingValues.width`: padding columns before the first input column.
     pub pad_w: i32,
+    /// Output channels per input channel of a depthwise convolution.
     pub depth_multiplier: i32,
+    /// Pool window height.
     pub filter_h: i32,
+    /// Pool window width.
     pub filter_w: i32,
+    /// Lower clamp of quantised outputs (fused activation).
     pub act_min: i32,
+    /// Upper clamp of quantised outputs (fused activation).
     pub act_max: i32,
+    /// Lower clamp of float outputs (fused activation).
     pub float_min: f32,
+    /// Upper clamp of float outputs (fused activation).
     pub float_max: f32,
+    /// TFLite `input_offset` (the negated input zero point).
     pub input_offset: i32,
+    /// TFLite `weights_offset` (the negated weights zero point).
     pub weights_offset: i32,
+    /// TFLite `output_offset` (the output zero point).
     pub output_offset: i32,
+    /// Fixed-point multiplier of the output rescaling.
     pub output_multiplier: i32,
+    /// Shift of the output rescaling (positive = left).
     pub output_shift: i32,
+    /// Add: the negated zero point of the second input.
     pub input2_offset: i32,
+    /// Add: fixed-point multiplier of the first input.
     pub input1_multiplier: i32,
+    /// Add: shift of the first input (positive = left).
     pub input1_shift: i32,
+    /// Add: fixed-point multiplier of the second input.
     pub input2_multiplier: i32,
+    /// Add: shift of the second input (positive = left).
     pub input2_shift: i32,
+    /// Add: left shift applied to both inputs before rescaling.
     pub left_shift: i32,
+    /// Softmax: fixed-point input multiplier (TFLite `PreprocessSoftmaxScaling`).
     pub softmax_multiplier: i32,
+    /// Softmax: input left shift (TFLite `PreprocessSoftmaxScaling`).
     pub softmax_left_shift: i32,
+    /// Softmax: TFLite `diff_min`, the lowest difference to the row maximum that is not
+    /// treated as zero probability.
     pub diff_min: i32,
+    /// Softmax: the beta (inverse temperature) of float softmax.
     pub beta: f32,
     /// QUANTIZE (output's) / DEQUANTIZE (input's) scale and zero point.
     pub quant_scale: f32,
+    /// QUANTIZE (output's) / DEQUANTIZE (input's) zero point.
     pub quant_zero_point: i32,
 }
 
+/// One operator record of the program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProgramOp {
+    /// Which kernel runs.
     pub kind: ProgramOpKind,
     /// Element type of the kernel (its input's).
     pub dtype: ProgramDtype,
@@ -249,9 +306,13 @@ pub struct ProgramOp {
     pub params_text: String,
     /// Activation inputs (1, or 2 for add), tensor indices.
     pub inputs: Vec<u32>,
+    /// Weights tensor index, if the operator has one.
     pub weights: Option<u32>,
+    /// Bias tensor index, if the operator has one.
     pub bias: Option<u32>,
+    /// Output tensor index.
     pub output: u32,
+    /// Kernel parameters and quantisation.
     pub params: OpParams,
     /// Per output channel (multiplier, shift) of int8 conv / depthwise.
     pub per_channel: Vec<(i32, i32)>,
@@ -260,12 +321,14 @@ pub struct ProgramOp {
 /// A whole model for the executor.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Program {
+    /// All tensors; operators and graph inputs/outputs refer to them by index.
     pub tensors: Vec<ProgramTensor>,
     /// In execution order.
     pub ops: Vec<ProgramOp>,
     /// Graph inputs and the bytes the executor copies into them first (in a
     /// layer window `load_input`, which declares the tensor as its output).
     pub inputs: Vec<(u32, Vec<u8>)>,
+    /// Graph outputs (tensor indices), read back after `EXIT`.
     pub outputs: Vec<u32>,
     /// Size of the activation arena (≥ every offset + size).
     pub arena_bytes: u64,
@@ -274,6 +337,7 @@ pub struct Program {
 /// The encoded program and where its activation arena begins.
 #[derive(Clone, Debug)]
 pub struct EncodedProgram {
+    /// The encoded program: 32-bit little-endian words, then names and constant data.
     pub bytes: Vec<u8>,
     /// Byte offset of activation-arena offset 0 from the program start.
     pub arena_offset: u64,

@@ -40,20 +40,38 @@ const FIFO_LIMIT: usize = 64;
 /// A decoded marker command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
-    LayerBegin { name: u64, op: u64, params: u64 },
+    /// `LAYER_BEGIN`: opens a layer window.
+    LayerBegin {
+        /// Guest address of the NUL-terminated layer name.
+        name: u64,
+        /// Guest address of the NUL-terminated operator text.
+        op: u64,
+        /// Guest address of the NUL-terminated `key=value,...` parameter text.
+        params: u64,
+    },
+    /// `BUFFER`: declares a buffer of the open layer.
     Buffer(BufferDecl),
+    /// `LAYER_END`: closes the open layer window.
     LayerEnd,
-    Exit { code: i32 },
+    /// `EXIT`: the guest ends the run (`memtrace_exit`).
+    Exit {
+        /// Exit code the guest passed.
+        code: i32,
+    },
 }
 
 /// The words of a BUFFER command, undecoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufferDecl {
+    /// Buffer id chosen by the guest.
     pub id: u32,
     /// `MEMTRACE_ROLE_*`
     pub role: u32,
+    /// Guest address of byte 0.
     pub base: u64,
+    /// Size in bytes.
     pub size: u32,
+    /// Element size in bytes.
     pub elem_size: u32,
     /// Guest address of the NUL-terminated name.
     pub name: u64,

@@ -16,18 +16,26 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
+    /// 2-D convolution.
     Conv2d,
+    /// Depthwise 2-D convolution.
     DepthwiseConv2d,
+    /// Max pooling.
     MaxPool,
+    /// Average pooling.
     AveragePool,
+    /// Fully connected layer.
     FullyConnected,
+    /// Element-wise addition of two inputs of the same shape.
     Add,
+    /// Element-wise ReLU.
     Relu,
     /// Naive accumulating matrix multiply written for memtrace (paper Fig. 3b).
     Matmul,
 }
 
 impl Op {
+    /// Every operator, in job-code order.
     pub const ALL: [Op; 8] = [
         Op::Conv2d,
         Op::DepthwiseConv2d,
@@ -99,7 +107,9 @@ fn op_names() -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dtype {
+    /// 32-bit float.
     F32,
+    /// Signed 8-bit integer (quantised).
     Int8,
 }
 
@@ -111,6 +121,7 @@ impl Dtype {
             Dtype::Int8 => 1,
         }
     }
+    /// Name used in specs (`f32`, `int8`).
     pub fn name(self) -> &'static str {
         match self {
             Dtype::F32 => "f32",
@@ -143,7 +154,9 @@ impl FromStr for Dtype {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Padding {
+    /// Output size `ceil(input / stride)`, input padded as needed.
     Same,
+    /// No padding: the window stays inside the input.
     Valid,
 }
 
@@ -160,8 +173,11 @@ impl Padding {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
+    /// No activation.
     None,
+    /// Clamps outputs below 0 to 0.
     Relu,
+    /// Clamps outputs to `[0, 6]`.
     Relu6,
 }
 
@@ -189,22 +205,28 @@ pub type Shape = [u32; 4];
 /// [`LayerSpec::new`]; both compute `output` and `pad` and check consistency.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LayerSpec {
+    /// Operator of the layer.
     pub op: Op,
+    /// Element type of all tensors of the layer.
     pub dtype: Dtype,
     /// N, H, W, C. For `fully_connected` and `matmul`: [1, 1, rows, depth].
     pub input: Shape,
     /// See `harness-c/include/memtrace_job.h` for the per-op meaning.
     pub filter: Shape,
+    /// N, H, W, C of the output, derived from the other fields.
     pub output: Shape,
     /// (height, width)
     pub stride: (u32, u32),
     /// (height, width)
     pub dilation: (u32, u32),
+    /// Padding scheme (`same` or `valid`).
     pub padding: Padding,
     /// TFLite `PaddingValues` (height, width): rows/cols of zero padding before
     /// the first input row/col.
     pub pad: (u32, u32),
+    /// Output channels per input channel of a depthwise convolution.
     pub depth_multiplier: u32,
+    /// Fused activation.
     pub activation: Activation,
 }
 
@@ -226,18 +248,29 @@ impl SpecError {
 /// Fields of a spec before derived values are computed.
 #[derive(Clone, Debug)]
 pub struct LayerSpecBuilder {
+    /// Operator of the layer.
     pub op: Op,
+    /// Element type of all tensors of the layer.
     pub dtype: Dtype,
+    /// N, H, W, C. For `fully_connected` and `matmul`: [1, 1, rows, depth].
     pub input: Shape,
+    /// Filter shape; required by every op except `add` and `relu`.
     pub filter: Option<Shape>,
+    /// (height, width); default (1, 1).
     pub stride: (u32, u32),
+    /// (height, width); default (1, 1).
     pub dilation: (u32, u32),
+    /// Padding scheme; default `same`.
     pub padding: Padding,
+    /// Output channels per input channel of a depthwise convolution; default 1.
     pub depth_multiplier: u32,
+    /// Fused activation; default none.
     pub activation: Activation,
 }
 
 impl LayerSpecBuilder {
+    /// Starts a spec of `op` on `input`: no filter, stride and dilation 1, `same`
+    /// padding, depth multiplier 1, no activation.
     pub fn new(op: Op, dtype: Dtype, input: Shape) -> Self {
         LayerSpecBuilder {
             op,
@@ -251,26 +284,32 @@ impl LayerSpecBuilder {
             activation: Activation::None,
         }
     }
+    /// Sets the filter shape.
     pub fn filter(mut self, filter: Shape) -> Self {
         self.filter = Some(filter);
         self
     }
+    /// Sets the stride (height, width).
     pub fn stride(mut self, h: u32, w: u32) -> Self {
         self.stride = (h, w);
         self
     }
+    /// Sets the dilation (height, width).
     pub fn dilation(mut self, h: u32, w: u32) -> Self {
         self.dilation = (h, w);
         self
     }
+    /// Sets the padding scheme.
     pub fn padding(mut self, padding: Padding) -> Self {
         self.padding = padding;
         self
     }
+    /// Sets the depth multiplier.
     pub fn depth_multiplier(mut self, m: u32) -> Self {
         self.depth_multiplier = m;
         self
     }
+    /// Sets the fused activation.
     pub fn activation(mut self, a: Activation) -> Self {
         self.activation = a;
         self

@@ -50,6 +50,7 @@ impl EventTable {
         self.t.len()
     }
 
+    /// Whether no event was collected.
     pub fn is_empty(&self) -> bool {
         self.t.is_empty()
     }

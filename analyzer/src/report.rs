@@ -9,31 +9,47 @@ use crate::overlap::check::Flag;
 /// One buffer of a traced layer with its access counts.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct BufferReport {
+    /// Buffer id declared by the guest.
     pub id: u32,
+    /// Buffer name declared by the guest.
     pub name: String,
+    /// Role of the buffer in the layer.
     pub role: Role,
+    /// Size in bytes.
     pub size: u64,
+    /// Element size in bytes.
     pub elem_size: u32,
+    /// Number of load events (accesses after splitting).
     pub loads: u64,
+    /// Number of store events (first writes of their bytes in the layer).
     pub stores: u64,
+    /// Number of update events (rewrites of bytes already written in the layer).
     pub updates: u64,
 }
 
 /// O_s of a layer's first input against its output.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OverlapReport {
+    /// Name of the first declared input buffer.
     pub input: String,
+    /// Name of the first declared output buffer.
     pub output: String,
+    /// Input size in bytes (IB).
     pub input_bytes: u64,
+    /// Output size in bytes (OB).
     pub output_bytes: u64,
+    /// Traced monotone O_s (the paper's minR/maxW), in bytes.
     pub monotone_bytes: u64,
+    /// Traced exact O_s, in bytes.
     pub exact_bytes: u64,
     /// O_s with the input placed below the output (its end over the
     /// output's start): docs/overlap.md, "The reverse sweep".
     pub reverse_monotone_bytes: u64,
+    /// Exact O_s of the reverse placement, in bytes.
     pub reverse_exact_bytes: u64,
     /// Monotone O_s as % of the output size.
     pub monotone_percent: f64,
+    /// Exact O_s as % of the output size.
     pub exact_percent: f64,
     /// Algorithmic O_s (DMO §III-C) of the layer's spec; `null` without a spec
     /// whose buffers match the traced ones, or for an op without a method.
@@ -51,13 +67,20 @@ pub struct OverlapReport {
 /// One traced layer.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LayerReport {
+    /// Position of the layer in the run (0-based).
     pub index: usize,
+    /// Layer name given by the guest.
     pub name: String,
+    /// Operator text given by the guest.
     pub op: String,
+    /// The guest's `key=value,...` parameter text.
     pub params: String,
+    /// `params` understood as a kernel-suite layer, when it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<LayerSpec>,
+    /// Instructions retired inside the layer window.
     pub instructions: u64,
+    /// Buffers declared in the layer, in declaration order.
     pub buffers: Vec<BufferReport>,
     /// Absent when the layer has no input or no output buffer.
     pub overlap: Option<OverlapReport>,
@@ -66,13 +89,18 @@ pub struct LayerReport {
 /// A whole `memtrace run`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunReport {
+    /// Path of the traced ELF file.
     pub elf: String,
+    /// Guest architecture (`cortex-m4`, `x86-64`).
     pub arch: String,
     /// How buffer accesses were observed: `hooks` (exact `t`/`pc` per event)
     /// or `mmio` (counts and O_s only; see the user guide).
     pub access: String,
+    /// Exit code the guest passed to `memtrace_exit`.
     pub exit_code: i32,
+    /// Instructions retired by the whole run.
     pub instructions: u64,
+    /// Traced layers, in run order.
     pub layers: Vec<LayerReport>,
 }
 

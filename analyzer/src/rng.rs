@@ -12,6 +12,7 @@ impl Rng {
         Rng(seed)
     }
 
+    /// Next 64-bit value of the stream.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

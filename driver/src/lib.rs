@@ -2,7 +2,7 @@
 //! commands do — trace a binary's layers ([`run`]), sweep configurations
 //! ([`sweep`], [`validate`]), keep and compare O_s baselines ([`baseline`],
 //! [`regress`]), plan a model's arena ([`plan`]), prove a plan by running the
-//! model ([`verify`]) and measure the tracer ([`bench`], [`ladder`]).
+//! model ([`verify`]) and measure the tracer ([`bench`](mod@bench), [`ladder`]).
 //!
 //! Every workflow takes a plain options type and returns a report value that
 //! knows how to render itself; printing and exit codes are the binary's.

@@ -44,6 +44,7 @@ pub enum Status {
     Shrank,
     /// Larger (and nothing smaller): old plans stay safe, memory is left unused.
     Grew,
+    /// Traced monotone and exact O_s are unchanged.
     Same,
     /// A built-in layer the new binary does not run.
     Missing,

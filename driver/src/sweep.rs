@@ -156,29 +156,44 @@ pub struct Row {
     pub name: String,
     /// `job` (traced via the job mailbox) or `builtin` (a layer of the ELF).
     pub source: &'static str,
+    /// Operator text of the layer.
     pub op: String,
+    /// Element type of the layer (`f32`, `int8`; empty without a spec).
     pub dtype: String,
+    /// Guest architecture (`cortex-m4`, `x86-64`).
     pub arch: String,
     /// Canonical spec text (or the guest's params of a layer without a spec).
     pub spec: String,
+    /// Compact one-line description for tables (the params text without a spec).
     pub short: String,
+    /// Instructions retired inside the layer window.
     pub instructions: u64,
+    /// Events traced in the layer (loads, stores and updates of all its buffers).
     pub events: u64,
+    /// Input size in bytes (IB).
     pub input_bytes: Option<u64>,
+    /// Output size in bytes (OB).
     pub output_bytes: Option<u64>,
+    /// Traced exact O_s, in bytes.
     pub exact_bytes: Option<u64>,
+    /// Traced monotone O_s, in bytes.
     pub monotone_bytes: Option<u64>,
+    /// Algorithmic O_s of the spec, in bytes.
     pub algorithmic_bytes: Option<u64>,
+    /// memtrace's safe analytic O_s bound, in bytes.
     pub analytic_bytes: Option<u64>,
+    /// The paper's analytic equations exactly as printed, in bytes (unclamped, so signed).
     pub analytic_printed_bytes: Option<i64>,
     /// (monotone − analytic) / monotone, in percent.
     pub analytic_error_percent: Option<f64>,
+    /// Failed cross-checks of the layer (empty when all pass).
     pub flags: Vec<Flag>,
     /// The paper's equations as printed exceed the traced monotone value (a
     /// documented paper finding; not a violation of memtrace's bound).
     pub printed_above_traced: bool,
     /// What the configuration came to.
     pub verdict: Verdict,
+    /// Why the configuration could not be traced, or why it has no O_s.
     pub error: Option<String>,
 }
 
@@ -386,18 +401,29 @@ pub fn config_names(count: usize) -> Vec<String> {
 /// Summary of a sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// Number of rows.
     pub configs: usize,
+    /// Rows with at least one failed cross-check.
     pub violations: usize,
+    /// Rows with an error.
     pub errors: usize,
+    /// Rows flagged `UNSAFE` (analytic above traced monotone).
     pub unsafe_analytic: usize,
+    /// Rows flagged `MISMATCH` (algorithmic differs from traced monotone).
     pub algorithmic_mismatch: usize,
+    /// Rows flagged `EXACT_BELOW_MONOTONE`.
     pub exact_below_monotone: usize,
     /// Configs where the paper's printed equations exceed the traced value.
     pub printed_above_traced: usize,
+    /// Largest `analytic_error_percent` over rows with a non-zero monotone O_s.
     pub max_analytic_error_percent: Option<f64>,
+    /// Mean `analytic_error_percent` over rows with a non-zero monotone O_s.
     pub mean_analytic_error_percent: Option<f64>,
+    /// Wall-clock seconds of the sweep.
     pub seconds: f64,
+    /// Rows per wall-clock second.
     pub configs_per_second: f64,
+    /// Worker threads used.
     pub threads: usize,
 }
 

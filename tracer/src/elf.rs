@@ -23,6 +23,7 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// Name used on the command line and in reports (`cortex-m4`, `x86-64`).
     pub fn name(self) -> &'static str {
         match self {
             Arch::CortexM4 => "cortex-m4",
@@ -34,9 +35,11 @@ impl Arch {
 /// A PT_LOAD segment.
 #[derive(Clone, Debug)]
 pub struct Segment {
+    /// Guest address of the first byte (`p_vaddr`).
     pub address: u64,
     /// Bytes in memory (`p_memsz`); the tail beyond `data` is zero.
     pub size: u64,
+    /// Initialised bytes from the file (`p_filesz` of them).
     pub data: Vec<u8>,
     /// Mapped executable (`PF_X`).
     pub executable: bool,
@@ -47,17 +50,22 @@ pub struct Segment {
 pub struct Symbol {
     /// Address with the Thumb bit cleared.
     pub address: u64,
+    /// Size in bytes (`st_size`; 0 when the symbol has none).
     pub size: u64,
+    /// Whether the symbol is a function (`STT_FUNC`), not an object.
     pub is_function: bool,
 }
 
 /// A loaded guest executable.
 #[derive(Clone, Debug)]
 pub struct ElfImage {
+    /// File the image was read from.
     pub path: PathBuf,
+    /// Guest architecture, from the ELF header.
     pub arch: Arch,
     /// Entry point with the Thumb bit cleared.
     pub entry: u64,
+    /// Loadable (`PT_LOAD`) segments of non-zero size, in file order.
     pub segments: Vec<Segment>,
     symbols: HashMap<String, Symbol>,
     /// Functions sorted by address, for PC -> function without DWARF.
@@ -200,6 +208,7 @@ impl ElfImage {
             })
     }
 
+    /// The symbol named `name`, preferring a global definition over local ones.
     pub fn symbol(&self, name: &str) -> Option<Symbol> {
         self.symbols.get(name).copied()
     }

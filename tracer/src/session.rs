@@ -22,9 +22,7 @@ use commands::{guest_read, on_port_write, port_store};
 use std::collections::HashSet;
 
 use crossbeam_channel::{Receiver, Sender};
-use unicorn_engine::{
-    Arch as UcArch, ArmCpuModel, HookType, MemType, Mode, Prot, RegisterARM, RegisterX86, Unicorn,
-};
+use unicorn_engine::{HookType, MemType, RegisterARM, Unicorn};
 
 use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
 use memtrace_abi::protocol::{
@@ -70,6 +68,7 @@ pub enum AccessPath {
 }
 
 impl AccessPath {
+    /// Name used on the command line and in reports (`hooks`, `mmio`).
     pub fn name(self) -> &'static str {
         match self {
             AccessPath::Hooks => "hooks",
@@ -81,20 +80,27 @@ impl AccessPath {
 /// Progress report for long runs.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
+    /// Instructions retired so far.
     pub instructions: u64,
+    /// Events recorded so far.
     pub events: u64,
 }
 
 /// What to trace and how.
 pub struct TraceOptions<'a> {
+    /// Kernel-suite job to write into the `memtrace_job` mailbox; `None` writes none.
     pub job: Option<Job>,
     /// Layers to record events for; `None` records all.
     pub layers: Option<Vec<String>>,
+    /// Instruction budget: the run fails with `BudgetExceeded` once it retires more.
     pub max_instructions: u64,
     /// Events per batch message.
     pub batch_size: usize,
+    /// How retired instructions are counted.
     pub clock: ClockMode,
+    /// How accesses to declared buffers are observed.
     pub access: AccessPath,
+    /// Called every 2^24 retired instructions with the progress so far.
     pub progress: Option<Box<dyn FnMut(Progress) + 'a>>,
     /// Bytes the host writes into guest memory before the first instruction
     /// (after the job mailbox), e.g. a model program for the executor.
@@ -130,8 +136,11 @@ pub(crate) struct EventSink {
 /// Outcome of a run that reached `memtrace_exit`.
 #[derive(Clone, Debug)]
 pub struct RunSummary {
+    /// Architecture of the guest.
     pub arch: Arch,
+    /// Exit code the guest passed to `memtrace_exit`.
     pub exit_code: i32,
+    /// Instructions retired by the whole run.
     pub instructions: u64,
     /// The access path the run used.
     pub access: AccessPath,

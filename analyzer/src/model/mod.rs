@@ -23,13 +23,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DataType {
+    /// 32-bit float.
     Float32,
+    /// Signed 8-bit integer.
     Int8,
+    /// Unsigned 8-bit integer.
     Uint8,
+    /// Signed 16-bit integer.
     Int16,
+    /// Signed 32-bit integer.
     Int32,
+    /// Signed 64-bit integer.
     Int64,
+    /// Boolean, one byte per element.
     Bool,
+    /// 16-bit float.
     Float16,
 }
 
@@ -44,6 +52,7 @@ impl DataType {
         }
     }
 
+    /// Lower-case name used in reports (`float32`, `int8`, ...).
     pub fn name(self) -> &'static str {
         match self {
             DataType::Float32 => "float32",
@@ -79,7 +88,9 @@ impl fmt::Display for DataType {
 /// Affine quantisation parameters (`real = scale · (q − zero_point)`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Quantization {
+    /// Scale per channel, or a single per-tensor scale.
     pub scale: Vec<f32>,
+    /// Zero point per channel, or a single per-tensor zero point.
     pub zero_point: Vec<i64>,
     /// Axis of per-channel parameters (0 when per-tensor).
     pub quantized_dimension: i32,
@@ -88,8 +99,11 @@ pub struct Quantization {
 /// One tensor of the graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tensor {
+    /// Tensor name from the model (or the builder).
     pub name: String,
+    /// Dimensions, outermost first (empty for a scalar).
     pub shape: Vec<u32>,
+    /// Element type.
     pub dtype: DataType,
     /// Bytes of its data: elements × element size.
     pub bytes: u64,
@@ -98,6 +112,7 @@ pub struct Tensor {
     pub is_constant: bool,
     /// TFLite variable tensor: allocated persistently by TFLM, not planned.
     pub is_variable: bool,
+    /// Quantisation parameters, if the tensor is quantised.
     pub quantization: Option<Quantization>,
     /// The constant's bytes when the model carries them (imported models do;
     /// zoo models only know sizes).
@@ -106,6 +121,7 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// Number of elements: the product of the dimensions.
     pub fn elements(&self) -> u64 {
         self.shape.iter().map(|&d| d as u64).product()
     }
@@ -121,26 +137,47 @@ impl Tensor {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
+    /// TFLite `CONV_2D`.
     Conv2d,
+    /// TFLite `DEPTHWISE_CONV_2D`.
     DepthwiseConv2d,
+    /// TFLite `FULLY_CONNECTED`.
     FullyConnected,
+    /// TFLite `MAX_POOL_2D`.
     MaxPool2d,
+    /// TFLite `AVERAGE_POOL_2D`.
     AveragePool2d,
+    /// TFLite `ADD`.
     Add,
+    /// TFLite `SUB`.
     Sub,
+    /// TFLite `MUL`.
     Mul,
+    /// TFLite `RELU`.
     Relu,
+    /// TFLite `RELU6`.
     Relu6,
+    /// TFLite `RELU_N1_TO_1`.
     ReluN1To1,
+    /// TFLite `LOGISTIC` (sigmoid).
     Logistic,
+    /// TFLite `TANH`.
     Tanh,
+    /// TFLite `SOFTMAX`.
     Softmax,
+    /// TFLite `RESHAPE`.
     Reshape,
+    /// TFLite `SQUEEZE`.
     Squeeze,
+    /// TFLite `QUANTIZE`.
     Quantize,
+    /// TFLite `DEQUANTIZE`.
     Dequantize,
+    /// TFLite `CONCATENATION`.
     Concatenation,
+    /// TFLite `PAD`.
     Pad,
+    /// TFLite `MEAN`.
     Mean,
 }
 
@@ -191,12 +228,18 @@ impl fmt::Display for OpKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
+    /// No activation.
     #[default]
     None,
+    /// Clamps outputs below 0 to 0.
     Relu,
+    /// Clamps outputs to `[-1, 1]`.
     ReluN1To1,
+    /// Clamps outputs to `[0, 6]`.
     Relu6,
+    /// Hyperbolic tangent.
     Tanh,
+    /// TFLite `SIGN_BIT`.
     SignBit,
 }
 
@@ -204,8 +247,10 @@ pub enum Activation {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Padding {
+    /// Output size `ceil(input / stride)`, input padded as needed.
     #[default]
     Same,
+    /// No padding: the window stays inside the input.
     Valid,
 }
 
@@ -216,8 +261,11 @@ pub struct OpOptions {
     pub stride: (u32, u32),
     /// (height, width)
     pub dilation: (u32, u32),
+    /// Padding scheme of convolutions and pools.
     pub padding: Padding,
+    /// Output channels per input channel of a depthwise convolution.
     pub depth_multiplier: u32,
+    /// Fused activation.
     pub activation: Activation,
     /// Pool window (height, width).
     pub filter: (u32, u32),
@@ -243,20 +291,28 @@ impl Default for OpOptions {
 /// filter, bias). Absent optional inputs (`-1` in TFLite) are dropped.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Op {
+    /// Operator kind.
     pub kind: OpKind,
+    /// Input tensor indices.
     pub inputs: Vec<usize>,
+    /// Output tensor indices.
     pub outputs: Vec<usize>,
+    /// Options of the operator.
     pub options: OpOptions,
 }
 
 /// A graph of operators over tensors.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Model {
+    /// Model name (the file stem of an imported model, the zoo name otherwise).
     pub name: String,
+    /// All tensors; operators and graph inputs/outputs refer to them by index.
     pub tensors: Vec<Tensor>,
     /// In the file's (or builder's) execution order.
     pub ops: Vec<Op>,
+    /// Graph input tensor indices.
     pub inputs: Vec<usize>,
+    /// Graph output tensor indices.
     pub outputs: Vec<usize>,
 }
 
@@ -264,25 +320,42 @@ pub struct Model {
 /// support.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// The graph is malformed or uses something unsupported; the message says what.
     #[error("{0}")]
     Invalid(String),
+    /// A TFLite operator memtrace cannot plan.
     #[error("operator {index}: unsupported operator {name}")]
-    UnsupportedOp { index: usize, name: String },
+    UnsupportedOp {
+        /// Index of the operator in the model.
+        index: usize,
+        /// TFLite name of the operator (or what is known of it).
+        name: String,
+    },
+    /// A tensor element type memtrace does not support.
     #[error("tensor {index} `{name}`: unsupported element type {dtype}")]
     UnsupportedType {
+        /// Index of the tensor.
         index: usize,
+        /// Name of the tensor.
         name: String,
+        /// The element type, as TFLite names it.
         dtype: String,
     },
+    /// The `.tflite` flatbuffer could not be read.
     #[error("malformed .tflite flatbuffer ({context}): {source}")]
     Flatbuffer {
+        /// The table or field being read.
         context: String,
+        /// Underlying planus error.
         #[source]
         source: planus::Error,
     },
+    /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// Path of the file.
         path: String,
+        /// Underlying I/O error.
         #[source]
         source: std::io::Error,
     },

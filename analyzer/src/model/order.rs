@@ -23,6 +23,7 @@ pub enum OrderKind {
 }
 
 impl OrderKind {
+    /// Name used on the command line and in reports (`model`, `eager`, `lazy`).
     pub fn name(self) -> &'static str {
         match self {
             OrderKind::Model => "model",
@@ -207,16 +208,21 @@ pub fn working_set_peak(model: &Model, order: &[usize], overlap: &dyn Fn(usize) 
 /// Why the reordering DP gave up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReorderError {
+    /// The DP visited more states than its limit allows.
     #[error(
         "operator reordering explored {limit} sets of executed operators without finishing \
          (the DP is exponential in the graph's width); raise the limit or use eager/lazy orders"
     )]
-    TooManyStates { limit: usize },
+    TooManyStates {
+        /// Maximum number of states (sets of executed operators) to visit.
+        limit: usize,
+    },
 }
 
 /// Result of the reordering DP.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reordered {
+    /// The best execution order: operator indices, one per step.
     pub order: Vec<usize>,
     /// Minimum over all execution orders of the peak working set.
     pub peak_working_set: u64,

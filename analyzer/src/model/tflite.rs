@@ -584,6 +584,7 @@ fn serialize(model: &fb::Model) -> Vec<u8> {
 /// A serialised model with an offline plan.
 #[derive(Debug, Clone)]
 pub struct EmitReport {
+    /// The whole `.tflite` file with the plan in its metadata.
     pub bytes: Vec<u8>,
     /// Index of the buffer holding the plan.
     pub buffer_index: u32,

@@ -44,6 +44,7 @@ impl GraphBuilder {
         }
     }
 
+    /// Adds a tensor and returns its index; `constant` tensors are never placed in the arena.
     pub fn tensor(
         &mut self,
         name: impl Into<String>,
@@ -72,6 +73,7 @@ impl GraphBuilder {
         t
     }
 
+    /// Shape of tensor `t`.
     pub fn shape(&self, t: usize) -> &[u32] {
         &self.model.tensors[t].shape
     }
@@ -191,16 +193,20 @@ impl GraphBuilder {
         )
     }
 
+    /// `Add` of `a` and `b`, with `a`'s shape; returns the output tensor.
     pub fn add(&mut self, name: &str, a: usize, b: usize) -> usize {
         let shape = self.shape(a).to_vec();
         self.op(OpKind::Add, vec![a, b], name, &shape, OpOptions::default())
     }
 
+    /// `Softmax` of `x`; returns the output tensor.
     pub fn softmax(&mut self, name: &str, x: usize) -> usize {
         let shape = self.shape(x).to_vec();
         self.op(OpKind::Softmax, vec![x], name, &shape, OpOptions::default())
     }
 
+    /// `Reshape` of `x` to `shape`, with a constant int32 shape operand; returns
+    /// the output tensor.
     pub fn reshape(&mut self, name: &str, x: usize, shape: &[u32]) -> usize {
         let s = self.tensor(
             format!("{name}/shape"),
@@ -217,6 +223,7 @@ impl GraphBuilder {
         )
     }
 
+    /// Marks `outputs` as the graph outputs and returns the model.
     pub fn finish(mut self, outputs: &[usize]) -> Model {
         self.model.outputs = outputs.to_vec();
         self.model

@@ -300,25 +300,42 @@ impl StepSink for CurveSink {
 /// multiplier.
 #[derive(Clone, Copy, Debug)]
 pub struct Geometry {
+    /// Batch count.
     pub n: i64,
+    /// Input height.
     pub ih: i64,
+    /// Input width.
     pub iw: i64,
+    /// Input depth (channels).
     pub id: i64,
+    /// Output height.
     pub oh: i64,
+    /// Output width.
     pub ow: i64,
+    /// Output depth (channels).
     pub od: i64,
+    /// Window height.
     pub kh: i64,
+    /// Window width.
     pub kw: i64,
+    /// Stride along the height.
     pub sh: i64,
+    /// Stride along the width.
     pub sw: i64,
+    /// Dilation along the height.
     pub dh: i64,
+    /// Dilation along the width.
     pub dw: i64,
+    /// TFLite padding rows before the first input row.
     pub ph: i64,
+    /// TFLite padding columns before the first input column.
     pub pw: i64,
+    /// Depth multiplier (depthwise convolution).
     pub mult: i64,
 }
 
 impl Geometry {
+    /// The geometry of `spec`: its shapes, window, stride, dilation, padding and depth multiplier.
     pub fn of(spec: &LayerSpec) -> Geometry {
         let i = |v: u32| v as i64;
         Geometry {

@@ -40,7 +40,9 @@ use super::algorithmic::Geometry;
 /// An exact rational number `num / den` with `den > 0`, in lowest terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ratio {
+    /// Numerator.
     pub num: i128,
+    /// Denominator, always positive.
     pub den: i128,
 }
 
@@ -64,6 +66,7 @@ impl Ratio {
             den: s * den / g,
         }
     }
+    /// The integer `v` as a ratio.
     pub fn int(v: i128) -> Ratio {
         Ratio { num: v, den: 1 }
     }
@@ -71,6 +74,7 @@ impl Ratio {
     pub fn floor(self) -> i128 {
         self.num.div_euclid(self.den)
     }
+    /// The value as an `f64` (rounded; for plots).
     pub fn to_f64(self) -> f64 {
         self.num as f64 / self.den as f64
     }
@@ -125,7 +129,9 @@ impl fmt::Display for Ratio {
 /// The linear read bound `minR(i) >= a·i + b` (in elements, `i` = step index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Line {
+    /// Slope, in input elements per step.
     pub a: Ratio,
+    /// Intercept, in input elements.
     pub b: Ratio,
 }
 

@@ -39,6 +39,7 @@ pub enum Flag {
 }
 
 impl Flag {
+    /// Name used in reports (`UNSAFE`, `MISMATCH`, `EXACT_BELOW_MONOTONE`).
     pub fn name(self) -> &'static str {
         match self {
             Flag::Unsafe => "UNSAFE",

@@ -61,10 +61,14 @@ pub struct OverlapAccumulator {
 /// Result of an [`OverlapAccumulator`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct EmpiricalOverlap {
+    /// Monotone O_s (the paper's minR/maxW), in bytes.
     pub monotone_bytes: u64,
+    /// Exact O_s in bytes: the largest overlap such that no overlap up to it
+    /// clobbers an input byte before its last read.
     pub exact_bytes: u64,
     /// The same two for the input placed below the output (reverse sweep).
     pub reverse_monotone_bytes: u64,
+    /// Exact O_s of the reverse sweep, in bytes.
     pub reverse_exact_bytes: u64,
 }
 
@@ -199,6 +203,7 @@ impl OverlapAccumulator {
         }
     }
 
+    /// The four O_s values of the events seen so far.
     pub fn result(&self) -> EmpiricalOverlap {
         EmpiricalOverlap {
             monotone_bytes: self.monotone(),

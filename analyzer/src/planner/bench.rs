@@ -12,11 +12,17 @@ use crate::model::{Activation, DataType, Model, OpKind, OpOptions};
 /// Wall-clock time of one planner on one model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
+    /// Model name.
     pub model: String,
+    /// Planner name.
     pub planner: String,
+    /// O_s source the plan used (`none` for planners that never overlap).
     pub overlap: String,
+    /// Wall-clock time in seconds, validation included.
     pub seconds: f64,
+    /// Peak arena bytes of the plan; `None` when not applicable.
     pub peak_bytes: Option<u64>,
+    /// How the plan was obtained (`heuristic`, `optimal`, ...).
     pub status: String,
 }
 

@@ -18,8 +18,11 @@ use crate::planner::Overlaps;
 /// last_time_used)` receives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// Size in bytes.
     pub size: u64,
+    /// First step the buffer is used.
     pub first: usize,
+    /// Last step the buffer is used.
     pub last: usize,
 }
 

@@ -42,6 +42,7 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// Name of the direction for plan notes (`forward`, `backward`, or the seed tensor).
     pub fn name(self, problem: &Problem, model: &Model) -> String {
         match self {
             Direction::Forward => "forward".into(),

@@ -43,15 +43,22 @@ pub use report::Comparison;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PlannerKind {
+    /// TFLM `LinearMemoryPlanner`: tensors back to back (`linear`).
     Linear,
+    /// TFLM `GreedyMemoryPlanner`: largest first, first fit in time (`tflm-greedy`).
     TflmGreedy,
+    /// The DMO paper's heap allocation, overlapping by O_s (`dmo-heap`).
     DmoHeap,
+    /// Sakr et al.'s single-buffer replacement, sequential models only (`replacement`).
     Replacement,
+    /// Liberis & Lane's reordering DP, then `dmo-heap` placement (`reorder`).
     Reorder,
+    /// Branch and bound over placements within a time limit (`exact`).
     Exact,
 }
 
 impl PlannerKind {
+    /// Every planner, in the order reports list them.
     pub const ALL: [PlannerKind; 6] = [
         PlannerKind::Linear,
         PlannerKind::TflmGreedy,
@@ -61,6 +68,7 @@ impl PlannerKind {
         PlannerKind::Exact,
     ];
 
+    /// Name used on the command line and in reports (`linear`, `tflm-greedy`, ...).
     pub fn name(self) -> &'static str {
         match self {
             PlannerKind::Linear => "linear",
@@ -72,6 +80,7 @@ impl PlannerKind {
         }
     }
 
+    /// The planner called `s` (see [`PlannerKind::name`]), if any.
     pub fn parse(s: &str) -> Option<PlannerKind> {
         PlannerKind::ALL.into_iter().find(|p| p.name() == s)
     }
@@ -148,13 +157,16 @@ impl fmt::Display for PlanStatus {
 pub struct PlacedTensor {
     /// Index in `Model::tensors`.
     pub tensor: usize,
+    /// Tensor name.
     pub name: String,
+    /// Byte offset from the start of the arena.
     pub offset: u64,
     /// Planned (aligned) size; the data is `Model::tensors[tensor].bytes`.
     pub size: u64,
     /// First and last execution step (position in `Plan::order`) the tensor
     /// is live; equal to operator indices when the order is the model's.
     pub first_op: usize,
+    /// Last execution step the tensor is live (see `first_op`).
     pub last_op: usize,
 }
 
@@ -163,7 +175,9 @@ pub struct PlacedTensor {
 pub struct UsedOverlap {
     /// Operator index.
     pub op: usize,
+    /// Input tensor index.
     pub input: usize,
+    /// Output tensor index.
     pub output: usize,
     /// Bytes by which the input's start overlaps the output's end.
     pub bytes: u64,
@@ -174,9 +188,11 @@ pub struct UsedOverlap {
 /// An arena plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
+    /// Name of the planner that made the plan.
     pub planner: String,
     /// O_s source (`none` for planners that never overlap).
     pub overlap: String,
+    /// How the plan was obtained.
     pub status: PlanStatus,
     /// Why not applicable, which order won, search statistics …
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -185,12 +201,16 @@ pub struct Plan {
     pub order_name: String,
     /// Operator index executed at each step.
     pub order: Vec<usize>,
+    /// Arena size in bytes (end of the highest tensor); `None` when not applicable.
     pub peak_bytes: Option<u64>,
     /// Lower bound for this plan's order (max over steps of live bytes,
     /// crediting DMO overlaps).
     pub lower_bound_bytes: u64,
+    /// `peak_bytes - lower_bound_bytes`; `None` when not applicable.
     pub gap_bytes: Option<u64>,
+    /// Placement of every arena tensor (empty when not applicable).
     pub tensors: Vec<PlacedTensor>,
+    /// The DMO pairs whose input and output the plan actually overlaps.
     pub overlaps_used: Vec<UsedOverlap>,
     /// Wall-clock planning time (not serialised: not deterministic).
     #[serde(skip)]
@@ -212,8 +232,15 @@ impl Plan {
 /// A plan that failed, or a planner that could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// The planner's plan failed the independent validation.
     #[error("{planner} produced an invalid plan: {reason}")]
-    Invalid { planner: String, reason: String },
+    Invalid {
+        /// Name of the planner.
+        planner: String,
+        /// What the validator rejected.
+        reason: String,
+    },
+    /// The model cannot be planned; the message says why.
     #[error("{0}")]
     Model(String),
 }
@@ -221,11 +248,15 @@ pub enum PlanError {
 /// One tensor to place in the arena, with its planned size and lifetime.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArenaBuffer {
+    /// Index in `Model::tensors`.
     pub tensor: usize,
     /// Planned size (data bytes rounded up to the alignment, at least one
     /// alignment unit).
     pub size: u64,
+    /// First step the tensor is live (its producer's, or 0 for a graph input).
     pub first: usize,
+    /// Last step the tensor is live (its last reader's, or the last step for a
+    /// graph output).
     pub last: usize,
 }
 
@@ -233,11 +264,16 @@ pub struct ArenaBuffer {
 /// input may start at `output.offset + output.size - credit` or higher.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DmoPair {
+    /// Step at which the input dies and the output is created.
     pub step: usize,
+    /// Operator index.
     pub op: usize,
     /// Buffer indices.
     pub input: usize,
+    /// Buffer index of the output.
     pub output: usize,
+    /// Bytes the input may overlap the output by: O_s plus the output's
+    /// alignment padding, rounded down to the alignment.
     pub credit: u64,
     /// The raw O_s.
     pub safe: u64,
@@ -246,10 +282,15 @@ pub struct DmoPair {
 /// The placement problem of one execution order.
 #[derive(Clone, Debug)]
 pub struct Problem {
+    /// Operator index executed at each step.
     pub order: Vec<usize>,
+    /// Tensors to place, in tensor-index order.
     pub buffers: Vec<ArenaBuffer>,
+    /// DMO pairs the order allows.
     pub pairs: Vec<DmoPair>,
+    /// Offsets and sizes are multiples of this many bytes.
     pub alignment: u64,
+    /// Number of execution steps (operators).
     pub steps: usize,
 }
 

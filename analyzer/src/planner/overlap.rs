@@ -57,6 +57,7 @@ pub enum OverlapMethod {
 }
 
 impl OverlapMethod {
+    /// The method called `s` (`none`, `analytic`, `algorithmic`), if any.
     pub fn parse(s: &str) -> Option<OverlapMethod> {
         match s {
             "none" => Some(OverlapMethod::None),
@@ -106,7 +107,9 @@ pub fn structural_overlap(model: &Model, op: usize) -> Option<u64> {
 /// get no overlap.
 #[derive(Clone, Debug, Default)]
 pub struct TracedOverlaps {
+    /// O_s in bytes by operator index.
     pub by_op: HashMap<usize, u64>,
+    /// O_s in bytes by canonical layer-spec text.
     pub by_spec: HashMap<String, u64>,
 }
 
@@ -133,6 +136,7 @@ pub struct Overlaps {
 }
 
 impl Overlaps {
+    /// Evaluates `source` on every operator of `model` (0 where it has no value).
     pub fn compute(model: &Model, source: &dyn OverlapSource) -> Overlaps {
         Overlaps {
             method: source.name(),
@@ -150,10 +154,12 @@ impl Overlaps {
         }
     }
 
+    /// O_s in bytes of operator `op` (0 if unknown).
     pub fn get(&self, op: usize) -> u64 {
         self.per_op.get(op).copied().unwrap_or(0)
     }
 
+    /// Whether no operator has a non-zero O_s.
     pub fn is_none(&self) -> bool {
         self.per_op.iter().all(|&v| v == 0)
     }

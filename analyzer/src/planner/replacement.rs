@@ -21,6 +21,8 @@ use crate::model::order::{self, OrderKind};
 use crate::model::Model;
 use crate::planner::Overlaps;
 
+/// Sakr et al.'s single-buffer plan in the model's order; "not applicable"
+/// unless the model is sequential.
 pub fn replacement(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     if let Err(reason) = model.sequential_chain().map_err(|e| e.to_string()) {
         return not_applicable(

@@ -12,6 +12,7 @@ use crate::model::Model;
 /// "size", "first_op", "last_op", …}], …}], …}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Comparison {
+    /// Model name.
     pub model: String,
     /// Lower bound of the model's own order, crediting the DMO overlaps of
     /// the comparison's O_s source. (Each plan also carries the bound of its
@@ -22,6 +23,7 @@ pub struct Comparison {
     /// Minimum over all execution orders of the peak working set (the
     /// reordering DP's optimum, DMO credited), when the DP finished.
     pub order_free_lower_bound_bytes: Option<u64>,
+    /// One validated plan per row, in the order of the rows.
     pub plans: Vec<Plan>,
 }
 

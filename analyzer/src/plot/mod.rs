@@ -58,6 +58,7 @@ where
 
 /// A picture plotters can draw on any backend.
 pub trait Picture {
+    /// Draws the picture on `root`.
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>;
 }
 

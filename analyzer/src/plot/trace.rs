@@ -51,6 +51,7 @@ pub struct Grid {
 }
 
 impl Grid {
+    /// An empty grid for a buffer of `span` bytes, one instruction per column.
     pub fn new(span: u64) -> Grid {
         Grid {
             bin: 1,
@@ -143,30 +144,40 @@ fn dominant(c: [u32; 3]) -> Option<RGBColor> {
 /// (instruction, byte offset) coordinates.
 #[derive(Debug, Clone)]
 pub struct Overlay {
+    /// Legend text.
     pub label: String,
+    /// Line colour.
     pub colour: RGBColor,
+    /// The curve's (instruction, byte offset) points, in instruction order.
     pub points: Vec<(u64, u64)>,
 }
 
 /// One buffer's panel.
 #[derive(Debug, Clone)]
 pub struct Panel {
+    /// The buffer the panel shows.
     pub buffer: Buffer,
+    /// Access counts of the buffer over time and offset.
     pub grid: Grid,
+    /// Curves drawn over the accesses.
     pub overlays: Vec<Overlay>,
 }
 
 /// One layer's picture.
 #[derive(Debug, Clone)]
 pub struct LayerPicture {
+    /// The layer the picture shows.
     pub layer: LayerInfo,
+    /// Instructions retired inside the layer window (the x range).
     pub instructions: u64,
+    /// Panels of the first declared input and the first declared output, in declaration order.
     pub panels: Vec<Panel>,
 }
 
 /// Streams events of every layer into pictures.
 #[derive(Default)]
 pub struct TracePlot {
+    /// Pictures of the layers seen so far, in run order.
     pub layers: Vec<LayerPicture>,
     /// Panel index by buffer id for the open layer.
     panel_of: Vec<Option<usize>>,

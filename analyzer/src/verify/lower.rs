@@ -55,8 +55,11 @@ pub fn quantize_multiplier(m: f64) -> (i32, i32) {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot run operator {op} ({kind}) in the executor: {reason}")]
 pub struct LowerError {
+    /// Index of the operator in the model.
     pub op: usize,
+    /// TFLite name of the operator kind.
     pub kind: String,
+    /// Why the executor cannot run it.
     pub reason: String,
 }
 
@@ -131,7 +134,9 @@ pub struct LowerInput<'a> {
     pub order: &'a [usize],
     /// Arena offset of every tensor the plan places (`None` for constants).
     pub offsets: &'a [Option<u64>],
+    /// Size of the activation arena in bytes.
     pub arena_bytes: u64,
+    /// Seed of the generated weights and input data.
     pub seed: u64,
     /// Raw bytes of the first graph input, instead of seeded data.
     pub input_data: Option<&'a [u8]>,

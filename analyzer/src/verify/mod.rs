@@ -19,8 +19,11 @@ pub use shadow::{Clobber, LayerOverlap, ShadowMap, Writer};
 /// One run of the model under a placement.
 #[derive(Clone, Debug, Serialize)]
 pub struct PlanRunReport {
+    /// Planner name (`file` for a plan read from a file).
     pub planner: String,
+    /// O_s source the plan used (the file's path for a plan read from a file).
     pub overlap: String,
+    /// Arena size in bytes.
     pub arena_bytes: u64,
     /// Guest instructions of the whole run.
     pub instructions: u64,
@@ -29,6 +32,7 @@ pub struct PlanRunReport {
     /// The same program in Unicorn without hooks (`--baseline`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untraced_seconds: Option<f64>,
+    /// Reads of clobbered bytes found in this run.
     pub clobbers: Vec<Clobber>,
     /// Placed tensors: name, offset, size.
     pub tensors: Vec<PlacedTensorReport>,
@@ -36,33 +40,52 @@ pub struct PlanRunReport {
     pub overlaps_used: Vec<UsedOverlapReport>,
 }
 
+/// One placed tensor of a run.
 #[derive(Clone, Debug, Serialize)]
 pub struct PlacedTensorReport {
+    /// Index in `Model::tensors`.
     pub tensor: usize,
+    /// Unique tensor name (as the executor's buffers are named).
     pub name: String,
+    /// Byte offset from the start of the arena.
     pub offset: u64,
+    /// Size of the tensor's data in bytes.
     pub size: u64,
 }
 
+/// One DMO overlap a plan used, by tensor names.
 #[derive(Clone, Debug, Serialize)]
 pub struct UsedOverlapReport {
+    /// The operator, named after its output tensor.
     pub op: String,
+    /// Name of the input tensor.
     pub input: String,
+    /// Name of the output tensor.
     pub output: String,
+    /// Bytes by which the input's start overlaps the output's end.
     pub bytes: u64,
+    /// The O_s that allowed it, in bytes.
     pub safe_bytes: u64,
 }
 
 /// Traced O_s of one operator (from the reference run).
 #[derive(Clone, Debug, Serialize)]
 pub struct OpOverlapReport {
+    /// The operator, named after its output tensor.
     pub op: String,
+    /// Operator index in the model.
     pub index: usize,
+    /// Name of the operator's first input tensor.
     pub input: String,
+    /// Name of the operator's output tensor.
     pub output: String,
+    /// Input size in bytes.
     pub input_bytes: u64,
+    /// Output size in bytes.
     pub output_bytes: u64,
+    /// Traced monotone O_s in bytes; `None` when the layer lacked an input or output.
     pub monotone_bytes: Option<u64>,
+    /// Traced exact O_s in bytes; `None` when the layer lacked an input or output.
     pub exact_bytes: Option<u64>,
     /// The input placed below the output instead (docs/overlap.md).
     pub reverse_exact_bytes: Option<u64>,
@@ -71,24 +94,33 @@ pub struct OpOverlapReport {
 /// What `memtrace verify` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifyReport {
+    /// Model name.
     pub model: String,
+    /// Guest architecture of the executor (`cortex-m4`, `x86-64`).
     pub target: String,
+    /// Seed of the generated weights and input data.
     pub seed: u64,
+    /// The run under TFLM's greedy plan without overlaps.
     pub reference: PlanRunReport,
+    /// The run under the plan being verified.
     pub plan: PlanRunReport,
     /// Clobbers of the plan run (the reference run's are in `reference`).
     pub clobbers: Vec<Clobber>,
+    /// Whether the plan run's outputs equal the reference run's, byte for byte.
     pub bit_exact: bool,
     /// Output bytes that differ from the reference run.
     pub mismatched_bytes: u64,
+    /// Size in bytes of the reference run's outputs (all graph outputs).
     pub output_bytes: u64,
     /// FNV-1a of the reference run's output bytes, and how many distinct
     /// byte values they hold (a degenerate output would have very few).
     pub output_digest: String,
+    /// Number of distinct byte values in the reference run's outputs.
     pub output_distinct_bytes: usize,
     /// The reference run's output bytes (all graph outputs, concatenated),
     /// hex-encoded, for comparison with other interpreters.
     pub output_hex: String,
+    /// Traced O_s of every operator from the reference run, in execution order.
     pub traced_overlaps: Vec<OpOverlapReport>,
     /// Wall-clock seconds of both runs together.
     pub seconds: f64,

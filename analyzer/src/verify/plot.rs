@@ -36,6 +36,7 @@ struct Span {
 
 /// The binned trace of one run (an [`Analysis`]).
 pub struct ArenaTrace {
+    /// Title of the picture.
     pub title: String,
     base: u64,
     arena_bytes: u64,
@@ -51,6 +52,7 @@ pub struct ArenaTrace {
 }
 
 impl ArenaTrace {
+    /// An empty trace of the arena `[base, base + arena_bytes)` (guest addresses).
     pub fn new(title: impl Into<String>, base: u64, arena_bytes: u64) -> Self {
         ArenaTrace {
             title: title.into(),

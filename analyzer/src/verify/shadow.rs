@@ -25,6 +25,7 @@ use memtrace_abi::Analysis;
 pub struct Writer {
     /// Layer (operator) name.
     pub op: String,
+    /// Name of the tensor that was written.
     pub tensor: String,
 }
 
@@ -33,6 +34,7 @@ pub struct Writer {
 pub struct Clobber {
     /// The reading operator (layer name) and its position among the layers.
     pub op: String,
+    /// Position of the reading layer in the run (0-based).
     pub layer_index: usize,
     /// The input tensor that was expected.
     pub tensor: String,
@@ -48,8 +50,11 @@ pub struct Clobber {
 /// Per-layer result besides clobbers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LayerOverlap {
+    /// Layer (operator) name.
     pub name: String,
+    /// Size in bytes of the layer's first input (buffer id 0).
     pub input_bytes: u64,
+    /// Size in bytes of the layer's output.
     pub output_bytes: u64,
     /// O_s of the first input against the output (`None` without both).
     pub overlap: Option<EmpiricalOverlap>,
@@ -79,7 +84,9 @@ pub struct ShadowMap {
     layer_names: Vec<String>,
     cur: Option<Current>,
     by_key: HashMap<(usize, u32), usize>,
+    /// Clobbered reads found so far, one per (layer, input tensor).
     pub clobbers: Vec<Clobber>,
+    /// Per-layer results, in run order.
     pub layers: Vec<LayerOverlap>,
 }
 

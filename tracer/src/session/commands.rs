@@ -64,7 +64,7 @@ fn call_site(uc: &HookUc<'_, '_>, pc: u64) -> u64 {
     if !inside {
         return pc;
     }
-    let call = image.arch.caller(uc, |uc, at, buf| guest_read(uc, at, buf));
+    let call = image.arch.caller(uc, guest_read);
     call.unwrap_or(pc)
 }
 
