@@ -6,6 +6,12 @@
  * little-endian words; "offsets" are byte offsets from the program start,
  * except a tensor's arena offset, which is relative to the activation arena
  * (program start + PRG_ARENA_OFFSET). docs/protocol.md section 13 is the spec.
+ *
+ * Scratch memory: kernels such as CMSIS-NN's need a scratch buffer, which
+ * TFLM places in the arena, so the planner must plan it. The host first runs
+ * the executor with PRG_FLAG_QUERY_SCRATCH and reads back OPW_SCRATCH_BYTES
+ * of every operator, plans a scratch tensor for each operator that needs one,
+ * and runs the program with PRG_FLAG_SCRATCH_WORDS and OPW_SCRATCH set.
  */
 #ifndef MEMTRACE_PROGRAM_H
 #define MEMTRACE_PROGRAM_H
@@ -27,7 +33,19 @@ enum prg_header {
     PRG_OUTPUTS = 9,
     PRG_ARENA_OFFSET = 10,
     PRG_ARENA_BYTES = 11,
+    PRG_FLAGS = 12, /* enum prg_flag bits; 0 in programs from before the flags */
     PRG_HEADER_WORDS = 16,
+};
+
+enum prg_flag {
+    /* Query mode: run nothing; write each operator's scratch bytes (what the
+     * kernel library's *_get_buffer_size functions return, 0 if none) into
+     * its OPW_SCRATCH_BYTES word, then exit 0. */
+    PRG_FLAG_QUERY_SCRATCH = 1u,
+    /* The host filled OPW_SCRATCH in every operator record (-1 for none).
+     * Without this bit the executor reads OPW_SCRATCH as -1: programs from
+     * before the scratch words have 0 there, which would name tensor 0. */
+    PRG_FLAG_SCRATCH_WORDS = 2u,
 };
 
 enum prg_tensor {
@@ -85,6 +103,8 @@ enum prg_op {
     OPW_CHANNELS = 39,
     OPW_QUANT_SCALE = 40, /* float bits: QUANTIZE output / DEQUANTIZE input scale */
     OPW_QUANT_ZERO_POINT = 41,
+    OPW_SCRATCH = 42,       /* tensor index of the scratch buffer (arena), or -1 */
+    OPW_SCRATCH_BYTES = 43, /* written by the executor in query mode */
     OPW_WORDS = 48,
 };
 

@@ -1,6 +1,8 @@
-// kernels.cc — the kernel calls of the suite: TensorFlow Lite Micro reference
-// kernels, compiled from the tfmicro crate's registry copy (see Makefile),
-// plus the few ops that have no usable reference header in that version.
+// kernels.cc — the TensorFlow Lite Micro reference kernels of the suite,
+// compiled from the tfmicro crate's registry copy (see Makefile), plus the few
+// ops that have no usable reference header in that version. They are the
+// kernel library of suite.elf (library_reference.cc), and the fallback and
+// bit-exactness reference of suite-cmsis.elf (kernels_cmsis.cc).
 //
 // Each op/dtype pair has its own non-inlined function so a traced PC resolves
 // to a readable name; the TFLM code inlined into it keeps its own file:line in
@@ -327,7 +329,7 @@ MEMTRACE_KERNEL void matmul_int8(const Layer &l, const Buffers &b, const Quant &
 
 }  // namespace
 
-void run_kernel(const Layer &l, const Buffers &b, const Quant &q) {
+void run_reference_kernel(const Layer &l, const Buffers &b, const Quant &q) {
     const bool i8 = l.dtype == DTYPE_INT8;
     switch (l.op) {
         case OP_CONV2D: return i8 ? conv2d_int8(l, b, q) : conv2d_f32(l, b, q);

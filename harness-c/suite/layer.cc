@@ -1,6 +1,8 @@
 // layer.cc — one layer window of the kernel suite: validate the layer, carve
 // its buffers out of the arena, fill them with deterministic data, then open
 // the window, declare the buffers, run the kernel and close the window.
+#include <string.h>
+
 #include "memtrace.h"
 #include "memtrace_rt.h"
 #include "prng.h"
@@ -225,6 +227,21 @@ int run_layer(const char *name, const Layer &l) {
         return kExitInvalidJob;
     }
 
+    // Only in library builds other than the reference (suite-cmsis.elf): the
+    // library's scratch buffer, and a second output for the reference
+    // kernel's result when the library runs its own kernel. They come after
+    // everything above, so the declared buffers have the same addresses in
+    // every suite binary. The scratch size is asked for only now that the
+    // filter has fitted the arena, which bounds the library's arithmetic.
+    b.scratch_bytes = library_scratch_bytes(l);
+    if (b.scratch_bytes) {
+        b.scratch = arena.take(b.scratch_bytes, 1);
+    }
+    void *reference_output = library_has_kernel(l) ? arena.take(out_n, ts) : nullptr;
+    if (!arena.ok()) {
+        return kExitInvalidJob;
+    }
+
     // Data, before the window opens.
     Prng rng(l.seed);
     Quant q = {};
@@ -322,8 +339,29 @@ int run_layer(const char *name, const Layer &l) {
     }
     memtrace_buffer(id++, MEMTRACE_ROLE_OUTPUT, b.output, static_cast<uint32_t>(out_n * ts), es,
                     "output");
-    run_kernel(l, b, q);
+    if (b.scratch) {
+        memtrace_buffer(id++, MEMTRACE_ROLE_SCRATCH, b.scratch, b.scratch_bytes, 1, "scratch");
+    }
+    const int rc = run_kernel(l, b, q);
     memtrace_layer_end();
+    if (rc != kExitOk) {
+        return rc;
+    }
+
+    // Bit-exactness: the library's int8 kernels are meant to match TFLM's
+    // reference kernels bit for bit. The reference kernel runs on the same
+    // inputs outside any window (so it adds nothing to the trace) and writes
+    // its own output buffer.
+    if (reference_output) {
+        Buffers ref = b;
+        ref.output = reference_output;
+        ref.scratch = nullptr;
+        ref.scratch_bytes = 0;
+        run_reference_kernel(l, ref, q);
+        if (memcmp(reference_output, b.output, static_cast<size_t>(out_n * ts)) != 0) {
+            return kExitMismatch;
+        }
+    }
     return kExitOk;
 }
 

@@ -9,10 +9,12 @@
 
 namespace memtrace {
 
-// Exit codes of the suite.
+// Exit codes of the suite (docs/protocol.md section 9).
 enum : int {
     kExitOk = 0,
-    kExitInvalidJob = 2,  // unknown op/dtype, inconsistent shapes, arena too small
+    kExitInvalidJob = 2,    // unknown op/dtype, inconsistent shapes, arena too small
+    kExitMismatch = 5,      // a library kernel's output differs from the TFLM reference's
+    kExitLibraryError = 7,  // the kernel library returned an error status
 };
 
 // One layer configuration, decoded from the job mailbox (same fields and
@@ -55,6 +57,8 @@ struct Buffers {
     void *filter;
     void *bias;
     void *output;
+    void *scratch;  // the library's scratch buffer (declared role `scratch`)
+    uint32_t scratch_bytes;
 };
 
 // Runs one layer window: validates, allocates from the arena, fills the data,
@@ -62,8 +66,26 @@ struct Buffers {
 // kExitInvalidJob without opening a window.
 int run_layer(const char *name, const Layer &layer);
 
-// The kernel call itself (kernels.cc): only this runs inside the window.
-void run_kernel(const Layer &layer, const Buffers &b, const Quant &q);
+// ---- The kernel library of this binary ---------------------------------
+// suite.elf and suite-modified.elf link library_reference.cc (the TFLM
+// reference kernels of kernels.cc are the library); suite-cmsis.elf links
+// kernels_cmsis.cc instead. layer.cc calls only these three functions.
+
+// True when the library runs this layer with its own kernel rather than the
+// TFLM reference one; run_layer then checks the output against the reference
+// kernel's, bit for bit, after the window has closed.
+bool library_has_kernel(const Layer &layer);
+
+// Bytes of scratch memory the library's kernel needs for this layer (0: none),
+// as the library's own *_get_buffer_size functions compute them.
+uint32_t library_scratch_bytes(const Layer &layer);
+
+// The kernel call itself: only this runs inside the window. Returns kExitOk,
+// or kExitLibraryError when the library reports an error.
+int run_kernel(const Layer &layer, const Buffers &b, const Quant &q);
+
+// The TFLM reference kernel of the layer (kernels.cc); every binary links it.
+void run_reference_kernel(const Layer &layer, const Buffers &b, const Quant &q);
 
 // Canonical layer text, exactly as abi/src/spec.rs `Display for LayerSpec`
 // prints it. Returns false if it would not fit in `cap` bytes (NUL included).

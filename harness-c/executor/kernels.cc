@@ -1,21 +1,14 @@
-// executor.cc — runs a whole model with the TFLM reference kernels (from the
-// tfmicro crate's registry copy, see the Makefile) on the program the host
-// writes at `memtrace_arena` (include/memtrace_program.h, docs/protocol.md §13).
-//
-// Every operator is one layer window named after the model's operator, with
-// its activation input(s), output, weights and bias declared as buffers; the
-// activations live in one arena at the offsets of a memtrace plan. Before the
-// operators, a window `load_input` copies each graph input from the program
-// into the arena (declaring the tensor as that window's output), so a shadow
-// map of the arena sees every activation byte being written.
-//
-// Exit codes: 0 ok, 3 no/invalid program, 4 unsupported operator or type.
+// kernels.cc — the TFLM reference kernels of the executor (from the tfmicro
+// crate's registry copy, see the Makefile), one non-inlined function per
+// operator so a traced PC resolves to a readable name. They are the kernel
+// library of executor.elf (library_reference.cc), and the kernels of
+// executor-cmsis.elf for every operator it does not run through CMSIS-NN.
+// The program walker that calls them is program.cc.
 #include <limits>
 #include <string.h>
 
-#include "memtrace.h"
+#include "executor.h"
 #include "memtrace_program.h"
-#include "memtrace_rt.h"
 #include "tensorflow/lite/kernels/internal/common.h"
 #include "tensorflow/lite/kernels/internal/reference/add.h"
 #include "tensorflow/lite/kernels/internal/reference/conv.h"
@@ -35,54 +28,10 @@
 
 #define EXEC_KERNEL __attribute__((noinline))
 
+namespace exec {
 namespace {
 
 using tflite::RuntimeShape;
-
-enum : int { kOk = 0, kNoProgram = 3, kUnsupported = 4 };
-
-enum : uint32_t { kIdInput = 0, kIdInput2 = 1, kIdOutput = 2, kIdWeights = 3, kIdBias = 4 };
-
-const unsigned char *g_prog;
-unsigned char *g_arena;
-
-int32_t word(uint32_t byte_offset) {
-    int32_t v;
-    memcpy(&v, g_prog + byte_offset, 4);
-    return v;
-}
-
-struct Tensor {
-    int32_t dtype, bytes, ndims;
-    int32_t dims[4];
-    int32_t zero_point;
-    void *data;
-    const char *name;
-};
-
-Tensor tensor(int32_t index) {
-    const uint32_t base = static_cast<uint32_t>(word(PRG_TENSORS * 4)) +
-                          static_cast<uint32_t>(index) * TEN_WORDS * 4;
-    Tensor t;
-    const int32_t *w = reinterpret_cast<const int32_t *>(g_prog + base);
-    t.dtype = w[TEN_DTYPE];
-    t.bytes = w[TEN_BYTES];
-    t.ndims = w[TEN_NDIMS];
-    for (int i = 0; i < 4; ++i) {
-        t.dims[i] = w[TEN_DIMS + i];
-    }
-    t.zero_point = w[TEN_ZERO_POINT];
-    const int32_t off = w[TEN_OFFSET];
-    if (w[TEN_LOCATION] == 0) {
-        t.data = g_arena + off;
-    } else {
-        t.data = const_cast<unsigned char *>(g_prog) + off;
-    }
-    t.name = reinterpret_cast<const char *>(g_prog + w[TEN_NAME]);
-    return t;
-}
-
-uint32_t elem_size(int32_t dtype) { return dtype == PDT_F32 || dtype == PDT_INT32 ? 4 : 1; }
 
 RuntimeShape shape(const Tensor &t) { return RuntimeShape(t.ndims, t.dims); }
 
@@ -95,22 +44,6 @@ RuntimeShape shape2(int32_t a, int32_t b) {
     const int32_t d[2] = {a, b};
     return RuntimeShape(2, d);
 }
-
-int32_t flat(const Tensor &t) {
-    int32_t n = 1;
-    for (int i = 0; i < t.ndims; ++i) {
-        n *= t.dims[i];
-    }
-    return n;
-}
-
-// One operator record, decoded.
-struct Op {
-    const int32_t *w;
-    int32_t kind, dtype;
-    Tensor in, in2, out, weights, bias;
-    bool has_in2, has_weights, has_bias;
-};
 
 tflite::PaddingValues padding(const Op &op) {
     tflite::PaddingValues p = {};
@@ -151,11 +84,6 @@ Params window_params(const Op &op) {
     p.float_activation_min = fmin_of(op);
     p.float_activation_max = fmax_of(op);
     return p;
-}
-
-const int32_t *channel_array(const Op &op, int which) {
-    const int32_t off = op.w[which];
-    return off < 0 ? nullptr : reinterpret_cast<const int32_t *>(g_prog + off);
 }
 
 // ---- kernels (one non-inlined function each: readable trace PCs) ----------
@@ -463,103 +391,26 @@ EXEC_KERNEL int relu(const Op &op) {
     return kUnsupported;
 }
 
-void declare(uint32_t id, uint32_t role, const Tensor &t) {
-    memtrace_buffer(id, role, t.data, static_cast<uint32_t>(t.bytes), elem_size(t.dtype), t.name);
-}
-
-int run_op(uint32_t index) {
-    Op op;
-    op.w = reinterpret_cast<const int32_t *>(g_prog + word(PRG_OPS * 4) + index * OPW_WORDS * 4);
-    op.kind = op.w[OPW_KIND];
-    op.dtype = op.w[OPW_DTYPE];
-    op.in = tensor(op.w[OPW_INPUT]);
-    op.out = tensor(op.w[OPW_OUTPUT]);
-    op.has_in2 = op.w[OPW_INPUT2] >= 0;
-    op.has_weights = op.w[OPW_WEIGHTS] >= 0;
-    op.has_bias = op.w[OPW_BIAS] >= 0;
-    if (op.has_in2) op.in2 = tensor(op.w[OPW_INPUT2]);
-    if (op.has_weights) op.weights = tensor(op.w[OPW_WEIGHTS]);
-    if (op.has_bias) op.bias = tensor(op.w[OPW_BIAS]);
-    const char *name = reinterpret_cast<const char *>(g_prog + op.w[OPW_NAME]);
-    const char *params = reinterpret_cast<const char *>(g_prog + op.w[OPW_PARAMS]);
-    const char *kind = "custom";
-    switch (op.kind) {
-        case PK_CONV2D: kind = "conv2d"; break;
-        case PK_DEPTHWISE_CONV2D: kind = "depthwise_conv2d"; break;
-        case PK_MAX_POOL: kind = "max_pool"; break;
-        case PK_AVERAGE_POOL: kind = "average_pool"; break;
-        case PK_FULLY_CONNECTED: kind = "fully_connected"; break;
-        case PK_ADD: kind = "add"; break;
-        case PK_RELU: kind = "relu"; break;
-        case PK_SOFTMAX: kind = "softmax"; break;
-        case PK_RESHAPE: kind = "reshape"; break;
-        case PK_QUANTIZE: kind = "quantize"; break;
-        case PK_DEQUANTIZE: kind = "dequantize"; break;
-        default: return kUnsupported;
-    }
-    memtrace_layer_begin(name, kind, params);
-    declare(kIdInput, MEMTRACE_ROLE_INPUT, op.in);
-    // An add of a tensor with itself reads one buffer.
-    if (op.has_in2 && op.in2.data != op.in.data) declare(kIdInput2, MEMTRACE_ROLE_INPUT, op.in2);
-    declare(kIdOutput, MEMTRACE_ROLE_OUTPUT, op.out);
-    if (op.has_weights) declare(kIdWeights, MEMTRACE_ROLE_WEIGHTS, op.weights);
-    if (op.has_bias) declare(kIdBias, MEMTRACE_ROLE_BIAS, op.bias);
-    int rc = kUnsupported;
-    switch (op.kind) {
-        case PK_CONV2D: rc = conv2d(op); break;
-        case PK_DEPTHWISE_CONV2D: rc = depthwise_conv2d(op); break;
-        case PK_MAX_POOL: rc = max_pool(op); break;
-        case PK_AVERAGE_POOL: rc = average_pool(op); break;
-        case PK_FULLY_CONNECTED: rc = fully_connected(op); break;
-        case PK_ADD: rc = add(op); break;
-        case PK_RELU: rc = relu(op); break;
-        case PK_SOFTMAX: rc = softmax(op); break;
-        case PK_RESHAPE: rc = reshape(op); break;
-        case PK_QUANTIZE: rc = quantize(op); break;
-        case PK_DEQUANTIZE: rc = dequantize(op); break;
-        default: break;
-    }
-    memtrace_layer_end();
-    return rc;
-}
-
-EXEC_KERNEL void copy_input(void *dst, const void *src, int32_t bytes) {
-    memcpy(dst, src, static_cast<size_t>(bytes));
-}
-
 }  // namespace
 
-int main() {
-    g_prog = memtrace_arena;
-    if (static_cast<uint32_t>(word(PRG_MAGIC * 4)) != MEMTRACE_PROGRAM_MAGIC) {
-        return kNoProgram;
+int reference_run(const Op &op) {
+    switch (op.kind) {
+        case PK_CONV2D: return conv2d(op);
+        case PK_DEPTHWISE_CONV2D: return depthwise_conv2d(op);
+        case PK_MAX_POOL: return max_pool(op);
+        case PK_AVERAGE_POOL: return average_pool(op);
+        case PK_FULLY_CONNECTED: return fully_connected(op);
+        case PK_ADD: return add(op);
+        case PK_RELU: return relu(op);
+        case PK_SOFTMAX: return softmax(op);
+        case PK_RESHAPE: return reshape(op);
+        case PK_QUANTIZE: return quantize(op);
+        case PK_DEQUANTIZE: return dequantize(op);
+        default: return kUnsupported;
     }
-    const int32_t arena_offset = word(PRG_ARENA_OFFSET * 4);
-    const int32_t arena_bytes = word(PRG_ARENA_BYTES * 4);
-    if (arena_offset < 0 || arena_bytes < 0 ||
-        memtrace_arena + arena_offset + arena_bytes > memtrace_arena_end) {
-        return kNoProgram;
-    }
-    g_arena = memtrace_arena + arena_offset;
-    const int32_t n_inputs = word(PRG_N_INPUTS * 4);
-    const uint32_t inputs = static_cast<uint32_t>(word(PRG_INPUTS * 4));
-    for (int32_t i = 0; i < n_inputs; ++i) {
-        const uint32_t rec = inputs + static_cast<uint32_t>(i) * 12;
-        const Tensor t = tensor(word(rec));
-        memtrace_layer_begin("load_input", "load_input", "");
-        declare(kIdOutput, MEMTRACE_ROLE_OUTPUT, t);
-        copy_input(t.data, g_prog + word(rec + 4), word(rec + 8));
-        memtrace_layer_end();
-    }
-    const uint32_t n_ops = static_cast<uint32_t>(word(PRG_N_OPS * 4));
-    for (uint32_t i = 0; i < n_ops; ++i) {
-        const int rc = run_op(i);
-        if (rc != kOk) {
-            return rc;
-        }
-    }
-    return kOk;
 }
+
+}  // namespace exec
 
 // newlib's expf reports range errors through errno; no C library is linked,
 // so the executor provides the errno location itself.

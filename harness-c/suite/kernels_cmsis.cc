@@ -1,0 +1,298 @@
+// kernels_cmsis.cc — the kernel library of suite-cmsis.elf: Arm CMSIS-NN,
+// called the way TensorFlow Lite Micro's CMSIS-NN kernels
+// (tensorflow/lite/micro/kernels/cmsis_nn/*.cc) call it.
+//
+// CMSIS-NN is compiled from CMSIS_NN_DIR into a static library per target
+// (see the Makefile). Which of its code paths runs is decided by the compiler
+// flags: on Cortex-M4 (__ARM_FEATURE_DSP) its headers define ARM_MATH_DSP and
+// the SIMD paths run; on x86-64 the pure C paths run. The plain
+// *_get_buffer_size functions follow the same flags, so they size the scratch
+// buffer for the code that actually runs (TFLM calls them the same way; the
+// _dsp / _mve variants exist for sizing on a host for another target).
+//
+// int8 layers of these ops run through CMSIS-NN:
+//   conv2d            arm_convolve_wrapper_s8 (picks 1x1 / 1xN / generic itself)
+//   depthwise_conv2d  arm_depthwise_conv_wrapper_s8 (3x3 / opt / generic)
+//   fully_connected   arm_fully_connected_s8
+//   max_pool          arm_max_pool_s8
+//   average_pool      arm_avgpool_s8
+//   add               arm_elementwise_add_s8
+// Everything else keeps the TFLM reference kernel of kernels.cc: every f32
+// layer (TFLM's CMSIS-NN kernels fall back to the reference ones for float
+// too), relu (TFLM has no CMSIS-NN activation kernel) and matmul (written for
+// memtrace, not a TFLM op). The suite has no softmax layer.
+//
+// Each CMSIS-NN layer has its own non-inlined function, so a traced PC in the
+// call resolves to a readable name; the library's own functions (arm_*) keep
+// their names and file:line from their objects' DWARF.
+#include "arm_nnfunctions.h"
+#include "suite.h"
+
+#define MEMTRACE_KERNEL __attribute__((noinline))
+
+namespace memtrace {
+namespace {
+
+bool int8_library_op(const Layer &l) {
+    if (l.dtype != DTYPE_INT8) {
+        return false;
+    }
+    switch (l.op) {
+        case OP_CONV2D:
+        case OP_DEPTHWISE_CONV2D:
+        case OP_FULLY_CONNECTED:
+        case OP_MAX_POOL:
+        case OP_AVERAGE_POOL:
+        case OP_ADD:
+            return true;
+        default:
+            return false;
+    }
+}
+
+cmsis_nn_dims dims(int32_t n, int32_t h, int32_t w, int32_t c) {
+    cmsis_nn_dims d;
+    d.n = n;
+    d.h = h;
+    d.w = w;
+    d.c = c;
+    return d;
+}
+
+cmsis_nn_dims dims4(const int32_t *s) { return dims(s[0], s[1], s[2], s[3]); }
+
+cmsis_nn_tile tile(int32_t h, int32_t w) {
+    cmsis_nn_tile t;
+    t.h = h;
+    t.w = w;
+    return t;
+}
+
+cmsis_nn_activation activation(const Quant &q) {
+    cmsis_nn_activation a;
+    a.min = q.act_min;
+    a.max = q.act_max;
+    return a;
+}
+
+cmsis_nn_context context(const Buffers &b) {
+    cmsis_nn_context ctx;
+    // TFLM leaves size 0 ("unused" by the library); the real size costs
+    // nothing and is right should a release start reading it.
+    ctx.buf = b.scratch;
+    ctx.size = static_cast<int32_t>(b.scratch_bytes);
+    return ctx;
+}
+
+// ---- conv2d -------------------------------------------------------------
+// TFLM: input [N, H, W, C_in], filter [C_out, KH, KW, C_in], bias [C_out],
+// per-channel multipliers and shifts, PaddingValues as the padding. Quant
+// may be empty (scratch sizing): the size does not depend on the offsets or
+// the activation range.
+
+cmsis_nn_conv_params conv_params(const Layer &l, const Quant &q) {
+    cmsis_nn_conv_params p;
+    p.input_offset = -q.input_zero_point;
+    p.output_offset = q.output_zero_point;
+    p.stride = tile(l.stride_h, l.stride_w);
+    p.padding = tile(l.pad_h, l.pad_w);
+    p.dilation = tile(l.dilation_h, l.dilation_w);
+    p.activation = activation(q);
+    return p;
+}
+
+int32_t conv2d_scratch(const Layer &l) {
+    const Quant q = {};
+    const cmsis_nn_conv_params p = conv_params(l, q);
+    const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+    return arm_convolve_wrapper_s8_get_buffer_size(&p, &in, &f, &out);
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status conv2d_int8(const Layer &l, const Buffers &b, const Quant &q) {
+    const cmsis_nn_context ctx = context(b);
+    const cmsis_nn_conv_params p = conv_params(l, q);
+    // The struct's pointers are not const; the library only reads them.
+    cmsis_nn_per_channel_quant_params quant;
+    quant.multiplier = const_cast<int32_t *>(q.channel_multiplier);
+    quant.shift = const_cast<int32_t *>(q.channel_shift);
+    const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+    const cmsis_nn_dims bias = dims(1, 1, 1, l.output[3]);
+    return arm_convolve_wrapper_s8(&ctx, &p, &quant, &in, static_cast<const int8_t *>(b.input), &f,
+                                   static_cast<const int8_t *>(b.filter), &bias,
+                                   static_cast<const int32_t *>(b.bias), &out,
+                                   static_cast<int8_t *>(b.output));
+}
+
+// ---- depthwise_conv2d ---------------------------------------------------
+// TFLM: filter dims [1, KH, KW, C_out], ch_mult = depth multiplier. (TFLM's
+// Prepare fills only padding and dilation before asking for the buffer size;
+// here every field is set, which gives the same size.)
+
+cmsis_nn_dw_conv_params depthwise_params(const Layer &l, const Quant &q) {
+    cmsis_nn_dw_conv_params p;
+    p.input_offset = -q.input_zero_point;
+    p.output_offset = q.output_zero_point;
+    p.ch_mult = l.depth_multiplier;
+    p.stride = tile(l.stride_h, l.stride_w);
+    p.padding = tile(l.pad_h, l.pad_w);
+    p.dilation = tile(l.dilation_h, l.dilation_w);
+    p.activation = activation(q);
+    return p;
+}
+
+int32_t depthwise_conv2d_scratch(const Layer &l) {
+    const Quant q = {};
+    const cmsis_nn_dw_conv_params p = depthwise_params(l, q);
+    const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+    return arm_depthwise_conv_wrapper_s8_get_buffer_size(&p, &in, &f, &out);
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status depthwise_conv2d_int8(const Layer &l, const Buffers &b,
+                                                          const Quant &q) {
+    const cmsis_nn_context ctx = context(b);
+    const cmsis_nn_dw_conv_params p = depthwise_params(l, q);
+    cmsis_nn_per_channel_quant_params quant;
+    quant.multiplier = const_cast<int32_t *>(q.channel_multiplier);
+    quant.shift = const_cast<int32_t *>(q.channel_shift);
+    const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+    const cmsis_nn_dims bias = dims(1, 1, 1, l.output[3]);
+    return arm_depthwise_conv_wrapper_s8(&ctx, &p, &quant, &in,
+                                         static_cast<const int8_t *>(b.input), &f,
+                                         static_cast<const int8_t *>(b.filter), &bias,
+                                         static_cast<const int32_t *>(b.bias), &out,
+                                         static_cast<int8_t *>(b.output));
+}
+
+// ---- fully_connected ----------------------------------------------------
+// The suite's layer is TFLite's FULLY_CONNECTED with a 2-D output [batches,
+// units] (the mailbox's 4-D shapes are only memtrace's padding, and
+// kernels.cc gives the reference kernel 2-D shapes too). For that, TFLM calls
+// arm_fully_connected_s8 (its 1x1-convolution path is only for outputs of
+// more than 2 dimensions). CMSIS-NN's filter dims are [accum depth, 1, 1,
+// units]. The buffer size is non-zero only on Helium (MVE) builds, where the
+// library expects the filter's kernel sums in it: TFLM then computes them
+// with arm_vector_sum_s8 before the call (in Prepare for constant filters,
+// else in Eval; here in the call, as the suite's filter is an arena buffer).
+
+cmsis_nn_dims fc_filter_dims(const Layer &l) { return dims(l.filter[3], 1, 1, l.filter[2]); }
+
+int32_t fully_connected_scratch(const Layer &l) {
+    const cmsis_nn_dims f = fc_filter_dims(l);
+    return arm_fully_connected_s8_get_buffer_size(&f);
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status fully_connected_int8(const Layer &l, const Buffers &b,
+                                                         const Quant &q) {
+    const int32_t batches = l.output[2], units = l.filter[2], depth = l.filter[3];
+    const cmsis_nn_context ctx = context(b);
+    cmsis_nn_fc_params p;
+    p.input_offset = -q.input_zero_point;
+    p.filter_offset = 0;  // symmetric int8 weights
+    p.output_offset = q.output_zero_point;
+    p.activation = activation(q);
+    cmsis_nn_per_tensor_quant_params quant;
+    quant.multiplier = q.output_multiplier;
+    quant.shift = q.output_shift;
+    const cmsis_nn_dims in = dims(batches, 1, 1, depth), f = fc_filter_dims(l);
+    const cmsis_nn_dims bias = dims(1, 1, 1, units), out = dims(batches, 1, 1, units);
+    if (b.scratch) {
+        const arm_cmsis_nn_status s = arm_vector_sum_s8(
+            static_cast<int32_t *>(b.scratch), depth, units, static_cast<const int8_t *>(b.filter),
+            p.input_offset, p.filter_offset, static_cast<const int32_t *>(b.bias));
+        if (s != ARM_CMSIS_NN_SUCCESS) {
+            return s;
+        }
+    }
+    return arm_fully_connected_s8(&ctx, &p, &quant, &in, static_cast<const int8_t *>(b.input), &f,
+                                  static_cast<const int8_t *>(b.filter), &bias,
+                                  static_cast<const int32_t *>(b.bias), &out,
+                                  static_cast<int8_t *>(b.output));
+}
+
+// ---- pools --------------------------------------------------------------
+// TFLM passes batch 1 (its pooling tensors have one batch); the library loops
+// over batches, so the suite passes N and stays correct for N > 1.
+
+cmsis_nn_pool_params pool_params(const Layer &l, const Quant &q) {
+    cmsis_nn_pool_params p;
+    p.stride = tile(l.stride_h, l.stride_w);
+    p.padding = tile(l.pad_h, l.pad_w);
+    p.activation = activation(q);
+    return p;
+}
+
+int32_t average_pool_scratch(const Layer &l) {
+    return arm_avgpool_s8_get_buffer_size(l.output[2], l.input[3]);
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status max_pool_int8(const Layer &l, const Buffers &b,
+                                                  const Quant &q) {
+    const cmsis_nn_context ctx = context(b);
+    const cmsis_nn_pool_params p = pool_params(l, q);
+    const cmsis_nn_dims in = dims4(l.input), out = dims4(l.output);
+    const cmsis_nn_dims f = dims(1, l.filter[1], l.filter[2], 1);
+    return arm_max_pool_s8(&ctx, &p, &in, static_cast<const int8_t *>(b.input), &f, &out,
+                           static_cast<int8_t *>(b.output));
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status average_pool_int8(const Layer &l, const Buffers &b,
+                                                      const Quant &q) {
+    const cmsis_nn_context ctx = context(b);
+    const cmsis_nn_pool_params p = pool_params(l, q);
+    const cmsis_nn_dims in = dims4(l.input), out = dims4(l.output);
+    const cmsis_nn_dims f = dims(1, l.filter[1], l.filter[2], 1);
+    return arm_avgpool_s8(&ctx, &p, &in, static_cast<const int8_t *>(b.input), &f, &out,
+                          static_cast<int8_t *>(b.output));
+}
+
+// ---- add ----------------------------------------------------------------
+// TFLM: both inputs of one shape (no broadcast), left shift 20, the flat
+// element count as the block size.
+
+MEMTRACE_KERNEL arm_cmsis_nn_status add_int8(const Layer &l, const Buffers &b, const Quant &q) {
+    const int32_t n = l.input[0] * l.input[1] * l.input[2] * l.input[3];
+    return arm_elementwise_add_s8(
+        static_cast<const int8_t *>(b.input), static_cast<const int8_t *>(b.input2),
+        -q.input_zero_point, q.input1_multiplier, q.input1_shift, -q.input2_zero_point,
+        q.input2_multiplier, q.input2_shift, 20, static_cast<int8_t *>(b.output),
+        q.output_zero_point, q.output_multiplier, q.output_shift, q.act_min, q.act_max, n);
+}
+
+}  // namespace
+
+bool library_has_kernel(const Layer &l) { return int8_library_op(l); }
+
+uint32_t library_scratch_bytes(const Layer &l) {
+    if (!int8_library_op(l)) {
+        return 0;
+    }
+    int32_t bytes = 0;
+    switch (l.op) {
+        case OP_CONV2D: bytes = conv2d_scratch(l); break;
+        case OP_DEPTHWISE_CONV2D: bytes = depthwise_conv2d_scratch(l); break;
+        case OP_FULLY_CONNECTED: bytes = fully_connected_scratch(l); break;
+        case OP_AVERAGE_POOL: bytes = average_pool_scratch(l); break;
+        default: break;  // max_pool and add need none
+    }
+    return bytes > 0 ? static_cast<uint32_t>(bytes) : 0;
+}
+
+int run_kernel(const Layer &l, const Buffers &b, const Quant &q) {
+    if (!int8_library_op(l)) {
+        run_reference_kernel(l, b, q);
+        return kExitOk;
+    }
+    arm_cmsis_nn_status s = ARM_CMSIS_NN_SUCCESS;
+    switch (l.op) {
+        case OP_CONV2D: s = conv2d_int8(l, b, q); break;
+        case OP_DEPTHWISE_CONV2D: s = depthwise_conv2d_int8(l, b, q); break;
+        case OP_FULLY_CONNECTED: s = fully_connected_int8(l, b, q); break;
+        case OP_MAX_POOL: s = max_pool_int8(l, b, q); break;
+        case OP_AVERAGE_POOL: s = average_pool_int8(l, b, q); break;
+        case OP_ADD: s = add_int8(l, b, q); break;
+        default: break;
+    }
+    return s == ARM_CMSIS_NN_SUCCESS ? kExitOk : kExitLibraryError;
+}
+
+}  // namespace memtrace
