@@ -36,6 +36,7 @@ c_constants! {
         PRG_OUTPUTS = 9,
         PRG_ARENA_OFFSET = 10,
         PRG_ARENA_BYTES = 11,
+        PRG_FLAGS = 12,
         PRG_HEADER_WORDS = 16,
         TEN_DTYPE = 0,
         TEN_BYTES = 1,
@@ -88,7 +89,17 @@ c_constants! {
         OPW_CHANNELS = 39,
         OPW_QUANT_SCALE = 40,
         OPW_QUANT_ZERO_POINT = 41,
+        OPW_SCRATCH = 42,
+        OPW_SCRATCH_BYTES = 43,
         OPW_WORDS = 48,
+    }
+}
+
+c_constants! {
+    /// Bits of the header's `PRG_FLAGS` word (`enum prg_flag`).
+    PROGRAM_FLAGS: u32 {
+        PRG_FLAG_QUERY_SCRATCH = 1,
+        PRG_FLAG_SCRATCH_WORDS = 2,
     }
 }
 
@@ -316,6 +327,8 @@ pub struct ProgramOp {
     pub params: OpParams,
     /// Per output channel (multiplier, shift) of int8 conv / depthwise.
     pub per_channel: Vec<(i32, i32)>,
+    /// The arena tensor the kernel library uses as scratch memory, if any.
+    pub scratch: Option<u32>,
 }
 
 /// A whole model for the executor.
@@ -332,6 +345,9 @@ pub struct Program {
     pub outputs: Vec<u32>,
     /// Size of the activation arena (≥ every offset + size).
     pub arena_bytes: u64,
+    /// Query mode: the executor runs nothing and writes each operator's
+    /// scratch need into its `OPW_SCRATCH_BYTES` word instead.
+    pub query_scratch: bool,
 }
 
 /// The encoded program and where its activation arena begins.
@@ -341,6 +357,16 @@ pub struct EncodedProgram {
     pub bytes: Vec<u8>,
     /// Byte offset of activation-arena offset 0 from the program start.
     pub arena_offset: u64,
+    /// Byte offset of the first operator record from the program start.
+    pub ops_offset: u64,
+}
+
+impl EncodedProgram {
+    /// Byte offset, from the program start, of operator `op`'s
+    /// `OPW_SCRATCH_BYTES` word (filled by the executor in query mode).
+    pub fn scratch_bytes_word(&self, op: usize) -> u64 {
+        self.ops_offset + ((op * OPW_WORDS + OPW_SCRATCH_BYTES) * 4) as u64
+    }
 }
 
 /// A program the format cannot express.
@@ -416,6 +442,7 @@ impl Program {
                 .iter()
                 .chain(op.weights.iter())
                 .chain(op.bias.iter())
+                .chain(op.scratch.iter())
                 .chain(std::iter::once(&op.output));
             if let Some(bad) = all.clone().find(|&&t| t >= nt) {
                 return err(format!("operator `{}` uses tensor {bad} of {nt}", op.name));
@@ -524,6 +551,7 @@ impl Program {
             w[OPW_CHANNELS] = op.per_channel.len() as i32;
             w[OPW_QUANT_SCALE] = p.quant_scale.to_bits() as i32;
             w[OPW_QUANT_ZERO_POINT] = p.quant_zero_point;
+            w[OPW_SCRATCH] = opt(op.scratch);
             op_words.extend(w);
         }
         let mut input_words = Vec::new();
@@ -557,6 +585,13 @@ impl Program {
         header[PRG_OUTPUTS] = outputs_off as i32;
         header[PRG_ARENA_OFFSET] = arena_offset as i32;
         header[PRG_ARENA_BYTES] = self.arena_bytes as i32;
+        // OPW_SCRATCH is always filled, so the executor may read it.
+        header[PRG_FLAGS] = (PRG_FLAG_SCRATCH_WORDS
+            | if self.query_scratch {
+                PRG_FLAG_QUERY_SCRATCH
+            } else {
+                0
+            }) as i32;
         words.extend_from_slice(&header);
         words.extend(tensor_words);
         words.extend(op_words);
@@ -572,6 +607,7 @@ impl Program {
         Ok(EncodedProgram {
             bytes,
             arena_offset,
+            ops_offset: ops_off as u64,
         })
     }
 }
@@ -610,10 +646,12 @@ mod tests {
                 output: 1,
                 params: OpParams::default(),
                 per_channel: vec![],
+                scratch: Some(0),
             }],
             inputs: vec![(0, vec![1, 2, 3, 4])],
             outputs: vec![1],
             arena_bytes: 32,
+            query_scratch: true,
         };
         let e = p.encode().unwrap();
         let word = |i: usize| i32::from_le_bytes(e.bytes[i * 4..i * 4 + 4].try_into().unwrap());
@@ -625,6 +663,16 @@ mod tests {
         assert_eq!(
             word(HEADER_WORDS + 2 * TENSOR_WORDS),
             ProgramOpKind::Reshape as i32
+        );
+        let op0 = HEADER_WORDS + 2 * TENSOR_WORDS;
+        assert_eq!(word(op0 + OPW_SCRATCH), 0);
+        assert_eq!(
+            e.scratch_bytes_word(0),
+            ((op0 + OPW_SCRATCH_BYTES) * 4) as u64
+        );
+        assert_eq!(
+            word(PRG_FLAGS) as u32,
+            PRG_FLAG_QUERY_SCRATCH | PRG_FLAG_SCRATCH_WORDS
         );
         // Bad: tensor beyond the arena.
         let mut bad = p.clone();

@@ -299,6 +299,10 @@ pub struct Op {
     pub outputs: Vec<usize>,
     /// Options of the operator.
     pub options: OpOptions,
+    /// Arena tensor the kernel library uses as scratch memory during this
+    /// operator (TFLM places scratch buffers in the arena too), if any.
+    #[serde(default)]
+    pub scratch: Option<usize>,
 }
 
 /// A graph of operators over tensors.
@@ -671,7 +675,7 @@ impl Model {
     pub fn arena_tensors(&self) -> Vec<usize> {
         let mut used = vec![false; self.tensors.len()];
         for op in &self.ops {
-            for &t in op.inputs.iter().chain(&op.outputs) {
+            for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
                 used[t] = true;
             }
         }
@@ -681,6 +685,37 @@ impl Model {
         (0..self.tensors.len())
             .filter(|&t| used[t] && self.tensors[t].needs_arena())
             .collect()
+    }
+}
+
+impl Model {
+    /// This model with a scratch tensor of `needs[op]` bytes for every
+    /// operator that needs one (int8, shape `[bytes]`, named after the
+    /// operator's output), replacing any scratch tensors it had.
+    pub fn with_scratch(&self, needs: &[u64]) -> Model {
+        let mut m = self.clone();
+        for (op, &bytes) in needs.iter().enumerate().take(m.ops.len()) {
+            m.ops[op].scratch = None;
+            if bytes == 0 {
+                continue;
+            }
+            let owner = m.ops[op]
+                .outputs
+                .first()
+                .map(|&t| m.tensors[t].name.clone());
+            m.tensors.push(Tensor {
+                name: format!("{}/scratch", owner.unwrap_or_else(|| format!("op{op}"))),
+                shape: vec![bytes as u32],
+                dtype: DataType::Int8,
+                bytes,
+                is_constant: false,
+                is_variable: false,
+                quantization: None,
+                data: None,
+            });
+            m.ops[op].scratch = Some(m.tensors.len() - 1);
+        }
+        m
     }
 }
 

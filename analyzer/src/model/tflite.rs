@@ -347,6 +347,7 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
                 inputs,
                 outputs,
                 options,
+                scratch: None,
             });
         }
     }

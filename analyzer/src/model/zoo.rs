@@ -93,6 +93,7 @@ impl GraphBuilder {
             inputs,
             outputs: vec![o],
             options,
+            scratch: None,
         });
         o
     }

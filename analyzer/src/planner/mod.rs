@@ -326,6 +326,11 @@ impl Problem {
             for &t in &o.outputs {
                 first[t] = Some(first[t].map_or(s, |f| f.min(s)));
             }
+            // Scratch lives during its operator's step only.
+            if let Some(t) = o.scratch {
+                first[t] = Some(s);
+                last[t] = Some(s);
+            }
         }
         let mut buffers = Vec::new();
         let mut buffer_of = vec![usize::MAX; n];

@@ -571,6 +571,10 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             .layer_spec(oi)
             .map(|s| s.to_string())
             .unwrap_or_default();
+        let scratch = op
+            .scratch
+            .map(|t| arena_tensor(t, oi, &mut tensors))
+            .transpose()?;
         ops.push(ProgramOp {
             kind,
             dtype: d,
@@ -582,6 +586,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             output: yi,
             params: p,
             per_channel,
+            scratch,
         });
     }
     let mut graph_inputs = Vec::new();
@@ -617,6 +622,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         inputs: graph_inputs,
         outputs,
         arena_bytes: input.arena_bytes,
+        query_scratch: false,
     })
 }
 
