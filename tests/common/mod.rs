@@ -30,6 +30,13 @@ pub fn suite(target: &str) -> PathBuf {
     guest(target, "suite")
 }
 
+/// The kernel suite built with CMSIS-NN. Tests that use it carry
+/// `#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]`
+/// (see `build.rs`), so without CMSIS-NN they are reported as ignored.
+pub fn suite_cmsis(target: &str) -> PathBuf {
+    guest(target, "suite-cmsis")
+}
+
 /// The suite with the channel-outer depthwise loop (for `regress`).
 pub fn modified(target: &str) -> PathBuf {
     guest(target, "suite-modified")
