@@ -1,11 +1,17 @@
-//! Whole-model verification (`memtrace verify`): run a whole model in the emulator under the reference
-//! plan (TFLM greedy, no overlaps) and under a chosen plan, check every read
-//! of the arena with the shadow map, and compare the outputs bit by bit.
+//! Whole-model verification (`memtrace verify`): run a whole model in the
+//! emulator under the reference plan (TFLM greedy, no overlaps) and under a
+//! chosen plan, check every read of the arena with the shadow map, and
+//! compare the outputs bit by bit.
 //!
-//! The reference run also traces every operator's O_s (monotone, first input
-//! against output), which is the `traced` overlap source of the plan.
+//! Both runs use the executor of one kernel library ([`Kernels`]); its
+//! scratch buffers are asked of the library and planned as tensors. The
+//! reference run also traces every operator's O_s (monotone, first input
+//! against output), which is the `traced` overlap source of the plan — from
+//! the same library, or from another one (`overlap_kernels`) to show what a
+//! plan certified for one library does on another. A library other than
+//! TFLM's reference kernels is also compared, output for output, with them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use memtrace_abi::program::TensorData;
@@ -14,16 +20,18 @@ use memtrace_analyzer::model::{self, Model};
 use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
-    lower, Clobber, LowerInput, OpOverlapReport, PlacedTensorReport, PlanRunReport, ShadowMap,
-    UsedOverlapReport, VerifyReport,
+    digest, lower, Clobber, KernelsComparison, LowerInput, OpOverlapReport, PlacedTensorReport,
+    PlanRunReport, ShadowMap, UsedOverlapReport, VerifyReport,
 };
 use memtrace_tracer::{Arch, ElfImage, TraceOptions};
 use serde::Deserialize;
 
 use crate::common::{check_writable, trace_with};
 use crate::error::{Context, Error, Result};
+use crate::kernels::{harness_guest, Kernels};
 use crate::plan::OverlapChoice;
 use crate::run::access_path;
+use crate::scratch::with_library_scratch;
 use crate::{bail, failed};
 
 /// What to verify, and how.
@@ -43,7 +51,12 @@ pub struct VerifyOptions {
     pub input: Option<PathBuf>,
     /// Architecture of the executor.
     pub target: Arch,
-    /// The executor ELF (default: `harness-c/build/TARGET/executor.elf`).
+    /// Kernel library of the executor.
+    pub kernels: Kernels,
+    /// Library whose traces give the plan's traced O_s (default: `kernels`).
+    pub overlap_kernels: Option<Kernels>,
+    /// The executor ELF (default: `harness-c/build/TARGET/` and the
+    /// library's executor file).
     pub executor: Option<PathBuf>,
     /// Arena-wide trace picture of both runs.
     pub plot: Option<PathBuf>,
@@ -51,14 +64,6 @@ pub struct VerifyOptions {
     pub baseline: bool,
     /// Instruction budget of each run.
     pub max_instructions: u64,
-}
-
-/// The harness build folder of `arch`.
-fn build_dir(arch: Arch) -> &'static str {
-    match arch {
-        Arch::CortexM4 => "cortex-m4",
-        Arch::X86_64 => "x86_64",
-    }
 }
 
 #[derive(Deserialize)]
@@ -73,27 +78,14 @@ struct PlanFileTensor {
     offset: u64,
 }
 
-fn executor_path(opts: &VerifyOptions) -> Result<PathBuf> {
-    if let Some(p) = &opts.executor {
-        return Ok(p.clone());
-    }
-    let rel = Path::new("harness-c/build")
-        .join(build_dir(opts.target))
-        .join("executor.elf");
-    let candidates = [
-        rel.clone(),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(&rel),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .cloned()
-        .ok_or_else(|| {
-            failed!(
-                "{} not found: build the guests (`make -C harness-c`) or pass --executor",
-                rel.display()
-            )
-        })
+/// The executor of `kernels`: `--executor` for the library under test, the
+/// harness build otherwise.
+fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
+    let path = match &req.executor {
+        Some(p) if kernels == req.kernels => p.clone(),
+        _ => harness_guest(req.target, kernels.executor_file(), "--executor")?,
+    };
+    Ok(ElfImage::load(&path)?)
 }
 
 /// Result of one emulated run.
@@ -191,7 +183,9 @@ fn execute(
     };
     if summary.exit_code != 0 {
         bail!(
-            "the executor exited with code {} (3: no program, 4: unsupported operator)",
+            "{} exited with code {} (3: no program, 4: unsupported operator, 6: scratch \
+             missing, 7: the kernel library reported an error; docs/protocol.md §9)",
+            image.path.display(),
             summary.exit_code
         );
     }
@@ -270,13 +264,187 @@ fn run_report(
     }
 }
 
-/// Runs the model under the reference plan and under the chosen plan, and
-/// reports clobbers, bit-exactness and the O_s each operator traced.
-pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
-    let started = Instant::now();
+/// One library's model (with its scratch tensors) and its un-overlapped
+/// reference run under TFLM's greedy plan.
+struct Reference {
+    model: Model,
+    plan: Plan,
+    offsets: Vec<Option<u64>>,
+    arena: u64,
+    outcome: Outcome,
+}
+
+/// The greedy, un-overlapped plan of `model`.
+fn greedy(model: &Model) -> Result<Plan> {
+    Ok(planner::run(
+        model,
+        PlannerKind::TflmGreedy,
+        &Overlaps::none(model),
+        &PlanOptions::default(),
+    )?)
+}
+
+/// Adds `image`'s scratch tensors to `base` and runs it under the greedy plan.
+fn reference_run(
+    image: &ElfImage,
+    base: &Model,
+    req: &VerifyOptions,
+    input_data: Option<&[u8]>,
+    plot_title: Option<String>,
+) -> Result<Reference> {
+    let plain = greedy(base)?;
+    let model = with_library_scratch(
+        image,
+        base,
+        &plain.order,
+        &offsets_of(base, &plain),
+        arena_of(&plain, base),
+        req.seed,
+    )?;
+    let plan = greedy(&model)?;
+    let offsets = offsets_of(&model, &plan);
+    let arena = arena_of(&plan, &model);
+    let outcome = execute(
+        image,
+        &model,
+        &plan.order,
+        &offsets,
+        arena,
+        req,
+        input_data,
+        plot_title,
+    )?;
+    Ok(Reference {
+        model,
+        plan,
+        offsets,
+        arena,
+        outcome,
+    })
+}
+
+/// Traced O_s per operator of a reference run, from its layers (after the
+/// `load_input` windows, one per operator in execution order).
+fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
+    let model = &r.model;
+    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let op_layers =
+        &r.outcome.shadow.layers[model.inputs.len().min(r.outcome.shadow.layers.len())..];
+    let mut traced = TracedOverlaps::default();
+    let mut report = Vec::new();
+    for (step, &op) in r.plan.order.iter().enumerate() {
+        let o = &model.ops[op];
+        let ov = op_layers.get(step).and_then(|l| l.overlap);
+        if let Some(ov) = ov {
+            traced.by_op.insert(op, ov.monotone_bytes);
+        }
+        report.push(OpOverlapReport {
+            op: names[o.outputs[0]].clone(),
+            index: op,
+            input: names[o.inputs[0]].clone(),
+            output: names[o.outputs[0]].clone(),
+            input_bytes: model.tensors[o.inputs[0]].bytes,
+            output_bytes: model.tensors[o.outputs[0]].bytes,
+            monotone_bytes: ov.map(|v| v.monotone_bytes),
+            exact_bytes: ov.map(|v| v.exact_bytes),
+            reverse_exact_bytes: ov.map(|v| v.reverse_exact_bytes),
+        });
+    }
+    (traced, report)
+}
+
+/// The placement under test.
+struct PlanUnderTest {
+    plan: Option<Plan>,
+    offsets: Vec<Option<u64>>,
+    arena: u64,
+    order: Vec<usize>,
+    planner: String,
+    overlap: String,
+}
+
+/// The placement of `--plan FILE`: listed tensors moved, the others at their
+/// reference offsets, model order.
+fn plan_from_file(path: &PathBuf, r: &Reference) -> Result<PlanUnderTest> {
+    let model = &r.model;
+    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        action: "read",
+        path: path.clone(),
+        source,
+    })?;
+    let file: PlanFile = serde_json::from_str(&text)
+        .map_err(|e| failed!("{}: not a plan file: {e}", path.display()))?;
+    let mut offsets = r.offsets.clone();
+    for t in &file.tensors {
+        let i = names
+            .iter()
+            .position(|n| *n == t.name)
+            .ok_or_else(|| failed!("{}: no tensor `{}`", path.display(), t.name))?;
+        if offsets[i].is_none() {
+            bail!(
+                "{}: tensor `{}` is not an arena tensor",
+                path.display(),
+                t.name
+            );
+        }
+        offsets[i] = Some(t.offset);
+    }
+    let end = offsets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.map(|o| o + model.tensors[i].bytes))
+        .max()
+        .unwrap_or(0);
+    Ok(PlanUnderTest {
+        plan: None,
+        offsets,
+        arena: file.arena_bytes.unwrap_or(end).max(end),
+        order: (0..model.ops.len()).collect(),
+        planner: "file".to_string(),
+        overlap: path.display().to_string(),
+    })
+}
+
+/// The planner's placement of `model` with O_s from `traced` or a method.
+fn plan_from_planner(
+    req: &VerifyOptions,
+    model: &Model,
+    traced: &TracedOverlaps,
+) -> Result<PlanUnderTest> {
+    let overlaps = match req.overlap.method() {
+        None => Overlaps::compute(model, traced),
+        Some(method) => Overlaps::compute(model, &method),
+    };
+    let kind = req.planner;
+    let plan = planner::run(model, kind, &overlaps, &PlanOptions::default())?;
+    if plan.tensors.is_empty() {
+        bail!(
+            "planner {} does not apply to this model: {}",
+            kind.name(),
+            plan.note.clone().unwrap_or_default()
+        );
+    }
+    Ok(PlanUnderTest {
+        offsets: offsets_of(model, &plan),
+        arena: arena_of(&plan, model),
+        order: plan.order.clone(),
+        planner: kind.name().to_string(),
+        overlap: plan.overlap.clone(),
+        plan: Some(plan),
+    })
+}
+
+/// Bytes that differ between two output images (a length difference counts).
+fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
+    a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
+        + (a.len() as i64 - b.len() as i64).unsigned_abs()
+}
+
+/// The model and the first graph input's bytes (`--input`), checked.
+fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
     let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
     model.validate()?;
-    let kind = req.planner;
     let input_data = req
         .input
         .as_ref()
@@ -301,185 +469,111 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             );
         }
     }
+    Ok((model, input_data))
+}
+
+/// Runs the model under the reference plan and under the chosen plan, and
+/// reports clobbers, bit-exactness and the O_s each operator traced.
+pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
+    let started = Instant::now();
+    let (base, input_data) = load_model(req)?;
     if let Some(p) = &req.plot {
         check_writable(p)?;
     }
-    let exe = executor_path(req)?;
-    let image = ElfImage::load(&exe)?;
-    let opts = PlanOptions::default();
-    let names = memtrace_analyzer::verify::lower::tensor_names(&model);
-
-    // Reference: TFLM's greedy plan, no overlaps, model order.
-    let reference = planner::run(
-        &model,
-        PlannerKind::TflmGreedy,
-        &Overlaps::none(&model),
-        &opts,
-    )?;
-    let ref_offsets = offsets_of(&model, &reference);
-    let ref_arena = arena_of(&reference, &model);
-    let ref_out = execute(
+    let input = input_data.as_deref();
+    let image = executor(req, req.kernels)?;
+    let reference = reference_run(
         &image,
-        &model,
-        &reference.order,
-        &ref_offsets,
-        ref_arena,
+        &base,
         req,
-        input_data.as_deref(),
+        input,
         req.plot
             .as_ref()
             .map(|_| "reference (tflm-greedy)".to_string()),
     )?;
-
-    // Traced O_s per operator, from the reference run's layers (after the
-    // `load_input` windows, one per operator in execution order).
-    let op_layers: Vec<_> = ref_out
-        .shadow
-        .layers
-        .iter()
-        .skip(model.inputs.len())
-        .cloned()
-        .collect();
-    let mut traced = TracedOverlaps::default();
-    let mut traced_report = Vec::new();
-    for (step, &op) in reference.order.iter().enumerate() {
-        let o = &model.ops[op];
-        let layer = op_layers.get(step);
-        let ov = layer.and_then(|l| l.overlap);
-        if let Some(ov) = ov {
-            traced.by_op.insert(op, ov.monotone_bytes);
-        }
-        traced_report.push(OpOverlapReport {
-            op: names[o.outputs[0]].clone(),
-            index: op,
-            input: names[o.inputs[0]].clone(),
-            output: names[o.outputs[0]].clone(),
-            input_bytes: model.tensors[o.inputs[0]].bytes,
-            output_bytes: model.tensors[o.outputs[0]].bytes,
-            monotone_bytes: ov.map(|v| v.monotone_bytes),
-            exact_bytes: ov.map(|v| v.exact_bytes),
-            reverse_exact_bytes: ov.map(|v| v.reverse_exact_bytes),
-        });
-    }
-
-    // The plan under test.
-    let (plan, offsets, arena_bytes, order, planner_name, overlap_name) = match &req.plan {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-                action: "read",
-                path: path.clone(),
-                source,
-            })?;
-            let file: PlanFile = serde_json::from_str(&text)
-                .map_err(|e| failed!("{}: not a plan file: {e}", path.display()))?;
-            let mut offsets = ref_offsets.clone();
-            for t in &file.tensors {
-                let i = names
-                    .iter()
-                    .position(|n| *n == t.name)
-                    .ok_or_else(|| failed!("{}: no tensor `{}`", path.display(), t.name))?;
-                if offsets[i].is_none() {
-                    bail!(
-                        "{}: tensor `{}` is not an arena tensor",
-                        path.display(),
-                        t.name
-                    );
-                }
-                offsets[i] = Some(t.offset);
-            }
-            let end = offsets
-                .iter()
-                .enumerate()
-                .filter_map(|(i, o)| o.map(|o| o + model.tensors[i].bytes))
-                .max()
-                .unwrap_or(0);
-            let arena = file.arena_bytes.unwrap_or(end).max(end);
-            (
-                None,
-                offsets,
-                arena,
-                (0..model.ops.len()).collect::<Vec<_>>(),
-                "file".to_string(),
-                path.display().to_string(),
-            )
-        }
-        None => {
-            let overlaps = match req.overlap.method() {
-                None => Overlaps::compute(&model, &traced),
-                Some(method) => Overlaps::compute(&model, &method),
-            };
-            let plan = planner::run(&model, kind, &overlaps, &opts)?;
-            if plan.tensors.is_empty() {
-                bail!(
-                    "planner {} does not apply to this model: {}",
-                    kind.name(),
-                    plan.note.clone().unwrap_or_default()
-                );
-            }
-            let offsets = offsets_of(&model, &plan);
-            let arena = arena_of(&plan, &model);
-            let order = plan.order.clone();
-            let overlap = plan.overlap.clone();
-            (
-                Some(plan),
-                offsets,
-                arena,
-                order,
-                kind.name().to_string(),
-                overlap,
-            )
-        }
+    // TFLM's reference kernels, when another library is under test: for the
+    // outputs, and for the O_s when the plan is to be certified on them.
+    let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
+    let other = |k: Kernels| -> Result<Reference> {
+        reference_run(&executor(req, k)?, &base, req, input, None)
+    };
+    let tflm = match req.kernels {
+        Kernels::Tflm => None,
+        _ => Some(other(Kernels::Tflm)?),
+    };
+    let overlap_source = match overlap_kernels {
+        k if k == req.kernels => None,
+        Kernels::Tflm => None,
+        k => Some(other(k)?),
+    };
+    let source = match (overlap_kernels, &tflm, &overlap_source) {
+        (k, _, _) if k == req.kernels => &reference,
+        (Kernels::Tflm, Some(t), _) => t,
+        (_, _, Some(o)) => o,
+        _ => &reference,
+    };
+    let (traced, traced_report) = traced_overlaps(source);
+    let model = &reference.model;
+    let under_test = match &req.plan {
+        Some(path) => plan_from_file(path, &reference)?,
+        None => plan_from_planner(req, model, &traced)?,
     };
     let plan_out = execute(
         &image,
-        &model,
-        &order,
-        &offsets,
-        arena_bytes,
+        model,
+        &under_test.order,
+        &under_test.offsets,
+        under_test.arena,
         req,
-        input_data.as_deref(),
+        input,
         req.plot
             .as_ref()
-            .map(|_| format!("{planner_name} ({overlap_name})")),
+            .map(|_| format!("{} ({})", under_test.planner, under_test.overlap)),
     )?;
+    let ref_out = &reference.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {
         memtrace_analyzer::verify::plot::render(&[a, b], path)?;
     }
-    let mismatched = ref_out
-        .outputs
-        .iter()
-        .zip(&plan_out.outputs)
-        .filter(|(a, b)| a != b)
-        .count() as u64
-        + (ref_out.outputs.len() as i64 - plan_out.outputs.len() as i64).unsigned_abs();
+    let mismatched = mismatched_bytes(&ref_out.outputs, &plan_out.outputs);
+    let reference_kernels = tflm.as_ref().map(|t| {
+        let m = mismatched_bytes(&t.outcome.outputs, &ref_out.outputs);
+        KernelsComparison {
+            against: Kernels::Tflm.name().into(),
+            mismatched_bytes: m,
+            bit_exact: m == 0,
+            output_digest: digest(&t.outcome.outputs),
+        }
+    });
     let clobbers: Vec<Clobber> = plan_out.shadow.clobbers.clone();
-    let report = VerifyReport {
+    Ok(VerifyReport {
         model: model.name.clone(),
         target: req.target.name().into(),
         seed: req.seed,
+        kernels: req.kernels.name().into(),
+        overlap_kernels: overlap_kernels.name().into(),
         reference: run_report(
-            &model,
+            model,
             "tflm-greedy",
             "none",
-            &ref_offsets,
-            ref_arena,
-            Some(&reference),
-            &ref_out,
+            &reference.offsets,
+            reference.arena,
+            Some(&reference.plan),
+            ref_out,
         ),
         plan: run_report(
-            &model,
-            &planner_name,
-            &overlap_name,
-            &offsets,
-            arena_bytes,
-            plan.as_ref(),
+            model,
+            &under_test.planner,
+            &under_test.overlap,
+            &under_test.offsets,
+            under_test.arena,
+            under_test.plan.as_ref(),
             &plan_out,
         ),
         clobbers,
         bit_exact: mismatched == 0,
         mismatched_bytes: mismatched,
         output_bytes: ref_out.outputs.len() as u64,
-        output_digest: memtrace_analyzer::verify::digest(&ref_out.outputs),
+        output_digest: digest(&ref_out.outputs),
         output_hex: ref_out.outputs.iter().map(|b| format!("{b:02x}")).collect(),
         output_distinct_bytes: {
             let mut seen = [false; 256];
@@ -489,8 +583,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
                 .for_each(|&b| seen[b as usize] = true);
             seen.iter().filter(|&&x| x).count()
         },
+        reference_kernels,
         traced_overlaps: traced_report,
         seconds: started.elapsed().as_secs_f64(),
-    };
-    Ok(report)
+    })
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_analyzer::planner::PlannerKind;
+use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
 use memtrace_driver::verify::{verify, VerifyOptions};
 use memtrace_tracer::Arch;
@@ -42,7 +43,16 @@ pub struct VerifyArgs {
     pub input: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
     pub target: Arch,
-    /// The executor ELF (default: harness-c/build/TARGET/executor.elf).
+    /// Kernel library of the executor (cmsis-nn: executor-cmsis.elf, whose
+    /// outputs are also compared with the TFLM reference kernels').
+    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
+    pub kernels: Kernels,
+    /// Take the traced O_s from this library's run instead (e.g. check a
+    /// plan certified for tflm on cmsis-nn).
+    #[arg(long, value_enum, value_name = "KERNELS")]
+    pub overlap_from: Option<Kernels>,
+    /// The executor ELF (default: harness-c/build/TARGET/executor.elf, or
+    /// executor-cmsis.elf with --kernels cmsis-nn).
     #[arg(long, value_name = "ELF")]
     pub executor: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -69,6 +79,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         seed: args.seed,
         input: args.input,
         target: args.target,
+        kernels: args.kernels,
+        overlap_kernels: args.overlap_from,
         executor: args.executor,
         plot: args.plot,
         baseline: args.baseline,

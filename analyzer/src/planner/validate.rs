@@ -51,7 +51,8 @@ fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> 
         touch(t, 0, &mut life);
     }
     for (op, o) in model.ops.iter().enumerate() {
-        for &t in o.inputs.iter().chain(&o.outputs) {
+        // An operator's scratch memory is touched during its step only.
+        for &t in o.inputs.iter().chain(&o.outputs).chain(&o.scratch) {
             touch(t, step_of[op], &mut life);
         }
     }

@@ -100,6 +100,10 @@ pub struct VerifyReport {
     pub target: String,
     /// Seed of the generated weights and input data.
     pub seed: u64,
+    /// Kernel library of the executor both runs used (`tflm`, `cmsis-nn`).
+    pub kernels: String,
+    /// Kernel library whose traces gave the plan's traced O_s.
+    pub overlap_kernels: String,
     /// The run under TFLM's greedy plan without overlaps.
     pub reference: PlanRunReport,
     /// The run under the plan being verified.
@@ -120,10 +124,28 @@ pub struct VerifyReport {
     /// The reference run's output bytes (all graph outputs, concatenated),
     /// hex-encoded, for comparison with other interpreters.
     pub output_hex: String,
-    /// Traced O_s of every operator from the reference run, in execution order.
+    /// With a library other than TFLM's reference kernels: the same model
+    /// (un-overlapped) run with the reference kernels, compared byte for byte
+    /// with this library's reference run.
+    pub reference_kernels: Option<KernelsComparison>,
+    /// Traced O_s of every operator from the reference run of
+    /// `overlap_kernels`, in execution order.
     pub traced_overlaps: Vec<OpOverlapReport>,
     /// Wall-clock seconds of both runs together.
     pub seconds: f64,
+}
+
+/// Outputs of one kernel library against TFLM's reference kernels.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelsComparison {
+    /// The library compared against (`tflm`).
+    pub against: String,
+    /// Output bytes that differ.
+    pub mismatched_bytes: u64,
+    /// No byte differs.
+    pub bit_exact: bool,
+    /// FNV-1a of the reference kernels' outputs.
+    pub output_digest: String,
 }
 
 /// FNV-1a 64 of `bytes`, as 16 hex digits.
@@ -137,9 +159,13 @@ pub fn digest(bytes: &[u8]) -> String {
 }
 
 impl VerifyReport {
-    /// Passed: no clobber in either run, outputs bit-exact.
+    /// Passed: no clobber in either run, outputs bit-exact (and equal to
+    /// the reference kernels' when another library ran).
     pub fn ok(&self) -> bool {
-        self.clobbers.is_empty() && self.reference.clobbers.is_empty() && self.bit_exact
+        self.clobbers.is_empty()
+            && self.reference.clobbers.is_empty()
+            && self.bit_exact
+            && self.reference_kernels.as_ref().is_none_or(|k| k.bit_exact)
     }
 
     /// Human-readable summary.
@@ -149,6 +175,12 @@ impl VerifyReport {
             "model   {}  (target {}, seed {})\n",
             self.model, self.target, self.seed
         ));
+        if self.kernels != "tflm" || self.overlap_kernels != self.kernels {
+            s.push_str(&format!(
+                "kernels {} (traced O_s from {})\n",
+                self.kernels, self.overlap_kernels
+            ));
+        }
         s.push_str(
             "| run       | planner     | overlap     | arena bytes | instructions | clobbers |\n",
         );
@@ -210,6 +242,16 @@ impl VerifyReport {
             self.output_digest,
             self.output_distinct_bytes
         ));
+        if let Some(k) = &self.reference_kernels {
+            s.push_str(&format!(
+                "library {} vs {} kernels: {} ({} bytes differ; their digest {})\n",
+                self.kernels,
+                k.against,
+                if k.bit_exact { "bit-exact" } else { "MISMATCH" },
+                k.mismatched_bytes,
+                k.output_digest
+            ));
+        }
         s.push_str(&format!(
             "result  {}  ({:.2} s)\n",
             if self.ok() { "OK" } else { "FAILED" },

@@ -5,7 +5,8 @@
 //! Tensors are identified by their buffer names (the executor names buffers
 //! after the model's tensors, which `lower` makes unique). Writes through any
 //! buffer of a layer — output, or an input that overlaps the output — are
-//! writes of the layer's output tensor. Accesses outside the arena (weights
+//! writes of the layer's output tensor, except writes through a `scratch`
+//! buffer, which hold the scratch tensor. Accesses outside the arena (weights
 //! and biases in the program) are not tracked.
 //!
 //! Alongside, the monotone and exact O_s of every layer's first input against
@@ -222,6 +223,10 @@ impl Analysis for ShadowMap {
                         }
                     }
                 }
+            } else if role == Role::Scratch {
+                // Scratch memory holds the scratch tensor, not the output.
+                self.owner[s0..s1].fill(tensor + 1);
+                self.writer[s0..s1].fill(layer);
             } else if let Some(out) = cur.output_tensor {
                 self.owner[s0..s1].fill(out + 1);
                 self.writer[s0..s1].fill(layer);

@@ -1,0 +1,83 @@
+//! Scratch memory of a kernel library, asked of the library itself: the
+//! executor runs a model program in query mode, where it runs nothing and
+//! writes what each operator's `*_get_buffer_size` returns into the program
+//! (`OPW_SCRATCH_BYTES`, docs/protocol.md §13). TFLM places these buffers in
+//! the arena, so they become tensors of the plan ([`Model::with_scratch`]).
+
+use memtrace_analyzer::model::Model;
+use memtrace_analyzer::verify::{lower, LowerInput};
+use memtrace_tracer::{AccessPath, ElfImage, TraceOptions};
+
+use crate::bail;
+use crate::error::Result;
+use crate::failed;
+
+/// Scratch bytes each operator of `model` (by model operator index) needs in
+/// `executor`, asked with the model lowered at `offsets` in `order`.
+pub fn scratch_needs(
+    executor: &ElfImage,
+    model: &Model,
+    order: &[usize],
+    offsets: &[Option<u64>],
+    arena_bytes: u64,
+    seed: u64,
+) -> Result<Vec<u64>> {
+    let mut program = lower(
+        model,
+        &LowerInput {
+            order,
+            offsets,
+            arena_bytes,
+            seed,
+            input_data: None,
+        },
+    )?;
+    program.query_scratch = true;
+    let encoded = program.encode()?;
+    let arena = executor
+        .symbol("memtrace_arena")
+        .ok_or_else(|| failed!("{} has no memtrace_arena symbol", executor.path.display()))?;
+    let readback = (0..order.len())
+        .map(|k| (arena.address + encoded.scratch_bytes_word(k), 4))
+        .collect();
+    let summary = memtrace_tracer::trace(
+        executor,
+        TraceOptions {
+            preload: vec![(arena.address, encoded.bytes)],
+            readback,
+            access: AccessPath::Mmio,
+            ..TraceOptions::default()
+        },
+        &mut [],
+    )?;
+    if summary.exit_code != 0 {
+        bail!(
+            "{} exited with code {} when asked for scratch sizes",
+            executor.path.display(),
+            summary.exit_code
+        );
+    }
+    let mut needs = vec![0u64; model.ops.len()];
+    for (&op, word) in order.iter().zip(&summary.memory) {
+        let bytes: [u8; 4] = word
+            .as_slice()
+            .try_into()
+            .map_err(|_| failed!("short read-back of a scratch word"))?;
+        needs[op] = u32::from_le_bytes(bytes) as u64;
+    }
+    Ok(needs)
+}
+
+/// `model` with the scratch tensors `executor` needs: `offsets`/`arena_bytes`
+/// place the model for the query (any fitting plan works, docs/protocol.md §13).
+pub fn with_library_scratch(
+    executor: &ElfImage,
+    model: &Model,
+    order: &[usize],
+    offsets: &[Option<u64>],
+    arena_bytes: u64,
+    seed: u64,
+) -> Result<Model> {
+    let needs = scratch_needs(executor, model, order, offsets, arena_bytes, seed)?;
+    Ok(model.with_scratch(&needs))
+}
