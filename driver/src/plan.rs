@@ -10,9 +10,11 @@ use memtrace_analyzer::planner::overlap::{OverlapMethod, TracedOverlaps};
 use memtrace_analyzer::planner::plot::plot_comparison;
 use memtrace_analyzer::planner::report::{compare, compare_all, Comparison};
 use memtrace_analyzer::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
-use memtrace_tracer::ElfImage;
+use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_writable, threads};
+use crate::kernels::{harness_guest, Kernels};
+use crate::scratch::with_library_scratch;
 use crate::error::{Context, Result};
 use crate::sweep::trace_specs;
 use crate::{bail, failed};
@@ -52,8 +54,12 @@ pub struct PlanRequest {
     pub planner: Option<PlannerKind>,
     /// Where O_s comes from.
     pub overlap: OverlapChoice,
-    /// Kernel suite traced for [`OverlapChoice::Traced`].
-    pub suite: PathBuf,
+    /// Kernel library the plan is for: its scratch buffers become tensors,
+    /// and traced O_s come from its suite.
+    pub kernels: Kernels,
+    /// Kernel suite traced for [`OverlapChoice::Traced`] (default: the
+    /// library's Cortex-M4 suite).
+    pub suite: Option<PathBuf>,
     /// Picture of every plan.
     pub plot: Option<PathBuf>,
     /// A copy of the model with the best plan as `OfflineMemoryAllocation`.
@@ -73,6 +79,7 @@ pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
     let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
+    let model = library_model(model, req.kernels)?;
     let overlaps = overlaps(&model, req)?;
     let opts = PlanOptions {
         alignment: req.alignment.max(1),
@@ -92,10 +99,26 @@ pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
     Ok((comparison, emitted))
 }
 
+/// `model` with the scratch tensors `kernels` needs (asked of its Cortex-M4
+/// executor); TFLM's reference kernels need none.
+fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
+    if kernels == Kernels::Tflm {
+        return Ok(model);
+    }
+    let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--kernels tflm")?;
+    with_library_scratch(&ElfImage::load(&exe)?, &model, 1)
+}
+
 /// O_s of every operator from the chosen method.
 fn overlaps(model: &Model, req: &PlanRequest) -> Result<Overlaps> {
     Ok(match req.overlap.method() {
-        None => Overlaps::compute(model, &traced(model, &req.suite)?),
+        None => {
+            let suite = match &req.suite {
+                Some(s) => s.clone(),
+                None => harness_guest(Arch::CortexM4, req.kernels.suite_file(), "--suite")?,
+            };
+            Overlaps::compute(model, &traced(model, &suite)?)
+        }
         Some(method) => Overlaps::compute(model, &method as &dyn OverlapSource),
     })
 }

@@ -5,6 +5,7 @@
 //! the arena, so they become tensors of the plan ([`Model::with_scratch`]).
 
 use memtrace_analyzer::model::Model;
+use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_analyzer::verify::{lower, LowerInput};
 use memtrace_tracer::{AccessPath, ElfImage, TraceOptions};
 
@@ -68,16 +69,21 @@ pub fn scratch_needs(
     Ok(needs)
 }
 
-/// `model` with the scratch tensors `executor` needs: `offsets`/`arena_bytes`
-/// place the model for the query (any fitting plan works, docs/protocol.md §13).
-pub fn with_library_scratch(
-    executor: &ElfImage,
-    model: &Model,
-    order: &[usize],
-    offsets: &[Option<u64>],
-    arena_bytes: u64,
-    seed: u64,
-) -> Result<Model> {
-    let needs = scratch_needs(executor, model, order, offsets, arena_bytes, seed)?;
+/// `model` with the scratch tensors `executor` needs, asked with the model
+/// under TFLM's greedy plan (any fitting placement works for the query,
+/// docs/protocol.md §13).
+pub fn with_library_scratch(executor: &ElfImage, model: &Model, seed: u64) -> Result<Model> {
+    let plain = planner::run(
+        model,
+        PlannerKind::TflmGreedy,
+        &Overlaps::none(model),
+        &PlanOptions::default(),
+    )?;
+    let mut offsets = vec![None; model.tensors.len()];
+    for t in &plain.tensors {
+        offsets[t.tensor] = Some(t.offset);
+    }
+    let arena = plain.peak_bytes.unwrap_or(0);
+    let needs = scratch_needs(executor, model, &plain.order, &offsets, arena, seed)?;
     Ok(model.with_scratch(&needs))
 }

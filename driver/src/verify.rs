@@ -292,15 +292,7 @@ fn reference_run(
     input_data: Option<&[u8]>,
     plot_title: Option<String>,
 ) -> Result<Reference> {
-    let plain = greedy(base)?;
-    let model = with_library_scratch(
-        image,
-        base,
-        &plain.order,
-        &offsets_of(base, &plain),
-        arena_of(&plain, base),
-        req.seed,
-    )?;
+    let model = with_library_scratch(image, base, req.seed)?;
     let plan = greedy(&model)?;
     let offsets = offsets_of(&model, &plan);
     let arena = arena_of(&plan, &model);

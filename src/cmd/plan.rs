@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_analyzer::planner::PlannerKind;
+use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -45,9 +46,15 @@ pub struct PlanArgs {
     /// through --suite) or none.
     #[arg(long, value_enum, default_value_t = OverlapChoice::Analytic)]
     pub overlap: OverlapChoice,
-    /// Kernel suite traced for `--overlap traced`.
-    #[arg(long, default_value = "harness-c/build/cortex-m4/suite.elf")]
-    pub suite: PathBuf,
+    /// Kernel library the plan is for: cmsis-nn adds each operator's scratch
+    /// buffer (asked of executor-cmsis.elf) and traces suite-cmsis.elf.
+    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
+    pub kernels: Kernels,
+    /// Kernel suite traced for `--overlap traced` (default:
+    /// harness-c/build/cortex-m4/suite.elf, or suite-cmsis.elf with
+    /// --kernels cmsis-nn).
+    #[arg(long)]
+    pub suite: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Draw the arena allocation of every plan (.svg or .png).
@@ -67,6 +74,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         model: args.model,
         planner: args.planner.0,
         overlap: args.overlap,
+        kernels: args.kernels,
         suite: args.suite,
         plot: args.plot,
         emit_offline: args.emit_offline,

@@ -59,6 +59,10 @@ pub fn replacement(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Pl
         } else {
             in_off + in_size
         };
+        // The operator's scratch memory goes above both of its tensors.
+        if let Some(s) = op.scratch.and_then(buffer_of) {
+            offsets[s] = (in_off + in_size).max(offsets[out] + out_size);
+        }
     }
     let mut plan = problem.plan(model, "replacement", &overlaps.method, "model", &offsets);
     plan.note = Some("single total buffer, Sakr et al.".into());
