@@ -13,9 +13,9 @@ use memtrace_analyzer::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKi
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_writable, threads};
+use crate::error::{Context, Result};
 use crate::kernels::{harness_guest, Kernels};
 use crate::scratch::with_library_scratch;
-use crate::error::{Context, Result};
 use crate::sweep::trace_specs;
 use crate::{bail, failed};
 

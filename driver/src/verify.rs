@@ -110,6 +110,7 @@ fn execute(
     opts: &VerifyOptions,
     input_data: Option<&[u8]>,
     plot_title: Option<String>,
+    output_readers: &[String],
 ) -> Result<Outcome> {
     let program = lower(
         model,
@@ -160,7 +161,7 @@ fn execute(
         None
     };
     let started = Instant::now();
-    let mut shadow = ShadowMap::new(base, arena_bytes);
+    let mut shadow = ShadowMap::new(base, arena_bytes).with_output_readers(output_readers.to_vec());
     let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
     // Only the arena plot needs each access's exact instruction.
     let access = access_path(trace.is_some());
@@ -305,6 +306,7 @@ fn reference_run(
         req,
         input_data,
         plot_title,
+        &[],
     )?;
     Ok(Reference {
         model,
@@ -343,6 +345,16 @@ fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
         });
     }
     (traced, report)
+}
+
+/// Layers of a reference run that read back their own output.
+fn output_readers(r: &Reference) -> Vec<String> {
+    let layers = &r.outcome.shadow.layers;
+    layers
+        .iter()
+        .filter(|l| l.reads_output)
+        .map(|l| l.name.clone())
+        .collect()
 }
 
 /// The placement under test.
@@ -521,6 +533,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         req.plot
             .as_ref()
             .map(|_| format!("{} ({})", under_test.planner, under_test.overlap)),
+        &output_readers(&reference),
     )?;
     let ref_out = &reference.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {

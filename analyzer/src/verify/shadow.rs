@@ -67,6 +67,9 @@ pub struct LayerOverlap {
     pub output_bytes: u64,
     /// O_s of the first input against the output (`None` without both).
     pub overlap: Option<EmpiricalOverlap>,
+    /// The layer loaded bytes of its own output buffer (an accumulating
+    /// kernel, e.g. CMSIS-NN's max pool comparing into its output).
+    pub reads_output: bool,
 }
 
 /// Executor kernels that are the identity on bytes and skip their copy when
@@ -84,6 +87,10 @@ struct Current {
     acc: Option<OverlapAccumulator>,
     input_bytes: u64,
     output_bytes: u64,
+    /// The layer loaded bytes of its output buffer.
+    reads_output: bool,
+    /// The layer reads back its output in the un-overlapped reference run.
+    known_output_reader: bool,
 }
 
 /// The clobber checker (an [`Analysis`]).
@@ -103,6 +110,8 @@ pub struct ShadowMap {
     pub clobbers: Vec<Clobber>,
     /// Per-layer results, in run order.
     pub layers: Vec<LayerOverlap>,
+    /// Layers that read back their own output (from a reference run).
+    output_readers: std::collections::HashSet<String>,
 }
 
 impl ShadowMap {
@@ -120,7 +129,20 @@ impl ShadowMap {
             by_key: HashMap::new(),
             clobbers: Vec::new(),
             layers: Vec::new(),
+            output_readers: Default::default(),
         }
+    }
+
+    /// Tells the checker which layers read back their own output (from the
+    /// un-overlapped reference run, where [`LayerOverlap::reads_output`]
+    /// says so unambiguously). When such a layer's input overlaps its
+    /// output, a load of a byte it has already written is a read of its own
+    /// output, not of a clobbered input — the address cannot tell the two
+    /// apart, the reference run can. Layers that never read their output
+    /// keep the strict check.
+    pub fn with_output_readers(mut self, layers: impl IntoIterator<Item = String>) -> Self {
+        self.output_readers = layers.into_iter().collect();
+        self
     }
 
     fn tensor_id(&mut self, name: &str) -> u32 {
@@ -147,9 +169,11 @@ impl ShadowMap {
         };
         let layer = (self.layer_names.len() - 1) as u32;
         let (lo, hi) = (self.base, self.base.saturating_add(self.bytes));
-        for input in cur.buffers.values().filter(|b| {
-            b.role == Role::Input && b.base == output.base && b.size == output.size
-        }) {
+        for input in cur
+            .buffers
+            .values()
+            .filter(|b| b.role == Role::Input && b.base == output.base && b.size == output.size)
+        {
             let Some(&tensor) = self.tensors.get(&input.name) else {
                 continue;
             };
@@ -176,6 +200,7 @@ impl Analysis for ShadowMap {
             name: layer.name.clone(),
             op: layer.op.clone(),
             index: layer.index,
+            known_output_reader: self.output_readers.contains(&layer.name),
             ..Current::default()
         });
     }
@@ -238,10 +263,23 @@ impl Analysis for ShadowMap {
             }
             let (s0, s1) = ((start - lo) as usize, (end - lo) as usize);
             if e.kind == memtrace_abi::AccessKind::Load {
+                if role == Role::Output {
+                    cur.reads_output = true;
+                }
                 if role != Role::Input {
                     continue;
                 }
                 if self.owner[s0..s1].iter().all(|&o| o == tensor + 1) {
+                    continue;
+                }
+                // An output reader loading bytes it wrote itself (see
+                // `with_output_readers`).
+                if cur.known_output_reader
+                    && cur.output_tensor.is_some_and(|out| {
+                        self.owner[s0..s1].iter().all(|&o| o == out + 1)
+                            && self.writer[s0..s1].iter().all(|&w| w == layer)
+                    })
+                {
                     continue;
                 }
                 for s in s0..s1 {
@@ -295,6 +333,7 @@ impl Analysis for ShadowMap {
                 input_bytes: cur.input_bytes,
                 output_bytes: cur.output_bytes,
                 overlap: cur.acc.map(|a| a.result()),
+                reads_output: cur.reads_output,
             });
         }
     }
@@ -370,6 +409,67 @@ mod tests {
                 tensor: "b".into()
             })
         );
+    }
+
+    /// `pool` reads input `a` and accumulates into its output `b` placed on
+    /// `a`: it writes b[0..4] (a copy of a[0..4]), then reads b[0..4] back —
+    /// at the same addresses, so the tracer reports it as a load of `a` too.
+    fn output_reader_run(known: bool) -> ShadowMap {
+        let mut m = ShadowMap::new(0, 64);
+        if known {
+            m = m.with_output_readers(["pool".to_string()]);
+        }
+        m.layer_begin(&layer(0, "load_input"));
+        m.buffer(&buf(2, Role::Output, "a", 0, 16));
+        m.events(&[ev(0, 2, 0, 16, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(1, "pool"));
+        m.buffer(&buf(0, Role::Input, "a", 0, 16));
+        m.buffer(&buf(2, Role::Output, "b", 0, 8));
+        m.events(&[
+            ev(0, 0, 0, 4, AccessKind::Load),
+            ev(1, 2, 0, 4, AccessKind::Load),
+            ev(2, 0, 0, 4, AccessKind::Store),
+            ev(3, 2, 0, 4, AccessKind::Store),
+            ev(4, 0, 0, 4, AccessKind::Load),
+            ev(5, 2, 0, 4, AccessKind::Load),
+            ev(6, 0, 4, 4, AccessKind::Load),
+        ]);
+        m.layer_end(0);
+        m
+    }
+
+    #[test]
+    fn a_known_output_reader_reading_back_its_own_bytes_is_no_clobber() {
+        assert!(output_reader_run(true).clobbers.is_empty());
+        assert!(output_reader_run(true).layers[1].reads_output);
+        // Without the reference run's word, the address says "input": flagged.
+        let strict = output_reader_run(false);
+        assert_eq!(strict.clobbers.len(), 1);
+        assert_eq!(
+            (strict.clobbers[0].offset, strict.clobbers[0].bytes),
+            (0, 4)
+        );
+    }
+
+    #[test]
+    fn a_known_output_reader_still_clobbers_bytes_another_layer_wrote() {
+        let mut m = ShadowMap::new(0, 64).with_output_readers(["pool".to_string()]);
+        m.layer_begin(&layer(0, "load_input"));
+        m.buffer(&buf(2, Role::Output, "a", 0, 16));
+        m.events(&[ev(0, 2, 0, 16, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(1, "other"));
+        m.buffer(&buf(2, Role::Output, "z", 8, 8));
+        m.events(&[ev(0, 2, 0, 8, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(2, "pool"));
+        m.buffer(&buf(0, Role::Input, "a", 0, 16));
+        m.buffer(&buf(2, Role::Output, "b", 32, 8));
+        m.events(&[ev(0, 0, 8, 4, AccessKind::Load)]);
+        m.layer_end(0);
+        assert_eq!(m.clobbers.len(), 1);
+        assert_eq!(m.clobbers[0].overwritten_by.as_ref().unwrap().op, "other");
     }
 
     fn layer_op(index: usize, name: &str, op: &str) -> LayerInfo {
