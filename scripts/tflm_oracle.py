@@ -50,6 +50,8 @@ def arena_head_bytes(interp):
 def main():
     memtrace, model = sys.argv[1], sys.argv[2]
     seed = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 3
+    # Arguments after `--` go to `memtrace verify` (e.g. --kernels cmsis-nn).
+    extra = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
     try:
         interp = runtime.Interpreter.from_file(model, arena_size=4 * 1024 * 1024)
     except RuntimeError as e:
@@ -71,7 +73,7 @@ def main():
         with open(path, "wb") as f:
             f.write(x.tobytes())
         out = subprocess.run(
-            [memtrace, "verify", model, "--input", path, "--format", "json"],
+            [memtrace, "verify", model, "--input", path, "--format", "json", *extra],
             capture_output=True, text=True, env=dict(os.environ, CI="1"),
         )
     report = json.loads(out.stdout)

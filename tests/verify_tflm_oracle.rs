@@ -22,10 +22,17 @@ fn python() -> Option<PathBuf> {
 }
 
 fn oracle(py: &PathBuf, model: &str) -> (i32, Value) {
+    oracle_with(py, model, &[])
+}
+
+/// The oracle with `verify_args` passed on to `memtrace verify`.
+fn oracle_with(py: &PathBuf, model: &str, verify_args: &[&str]) -> (i32, Value) {
     let out = Command::new(py)
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
         .arg(env!("CARGO_BIN_EXE_memtrace"))
         .arg(model)
+        .arg("--")
+        .args(verify_args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("the oracle runs");
@@ -99,6 +106,27 @@ fn exported_int8_zoo_models_are_bit_exact_and_dmo_beats_tflm_s_arena() {
             dmo < head,
             "{name}: DMO {dmo} B is not below TFLM's {head} B"
         );
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+/// CMSIS-NN's int8 kernels are designed to match TFLM's reference kernels
+/// bit for bit: the CMSIS-NN executor's outputs equal current TFLM's, and
+/// the DMO plan from CMSIS-NN's own traces verifies clean on it.
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn the_cmsis_nn_executor_is_bit_exact_with_current_tflm() {
+    let Some(py) = python() else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("memtrace-oracle-cmsis-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for name in ["sakr_cifar10", "mobilenet_v2_0.35_96_int8"] {
+        let model = export(&tmp, name);
+        let (code, v) = oracle_with(&py, &model, &["--kernels", "cmsis-nn"]);
+        assert_eq!(v["equal"], true, "{name}: outputs differ: {v}");
+        assert_eq!(v["memtrace_ok"], true, "{name}: verify failed: {v}");
+        assert_eq!(code, 0, "{name}: {v}");
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
