@@ -3,6 +3,7 @@
 //! It knows events (from `memtrace_tracer::event`), O_s (empirical,
 //! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
+pub mod input;
 pub mod layer_stats;
 pub mod model;
 pub mod output;

@@ -41,6 +41,66 @@ impl Arch {
 /// may ask for: the tracer backs every segment with host memory.
 pub const MAX_GUEST_MEMORY: u64 = 1 << 30;
 
+/// Largest ELF file [`ElfImage::load`] reads.
+pub const MAX_ELF_FILE: u64 = 1 << 30;
+
+/// Reads the regular file `path`, refusing anything else (a FIFO or a device
+/// such as `/dev/zero` would never end, or end anywhere) and files larger
+/// than `limit` bytes, before reading more than `limit + 1` bytes.
+fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, TraceError> {
+    use std::io::Read;
+    let io = |source: std::io::Error| TraceError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let refuse = |reason: String| TraceError::NotElf {
+        path: path.to_owned(),
+        reason,
+    };
+    let too_large = || refuse(format!("larger than the {limit}-byte limit for ELF files"));
+    // Checked before opening: opening a FIFO for reading blocks until a
+    // writer appears.
+    let kind = std::fs::metadata(path).map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(refuse(format!(
+            "it is {}, not a regular file",
+            file_kind(&kind)
+        )));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(refuse("it is no longer a regular file".into()));
+    }
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// What a non-regular file is, for error messages.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
 /// Checks the loadable segments `(p_vaddr, p_memsz)` against the guest
 /// address space of `arch` before anything is mapped or allocated: each
 /// segment must end inside it, no two may overlap, and together (in whole
@@ -125,12 +185,10 @@ pub struct ElfImage {
 }
 
 impl ElfImage {
-    /// Reads and checks an ELF executable.
+    /// Reads and checks an ELF executable: a regular file of at most
+    /// [`MAX_ELF_FILE`] bytes.
     pub fn load(path: &Path) -> Result<ElfImage, TraceError> {
-        let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = read_regular_file(path, MAX_ELF_FILE)?;
         Self::parse(path, bytes.into())
     }
 

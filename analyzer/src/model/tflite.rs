@@ -18,17 +18,25 @@ fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelErro
     move |source| ModelError::Flatbuffer { context, source }
 }
 
-/// Reads a `.tflite` file. The model is named after the file stem.
+/// Reads a `.tflite` file: a regular file of at most
+/// [`MAX_TFLITE_FILE`](crate::input::MAX_TFLITE_FILE) bytes. The model is
+/// named after the file stem.
 pub fn import_file(path: &Path) -> Result<Model, ModelError> {
-    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let bytes = read_model_file(path)?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
     import_bytes(&name, &bytes)
+}
+
+/// The bytes of a `.tflite` file, bounded (see [`crate::input::read_limited`]).
+fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
+    use crate::input::{read_limited, ReadError, MAX_TFLITE_FILE};
+    read_limited(path, MAX_TFLITE_FILE, ".tflite models").map_err(|e| match e {
+        ReadError::Io { path, source } => ModelError::Io { path, source },
+        other => ModelError::Invalid(other.to_string()),
+    })
 }
 
 /// Maps TFLite's builtin operator to the kinds memtrace plans.
@@ -668,10 +676,7 @@ pub fn write_offline(
     offsets: &[i64],
     dest: &Path,
 ) -> Result<EmitReport, ModelError> {
-    let original = std::fs::read(source).map_err(|e| ModelError::Io {
-        path: source.display().to_string(),
-        source: e,
-    })?;
+    let original = read_model_file(source)?;
     let report = emit_offline(&original, offsets)?;
     let io = |e: std::io::Error| ModelError::Io {
         path: dest.display().to_string(),
