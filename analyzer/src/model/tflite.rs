@@ -374,6 +374,7 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
         outputs,
     };
     model.validate()?;
+    model.check_shapes()?;
     Ok(model)
 }
 
