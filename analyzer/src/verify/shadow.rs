@@ -8,6 +8,14 @@
 //! writes of the layer's output tensor. Accesses outside the arena (weights
 //! and biases in the program) are not tracked.
 //!
+//! A RESHAPE (or SQUEEZE: the executor's `reshape` kernel) is the identity on
+//! bytes, and like TFLM's it copies nothing when its output is placed exactly
+//! on its input (same address and size): the input's bytes *are* the output.
+//! So at the end of such an aliased reshape layer, every byte of the output
+//! that still holds the input tensor is recorded as holding the output
+//! tensor, written by that layer. Bytes that no longer hold the input (an
+//! earlier clobber) are left alone, so a later read still reports them.
+//!
 //! Alongside, the monotone and exact O_s of every layer's first input against
 //! its output are accumulated ([`OverlapAccumulator`]), so the reference run
 //! of `memtrace verify` also yields the traced O_s of every operator.
@@ -55,9 +63,15 @@ pub struct LayerOverlap {
     pub overlap: Option<EmpiricalOverlap>,
 }
 
+/// Executor kernels that are the identity on bytes and skip their copy when
+/// output and input are the same memory (TFLM's RESHAPE does the same).
+const ALIASING_KERNELS: [&str; 1] = ["reshape"];
+
 #[derive(Default)]
 struct Current {
     name: String,
+    /// The layer's operator (executor kernel name).
+    op: String,
     index: usize,
     buffers: HashMap<u32, Buffer>,
     output_tensor: Option<u32>,
@@ -112,11 +126,47 @@ impl ShadowMap {
     }
 }
 
+impl ShadowMap {
+    /// An aliased identity layer (see the module docs): the output bytes
+    /// that still hold an input placed at the very same address and size now
+    /// hold the output tensor.
+    fn alias_output(&mut self, cur: &Current) {
+        let (Some(out), Some(output)) = (
+            cur.output_tensor,
+            cur.buffers.values().find(|b| b.role == Role::Output),
+        ) else {
+            return;
+        };
+        let layer = (self.layer_names.len() - 1) as u32;
+        let (lo, hi) = (self.base, self.base.saturating_add(self.bytes));
+        for input in cur.buffers.values().filter(|b| {
+            b.role == Role::Input && b.base == output.base && b.size == output.size
+        }) {
+            let Some(&tensor) = self.tensors.get(&input.name) else {
+                continue;
+            };
+            let start = input.base.max(lo);
+            let end = input.base.saturating_add(input.size as u64).min(hi);
+            if start >= end {
+                continue;
+            }
+            let (s0, s1) = ((start - lo) as usize, (end - lo) as usize);
+            for s in s0..s1 {
+                if self.owner[s] == tensor + 1 {
+                    self.owner[s] = out + 1;
+                    self.writer[s] = layer;
+                }
+            }
+        }
+    }
+}
+
 impl Analysis for ShadowMap {
     fn layer_begin(&mut self, layer: &LayerInfo) {
         self.layer_names.push(layer.name.clone());
         self.cur = Some(Current {
             name: layer.name.clone(),
+            op: layer.op.clone(),
             index: layer.index,
             ..Current::default()
         });
@@ -225,6 +275,9 @@ impl Analysis for ShadowMap {
 
     fn layer_end(&mut self, _instructions: u64) {
         if let Some(cur) = self.cur.take() {
+            if ALIASING_KERNELS.contains(&cur.op.as_str()) {
+                self.alias_output(&cur);
+            }
             self.layers.push(LayerOverlap {
                 name: cur.name,
                 input_bytes: cur.input_bytes,
@@ -303,6 +356,81 @@ mod tests {
             Some(Writer {
                 op: "op1".into(),
                 tensor: "b".into()
+            })
+        );
+    }
+
+    fn layer_op(index: usize, name: &str, op: &str) -> LayerInfo {
+        LayerInfo {
+            op: op.into(),
+            ..layer(index, name)
+        }
+    }
+
+    /// input -> (load) a; op1 writes b over bytes `[16, 32)`; then `alias`
+    /// (kernel `op`) with input b and output c both at `c_at`, writing
+    /// nothing; then op3 reads c.
+    fn aliased_run(op: &str, c_at: u64, clobber_first: bool) -> ShadowMap {
+        let mut m = ShadowMap::new(0, 64);
+        m.layer_begin(&layer(0, "load_input"));
+        m.buffer(&buf(2, Role::Output, "a", 0, 16));
+        m.events(&[ev(0, 2, 0, 16, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer_op(1, "op1", "max_pool"));
+        m.buffer(&buf(0, Role::Input, "a", 0, 16));
+        m.buffer(&buf(2, Role::Output, "b", 16, 16));
+        m.events(&[
+            ev(0, 0, 0, 16, AccessKind::Load),
+            ev(1, 2, 0, 16, AccessKind::Store),
+        ]);
+        m.layer_end(0);
+        if clobber_first {
+            // Someone else overwrites b's first 4 bytes before the reshape.
+            m.layer_begin(&layer_op(2, "rogue", "relu"));
+            m.buffer(&buf(2, Role::Output, "r", 16, 4));
+            m.events(&[ev(0, 2, 0, 4, AccessKind::Store)]);
+            m.layer_end(0);
+        }
+        m.layer_begin(&layer_op(3, "alias", op));
+        m.buffer(&buf(0, Role::Input, "b", 16, 16));
+        m.buffer(&buf(2, Role::Output, "c", c_at, 16));
+        m.layer_end(0);
+        m.layer_begin(&layer_op(4, "op3", "fully_connected"));
+        m.buffer(&buf(0, Role::Input, "c", c_at, 16));
+        m.buffer(&buf(2, Role::Output, "d", 48, 4));
+        m.events(&[ev(0, 0, 0, 16, AccessKind::Load)]);
+        m.layer_end(0);
+        m
+    }
+
+    #[test]
+    fn an_aliased_reshape_hands_its_bytes_to_its_output() {
+        // The mnist_forecast_model case: the reshape's output is its input.
+        let m = aliased_run("reshape", 16, false);
+        assert!(m.clobbers.is_empty(), "{:?}", m.clobbers);
+        // A kernel that is not the identity gets no such credit: its output
+        // must be written to be read.
+        let m = aliased_run("relu", 16, false);
+        assert_eq!(m.clobbers.len(), 1);
+        assert_eq!(m.clobbers[0].bytes, 16);
+        // Nor does a reshape whose output is elsewhere and not written.
+        let m = aliased_run("reshape", 32, false);
+        assert_eq!(m.clobbers.len(), 1);
+        assert_eq!(m.clobbers[0].overwritten_by, None);
+    }
+
+    #[test]
+    fn an_aliased_reshape_does_not_launder_a_clobbered_input() {
+        let m = aliased_run("reshape", 16, true);
+        assert_eq!(m.clobbers.len(), 1, "{:?}", m.clobbers);
+        let c = &m.clobbers[0];
+        assert_eq!((c.op.as_str(), c.tensor.as_str()), ("op3", "c"));
+        assert_eq!((c.offset, c.bytes), (0, 4));
+        assert_eq!(
+            c.overwritten_by,
+            Some(Writer {
+                op: "rogue".into(),
+                tensor: "r".into()
             })
         );
     }
