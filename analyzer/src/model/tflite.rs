@@ -670,8 +670,9 @@ fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
     Ok(align)
 }
 
-/// [`emit_offline`] from file to file, written atomically (temporary file in
-/// the destination directory, then rename).
+/// [`emit_offline`] from file to file, written through
+/// [`crate::output::write_atomically`] (a temporary file renamed into place;
+/// FIFOs and character devices written through).
 pub fn write_offline(
     source: &Path,
     offsets: &[i64],
@@ -679,24 +680,11 @@ pub fn write_offline(
 ) -> Result<EmitReport, ModelError> {
     let original = read_model_file(source)?;
     let report = emit_offline(&original, offsets)?;
-    let io = |e: std::io::Error| ModelError::Io {
-        path: dest.display().to_string(),
-        source: e,
-    };
-    let dir = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = dest
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model.tflite".into());
-    let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
-    std::fs::write(&tmp, &report.bytes).map_err(io)?;
-    if let Err(e) = std::fs::rename(&tmp, dest) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
+    crate::output::write_atomically(dest, |w| Ok(std::io::Write::write_all(w, &report.bytes)?))
+        .map_err(|e| ModelError::Io {
+            path: dest.display().to_string(),
+            source: std::io::Error::other(format!("{e:#}")),
+        })?;
     Ok(report)
 }
 
