@@ -139,9 +139,11 @@ impl ShadowMap {
         };
         let layer = (self.layer_names.len() - 1) as u32;
         let (lo, hi) = (self.base, self.base.saturating_add(self.bytes));
-        for input in cur.buffers.values().filter(|b| {
-            b.role == Role::Input && b.base == output.base && b.size == output.size
-        }) {
+        for input in cur
+            .buffers
+            .values()
+            .filter(|b| b.role == Role::Input && b.base == output.base && b.size == output.size)
+        {
             let Some(&tensor) = self.tensors.get(&input.name) else {
                 continue;
             };
