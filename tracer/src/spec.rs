@@ -356,6 +356,24 @@ impl LayerSpec {
                 "stride, dilation and depth_multiplier must be at most {MAX_DIM}"
             )));
         }
+        // Fields the op does not have must keep their neutral values: the
+        // canonical text leaves them out, so they could not be read back.
+        if !op.has_window() {
+            if b.stride != (1, 1) || b.dilation != (1, 1) || b.padding != Padding::Same {
+                return Err(SpecError::new(format!(
+                    "op {op} has no window: stride, dilation and padding do not apply"
+                )));
+            }
+        } else if matches!(op, Op::MaxPool | Op::AveragePool) && b.dilation != (1, 1) {
+            return Err(SpecError::new(format!(
+                "op {op} has no dilation (TFLite pools are not dilated)"
+            )));
+        }
+        if op != Op::DepthwiseConv2d && b.depth_multiplier != 1 {
+            return Err(SpecError::new(format!(
+                "depth_multiplier applies to depthwise_conv2d only, not to {op}"
+            )));
+        }
         check_size("input", &b.input)?;
         if let Some(f) = &b.filter {
             check_size("filter", f)?;
@@ -825,6 +843,36 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(s.output, [1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn keys_the_op_does_not_have_are_errors() {
+        // Found by the fuzz campaign: these parsed, but their canonical text
+        // (which leaves the keys out) read back as a different spec.
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        for text in [
+            "op=add,stride= 7 ,input=1x19x19x8,output=1x19x19x8",
+            "op=relu,input=1x4x4x2,padding=valid",
+            "op=fully_connected,input=1x1x1x56,filter=40x56,stride=2",
+            "op=matmul,input=8x4,filter=4x16,dilation=2",
+        ] {
+            assert!(e(text).contains("has no window"), "{text}: {}", e(text));
+        }
+        assert!(e("op=max_pool,input=1x8x8x1,filter=2x2,dilation=2").contains("no dilation"));
+        for text in [
+            "op=conv2d,input=1x11x9x2,filter=3x2x2x2,depth_multiplier=3",
+            "op=matmul,input=8x4,filter=4x16,depth_multiplier=2147483647",
+            "op=max_pool,input=1x12x18x5,filter=3x3,depth_multiplier=2",
+        ] {
+            assert!(
+                e(text).contains("depthwise_conv2d only"),
+                "{text}: {}",
+                e(text)
+            );
+        }
+        // The neutral values may still be written out.
+        let s = LayerSpec::parse("op=add,input=1x2x2x1,stride=1,depth_multiplier=1").unwrap();
+        assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s);
     }
 
     #[test]
