@@ -364,10 +364,6 @@ impl LayerSpec {
                     "op {op} has no window: stride, dilation and padding do not apply"
                 )));
             }
-        } else if matches!(op, Op::MaxPool | Op::AveragePool) && b.dilation != (1, 1) {
-            return Err(SpecError::new(format!(
-                "op {op} has no dilation (TFLite pools are not dilated)"
-            )));
         }
         if op != Op::DepthwiseConv2d && b.depth_multiplier != 1 {
             return Err(SpecError::new(format!(
@@ -858,7 +854,6 @@ mod tests {
         ] {
             assert!(e(text).contains("has no window"), "{text}: {}", e(text));
         }
-        assert!(e("op=max_pool,input=1x8x8x1,filter=2x2,dilation=2").contains("no dilation"));
         for text in [
             "op=conv2d,input=1x11x9x2,filter=3x2x2x2,depth_multiplier=3",
             "op=matmul,input=8x4,filter=4x16,depth_multiplier=2147483647",
