@@ -358,12 +358,12 @@ impl LayerSpec {
         }
         // Fields the op does not have must keep their neutral values: the
         // canonical text leaves them out, so they could not be read back.
-        if !op.has_window() {
-            if b.stride != (1, 1) || b.dilation != (1, 1) || b.padding != Padding::Same {
-                return Err(SpecError::new(format!(
-                    "op {op} has no window: stride, dilation and padding do not apply"
-                )));
-            }
+        let window_fields_set =
+            b.stride != (1, 1) || b.dilation != (1, 1) || b.padding != Padding::Same;
+        if !op.has_window() && window_fields_set {
+            return Err(SpecError::new(format!(
+                "op {op} has no window: stride, dilation and padding do not apply"
+            )));
         }
         if op != Op::DepthwiseConv2d && b.depth_multiplier != 1 {
             return Err(SpecError::new(format!(
