@@ -320,20 +320,50 @@ impl LayerSpecBuilder {
     }
 }
 
-/// TFLite `ComputeOutSize`.
+/// Largest dimension, stride, dilation or depth multiplier of a spec: the
+/// job mailbox holds them as int32 words.
+pub const MAX_DIM: u32 = i32::MAX as u32;
+
+/// Most elements any tensor of a spec may have.
+pub const MAX_ELEMENTS: u64 = 1 << 32;
+
+/// TFLite `ComputeOutSize` (in 64 bits: no input within [`MAX_DIM`]
+/// overflows).
 fn out_size(padding: Padding, input: u32, filter: u32, stride: u32, dilation: u32) -> u32 {
-    let effective = (filter - 1) * dilation + 1;
-    match padding {
+    let (input, stride) = (input as u64, stride as u64);
+    let effective = (filter as u64 - 1) * dilation as u64 + 1;
+    let out = match padding {
         Padding::Same => input.div_ceil(stride),
         Padding::Valid => (input + stride).saturating_sub(effective) / stride,
-    }
+    };
+    out as u32
 }
 
 /// TFLite `ComputePadding` (the before-padding; TFLM kernels ignore the offset).
 fn pad_before(stride: u32, dilation: u32, input: u32, filter: u32, output: u32) -> u32 {
-    let effective = (filter - 1) * dilation + 1;
-    let total = (output as i64 - 1) * stride as i64 + effective as i64 - input as i64;
-    (total.max(0) / 2) as u32
+    let effective = (filter as i64 - 1) * dilation as i64 + 1;
+    let total = (output as i64 - 1) * stride as i64 + effective - input as i64;
+    (total.max(0) / 2).min(MAX_DIM as i64) as u32
+}
+
+/// Checks that a shape's dimensions and element count are in range.
+fn check_size(what: &str, shape: &Shape) -> Result<(), SpecError> {
+    if shape.iter().any(|&d| d > MAX_DIM) {
+        return Err(SpecError::new(format!(
+            "{what} shape {} has a dimension above {MAX_DIM}",
+            shape_text(shape)
+        )));
+    }
+    let n = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    if !matches!(n, Some(n) if n <= MAX_ELEMENTS) {
+        return Err(SpecError::new(format!(
+            "{what} shape {} has more than {MAX_ELEMENTS} elements",
+            shape_text(shape)
+        )));
+    }
+    Ok(())
 }
 
 impl LayerSpec {
@@ -352,6 +382,36 @@ impl LayerSpec {
         }
         if b.depth_multiplier == 0 {
             return Err(SpecError::new("depth_multiplier must be at least 1"));
+        }
+        let scalars = [
+            b.stride.0,
+            b.stride.1,
+            b.dilation.0,
+            b.dilation.1,
+            b.depth_multiplier,
+        ];
+        if scalars.iter().any(|&v| v > MAX_DIM) {
+            return Err(SpecError::new(format!(
+                "stride, dilation and depth_multiplier must be at most {MAX_DIM}"
+            )));
+        }
+        // Fields the op does not have must keep their neutral values: the
+        // canonical text leaves them out, so they could not be read back.
+        let window_fields_set =
+            b.stride != (1, 1) || b.dilation != (1, 1) || b.padding != Padding::Same;
+        if !op.has_window() && window_fields_set {
+            return Err(SpecError::new(format!(
+                "op {op} has no window: stride, dilation and padding do not apply"
+            )));
+        }
+        if op != Op::DepthwiseConv2d && b.depth_multiplier != 1 {
+            return Err(SpecError::new(format!(
+                "depth_multiplier applies to depthwise_conv2d only, not to {op}"
+            )));
+        }
+        check_size("input", &b.input)?;
+        if let Some(f) = &b.filter {
+            check_size("filter", f)?;
         }
         let [n, h, w, c] = b.input;
         let (filter, output) = match op {
@@ -373,10 +433,10 @@ impl LayerSpec {
                         f[0]
                     }
                     Op::DepthwiseConv2d => {
-                        if f[0] != 1 || f[3] != c * b.depth_multiplier {
+                        let depth = c as u64 * b.depth_multiplier as u64;
+                        if f[0] != 1 || f[3] as u64 != depth {
                             return Err(SpecError::new(format!(
-                                "depthwise_conv2d filter must be 1xKHxKWx{} (input depth {c} × depth_multiplier {})",
-                                c * b.depth_multiplier,
+                                "depthwise_conv2d filter must be 1xKHxKWx{depth} (input depth {c} × depth_multiplier {})",
                                 b.depth_multiplier
                             )));
                         }
@@ -408,8 +468,14 @@ impl LayerSpec {
                         "fully_connected filter must be UNITSx{c} (input depth {c})"
                     )));
                 }
-                let batches = n * h * w;
-                (f, [1, 1, batches, f[2]])
+                let batches = n as u64 * h as u64 * w as u64;
+                if batches > MAX_DIM as u64 {
+                    return Err(SpecError::new(format!(
+                        "fully_connected input {} has more than {MAX_DIM} rows",
+                        shape_text(&b.input)
+                    )));
+                }
+                (f, [1, 1, batches as u32, f[2]])
             }
             Op::Matmul => {
                 let f = b
@@ -429,6 +495,7 @@ impl LayerSpec {
                 ([1, 1, 1, 1], b.input)
             }
         };
+        check_size("output", &output)?;
         let pad = if op.has_window() {
             (
                 pad_before(b.stride.0, b.dilation.0, h, filter[1], output[1]),
@@ -474,11 +541,19 @@ impl LayerSpec {
         let mut activation = Activation::None;
         let mut claimed_output = None;
         let mut claimed_pad = None;
+        let mut explicit_multiplier = None;
+        let mut seen: Vec<&str> = Vec::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) = item
                 .split_once('=')
                 .ok_or_else(|| SpecError::new(format!("`{item}` is not key=value")))?;
             let (key, value) = (key.trim(), value.trim());
+            if seen.contains(&key) {
+                return Err(SpecError::new(format!(
+                    "key `{key}` is given more than once"
+                )));
+            }
+            seen.push(key);
             match key {
                 "op" => op = Some(value.parse::<Op>()?),
                 "dtype" => dtype = value.parse()?,
@@ -502,7 +577,7 @@ impl LayerSpec {
                         }
                     }
                 }
-                "depth_multiplier" => depth_multiplier = parse_number(key, value)?,
+                "depth_multiplier" => explicit_multiplier = Some(parse_number(key, value)?),
                 "activation" => {
                     activation = match value {
                         "none" => Activation::None,
@@ -531,6 +606,32 @@ impl LayerSpec {
             }
             (_, f) => f,
         };
+        if let Some(m) = explicit_multiplier {
+            depth_multiplier = m;
+        }
+        // As TFLite does, a depthwise filter's last dimension over the input
+        // depth is the depth multiplier; an explicit one must agree.
+        if let (Op::DepthwiseConv2d, Some(f)) = (op, filter) {
+            let c = input[3];
+            if c > 0 && f[3] > 0 {
+                if f[3] % c != 0 {
+                    return Err(SpecError::new(format!(
+                        "depthwise_conv2d filter depth {} is not a multiple of the input depth {c}",
+                        f[3]
+                    )));
+                }
+                let inferred = f[3] / c;
+                match explicit_multiplier {
+                    Some(m) if m != inferred => {
+                        return Err(SpecError::new(format!(
+                            "depth_multiplier={m} disagrees with filter {} on input depth {c} (depth multiplier {inferred})",
+                            shape_text(&f)
+                        )))
+                    }
+                    _ => depth_multiplier = inferred,
+                }
+            }
+        }
         let spec = LayerSpec::new(LayerSpecBuilder {
             op,
             dtype,
@@ -766,6 +867,111 @@ mod tests {
         assert_eq!(s.filter, [1, 1, 3, 1]);
         assert_eq!(s.to_string().matches("filter=1x1x3x1").count(), 1);
         assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
+    fn depth_multiplier_is_inferred_from_the_depthwise_filter() {
+        let s = LayerSpec::parse("op=depthwise_conv2d,input=1x5x5x2,filter=1x3x3x4").unwrap();
+        assert_eq!(s.depth_multiplier, 2);
+        assert_eq!(s.output, [1, 5, 5, 4]);
+        // Independently: output channels = input channels × multiplier.
+        assert_eq!(s.output[3], s.input[3] * s.depth_multiplier);
+        for m in 1..=4 {
+            let text = format!("op=depthwise_conv2d,input=1x6x6x3,filter=1x3x3x{}", 3 * m);
+            let s = LayerSpec::parse(&text).unwrap();
+            assert_eq!(s.depth_multiplier, m, "{text}");
+            // An explicit agreeing value gives the same spec, and the
+            // canonical text (which names it) parses back to it.
+            let explicit = LayerSpec::parse(&format!("{text},depth_multiplier={m}")).unwrap();
+            assert_eq!(explicit, s);
+            assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s);
+        }
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        let d = e("op=depthwise_conv2d,input=1x5x5x2,filter=1x3x3x4,depth_multiplier=1");
+        assert!(
+            d.contains("depth_multiplier=1 disagrees") && d.contains("2"),
+            "{d}"
+        );
+        let d = e("op=depthwise_conv2d,input=1x5x5x2,filter=1x3x3x4,depth_multiplier=3");
+        assert!(d.contains("disagrees"), "{d}");
+        let d = e("op=depthwise_conv2d,input=1x5x5x2,filter=1x3x3x3");
+        assert!(d.contains("not a multiple of the input depth 2"), "{d}");
+        // Other ops are unaffected: depth_multiplier stays as given.
+        let c = LayerSpec::parse("op=conv2d,input=1x5x5x2,filter=4x3x3x2").unwrap();
+        assert_eq!(c.depth_multiplier, 1);
+    }
+
+    #[test]
+    fn sizes_that_overflow_are_errors_not_wrapped() {
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        let big = u32::MAX;
+        assert!(e(&format!("op=relu,input=1x{big}x2x1")).contains("above"));
+        assert!(e("op=relu,input=65536x65536x65536x2").contains("elements"));
+        assert!(e("op=fully_connected,input=2x65536x16384x1,filter=3x1").contains("rows"));
+        assert!(e(&format!(
+            "op=max_pool,input=1x8x8x1,filter=2x2,stride={big}"
+        ))
+        .contains("at most"));
+        // Depthwise depth C·M past 2^32 does not wrap to a small match.
+        let m = 1u64 << 31;
+        let t = format!("op=depthwise_conv2d,input=1x4x4x2,filter=1x1x1x4,depth_multiplier={m}");
+        assert!(e(&t).contains("disagrees"), "{}", e(&t));
+        // Large but representable windows: 64-bit arithmetic, exact results.
+        let s = LayerSpec::parse(&format!(
+            "op=max_pool,input=1x{0}x1x1,filter=1x1,stride={0},padding=valid",
+            MAX_DIM
+        ))
+        .unwrap();
+        assert_eq!(s.output, [1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn keys_the_op_does_not_have_are_errors() {
+        // Found by the fuzz campaign: these parsed, but their canonical text
+        // (which leaves the keys out) read back as a different spec.
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        for text in [
+            "op=add,stride= 7 ,input=1x19x19x8,output=1x19x19x8",
+            "op=relu,input=1x4x4x2,padding=valid",
+            "op=fully_connected,input=1x1x1x56,filter=40x56,stride=2",
+            "op=matmul,input=8x4,filter=4x16,dilation=2",
+        ] {
+            assert!(e(text).contains("has no window"), "{text}: {}", e(text));
+        }
+        for text in [
+            "op=conv2d,input=1x11x9x2,filter=3x2x2x2,depth_multiplier=3",
+            "op=matmul,input=8x4,filter=4x16,depth_multiplier=2147483647",
+            "op=max_pool,input=1x12x18x5,filter=3x3,depth_multiplier=2",
+        ] {
+            assert!(
+                e(text).contains("depthwise_conv2d only"),
+                "{text}: {}",
+                e(text)
+            );
+        }
+        // The neutral values may still be written out.
+        let s = LayerSpec::parse("op=add,input=1x2x2x1,stride=1,depth_multiplier=1").unwrap();
+        assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
+    fn a_key_given_twice_is_an_error() {
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        for (text, key) in [
+            ("op=relu,input=1x2x2x1,stride=1,stride=2", "stride"),
+            ("op=relu,input=1x2x2x1,input=1x2x2x1", "input"),
+            ("op=relu,op=relu,input=4", "op"),
+            ("op=max_pool,input=1x4x4x1,filter=2x2,padding=same,padding=valid", "padding"),
+            (
+                "op=depthwise_conv2d,input=1x5x5x2,filter=1x3x3x4,depth_multiplier=2,depth_multiplier=2",
+                "depth_multiplier",
+            ),
+        ] {
+            let m = e(text);
+            assert!(m.contains(&format!("key `{key}` is given more than once")), "{text}: {m}");
+        }
+        // Each key once is fine, in any order.
+        LayerSpec::parse("stride=2,input=1x4x4x1,op=max_pool,filter=2x2").unwrap();
     }
 
     #[test]

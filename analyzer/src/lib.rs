@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod event_table;
+pub mod input;
 pub mod layer_stats;
 pub mod model;
 pub mod output;

@@ -1,50 +1,35 @@
 //! Writing result files atomically: a reader never sees half a file, and a
-//! failed run leaves no file behind.
+//! failed or interrupted run leaves no file behind.
+//!
+//! Every output goes through [`write_atomically`] or [`render_atomically`].
+//! What happens depends on what the path is ([`output_target`]):
+//!
+//! - a regular file, or no file yet: the data go to a temporary sibling
+//!   (`.NAME.PID.N.tmp.EXT`) that is renamed over the path only on success.
+//!   The temporary file is removed on every error, on a panic in the writer,
+//!   and on SIGINT, SIGTERM or SIGHUP (a handler removes every temporary file
+//!   still registered, then lets the signal end the process as it would
+//!   have);
+//! - a FIFO or a character device (`/dev/null`, a terminal), or any path under
+//!   `/dev/` or `/proc/` (`/dev/stdout`, `/proc/self/fd/1`, whatever they
+//!   point to): opened and written through (appending; the process's own
+//!   standard output and error are duplicated, so that a redirected file
+//!   keeps one position), never replaced;
+//! - a symbolic link to a regular file: the link's final target is written
+//!   atomically as above, and the link stays a link; a dangling link is an
+//!   error;
+//! - a directory, block device or socket: an error naming what it is.
+//!
+//! [`ensure_distinct`] tells whether an output path is one of the inputs
+//! (the same file by device and inode, or the same canonical path).
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
 
 use crate::error::{Error, Result};
-
-/// Writes `path` through a temporary sibling that is renamed into place only
-/// when `write` succeeds.
-pub fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
-) -> Result<()> {
-    let tmp = temporary_sibling(path);
-    let result = (|| {
-        let file = File::create(&tmp).map_err(|source| Error::Io {
-            action: "create",
-            path: path.to_owned(),
-            source,
-        })?;
-        let mut out = BufWriter::new(file);
-        write(&mut out)?;
-        let file = out
-            .into_inner()
-            .map_err(|e| write_error(path, e.into_error()))?;
-        file.sync_all().ok();
-        std::fs::rename(&tmp, path).map_err(|e| write_error(path, e))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Renders through a temporary file (for writers that want a path, such as
-/// plotters' backends), renamed into place only on success.
-pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let tmp = temporary_sibling(path);
-    let result =
-        render(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| write_error(path, e)));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
 
 /// The error of a failed write of `path`.
 pub fn write_error(path: &Path, source: std::io::Error) -> Error {
@@ -52,6 +37,304 @@ pub fn write_error(path: &Path, source: std::io::Error) -> Error {
         action: "write",
         path: path.to_owned(),
         source,
+    }
+}
+
+/// An OS error while doing `action` to `path`, as the crate's error.
+trait PathContext<T> {
+    fn with_path(self, action: &'static str, path: &Path) -> Result<T>;
+}
+
+impl<T> PathContext<T> for std::io::Result<T> {
+    fn with_path(self, action: &'static str, path: &Path) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// How an output path is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Written to a temporary sibling of this path, renamed over it on
+    /// success (a regular file, a new file, or a symbolic link's target).
+    Replace(PathBuf),
+    /// Opened and written through: a FIFO, a character device, or a path
+    /// under `/dev/` or `/proc/`.
+    Stream(PathBuf),
+}
+
+/// What `kind` is, for error messages.
+fn kind_name(kind: &std::fs::FileType) -> &'static str {
+    crate::input::file_kind(kind)
+}
+
+fn is_streamable(kind: &std::fs::FileType) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    kind.is_fifo() || kind.is_char_device()
+}
+
+/// Paths the kernel makes up (`/dev/stdout`, `/proc/self/fd/1`): whatever
+/// they resolve to belongs to someone else (the shell's redirection), so it
+/// is written through, not replaced.
+fn is_device_path(path: &Path) -> bool {
+    path.starts_with("/dev") || path.starts_with("/proc")
+}
+
+/// Decides how `path` is written (see the module docs); errors for a
+/// directory, block device, socket or dangling symbolic link.
+pub fn output_target(path: &Path) -> Result<OutputTarget> {
+    let refuse = |kind: &str| {
+        Error::Invalid(format!(
+            "cannot write {}: it is {kind}; memtrace writes regular files, FIFOs and character devices",
+            path.display()
+        ))
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(OutputTarget::Replace(path.to_path_buf()))
+        }
+        Err(e) => return Err(e).with_path("write", path),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return Ok(OutputTarget::Replace(path.to_path_buf()));
+    }
+    if !kind.is_symlink() {
+        return if is_streamable(&kind) {
+            Ok(OutputTarget::Stream(path.to_path_buf()))
+        } else {
+            Err(refuse(kind_name(&kind)))
+        };
+    }
+    // A symbolic link: what it finally points to decides.
+    let target = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let to = std::fs::read_link(path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            return Err(Error::Invalid(format!(
+                "cannot write {}: it is a symbolic link to {to}, which does not exist",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(e).with_path("write", path),
+    };
+    let tkind = target.file_type();
+    if is_device_path(path) || is_streamable(&tkind) {
+        if tkind.is_file() || is_streamable(&tkind) {
+            return Ok(OutputTarget::Stream(path.to_path_buf()));
+        }
+        return Err(refuse(kind_name(&tkind)));
+    }
+    if tkind.is_file() {
+        let real = std::fs::canonicalize(path)
+            .with_path("resolve", path)?;
+        return Ok(OutputTarget::Replace(real));
+    }
+    Err(refuse(&format!("a symbolic link to {}", kind_name(&tkind))))
+}
+
+/// Writes `path` (see the module docs): through a temporary sibling renamed
+/// into place only when `write` succeeds, or straight into a FIFO or
+/// character device.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
+) -> Result<()> {
+    let finish = |out: BufWriter<File>| -> Result<File> {
+        out.into_inner()
+            .map_err(|e| e.into_error())
+            .with_path("write", path)
+    };
+    match output_target(path)? {
+        OutputTarget::Stream(dest) => {
+            let mut out = BufWriter::new(open_stream(&dest)?);
+            write(&mut out)?;
+            finish(out)?;
+            Ok(())
+        }
+        OutputTarget::Replace(dest) => {
+            let tmp = TempFile::new(temporary_sibling(&dest));
+            let file = File::create(tmp.path())
+                .with_path("create", path)?;
+            let mut out = BufWriter::new(file);
+            write(&mut out)?;
+            let file = finish(out)?;
+            file.sync_all().ok();
+            tmp.persist(&dest)
+                .with_path("write", path)
+        }
+    }
+}
+
+/// Renders through a temporary file (for writers that want a path, such as
+/// plotters' backends), renamed into place only on success; for a FIFO or
+/// character device the finished temporary file (in the system's temporary
+/// directory) is copied into it. The temporary file keeps the path's
+/// extension: image encoders choose the format by it.
+pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    match output_target(path)? {
+        OutputTarget::Replace(dest) => {
+            let tmp = TempFile::new(temporary_sibling(&dest));
+            render(tmp.path())?;
+            tmp.persist(&dest)
+                .with_path("write", path)
+        }
+        OutputTarget::Stream(dest) => {
+            let name = temporary_sibling(&dest);
+            let name = name.file_name().unwrap_or_default();
+            let tmp = TempFile::new(std::env::temp_dir().join(name));
+            render(tmp.path())?;
+            let mut from = File::open(tmp.path())
+                .with_path("read back", tmp.path())?;
+            let mut to = open_stream(&dest)?;
+            std::io::copy(&mut from, &mut to)
+                .with_path("write", path)?;
+            Ok(())
+        }
+    }
+}
+
+/// Opens a FIFO, character device or `/dev/...` path for writing. The
+/// process's own standard output and error (`/dev/stdout`, `/dev/fd/1`,
+/// `/proc/self/fd/1`, and the same for 2) are duplicated rather than opened
+/// again, so that what memtrace prints and the file share one position in a
+/// redirected file.
+fn open_stream(path: &Path) -> Result<File> {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let own = match path.to_str() {
+        Some("/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1") => {
+            let _ = std::io::stdout().flush();
+            Some(std::io::stdout().as_fd().try_clone_to_owned())
+        }
+        Some("/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2") => {
+            Some(std::io::stderr().as_fd().try_clone_to_owned())
+        }
+        _ => None,
+    };
+    if let Some(fd) = own {
+        let fd = fd.with_path("write", path)?;
+        return Ok(File::from(fd));
+    }
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_path("open for writing", path)
+}
+
+/// Fails when `output` is the same file as one of `inputs` (same device and
+/// inode, following symbolic links, or the same canonical path), so that a
+/// command never overwrites what it reads. Inputs that do not exist (or are
+/// not files, such as `zoo:NAME`) are skipped; so is an output that does
+/// not exist yet.
+pub fn ensure_distinct(output: &Path, inputs: &[&Path]) -> Result<()> {
+    for &input in inputs {
+        if same_file(output, input) {
+            return Err(Error::Invalid(format!(
+                "the output {} is the input {}: refusing to overwrite it",
+                output.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` name the same existing file (device and inode, or
+/// canonical path).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        if ma.dev() == mb.dev() && ma.ino() == mb.ino() {
+            return true;
+        }
+    }
+    matches!(
+        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+        (Ok(ca), Ok(cb)) if ca == cb
+    )
+}
+
+/// Temporary files that exist right now, removed by the signal handler.
+static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Temporary files still registered (for tests of the clean-up).
+pub fn registered_temporaries() -> Vec<PathBuf> {
+    temporaries().clone()
+}
+
+/// Installs, once, a thread that on SIGINT, SIGTERM or SIGHUP removes every
+/// registered temporary file and then ends the process the way the signal
+/// would have. If the handler cannot be installed, outputs are still
+/// written; only an interrupted run may leave its temporary file.
+fn install_signal_cleanup() {
+    HANDLER.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        let _ = std::thread::Builder::new()
+            .name("memtrace-cleanup".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    for path in temporaries().drain(..) {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    let _ = signal_hook::low_level::emulate_default_handler(signal);
+                    // A signal whose default is not to terminate: exit as
+                    // the shell would report it.
+                    std::process::exit(128 + signal);
+                }
+            });
+    });
+}
+
+/// A registered temporary file, removed when dropped unless persisted.
+struct TempFile {
+    path: PathBuf,
+    persisted: bool,
+}
+
+impl TempFile {
+    fn new(path: PathBuf) -> TempFile {
+        install_signal_cleanup();
+        temporaries().push(path.clone());
+        TempFile {
+            path,
+            persisted: false,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames it over `dest`.
+    fn persist(mut self, dest: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, dest)?;
+        self.persisted = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.persisted {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        temporaries().retain(|p| p != &self.path);
     }
 }
 
@@ -65,5 +348,6 @@ fn temporary_sibling(path: &Path) -> PathBuf {
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy()))
         .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.tmp{ext}", std::process::id()))
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.{}.{n}.tmp{ext}", std::process::id()))
 }

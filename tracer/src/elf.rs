@@ -30,6 +30,128 @@ impl Arch {
             Arch::X86_64 => "x86-64",
         }
     }
+
+    /// End (exclusive) of the guest address space a segment may occupy: the
+    /// 32-bit space of a Cortex-M, the canonical lower half (47 bits) of
+    /// x86-64.
+    pub fn address_limit(self) -> u64 {
+        match self {
+            Arch::CortexM4 => 1 << 32,
+            Arch::X86_64 => 1 << 47,
+        }
+    }
+}
+
+/// Most guest memory (all loadable segments together, whole pages) an ELF
+/// may ask for: the tracer backs every segment with host memory.
+pub const MAX_GUEST_MEMORY: u64 = 1 << 30;
+
+/// Largest ELF file [`ElfImage::load`] reads.
+pub const MAX_ELF_FILE: u64 = 1 << 30;
+
+/// Reads the regular file `path`, refusing anything else (a FIFO or a device
+/// such as `/dev/zero` would never end, or end anywhere) and files larger
+/// than `limit` bytes, before reading more than `limit + 1` bytes.
+fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, TraceError> {
+    use std::io::Read;
+    let io = |source: std::io::Error| TraceError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let refuse = |reason: String| TraceError::NotElf {
+        path: path.to_owned(),
+        reason,
+    };
+    let too_large = || refuse(format!("larger than the {limit}-byte limit for ELF files"));
+    // Checked before opening: opening a FIFO for reading blocks until a
+    // writer appears.
+    let kind = std::fs::metadata(path).map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(refuse(format!(
+            "it is {}, not a regular file",
+            file_kind(&kind)
+        )));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(refuse("it is no longer a regular file".into()));
+    }
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// What a non-regular file is, for error messages.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+/// Checks the loadable segments `(p_vaddr, p_memsz)` against the guest
+/// address space of `arch` before anything is mapped or allocated: each
+/// segment must end inside it, no two may overlap, and together (in whole
+/// pages) they may not exceed [`MAX_GUEST_MEMORY`].
+pub fn check_segments(arch: Arch, segments: &[(u64, u64)]) -> Result<(), String> {
+    const PAGE: u64 = 0x1000;
+    let limit = arch.address_limit();
+    let mut ranges = Vec::with_capacity(segments.len());
+    for (i, &(address, size)) in segments.iter().enumerate() {
+        if size == 0 {
+            continue;
+        }
+        let end = address.checked_add(size).filter(|&e| e <= limit).ok_or_else(|| {
+            format!(
+                "loadable segment {i} at {address:#x} with p_memsz {size:#x} does not fit the {} guest address space (below {limit:#x})",
+                arch.name()
+            )
+        })?;
+        ranges.push((address, end, i));
+    }
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        let ((a0, a1, ai), (b0, b1, bi)) = (pair[0], pair[1]);
+        if b0 < a1 {
+            return Err(format!(
+                "loadable segments {ai} ({a0:#x}..{a1:#x}) and {bi} ({b0:#x}..{b1:#x}) overlap"
+            ));
+        }
+    }
+    // Whole pages, as they are mapped (two segments may share a page).
+    let mut total = 0u64;
+    let mut mapped_end = 0u64;
+    for &(start, end, _) in &ranges {
+        let first = (start & !(PAGE - 1)).max(mapped_end);
+        let last = end.div_ceil(PAGE) * PAGE;
+        if last > first {
+            total += last - first;
+        }
+        mapped_end = mapped_end.max(last);
+    }
+    if total > MAX_GUEST_MEMORY {
+        return Err(format!(
+            "its loadable segments need {total} bytes of guest memory, more than the {MAX_GUEST_MEMORY}-byte limit"
+        ));
+    }
+    Ok(())
 }
 
 /// A PT_LOAD segment.
@@ -75,12 +197,10 @@ pub struct ElfImage {
 }
 
 impl ElfImage {
-    /// Reads and checks an ELF executable.
+    /// Reads and checks an ELF executable: a regular file of at most
+    /// [`MAX_ELF_FILE`] bytes.
     pub fn load(path: &Path) -> Result<ElfImage, TraceError> {
-        let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = read_regular_file(path, MAX_ELF_FILE)?;
         Self::parse(path, bytes.into())
     }
 
@@ -125,6 +245,15 @@ impl ElfImage {
                 ),
             });
         }
+        // Sizes and places first: nothing below allocates from them unchecked.
+        let places: Vec<(u64, u64)> = file
+            .segments()
+            .map(|seg| (seg.address(), seg.size()))
+            .collect();
+        check_segments(arch, &places).map_err(|reason| TraceError::MalformedElf {
+            path: path.to_owned(),
+            reason,
+        })?;
         let mut segments = Vec::new();
         for seg in file.segments() {
             let data = seg.data().map_err(|e| TraceError::MalformedElf {
@@ -217,14 +346,15 @@ impl ElfImage {
     pub fn function_at(&self, pc: u64) -> Option<&str> {
         let i = self.functions.partition_point(|(a, _, _)| *a <= pc);
         let (addr, size, name) = self.functions.get(i.checked_sub(1)?)?;
-        (pc < addr + (*size).max(1)).then_some(name.as_str())
+        (pc < addr.saturating_add((*size).max(1))).then_some(name.as_str())
     }
 
     /// True when a page of `[address, address+len)` holds part of an
     /// executable segment.
     pub fn is_executable(&self, address: u64, len: u64) -> bool {
         const PAGE: u64 = 0x1000;
-        let (start, end) = (address & !(PAGE - 1), (address + len).div_ceil(PAGE) * PAGE);
+        let end = address.saturating_add(len).saturating_add(PAGE - 1) & !(PAGE - 1);
+        let start = address & !(PAGE - 1);
         self.segments.iter().filter(|s| s.executable).any(|s| {
             let (s0, s1) = (
                 s.address & !(PAGE - 1),
@@ -238,6 +368,6 @@ impl ElfImage {
     pub fn is_loaded(&self, address: u64, len: u64) -> bool {
         self.segments
             .iter()
-            .any(|s| address >= s.address && address + len <= s.address + s.size)
+            .any(|s| address >= s.address && address.saturating_add(len) <= s.address + s.size)
     }
 }

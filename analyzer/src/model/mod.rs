@@ -495,6 +495,243 @@ impl Model {
         Ok(())
     }
 
+    /// Checks that every operator's tensor shapes agree with each other and
+    /// with its options, by TFLite's shape rules: CONV_2D and
+    /// DEPTHWISE_CONV_2D output N×H×W×C from input, filter, stride, dilation
+    /// and padding (and the bias length); pools likewise from the window;
+    /// FULLY_CONNECTED rows and units; ADD/SUB/MUL NumPy broadcasting;
+    /// element-wise ops, SOFTMAX, QUANTIZE/DEQUANTIZE same shape; RESHAPE and
+    /// SQUEEZE the same element count; CONCATENATION along its axis; PAD no
+    /// smaller than its input. The error names the operator index, its TFLite
+    /// name and the offending tensor.
+    pub fn check_shapes(&self) -> Result<(), ModelError> {
+        for (i, op) in self.ops.iter().enumerate() {
+            self.check_op_shapes(op).map_err(|reason| {
+                ModelError::Invalid(format!("operator {i} ({}): {reason}", op.kind))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn check_op_shapes(&self, op: &Op) -> Result<(), String> {
+        let n = self.tensors.len();
+        let tensor = |list: &[usize], k: usize, what: &str| -> Result<&Tensor, String> {
+            let &t = list
+                .get(k)
+                .ok_or_else(|| format!("has no {what} (operand {k})"))?;
+            self.tensors
+                .get(t)
+                .ok_or_else(|| format!("{what} is tensor {t}, but there are {n} tensors"))
+        };
+        let input = |k: usize, what: &str| tensor(&op.inputs, k, what);
+        let x = input(0, "input")?;
+        let y = tensor(&op.outputs, 0, "output")?;
+        let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
+        let rank4 = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
+            match t.shape[..] {
+                [a, b, c, d] => Ok([a as u64, b as u64, c as u64, d as u64]),
+                _ => Err(format!("{what} {} is not 4-D", show(t))),
+            }
+        };
+        let expect = |got: &[u64], want: &[u64], why: String| -> Result<(), String> {
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("output {} should be {want:?} ({why})", show(y)))
+            }
+        };
+        let dims = |t: &Tensor| t.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+        let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
+        let (dh, dw) = (op.options.dilation.0 as u64, op.options.dilation.1 as u64);
+        let padding = op.options.padding;
+        let out = |size: u64, filter: u64, stride: u64, dilation: u64| -> Result<u64, String> {
+            out_size(padding, size, filter, stride, dilation).ok_or_else(|| {
+                format!(
+                    "a window of {filter} (dilation {dilation}) does not fit an input extent of {size} with {padding:?} padding"
+                )
+            })
+        };
+        match op.kind {
+            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
+                let i4 = rank4(x, "input")?;
+                let w = input(1, "filter")?;
+                let f4 = rank4(w, "filter")?;
+                let [nb, h, wd, c] = i4;
+                let oh = out(h, f4[1], sh, dh)?;
+                let ow = out(wd, f4[2], sw, dw)?;
+                let oc = if op.kind == OpKind::Conv2d {
+                    if f4[3] == 0 || c % f4[3] != 0 {
+                        return Err(format!(
+                            "filter {} depth {} does not divide input {} depth {c}",
+                            show(w),
+                            f4[3],
+                            show(x)
+                        ));
+                    }
+                    f4[0]
+                } else {
+                    let m = op.options.depth_multiplier as u64;
+                    if f4[0] != 1 || c == 0 || f4[3] % c != 0 || (m > 1 && f4[3] != c * m) {
+                        return Err(format!(
+                            "depthwise filter {} must be 1xKHxKWx(C·M) for input {} and depth_multiplier {m}",
+                            show(w),
+                            show(x)
+                        ));
+                    }
+                    f4[3]
+                };
+                if let Ok(b) = input(2, "bias") {
+                    if b.elements() != oc {
+                        return Err(format!(
+                            "bias {} has {} elements, the operator has {oc} output channels",
+                            show(b),
+                            b.elements()
+                        ));
+                    }
+                }
+                expect(
+                    &dims(y),
+                    &[nb, oh, ow, oc],
+                    format!(
+                        "input {}, filter {}, stride {sh}x{sw}, dilation {dh}x{dw}, {padding:?} padding",
+                        show(x),
+                        show(w)
+                    ),
+                )
+            }
+            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+                let [nb, h, wd, c] = rank4(x, "input")?;
+                let (fh, fw) = (op.options.filter.0 as u64, op.options.filter.1 as u64);
+                let oh = out(h, fh, sh, 1)?;
+                let ow = out(wd, fw, sw, 1)?;
+                expect(
+                    &dims(y),
+                    &[nb, oh, ow, c],
+                    format!(
+                        "input {}, window {fh}x{fw}, stride {sh}x{sw}, {padding:?} padding",
+                        show(x)
+                    ),
+                )
+            }
+            OpKind::FullyConnected => {
+                let w = input(1, "weights")?;
+                let [units, depth] = w.shape[..] else {
+                    return Err(format!("weights {} are not 2-D", show(w)));
+                };
+                let (units, depth) = (units as u64, depth as u64);
+                if depth == 0 || x.elements() % depth != 0 {
+                    return Err(format!(
+                        "input {} has {} elements, not a multiple of the weights' depth {depth} ({})",
+                        show(x),
+                        x.elements(),
+                        show(w)
+                    ));
+                }
+                if let Ok(b) = input(2, "bias") {
+                    if b.elements() != units {
+                        return Err(format!(
+                            "bias {} has {} elements, the weights {} have {units} units",
+                            show(b),
+                            b.elements(),
+                            show(w)
+                        ));
+                    }
+                }
+                let rows = x.elements() / depth;
+                if y.shape.last().map(|&d| d as u64) != Some(units) || y.elements() != rows * units
+                {
+                    return Err(format!(
+                        "output {} should hold {rows} rows of {units} units (input {}, weights {})",
+                        show(y),
+                        show(x),
+                        show(w)
+                    ));
+                }
+                Ok(())
+            }
+            OpKind::Add | OpKind::Sub | OpKind::Mul => {
+                let x2 = input(1, "second input")?;
+                let want = broadcast(&dims(x), &dims(x2)).ok_or_else(|| {
+                    format!("inputs {} and {} do not broadcast", show(x), show(x2))
+                })?;
+                expect(
+                    &dims(y),
+                    &want,
+                    format!("inputs {} and {} broadcast", show(x), show(x2)),
+                )
+            }
+            OpKind::Relu
+            | OpKind::Relu6
+            | OpKind::ReluN1To1
+            | OpKind::Logistic
+            | OpKind::Tanh
+            | OpKind::Softmax
+            | OpKind::Quantize
+            | OpKind::Dequantize => expect(&dims(y), &dims(x), format!("input {}", show(x))),
+            OpKind::Reshape | OpKind::Squeeze => {
+                if x.elements() != y.elements() {
+                    return Err(format!(
+                        "output {} has {} elements, input {} has {}",
+                        show(y),
+                        y.elements(),
+                        show(x),
+                        x.elements()
+                    ));
+                }
+                Ok(())
+            }
+            OpKind::Concatenation => {
+                let rank = x.shape.len() as i64;
+                let axis = op.options.axis.unwrap_or(-1) as i64;
+                let axis = if axis < 0 { axis + rank } else { axis };
+                if !(0..rank).contains(&axis) {
+                    return Err(format!("axis {axis} is outside input {}", show(x)));
+                }
+                let axis = axis as usize;
+                let mut want = dims(x);
+                for k in 1..op.inputs.len() {
+                    let t = input(k, "input")?;
+                    let d = dims(t);
+                    let agrees = d.len() == want.len()
+                        && d.iter()
+                            .zip(&want)
+                            .enumerate()
+                            .all(|(j, (a, b))| j == axis || a == b);
+                    if !agrees {
+                        return Err(format!(
+                            "input {} does not match input {} outside axis {axis}",
+                            show(t),
+                            show(x)
+                        ));
+                    }
+                    want[axis] += d[axis];
+                }
+                expect(&dims(y), &want, format!("concatenation along axis {axis}"))
+            }
+            OpKind::Pad => {
+                let (dx, dy) = (dims(x), dims(y));
+                if dx.len() != dy.len() || dx.iter().zip(&dy).any(|(a, b)| b < a) {
+                    return Err(format!(
+                        "output {} is smaller than input {}",
+                        show(y),
+                        show(x)
+                    ));
+                }
+                Ok(())
+            }
+            OpKind::Mean => {
+                if y.elements() > x.elements() {
+                    return Err(format!(
+                        "output {} has more elements than input {}",
+                        show(y),
+                        show(x)
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Operators that carry a non-constant input into a non-constant output
     /// and form a single chain: every op reads exactly the previous op's
     /// output (or the graph input) and every intermediate tensor has one
@@ -725,6 +962,34 @@ pub fn load(arg: &str) -> Result<Model, ModelError> {
         Some(name) => zoo::build(name),
         None => tflite::import_file(std::path::Path::new(arg)),
     }
+}
+
+/// TFLite `ComputeOutSize`: output extent of a window `filter` (dilated by
+/// `dilation`) over `size` with `stride`; `None` when it is not positive.
+fn out_size(padding: Padding, size: u64, filter: u64, stride: u64, dilation: u64) -> Option<u64> {
+    if stride == 0 || filter == 0 || dilation == 0 {
+        return None;
+    }
+    let effective = (filter - 1).checked_mul(dilation)?.checked_add(1)?;
+    let out = match padding {
+        Padding::Same => size.div_ceil(stride),
+        Padding::Valid => (size + stride).saturating_sub(effective) / stride,
+    };
+    (out > 0).then_some(out)
+}
+
+/// NumPy broadcasting of two shapes (aligned at the last dimension).
+fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[u64], k: usize| (k + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
+    (0..rank)
+        .map(|k| match (dim(a, k), dim(b, k)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A shape as 4-D NHWC (rank ≤ 4, left-padded with 1s).

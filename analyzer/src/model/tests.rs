@@ -253,3 +253,134 @@ fn reordering_dp_reproduces_liberis_and_lane_figure_1() {
         Err(order::ReorderError::TooManyStates { limit: 3 })
     ));
 }
+
+/// The model in `bytes` with tensor `tensor`'s shape replaced, re-serialised
+/// through the generated owned types (a corrupted copy of a real file).
+fn with_shape(bytes: &[u8], tensor: usize, shape: &[i32]) -> Vec<u8> {
+    use super::schema::tflite as fb;
+    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).unwrap();
+    let mut owned = fb::Model::try_from(root).unwrap();
+    let t = &mut owned.subgraphs.as_mut().unwrap()[0]
+        .tensors
+        .as_mut()
+        .unwrap()[tensor];
+    t.shape = Some(shape.to_vec());
+    tflite::serialize_for_tests(&owned)
+}
+
+/// A real `.tflite`: one of the tfmicro crate's, or a zoo model exported.
+fn real_tflite(name: &str) -> Vec<u8> {
+    match name.strip_prefix("zoo:") {
+        Some(zoo_name) => {
+            let m = crate::verify::export::materialize(&zoo::build(zoo_name).unwrap(), 1);
+            crate::verify::export::to_tflite(&m).unwrap()
+        }
+        None => std::fs::read(tfmicro_models().join(format!("{name}.tflite"))).unwrap(),
+    }
+}
+
+#[test]
+fn real_and_zoo_models_have_consistent_shapes() {
+    for name in REAL_MODELS {
+        real_model(name).check_shapes().unwrap();
+    }
+    // liberis_fig1 is the abstract graph of a planning paper (convolutions
+    // with sizes but no filters): it is planned, never run or exported.
+    for name in zoo::names().into_iter().filter(|&n| n != "liberis_fig1") {
+        let m = zoo::build(name).unwrap();
+        m.check_shapes()
+            .unwrap_or_else(|e| panic!("zoo:{name}: {e}"));
+    }
+    for name in ["zoo:mobilenet_v2_0.35_96_int8", "zoo:sakr_cifar10"] {
+        tflite::import_bytes(name, &real_tflite(name)).unwrap();
+    }
+}
+
+#[test]
+fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
+    // (model, operator kind, how to corrupt the operator's output shape)
+    type Corrupt = fn(&[u32]) -> Vec<i32>;
+    let cases: [(&str, OpKind, Corrupt); 9] = [
+        ("person_detection_grayscale", OpKind::DepthwiseConv2d, |s| {
+            vec![s[0] as i32, s[1] as i32 - 1, s[2] as i32, s[3] as i32]
+        }),
+        ("person_detection_grayscale", OpKind::Conv2d, |s| {
+            vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 + 1]
+        }),
+        ("person_detection_grayscale", OpKind::AveragePool2d, |s| {
+            vec![s[0] as i32, s[1] as i32 + 1, s[2] as i32 + 1, s[3] as i32]
+        }),
+        ("zoo:mobilenet_v1_0.25_128_int8", OpKind::Reshape, |s| {
+            s.iter().map(|&d| d as i32 * 2).collect()
+        }),
+        ("hello_world", OpKind::Quantize, |s| {
+            s.iter().map(|&d| d as i32 + 1).collect()
+        }),
+        ("hello_world", OpKind::FullyConnected, |s| {
+            s.iter().map(|&d| d as i32 + 1).collect()
+        }),
+        ("magic_wand", OpKind::MaxPool2d, |s| {
+            vec![s[0] as i32, s[1] as i32 * 2, s[2] as i32, s[3] as i32]
+        }),
+        ("zoo:mobilenet_v2_0.35_96_int8", OpKind::Add, |s| {
+            vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 * 2]
+        }),
+        ("zoo:mobilenet_v1_0.25_128_int8", OpKind::Softmax, |s| {
+            s.iter().map(|&d| d as i32 + 1).collect()
+        }),
+    ];
+    let dir = std::env::temp_dir().join(format!("memtrace-shapes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, kind, corrupt) in cases {
+        let bytes = real_tflite(name);
+        let model = tflite::import_bytes(name, &bytes).unwrap();
+        // The first operator of that kind, and its output tensor.
+        let (op, o) = model
+            .ops
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.kind == kind)
+            .unwrap_or_else(|| panic!("{name} has no {kind}"));
+        let out = o.outputs[0];
+        let tensor_name = model.tensors[out].name.clone();
+        let bad = corrupt(&model.tensors[out].shape);
+        let copy = with_shape(&bytes, out, &bad);
+        // Independently: the first operator that touches the tensor is the
+        // one that writes it (every reader comes later).
+        let first_user = model
+            .ops
+            .iter()
+            .position(|o| o.inputs.contains(&out) || o.outputs.contains(&out))
+            .unwrap();
+        assert_eq!(first_user, op, "{name}");
+        let e = tflite::import_bytes(name, &copy).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("operator {op} ({kind})")),
+            "{name} {kind}: {e}"
+        );
+        assert!(
+            e.contains(&format!("`{tensor_name}`")),
+            "{name} {kind}: {e}"
+        );
+        // Through a file, as `memtrace verify/plan` load it.
+        let path = dir.join(format!("{op}-{}.tflite", kind.name()));
+        std::fs::write(&path, &copy).unwrap();
+        let e2 = load(path.to_str().unwrap()).unwrap_err().to_string();
+        assert_eq!(e2, e);
+        // The same copy with the shape put back loads again.
+        let fixed: Vec<i32> = model.tensors[out].shape.iter().map(|&d| d as i32).collect();
+        tflite::import_bytes(name, &with_shape(&bytes, out, &fixed)).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn shape_rules_follow_tflite() {
+    assert_eq!(out_size(Padding::Same, 112, 3, 2, 1), Some(56));
+    assert_eq!(out_size(Padding::Valid, 112, 3, 2, 1), Some(55));
+    assert_eq!(out_size(Padding::Valid, 5, 3, 1, 2), Some(1));
+    assert_eq!(out_size(Padding::Valid, 4, 3, 1, 2), None);
+    assert_eq!(broadcast(&[1, 4, 4, 8], &[8]), Some(vec![1, 4, 4, 8]));
+    assert_eq!(broadcast(&[2, 1], &[1, 3]), Some(vec![2, 3]));
+    assert_eq!(broadcast(&[2, 4], &[3, 4]), None);
+}

@@ -18,17 +18,25 @@ fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelErro
     move |source| ModelError::Flatbuffer { context, source }
 }
 
-/// Reads a `.tflite` file. The model is named after the file stem.
+/// Reads a `.tflite` file: a regular file of at most
+/// [`MAX_TFLITE_FILE`](crate::input::MAX_TFLITE_FILE) bytes. The model is
+/// named after the file stem.
 pub fn import_file(path: &Path) -> Result<Model, ModelError> {
-    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let bytes = read_model_file(path)?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
     import_bytes(&name, &bytes)
+}
+
+/// The bytes of a `.tflite` file, bounded (see [`crate::input::read_limited`]).
+fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
+    use crate::input::{read_limited, ReadError, MAX_TFLITE_FILE};
+    read_limited(path, MAX_TFLITE_FILE, ".tflite models").map_err(|e| match e {
+        ReadError::Io { path, source } => ModelError::Io { path, source },
+        other => ModelError::Invalid(other.to_string()),
+    })
 }
 
 /// Maps TFLite's builtin operator to the kinds memtrace plans.
@@ -367,6 +375,7 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
         outputs,
     };
     model.validate()?;
+    model.check_shapes()?;
     Ok(model)
 }
 
@@ -663,36 +672,20 @@ fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
     Ok(align)
 }
 
-/// [`emit_offline`] from file to file, written atomically (temporary file in
-/// the destination directory, then rename).
+/// [`emit_offline`] from file to file, written through
+/// [`crate::output::write_atomically`] (a temporary file renamed into place;
+/// FIFOs and character devices written through).
 pub fn write_offline(
     source: &Path,
     offsets: &[i64],
     dest: &Path,
-) -> Result<EmitReport, ModelError> {
-    let original = std::fs::read(source).map_err(|e| ModelError::Io {
-        path: source.display().to_string(),
-        source: e,
-    })?;
+) -> crate::Result<EmitReport> {
+    let original = read_model_file(source)?;
     let report = emit_offline(&original, offsets)?;
-    let io = |e: std::io::Error| ModelError::Io {
-        path: dest.display().to_string(),
-        source: e,
-    };
-    let dir = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = dest
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model.tflite".into());
-    let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
-    std::fs::write(&tmp, &report.bytes).map_err(io)?;
-    if let Err(e) = std::fs::rename(&tmp, dest) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
+    crate::output::write_atomically(dest, |w| {
+        std::io::Write::write_all(w, &report.bytes)
+            .map_err(|e| crate::output::write_error(dest, e))
+    })?;
     Ok(report)
 }
 

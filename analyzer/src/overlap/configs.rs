@@ -58,16 +58,56 @@ pub fn estimated_instructions(spec: &LayerSpec) -> u64 {
     fill + work
 }
 
+/// Most draws [`random_config`] makes for one configuration before it gives
+/// up. The default budget needs a handful; a budget below the cheapest
+/// configuration of the op can never be met.
+pub const MAX_DRAWS: u32 = 100_000;
+
+/// No random configuration fitted the instruction budget.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no random {op} {} configuration fits --budget {budget} estimated instructions after {draws} draws{}; raise --budget",
+    dtype.name(),
+    cheapest.map(|c| format!(" (the cheapest drawn needs {c})")).unwrap_or_default()
+)]
+pub struct BudgetError {
+    /// The operator drawn.
+    pub op: Op,
+    /// Its element type.
+    pub dtype: Dtype,
+    /// The `--budget`, in estimated instructions.
+    pub budget: u64,
+    /// Draws made before giving up.
+    pub draws: u32,
+    /// The smallest [`estimated_instructions`] among the draws.
+    pub cheapest: Option<u64>,
+}
+
 /// One random configuration of `op` whose [`estimated_instructions`] is at
-/// most `budget`.
-pub fn random_config(rng: &mut Rng, op: Op, dtype: Dtype, budget: u64) -> LayerSpec {
-    loop {
+/// most `budget`, in at most [`MAX_DRAWS`] draws.
+pub fn random_config(
+    rng: &mut Rng,
+    op: Op,
+    dtype: Dtype,
+    budget: u64,
+) -> Result<LayerSpec, BudgetError> {
+    let mut cheapest: Option<u64> = None;
+    for _ in 0..MAX_DRAWS {
         if let Ok(spec) = draw(rng, op, dtype) {
-            if estimated_instructions(&spec) <= budget {
-                return spec;
+            let cost = estimated_instructions(&spec);
+            if cost <= budget {
+                return Ok(spec);
             }
+            cheapest = Some(cheapest.map_or(cost, |c| c.min(cost)));
         }
     }
+    Err(BudgetError {
+        op,
+        dtype,
+        budget,
+        draws: MAX_DRAWS,
+        cheapest,
+    })
 }
 
 fn draw(rng: &mut Rng, op: Op, dtype: Dtype) -> Result<LayerSpec, SpecError> {
@@ -140,7 +180,71 @@ fn draw(rng: &mut Rng, op: Op, dtype: Dtype) -> Result<LayerSpec, SpecError> {
     b.build()
 }
 
-/// The `count` first random configurations of the (seed, op, dtype) stream.
+/// The random configurations of the (seed, op, dtype) stream, drawn one at
+/// a time as they are asked for (take as many as needed: the stream never
+/// ends by itself). It yields `Err` once, and then ends, when a configuration
+/// cannot be found within the budget ([`random_config`]).
+#[derive(Clone, Debug)]
+pub struct RandomConfigs {
+    rng: Rng,
+    op: Op,
+    dtype: Dtype,
+    budget: u64,
+    failed: bool,
+}
+
+impl Iterator for RandomConfigs {
+    type Item = Result<LayerSpec, BudgetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let next = random_config(&mut self.rng, self.op, self.dtype, self.budget);
+        self.failed = next.is_err();
+        Some(next)
+    }
+}
+
+/// The lazy stream of random configurations of `op` and `dtype` for `seed`
+/// (see [`RandomConfigs`]); its first `count` items are
+/// [`try_random_configs`]`(op, dtype, count, seed, budget)`.
+pub fn random_config_iter(op: Op, dtype: Dtype, seed: u64, budget: u64) -> RandomConfigs {
+    let stream = seed
+        ^ ((op.job_code() as u64) << 40)
+        ^ ((dtype.job_code() as u64) << 48)
+        ^ 0x6D65_6D74_7261_6365; // "memtrace"
+    RandomConfigs {
+        rng: Rng::new(stream),
+        op,
+        dtype,
+        budget,
+        failed: false,
+    }
+}
+
+/// The `count` first random configurations of the (seed, op, dtype) stream,
+/// or the error of the first one that does not fit `budget`.
+pub fn try_random_configs(
+    op: Op,
+    dtype: Dtype,
+    count: usize,
+    seed: u64,
+    budget: u64,
+) -> Result<Vec<LayerSpec>, BudgetError> {
+    random_config_iter(op, dtype, seed, budget)
+        .take(count)
+        .collect()
+}
+
+/// The `count` first random configurations of the (seed, op, dtype) stream:
+/// [`try_random_configs`] for callers that have no error path. Prefer
+/// [`try_random_configs`] (or [`random_config_iter`], which does not hold
+/// all configurations at once).
+///
+/// # Panics
+///
+/// When no configuration fits `budget` ([`BudgetError`]).
 pub fn random_configs(
     op: Op,
     dtype: Dtype,
@@ -148,14 +252,7 @@ pub fn random_configs(
     seed: u64,
     budget: u64,
 ) -> Vec<LayerSpec> {
-    let stream = seed
-        ^ ((op.job_code() as u64) << 40)
-        ^ ((dtype.job_code() as u64) << 48)
-        ^ 0x6D65_6D74_7261_6365; // "memtrace"
-    let mut rng = Rng::new(stream);
-    (0..count)
-        .map(|_| random_config(&mut rng, op, dtype, budget))
-        .collect()
+    try_random_configs(op, dtype, count, seed, budget).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A configuration source that cannot be understood.
@@ -315,6 +412,104 @@ mod tests {
             random_configs(Op::Conv2d, Dtype::F32, 5, 1, DEFAULT_BUDGET),
             random_configs(Op::Conv2d, Dtype::F32, 5, 2, DEFAULT_BUDGET)
         );
+    }
+
+    /// The eager generator as it was before the draws were bounded and the
+    /// stream made lazy (kept verbatim, loop and all, as the reference).
+    fn old_random_configs(
+        op: Op,
+        dtype: Dtype,
+        count: usize,
+        seed: u64,
+        budget: u64,
+    ) -> Vec<LayerSpec> {
+        fn old_random_config(rng: &mut Rng, op: Op, dtype: Dtype, budget: u64) -> LayerSpec {
+            loop {
+                if let Ok(spec) = draw(rng, op, dtype) {
+                    if estimated_instructions(&spec) <= budget {
+                        return spec;
+                    }
+                }
+            }
+        }
+        let stream = seed
+            ^ ((op.job_code() as u64) << 40)
+            ^ ((dtype.job_code() as u64) << 48)
+            ^ 0x6D65_6D74_7261_6365; // "memtrace"
+        let mut rng = Rng::new(stream);
+        (0..count)
+            .map(|_| old_random_config(&mut rng, op, dtype, budget))
+            .collect()
+    }
+
+    #[test]
+    fn the_lazy_stream_gives_the_old_configurations_in_the_old_order() {
+        for op in Op::ALL {
+            for dtype in [Dtype::F32, Dtype::Int8] {
+                for (seed, budget) in [(1, DEFAULT_BUDGET), (7, DEFAULT_BUDGET), (99, 200_000)] {
+                    let old = old_random_configs(op, dtype, 200, seed, budget);
+                    let lazy: Vec<LayerSpec> = random_config_iter(op, dtype, seed, budget)
+                        .take(200)
+                        .collect::<Result<_, _>>()
+                        .unwrap();
+                    assert_eq!(lazy, old, "{op} {dtype:?} seed {seed}");
+                    assert_eq!(
+                        try_random_configs(op, dtype, 200, seed, budget).unwrap(),
+                        old
+                    );
+                    assert_eq!(random_configs(op, dtype, 200, seed, budget), old);
+                }
+            }
+        }
+        // Lazy: the stream holds one generator state, however far it goes.
+        assert!(std::mem::size_of::<RandomConfigs>() <= 64);
+        let mut it = random_config_iter(Op::Relu, Dtype::F32, 3, DEFAULT_BUDGET);
+        let far = it.nth(4_999).unwrap().unwrap();
+        let eager = old_random_configs(Op::Relu, Dtype::F32, 5_000, 3, DEFAULT_BUDGET);
+        assert_eq!(far, eager[4_999]);
+    }
+
+    #[test]
+    fn a_budget_no_configuration_fits_is_an_error_not_a_hang() {
+        // The cheapest configuration of any op (all extents 1) costs more
+        // than 5000 estimated instructions: nothing can fit 5000.
+        let one = |op: Op| {
+            let b = LayerSpecBuilder::new(op, Dtype::F32, [1, 1, 1, 1]);
+            match op {
+                Op::Add | Op::Relu => b,
+                _ => b.filter([1, 1, 1, 1]),
+            }
+            .build()
+            .unwrap()
+        };
+        for op in Op::ALL {
+            let floor = estimated_instructions(&one(op));
+            assert!(floor > 5_000, "{op}: {floor}");
+            let started = std::time::Instant::now();
+            let e = try_random_configs(op, Dtype::Int8, 3, 1, 5_000).unwrap_err();
+            assert!(
+                started.elapsed().as_secs() < 10,
+                "{op}: {:?}",
+                started.elapsed()
+            );
+            assert_eq!((e.op, e.budget, e.draws), (op, 5_000, MAX_DRAWS));
+            assert!(e.cheapest.unwrap() >= floor, "{op}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(op.name()) && text.contains("--budget 5000"),
+                "{text}"
+            );
+            // The stream reports it once, then ends.
+            let mut it = random_config_iter(op, Dtype::Int8, 1, 5_000);
+            assert!(matches!(it.next(), Some(Err(_))));
+            assert!(it.next().is_none());
+        }
+        // Just above the floor is feasible, and every config found is cheap.
+        let relu_floor = estimated_instructions(&one(Op::Relu));
+        let cheap = try_random_configs(Op::Relu, Dtype::F32, 3, 1, relu_floor * 4).unwrap();
+        assert!(cheap
+            .iter()
+            .all(|s| estimated_instructions(s) <= relu_floor * 4));
     }
 
     #[test]

@@ -53,14 +53,30 @@ pub fn quantize_multiplier(m: f64) -> (i32, i32) {
 
 /// What cannot be lowered.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot run operator {op} ({kind}) in the executor: {reason}")]
+#[error("{}", self.describe())]
 pub struct LowerError {
-    /// Index of the operator in the model.
+    /// The operator (meaningless for the whole-model kinds `input` and
+    /// `placement`).
     pub op: usize,
-    /// TFLite name of the operator kind.
+    /// The operator's TFLite name, or `input` (the input file) or
+    /// `placement` (the tensors' offsets and the arena size).
     pub kind: String,
     /// Why the executor cannot run it.
     pub reason: String,
+}
+
+impl LowerError {
+    fn describe(&self) -> String {
+        match self.kind.as_str() {
+            "input" | "placement" => {
+                format!("cannot run the model in the executor: {}", self.reason)
+            }
+            _ => format!(
+                "cannot run operator {} ({}) in the executor: {}",
+                self.op, self.kind, self.reason
+            ),
+        }
+    }
 }
 
 fn dtype(d: DataType) -> Option<ProgramDtype> {
@@ -272,8 +288,57 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
     m
 }
 
+/// Largest arena a program can describe: the executor's program format
+/// holds arena sizes and offsets as 32-bit signed words.
+pub const MAX_ARENA_BYTES: u64 = i32::MAX as u64;
+
+/// Checks a placement before anything is sized from it: the arena fits the
+/// program format ([`MAX_ARENA_BYTES`]), and every placed tensor's
+/// `offset + bytes` is computed without overflow and lies inside the arena.
+/// Errors name the tensor.
+pub fn check_placement(
+    model: &Model,
+    offsets: &[Option<u64>],
+    arena_bytes: u64,
+) -> Result<(), LowerError> {
+    let placement = |reason: String| LowerError {
+        op: 0,
+        kind: "placement".into(),
+        reason,
+    };
+    if arena_bytes > MAX_ARENA_BYTES {
+        return Err(placement(format!(
+            "an arena of {arena_bytes} bytes is larger than the executor's limit of {MAX_ARENA_BYTES} bytes"
+        )));
+    }
+    if offsets.len() > model.tensors.len() {
+        return Err(placement(format!(
+            "{} offsets for a model of {} tensors",
+            offsets.len(),
+            model.tensors.len()
+        )));
+    }
+    let names = tensor_names(model);
+    for (t, offset) in offsets.iter().enumerate() {
+        let Some(offset) = *offset else { continue };
+        let bytes = model.tensors[t].bytes;
+        match offset.checked_add(bytes) {
+            Some(end) if end <= arena_bytes => {}
+            _ => {
+                return Err(placement(format!(
+                    "tensor `{}` at arena offset {offset} + {bytes} bytes does not fit the arena of {arena_bytes} bytes",
+                    names[t]
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Lowers `model` with tensors at `input.offsets` (after [`materialize`]).
+/// The placement is checked first ([`check_placement`]).
 pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerError> {
+    check_placement(model, input.offsets, input.arena_bytes)?;
     let materialized = materialize(model, input.seed);
     let model = &materialized;
     let names = tensor_names(model);
@@ -677,6 +742,53 @@ mod tests {
         let back = q as f64 * 2f64.powi(s - 31);
         assert!((back - 0.0123).abs() < 1e-9, "{q} {s}");
         assert!(q >= 1 << 30);
+    }
+
+    #[test]
+    fn placements_beyond_any_arena_are_refused_naming_the_tensor() {
+        let model = crate::model::zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
+        let arena = model.arena_tensors();
+        let first = arena[0];
+        let name = tensor_names(&model)[first].clone();
+        // A valid placement: every arena tensor side by side.
+        let mut offsets = vec![None; model.tensors.len()];
+        let mut end = 0u64;
+        for &t in &arena {
+            offsets[t] = Some(end);
+            end += model.tensors[t].bytes;
+        }
+        let lower_with = |offsets: &[Option<u64>], arena_bytes: u64| {
+            lower(
+                &model,
+                &LowerInput {
+                    order: &(0..model.ops.len()).collect::<Vec<_>>(),
+                    offsets,
+                    arena_bytes,
+                    seed: 1,
+                    input_data: None,
+                },
+            )
+        };
+        let program = lower_with(&offsets, end).unwrap();
+        assert_eq!(program.arena_bytes, end);
+        // An arena of u64::MAX bytes (the reported panic: capacity overflow).
+        let e = lower_with(&offsets, u64::MAX).unwrap_err().to_string();
+        assert!(
+            e.contains(&u64::MAX.to_string()) && e.contains("limit"),
+            "{e}"
+        );
+        // Offsets whose end wraps around, or lies beyond the arena.
+        for bad in [u64::MAX, u64::MAX - 3, end] {
+            let mut o = offsets.clone();
+            o[first] = Some(bad);
+            let e = lower_with(&o, end).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{name}`")), "{e}");
+            assert!(e.contains(&bad.to_string()), "{e}");
+        }
+        // The last byte of the arena is still inside it.
+        let mut o = offsets.clone();
+        o[first] = Some(end - model.tensors[first].bytes);
+        lower_with(&o, end).unwrap();
     }
 
     #[test]
