@@ -53,6 +53,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // A reader that closed the pipe (`| head`) wants no more: end quietly.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {}", error_text(&err));
             ExitCode::from(1)
@@ -73,4 +75,13 @@ fn error_text(err: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+/// Whether the error is a write to a pipe whose reader has gone.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

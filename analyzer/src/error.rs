@@ -24,6 +24,12 @@ pub enum Error {
     /// A program the executor format cannot express.
     #[error(transparent)]
     Program(#[from] ProgramError),
+    /// An input file could not be read.
+    #[error(transparent)]
+    Read(#[from] crate::input::ReadError),
+    /// No random configuration fits the instruction budget.
+    #[error(transparent)]
+    Budget(#[from] crate::overlap::configs::BudgetError),
     /// A table could not be built or written.
     #[error(transparent)]
     Table(#[from] polars::error::PolarsError),

@@ -132,8 +132,7 @@ pub fn output_target(path: &Path) -> Result<OutputTarget> {
         return Err(refuse(kind_name(&tkind)));
     }
     if tkind.is_file() {
-        let real = std::fs::canonicalize(path)
-            .with_path("resolve", path)?;
+        let real = std::fs::canonicalize(path).with_path("resolve", path)?;
         return Ok(OutputTarget::Replace(real));
     }
     Err(refuse(&format!("a symbolic link to {}", kind_name(&tkind))))
@@ -160,14 +159,12 @@ pub fn write_atomically(
         }
         OutputTarget::Replace(dest) => {
             let tmp = TempFile::new(temporary_sibling(&dest));
-            let file = File::create(tmp.path())
-                .with_path("create", path)?;
+            let file = File::create(tmp.path()).with_path("create", path)?;
             let mut out = BufWriter::new(file);
             write(&mut out)?;
             let file = finish(out)?;
             file.sync_all().ok();
-            tmp.persist(&dest)
-                .with_path("write", path)
+            tmp.persist(&dest).with_path("write", path)
         }
     }
 }
@@ -182,19 +179,16 @@ pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) 
         OutputTarget::Replace(dest) => {
             let tmp = TempFile::new(temporary_sibling(&dest));
             render(tmp.path())?;
-            tmp.persist(&dest)
-                .with_path("write", path)
+            tmp.persist(&dest).with_path("write", path)
         }
         OutputTarget::Stream(dest) => {
             let name = temporary_sibling(&dest);
             let name = name.file_name().unwrap_or_default();
             let tmp = TempFile::new(std::env::temp_dir().join(name));
             render(tmp.path())?;
-            let mut from = File::open(tmp.path())
-                .with_path("read back", tmp.path())?;
+            let mut from = File::open(tmp.path()).with_path("read back", tmp.path())?;
             let mut to = open_stream(&dest)?;
-            std::io::copy(&mut from, &mut to)
-                .with_path("write", path)?;
+            std::io::copy(&mut from, &mut to).with_path("write", path)?;
             Ok(())
         }
     }

@@ -5,13 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
+use memtrace_analyzer::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_analyzer::output::write_atomically;
 use memtrace_tracer::ElfImage;
 use serde::{Deserialize, Serialize};
 
 use crate::bail;
-use crate::common::check_writable;
-use crate::error::{Error, Result};
+use crate::common::check_output;
+use crate::error::Result;
 use crate::sweep::{
     config_names, require_job_mailbox, start, summarise, trace_builtin, trace_specs,
     ConfigSelection, Row,
@@ -84,11 +85,7 @@ impl BaselineRow {
 impl Baseline {
     /// Reads and checks a baseline file.
     pub fn load(path: &Path) -> Result<Baseline> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            action: "read baseline",
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read_text_limited(path, MAX_TEXT_FILE, "baselines")?;
         let b: Baseline = serde_json::from_str(&text)
             .map_err(|e| crate::failed!("{} is not a memtrace O_s table: {e}", path.display()))?;
         if b.format != FORMAT {
@@ -134,7 +131,7 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     if opts.no_builtin && !opts.configs.any() {
         bail!("--no-builtin leaves nothing to tabulate: add --op, --configs-file or --grid");
     }
-    check_writable(&opts.out)?;
+    check_output(&opts.out, &[&opts.elf])?;
     let specs = if opts.configs.any() {
         opts.configs.specs()?
     } else {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use memtrace_abi::Analysis;
+use memtrace_analyzer::output::{output_target, OutputTarget};
 use memtrace_tracer::{ElfImage, Progress, RunSummary, TraceOptions};
 
 use crate::error::{Error, Result};
@@ -66,8 +67,20 @@ pub fn progress_bar(len: u64, unit: &str) -> Option<ProgressBar> {
     Some(bar)
 }
 
-/// Fails early, before a long trace, when `path` cannot be written.
-pub fn check_writable(path: &Path) -> Result<()> {
+/// Fails early, before a long trace, when `path` cannot be written or is one
+/// of the `inputs` (the same file, whatever the spelling).
+pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
+    memtrace_analyzer::output::ensure_distinct(path, inputs)?;
+    // FIFOs and devices are written through; their directory (`/dev`) need
+    // not take a probe file.
+    if let OutputTarget::Stream(_) = output_target(path)? {
+        return Ok(());
+    }
+    check_writable(path)
+}
+
+/// Whether a file can be created in `path`'s directory.
+fn check_writable(path: &Path) -> Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

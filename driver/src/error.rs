@@ -60,6 +60,18 @@ impl From<memtrace_analyzer::model::ModelError> for Error {
     }
 }
 
+impl From<memtrace_analyzer::input::ReadError> for Error {
+    fn from(e: memtrace_analyzer::input::ReadError) -> Self {
+        Error::Analyzer(e.into())
+    }
+}
+
+impl From<memtrace_analyzer::overlap::configs::BudgetError> for Error {
+    fn from(e: memtrace_analyzer::overlap::configs::BudgetError) -> Self {
+        Error::Analyzer(e.into())
+    }
+}
+
 impl From<memtrace_analyzer::planner::PlanError> for Error {
     fn from(e: memtrace_analyzer::planner::PlanError) -> Self {
         Error::Analyzer(e.into())

@@ -10,7 +10,7 @@ use memtrace_abi::spec::{Dtype, Op};
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::overlap::algorithmic::algorithmic_overlap;
 use memtrace_analyzer::overlap::analytic::{analytic_overlap, analytic_overlap_as_printed};
-use memtrace_analyzer::overlap::configs::{random_configs, DEFAULT_BUDGET};
+use memtrace_analyzer::overlap::configs::{try_random_configs, DEFAULT_BUDGET};
 use memtrace_tracer::ElfImage;
 
 use crate::common::show;
@@ -109,7 +109,13 @@ pub fn ladder(
     let mut specs = Vec::new();
     for op in Op::ALL {
         for dtype in [Dtype::F32, Dtype::Int8] {
-            specs.extend(random_configs(op, dtype, configs_per_op, 1, DEFAULT_BUDGET));
+            specs.extend(try_random_configs(
+                op,
+                dtype,
+                configs_per_op,
+                1,
+                DEFAULT_BUDGET,
+            )?);
         }
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

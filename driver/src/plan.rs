@@ -12,7 +12,7 @@ use memtrace_analyzer::planner::report::{compare, compare_all, Comparison};
 use memtrace_analyzer::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
 use memtrace_tracer::{Arch, ElfImage};
 
-use crate::common::{check_writable, threads};
+use crate::common::{check_output, threads};
 use crate::error::{Context, Result};
 use crate::kernels::{harness_guest, Kernels};
 use crate::scratch::with_library_scratch;
@@ -73,7 +73,7 @@ pub struct PlanRequest {
 /// saying what was written.
 pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
     for path in req.plot.iter().chain(&req.emit_offline) {
-        check_writable(path)?;
+        check_output(path, &[Path::new(&req.model)])?;
     }
     if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");

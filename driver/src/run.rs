@@ -13,7 +13,7 @@ use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
-use crate::common::{check_writable, configure_table_printing, trace_with};
+use crate::common::{check_output, configure_table_printing, trace_with};
 use crate::error::{Context, Result};
 use crate::{bail, failed};
 
@@ -64,7 +64,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         })
         .transpose()?;
     for path in opts.events.iter().chain(&opts.plot) {
-        check_writable(path)?;
+        check_output(path, &[&opts.elf])?;
     }
     if let Some(plot) = &opts.plot {
         if !matches!(

@@ -14,17 +14,18 @@ use std::time::{Duration, Instant};
 
 use memtrace_abi::spec::{Dtype, Op};
 use memtrace_abi::LayerSpec;
+use memtrace_analyzer::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
 use memtrace_analyzer::overlap::configs::{
-    expand_grid, parse_configs_file, random_configs, short_text,
+    expand_grid, parse_configs_file, short_text, try_random_configs,
 };
 use memtrace_analyzer::report::LayerReport;
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 use serde::Serialize;
 
 use crate::common::progress_bar;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 use crate::{bail, failed};
 
 /// Which configurations to sweep (shared by `validate` and `table`).
@@ -90,21 +91,17 @@ impl ConfigSelection {
         let dtypes = parse_dtypes(&self.dtype)?;
         for &op in &ops {
             for &dtype in &dtypes {
-                specs.extend(random_configs(
+                specs.extend(try_random_configs(
                     op,
                     dtype,
                     self.configs,
                     self.seed,
                     self.budget,
-                ));
+                )?);
             }
         }
         if let Some(path) = &self.configs_file {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-                action: "read --configs-file",
-                path: path.clone(),
-                source,
-            })?;
+            let text = read_text_limited(path, MAX_TEXT_FILE, "--configs-file")?;
             specs.extend(
                 parse_configs_file(&text)
                     .map_err(|e| failed!("--configs-file {}: {e}", path.display()))?,

@@ -12,7 +12,7 @@ use memtrace_tracer::ElfImage;
 use serde::Serialize;
 
 use crate::bail;
-use crate::common::{check_writable, configure_table_printing, show};
+use crate::common::{check_output, configure_table_printing, show};
 use crate::error::Result;
 use crate::sweep::{
     config_names, require_job_mailbox, start, summarise, trace_specs, ConfigSelection, Row, Summary,
@@ -48,7 +48,7 @@ pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
         bail!("nothing to validate: give --op OP (or `all`), --configs-file FILE or --grid SPEC");
     }
     if let Some(out) = &opts.out {
-        check_writable(out)?;
+        check_output(out, &[&opts.elf])?;
     }
     let specs = opts.configs.specs()?;
     if specs.is_empty() {

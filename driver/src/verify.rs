@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
+use memtrace_analyzer::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
 use memtrace_analyzer::model::{self, Model};
 use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
@@ -26,8 +27,8 @@ use memtrace_analyzer::verify::{
 use memtrace_tracer::{Arch, ElfImage, TraceOptions};
 use serde::Deserialize;
 
-use crate::common::{check_writable, trace_with};
-use crate::error::{Context, Error, Result};
+use crate::common::{check_output, trace_with};
+use crate::error::{Context, Result};
 use crate::kernels::{harness_guest, Kernels};
 use crate::plan::OverlapChoice;
 use crate::run::access_path;
@@ -372,11 +373,7 @@ struct PlanUnderTest {
 fn plan_from_file(path: &PathBuf, r: &Reference) -> Result<PlanUnderTest> {
     let model = &r.model;
     let names = memtrace_analyzer::verify::lower::tensor_names(model);
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        action: "read",
-        path: path.clone(),
-        source,
-    })?;
+    let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
     let file: PlanFile = serde_json::from_str(&text)
         .map_err(|e| failed!("{}: not a plan file: {e}", path.display()))?;
     let mut offsets = r.offsets.clone();
@@ -397,7 +394,7 @@ fn plan_from_file(path: &PathBuf, r: &Reference) -> Result<PlanUnderTest> {
     let end = offsets
         .iter()
         .enumerate()
-        .filter_map(|(i, o)| o.map(|o| o + model.tensors[i].bytes))
+        .filter_map(|(i, o)| o.map(|o| o.saturating_add(model.tensors[i].bytes)))
         .max()
         .unwrap_or(0);
     Ok(PlanUnderTest {
@@ -452,13 +449,7 @@ fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
     let input_data = req
         .input
         .as_ref()
-        .map(|p| {
-            std::fs::read(p).map_err(|source| Error::Io {
-                action: "read --input",
-                path: p.clone(),
-                source,
-            })
-        })
+        .map(|p| read_limited(p, MAX_INPUT_FILE, "--input files"))
         .transpose()?;
     if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
         let t = &model.tensors[first];
@@ -482,7 +473,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let started = Instant::now();
     let (base, input_data) = load_model(req)?;
     if let Some(p) = &req.plot {
-        check_writable(p)?;
+        check_output(p, &[std::path::Path::new(&req.model)])?;
     }
     let input = input_data.as_deref();
     let image = executor(req, req.kernels)?;

@@ -20,7 +20,18 @@ pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
             std::io::Write::write_all(w, text.as_bytes())
                 .map_err(|e| memtrace_analyzer::output::write_error(path, e))
         })?,
-        None => print!("{text}"),
+        None => emit(text)?,
     }
     Ok(())
+}
+
+/// Writes `text` to stdout; a closed or full stdout is an error (not a
+/// panic), which `main` reports, or for a closed pipe ends quietly.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
 }

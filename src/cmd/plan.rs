@@ -84,8 +84,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         eprintln!("{line}");
     }
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
-        Format::Table => print!("{}", comparison.to_table()),
+        Format::Json => super::emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
+        Format::Table => super::emit(&comparison.to_table())?,
     }
     Ok(ExitCode::SUCCESS)
 }

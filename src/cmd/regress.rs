@@ -39,7 +39,7 @@ pub struct RegressArgs {
 
 pub fn run(args: RegressArgs) -> Result<ExitCode> {
     if let Some(out) = &args.out {
-        memtrace_driver::common::check_writable(out)?;
+        memtrace_driver::common::check_output(out, &[&args.baseline, &args.elf])?;
     }
     let report = regress(&RegressOptions {
         baseline: args.baseline,

@@ -76,8 +76,8 @@ impl From<&RunArgs> for RunOptions {
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let report = trace_layers(&RunOptions::from(&args))?;
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Table => print!("{}", tables_text(&report)?),
+        Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+        Format::Table => super::emit(&tables_text(&report)?)?,
     }
     for line in warnings(&report) {
         eprintln!("{line}");

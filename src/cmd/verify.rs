@@ -87,8 +87,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         max_instructions: args.max_instructions,
     })?;
     match args.format {
-        Format::Table => print!("{}", report.to_text()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => super::emit(&report.to_text())?,
+        Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
     }
     Ok(if report.ok() {
         ExitCode::SUCCESS

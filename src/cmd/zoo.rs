@@ -36,7 +36,7 @@ pub fn run(args: ZooArgs) -> Result<ExitCode> {
     match args.command {
         ZooCommand::List => {
             for n in zoo::names() {
-                println!("{n}");
+                super::emit(&format!("{n}\n"))?;
             }
         }
         ZooCommand::Export { name, out, seed } => {

@@ -675,16 +675,11 @@ fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
 /// [`emit_offline`] from file to file, written through
 /// [`crate::output::write_atomically`] (a temporary file renamed into place;
 /// FIFOs and character devices written through).
-pub fn write_offline(
-    source: &Path,
-    offsets: &[i64],
-    dest: &Path,
-) -> crate::Result<EmitReport> {
+pub fn write_offline(source: &Path, offsets: &[i64], dest: &Path) -> crate::Result<EmitReport> {
     let original = read_model_file(source)?;
     let report = emit_offline(&original, offsets)?;
     crate::output::write_atomically(dest, |w| {
-        std::io::Write::write_all(w, &report.bytes)
-            .map_err(|e| crate::output::write_error(dest, e))
+        std::io::Write::write_all(w, &report.bytes).map_err(|e| crate::output::write_error(dest, e))
     })?;
     Ok(report)
 }
