@@ -29,13 +29,13 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
+use memtrace_abi::spec::{Dtype, LayerSpec, Op};
 use memtrace_analyzer::model::{tflite, zoo, Model};
 use memtrace_analyzer::overlap::configs::{estimated_instructions, try_random_configs};
 use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_analyzer::rng::Rng;
 use memtrace_analyzer::verify::export::{materialize, to_tflite};
 use memtrace_analyzer::verify::lower::{check_placement, lower, tensor_names, LowerInput};
-use memtrace_tracer::spec::{Dtype, LayerSpec, Op};
 use memtrace_tracer::ElfImage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -43,6 +43,10 @@ pub enum Error {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// An OS error without a path yet (a writer's `?`); the atomic writers
+    /// turn it into [`Error::Io`] naming their file.
+    #[error("{0}")]
+    Os(#[from] std::io::Error),
     /// A picture could not be drawn.
     #[error("cannot draw {path}: {message}")]
     Plot {

@@ -40,6 +40,14 @@ pub fn write_error(path: &Path, source: std::io::Error) -> Error {
     }
 }
 
+/// A writer's path-less OS error, named after the file it was writing.
+fn name_file(e: Error, path: &Path) -> Error {
+    match e {
+        Error::Os(source) => write_error(path, source),
+        other => other,
+    }
+}
+
 /// An OS error while doing `action` to `path`, as the crate's error.
 trait PathContext<T> {
     fn with_path(self, action: &'static str, path: &Path) -> Result<T>;
@@ -153,7 +161,7 @@ pub fn write_atomically(
     match output_target(path)? {
         OutputTarget::Stream(dest) => {
             let mut out = BufWriter::new(open_stream(&dest)?);
-            write(&mut out)?;
+            write(&mut out).map_err(|e| name_file(e, path))?;
             finish(out)?;
             Ok(())
         }
@@ -161,7 +169,7 @@ pub fn write_atomically(
             let tmp = TempFile::new(temporary_sibling(&dest));
             let file = File::create(tmp.path()).with_path("create", path)?;
             let mut out = BufWriter::new(file);
-            write(&mut out)?;
+            write(&mut out).map_err(|e| name_file(e, path))?;
             let file = finish(out)?;
             file.sync_all().ok();
             tmp.persist(&dest).with_path("write", path)
@@ -178,14 +186,14 @@ pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) 
     match output_target(path)? {
         OutputTarget::Replace(dest) => {
             let tmp = TempFile::new(temporary_sibling(&dest));
-            render(tmp.path())?;
+            render(tmp.path()).map_err(|e| name_file(e, path))?;
             tmp.persist(&dest).with_path("write", path)
         }
         OutputTarget::Stream(dest) => {
             let name = temporary_sibling(&dest);
             let name = name.file_name().unwrap_or_default();
             let tmp = TempFile::new(std::env::temp_dir().join(name));
-            render(tmp.path())?;
+            render(tmp.path()).map_err(|e| name_file(e, path))?;
             let mut from = File::open(tmp.path()).with_path("read back", tmp.path())?;
             let mut to = open_stream(&dest)?;
             std::io::copy(&mut from, &mut to).with_path("write", path)?;

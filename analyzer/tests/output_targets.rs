@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
 use memtrace_analyzer::output::{
     ensure_distinct, output_target, registered_temporaries, render_atomically, same_file,
     write_atomically, OutputTarget,
 };
+use memtrace_analyzer::Error;
 
 /// A fresh directory for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -155,7 +155,7 @@ fn an_error_or_panic_mid_write_leaves_no_temporary_file() {
     let out = dir.join("table.csv");
     let e = write_atomically(&out, |w| {
         w.write_all(&[b'x'; 100_000])?; // past the BufWriter: on disk
-        Err(anyhow!("the writer failed half-way"))
+        Err(Error::Invalid("the writer failed half-way".into()))
     })
     .unwrap_err();
     assert!(e.to_string().contains("half-way"));
@@ -164,7 +164,7 @@ fn an_error_or_panic_mid_write_leaves_no_temporary_file() {
     std::fs::write(&out, "previous").unwrap();
     let _ = write_atomically(&out, |w| {
         w.write_all(&[b'y'; 100_000])?;
-        Err(anyhow!("again"))
+        Err(Error::Invalid("again".into()))
     });
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous");
     let r = std::panic::catch_unwind(|| {
@@ -176,7 +176,7 @@ fn an_error_or_panic_mid_write_leaves_no_temporary_file() {
     assert!(r.is_err());
     let _ = render_atomically(&dir.join("p.png"), |tmp| {
         std::fs::write(tmp, [0u8; 10])?;
-        Err(anyhow!("render failed"))
+        Err(Error::Invalid("render failed".into()))
     });
     assert_eq!(listing(&dir), ["table.csv"]);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous");

@@ -201,6 +201,12 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
 /// Re-traces every baseline row with the new build and compares.
 pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
     let baseline = Baseline::load(&opts.baseline)?;
+    if baseline.rows.is_empty() {
+        crate::bail!(
+            "{} has no rows: nothing to compare (write one with `memtrace table`)",
+            opts.baseline.display()
+        );
+    }
     let image = ElfImage::load(&opts.elf)?;
     let threads = threads(opts.jobs);
     // Built-in layers: one run of the binary without a job.

@@ -86,7 +86,29 @@ fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
         Some(p) if kernels == req.kernels => p.clone(),
         _ => harness_guest(req.target, kernels.executor_file(), "--executor")?,
     };
-    Ok(ElfImage::load(&path)?)
+    let image = ElfImage::load(&path)?;
+    // A kernel suite would ignore the program and report nonsense.
+    if image.symbol("memtrace_job").is_some() || image.symbol("memtrace_arena").is_none() {
+        bail!(
+            "{} is not a model executor (it has {}): pass harness-c/build/TARGET/{}",
+            path.display(),
+            if image.symbol("memtrace_job").is_some() {
+                "a kernel suite's memtrace_job mailbox"
+            } else {
+                "no memtrace_arena to load a model program into"
+            },
+            kernels.executor_file()
+        );
+    }
+    if image.arch != req.target {
+        bail!(
+            "{} is a {} executor but --target is {}",
+            path.display(),
+            image.arch.name(),
+            req.target.name()
+        );
+    }
+    Ok(image)
 }
 
 /// Result of one emulated run.

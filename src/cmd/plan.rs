@@ -35,6 +35,14 @@ fn planner_choice(text: &str) -> Result<PlannerChoice, String> {
         })
 }
 
+/// A power of two from 1 to 4096.
+fn alignment(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(a) if a.is_power_of_two() && a <= 4096 => Ok(a),
+        _ => Err(format!("`{text}` is not a power of two from 1 to 4096")),
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     /// A `.tflite` file or a built-in model, e.g. `zoo:mobilenet_v1_0.25_128_int8`.
@@ -64,8 +72,9 @@ pub struct PlanArgs {
     /// `OfflineMemoryAllocation` metadata.
     #[arg(long, value_name = "OUT.tflite")]
     pub emit_offline: Option<PathBuf>,
-    /// Offsets and sizes are multiples of this (TFLM uses 16).
-    #[arg(long, default_value_t = 16)]
+    /// Offsets and sizes are multiples of this (TFLM uses 16): a power of
+    /// two from 1 to 4096.
+    #[arg(long, default_value_t = 16, value_parser = alignment)]
     pub alignment: u64,
 }
 
