@@ -21,7 +21,7 @@ ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
     libstdc++-arm-none-eabi-newlib gcc g++ make python3 python3-venv
 
-.PHONY: all demo test bench lint deps guests build oracle clean
+.PHONY: all demo test bench lint fuzz deps guests build oracle clean
 
 all: build
 
@@ -50,6 +50,15 @@ test: build oracle
 
 bench: build
 	$(MEMTRACE) bench
+
+# The mutation campaign of `make test` (tests/fuzz_campaign.rs), scaled up and
+# with a fresh seed per run; failing inputs land in fixtures/fuzz/ to commit.
+# Coverage-guided fuzzing (cargo-fuzz / libFuzzer) needs a nightly Rust
+# toolchain, which these machines do not have (docs/user-guide.md, "Fuzzing").
+FUZZ_SCALE ?= 50
+fuzz: build
+	MEMTRACE_FUZZ_SCALE=$(FUZZ_SCALE) MEMTRACE_FUZZ_SEED=$${MEMTRACE_FUZZ_SEED:-$$(date +%s)} \
+	    $(CARGO) test --release --test fuzz_campaign -- --nocapture
 
 # What every commit keeps clean: formatting, clippy, rustdoc links.
 lint:
