@@ -184,3 +184,22 @@ fn a_failed_trace_writes_no_partial_output() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "files left behind: {left:?}");
 }
+
+#[test]
+fn a_well_formed_linux_program_is_unsupported_not_malformed() {
+    // This test's own binary: a real, dynamically linked Linux executable.
+    let me = std::env::current_exe().unwrap();
+    let err = fails(&["run", p(&me)]);
+    assert!(err.contains("unsupported ELF"), "{err}");
+    assert!(err.contains("dynamically linked"), "{err}");
+    assert!(!err.contains("malformed"), "{err}");
+}
+
+#[test]
+fn a_number_too_large_for_a_job_is_said_to_be_too_large() {
+    let suite = guest("cortex-m4", "suite");
+    let err = fails(&["run", p(&suite), "--job", "op=relu,input=4294967297"]);
+    assert!(err.contains("`4294967297` is too large"), "{err}");
+    let err = fails(&["run", p(&suite), "--job", "op=relu,input=-3"]);
+    assert!(err.contains("is not a non-negative integer"), "{err}");
+}

@@ -797,9 +797,14 @@ impl fmt::Display for LayerSpec {
 }
 
 fn parse_number(key: &str, value: &str) -> Result<u32, SpecError> {
-    value
-        .parse::<u32>()
-        .map_err(|_| SpecError::new(format!("{key}: `{value}` is not a non-negative integer")))
+    value.parse::<u32>().map_err(|_| {
+        let reason = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            format!("is too large (at most {})", u32::MAX)
+        } else {
+            "is not a non-negative integer".to_owned()
+        };
+        SpecError::new(format!("{key}: `{value}` {reason}"))
+    })
 }
 
 fn parse_pair(key: &str, value: &str) -> Result<(u32, u32), SpecError> {

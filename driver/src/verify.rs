@@ -413,12 +413,19 @@ fn plan_from_file(path: &PathBuf, r: &Reference) -> Result<PlanUnderTest> {
         }
         offsets[i] = Some(t.offset);
     }
-    let end = offsets
-        .iter()
-        .enumerate()
-        .filter_map(|(i, o)| o.map(|o| o.saturating_add(model.tensors[i].bytes)))
-        .max()
-        .unwrap_or(0);
+    let mut end = 0u64;
+    for (i, o) in offsets.iter().enumerate() {
+        let Some(o) = *o else { continue };
+        let bytes = model.tensors[i].bytes;
+        let Some(e) = o.checked_add(bytes) else {
+            bail!(
+                "{}: tensor `{}` at offset {o} + {bytes} bytes lies beyond any arena",
+                path.display(),
+                names[i]
+            );
+        };
+        end = end.max(e);
+    }
     Ok(PlanUnderTest {
         plan: None,
         offsets,

@@ -237,11 +237,21 @@ impl ElfImage {
             }
         };
         if file.kind() != object::ObjectKind::Executable {
-            return Err(TraceError::MalformedElf {
+            let kind = match file.kind() {
+                object::ObjectKind::Dynamic => {
+                    "a dynamically linked (or position-independent) executable or shared library"
+                        .to_owned()
+                }
+                object::ObjectKind::Relocatable => {
+                    "a relocatable object (not linked yet)".to_owned()
+                }
+                object::ObjectKind::Core => "a core dump".to_owned(),
+                other => format!("an ELF file of kind {other:?}"),
+            };
+            return Err(TraceError::UnsupportedElf {
                 path: path.to_owned(),
                 reason: format!(
-                    "it is a {:?} file, not a statically linked executable",
-                    file.kind()
+                    "it is {kind}; memtrace runs statically linked, freestanding executables (build with the harness linker scripts, docs/protocol.md §11)"
                 ),
             });
         }

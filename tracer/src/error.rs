@@ -85,6 +85,14 @@ pub enum TraceError {
     },
     /// The ELF could not be parsed, or is not a statically linked executable with
     /// loadable segments.
+    /// A well-formed ELF file of a kind memtrace does not run.
+    #[error("{path}: unsupported ELF: {reason}")]
+    UnsupportedElf {
+        /// The file.
+        path: PathBuf,
+        /// What it is and what memtrace needs instead.
+        reason: String,
+    },
     #[error("{path}: malformed ELF: {reason}")]
     MalformedElf {
         /// Path of the ELF file.
