@@ -203,3 +203,19 @@ fn a_number_too_large_for_a_job_is_said_to_be_too_large() {
     let err = fails(&["run", p(&suite), "--job", "op=relu,input=-3"]);
     assert!(err.contains("is not a non-negative integer"), "{err}");
 }
+
+#[test]
+fn a_full_disk_while_writing_a_picture_is_a_clean_error() {
+    // A .png name that leads to /dev/full: every write fails with ENOSPC.
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("full.png");
+    std::os::unix::fs::symlink("/dev/full", &link).unwrap();
+    let suite = guest("cortex-m4", "suite");
+    let err = fails(&["run", p(&suite), "--layer", "conv2", "--plot", p(&link)]);
+    assert!(err.contains("full.png"), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        !err.contains("ImageError") && !err.contains("Custom {"),
+        "{err}"
+    );
+}

@@ -83,8 +83,6 @@ pub enum TraceError {
         /// The architecture found.
         arch: String,
     },
-    /// The ELF could not be parsed, or is not a statically linked executable with
-    /// loadable segments.
     /// A well-formed ELF file of a kind memtrace does not run.
     #[error("{path}: unsupported ELF: {reason}")]
     UnsupportedElf {
@@ -93,6 +91,7 @@ pub enum TraceError {
         /// What it is and what memtrace needs instead.
         reason: String,
     },
+    /// The ELF could not be parsed, or has no usable loadable segments.
     #[error("{path}: malformed ELF: {reason}")]
     MalformedElf {
         /// Path of the ELF file.

@@ -13,7 +13,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::output::render_atomically;
+use crate::output::write_atomically;
 
 /// The font family every memtrace plot uses, registered on first use.
 pub fn font() -> &'static str {
@@ -75,25 +75,52 @@ pub fn render_picture(path: &Path, size: (u32, u32), picture: &impl Picture) -> 
             )))
         }
     };
-    render_atomically(path, |tmp| {
-        if svg {
-            let root = SVGBackend::new(tmp, size).into_drawing_area();
-            picture.draw(&root)?;
+    // Drawn in memory and written like any other output, so that a failed
+    // write is reported as one (naming the file), not as a backend error.
+    let bytes = if svg {
+        let mut text = String::new();
+        {
+            let root = SVGBackend::with_string(&mut text, size).into_drawing_area();
+            picture.draw(&root).map_err(|e| plot_error(path, e))?;
             root.present()
-                .map_err(|e| Error::Drawing(format!("writing SVG: {e}")))?;
-        } else {
-            let root = BitMapBackend::new(tmp, size).into_drawing_area();
-            picture.draw(&root)?;
-            root.present()
-                .map_err(|e| Error::Drawing(format!("writing PNG: {e}")))?;
+                .map_err(|e| plot_error(path, Error::Drawing(e.to_string())))?;
         }
+        text.into_bytes()
+    } else {
+        let (w, h) = size;
+        let mut rgb = vec![0u8; w as usize * h as usize * 3];
+        {
+            let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+            picture.draw(&root).map_err(|e| plot_error(path, e))?;
+            root.present()
+                .map_err(|e| plot_error(path, Error::Drawing(e.to_string())))?;
+        }
+        png(&rgb, size).map_err(|e| plot_error(path, e))?
+    };
+    write_atomically(path, |w| {
+        std::io::Write::write_all(w, &bytes)?;
         Ok(())
     })
-    .map_err(|e| match e {
+}
+
+/// A drawing failure of the picture `path`.
+fn plot_error(path: &Path, e: Error) -> Error {
+    match e {
         Error::Drawing(message) => Error::Plot {
             path: path.to_owned(),
             message,
         },
         other => other,
-    })
+    }
+}
+
+/// RGB pixels as a PNG file.
+fn png(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>> {
+    let image = image::RgbImage::from_raw(w, h, rgb.to_vec())
+        .ok_or_else(|| Error::Drawing("the pixel buffer does not match the size".into()))?;
+    let mut out = std::io::Cursor::new(Vec::new());
+    image
+        .write_to(&mut out, image::ImageOutputFormat::Png)
+        .map_err(|e| Error::Drawing(format!("encoding PNG: {e}")))?;
+    Ok(out.into_inner())
 }
