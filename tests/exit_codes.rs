@@ -40,9 +40,9 @@ fn every_documented_example_exits_with_its_documented_code() {
         let command = example
             .replacen("memtrace", bin, 1)
             .replace("SUITE", common::path_str(&suite));
-        let out = Command::new("sh")
+        let out = Command::new("bash")
             .arg("-c")
-            .arg(format!("set -o pipefail 2>/dev/null; {command}"))
+            .arg(format!("set -o pipefail; {command}"))
             .env("CI", "1")
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(Stdio::null())

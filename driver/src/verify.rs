@@ -419,7 +419,7 @@ fn plan_from_file(path: &PathBuf, r: &Reference) -> Result<PlanUnderTest> {
         let bytes = model.tensors[i].bytes;
         let Some(e) = o.checked_add(bytes) else {
             bail!(
-                "{}: tensor `{}` at offset {o} + {bytes} bytes lies beyond any arena",
+                "{}: tensor `{}` at offset {o} + {bytes} bytes does not fit any arena",
                 path.display(),
                 names[i]
             );
