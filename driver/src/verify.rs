@@ -392,7 +392,7 @@ struct PlanUnderTest {
 
 /// The placement of `--plan FILE`: listed tensors moved, the others at their
 /// reference offsets, model order.
-fn plan_from_file(path: &PathBuf, r: &Reference) -> Result<PlanUnderTest> {
+fn plan_from_file(path: &std::path::Path, r: &Reference) -> Result<PlanUnderTest> {
     let model = &r.model;
     let names = memtrace_analyzer::verify::lower::tensor_names(model);
     let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
