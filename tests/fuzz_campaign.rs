@@ -36,6 +36,7 @@ use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_analyzer::rng::Rng;
 use memtrace_analyzer::verify::export::{materialize, to_tflite};
 use memtrace_analyzer::verify::lower::{check_placement, lower, tensor_names, LowerInput};
+use memtrace_driver::verify::placement_from_plan;
 use memtrace_tracer::ElfImage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -769,36 +770,8 @@ fn spec_target(text: &str) -> Result<(), String> {
 /// What `verify --plan` does with a plan file, up to the emulator: names to
 /// tensors, offsets over the reference placement, the arena, lowering.
 fn plan_target(model: &Model, reference: &[Option<u64>], text: &str) -> Result<(), String> {
-    #[derive(Deserialize)]
-    struct PlanFile {
-        tensors: Vec<PlanFileTensor>,
-        arena_bytes: Option<u64>,
-    }
-    #[derive(Deserialize)]
-    struct PlanFileTensor {
-        name: String,
-        offset: u64,
-    }
-    let file: PlanFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let names = tensor_names(model);
-    let mut offsets = reference.to_vec();
-    for t in &file.tensors {
-        let i = names
-            .iter()
-            .position(|n| *n == t.name)
-            .ok_or_else(|| format!("no tensor `{}`", t.name))?;
-        if offsets[i].is_none() {
-            return Err(format!("`{}` is not an arena tensor", t.name));
-        }
-        offsets[i] = Some(t.offset);
-    }
-    let end = offsets
-        .iter()
-        .enumerate()
-        .filter_map(|(i, o)| o.map(|o| o.wrapping_add(model.tensors[i].bytes)))
-        .max()
-        .unwrap_or(0);
-    let arena = file.arena_bytes.unwrap_or(end).max(end);
+    let (offsets, arena) =
+        placement_from_plan(model, reference, text).map_err(|e| e.to_string())?;
     check_placement(model, &offsets, arena).map_err(|e| e.to_string())?;
     lower(
         model,

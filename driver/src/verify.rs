@@ -393,23 +393,38 @@ struct PlanUnderTest {
 /// The placement of `--plan FILE`: listed tensors moved, the others at their
 /// reference offsets, model order.
 fn plan_from_file(path: &std::path::Path, r: &Reference) -> Result<PlanUnderTest> {
-    let model = &r.model;
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
     let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
-    let file: PlanFile = serde_json::from_str(&text)
-        .map_err(|e| failed!("{}: not a plan file: {e}", path.display()))?;
-    let mut offsets = r.offsets.clone();
+    let (offsets, arena) = placement_from_plan(&r.model, &r.offsets, &text)
+        .with_context(|| path.display().to_string())?;
+    Ok(PlanUnderTest {
+        plan: None,
+        offsets,
+        arena,
+        order: (0..r.model.ops.len()).collect(),
+        planner: "file".to_string(),
+        overlap: path.display().to_string(),
+    })
+}
+
+/// The tensor offsets and arena size a plan file's `text` gives `model`
+/// (`{"tensors": [{"name", "offset"}], "arena_bytes"}`): listed tensors at
+/// their offsets, the others at their `reference` offsets; the arena at
+/// least as large as every placed tensor's end.
+pub fn placement_from_plan(
+    model: &Model,
+    reference: &[Option<u64>],
+    text: &str,
+) -> Result<(Vec<Option<u64>>, u64)> {
+    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
+    let mut offsets = reference.to_vec();
     for t in &file.tensors {
         let i = names
             .iter()
             .position(|n| *n == t.name)
-            .ok_or_else(|| failed!("{}: no tensor `{}`", path.display(), t.name))?;
+            .ok_or_else(|| failed!("no tensor `{}`", t.name))?;
         if offsets[i].is_none() {
-            bail!(
-                "{}: tensor `{}` is not an arena tensor",
-                path.display(),
-                t.name
-            );
+            bail!("tensor `{}` is not an arena tensor", t.name);
         }
         offsets[i] = Some(t.offset);
     }
@@ -419,21 +434,13 @@ fn plan_from_file(path: &std::path::Path, r: &Reference) -> Result<PlanUnderTest
         let bytes = model.tensors[i].bytes;
         let Some(e) = o.checked_add(bytes) else {
             bail!(
-                "{}: tensor `{}` at offset {o} + {bytes} bytes does not fit any arena",
-                path.display(),
+                "tensor `{}` at offset {o} + {bytes} bytes does not fit any arena",
                 names[i]
             );
         };
         end = end.max(e);
     }
-    Ok(PlanUnderTest {
-        plan: None,
-        offsets,
-        arena: file.arena_bytes.unwrap_or(end).max(end),
-        order: (0..model.ops.len()).collect(),
-        planner: "file".to_string(),
-        overlap: path.display().to_string(),
-    })
+    Ok((offsets, file.arena_bytes.unwrap_or(end).max(end)))
 }
 
 /// The planner's placement of `model` with O_s from `traced` or a method.
