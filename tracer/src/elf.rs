@@ -43,6 +43,8 @@ pub struct Segment {
     pub data: Vec<u8>,
     /// Mapped executable (`PF_X`).
     pub executable: bool,
+    /// Mapped writable (`PF_W`).
+    pub writable: bool,
 }
 
 /// A named guest object or function.
@@ -70,6 +72,8 @@ pub struct ElfImage {
     symbols: HashMap<String, Symbol>,
     /// Functions sorted by address, for PC -> function without DWARF.
     functions: Vec<(u64, u64, String)>,
+    /// Data objects of non-zero size sorted by address, for address -> name.
+    objects: Vec<(u64, u64, String)>,
     /// The whole file, kept for lazy DWARF loading.
     pub bytes: Arc<[u8]>,
 }
@@ -143,15 +147,19 @@ impl ElfImage {
                     ),
                 });
             }
-            let executable = match seg.flags() {
-                object::SegmentFlags::Elf { p_flags, .. } => p_flags.contains(object::elf::PF_X),
-                _ => true,
+            let (executable, writable) = match seg.flags() {
+                object::SegmentFlags::Elf { p_flags, .. } => (
+                    p_flags.contains(object::elf::PF_X),
+                    p_flags.contains(object::elf::PF_W),
+                ),
+                _ => (true, true),
             };
             segments.push(Segment {
                 address: seg.address(),
                 size: seg.size(),
                 data: data.to_vec(),
                 executable,
+                writable,
             });
         }
         if segments.is_empty() {
@@ -162,6 +170,7 @@ impl ElfImage {
         }
         let mut symbols = HashMap::new();
         let mut functions = Vec::new();
+        let mut objects = Vec::new();
         for sym in file.symbols() {
             let Ok(name) = sym.name() else { continue };
             // ARM mapping symbols ($t, $d, $a) mark code/data, not names.
@@ -181,6 +190,8 @@ impl ElfImage {
             };
             if is_function {
                 functions.push((address, sym.size(), name.to_owned()));
+            } else if sym.kind() == SymbolKind::Data && sym.size() > 0 {
+                objects.push((address, sym.size(), name.to_owned()));
             }
             // Prefer global definitions over local ones of the same name.
             if sym.is_global() || !symbols.contains_key(name) {
@@ -188,6 +199,7 @@ impl ElfImage {
             }
         }
         functions.sort();
+        objects.sort();
         Ok(ElfImage {
             path: path.to_owned(),
             arch,
@@ -195,6 +207,7 @@ impl ElfImage {
             segments,
             symbols,
             functions,
+            objects,
             bytes,
         })
     }
@@ -218,6 +231,13 @@ impl ElfImage {
         let i = self.functions.partition_point(|(a, _, _)| *a <= pc);
         let (addr, size, name) = self.functions.get(i.checked_sub(1)?)?;
         (pc < addr + (*size).max(1)).then_some(name.as_str())
+    }
+
+    /// The data object containing `address` and the offset into it, if any.
+    pub fn object_at(&self, address: u64) -> Option<(&str, u64)> {
+        let i = self.objects.partition_point(|(a, _, _)| *a <= address);
+        let (start, size, name) = self.objects.get(i.checked_sub(1)?)?;
+        (address < start + size).then_some((name.as_str(), address - start))
     }
 
     /// True when a page of `[address, address+len)` holds part of an
