@@ -14,7 +14,11 @@
 //!   are exempt: the output may overwrite them);
 //! * (d) `weights_write`: no write to weights or bias;
 //! * (e) `scratch_unused`: a scratch buffer is used up to its end — the
-//!   high-water mark of the bytes touched equals the declared size.
+//!   high-water mark of the bytes the layer writes equals the declared size.
+//!   Writes, not loads: a scratch byte that is only read holds nothing the
+//!   layer put there, and loads are not seen byte-exactly on the MMIO access
+//!   path (an unaligned load reaches the callbacks as the two aligned words
+//!   around it), while stores are on both paths.
 //!
 //! [`ContractCheck`] reports, per rule, the number of violating accesses and
 //! the first one (PC, buffer, offset, size). It knows PCs, not source lines:
@@ -61,7 +65,7 @@ impl Violation {
             (None, None) => "?".to_owned(),
         };
         let Some(pc) = self.pc else {
-            return format!("{} B never accessed from {what} on", self.size);
+            return format!("{} B never written from {what} on", self.size);
         };
         let access = match self.access {
             Some(AccessKind::Load) => "load from",
@@ -109,17 +113,17 @@ impl RuleReport {
     }
 }
 
-/// How much of a declared scratch buffer the layer used.
+/// How much of a declared scratch buffer the layer used: the bytes it wrote.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ScratchUse {
     /// Buffer name.
     pub buffer: String,
     /// Declared size in bytes.
     pub declared_bytes: u64,
-    /// One past the highest byte offset accessed (0 when untouched).
+    /// One past the highest byte offset written (0 when never written).
     pub high_water_bytes: u64,
-    /// Distinct bytes accessed.
-    pub touched_bytes: u64,
+    /// Distinct bytes written.
+    pub written_bytes: u64,
 }
 
 /// The memory contract of one layer.
@@ -260,7 +264,7 @@ impl Bits {
 /// A declared buffer and what the checks track of it.
 struct Tracked {
     buffer: Buffer,
-    /// Outputs: bytes written so far. Scratch: bytes touched.
+    /// Outputs and scratch: bytes written so far.
     bytes: Bits,
     /// Offsets `[start, end)` shared with a buffer of the other side of the
     /// input/output pair: exempt from rules (b) and (c).
@@ -322,7 +326,7 @@ impl Current {
                 }
             }
             Role::Weights | Role::Bias if write => r.weights_write.add(|| violation(b, start)),
-            Role::Scratch => {
+            Role::Scratch if write => {
                 (start..end).for_each(|o| b.bytes.set(o));
                 b.high_water = b.high_water.max(end);
             }
@@ -429,7 +433,7 @@ impl Analysis for ContractCheck {
                 buffer: t.buffer.name.clone(),
                 declared_bytes: declared,
                 high_water_bytes: t.high_water,
-                touched_bytes: t.bytes.count(),
+                written_bytes: t.bytes.count(),
             });
             if t.high_water < declared {
                 cur.report.scratch_unused.add(|| Violation {
@@ -525,7 +529,8 @@ mod tests {
                 event(0, 3, 1, AccessKind::Store),
                 event(2, 5, 2, AccessKind::Store),
                 event(3, 0, 4, AccessKind::Update),
-                event(4, 2, 2, AccessKind::Load),
+                event(4, 2, 2, AccessKind::Store),
+                event(4, 10, 2, AccessKind::Load),
             ],
         );
         assert!(!r.ok);
@@ -537,7 +542,7 @@ mod tests {
         assert_eq!(r.weights_write.violations, 2);
         let e = r.scratch_unused.first.as_ref().unwrap();
         assert_eq!((e.offset, e.size, e.pc), (4, 12, None));
-        assert_eq!(r.scratch[0].touched_bytes, 2);
+        assert_eq!(r.scratch[0].written_bytes, 2);
         assert!(r.stray_write.ok);
     }
 
