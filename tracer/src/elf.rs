@@ -43,8 +43,6 @@ pub struct Segment {
     pub data: Vec<u8>,
     /// Mapped executable (`PF_X`).
     pub executable: bool,
-    /// Mapped writable (`PF_W`).
-    pub writable: bool,
 }
 
 /// A named guest object or function.
@@ -147,19 +145,15 @@ impl ElfImage {
                     ),
                 });
             }
-            let (executable, writable) = match seg.flags() {
-                object::SegmentFlags::Elf { p_flags, .. } => (
-                    p_flags.contains(object::elf::PF_X),
-                    p_flags.contains(object::elf::PF_W),
-                ),
-                _ => (true, true),
+            let executable = match seg.flags() {
+                object::SegmentFlags::Elf { p_flags, .. } => p_flags.contains(object::elf::PF_X),
+                _ => true,
             };
             segments.push(Segment {
                 address: seg.address(),
                 size: seg.size(),
                 data: data.to_vec(),
                 executable,
-                writable,
             });
         }
         if segments.is_empty() {

@@ -4,9 +4,10 @@
 //! served page sees them, and a memory hook over all of RAM would send every
 //! access through Unicorn's slow path (ARCHITECTURE.md, "Emulator costs").
 //!
-//! Instead, while a selected layer is open, every page of the guest's
-//! writable segments is write-protected (read and execute stay allowed),
-//! except the port page and the stack's pages. A write to a protected page
+//! Instead, while a selected layer is open, every page the guest loads is
+//! write-protected (read and execute stay allowed), except the port page and
+//! the stack's pages: code and read-only data count too, since the emulator
+//! maps them writable and real hardware would not. A write to a protected page
 //! makes Unicorn call the `MEM_WRITE_PROT` hook installed before the first
 //! instruction (with the PC synchronised, so it is exact); the hook copies
 //! the stored bytes into guest RAM itself (Unicorn drops a store to a
@@ -35,7 +36,7 @@ use unicorn_engine::{MemType, Prot};
 
 use memtrace_abi::event::{Message, StrayWrite};
 
-use super::{clear_stale_it_state, HookUc, Session, PAGE};
+use super::{clear_stale_it_state, page_ranges, HookUc, Session, PAGE};
 use crate::elf::ElfImage;
 
 /// Stack assumed below the stack pointer without stack symbols.
@@ -45,8 +46,8 @@ const STACK_ABOVE_SP: u64 = 64 << 10;
 
 /// State of the stray-write watch.
 pub(super) struct Guard {
-    /// Page ranges of the writable segments, without the port page.
-    writable: Vec<(u64, u64)>,
+    /// Page ranges of the loaded segments, without the port page.
+    loaded: Vec<(u64, u64)>,
     /// `[__stack_bottom, __stack_top)`, when the image defines both.
     stack_symbols: Option<(u64, u64)>,
     /// What is protected while a selected layer is open.
@@ -101,26 +102,12 @@ fn subtract(ranges: &[(u64, u64)], start: u64, end: u64) -> Vec<(u64, u64)> {
 impl Guard {
     /// The watch for `image`, whose port page is at `port_page`.
     pub(super) fn for_image(image: &ElfImage, port_page: u64) -> Guard {
-        let mut writable: Vec<(u64, u64)> = image
-            .segments
-            .iter()
-            .filter(|s| s.writable)
-            .map(|s| (page_floor(s.address), page_ceil(s.address + s.size)))
-            .collect();
-        writable.sort();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (s, e) in writable {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
         let stack_symbols = match (image.symbol("__stack_bottom"), image.symbol("__stack_top")) {
             (Some(b), Some(t)) if b.address < t.address => Some((b.address, t.address)),
             _ => None,
         };
         Guard {
-            writable: subtract(&merged, port_page, port_page + PAGE),
+            loaded: subtract(&page_ranges(image), port_page, port_page + PAGE),
             stack_symbols,
             active: None,
             pending: Vec::new(),
@@ -222,16 +209,16 @@ fn protect(uc: &mut HookUc<'_, '_>, sp: u64) -> Result<(), String> {
                 page_floor(sp.saturating_sub(STACK_BELOW_SP)),
                 page_ceil(sp.saturating_add(STACK_ABOVE_SP)),
             );
-            // Within the writable range that holds SP.
+            // Within the loaded range that holds SP.
             let (lo, hi) = guard
-                .writable
+                .loaded
                 .iter()
                 .find(|(s, e)| (*s..*e).contains(&sp))
                 .map_or((lo, hi), |&(s, e)| (lo.max(s), hi.min(e)));
             ((lo, hi), (lo, hi))
         }
     };
-    let protected = subtract(&guard.writable, unprotected.0, unprotected.1);
+    let protected = subtract(&guard.loaded, unprotected.0, unprotected.1);
     for &(start, end) in &protected {
         uc.mem_protect(start, end - start, Prot::READ | Prot::EXEC)
             .map_err(|e| format!("write-protecting guest pages {start:#x}..{end:#x}: {e:?}"))?;
