@@ -4,7 +4,7 @@
 //! consumes its channel (`memtrace_tracer::trace`); analyses live in the
 //! analyzer and the driver and never see the emulator.
 
-use crate::event::{Buffer, Event, LayerInfo};
+use crate::event::{Buffer, Event, LayerInfo, StrayWrite};
 
 /// Something that consumes a trace, layer by layer.
 pub trait Analysis {
@@ -14,6 +14,9 @@ pub trait Analysis {
     fn buffer(&mut self, _buffer: &Buffer) {}
     /// A batch of accesses of the open layer, in `seq` order.
     fn events(&mut self, _events: &[Event]) {}
+    /// The open layer wrote outside its declared buffers and the stack
+    /// (only when the trace watches for stray writes).
+    fn stray_write(&mut self, _write: &StrayWrite) {}
     /// The open layer ended after `instructions` retired instructions.
     fn layer_end(&mut self, _instructions: u64) {}
 }

@@ -126,6 +126,26 @@ pub struct LayerInfo {
     pub spec: Option<LayerSpec>,
 }
 
+/// A write made inside a traced layer window to memory that is none of the
+/// layer's declared buffers and not the guest's stack (see docs/protocol.md,
+/// "Stray writes"). Only the tracer can see these: they touch no buffer, so
+/// they are no [`Event`]. Sent only when the trace asked for them
+/// (`TraceOptions::stray_writes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StrayWrite {
+    /// Retired-instruction index since layer begin of the storing instruction.
+    pub t: u64,
+    /// Guest PC of the storing instruction (exact on both access paths for
+    /// pages that hold no declared buffer; on the MMIO path, the address of
+    /// its block for bytes on a page that also holds a declared buffer).
+    pub pc: u64,
+    /// Guest address of the first byte written outside the buffers.
+    pub address: u64,
+    /// Bytes written outside the buffers, from `address` on (an access that
+    /// also writes buffer bytes is clipped to the bytes outside them).
+    pub size: u32,
+}
+
 /// Messages in the order the guest produced them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
@@ -135,6 +155,11 @@ pub enum Message {
     BufferDeclared(Buffer),
     /// Accesses of the current layer, in `seq` order.
     Events(Vec<Event>),
+    /// A write outside the open layer's buffers and the stack. Stray writes
+    /// arrive in program order among themselves and before their layer's
+    /// `LayerEnd`; events of the same layer made before one may still be in
+    /// an unsent batch, so order them with events by `t`.
+    StrayWrite(StrayWrite),
     /// The guest closed the open layer window (`LAYER_END`).
     LayerEnd {
         /// Instructions retired inside the window.

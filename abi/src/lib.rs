@@ -32,5 +32,5 @@ pub mod protocol;
 pub mod spec;
 
 pub use analysis::Analysis;
-pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
+pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
 pub use spec::{Dtype, LayerSpec, Op};

@@ -84,6 +84,9 @@ pub struct LayerReport {
     pub buffers: Vec<BufferReport>,
     /// Absent when the layer has no input or no output buffer.
     pub overlap: Option<OverlapReport>,
+    /// The kernel memory contract (`memtrace run`; absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract: Option<crate::contract::ContractReport>,
 }
 
 /// A whole `memtrace run`.

@@ -70,6 +70,8 @@ fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<Traced> {
         TraceOptions {
             job: Some(job.clone()),
             access,
+            // As `memtrace run`, which checks the memory contract.
+            stray_writes: true,
             ..TraceOptions::default()
         },
         &mut [&mut stats],

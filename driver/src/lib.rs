@@ -11,6 +11,7 @@
 pub mod baseline;
 pub mod bench;
 pub mod common;
+pub mod contract;
 pub mod error;
 pub mod kernels;
 pub mod ladder;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
+use memtrace_analyzer::contract::{contract_frame, ContractCheck};
 use memtrace_analyzer::event_table::EventTable;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{explain, MethodValues};
@@ -78,7 +79,9 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         }
     }
     let image = ElfImage::load(&opts.elf)?;
+    let rerun_job = job.clone();
     let mut stats = LayerStats::default();
+    let mut contract = ContractCheck::default();
     let mut table = opts.events.as_ref().map(|_| EventTable::default());
     let mut plot = opts.plot.as_ref().map(|_| {
         if opts.no_overlay {
@@ -92,10 +95,11 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         layers: (!opts.layers.is_empty()).then(|| opts.layers.clone()),
         max_instructions: opts.max_instructions,
         access: access_path(opts.exact_time || table.is_some() || plot.is_some()),
+        stray_writes: true,
         ..TraceOptions::default()
     };
     let summary = {
-        let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut stats];
+        let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut stats, &mut contract];
         if let Some(t) = table.as_mut() {
             analyses.push(t);
         }
@@ -128,6 +132,16 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             summary.exit_code
         );
     }
+    let rerun = crate::contract::Rerun {
+        image: &image,
+        job: rerun_job,
+        max_instructions: opts.max_instructions,
+        layers: &summary.layers,
+    };
+    let contracts = crate::contract::finish(rerun, summary.access, contract.layers)?;
+    for layer in &mut stats.layers {
+        layer.contract = contracts.iter().find(|c| c.index == layer.index).cloned();
+    }
     if let (Some(table), Some(path)) = (table, &opts.events) {
         table.write_parquet(path)?;
     }
@@ -144,7 +158,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     })
 }
 
-/// One warning per failed O_s cross-check of each layer.
+/// One warning per failed O_s cross-check of each layer, then one per
+/// broken rule of the memory contract.
 pub fn warnings(report: &RunReport) -> Vec<String> {
     let mut lines = Vec::new();
     for layer in &report.layers {
@@ -163,6 +178,7 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
             ));
         }
     }
+    lines.extend(crate::contract::warnings(report));
     lines
 }
 
@@ -179,12 +195,13 @@ pub fn flagged_layers(report: &RunReport) -> usize {
 pub fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
     Ok(format!(
-        "{} ({}): {} layer(s) traced, {} instructions in total\n{}\n{}\n",
+        "{} ({}): {} layer(s) traced, {} instructions in total\n{}\n{}\nmemory contract:\n{}\n",
         report.elf,
         report.arch,
         report.layers.len(),
         report.instructions,
         buffers_frame(report)?,
-        overlap_frame(report)?
+        overlap_frame(report)?,
+        contract_frame(report)?
     ))
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use memtrace_driver::contract::broken_layers;
 use memtrace_driver::run::{
     flagged_layers, run as trace_layers, tables_text, warnings, RunOptions,
 };
@@ -42,7 +43,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_overlay: bool,
     /// Exit with status 1 when a layer fails an O_s cross-check (UNSAFE
-    /// analytic bound, algorithmic MISMATCH); without it they are warnings.
+    /// analytic bound, algorithmic MISMATCH) or breaks the memory contract
+    /// (stray write, output read before written, write to an input, weights
+    /// or bias, scratch not used to its end); without it they are warnings.
     #[arg(long)]
     pub strict: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -85,6 +88,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let flagged = flagged_layers(&report);
     if flagged > 0 && args.strict {
         eprintln!("error: {flagged} layer(s) failed an O_s cross-check (--strict)");
+    }
+    let broken = broken_layers(&report);
+    if broken > 0 && args.strict {
+        eprintln!("error: {broken} layer(s) broke the memory contract (--strict)");
+    }
+    if (flagged > 0 || broken > 0) && args.strict {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

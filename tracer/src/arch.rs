@@ -68,6 +68,15 @@ impl Arch {
         }
     }
 
+    /// The stack pointer (0 if it cannot be read).
+    pub(crate) fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64 {
+        match self {
+            Arch::CortexM4 => uc.reg_read(RegisterARM::SP),
+            Arch::X86_64 => uc.reg_read(RegisterX86::RSP),
+        }
+        .unwrap_or(0)
+    }
+
     /// Whether memory hooks leave stale Thumb IT state behind that must be
     /// cleared after each hooked access (unicorn-engine/unicorn#2309).
     pub(crate) fn has_it_blocks(self) -> bool {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection};
 
-use crate::elf::ElfImage;
+use crate::elf::{Arch, ElfImage};
 use crate::error::CodeLocation;
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
@@ -25,9 +25,13 @@ impl DebugInfo {
         }
     }
 
-    /// Resolves `pc` (Thumb bit ignored).
+    /// Resolves `pc` (on Cortex-M4 the Thumb bit is ignored; x86-64
+    /// instructions may start at odd addresses).
     pub fn locate(&self, image: &ElfImage, pc: u64) -> CodeLocation {
-        let pc = pc & !1;
+        let pc = match image.arch {
+            Arch::CortexM4 => pc & !1,
+            Arch::X86_64 => pc,
+        };
         let mut loc = CodeLocation {
             pc,
             function: image.function_at(pc).map(str::to_owned),

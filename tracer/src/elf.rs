@@ -192,6 +192,8 @@ pub struct ElfImage {
     symbols: HashMap<String, Symbol>,
     /// Functions sorted by address, for PC -> function without DWARF.
     functions: Vec<(u64, u64, String)>,
+    /// Data objects of non-zero size sorted by address, for address -> name.
+    objects: Vec<(u64, u64, String)>,
     /// The whole file, kept for lazy DWARF loading.
     pub bytes: Arc<[u8]>,
 }
@@ -301,6 +303,7 @@ impl ElfImage {
         }
         let mut symbols = HashMap::new();
         let mut functions = Vec::new();
+        let mut objects = Vec::new();
         for sym in file.symbols() {
             let Ok(name) = sym.name() else { continue };
             // ARM mapping symbols ($t, $d, $a) mark code/data, not names.
@@ -320,6 +323,8 @@ impl ElfImage {
             };
             if is_function {
                 functions.push((address, sym.size(), name.to_owned()));
+            } else if sym.kind() == SymbolKind::Data && sym.size() > 0 {
+                objects.push((address, sym.size(), name.to_owned()));
             }
             // Prefer global definitions over local ones of the same name.
             if sym.is_global() || !symbols.contains_key(name) {
@@ -327,6 +332,7 @@ impl ElfImage {
             }
         }
         functions.sort();
+        objects.sort();
         Ok(ElfImage {
             path: path.to_owned(),
             arch,
@@ -334,6 +340,7 @@ impl ElfImage {
             segments,
             symbols,
             functions,
+            objects,
             bytes,
         })
     }
@@ -357,6 +364,13 @@ impl ElfImage {
         let i = self.functions.partition_point(|(a, _, _)| *a <= pc);
         let (addr, size, name) = self.functions.get(i.checked_sub(1)?)?;
         (pc < addr.saturating_add((*size).max(1))).then_some(name.as_str())
+    }
+
+    /// The data object containing `address` and the offset into it, if any.
+    pub fn object_at(&self, address: u64) -> Option<(&str, u64)> {
+        let i = self.objects.partition_point(|(a, _, _)| *a <= address);
+        let (start, size, name) = self.objects.get(i.checked_sub(1)?)?;
+        (address < start + size).then_some((name.as_str(), address - start))
     }
 
     /// True when a page of `[address, address+len)` holds part of an

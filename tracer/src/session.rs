@@ -11,11 +11,14 @@
 //!
 //! Here: the public options and summary, the machine and the hooks that every
 //! run has. `commands` applies the protocol, `events` turns accesses into
-//! events, `mmio` is the hook-free access path.
+//! events, `mmio` is the hook-free access path, `ram` the host memory behind
+//! guest RAM, `guard` the stray-write watch.
 
 mod commands;
 mod events;
+mod guard;
 mod mmio;
+mod ram;
 
 use commands::{guest_read, on_port_write, port_store};
 
@@ -35,7 +38,7 @@ use crate::debuginfo::DebugInfo;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, PAGE};
-use crate::machine::{load_segments, map_pages, write_inputs, GuestInputs, Job};
+use crate::machine::{load_segments, write_inputs, GuestInputs, Job};
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
 /// early so accesses that begin before the buffer and reach into it are seen.
@@ -108,6 +111,11 @@ pub struct TraceOptions<'a> {
     /// Guest ranges `(address, length)` read back once the guest has exited;
     /// returned in [`RunSummary::memory`] in the same order.
     pub readback: Vec<(u64, u64)>,
+    /// Report writes made inside a selected layer window outside its
+    /// declared buffers and the stack ([`memtrace_abi::StrayWrite`]). Costs
+    /// one page-protection change per selected layer on the MMIO path; on
+    /// the hook path each store to a buffer page also passes a hook.
+    pub stray_writes: bool,
 }
 
 impl Default for TraceOptions<'_> {
@@ -122,6 +130,7 @@ impl Default for TraceOptions<'_> {
             progress: None,
             preload: Vec::new(),
             readback: Vec::new(),
+            stray_writes: false,
         }
     }
 }
@@ -202,8 +211,12 @@ struct Session<'a> {
     stop: Option<Stop>,
     progress: Option<Box<dyn FnMut(Progress) + 'a>>,
     next_progress: u64,
+    /// Host memory behind guest RAM.
+    ram: ram::GuestRam,
     /// State of the MMIO access path; `None` on the hook path.
     served: Option<mmio::Served>,
+    /// State of the stray-write watch; `None` when not asked for.
+    guard: Option<guard::Guard>,
     /// Address of the block now running.
     block_address: u64,
 }
@@ -262,7 +275,11 @@ pub(crate) fn run(
         stop: None,
         progress: options.progress,
         next_progress: 1 << 24,
+        ram: ram::GuestRam::for_image(image),
         served,
+        guard: options
+            .stray_writes
+            .then(|| guard::Guard::for_image(image, port.address & !(PAGE - 1))),
         block_address: 0,
     };
     let mut uc = new_machine(image, session)?;
@@ -335,15 +352,10 @@ fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceError {
     err
 }
 
-/// The machine of a traced run: RAM host-backed on the MMIO path, plain
-/// pages on the hook path; segments loaded.
+/// The machine of a traced run: RAM host-backed (`ram.rs`); segments loaded.
 fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, TraceError> {
     let mut uc = image.arch.new_engine(session)?;
-    if uc.get_data().served.is_some() {
-        mmio::map_ram(&mut uc)?;
-    } else {
-        map_pages(&mut uc, image, None)?;
-    }
+    ram::map(&mut uc)?;
     load_segments(&mut uc, image, None)?;
     Ok(uc)
 }
@@ -360,6 +372,10 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
             on_port_write,
         )
         .map_err(hook_err)?;
+    }
+    if uc.get_data().guard.is_some() {
+        uc.add_mem_hook(HookType::MEM_WRITE_PROT, 1, 0, guard::on_write_prot)
+            .map_err(hook_err)?;
     }
     uc.add_mem_hook(
         HookType::MEM_READ_UNMAPPED | HookType::MEM_WRITE_UNMAPPED | HookType::MEM_FETCH_UNMAPPED,
@@ -380,6 +396,13 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
 
 fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
     uc.get_data_mut().block_address = address;
+    if guard::pending(uc.get_data()) {
+        if let Err(e) = guard::apply(uc) {
+            uc.get_data_mut().fail_guest(e, address, None);
+            let _ = uc.emu_stop();
+            return;
+        }
+    }
     let known = match &uc.get_data().clock {
         Clock::Blocks(c) => c.knows(address),
         Clock::Counted(n) => {

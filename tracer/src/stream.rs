@@ -54,6 +54,7 @@ fn consume(
                 // The tracer may have finished; a lost vector is fine.
                 let _ = recycle.try_send(batch);
             }
+            Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(&w)),
             Message::LayerEnd { instructions } => {
                 analyses.iter_mut().for_each(|a| a.layer_end(instructions))
             }

@@ -102,6 +102,7 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
                     params,
                     spec,
                 }));
+                guard::begin(uc);
             }
             Ok(())
         }
@@ -120,6 +121,9 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
                 if let Some(h) = b.hook {
                     let _ = uc.remove_hook(h);
                 }
+            }
+            if layer.selected {
+                guard::end(uc);
             }
             mmio::release_layer_pages(uc)
         }
@@ -265,16 +269,17 @@ fn read_string(uc: &HookUc<'_, '_>, address: u64, what: &str) -> Result<String, 
     ))
 }
 
-/// Reads guest memory; on the MMIO path straight from its host memory
-/// (reading served pages through Unicorn would re-enter the callbacks).
+/// Reads guest memory, RAM straight from its host memory (reading served
+/// pages through Unicorn would re-enter the MMIO callbacks).
 pub(super) fn guest_read(
     uc: &HookUc<'_, '_>,
     address: u64,
     out: &mut [u8],
 ) -> Result<(), unicorn_engine::uc_error> {
-    match uc.get_data().served.as_ref() {
-        Some(s) if s.read(address, out) => Ok(()),
-        _ => uc.mem_read(address, out),
+    if uc.get_data().ram.read(address, out) {
+        Ok(())
+    } else {
+        uc.mem_read(address, out)
     }
 }
 

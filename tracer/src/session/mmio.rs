@@ -7,9 +7,8 @@
 //! whose callbacks read and write the same host memory and record the
 //! events. All other memory stays on Unicorn's fast path.
 //!
-//! Guest RAM is host memory owned here and mapped with `mem_map_ptr`, so
-//! serving and releasing pages moves no data (Unicorn splits a region it
-//! allocated itself by copying all of it).
+//! Guest RAM is host memory (`ram.rs`) mapped with `mem_map_ptr`, so serving
+//! and releasing pages moves no data.
 //!
 //! MMIO callbacks are not told the PC. So events get the current block's
 //! address as `pc` and the instructions retired before that block as `t`;
@@ -22,55 +21,15 @@ use std::ffi::c_void;
 
 use unicorn_engine::{Prot, Unicorn};
 
-use super::{emulator_error, page_ranges, port_store, HookUc, Session, PAGE, PORT_SIZE};
+use super::{emulator_error, port_store, HookUc, Session, PAGE, PORT_SIZE};
 use crate::elf::ElfImage;
 use crate::error::TraceError;
-
-/// Size of the RAM regions guest memory is mapped in (a multiple of pages).
-const RAM_CHUNK: usize = 1 << 20;
-
-/// Zeroed host memory backing a range of guest RAM.
-struct HostRam {
-    guest: u64,
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl HostRam {
-    fn new(guest: u64, len: usize) -> HostRam {
-        let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
-        HostRam { guest, ptr, len }
-    }
-
-    fn contains(&self, address: u64, len: u64) -> bool {
-        address >= self.guest && address + len <= self.guest + self.len as u64
-    }
-
-    /// Host pointer of guest `address` (inside this range).
-    fn at(&self, address: u64) -> *mut u8 {
-        debug_assert!(self.contains(address, 0));
-        // SAFETY: in bounds of the allocation, checked by the callers.
-        unsafe { self.ptr.add((address - self.guest) as usize) }
-    }
-}
-
-impl Drop for HostRam {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` came from `Box<[u8]>::into_raw` in `new`, and
-        // Unicorn, which also points here, is closed before its data drops.
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.ptr, self.len,
-            )))
-        };
-    }
-}
 
 /// A run of guest pages now served as MMIO.
 struct Region {
     base: u64,
     len: u64,
-    /// Index into `Served::ram`.
+    /// Index of its range of guest RAM (`GuestRam::range`).
     ram: usize,
     /// The port page: served for the whole run.
     permanent: bool,
@@ -78,7 +37,6 @@ struct Region {
 
 /// State of the MMIO path.
 pub(super) struct Served {
-    ram: Vec<HostRam>,
     /// Slots of served regions; a callback knows its slot. Slots of released
     /// regions are reused.
     regions: Vec<Option<Region>>,
@@ -93,12 +51,7 @@ impl Served {
     /// The MMIO path for `image`, if it was built with a `memtrace_signal`.
     pub(super) fn for_image(image: &ElfImage, port: u64) -> Option<Served> {
         let signal = image.symbol("memtrace_signal")?;
-        let ram = page_ranges(image)
-            .into_iter()
-            .map(|(start, end)| HostRam::new(start, (end - start) as usize))
-            .collect();
         Some(Served {
-            ram,
             regions: Vec::new(),
             port,
             signal: (signal.address, signal.address + signal.size.max(1)),
@@ -123,49 +76,6 @@ impl Served {
             .flatten()
             .any(|r| page >= r.base && page < r.base + r.len)
     }
-
-    fn ram_index(&self, address: u64, len: u64) -> Option<usize> {
-        self.ram.iter().position(|r| r.contains(address, len))
-    }
-
-    /// Copies guest RAM at `address` into `out`; false outside guest RAM.
-    pub(super) fn read(&self, address: u64, out: &mut [u8]) -> bool {
-        let Some(i) = self.ram_index(address, out.len() as u64) else {
-            return false;
-        };
-        // SAFETY: the range is inside the allocation (`ram_index`); the
-        // emulator is not running guest code while a callback runs.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ram[i].at(address), out.as_mut_ptr(), out.len())
-        };
-        true
-    }
-}
-
-/// Maps guest RAM onto the path's host memory (instead of `mem_map`).
-pub(super) fn map_ram(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceError> {
-    let ranges: Vec<(u64, usize, *mut u8)> = match uc.get_data().served.as_ref() {
-        Some(s) => s.ram.iter().map(|r| (r.guest, r.len, r.ptr)).collect(),
-        None => return Ok(()),
-    };
-    for (guest, len, ptr) in ranges {
-        // Unmapping part of a region makes Unicorn unmap and flush all of it
-        // first; chunks bound that cost per served buffer.
-        for at in (0..len).step_by(RAM_CHUNK) {
-            let n = RAM_CHUNK.min(len - at);
-            let start = guest + at as u64;
-            // SAFETY: `ptr` points to `len` bytes that live as long as the
-            // session, which Unicorn owns and outlives its last use of them.
-            unsafe { uc.mem_map_ptr(start, n as u64, Prot::ALL, ptr.add(at) as *mut c_void) }
-                .map_err(|e| {
-                    emulator_error(
-                        &format!("mapping guest memory {start:#x}..{:#x}", start + n as u64),
-                        e,
-                    )
-                })?;
-        }
-    }
-    Ok(())
 }
 
 /// Serves the port page and hooks `memtrace_signal`; before the first
@@ -220,10 +130,12 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
              trace with --exact-time (memory hooks) instead"
         ));
     }
-    let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
-    let ram = s
-        .ram_index(start, end - start)
+    let ram = uc
+        .get_data()
+        .ram
+        .index(start, end - start)
         .ok_or_else(|| format!("guest pages {range} are not one range of guest RAM"))?;
+    let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
     let region = Region {
         base: start,
         len: end - start,
@@ -259,14 +171,15 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
 
 /// Gives the pages served for a layer back to RAM.
 pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
-    let released: Vec<(u64, u64, *mut u8)> = match uc.get_data_mut().served.as_mut() {
+    let session = uc.get_data_mut();
+    let released: Vec<(u64, u64, *mut u8)> = match session.served.as_mut() {
         Some(s) => {
-            let ram = &s.ram;
+            let ram = &session.ram;
             s.regions
                 .iter_mut()
                 .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
                 .filter_map(Option::take)
-                .map(|r| (r.base, r.len, ram[r.ram].at(r.base)))
+                .map(|r| (r.base, r.len, ram.range(r.ram).at(r.base)))
                 .collect()
         }
         None => return Ok(()),
@@ -275,7 +188,7 @@ pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String>
         let range = format!("{base:#x}..{:#x}", base + len);
         uc.mem_unmap(base, len)
             .map_err(|e| format!("unmapping MMIO pages {range}: {e:?}"))?;
-        // SAFETY: as in `map_ram`; `ptr` is inside the same allocation.
+        // SAFETY: as in `ram::map`; `ptr` is inside the same allocation.
         unsafe { uc.mem_map_ptr(base, len, Prot::ALL, ptr as *mut c_void) }
             .map_err(|e| format!("remapping guest pages {range}: {e:?}"))?;
     }
@@ -293,7 +206,7 @@ fn host_access(
     let r = sv.regions.get(slot)?.as_ref()?;
     let address = r.base + offset;
     let n = size.min(8).min(r.len.saturating_sub(offset) as usize);
-    Some((address, sv.ram[r.ram].at(address), n))
+    Some((address, s.ram.range(r.ram).at(address), n))
 }
 
 fn on_read(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize) -> u64 {
@@ -322,4 +235,8 @@ fn on_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, valu
         return;
     }
     s.record_access(true, address, n as u64);
+    if let Some((first, len)) = s.stray_part(address, n as u64) {
+        let pc = s.block_address;
+        s.stray_write(pc, first, len);
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memtrace_abi::{Analysis, Buffer, Event, LayerInfo, Message};
+use memtrace_abi::{Analysis, Buffer, Event, LayerInfo, Message, StrayWrite};
 use memtrace_tracer::{trace, ElfImage, RunSummary, TraceOptions};
 
 /// `harness-c/build/<target>/<name>`, built by `make -C harness-c`.
@@ -30,6 +30,9 @@ impl Analysis for MessageLog {
     }
     fn events(&mut self, events: &[Event]) {
         self.0.push(Message::Events(events.to_vec()));
+    }
+    fn stray_write(&mut self, write: &StrayWrite) {
+        self.0.push(Message::StrayWrite(*write));
     }
     fn layer_end(&mut self, instructions: u64) {
         self.0.push(Message::LayerEnd { instructions });

@@ -1,0 +1,603 @@
+//! The kernel memory contract, checked per layer (docs/user-guide.md,
+//! "The memory contract").
+//!
+//! A layer window promises that the kernel touches only the memory it
+//! declared, the way it declared it:
+//!
+//! * (a) `stray_write`: no write to memory that is none of the layer's
+//!   buffers and not the stack — the tracer's stray writes
+//!   ([`memtrace_abi::StrayWrite`]), which only it can see;
+//! * (b) `output_read_before_write`: no read of an output byte the layer has
+//!   not written yet (bytes the output shares with an input, as in a DMO
+//!   placement, hold the input and are exempt);
+//! * (c) `input_write`: no write to an input (bytes it shares with an output
+//!   are exempt: the output may overwrite them);
+//! * (d) `weights_write`: no write to weights or bias;
+//! * (e) `scratch_unused`: a scratch buffer is used up to its end — the
+//!   high-water mark of the bytes the layer writes equals the declared size.
+//!   Writes, not loads: a scratch byte that is only read holds nothing the
+//!   layer put there, and loads are not seen byte-exactly on the MMIO access
+//!   path (an unaligned load reaches the callbacks as the two aligned words
+//!   around it), while stores are on both paths.
+//!
+//! [`ContractCheck`] reports, per rule, the number of violating accesses and
+//! the first one (PC, buffer, offset, size). It knows PCs, not source lines:
+//! the driver, which has the ELF, fills in function and file:line, and names
+//! the memory of a stray write after the guest's symbols.
+
+use memtrace_abi::{AccessKind, Analysis, Buffer, Event, LayerInfo, Role, StrayWrite};
+use serde::Serialize;
+
+/// One access that breaks a rule, or the unused part of a scratch buffer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct Violation {
+    /// Guest PC of the access (`null` for `scratch_unused`).
+    pub pc: Option<u64>,
+    /// Retired-instruction index of the access since layer begin.
+    pub t: Option<u64>,
+    /// Function of `pc` (innermost, when inlined); filled in from DWARF.
+    pub function: Option<String>,
+    /// Source file of `pc`; filled in from DWARF.
+    pub file: Option<String>,
+    /// Source line of `pc`; filled in from DWARF.
+    pub line: Option<u32>,
+    /// The declared buffer, or for a stray write the guest symbol the
+    /// address lies in (`null` when none does).
+    pub buffer: Option<String>,
+    /// Guest address of the first byte (stray writes only).
+    pub address: Option<u64>,
+    /// Byte offset in `buffer` (from the symbol's start for a stray write).
+    pub offset: u64,
+    /// Bytes concerned.
+    pub size: u64,
+    /// What the access did (`null` for `scratch_unused`).
+    pub access: Option<AccessKind>,
+}
+
+impl Violation {
+    /// One line for warnings and tables, e.g. "4 B store to `contract_stray`+0
+    /// (0x20100000) at 0x8001304 kernel_global_write (guests/contract.c:60)".
+    pub fn describe(&self) -> String {
+        let what = match (&self.buffer, self.address) {
+            (Some(b), Some(a)) => format!("`{b}`+{} ({a:#x})", self.offset),
+            (Some(b), None) => format!("`{b}`+{}", self.offset),
+            (None, Some(a)) => format!("{a:#x} (no symbol)"),
+            (None, None) => "?".to_owned(),
+        };
+        let Some(pc) = self.pc else {
+            return format!("{} B never written from {what} on", self.size);
+        };
+        let access = match self.access {
+            Some(AccessKind::Load) => "load from",
+            Some(AccessKind::Update) => "update of",
+            _ => "store to",
+        };
+        let mut at = format!("{pc:#x}");
+        if let Some(f) = &self.function {
+            at.push_str(&format!(" {f}"));
+        }
+        if let (Some(file), Some(line)) = (&self.file, self.line) {
+            at.push_str(&format!(" ({file}:{line})"));
+        }
+        format!("{} B {access} {what} at {at}", self.size)
+    }
+}
+
+/// The outcome of one rule in one layer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct RuleReport {
+    /// No violation.
+    pub ok: bool,
+    /// Violating accesses (for `scratch_unused`: scratch buffers not used to
+    /// their end).
+    pub violations: u64,
+    /// The first violation, in program order.
+    pub first: Option<Violation>,
+}
+
+impl RuleReport {
+    fn clean() -> RuleReport {
+        RuleReport {
+            ok: true,
+            violations: 0,
+            first: None,
+        }
+    }
+
+    fn add(&mut self, violation: impl FnOnce() -> Violation) {
+        self.ok = false;
+        self.violations += 1;
+        if self.first.is_none() {
+            self.first = Some(violation());
+        }
+    }
+}
+
+/// How much of a declared scratch buffer the layer used: the bytes it wrote.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ScratchUse {
+    /// Buffer name.
+    pub buffer: String,
+    /// Declared size in bytes.
+    pub declared_bytes: u64,
+    /// One past the highest byte offset written (0 when never written).
+    pub high_water_bytes: u64,
+    /// Distinct bytes written.
+    pub written_bytes: u64,
+}
+
+/// The memory contract of one layer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ContractReport {
+    /// Position of the layer in the run (0-based), as in its `LayerReport`.
+    #[serde(skip)]
+    pub index: usize,
+    /// Every rule holds.
+    pub ok: bool,
+    /// (a) writes outside the declared buffers and the stack.
+    pub stray_write: RuleReport,
+    /// (b) reads of output bytes not yet written by the layer.
+    pub output_read_before_write: RuleReport,
+    /// (c) writes to an input buffer.
+    pub input_write: RuleReport,
+    /// (d) writes to a weights or bias buffer.
+    pub weights_write: RuleReport,
+    /// (e) scratch buffers whose high-water mark is below their size.
+    pub scratch_unused: RuleReport,
+    /// Use of each declared scratch buffer.
+    pub scratch: Vec<ScratchUse>,
+}
+
+impl ContractReport {
+    /// The rules with their JSON names, in the order (a) to (e).
+    pub fn rules(&self) -> [(&'static str, &RuleReport); 5] {
+        [
+            ("stray_write", &self.stray_write),
+            ("output_read_before_write", &self.output_read_before_write),
+            ("input_write", &self.input_write),
+            ("weights_write", &self.weights_write),
+            ("scratch_unused", &self.scratch_unused),
+        ]
+    }
+
+    /// The first violations that have a PC (rules (a) to (d)).
+    pub fn violations_with_pc(&self) -> impl Iterator<Item = &Violation> {
+        [
+            &self.stray_write,
+            &self.output_read_before_write,
+            &self.input_write,
+            &self.weights_write,
+        ]
+        .into_iter()
+        .filter_map(|r| r.first.as_ref())
+        .filter(|v| v.pc.is_some())
+    }
+
+    /// Mutable access to the first violations that have a PC.
+    pub fn violations_with_pc_mut(&mut self) -> impl Iterator<Item = &mut Violation> {
+        [
+            &mut self.stray_write,
+            &mut self.output_read_before_write,
+            &mut self.input_write,
+            &mut self.weights_write,
+        ]
+        .into_iter()
+        .filter_map(|r| r.first.as_mut())
+        .filter(|v| v.pc.is_some())
+    }
+}
+
+/// The contract table of a run: one row per layer that has a contract, with
+/// `ok` or the broken rules, the first violation of each, and the scratch
+/// use (`high-water/declared` bytes per scratch buffer).
+pub fn contract_frame(
+    report: &crate::report::RunReport,
+) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
+    use polars::prelude::*;
+    let rows: Vec<(&str, &ContractReport)> = report
+        .layers
+        .iter()
+        .filter_map(|l| l.contract.as_ref().map(|c| (l.name.as_str(), c)))
+        .collect();
+    let verdict = |c: &ContractReport| {
+        let broken: Vec<&str> = c
+            .rules()
+            .iter()
+            .filter(|(_, r)| !r.ok)
+            .map(|(name, _)| *name)
+            .collect();
+        if broken.is_empty() {
+            "ok".to_owned()
+        } else {
+            format!("!! {}", broken.join(" "))
+        }
+    };
+    let first = |c: &ContractReport| {
+        c.rules()
+            .iter()
+            .filter_map(|(name, r)| {
+                r.first
+                    .as_ref()
+                    .map(|v| format!("{name}: {}", v.describe()))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let scratch = |c: &ContractReport| {
+        c.scratch
+            .iter()
+            .map(|s| format!("{}/{}", s.high_water_bytes, s.declared_bytes))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    df!(
+        "layer" => rows.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        "contract" => rows.iter().map(|(_, c)| verdict(c)).collect::<Vec<_>>(),
+        "scratch used/declared B" => rows.iter().map(|(_, c)| scratch(c)).collect::<Vec<_>>(),
+        "first violation" => rows.iter().map(|(_, c)| first(c)).collect::<Vec<_>>(),
+    )
+}
+
+/// A set of byte offsets.
+#[derive(Default)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(len: u64) -> Bits {
+        Bits(vec![0; len.div_ceil(64) as usize])
+    }
+    fn get(&self, i: u64) -> bool {
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+    fn set(&mut self, i: u64) {
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w |= 1 << (i % 64);
+        }
+    }
+    fn count(&self) -> u64 {
+        self.0.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
+/// A declared buffer and what the checks track of it.
+struct Tracked {
+    buffer: Buffer,
+    /// Outputs and scratch: bytes written so far.
+    bytes: Bits,
+    /// Offsets `[start, end)` shared with a buffer of the other side of the
+    /// input/output pair: exempt from rules (b) and (c).
+    shared: Vec<(u64, u64)>,
+    high_water: u64,
+}
+
+impl Tracked {
+    fn is_shared(&self, offset: u64) -> bool {
+        self.shared.iter().any(|&(s, e)| (s..e).contains(&offset))
+    }
+}
+
+struct Current {
+    report: ContractReport,
+    buffers: Vec<Tracked>,
+    /// buffer id -> index in `buffers`.
+    slot: Vec<Option<usize>>,
+}
+
+/// Checks the memory contract of every traced layer. Rule (a) needs a trace
+/// that watches stray writes (`TraceOptions::stray_writes`); without one it
+/// reports none.
+#[derive(Default)]
+pub struct ContractCheck {
+    current: Option<Current>,
+    /// Finished layers, in order.
+    pub layers: Vec<ContractReport>,
+}
+
+impl Current {
+    fn event(&mut self, e: &Event) {
+        let Some(Some(i)) = self.slot.get(e.buffer as usize) else {
+            return;
+        };
+        let b = &mut self.buffers[*i];
+        let (start, end) = (e.offset as u64, e.offset as u64 + e.size as u64);
+        let violation = |b: &Tracked, offset: u64| Violation {
+            pc: Some(e.pc),
+            t: Some(e.t),
+            buffer: Some(b.buffer.name.clone()),
+            offset,
+            size: end - offset,
+            access: Some(e.kind),
+            ..Violation::default()
+        };
+        let write = e.kind != AccessKind::Load;
+        let r = &mut self.report;
+        match b.buffer.role {
+            Role::Output if write => (start..end).for_each(|o| b.bytes.set(o)),
+            Role::Output => {
+                if let Some(o) = (start..end).find(|&o| !b.bytes.get(o) && !b.is_shared(o)) {
+                    r.output_read_before_write.add(|| violation(b, o));
+                }
+            }
+            Role::Input if write => {
+                if let Some(o) = (start..end).find(|&o| !b.is_shared(o)) {
+                    r.input_write.add(|| violation(b, o));
+                }
+            }
+            Role::Weights | Role::Bias if write => r.weights_write.add(|| violation(b, start)),
+            Role::Scratch if write => {
+                (start..end).for_each(|o| b.bytes.set(o));
+                b.high_water = b.high_water.max(end);
+            }
+            _ => {}
+        }
+    }
+
+    /// Recomputes which bytes inputs and outputs share.
+    fn share(&mut self) {
+        let io = |r: Role| matches!(r, Role::Input | Role::Output);
+        let spans: Vec<(Role, u64, u64)> = self
+            .buffers
+            .iter()
+            .map(|t| {
+                let b = &t.buffer;
+                (b.role, b.base, b.base + b.size as u64)
+            })
+            .collect();
+        for t in self.buffers.iter_mut().filter(|t| io(t.buffer.role)) {
+            let (base, end) = (t.buffer.base, t.buffer.base + t.buffer.size as u64);
+            t.shared = spans
+                .iter()
+                .filter(|(role, _, _)| io(*role) && *role != t.buffer.role)
+                .filter_map(|&(_, s, e)| {
+                    let (lo, hi) = (s.max(base), e.min(end));
+                    (lo < hi).then(|| (lo - base, hi - base))
+                })
+                .collect();
+        }
+    }
+}
+
+impl Analysis for ContractCheck {
+    fn layer_begin(&mut self, layer: &LayerInfo) {
+        self.current = Some(Current {
+            report: ContractReport {
+                index: layer.index,
+                ok: true,
+                stray_write: RuleReport::clean(),
+                output_read_before_write: RuleReport::clean(),
+                input_write: RuleReport::clean(),
+                weights_write: RuleReport::clean(),
+                scratch_unused: RuleReport::clean(),
+                scratch: Vec::new(),
+            },
+            buffers: Vec::new(),
+            slot: Vec::new(),
+        });
+    }
+
+    fn buffer(&mut self, buffer: &Buffer) {
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        let id = buffer.id as usize;
+        if cur.slot.len() <= id {
+            cur.slot.resize(id + 1, None);
+        }
+        cur.slot[id] = Some(cur.buffers.len());
+        let tracks_bytes = matches!(buffer.role, Role::Output | Role::Scratch);
+        cur.buffers.push(Tracked {
+            bytes: if tracks_bytes {
+                Bits::new(buffer.size as u64)
+            } else {
+                Bits::default()
+            },
+            buffer: buffer.clone(),
+            shared: Vec::new(),
+            high_water: 0,
+        });
+        cur.share();
+    }
+
+    fn events(&mut self, events: &[Event]) {
+        if let Some(cur) = self.current.as_mut() {
+            events.iter().for_each(|e| cur.event(e));
+        }
+    }
+
+    fn stray_write(&mut self, w: &StrayWrite) {
+        if let Some(cur) = self.current.as_mut() {
+            cur.report.stray_write.add(|| Violation {
+                pc: Some(w.pc),
+                t: Some(w.t),
+                address: Some(w.address),
+                size: w.size as u64,
+                access: Some(AccessKind::Store),
+                ..Violation::default()
+            });
+        }
+    }
+
+    fn layer_end(&mut self, _instructions: u64) {
+        let Some(mut cur) = self.current.take() else {
+            return;
+        };
+        for t in cur
+            .buffers
+            .iter()
+            .filter(|t| t.buffer.role == Role::Scratch)
+        {
+            let declared = t.buffer.size as u64;
+            cur.report.scratch.push(ScratchUse {
+                buffer: t.buffer.name.clone(),
+                declared_bytes: declared,
+                high_water_bytes: t.high_water,
+                written_bytes: t.bytes.count(),
+            });
+            if t.high_water < declared {
+                cur.report.scratch_unused.add(|| Violation {
+                    buffer: Some(t.buffer.name.clone()),
+                    offset: t.high_water,
+                    size: declared - t.high_water,
+                    ..Violation::default()
+                });
+            }
+        }
+        let r = &mut cur.report;
+        r.ok = r.rules().iter().all(|(_, rule)| rule.ok);
+        self.layers.push(cur.report);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(id: u32, role: Role, base: u64, size: u32) -> Buffer {
+        Buffer {
+            id,
+            role,
+            name: format!("b{id}"),
+            base,
+            size,
+            elem_size: 1,
+        }
+    }
+
+    fn event(buffer: u32, offset: u32, size: u32, kind: AccessKind) -> Event {
+        Event {
+            t: offset as u64,
+            seq: 0,
+            pc: 0x100 + offset as u64,
+            buffer,
+            offset,
+            size,
+            kind,
+        }
+    }
+
+    fn layer(buffers: &[Buffer], events: &[Event]) -> ContractReport {
+        let mut c = ContractCheck::default();
+        c.layer_begin(&LayerInfo {
+            index: 0,
+            name: "l".into(),
+            op: "custom".into(),
+            params: String::new(),
+            spec: None,
+        });
+        buffers.iter().for_each(|b| c.buffer(b));
+        c.events(events);
+        c.layer_end(0);
+        c.layers.pop().unwrap()
+    }
+
+    #[test]
+    fn a_kernel_that_reads_only_what_it_wrote_is_clean() {
+        let r = layer(
+            &[
+                buffer(0, Role::Input, 0, 8),
+                buffer(1, Role::Output, 100, 8),
+                buffer(2, Role::Scratch, 200, 4),
+            ],
+            &[
+                event(0, 0, 8, AccessKind::Load),
+                event(2, 0, 4, AccessKind::Store),
+                event(1, 0, 8, AccessKind::Store),
+                event(1, 4, 4, AccessKind::Load),
+                event(1, 4, 4, AccessKind::Update),
+            ],
+        );
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.scratch[0].high_water_bytes, 4);
+    }
+
+    #[test]
+    fn each_rule_reports_its_first_violation_and_counts_all() {
+        let r = layer(
+            &[
+                buffer(0, Role::Input, 0, 8),
+                buffer(1, Role::Output, 100, 8),
+                buffer(2, Role::Weights, 200, 8),
+                buffer(3, Role::Bias, 300, 8),
+                buffer(4, Role::Scratch, 400, 16),
+            ],
+            &[
+                event(1, 0, 2, AccessKind::Store),
+                event(1, 1, 2, AccessKind::Load),
+                event(1, 6, 1, AccessKind::Load),
+                event(0, 3, 1, AccessKind::Store),
+                event(2, 5, 2, AccessKind::Store),
+                event(3, 0, 4, AccessKind::Update),
+                event(4, 2, 2, AccessKind::Store),
+                event(4, 10, 2, AccessKind::Load),
+            ],
+        );
+        assert!(!r.ok);
+        let b = r.output_read_before_write.first.as_ref().unwrap();
+        assert_eq!((b.offset, b.size, b.pc), (2, 1, Some(0x101)));
+        assert_eq!(r.output_read_before_write.violations, 2);
+        let c = r.input_write.first.as_ref().unwrap();
+        assert_eq!((c.buffer.as_deref(), c.offset, c.size), (Some("b0"), 3, 1));
+        assert_eq!(r.weights_write.violations, 2);
+        let e = r.scratch_unused.first.as_ref().unwrap();
+        assert_eq!((e.offset, e.size, e.pc), (4, 12, None));
+        assert_eq!(r.scratch[0].written_bytes, 2);
+        assert!(r.stray_write.ok);
+    }
+
+    #[test]
+    fn bytes_an_input_shares_with_the_output_are_exempt() {
+        // DMO: the input's first half lies over the output's second half.
+        let r = layer(
+            &[
+                buffer(0, Role::Input, 104, 8),
+                buffer(1, Role::Output, 100, 8),
+            ],
+            &[
+                event(1, 4, 4, AccessKind::Load),
+                event(0, 0, 4, AccessKind::Load),
+                event(1, 4, 4, AccessKind::Store),
+                event(0, 0, 4, AccessKind::Store),
+            ],
+        );
+        assert!(r.ok, "{r:?}");
+        let r = layer(
+            &[
+                buffer(0, Role::Input, 104, 8),
+                buffer(1, Role::Output, 100, 8),
+            ],
+            &[
+                event(1, 3, 2, AccessKind::Load),
+                event(0, 4, 1, AccessKind::Store),
+            ],
+        );
+        assert_eq!(r.output_read_before_write.first.unwrap().offset, 3);
+        assert_eq!(r.input_write.first.unwrap().offset, 4);
+    }
+
+    #[test]
+    fn stray_writes_are_counted() {
+        let mut c = ContractCheck::default();
+        c.layer_begin(&LayerInfo {
+            index: 3,
+            name: "l".into(),
+            op: "custom".into(),
+            params: String::new(),
+            spec: None,
+        });
+        for pc in [0x10, 0x20] {
+            c.stray_write(&StrayWrite {
+                t: 1,
+                pc,
+                address: 0x2000,
+                size: 4,
+            });
+        }
+        c.layer_end(0);
+        let r = &c.layers[0];
+        assert_eq!((r.index, r.stray_write.violations), (3, 2));
+        let v = r.stray_write.first.as_ref().unwrap();
+        assert_eq!((v.pc, v.address, v.size), (Some(0x10), Some(0x2000), 4));
+    }
+}

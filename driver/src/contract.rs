@@ -1,0 +1,126 @@
+//! The kernel memory contract of `memtrace run` (`memtrace_analyzer::contract`):
+//! exact PCs, source lines and symbol names for its violations, its warnings
+//! and `--strict`.
+//!
+//! On the MMIO access path a violation found in a buffer access (or in a
+//! stray write next to a buffer) carries the address of its block, not of
+//! the instruction. The layers with such a violation are traced once more on
+//! the hook path, which gives every access its instruction; clean layers,
+//! and runs without violations, cost nothing extra.
+
+use memtrace_analyzer::contract::{ContractCheck, ContractReport};
+use memtrace_analyzer::report::RunReport;
+use memtrace_tracer::debuginfo::DebugInfo;
+use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
+
+use crate::common::trace_with;
+use crate::error::{Context, Result};
+
+/// What a re-trace needs to run the guest exactly as before.
+pub(crate) struct Rerun<'a> {
+    pub image: &'a ElfImage,
+    pub job: Option<Job>,
+    pub max_instructions: u64,
+    /// Names of all layers the guest opened, in order.
+    pub layers: &'a [String],
+}
+
+/// Completes the contract reports of a run on `access`: exact PCs (re-tracing
+/// the layers that need it), then function, file:line and symbol names.
+pub(crate) fn finish(
+    rerun: Rerun<'_>,
+    access: AccessPath,
+    mut contracts: Vec<ContractReport>,
+) -> Result<Vec<ContractReport>> {
+    let inexact: Vec<usize> = contracts
+        .iter()
+        .filter(|c| c.violations_with_pc().next().is_some())
+        .map(|c| c.index)
+        .collect();
+    if access == AccessPath::Mmio && !inexact.is_empty() {
+        for exact in retrace(&rerun, &inexact)? {
+            if let Some(c) = contracts.iter_mut().find(|c| c.index == exact.index) {
+                *c = exact;
+            }
+        }
+    }
+    locate(rerun.image, &mut contracts);
+    Ok(contracts)
+}
+
+/// The contract of the layers at `indices`, traced on the hook path.
+fn retrace(rerun: &Rerun<'_>, indices: &[usize]) -> Result<Vec<ContractReport>> {
+    let mut names: Vec<String> = indices
+        .iter()
+        .filter_map(|&i| rerun.layers.get(i).cloned())
+        .collect();
+    names.dedup();
+    let mut check = ContractCheck::default();
+    trace_with(
+        rerun.image,
+        TraceOptions {
+            job: rerun.job.clone(),
+            layers: Some(names),
+            max_instructions: rerun.max_instructions,
+            access: AccessPath::Hooks,
+            stray_writes: true,
+            ..TraceOptions::default()
+        },
+        &mut [&mut check],
+    )
+    .with_context(|| "re-tracing the layers with contract violations for their exact PCs")?;
+    Ok(check
+        .layers
+        .into_iter()
+        .filter(|c| indices.contains(&c.index))
+        .collect())
+}
+
+/// Fills in function and file:line of every violation's PC, and the symbol
+/// (and offset into it) that each stray write hit.
+pub fn locate(image: &ElfImage, contracts: &mut [ContractReport]) {
+    let mut debug: Option<DebugInfo> = None;
+    for c in contracts {
+        if let Some(v) = c.stray_write.first.as_mut() {
+            if let Some((name, offset)) = v.address.and_then(|a| image.object_at(a)) {
+                v.buffer = Some(name.to_owned());
+                v.offset = offset;
+            }
+        }
+        for v in c.violations_with_pc_mut() {
+            let debug = debug.get_or_insert_with(|| DebugInfo::load(image));
+            let at = debug.locate(image, v.pc.unwrap_or(0));
+            v.function = at.function;
+            v.file = at.file;
+            v.line = at.line;
+        }
+    }
+}
+
+/// One warning per broken rule of each layer.
+pub fn warnings(report: &RunReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    for layer in &report.layers {
+        let Some(c) = &layer.contract else { continue };
+        for (rule, r) in c.rules() {
+            if let Some(v) = &r.first {
+                lines.push(format!(
+                    "WARNING: layer `{}`: memory contract: {rule}: {} ({} violation(s))",
+                    layer.name,
+                    v.describe(),
+                    r.violations
+                ));
+            }
+        }
+    }
+    lines
+}
+
+/// Layers that break at least one rule of the memory contract.
+pub fn broken_layers(report: &RunReport) -> usize {
+    report
+        .layers
+        .iter()
+        .filter(|l| l.contract.as_ref().is_some_and(|c| !c.ok))
+        .count()
+}
