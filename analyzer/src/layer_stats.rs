@@ -34,6 +34,7 @@ impl Analysis for LayerStats {
                 instructions: 0,
                 buffers: Vec::new(),
                 overlap: None,
+                attribution: None,
             },
             slot: Vec::new(),
             overlap: None,

@@ -5,10 +5,12 @@
 
 pub mod error;
 pub mod event_table;
+pub mod kernel;
 pub mod layer_stats;
 pub mod model;
 pub mod output;
 pub mod overlap;
+pub mod pc_counts;
 pub mod planner;
 pub mod plot;
 pub mod report;
