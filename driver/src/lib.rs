@@ -12,6 +12,7 @@ pub mod baseline;
 pub mod bench;
 pub mod common;
 pub mod error;
+pub mod kernels;
 pub mod ladder;
 pub mod plan;
 pub mod regress;
