@@ -268,3 +268,83 @@ fn rows_in_sweep() -> usize {
         .filter(|l| !l.split('#').next().unwrap().trim().is_empty())
         .count()
 }
+
+/// `scripts/cmsis-nn-loop-orders.py`: each kernel's loop order reduced to its
+/// reads and writes (read off the TFLM and CMSIS-NN sources, nothing traced)
+/// and its monotone O_s by definition. Its three columns must equal the
+/// traced monotone O_s of suite.elf, and of suite-cmsis.elf on Cortex-M4
+/// (DSP paths) and on x86-64 (plain C paths), layer by layer.
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn loop_order_models_of_the_kernels_reproduce_every_traced_o_s() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/cmsis-nn-loop-orders.py"
+    );
+    let out = std::process::Command::new("python3")
+        .args([script, "--specs", SWEEP])
+        .output()
+        .expect("python3 runs (a dependency of `make test`)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let modelled: Vec<(String, [u64; 3])> = text
+        .lines()
+        .skip(2)
+        .map(|l| {
+            let c: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let v = |i: usize| c[i].parse::<u64>().unwrap();
+            (c[0].to_owned(), [v(1), v(2), v(3)])
+        })
+        .collect();
+    let specs: Vec<String> = std::fs::read_to_string(SWEEP)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('#').next().unwrap().trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(modelled.len(), 5 + specs.len(), "{text}");
+    // Traced monotone O_s, in the script's row order.
+    let traced = |elf: &std::path::Path| -> Vec<u64> {
+        let mut v: Vec<u64> = run_json(elf, &[])["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| u(&l["overlap"]["monotone_bytes"]))
+            .collect();
+        v.extend(
+            specs
+                .iter()
+                .map(|s| u(&run_job(elf, s)["overlap"]["monotone_bytes"])),
+        );
+        v
+    };
+    let columns = [
+        traced(&suite("cortex-m4")),
+        traced(&suite_cmsis("cortex-m4")),
+        traced(&suite_cmsis("x86_64")),
+    ];
+    assert_eq!(
+        traced(&suite("x86_64")),
+        columns[0],
+        "the reference is the same on both"
+    );
+    for (i, (name, model)) in modelled.iter().enumerate() {
+        let trace = [columns[0][i], columns[1][i], columns[2][i]];
+        assert_eq!(
+            *model, trace,
+            "{name}: model vs trace (reference, M4, x86-64)"
+        );
+    }
+    // The models are not all alike: CMSIS-NN differs from the reference on
+    // at least the 1x1 convolutions (both targets) and the average pools (M4).
+    assert!(modelled
+        .iter()
+        .any(|(n, m)| n == "conv2" && m[1] < m[0] && m[2] < m[0]));
+    assert!(modelled
+        .iter()
+        .any(|(n, m)| n.starts_with("avgpool") && m[1] > m[0] && m[2] == m[0]));
+}
