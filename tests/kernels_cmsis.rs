@@ -58,23 +58,65 @@ fn assert_functions_account_for_every_access(report: &Value) {
     }
 }
 
+/// Runs every built-in layer of `elf` on both access paths and checks that
+/// each names `library` and the kernel `want` gives for it.
+fn assert_kernels(elf: &std::path::Path, library: &str, want: &BTreeMap<&str, &str>) {
+    let report = run_json(elf, &[]);
+    assert_functions_account_for_every_access(&report);
+    let got = kernels(&report);
+    let expected: BTreeMap<String, (String, String)> = want
+        .iter()
+        .map(|(l, k)| (l.to_string(), (library.to_owned(), k.to_string())))
+        .collect();
+    assert_eq!(got, expected, "{}", elf.display());
+    // Second method: the hook path resolves each access's own PC, where the
+    // default MMIO path only has its block's address.
+    let exact = run_json(elf, &["--exact-time"]);
+    assert_eq!(exact["access"], "hooks");
+    assert_eq!(kernels(&exact), got, "{} on both paths", elf.display());
+    assert_functions_account_for_every_access(&exact);
+    // Third: the C functions named are functions of the ELF.
+    let image = ElfImage::load(elf).unwrap();
+    for (_, kernel) in got.values().filter(|(l, _)| l == "CMSIS-NN") {
+        let sym = image.symbol(kernel).unwrap_or_else(|| panic!("{kernel}"));
+        assert!(sym.is_function && sym.size > 0, "{kernel}");
+        assert_eq!(image.function_at(sym.address), Some(kernel.as_str()));
+    }
+    // The run table has a kernel (library) column.
+    let o = memtrace(["run", path_str(elf)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    assert!(table.contains("| kernel (library)"), "{table}");
+    for (library, kernel) in got.values() {
+        let short = kernel.rsplit("::").next().unwrap();
+        assert!(table.contains(&format!("| {short} ({library})")), "{table}");
+    }
+}
+
 #[test]
-#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
-fn every_layer_names_the_library_and_function_that_made_its_accesses() {
-    let conv_ref = "tflite::reference_integer_ops::ConvPerChannel";
-    let dw_ref = "tflite::reference_integer_ops::DepthwiseConvPerChannel";
-    let reference: BTreeMap<&str, &str> = [
-        ("conv1", conv_ref),
-        ("dw1", dw_ref),
-        ("conv2", conv_ref),
-        ("dw2", dw_ref),
-        ("conv3", conv_ref),
+fn every_reference_layer_names_its_tflm_kernel() {
+    let conv = "tflite::reference_integer_ops::ConvPerChannel";
+    let dw = "tflite::reference_integer_ops::DepthwiseConvPerChannel";
+    let want: BTreeMap<&str, &str> = [
+        ("conv1", conv),
+        ("dw1", dw),
+        ("conv2", conv),
+        ("dw2", dw),
+        ("conv3", conv),
     ]
     .into();
+    for target in TARGETS {
+        assert_kernels(&suite(target), "TFLM reference", &want);
+    }
+}
+
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn every_cmsis_nn_layer_names_the_function_that_made_its_accesses() {
     // conv1 (3x3, padding) goes through im2col and a matrix multiply, the 1x1
     // layers through arm_convolve_1x1_s8_fast, whose accesses are all made by
     // the matrix multiply it calls.
-    let cmsis: BTreeMap<&str, &str> = [
+    let want: BTreeMap<&str, &str> = [
         ("conv1", "arm_nn_mat_mult_kernel_s8_s16"),
         ("dw1", "arm_depthwise_conv_3x3_s8"),
         ("conv2", "arm_nn_mat_mult_nt_t_s8"),
@@ -83,41 +125,7 @@ fn every_layer_names_the_library_and_function_that_made_its_accesses() {
     ]
     .into();
     for target in TARGETS {
-        for (elf, library, want) in [
-            (suite(target), "TFLM reference", &reference),
-            (suite_cmsis(target), "CMSIS-NN", &cmsis),
-        ] {
-            let report = run_json(&elf, &[]);
-            assert_functions_account_for_every_access(&report);
-            let got = kernels(&report);
-            let expected: BTreeMap<String, (String, String)> = want
-                .iter()
-                .map(|(l, k)| (l.to_string(), (library.to_owned(), k.to_string())))
-                .collect();
-            assert_eq!(got, expected, "{}", elf.display());
-            // Second method: the hook path resolves each access's own PC,
-            // where the default MMIO path only has its block's address.
-            let exact = run_json(&elf, &["--exact-time"]);
-            assert_eq!(exact["access"], "hooks");
-            assert_eq!(kernels(&exact), got, "{} on both paths", elf.display());
-            assert_functions_account_for_every_access(&exact);
-            // Third: the C functions named are functions of the ELF.
-            let image = ElfImage::load(&elf).unwrap();
-            for (_, kernel) in got.values().filter(|(l, _)| l == "CMSIS-NN") {
-                let sym = image.symbol(kernel).unwrap_or_else(|| panic!("{kernel}"));
-                assert!(sym.is_function && sym.size > 0, "{kernel}");
-                assert_eq!(image.function_at(sym.address), Some(kernel.as_str()));
-            }
-            // The run table has a kernel (library) column.
-            let o = memtrace(["run", path_str(&elf)]);
-            assert!(o.status.success(), "{}", stderr(&o));
-            let table = stdout(&o);
-            assert!(table.contains("| kernel (library)"), "{table}");
-            for (library, kernel) in got.values() {
-                let short = kernel.rsplit("::").next().unwrap();
-                assert!(table.contains(&format!("| {short} ({library})")), "{table}");
-            }
-        }
+        assert_kernels(&suite_cmsis(target), "CMSIS-NN", &want);
     }
 }
 
