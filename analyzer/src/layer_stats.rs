@@ -35,6 +35,7 @@ impl Analysis for LayerStats {
                 buffers: Vec::new(),
                 overlap: None,
                 contract: None,
+                attribution: None,
             },
             slot: Vec::new(),
             overlap: None,

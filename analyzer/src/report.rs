@@ -87,6 +87,38 @@ pub struct LayerReport {
     /// The kernel memory contract (`memtrace run`; absent elsewhere).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contract: Option<crate::contract::ContractReport>,
+    /// Which kernel made the layer's buffer accesses: the `library`,
+    /// `kernel` and `functions` fields (docs/kernels.md); absent when the
+    /// run did not attribute them.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<KernelReport>,
+}
+
+/// The code behind a layer's buffer accesses (docs/kernels.md, "Which kernel
+/// ran a layer").
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KernelReport {
+    /// Kernel library of `kernel`: `CMSIS-NN`, `TFLM reference`, `harness-c`
+    /// or `unknown`, from the function's DWARF source file.
+    pub library: String,
+    /// The function that made most of the layer's buffer accesses (loads,
+    /// stores and updates of every declared buffer), preferring functions
+    /// of a kernel library over helpers such as `memcpy`; empty without
+    /// accesses.
+    pub kernel: String,
+    /// Every function that accessed the layer's buffers, most accesses first.
+    pub functions: Vec<FunctionAccesses>,
+}
+
+/// Buffer accesses of a layer made by one function.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FunctionAccesses {
+    /// Function name (C++ names without parameters or return type).
+    pub function: String,
+    /// Its kernel library.
+    pub library: String,
+    /// Events (loads, stores, updates) it made.
+    pub accesses: u64,
 }
 
 /// A whole `memtrace run`.
@@ -162,7 +194,25 @@ pub fn overlap_frame(
         "analytic B" => rows.iter().map(|(_, o)| o.analytic_bytes).collect::<Vec<_>>(),
         "reverse exact B" => rows.iter().map(|(_, o)| o.reverse_exact_bytes).collect::<Vec<_>>(),
         "check" => rows.iter().map(|(_, o)| flag_marker(&o.flags)).collect::<Vec<_>>(),
+        "kernel (library)" => rows.iter().map(|(l, _)| l.attribution.as_ref().map(|a| format!("{} ({})", unqualified(&a.kernel), a.library))).collect::<Vec<_>>(),
     )
+}
+
+/// A C++ name without its namespaces and classes, for narrow table columns:
+/// `tflite::reference_ops::Pool<a::b>` → `Pool<a::b>`.
+pub fn unqualified(name: &str) -> &str {
+    let mut depth = 0i32;
+    let mut start = 0;
+    let bytes = name.as_bytes();
+    for (i, &c) in bytes.iter().enumerate() {
+        match c {
+            b'<' | b'(' => depth += 1,
+            b'>' | b')' => depth -= 1,
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => start = i + 2,
+            _ => {}
+        }
+    }
+    &name[start.min(name.len())..]
 }
 
 /// The marker column of the O_s table: `ok`, or the failed checks with `!!`.
@@ -174,5 +224,29 @@ pub fn flag_marker(flags: &[Flag]) -> String {
             "!! {}",
             flags.iter().map(|f| f.name()).collect::<Vec<_>>().join(" ")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unqualified;
+
+    #[test]
+    fn unqualified_names_keep_template_arguments_whole() {
+        for (name, short) in [
+            ("arm_nn_mat_mult_nt_t_s8", "arm_nn_mat_mult_nt_t_s8"),
+            (
+                "tflite::reference_integer_ops::ConvPerChannel",
+                "ConvPerChannel",
+            ),
+            ("tflite::reference_ops::Pool<a::b>", "Pool<a::b>"),
+            (
+                "(anonymous namespace)::relu<signed char>",
+                "relu<signed char>",
+            ),
+            ("", ""),
+        ] {
+            assert_eq!(unqualified(name), short, "{name}");
+        }
     }
 }

@@ -45,6 +45,14 @@ pub struct BaselineRow {
     pub algorithmic_bytes: Option<u64>,
     /// Analytic O_s of the spec.
     pub analytic_bytes: Option<u64>,
+    /// Kernel library that ran the row (absent in baselines written before
+    /// memtrace attributed kernels).
+    #[serde(default)]
+    pub library: Option<String>,
+    /// The function that made most of the row's buffer accesses (absent
+    /// like `library`).
+    #[serde(default)]
+    pub kernel: Option<String>,
 }
 
 /// A baseline file.
@@ -78,6 +86,8 @@ impl BaselineRow {
             monotone_bytes: row.monotone_bytes,
             algorithmic_bytes: row.algorithmic_bytes,
             analytic_bytes: row.analytic_bytes,
+            library: row.library.clone(),
+            kernel: row.kernel.clone(),
         }
     }
 }

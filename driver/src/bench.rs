@@ -1,8 +1,10 @@
 //! Benchmarks (`memtrace bench`): tracing cost measured side by side in one run.
 //!
-//! * overhead: `memtrace run` (O_s only, on the MMIO access path it uses by
-//!   default, and with `--exact-time` on the hook path) of a job layer vs the
-//!   same ELF and job in Unicorn with no hooks (`memtrace_tracer::baseline`);
+//! * overhead: `memtrace run` (O_s and kernel attribution, on the MMIO
+//!   access path it uses by default, and with `--exact-time` on the hook
+//!   path) of a job layer vs the same ELF and job in Unicorn with no hooks
+//!   (`memtrace_tracer::baseline`), on the reference suite and on the
+//!   CMSIS-NN suite of the same build directory;
 //! * Valgrind: the x86-64 build traced by memtrace vs the native x86-64 build
 //!   of the same layer under `valgrind --tool=lackey --trace-mem=yes`
 //!   (the paper's tracer) and `--tool=none`;
@@ -15,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_tracer::baseline::run_untraced;
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
+use crate::attribution::{kernel_of, kernel_text, KernelResolver};
 use crate::common::trace_with;
 use crate::error::{Error, Result};
 use crate::run::{run, RunOptions};
@@ -58,13 +62,17 @@ fn fastest<T>(repeat: u32, mut f: impl FnMut() -> Result<T>) -> Result<(Duration
 struct Traced {
     events: u64,
     instructions: u64,
+    /// Instructions of the whole run (the layer window and everything else).
+    run_instructions: u64,
     monotone: u64,
     exact: u64,
 }
 
-/// Traces `job` on `image` with the O_s analyses only.
-fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<Traced> {
+/// Traces `job` on `image` with the analyses of `memtrace run` (O_s and
+/// kernel attribution); the measured values and the layer's kernel.
+fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<(Traced, String)> {
     let mut stats = LayerStats::default();
+    let mut pcs = PcCounts::default();
     let summary = trace_with(
         image,
         TraceOptions {
@@ -74,8 +82,9 @@ fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<Traced> {
             stray_writes: true,
             ..TraceOptions::default()
         },
-        &mut [&mut stats],
+        &mut [&mut stats, &mut pcs],
     )?;
+    KernelResolver::new(image).attribute(&mut stats.layers, &pcs);
     if summary.access != access {
         bail!("{} cannot use the {access:?} path", image.path.display());
     }
@@ -92,22 +101,103 @@ fn traced(image: &ElfImage, job: &Job, access: AccessPath) -> Result<Traced> {
         .overlap
         .as_ref()
         .ok_or_else(|| failed!("the job layer has no input/output pair"))?;
-    Ok(Traced {
-        events,
-        instructions: layer.instructions,
-        monotone: overlap.monotone_bytes,
-        exact: overlap.exact_bytes,
-    })
+    let (library, kernel) = kernel_of(layer);
+    Ok((
+        Traced {
+            events,
+            instructions: layer.instructions,
+            run_instructions: summary.instructions,
+            monotone: overlap.monotone_bytes,
+            exact: overlap.exact_bytes,
+        },
+        kernel_text(library, kernel),
+    ))
 }
 
 /// Both access paths, fastest of `repeat` each; fails unless they agree.
-fn traced_both(image: &ElfImage, job: &Job, repeat: u32) -> Result<(Duration, Duration, Traced)> {
-    let (mmio, fast) = fastest(repeat, || traced(image, job, AccessPath::Mmio))?;
-    let (hooks, exact) = fastest(repeat, || traced(image, job, AccessPath::Hooks))?;
+/// Also the layer's kernel.
+fn traced_both(
+    image: &ElfImage,
+    job: &Job,
+    repeat: u32,
+) -> Result<(Duration, Duration, Traced, String)> {
+    let (mmio, (fast, kernel)) = fastest(repeat, || traced(image, job, AccessPath::Mmio))?;
+    let (hooks, (exact, _)) = fastest(repeat, || traced(image, job, AccessPath::Hooks))?;
     if fast != exact {
         bail!("the access paths disagree: MMIO {fast:?}, hooks {exact:?}");
     }
-    Ok((mmio, hooks, exact))
+    Ok((mmio, hooks, exact, kernel))
+}
+
+/// The overhead of tracing one ELF's job layer.
+struct Overhead {
+    /// Unicorn without hooks.
+    raw: Duration,
+    /// `memtrace run` (MMIO path).
+    mmio: Duration,
+    /// `memtrace run --exact-time` (hook path).
+    hooks: Duration,
+    traced: Traced,
+    /// `` `function` (library) `` of the layer.
+    kernel: String,
+}
+
+impl Overhead {
+    fn ratio(&self, took: Duration) -> f64 {
+        took.as_secs_f64() / self.raw.as_secs_f64()
+    }
+}
+
+/// Unicorn without hooks and both traced paths on `image`, fastest of
+/// `repeat` each.
+fn overhead(image: &ElfImage, job: &Job, repeat: u32) -> Result<Overhead> {
+    let (raw, code) = fastest(repeat, || Ok(run_untraced(image, Some(job))?))?;
+    if code != 0 {
+        bail!(
+            "the untraced guest {} exited with code {code}",
+            image.path.display()
+        );
+    }
+    let (mmio, hooks, traced, kernel) = traced_both(image, job, repeat)?;
+    Ok(Overhead {
+        raw,
+        mmio,
+        hooks,
+        traced,
+        kernel,
+    })
+}
+
+fn write_overhead(out: &mut impl Write, title: &str, o: &Overhead) -> Result<()> {
+    let t = &o.traced;
+    writeln!(
+        out,
+        "\n[overhead] {title}: kernel {}, {} instructions in the layer ({:.0} % of the run's {}), {} events, O_s {} B (both paths)",
+        o.kernel,
+        t.instructions,
+        100.0 * t.instructions as f64 / t.run_instructions.max(1) as f64,
+        t.run_instructions,
+        t.events,
+        t.exact
+    )?;
+    writeln!(
+        out,
+        "  unicorn, no hooks                 {:>9.3} s",
+        o.raw.as_secs_f64()
+    )?;
+    for (name, took) in [
+        ("memtrace run (O_s)", o.mmio),
+        ("memtrace run --exact-time", o.hooks),
+    ] {
+        writeln!(
+            out,
+            "  {name:<32}  {:>9.3} s  = {:>5.2} x   {:>5.1} ns/event",
+            took.as_secs_f64(),
+            o.ratio(took),
+            (took.as_secs_f64() - o.raw.as_secs_f64()) * 1e9 / t.events.max(1) as f64
+        )?;
+    }
+    Ok(())
 }
 
 /// Measures tracing overhead, the Valgrind comparison and peak memory,
@@ -119,42 +209,40 @@ pub fn bench(opts: &BenchOptions, out: &mut impl Write) -> Result<()> {
     writeln!(out, "memtrace bench — layer: {}", job.spec)?;
 
     let m4 = ElfImage::load(&args.build_dir.join("cortex-m4/suite.elf"))?;
-    let (raw, code) = fastest(args.repeat, || Ok(run_untraced(&m4, Some(&job))?))?;
-    if code != 0 {
-        bail!("the untraced guest exited with code {code}");
-    }
-    let (mmio, hooks, t) = traced_both(&m4, &job, args.repeat)?;
-    writeln!(
-        out,
-        "\n[overhead] cortex-m4, {} instructions in the layer, {} events, O_s {} B (both paths)",
-        t.instructions, t.events, t.exact
-    )?;
-    writeln!(
-        out,
-        "  unicorn, no hooks                 {:>9.3} s",
-        raw.as_secs_f64()
-    )?;
-    for (name, took) in [
-        ("memtrace run (O_s)", mmio),
-        ("memtrace run --exact-time", hooks),
-    ] {
-        writeln!(
-            out,
-            "  {name:<32}  {:>9.3} s  = {:>5.2} x   {:>5.1} ns/event",
-            took.as_secs_f64(),
-            took.as_secs_f64() / raw.as_secs_f64(),
-            (took.as_secs_f64() - raw.as_secs_f64()) * 1e9 / t.events.max(1) as f64
-        )?;
-    }
+    let reference = overhead(&m4, &job, args.repeat)?;
+    write_overhead(out, "cortex-m4, suite.elf", &reference)?;
     writeln!(
         out,
         "  target: memtrace run <= 3 x   -> {}",
-        if mmio.as_secs_f64() <= 3.0 * raw.as_secs_f64() {
+        if reference.ratio(reference.mmio) <= 3.0 {
             "met"
         } else {
             "NOT met"
         }
     )?;
+    let cmsis_path = args.build_dir.join("cortex-m4/suite-cmsis.elf");
+    if cmsis_path.exists() {
+        let cmsis = overhead(&ElfImage::load(&cmsis_path)?, &job, args.repeat)?;
+        write_overhead(out, "cortex-m4, suite-cmsis.elf (same layer)", &cmsis)?;
+        writeln!(
+            out,
+            "\n[overhead] ratio to unicorn without hooks, same run: reference {:.2} x, CMSIS-NN {:.2} x (--exact-time: {:.2} x, {:.2} x)",
+            reference.ratio(reference.mmio),
+            cmsis.ratio(cmsis.mmio),
+            reference.ratio(reference.hooks),
+            cmsis.ratio(cmsis.hooks)
+        )?;
+        writeln!(
+            out,
+            "  (whole runs: suite-cmsis.elf also runs the reference kernel outside the window, untraced, to check its output bit for bit)"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "\n[overhead] CMSIS-NN layer skipped: {} is missing (build it with `make -C harness-c CMSIS_NN_DIR=/path/to/CMSIS-NN`, harness-c/README.md)",
+            cmsis_path.display()
+        )?;
+    }
 
     if !args.no_valgrind {
         valgrind_comparison(args, &job, out)?;
@@ -174,7 +262,7 @@ fn valgrind_comparison(args: &BenchOptions, job: &Job, out: &mut impl Write) -> 
         return Ok(());
     }
     let x86 = ElfImage::load(&args.build_dir.join("x86_64/suite.elf"))?;
-    let (mmio, hooks, t) = traced_both(&x86, job, args.repeat)?;
+    let (mmio, hooks, t, _) = traced_both(&x86, job, args.repeat)?;
     let (raw, _) = fastest(args.repeat, || Ok(run_untraced(&x86, Some(job))?))?;
     let native = patched_native(&args.build_dir.join("x86_64/suite-native.elf"), job)?;
     let run_valgrind = |tool: &[&str]| -> Result<Duration> {

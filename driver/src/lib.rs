@@ -8,6 +8,7 @@
 //! knows how to render itself; printing and exit codes are the binary's.
 //! Imports run one way: the binary → this crate → analyzer and tracer → abi.
 
+pub mod attribution;
 pub mod baseline;
 pub mod bench;
 pub mod common;

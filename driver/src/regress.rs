@@ -17,6 +17,7 @@ use memtrace_abi::LayerSpec;
 use memtrace_tracer::ElfImage;
 use serde::Serialize;
 
+use crate::attribution::kernel_text;
 use crate::baseline::{Baseline, BaselineRow};
 use crate::common::{show, threads};
 use crate::error::Result;
@@ -103,6 +104,22 @@ pub struct RowChange {
     pub analytic_now_unsafe: bool,
     /// Why a row is missing or failed, or how its spec changed.
     pub note: Option<String>,
+    /// The kernel that ran the row in the baseline, `` `function` (library) ``
+    /// (`None` for a baseline written before memtrace attributed kernels).
+    pub kernel_before: Option<String>,
+    /// The kernel that ran the row in the new build.
+    pub kernel_after: Option<String>,
+}
+
+impl RowChange {
+    /// `` kernel `A` (TFLM reference) → `B` (CMSIS-NN) `` when the row ran
+    /// another kernel in the new build.
+    pub fn kernel_change(&self) -> Option<String> {
+        match (&self.kernel_before, &self.kernel_after) {
+            (Some(a), Some(b)) if a != b => Some(format!("kernel {a} → {b}")),
+            _ => None,
+        }
+    }
 }
 
 /// Rows per status.
@@ -143,6 +160,10 @@ pub struct RegressReport {
     pub rows: Vec<RowChange>,
 }
 
+fn known(text: String) -> Option<String> {
+    (text != "-").then_some(text)
+}
+
 fn delta(new: Option<u64>, old: Option<u64>) -> Option<i64> {
     Some(new? as i64 - old? as i64)
 }
@@ -163,6 +184,8 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
         exact_delta: None,
         analytic_now_unsafe: false,
         note: None,
+        kernel_before: known(kernel_text(old.library.as_deref(), old.kernel.as_deref())),
+        kernel_after: None,
     };
     let Some(new) = new else {
         c.status = Status::Missing;
@@ -174,6 +197,7 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
         c.note = Some(e.clone());
         return c;
     }
+    c.kernel_after = known(kernel_text(new.library.as_deref(), new.kernel.as_deref()));
     c.new = Some(Values {
         exact_bytes: new.exact_bytes,
         monotone_bytes: new.monotone_bytes,
@@ -304,8 +328,11 @@ impl RegressReport {
                     show(r.old.exact_bytes),
                     show(r.new.as_ref().and_then(|v| v.exact_bytes)),
                     r.note
-                        .as_ref()
-                        .map_or_else(String::new, |n| format!(" — {n}"))
+                        .iter()
+                        .cloned()
+                        .chain(r.kernel_change())
+                        .map(|n| format!(" — {n}"))
+                        .collect::<String>()
                 )
             })
             .collect()
@@ -371,6 +398,12 @@ fn markdown(r: &RegressReport) -> String {
         for r in rows {
             let new = r.new.as_ref();
             let mut note = r.note.clone().unwrap_or_default();
+            if let Some(change) = r.kernel_change() {
+                if !note.is_empty() {
+                    note.push_str("; ");
+                }
+                note.push_str(&change);
+            }
             if r.analytic_now_unsafe {
                 if !note.is_empty() {
                     note.push_str("; ");
@@ -423,6 +456,8 @@ mod tests {
             monotone_bytes: Some(monotone),
             algorithmic_bytes: None,
             analytic_bytes: None,
+            library: Some("TFLM reference".into()),
+            kernel: Some("tflite::reference_integer_ops::DepthwiseConvPerChannel".into()),
         }
     }
 
@@ -449,6 +484,8 @@ mod tests {
             printed_above_traced: false,
             verdict: Verdict::Ok,
             error: error.map(str::to_owned),
+            library: Some("CMSIS-NN".into()),
+            kernel: Some("arm_depthwise_conv_3x3_s8".into()),
         }
     }
 
@@ -482,6 +519,32 @@ mod tests {
         let failed = compare(&old(64, 80), Some(&new(0, 0, Some("exit 2"))));
         assert_eq!(failed.status, Status::Error);
         assert_eq!(failed.note.as_deref(), Some("exit 2"));
+    }
+
+    #[test]
+    fn a_row_that_ran_another_kernel_names_both() {
+        let c = compare(&old(64, 80), Some(&new(48, 80, None)));
+        assert_eq!(
+            c.kernel_change().as_deref(),
+            Some("kernel `tflite::reference_integer_ops::DepthwiseConvPerChannel` (TFLM reference) → `arm_depthwise_conv_3x3_s8` (CMSIS-NN)")
+        );
+        // A baseline from before kernel attribution has no `kernel_before`.
+        let mut legacy = old(64, 80);
+        (legacy.library, legacy.kernel) = (None, None);
+        let c = compare(&legacy, Some(&new(64, 80, None)));
+        assert_eq!(
+            (c.kernel_before.as_deref(), c.kernel_change()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_baseline_without_kernel_fields_still_loads() {
+        let row: BaselineRow = serde_json::from_str(
+            r#"{"name":"dw1","source":"builtin","op":"depthwise_conv2d","dtype":"int8","arch":"cortex-m4","spec":"x","exact_bytes":1,"monotone_bytes":1,"algorithmic_bytes":null,"analytic_bytes":null}"#,
+        )
+        .unwrap();
+        assert_eq!((row.library, row.kernel), (None, None));
     }
 
     #[test]

@@ -9,11 +9,13 @@ use memtrace_abi::LayerSpec;
 use memtrace_analyzer::contract::{contract_frame, ContractCheck};
 use memtrace_analyzer::event_table::EventTable;
 use memtrace_analyzer::layer_stats::LayerStats;
-use memtrace_analyzer::overlap::check::{explain, MethodValues};
+use memtrace_analyzer::overlap::check::{explain, explain_other_kernel, MethodValues};
+use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
+use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
 use crate::common::{check_output, configure_table_printing, trace_with};
 use crate::error::{Context, Result};
 use crate::{bail, failed};
@@ -82,6 +84,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let rerun_job = job.clone();
     let mut stats = LayerStats::default();
     let mut contract = ContractCheck::default();
+    let mut pcs = PcCounts::default();
     let mut table = opts.events.as_ref().map(|_| EventTable::default());
     let mut plot = opts.plot.as_ref().map(|_| {
         if opts.no_overlay {
@@ -100,6 +103,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     };
     let summary = {
         let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut stats, &mut contract];
+        analyses.push(&mut pcs);
         if let Some(t) = table.as_mut() {
             analyses.push(t);
         }
@@ -142,6 +146,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     for layer in &mut stats.layers {
         layer.contract = contracts.iter().find(|c| c.index == layer.index).cloned();
     }
+    KernelResolver::new(&image).attribute(&mut stats.layers, &pcs);
     if let (Some(table), Some(path)) = (table, &opts.events) {
         table.write_parquet(path)?;
     }
@@ -169,12 +174,17 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
             analytic: o.analytic_bytes,
             analytic_printed: o.analytic_printed_bytes,
         };
+        let (library, kernel) = kernel_of(layer);
         for flag in &o.flags {
-            lines.push(format!(
-                "WARNING: layer `{}` ({}): {}",
-                layer.name,
-                layer.params,
+            let text = if other_than_reference(library, kernel) {
+                let kernel = kernel_text(library, kernel);
+                explain_other_kernel(*flag, o.monotone_bytes, o.exact_bytes, &methods, &kernel)
+            } else {
                 explain(*flag, o.monotone_bytes, o.exact_bytes, &methods)
+            };
+            lines.push(format!(
+                "WARNING: layer `{}` ({}): {text}",
+                layer.name, layer.params,
             ));
         }
     }

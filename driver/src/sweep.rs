@@ -20,10 +20,12 @@ use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
 use memtrace_analyzer::overlap::configs::{
     expand_grid, parse_configs_file, short_text, try_random_configs,
 };
+use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 use serde::Serialize;
 
+use crate::attribution::{other_than_reference, KernelResolver};
 use crate::common::progress_bar;
 use crate::error::{Context, Result};
 use crate::{bail, failed};
@@ -192,6 +194,11 @@ pub struct Row {
     pub verdict: Verdict,
     /// Why the configuration could not be traced, or why it has no O_s.
     pub error: Option<String>,
+    /// Kernel library of `kernel` (`CMSIS-NN`, `TFLM reference`, …;
+    /// docs/kernels.md); `None` when the layer was not traced.
+    pub library: Option<String>,
+    /// The function that made most of the layer's buffer accesses.
+    pub kernel: Option<String>,
 }
 
 impl Row {
@@ -245,6 +252,8 @@ impl Row {
             } else {
                 None
             },
+            library: l.attribution.as_ref().map(|a| a.library.clone()),
+            kernel: l.attribution.as_ref().map(|a| a.kernel.clone()),
         }
     }
 
@@ -271,6 +280,8 @@ impl Row {
             printed_above_traced: false,
             verdict: Verdict::Error,
             error: Some(error),
+            library: None,
+            kernel: None,
         }
     }
 }
@@ -280,15 +291,18 @@ fn trace_layers(
     image: &ElfImage,
     job: Option<Job>,
     max_instructions: u64,
+    kernels: &KernelResolver<'_>,
 ) -> Result<(i32, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
+    let mut pcs = PcCounts::default();
     let options = TraceOptions {
         job,
         max_instructions,
         access: AccessPath::Mmio,
         ..TraceOptions::default()
     };
-    let summary = memtrace_tracer::trace(image, options, &mut [&mut stats])?;
+    let summary = memtrace_tracer::trace(image, options, &mut [&mut stats, &mut pcs])?;
+    kernels.attribute(&mut stats.layers, &pcs);
     Ok((summary.exit_code, stats.layers))
 }
 
@@ -298,12 +312,13 @@ fn trace_job(
     spec: &LayerSpec,
     seed: u32,
     max_instructions: u64,
+    kernels: &KernelResolver<'_>,
 ) -> Result<LayerReport, String> {
     let job = Job {
         spec: spec.clone(),
         seed,
     };
-    match trace_layers(image, Some(job), max_instructions) {
+    match trace_layers(image, Some(job), max_instructions, kernels) {
         Ok((0, mut layers)) if layers.len() == 1 => Ok(layers.remove(0)),
         Ok((0, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
         Ok((2, _)) => Err("the guest rejected the configuration (exit 2)".into()),
@@ -314,7 +329,7 @@ fn trace_job(
 
 /// Traces the ELF's built-in layers (no job) and returns one row each.
 pub fn trace_builtin(image: &ElfImage, max_instructions: u64) -> Result<Vec<Row>> {
-    let (code, layers) = trace_layers(image, None, max_instructions)
+    let (code, layers) = trace_layers(image, None, max_instructions, &KernelResolver::new(image))
         .with_context(|| format!("tracing {}", image.path.display()))?;
     if code != 0 {
         bail!(
@@ -351,6 +366,7 @@ pub fn trace_specs(
     max_instructions: u64,
 ) -> Vec<Row> {
     let arch = image.arch.name();
+    let kernels = KernelResolver::new(image);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Row>>> = Mutex::new(vec![None; specs.len()]);
     let bar = progress_bar(specs.len() as u64, "configs");
@@ -360,7 +376,7 @@ pub fn trace_specs(
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(spec) = specs.get(i) else { break };
                 let name = names[i].clone();
-                let row = match trace_job(image, spec, seed, max_instructions) {
+                let row = match trace_job(image, spec, seed, max_instructions, &kernels) {
                     Ok(layer) => Row::from_layer(name, "job", arch, &layer),
                     Err(e) => Row::failed(name, spec, arch, e),
                 };
@@ -422,6 +438,9 @@ pub struct Summary {
     pub configs_per_second: f64,
     /// Worker threads used.
     pub threads: usize,
+    /// Rows with a failed cross-check that ran some other kernel than the
+    /// TFLM reference ones the algorithmic and analytic methods model.
+    pub violations_on_other_kernels: usize,
 }
 
 /// Counts and error statistics of `rows`, swept in `elapsed` on `threads`.
@@ -451,6 +470,13 @@ pub fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summary {
             0.0
         },
         threads,
+        violations_on_other_kernels: rows
+            .iter()
+            .filter(|r| {
+                !r.flags.is_empty()
+                    && other_than_reference(r.library.as_deref(), r.kernel.as_deref())
+            })
+            .count(),
     }
 }
 
@@ -492,6 +518,8 @@ mod tests {
             flags,
             printed_above_traced: false,
             error: error.then(|| "rejected".to_owned()),
+            library: None,
+            kernel: None,
         }
     }
 

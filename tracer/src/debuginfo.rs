@@ -11,6 +11,19 @@ use crate::error::CodeLocation;
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
+/// One function of the chain of inlined calls at a PC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// Function name, demangled (C++ names with their parameter list).
+    pub function: Option<String>,
+    /// Full path of the source file of this function's code at the PC, from
+    /// the DWARF line table: the PC's own line for the innermost frame, the
+    /// call site of the next inner frame for the others.
+    pub file: Option<String>,
+    /// Source line in `file`.
+    pub line: Option<u32>,
+}
+
 /// Source-level view of a guest binary.
 pub struct DebugInfo {
     context: Option<addr2line::Context<Reader>>,
@@ -75,6 +88,46 @@ impl DebugInfo {
             }
         }
         loc
+    }
+}
+
+impl DebugInfo {
+    /// The chain of functions at `pc` (Thumb bit ignored), innermost first:
+    /// the inlined function the PC is really in, then each function it was
+    /// inlined into, ending with the function that owns the code. Without
+    /// DWARF for the PC, the one frame of the symbol containing it (no file);
+    /// empty when no symbol contains it either.
+    pub fn frames(&self, image: &ElfImage, pc: u64) -> Vec<Frame> {
+        let pc = pc & !1;
+        let mut out = Vec::new();
+        if let Some(ctx) = &self.context {
+            if let Ok(mut frames) = ctx.find_frames(pc).skip_all_loads() {
+                while let Ok(Some(frame)) = frames.next() {
+                    let (file, line) = frame
+                        .location
+                        .map(|l| (l.file.map(str::to_owned), l.line))
+                        .unwrap_or((None, None));
+                    out.push(Frame {
+                        function: frame
+                            .function
+                            .as_ref()
+                            .and_then(|f| f.demangle().ok())
+                            .map(|n| n.into_owned()),
+                        file,
+                        line,
+                    });
+                }
+            }
+        }
+        if out.is_empty() {
+            if let Some(name) = image.function_at(pc) {
+                out.push(Frame {
+                    function: Some(name.to_owned()),
+                    ..Frame::default()
+                });
+            }
+        }
+        out
     }
 }
 

@@ -114,6 +114,32 @@ pub fn explain(flag: Flag, monotone: u64, exact: u64, methods: &MethodValues) ->
     }
 }
 
+/// [`explain`] for a layer that ran `kernel` (e.g. `` `arm_nn_mat_mult_nt_t_s8`
+/// (CMSIS-NN) ``), some other kernel than the TFLM reference ones whose loop
+/// nests the algorithmic and analytic methods model: `UNSAFE` and
+/// `MISMATCH` say that, and that the paper's claim (DMO §III-F: vectorised
+/// kernels keep the reference O_s) does not hold for the layer.
+pub fn explain_other_kernel(
+    flag: Flag,
+    monotone: u64,
+    exact: u64,
+    methods: &MethodValues,
+    kernel: &str,
+) -> String {
+    let show = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+    match flag {
+        Flag::Unsafe => format!(
+            "UNSAFE: analytic O_s {} B > traced monotone O_s {monotone} B (a plan built on the analytic value clobbers live input): the analytic bound models the TFLM reference loop nest, but this layer ran {kernel}, which does not keep the reference O_s (DMO §III-F assumes vectorised kernels do)",
+            show(methods.analytic)
+        ),
+        Flag::Mismatch => format!(
+            "MISMATCH: algorithmic O_s {} B != traced monotone O_s {monotone} B: the algorithmic method models the TFLM reference loop nest, but this layer ran {kernel}, whose own loop order gives the traced value (use it; DMO §III-F assumes vectorised kernels keep the reference O_s)",
+            show(methods.algorithmic)
+        ),
+        Flag::ExactBelowMonotone => explain(flag, monotone, exact, methods),
+    }
+}
+
 /// `(monotone − analytic) / monotone` in percent: how much of the traced
 /// monotone O_s the analytic bound gives away (negative when the bound is
 /// unsafe; 0 when both are 0). `None` without an analytic value.
@@ -178,6 +204,16 @@ mod tests {
         );
         assert!(check(100, 100, &MethodValues::default()).is_empty());
         assert!(explain(Flag::Unsafe, 100, 100, &m).contains("120 B > traced monotone O_s 100 B"));
+        let other = |f| explain_other_kernel(f, 100, 100, &m, "`arm_x` (CMSIS-NN)");
+        assert!(other(Flag::Unsafe)
+            .starts_with("UNSAFE: analytic O_s 120 B > traced monotone O_s 100 B"));
+        assert!(other(Flag::Mismatch).contains(
+            "models the TFLM reference loop nest, but this layer ran `arm_x` (CMSIS-NN)"
+        ));
+        assert_eq!(
+            other(Flag::ExactBelowMonotone),
+            explain(Flag::ExactBelowMonotone, 100, 100, &m)
+        );
         assert_eq!(
             serde_json::to_string(&Flag::Mismatch).unwrap(),
             "\"MISMATCH\""
