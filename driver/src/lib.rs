@@ -16,6 +16,7 @@ pub mod contract;
 pub mod error;
 pub mod kernels;
 pub mod ladder;
+pub mod placement;
 pub mod plan;
 pub mod regress;
 pub mod run;

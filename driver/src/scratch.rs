@@ -5,13 +5,13 @@
 //! the arena, so they become tensors of the plan ([`Model::with_scratch`]).
 
 use memtrace_analyzer::model::Model;
-use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_analyzer::verify::{lower, LowerInput};
 use memtrace_tracer::{AccessPath, ElfImage, TraceOptions};
 
 use crate::bail;
 use crate::error::Result;
 use crate::failed;
+use crate::placement::{arena_of, greedy, offsets_of};
 
 /// Scratch bytes each operator of `model` (by model operator index) needs in
 /// `executor`, asked with the model lowered at `offsets` in `order`.
@@ -73,17 +73,8 @@ pub fn scratch_needs(
 /// under TFLM's greedy plan (any fitting placement works for the query,
 /// docs/protocol.md §13).
 pub fn with_library_scratch(executor: &ElfImage, model: &Model, seed: u64) -> Result<Model> {
-    let plain = planner::run(
-        model,
-        PlannerKind::TflmGreedy,
-        &Overlaps::none(model),
-        &PlanOptions::default(),
-    )?;
-    let mut offsets = vec![None; model.tensors.len()];
-    for t in &plain.tensors {
-        offsets[t.tensor] = Some(t.offset);
-    }
-    let arena = plain.peak_bytes.unwrap_or(0);
+    let plain = greedy(model)?;
+    let (offsets, arena) = (offsets_of(model, &plain), arena_of(&plain, model));
     let needs = scratch_needs(executor, model, &plain.order, &offsets, arena, seed)?;
     Ok(model.with_scratch(&needs))
 }

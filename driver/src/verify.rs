@@ -30,6 +30,7 @@ use serde::Deserialize;
 use crate::common::{check_output, trace_with};
 use crate::error::{Context, Result};
 use crate::kernels::{harness_guest, Kernels};
+use crate::placement::{arena_of, greedy, offsets_of};
 use crate::plan::OverlapChoice;
 use crate::run::access_path;
 use crate::scratch::with_library_scratch;
@@ -223,24 +224,6 @@ fn execute(
     })
 }
 
-fn offsets_of(model: &Model, plan: &Plan) -> Vec<Option<u64>> {
-    let mut o = vec![None; model.tensors.len()];
-    for t in &plan.tensors {
-        o[t.tensor] = Some(t.offset);
-    }
-    o
-}
-
-fn arena_of(plan: &Plan, model: &Model) -> u64 {
-    plan.peak_bytes.unwrap_or_else(|| {
-        plan.tensors
-            .iter()
-            .map(|t| t.offset + model.tensors[t.tensor].bytes.max(t.size))
-            .max()
-            .unwrap_or(0)
-    })
-}
-
 fn run_report(
     model: &Model,
     planner: &str,
@@ -296,16 +279,6 @@ struct Reference {
     offsets: Vec<Option<u64>>,
     arena: u64,
     outcome: Outcome,
-}
-
-/// The greedy, un-overlapped plan of `model`.
-fn greedy(model: &Model) -> Result<Plan> {
-    Ok(planner::run(
-        model,
-        PlannerKind::TflmGreedy,
-        &Overlaps::none(model),
-        &PlanOptions::default(),
-    )?)
 }
 
 /// Adds `image`'s scratch tensors to `base` and runs it under the greedy plan.
