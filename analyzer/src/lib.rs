@@ -3,6 +3,7 @@
 //! It knows events (from `memtrace_abi::event`), O_s (empirical,
 //! algorithmic, analytic), models, planners and plots, and nothing of Unicorn.
 
+pub mod cold;
 pub mod contract;
 pub mod error;
 pub mod event_table;
