@@ -219,3 +219,23 @@ fn a_full_disk_while_writing_a_picture_is_a_clean_error() {
         "{err}"
     );
 }
+
+/// A job the guest rejects comes back with the guest's own reason
+/// (`memtrace_exit_reason`), not just its exit code.
+#[test]
+fn a_job_the_guest_rejects_says_why() {
+    for arch in ["cortex-m4", "x86_64"] {
+        let elf = guest(arch, "suite");
+        let err = fails(&[
+            "run",
+            p(&elf),
+            "--job",
+            "op=conv2d,dtype=int8,input=1x4000x4000x8,filter=8x3x3x8",
+        ]);
+        assert!(err.contains("exited with code 2"), "{arch}: {err}");
+        assert!(
+            err.contains("do not fit the suite's arena"),
+            "{arch}: no reason given: {err}"
+        );
+    }
+}

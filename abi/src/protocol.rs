@@ -20,6 +20,7 @@ c_constants! {
         MEMTRACE_CMD_BUFFER = 2,
         MEMTRACE_CMD_LAYER_END = 3,
         MEMTRACE_CMD_EXIT = 4,
+        MEMTRACE_CMD_REASON = 5,
         MEMTRACE_ROLE_INPUT = 0,
         MEMTRACE_ROLE_OUTPUT = 1,
         MEMTRACE_ROLE_WEIGHTS = 2,
@@ -57,6 +58,12 @@ pub enum Command {
     Exit {
         /// Exit code the guest passed.
         code: i32,
+    },
+    /// `REASON`: the guest's reason for the exit that follows
+    /// (`memtrace_exit_reason`).
+    Reason {
+        /// Guest address of the NUL-terminated reason text.
+        text: u64,
     },
 }
 
@@ -102,6 +109,7 @@ impl PortDecoder {
             MEMTRACE_CMD_BUFFER => ("BUFFER", 8),
             MEMTRACE_CMD_LAYER_END => ("LAYER_END", 0),
             MEMTRACE_CMD_EXIT => ("EXIT", 1),
+            MEMTRACE_CMD_REASON => ("REASON", 2),
             _ => {
                 self.fifo.clear();
                 return Err(ProtocolError(format!(
@@ -132,6 +140,7 @@ impl PortDecoder {
                 name: wide(6),
             }),
             MEMTRACE_CMD_LAYER_END => Command::LayerEnd,
+            MEMTRACE_CMD_REASON => Command::Reason { text: wide(0) },
             _ => Command::Exit {
                 code: words[0] as i32,
             },
@@ -177,6 +186,7 @@ mod tests {
                                 Command::Buffer(_) => 8,
                                 Command::LayerEnd => 0,
                                 Command::Exit { .. } => 1,
+                                Command::Reason { .. } => 2,
                             };
                             assert_eq!(pushed, words, "{cmd:?}");
                             accepted += 1;

@@ -126,3 +126,13 @@ pub fn threads(requested: Option<usize>) -> usize {
 pub fn show<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
+
+/// "exited with code N: why" — the guest's own reason when it gave one
+/// (`memtrace_exit_reason`), otherwise `hint` (what the code usually means).
+pub fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
+    match reason {
+        Some(reason) => format!("exited with code {code}: {reason}"),
+        None if hint.is_empty() => format!("exited with code {code}"),
+        None => format!("exited with code {code} ({hint})"),
+    }
+}

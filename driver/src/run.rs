@@ -132,8 +132,12 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     }
     if summary.exit_code != 0 {
         bail!(
-            "the guest exited with code {} (a rejected job or a failed kernel check)",
-            summary.exit_code
+            "the guest {}",
+            crate::common::exit_text(
+                summary.exit_code,
+                summary.exit_reason.as_deref(),
+                "a rejected job or a failed kernel check"
+            )
         );
     }
     let rerun = crate::contract::Rerun {

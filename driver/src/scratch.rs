@@ -53,9 +53,9 @@ pub fn scratch_needs(
     )?;
     if summary.exit_code != 0 {
         bail!(
-            "{} exited with code {} when asked for scratch sizes",
+            "{} {} when asked for scratch sizes",
             executor.path.display(),
-            summary.exit_code
+            crate::common::exit_text(summary.exit_code, summary.exit_reason.as_deref(), "")
         );
     }
     let mut needs = vec![0u64; model.ops.len()];

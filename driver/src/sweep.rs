@@ -286,13 +286,14 @@ impl Row {
     }
 }
 
-/// Traces with the O_s analyses, without a spinner.
+/// Traces with the O_s analyses, without a spinner: the exit code, the
+/// guest's reason for it, and the layers.
 fn trace_layers(
     image: &ElfImage,
     job: Option<Job>,
     max_instructions: u64,
     kernels: &KernelResolver<'_>,
-) -> Result<(i32, Vec<LayerReport>)> {
+) -> Result<(i32, Option<String>, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
     let mut pcs = PcCounts::default();
     let options = TraceOptions {
@@ -303,7 +304,7 @@ fn trace_layers(
     };
     let summary = memtrace_tracer::trace(image, options, &mut [&mut stats, &mut pcs])?;
     kernels.attribute(&mut stats.layers, &pcs);
-    Ok((summary.exit_code, stats.layers))
+    Ok((summary.exit_code, summary.exit_reason, stats.layers))
 }
 
 /// Traces `spec` as a job; the job's single layer or an error text.
@@ -319,22 +320,27 @@ fn trace_job(
         seed,
     };
     match trace_layers(image, Some(job), max_instructions, kernels) {
-        Ok((0, mut layers)) if layers.len() == 1 => Ok(layers.remove(0)),
-        Ok((0, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
-        Ok((2, _)) => Err("the guest rejected the configuration (exit 2)".into()),
-        Ok((code, _)) => Err(format!("the guest exited with code {code}")),
+        Ok((0, _, mut layers)) if layers.len() == 1 => Ok(layers.remove(0)),
+        Ok((0, _, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
+        Ok((2, None, _)) => Err("the guest rejected the configuration (exit 2)".into()),
+        Ok((code, reason, _)) => Err(format!(
+            "the guest {}",
+            crate::common::exit_text(code, reason.as_deref(), "")
+        )),
         Err(e) => Err(e.to_string()),
     }
 }
 
 /// Traces the ELF's built-in layers (no job) and returns one row each.
 pub fn trace_builtin(image: &ElfImage, max_instructions: u64) -> Result<Vec<Row>> {
-    let (code, layers) = trace_layers(image, None, max_instructions, &KernelResolver::new(image))
-        .with_context(|| format!("tracing {}", image.path.display()))?;
+    let (code, reason, layers) =
+        trace_layers(image, None, max_instructions, &KernelResolver::new(image))
+            .with_context(|| format!("tracing {}", image.path.display()))?;
     if code != 0 {
         bail!(
-            "{} exited with code {code} running its built-in layers",
-            image.path.display()
+            "{} {} running its built-in layers",
+            image.path.display(),
+            crate::common::exit_text(code, reason.as_deref(), "")
         );
     }
     let arch = image.arch.name();

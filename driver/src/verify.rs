@@ -208,10 +208,14 @@ fn execute(
     };
     if summary.exit_code != 0 {
         bail!(
-            "{} exited with code {} (3: no program, 4: unsupported operator, 6: scratch \
-             missing, 7: the kernel library reported an error; docs/protocol.md §9)",
+            "{} {}",
             image.path.display(),
-            summary.exit_code
+            crate::common::exit_text(
+                summary.exit_code,
+                summary.exit_reason.as_deref(),
+                "3: no program, 4: unsupported operator, 6: scratch missing, 7: the kernel \
+                 library reported an error; docs/protocol.md §9"
+            )
         );
     }
     Ok(Outcome {

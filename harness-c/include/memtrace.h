@@ -14,6 +14,7 @@
  *   MEMTRACE_CMD_BUFFER       id role base(2) size elem_size name_ptr(2) 8 words
  *   MEMTRACE_CMD_LAYER_END    (none)                                   0 words
  *   MEMTRACE_CMD_EXIT         exit_code                                1 word
+ *   MEMTRACE_CMD_REASON       text_ptr(2)                              2 words
  *
  * Strings are NUL-terminated and at most MEMTRACE_MAX_STRING bytes long.
  * Buffers are declared after LAYER_BEGIN and live until LAYER_END.
@@ -32,6 +33,7 @@ extern "C" {
 #define MEMTRACE_CMD_BUFFER      2u
 #define MEMTRACE_CMD_LAYER_END   3u
 #define MEMTRACE_CMD_EXIT        4u
+#define MEMTRACE_CMD_REASON      5u
 
 #define MEMTRACE_ROLE_INPUT   0u
 #define MEMTRACE_ROLE_OUTPUT  1u
@@ -114,6 +116,14 @@ static inline void memtrace_exit(int32_t code) {
     memtrace_command(MEMTRACE_CMD_EXIT);
     for (;;) {
     }
+}
+
+/* Ends the traced program and says why: the tracer reports `reason` with a
+ * non-zero `code` (e.g. why a job was rejected). */
+static inline void memtrace_exit_reason(int32_t code, const char *reason) {
+    memtrace_push_ptr(reason);
+    memtrace_command(MEMTRACE_CMD_REASON);
+    memtrace_exit(code);
 }
 
 #ifdef __cplusplus

@@ -169,14 +169,27 @@ void int8_activation(int32_t act, int32_t zero_point, int32_t six, Quant &q) {
 // consumed, but static storage keeps it simple and inside .bss.
 char g_params[MEMTRACE_MAX_STRING];
 
+const char *g_reason = nullptr;
+
+// Returns `code` and remembers why.
+int fail(int code, const char *reason) {
+    g_reason = reason;
+    return code;
+}
+
 }  // namespace
+
+const char *exit_reason() { return g_reason; }
 
 int run_layer(const char *name, const Layer &l) {
     if (!consistent(l)) {
-        return kExitInvalidJob;
+        return fail(kExitInvalidJob,
+                    "the suite rejected the job: its op, dtype, shapes and parameters are not "
+                    "consistent (the rules of docs/user-guide.md, \"Job keys\")");
     }
     if (!format_params(l, g_params, sizeof g_params)) {
-        return kExitInvalidJob;
+        return fail(kExitInvalidJob, "the suite rejected the job: its parameter text is longer "
+                                     "than MEMTRACE_MAX_STRING (256 bytes)");
     }
 
     Arena arena;
@@ -224,7 +237,8 @@ int run_layer(const char *name, const Layer &l) {
         shift = static_cast<int32_t *>(arena.take(static_cast<uint64_t>(l.output[3]), 4));
     }
     if (!arena.ok()) {
-        return kExitInvalidJob;
+        return fail(kExitInvalidJob, "the suite rejected the job: its input, weights and output "
+                                     "do not fit the suite's arena (memtrace_arena)");
     }
 
     // Only in library builds other than the reference (suite-cmsis.elf): the
@@ -239,7 +253,8 @@ int run_layer(const char *name, const Layer &l) {
     }
     void *reference_output = library_has_kernel(l) ? arena.take(out_n, ts) : nullptr;
     if (!arena.ok()) {
-        return kExitInvalidJob;
+        return fail(kExitInvalidJob, "the suite rejected the job: the library's scratch buffer "
+                                     "and the reference output do not fit the suite's arena");
     }
 
     // Data, before the window opens.
@@ -345,7 +360,7 @@ int run_layer(const char *name, const Layer &l) {
     const int rc = run_kernel(l, b, q);
     memtrace_layer_end();
     if (rc != kExitOk) {
-        return rc;
+        return fail(rc, "the kernel library returned an error status for this layer");
     }
 
     // Bit-exactness: the library's int8 kernels are meant to match TFLM's
@@ -359,7 +374,8 @@ int run_layer(const char *name, const Layer &l) {
         ref.scratch_bytes = 0;
         run_reference_kernel(l, ref, q);
         if (memcmp(reference_output, b.output, static_cast<size_t>(out_n * ts)) != 0) {
-            return kExitMismatch;
+            return fail(kExitMismatch, "the library kernel's output differs from the TFLM "
+                                       "reference kernel's on the same inputs");
         }
     }
     return kExitOk;

@@ -3,6 +3,7 @@
 // With a job in the mailbox (`memtrace run suite.elf --job SPEC`), run exactly
 // that layer, named "job". Without one, run the built-in layers: the first five
 // layers of MobileNet v1 0.25 (128x128 input, int8, SAME padding, ReLU6).
+#include "memtrace.h"
 #include "memtrace_job.h"
 #include "suite.h"
 
@@ -107,8 +108,11 @@ int run_builtin_layers() {
 }  // namespace memtrace
 
 int main() {
-    if (memtrace_job[JOB_MAGIC] == MEMTRACE_JOB_MAGIC) {
-        return memtrace::run_layer("job", memtrace::layer_from_job());
+    const int rc = memtrace_job[JOB_MAGIC] == MEMTRACE_JOB_MAGIC
+                       ? memtrace::run_layer("job", memtrace::layer_from_job())
+                       : memtrace::run_builtin_layers();
+    if (rc != memtrace::kExitOk && memtrace::exit_reason()) {
+        memtrace_exit_reason(rc, memtrace::exit_reason());
     }
-    return memtrace::run_builtin_layers();
+    return rc;
 }

@@ -63,8 +63,13 @@ struct Buffers {
 
 // Runs one layer window: validates, allocates from the arena, fills the data,
 // then LAYER_BEGIN, BUFFER..., the kernel, LAYER_END. Returns kExitOk, or
-// kExitInvalidJob without opening a window.
+// kExitInvalidJob without opening a window. A non-zero result leaves its
+// reason in exit_reason().
 int run_layer(const char *name, const Layer &layer);
+
+// Why the last run_layer failed (static text), or nullptr; main passes it to
+// memtrace_exit_reason so the host can say more than the exit code.
+const char *exit_reason();
 
 // ---- The kernel library of this binary ---------------------------------
 // suite.elf and suite-modified.elf link library_reference.cc (the TFLM

@@ -157,6 +157,8 @@ pub struct RunSummary {
     pub layers: Vec<String>,
     /// The ranges of [`TraceOptions::readback`], read after the exit.
     pub memory: Vec<Vec<u8>>,
+    /// Why the guest exited, if it said so (`memtrace_exit_reason`).
+    pub exit_reason: Option<String>,
 }
 
 enum Clock {
@@ -202,6 +204,8 @@ struct Session<'a> {
     clock: Clock,
     layer: Option<OpenLayer>,
     layers_seen: Vec<String>,
+    /// The text of the last REASON command.
+    exit_reason: Option<String>,
     selection: Option<HashSet<String>>,
     batch: Vec<Event>,
     batch_size: usize,
@@ -266,6 +270,7 @@ pub(crate) fn run(
         clock,
         layer: None,
         layers_seen: Vec::new(),
+        exit_reason: None,
         selection: options.layers.map(|l| l.into_iter().collect()),
         batch: Vec::with_capacity(options.batch_size),
         batch_size: options.batch_size.max(1),
@@ -299,6 +304,7 @@ pub(crate) fn run(
     let layer = session.layer.as_ref().map(|l| l.name.clone());
     let stop = session.stop.take();
     let layers = std::mem::take(&mut session.layers_seen);
+    let exit_reason = session.exit_reason.take();
     let finish = |err: TraceError| Err(with_locations(err, image));
     match (stop, result) {
         (Some(Stop::Error(err)), _) => finish(err),
@@ -317,6 +323,7 @@ pub(crate) fn run(
                 access,
                 layers,
                 memory,
+                exit_reason,
             })
         }
         (None, Err(e)) => finish(TraceError::GuestFault {

@@ -127,6 +127,11 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
             }
             mmio::release_layer_pages(uc)
         }
+        Command::Reason { text } => {
+            let reason = read_string(uc, text, "exit reason")?;
+            uc.get_data_mut().exit_reason = Some(reason);
+            Ok(())
+        }
         Command::Exit { code } => {
             let s = uc.get_data_mut();
             if let Some(open) = &s.layer {
