@@ -302,3 +302,30 @@ fn table_csv_grid_and_rejected_configs() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nothing to validate"), "{}", stderr(&o));
 }
+
+/// `validate --configs 1000000` draws configurations as workers take them:
+/// three seconds into the sweep it holds megabytes, not the gigabytes a
+/// million configurations per op built up front took.
+#[test]
+fn a_million_configurations_are_streamed_not_built_up_front() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(["validate", path_str(&suite("x86_64")), "--op", "all"])
+        .args(["--configs", "1000000", "--format", "json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("memtrace starts");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    assert!(
+        peak_kb < 300 * 1024,
+        "validate --configs 1000000 peaked at {peak_kb} kB after 3 s"
+    );
+}

@@ -14,8 +14,8 @@ use crate::bail;
 use crate::common::check_output;
 use crate::error::Result;
 use crate::sweep::{
-    config_names, require_job_mailbox, start, summarise, trace_builtin, trace_specs,
-    ConfigSelection, Row,
+    require_job_mailbox, start, summarise, trace_builtin, trace_stream, ConfigSelection, Row,
+    SpecStream,
 };
 
 /// Format tag of baseline files.
@@ -143,12 +143,12 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     }
     check_output(&opts.out, &[&opts.elf])?;
     let specs = if opts.configs.any() {
-        opts.configs.specs()?
+        Some(opts.configs.stream()?)
     } else {
-        Vec::new()
+        None
     };
     let image = ElfImage::load(&opts.elf)?;
-    if !specs.is_empty() {
+    if specs.as_ref().is_some_and(|s| !s.is_empty()) {
         require_job_mailbox(&image)?;
     }
     let threads = opts.configs.threads();
@@ -157,14 +157,16 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     if !opts.no_builtin {
         rows.extend(trace_builtin(&image, opts.configs.max_instructions)?);
     }
-    rows.extend(trace_specs(
-        &image,
-        &specs,
-        &config_names(specs.len()),
-        opts.configs.seed as u32,
-        threads,
-        opts.configs.max_instructions,
-    ));
+    let configs = specs.as_ref().map_or(0, SpecStream::len);
+    if let Some(specs) = specs {
+        rows.extend(trace_stream(
+            &image,
+            specs,
+            opts.configs.seed as u32,
+            threads,
+            opts.configs.max_instructions,
+        )?);
+    }
     let summary = summarise(&rows, t0.elapsed(), threads);
     let failed: Vec<String> = rows
         .iter()
@@ -197,7 +199,7 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     Ok(Tabulated {
         baseline,
         rows,
-        configs: specs.len(),
+        configs,
         seconds: summary.seconds,
     })
 }

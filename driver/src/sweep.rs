@@ -8,7 +8,6 @@
 //! created inside `memtrace_tracer::trace`) and shares the parsed [`ElfImage`].
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,8 @@ use memtrace_analyzer::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
 use memtrace_analyzer::overlap::configs::{
-    expand_grid, parse_configs_file, short_text, try_random_configs,
+    expand_grid, parse_configs_file, random_config_iter, short_text, try_random_configs,
+    RandomConfigs,
 };
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::report::LayerReport;
@@ -88,38 +88,81 @@ impl ConfigSelection {
     /// The configurations, in a fixed order: random ones per (op, dtype),
     /// then the configs file, then the grids.
     pub fn specs(&self) -> Result<Vec<LayerSpec>> {
-        let mut specs = Vec::new();
+        self.stream()?.collect()
+    }
+
+    /// The configurations of [`ConfigSelection::specs`], drawn only as they
+    /// are consumed: `validate --configs 1000000` holds the configurations
+    /// being traced, not a million of them. Every (op, dtype) stream's first
+    /// configuration is drawn here, so a budget no configuration fits fails
+    /// at once; one that fails later ends the stream with its error.
+    pub fn stream(&self) -> Result<SpecStream> {
         let ops = parse_ops(&self.ops)?;
         let dtypes = parse_dtypes(&self.dtype)?;
-        for &op in &ops {
-            for &dtype in &dtypes {
-                specs.extend(try_random_configs(
-                    op,
-                    dtype,
-                    self.configs,
-                    self.seed,
-                    self.budget,
-                )?);
-            }
-        }
+        let mut listed = Vec::new();
         if let Some(path) = &self.configs_file {
             let text = read_text_limited(path, MAX_TEXT_FILE, "--configs-file")?;
-            specs.extend(
+            listed.extend(
                 parse_configs_file(&text)
                     .map_err(|e| failed!("--configs-file {}: {e}", path.display()))?,
             );
         }
         for g in &self.grid {
             for text in expand_grid(g).map_err(|e| failed!("--grid: {e}"))? {
-                specs.push(LayerSpec::parse(&text).map_err(|e| failed!("--grid `{text}`: {e}"))?);
+                listed.push(LayerSpec::parse(&text).map_err(|e| failed!("--grid `{text}`: {e}"))?);
             }
         }
-        Ok(specs)
+        let mut random: Vec<RandomConfigs> = Vec::new();
+        if self.configs > 0 {
+            for &op in &ops {
+                for &dtype in &dtypes {
+                    try_random_configs(op, dtype, 1, self.seed, self.budget)?;
+                    random.push(random_config_iter(op, dtype, self.seed, self.budget));
+                }
+            }
+        }
+        let count = random.len() * self.configs + listed.len();
+        let per_stream = self.configs;
+        let specs = random
+            .into_iter()
+            .flat_map(move |stream| stream.take(per_stream))
+            .map(|drawn| drawn.map_err(Into::into))
+            .chain(listed.into_iter().map(Ok));
+        Ok(SpecStream {
+            count,
+            specs: Box::new(specs),
+        })
     }
 
     /// Worker threads: `jobs`, or all cores.
     pub fn threads(&self) -> usize {
         crate::common::threads(self.jobs)
+    }
+}
+
+/// Layer configurations drawn one at a time ([`ConfigSelection::stream`]).
+pub struct SpecStream {
+    count: usize,
+    specs: Box<dyn Iterator<Item = Result<LayerSpec>> + Send>,
+}
+
+impl SpecStream {
+    /// How many configurations the stream yields (unless one fails).
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the stream yields nothing.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+impl Iterator for SpecStream {
+    type Item = Result<LayerSpec>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.specs.next()
     }
 }
 
@@ -362,7 +405,7 @@ pub fn require_job_mailbox(image: &ElfImage) -> Result<()> {
 }
 
 /// Traces every spec as a job on `threads` workers. Rows come back in the
-/// order of `specs`, named `config I` (I from `first_index`).
+/// order of `specs`, named by `names`.
 pub fn trace_specs(
     image: &ElfImage,
     specs: &[LayerSpec],
@@ -371,45 +414,110 @@ pub fn trace_specs(
     threads: usize,
     max_instructions: u64,
 ) -> Vec<Row> {
-    let arch = image.arch.name();
-    let kernels = KernelResolver::new(image);
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Row>>> = Mutex::new(vec![None; specs.len()]);
-    let bar = progress_bar(specs.len() as u64, "configs");
-    std::thread::scope(|scope| {
-        for _ in 0..threads.min(specs.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(spec) = specs.get(i) else { break };
-                let name = names[i].clone();
-                let row = match trace_job(image, spec, seed, max_instructions, &kernels) {
-                    Ok(layer) => Row::from_layer(name, "job", arch, &layer),
-                    Err(e) => Row::failed(name, spec, arch, e),
-                };
-                if let Ok(mut r) = results.lock() {
-                    r[i] = Some(row);
-                }
-                if let Some(bar) = &bar {
-                    bar.inc(1);
-                }
-            });
-        }
-    });
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    results
-        .into_inner()
+    let stream = specs.iter().cloned().map(Ok);
+    let name_of = |i: usize| names[i].clone();
+    let sweep = Sweep {
+        image,
+        seed,
+        threads,
+        max_instructions,
+    };
+    // The items are all `Ok`, so the stream cannot fail.
+    sweep
+        .trace(stream, specs.len(), &name_of)
         .unwrap_or_default()
-        .into_iter()
-        .zip(specs)
-        .zip(names)
-        .map(|((row, spec), name)| {
-            row.unwrap_or_else(|| {
-                Row::failed(name.clone(), spec, arch, "the worker thread died".into())
-            })
-        })
-        .collect()
+}
+
+/// Traces a [`SpecStream`], drawing each configuration only when a worker is
+/// free; rows are named `config I` and come back in stream order. Memory
+/// grows with the rows traced, never with the configurations still to come.
+pub fn trace_stream(
+    image: &ElfImage,
+    stream: SpecStream,
+    seed: u32,
+    threads: usize,
+    max_instructions: u64,
+) -> Result<Vec<Row>> {
+    let count = stream.len();
+    let sweep = Sweep {
+        image,
+        seed,
+        threads,
+        max_instructions,
+    };
+    sweep.trace(stream, count, &|i| format!("config {}", i + 1))
+}
+
+/// One sweep's fixed settings.
+struct Sweep<'a> {
+    image: &'a ElfImage,
+    seed: u32,
+    threads: usize,
+    max_instructions: u64,
+}
+
+impl Sweep<'_> {
+    /// Traces `count` specs drawn from `specs` on the workers; the first
+    /// spec the stream fails to give ends the sweep with its error.
+    fn trace(
+        &self,
+        specs: impl Iterator<Item = Result<LayerSpec>> + Send,
+        count: usize,
+        name_of: &(dyn Fn(usize) -> String + Sync),
+    ) -> Result<Vec<Row>> {
+        let arch = self.image.arch.name();
+        let kernels = KernelResolver::new(self.image);
+        let source = Mutex::new(specs.enumerate());
+        let failure: Mutex<Option<crate::error::Error>> = Mutex::new(None);
+        let rows: Mutex<Vec<(usize, Row)>> = Mutex::new(Vec::new());
+        let bar = progress_bar(count as u64, "configs");
+        let draw = || -> Option<(usize, LayerSpec)> {
+            let mut source = source.lock().ok()?;
+            match source.next()? {
+                (i, Ok(spec)) => Some((i, spec)),
+                (_, Err(e)) => {
+                    if let Ok(mut f) = failure.lock() {
+                        f.get_or_insert(e);
+                    }
+                    None
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 0..self.threads.min(count.max(1)) {
+                scope.spawn(|| {
+                    while let Some((i, spec)) = draw() {
+                        let name = name_of(i);
+                        let row = match trace_job(
+                            self.image,
+                            &spec,
+                            self.seed,
+                            self.max_instructions,
+                            &kernels,
+                        ) {
+                            Ok(layer) => Row::from_layer(name, "job", arch, &layer),
+                            Err(e) => Row::failed(name, &spec, arch, e),
+                        };
+                        if let Ok(mut r) = rows.lock() {
+                            r.push((i, row));
+                        }
+                        if let Some(bar) = &bar {
+                            bar.inc(1);
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        if let Some(e) = failure.into_inner().ok().flatten() {
+            return Err(e);
+        }
+        let mut rows = rows.into_inner().unwrap_or_default();
+        rows.sort_unstable_by_key(|&(i, _)| i);
+        Ok(rows.into_iter().map(|(_, row)| row).collect())
+    }
 }
 
 /// Default names of swept configurations.

@@ -16,7 +16,7 @@ use crate::bail;
 use crate::common::{check_output, configure_table_printing, show};
 use crate::error::Result;
 use crate::sweep::{
-    config_names, require_job_mailbox, start, summarise, trace_specs, ConfigSelection, Row, Summary,
+    require_job_mailbox, start, summarise, trace_stream, ConfigSelection, Row, Summary,
 };
 use memtrace_analyzer::report::unqualified;
 
@@ -52,7 +52,7 @@ pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
     if let Some(out) = &opts.out {
         check_output(out, &[&opts.elf])?;
     }
-    let specs = opts.configs.specs()?;
+    let specs = opts.configs.stream()?;
     if specs.is_empty() {
         bail!("the configuration sources gave no configuration");
     }
@@ -60,14 +60,13 @@ pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
     require_job_mailbox(&image)?;
     let threads = opts.configs.threads();
     let t0 = start();
-    let rows = trace_specs(
+    let rows = trace_stream(
         &image,
-        &specs,
-        &config_names(specs.len()),
+        specs,
         opts.configs.seed as u32,
         threads,
         opts.configs.max_instructions,
-    );
+    )?;
     Ok(ValidateReport {
         elf: opts.elf.display().to_string(),
         arch: image.arch.name(),
