@@ -75,6 +75,9 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     for out in req.plot.iter().chain(&req.out) {
         check_output(out, &[Path::new(&req.model)])?;
     }
+    if let Some(p) = &req.plot {
+        memtrace_analyzer::plot::is_svg(p)?;
+    }
     let image = executor(&opts, req.kernels)?;
     let model = with_library_scratch(&image, &base, req.seed)?;
     let plan = greedy(&model)?;

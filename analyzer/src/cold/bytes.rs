@@ -93,6 +93,10 @@ pub struct ByteGap {
 pub struct ByteClass {
     /// Positions whose windows access these bytes (empty: never accessed).
     pub positions: Vec<usize>,
+    /// Per position, instructions from a byte's first to its last access in
+    /// that window (min and max over the bytes): 0 for bytes accessed once
+    /// (or, on the MMIO path, only within one block).
+    pub busy_instructions: Vec<Span>,
     /// Number of bytes.
     pub bytes: u64,
     /// Where they are in the tensor.
@@ -326,6 +330,7 @@ fn widen(span: &mut Span, v: u64) {
 /// A class being built.
 struct ClassAcc {
     positions: Vec<usize>,
+    busy: Vec<Span>,
     bytes: u64,
     /// Maximal runs of consecutive bytes, `[start, end)`.
     runs: Vec<(u64, u64)>,
@@ -362,6 +367,7 @@ fn classes(touches: &[Touch], bytes: u64, last: usize, end_of_last: u64) -> Vec<
                 }
                 index.insert(key.clone(), accs.len());
                 accs.push(ClassAcc {
+                    busy: vec![[u64::MAX, 0]; positions.len()],
                     positions,
                     bytes: 0,
                     runs: Vec::new(),
@@ -377,6 +383,10 @@ fn classes(touches: &[Touch], bytes: u64, last: usize, end_of_last: u64) -> Vec<
             _ => acc.runs.push((b as u64, b as u64 + 1)),
         }
         previous = Some(class);
+        for (busy, &i) in acc.busy.iter_mut().zip(&key) {
+            let w = &touches[i as usize];
+            widen(busy, w.last[b] - w.first[b]);
+        }
         for (g, pair) in key.windows(2).enumerate() {
             let before = touches[pair[0] as usize].last[b];
             let after = touches[pair[1] as usize].first[b];
@@ -400,6 +410,7 @@ fn classes(touches: &[Touch], bytes: u64, last: usize, end_of_last: u64) -> Vec<
             }
             ByteClass {
                 positions: acc.positions,
+                busy_instructions: acc.busy,
                 bytes: acc.bytes,
                 runs: progressions(&acc.runs),
                 gaps,
@@ -568,6 +579,7 @@ mod tests {
         let g = &skipped.gaps[0];
         assert_eq!((g.from, g.to, g.span, g.idle_ops), (0, Some(4), 4, 3));
         assert_eq!(g.idle_instructions, [390, 390]);
+        assert_eq!(read.busy_instructions, vec![[0, 0]; 3]);
     }
 
     /// A byte the last reader does not touch is dead from its last access
@@ -577,6 +589,7 @@ mod tests {
         let w = touch(0, &[Some((1, 1)), Some((2, 2))]);
         let r = touch(3, &[Some((30, 35)), None]);
         let c = classes(&[w, r], 2, 3, 40);
+        assert_eq!(c[0].busy_instructions, vec![[0, 0], [5, 5]]);
         let tail = &c[1].gaps[0];
         assert_eq!(c[1].positions, vec![0]);
         assert_eq!((tail.to, tail.span, tail.idle_ops), (None, 3, 3));
