@@ -38,6 +38,8 @@ pub struct ColdOptions {
     pub executor: Option<PathBuf>,
     /// Fig. 12-style picture of the cold ranges.
     pub plot: Option<PathBuf>,
+    /// The picture's time axis in instructions instead of operator positions.
+    pub plot_instructions: bool,
     /// The report file (checked before the run).
     pub out: Option<PathBuf>,
     /// Observe accesses with memory hooks: each access's own instruction
@@ -116,7 +118,7 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
         seconds: started.elapsed().as_secs_f64(),
     };
     if let Some(path) = &req.plot {
-        memtrace_analyzer::cold::plot::render(&report, &model, &plan, path)?;
+        memtrace_analyzer::cold::plot::render(&report, &model, &plan, req.plot_instructions, path)?;
     }
     Ok(report)
 }

@@ -20,6 +20,15 @@ pub enum Format {
     Csv,
 }
 
+/// The time axis of the picture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlotTime {
+    /// Operator positions, one step each (TinySeg's figures).
+    Positions,
+    /// Instructions the run took (operator windows only).
+    Instructions,
+}
+
 #[derive(Args, Debug)]
 pub struct ColdArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
@@ -48,6 +57,9 @@ pub struct ColdArgs {
     /// x = operator position, y = arena offset; .png or .svg.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Time axis of the picture.
+    #[arg(long, value_enum, default_value_t = PlotTime::Positions)]
+    pub plot_time: PlotTime,
     /// Observe accesses with memory hooks: every time is the access's own
     /// instruction, not its block's (several times slower).
     #[arg(long)]
@@ -66,6 +78,7 @@ pub fn run(args: ColdArgs) -> Result<ExitCode> {
         kernels: args.kernels,
         executor: args.executor,
         plot: args.plot,
+        plot_instructions: args.plot_time == PlotTime::Instructions,
         out: args.out.clone(),
         exact_time: args.exact_time,
         max_instructions: args.max_instructions,

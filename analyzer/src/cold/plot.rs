@@ -9,7 +9,7 @@ use std::path::Path;
 
 use plotters::style::RGBColor;
 
-use super::bytes::ByteRuns;
+use super::bytes::{ByteRuns, LOAD_INPUT};
 use super::report::{ColdReport, TensorCold};
 use crate::error::Result;
 use crate::model::Model;
@@ -59,7 +59,8 @@ fn byte_marks(t: &TensorCold, offset: u64, budget: &mut usize) -> Vec<Mark> {
         };
         *budget = budget.saturating_sub(runs.len());
         for g in &c.gaps {
-            let to = g.to.map_or(t.graph.last as f64 + 1.0, |p| p as f64);
+            // A dead tail ends with the tensor's box, inside its last step.
+            let to = g.to.map_or(t.graph.last as f64 + 0.92, |p| p as f64);
             for &(lo, hi) in &runs {
                 marks.push(Mark {
                     lo: offset + lo,
@@ -82,9 +83,30 @@ fn expand(r: &ByteRuns) -> impl Iterator<Item = (u64, u64)> + '_ {
     })
 }
 
+/// Millions of instructions at every step boundary of `report`'s run: the
+/// start of the first window, then the end of each operator's window.
+fn instruction_bounds(report: &ColdReport) -> Vec<f64> {
+    let mut bounds = vec![0.0];
+    bounds.extend(
+        report
+            .windows
+            .iter()
+            .filter(|w| w.op != LOAD_INPUT)
+            .map(|w| w.end as f64 / 1e6),
+    );
+    bounds
+}
+
 /// Draws `report`'s cold ranges over `plan` (the traced placement) to
-/// `path` (`.png` or `.svg`).
-pub fn render(report: &ColdReport, model: &Model, plan: &Plan, path: &Path) -> Result<()> {
+/// `path` (`.png` or `.svg`); the time axis in operator positions or, with
+/// `instructions`, in the instructions the run took.
+pub fn render(
+    report: &ColdReport,
+    model: &Model,
+    plan: &Plan,
+    instructions: bool,
+    path: &Path,
+) -> Result<()> {
     let mut marks = Vec::new();
     let mut budget = MAX_RUNS;
     for t in &report.tensors {
@@ -102,6 +124,7 @@ pub fn render(report: &ColdReport, model: &Model, plan: &Plan, path: &Path) -> R
         ("cold range, graph level (Algorithm 2)", GRAPH_COLD),
         ("bytes idle longer than their tensor (trace)", BYTE_COLD),
     ];
+    let bounds = instruction_bounds(report);
     let marked = Marked {
         marks: &marks,
         legend: &legend,
@@ -112,6 +135,8 @@ pub fn render(report: &ColdReport, model: &Model, plan: &Plan, path: &Path) -> R
             report.planner,
             report.arena_bytes as f64 / 1024.0
         )),
+        time: (instructions && bounds.len() == plan.order.len() + 1)
+            .then_some((bounds.as_slice(), "instructions (millions; operator windows only)")),
     };
     plot_marked(model, plan, &marked, path)
 }

@@ -73,6 +73,20 @@ pub struct Marked<'a> {
     pub axes: Axes,
     /// Caption (the plan's planner and peak otherwise).
     pub caption: Option<String>,
+    /// Time axis other than steps: the coordinate of every step boundary
+    /// (`steps + 1` increasing values, e.g. instructions) and its label.
+    pub time: Option<(&'a [f64], &'a str)>,
+}
+
+impl Marked<'_> {
+    /// Coordinate of (fractional) step `s` on the time axis.
+    fn time_of(&self, s: f64) -> f64 {
+        let Some((bounds, _)) = self.time.filter(|(b, _)| b.len() >= 2) else {
+            return s;
+        };
+        let i = (s.floor().max(0.0) as usize).min(bounds.len() - 2);
+        bounds[i] + (s - i as f64) * (bounds[i + 1] - bounds[i])
+    }
 }
 
 const GREY: RGBColor = RGBColor(170, 170, 170);
@@ -128,6 +142,7 @@ pub fn plot_plans(model: &Model, plans: &[Plan], path: &Path) -> Result<()> {
         legend: &[],
         axes: Axes::OffsetByStep,
         caption: None,
+        time: None,
     };
     render_picture(
         path,
@@ -208,6 +223,8 @@ fn draw_plan<DB: DrawingBackend>(
     });
     let x_max_k = x_max as f64 / 1024.0;
     let axes = marked.axes;
+    let at = |k: f64, s: f64| axes.at(k, marked.time_of(s));
+    let t_max = marked.time_of(steps);
     let builder = ChartBuilder::on(area)
         .caption(caption, (family, 16))
         .margin(10)
@@ -216,17 +233,22 @@ fn draw_plan<DB: DrawingBackend>(
         .build_cartesian_2d(
             match axes {
                 Axes::OffsetByStep => 0f64..x_max_k * 1.04,
-                Axes::StepByOffset => 0f64..steps,
+                Axes::StepByOffset => 0f64..t_max,
             },
             match axes {
-                Axes::OffsetByStep => steps..0f64,
+                Axes::OffsetByStep => t_max..0f64,
                 Axes::StepByOffset => 0f64..x_max_k * 1.04,
             },
         );
     let mut chart = builder.map_err(err)?;
+    let steps_desc = match axes {
+        Axes::OffsetByStep => "execution step",
+        Axes::StepByOffset => "execution step (operator position)",
+    };
+    let time_desc = marked.time.map_or(steps_desc, |(_, label)| label);
     let (x_desc, y_desc) = match axes {
-        Axes::OffsetByStep => ("arena offset (KiB)", "execution step"),
-        Axes::StepByOffset => ("execution step (operator position)", "arena offset (KiB)"),
+        Axes::OffsetByStep => ("arena offset (KiB)", time_desc),
+        Axes::StepByOffset => (time_desc, "arena offset (KiB)"),
     };
     chart
         .configure_mesh()
@@ -247,8 +269,8 @@ fn draw_plan<DB: DrawingBackend>(
             .map_or(t.size, |m| m.bytes.max(1));
         Rectangle::new(
             [
-                axes.at(k(t.offset), t.first_op as f64 + 0.08),
-                axes.at(k(t.offset + data), t.last_op as f64 + 0.92),
+                at(k(t.offset), t.first_op as f64 + 0.08),
+                at(k(t.offset + data), t.last_op as f64 + 0.92),
             ],
             color.mix(0.55).filled(),
         )
@@ -261,8 +283,8 @@ fn draw_plan<DB: DrawingBackend>(
             .map_or(t.size, |m| m.bytes.max(1));
         Rectangle::new(
             [
-                axes.at(k(t.offset), t.first_op as f64 + 0.08),
-                axes.at(k(t.offset + data), t.last_op as f64 + 0.92),
+                at(k(t.offset), t.first_op as f64 + 0.08),
+                at(k(t.offset + data), t.last_op as f64 + 0.92),
             ],
             BLACK.stroke_width(1),
         )
@@ -278,7 +300,7 @@ fn draw_plan<DB: DrawingBackend>(
         (hi > lo).then(|| {
             let s = o.first_op as f64;
             Rectangle::new(
-                [axes.at(k(lo), s + 0.08), axes.at(k(hi), s + 0.92)],
+                [at(k(lo), s + 0.08), at(k(hi), s + 0.92)],
                 OVERLAP.mix(0.8).filled(),
             )
         })
@@ -288,7 +310,7 @@ fn draw_plan<DB: DrawingBackend>(
     // Peak line.
     chart
         .draw_series(std::iter::once(PathElement::new(
-            vec![axes.at(k(peak), 0.0), axes.at(k(peak), steps)],
+            vec![at(k(peak), 0.0), at(k(peak), steps)],
             RED.stroke_width(1),
         )))
         .map_err(err)?;
@@ -300,8 +322,8 @@ fn draw_plan<DB: DrawingBackend>(
         .filter(|t| t.size as f64 >= min_width)
         .map(|t| {
             let at = match axes {
-                Axes::OffsetByStep => (k(t.offset) + x_max_k * 0.01, t.first_op as f64 + 0.15),
-                Axes::StepByOffset => (t.first_op as f64 + 0.15, k(t.offset + t.size)),
+                Axes::OffsetByStep => at(k(t.offset) + x_max_k * 0.01, t.first_op as f64 + 0.15),
+                Axes::StepByOffset => at(k(t.offset + t.size), t.first_op as f64 + 0.15),
             };
             Text::new(t.name.clone(), at, (family, 10).into_font().color(&BLACK))
         });
@@ -344,8 +366,8 @@ fn draw_marks<DB: DrawingBackend>(
     let k = |b: u64| b as f64 / 1024.0;
     for m in marked.marks {
         let (a, b) = (
-            marked.axes.at(k(m.lo), m.from),
-            marked.axes.at(k(m.hi), m.to),
+            marked.axes.at(k(m.lo), marked.time_of(m.from)),
+            marked.axes.at(k(m.hi), marked.time_of(m.to)),
         );
         match m.style {
             MarkStyle::Filled(colour) => {
