@@ -61,7 +61,12 @@ fn usizes(v: &Value) -> Vec<u64> {
 fn class_bytes(class: &Value) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for r in class["runs"].as_array().unwrap() {
-        let (o, l, s, n) = (u(&r["offset"]), u(&r["len"]), u(&r["stride"]), u(&r["count"]));
+        let (o, l, s, n) = (
+            u(&r["offset"]),
+            u(&r["len"]),
+            u(&r["stride"]),
+            u(&r["count"]),
+        );
         for k in 0..n {
             out.extend(o + k * s..o + k * s + l);
         }
@@ -110,7 +115,10 @@ fn assert_levels_agree(report: &Value) {
     let model = report["model"].as_str().unwrap();
     let windows = report["windows"].as_array().unwrap();
     for w in windows.windows(2) {
-        assert_eq!(w[0]["end"], w[1]["start"], "{model}: windows follow each other");
+        assert_eq!(
+            w[0]["end"], w[1]["start"],
+            "{model}: windows follow each other"
+        );
     }
     assert!(report["problems"].as_array().unwrap().is_empty(), "{model}");
     assert!(report["clobbers"].as_array().unwrap().is_empty(), "{model}");
@@ -135,18 +143,28 @@ fn assert_levels_agree(report: &Value) {
                 positions.iter().all(|p| accesses.contains(p)),
                 "{name}: byte accesses {positions:?} outside the graph's {accesses:?}"
             );
-            assert_eq!(positions.first(), Some(&u(&g["defined"])), "{name}: writer writes every byte");
+            assert_eq!(
+                positions.first(),
+                Some(&u(&g["defined"])),
+                "{name}: writer writes every byte"
+            );
             let idle = c["longest"]
                 .as_u64()
                 .map_or(0, |_| u(&longest(c)["idle_ops"]));
-            assert!(idle >= graph_idle, "{name}: a byte idle {idle} < graph {graph_idle}");
+            assert!(
+                idle >= graph_idle,
+                "{name}: a byte idle {idle} < graph {graph_idle}"
+            );
             if positions == accesses && graph_idle > 0 {
                 let l = longest(c);
                 assert_eq!((u(&l["from"]), u(&l["to"])), (start, end), "{name}");
                 assert_eq!(idle, graph_idle, "{name}");
             }
             if idle > graph_idle {
-                assert_ne!(positions, accesses, "{name}: idle longer only when a reader skips");
+                assert_ne!(
+                    positions, accesses,
+                    "{name}: idle longer only when a reader skips"
+                );
                 longer += u(&c["bytes"]);
             }
             for gap in c["gaps"].as_array().unwrap() {
@@ -163,7 +181,11 @@ fn assert_levels_agree(report: &Value) {
                 }
             }
         }
-        assert_eq!(covered.len() as u64, u(&t["bytes"]), "{name}: every byte in one class");
+        assert_eq!(
+            covered.len() as u64,
+            u(&t["bytes"]),
+            "{name}: every byte in one class"
+        );
         assert_eq!(u(&t["byte_level"]["bytes_idle_longer"]), longer, "{name}");
     }
 }
@@ -201,8 +223,14 @@ fn a_stride_2_reader_leaves_odd_rows_and_columns_idle_longer() {
         .collect();
     let cs = classes(a);
     assert_eq!(cs.len(), 2, "{cs:?}");
-    let read = cs.iter().find(|c| usizes(&c["positions"]) == [0, 1, 4]).unwrap();
-    let skipped = cs.iter().find(|c| usizes(&c["positions"]) == [0, 4]).unwrap();
+    let read = cs
+        .iter()
+        .find(|c| usizes(&c["positions"]) == [0, 1, 4])
+        .unwrap();
+    let skipped = cs
+        .iter()
+        .find(|c| usizes(&c["positions"]) == [0, 4])
+        .unwrap();
     assert_eq!(class_bytes(read), even);
     assert_eq!(class_bytes(skipped).len(), 256 - 64);
     let l = longest(skipped);
@@ -288,10 +316,7 @@ fn an_imported_model_agrees_at_both_levels_and_draws_its_picture() {
     let dir = scratch_dir("imported");
     let png = dir.join("magic_wand.png");
     let model = common::tfmicro_model("magic_wand");
-    let report = cold_json(
-        path_str(&model),
-        &["--plot", path_str(&png)],
-    );
+    let report = cold_json(path_str(&model), &["--plot", path_str(&png)]);
     assert_levels_agree(&report);
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
@@ -304,7 +329,14 @@ fn csv_has_one_row_per_tensor_class_and_gap() {
     let dir = scratch_dir("csv");
     let path = export(&strided_skip(), &dir);
     let csv = dir.join("cold.csv");
-    let out = memtrace(["cold", path_str(&path), "--format", "csv", "--out", path_str(&csv)]);
+    let out = memtrace([
+        "cold",
+        path_str(&path),
+        "--format",
+        "csv",
+        "--out",
+        path_str(&csv),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(out.stdout.is_empty());
     let text = std::fs::read_to_string(&csv).unwrap();
@@ -322,7 +354,13 @@ fn csv_has_one_row_per_tensor_class_and_gap() {
         .sum();
     let mut lines = text.lines();
     let header = lines.next().unwrap();
-    for column in ["name", "class_positions", "gap_from", "gap_idle_ops", "idle_instructions_min"] {
+    for column in [
+        "name",
+        "class_positions",
+        "gap_from",
+        "gap_idle_ops",
+        "idle_instructions_min",
+    ] {
         assert!(header.split(',').any(|h| h == column), "{header}");
     }
     assert_eq!(lines.count(), rows);
@@ -339,11 +377,19 @@ fn bad_inputs_are_clean_errors_before_any_run() {
             "missing.tflite",
         ),
         (
-            vec!["zoo:sakr_cifar10".into(), "--plot".into(), path_str(&dir.join("p.txt")).into()],
+            vec![
+                "zoo:sakr_cifar10".into(),
+                "--plot".into(),
+                path_str(&dir.join("p.txt")).into(),
+            ],
             "must end in .png or .svg",
         ),
         (
-            vec!["zoo:sakr_cifar10".into(), "--out".into(), "/nonexistent-dir/c.txt".into()],
+            vec![
+                "zoo:sakr_cifar10".into(),
+                "--out".into(),
+                "/nonexistent-dir/c.txt".into(),
+            ],
             "/nonexistent-dir",
         ),
     ];
@@ -353,7 +399,10 @@ fn bad_inputs_are_clean_errors_before_any_run() {
         let out = memtrace(&all);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{all:?}: {err}");
-        assert!(err.starts_with("error:") && err.contains(message), "{all:?}: {err}");
+        assert!(
+            err.starts_with("error:") && err.contains(message),
+            "{all:?}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
     assert!(!dir.join("p.txt").exists());

@@ -357,7 +357,8 @@ fn classes(touches: &[Touch], bytes: u64, last: usize, end_of_last: u64) -> Vec<
         let class = match index.get(key.as_slice()) {
             Some(&c) => c,
             None => {
-                let positions: Vec<usize> = key.iter().map(|&i| touches[i as usize].position).collect();
+                let positions: Vec<usize> =
+                    key.iter().map(|&i| touches[i as usize].position).collect();
                 let mut gaps: Vec<GapAcc> = positions
                     .windows(2)
                     .map(|p| GapAcc::new(p[0], Some(p[1])))
@@ -404,7 +405,7 @@ fn classes(touches: &[Touch], bytes: u64, last: usize, end_of_last: u64) -> Vec<
             let gaps: Vec<ByteGap> = acc.gaps.into_iter().map(|g| g.finish(last)).collect();
             let mut longest: Option<usize> = None;
             for (i, g) in gaps.iter().enumerate() {
-                if longest.map_or(true, |l| g.idle_ops > gaps[l].idle_ops) {
+                if longest.is_none_or(|l| g.idle_ops > gaps[l].idle_ops) {
                     longest = Some(i);
                 }
             }
@@ -489,7 +490,7 @@ impl Analysis for ByteCold {
             if tr.done {
                 continue;
             }
-            if tr.touches.last().map_or(true, |w| w.position != position) {
+            if tr.touches.last().is_none_or(|w| w.position != position) {
                 tr.touches.push(Touch {
                     position,
                     first: vec![u64::MAX; tr.bytes as usize],
@@ -552,9 +553,25 @@ mod tests {
     /// write to position 4, bytes 0 and 2 from position 1.
     #[test]
     fn bytes_a_consumer_skips_form_their_own_class() {
-        let w = touch(0, &[Some((10, 10)), Some((11, 11)), Some((12, 12)), Some((13, 13))]);
+        let w = touch(
+            0,
+            &[
+                Some((10, 10)),
+                Some((11, 11)),
+                Some((12, 12)),
+                Some((13, 13)),
+            ],
+        );
         let r = touch(1, &[Some((100, 100)), None, Some((101, 101)), None]);
-        let z = touch(4, &[Some((400, 400)), Some((401, 401)), Some((402, 402)), Some((403, 403))]);
+        let z = touch(
+            4,
+            &[
+                Some((400, 400)),
+                Some((401, 401)),
+                Some((402, 402)),
+                Some((403, 403)),
+            ],
+        );
         let c = classes(&[w, r, z], 4, 4, 500);
         assert_eq!(c.len(), 2);
         let (read, skipped) = (&c[0], &c[1]);

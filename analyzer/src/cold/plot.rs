@@ -45,18 +45,19 @@ fn byte_marks(t: &TensorCold, offset: u64, budget: &mut usize) -> Vec<Mark> {
     };
     let mut marks = Vec::new();
     for c in b.classes.iter().filter(|c| c.positions != t.graph.accesses) {
-        let runs: Vec<(u64, u64)> = if c.runs.iter().map(|r| r.count as usize).sum::<usize>() <= *budget {
-            c.runs.iter().flat_map(expand).collect()
-        } else {
-            let lo = c.runs.iter().map(|r| r.offset).min().unwrap_or(0);
-            let hi = c
-                .runs
-                .iter()
-                .map(|r| r.offset + (r.count - 1) * r.stride + r.len)
-                .max()
-                .unwrap_or(0);
-            vec![(lo, hi)]
-        };
+        let runs: Vec<(u64, u64)> =
+            if c.runs.iter().map(|r| r.count as usize).sum::<usize>() <= *budget {
+                c.runs.iter().flat_map(expand).collect()
+            } else {
+                let lo = c.runs.iter().map(|r| r.offset).min().unwrap_or(0);
+                let hi = c
+                    .runs
+                    .iter()
+                    .map(|r| r.offset + (r.count - 1) * r.stride + r.len)
+                    .max()
+                    .unwrap_or(0);
+                vec![(lo, hi)]
+            };
         *budget = budget.saturating_sub(runs.len());
         for g in &c.gaps {
             // A dead tail ends with the tensor's box, inside its last step.
@@ -135,8 +136,10 @@ pub fn render(
             report.planner,
             report.arena_bytes as f64 / 1024.0
         )),
-        time: (instructions && bounds.len() == plan.order.len() + 1)
-            .then_some((bounds.as_slice(), "instructions (millions; operator windows only)")),
+        time: (instructions && bounds.len() == plan.order.len() + 1).then_some((
+            bounds.as_slice(),
+            "instructions (millions; operator windows only)",
+        )),
     };
     plot_marked(model, plan, &marked, path)
 }

@@ -177,7 +177,10 @@ fn positions_text(p: &[usize]) -> String {
     if p.is_empty() {
         return "never".into();
     }
-    p.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ")
+    p.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn span_text(s: [u64; 2]) -> String {
@@ -191,9 +194,9 @@ fn span_text(s: [u64; 2]) -> String {
 /// One gap as text: positions, idle operators and instructions.
 fn gap_text(g: &ByteGap) -> String {
     let to = g.to.map_or("end (dead)".to_string(), |t| t.to_string());
-    let after = g
-        .first_after
-        .map_or("freed".to_string(), |a| format!("first after {}", span_text(a)));
+    let after = g.first_after.map_or("freed".to_string(), |a| {
+        format!("first after {}", span_text(a))
+    });
     format!(
         "{}→{to}: {} idle ops; last before {}, {after}; idle {} instructions",
         g.from,
@@ -207,13 +210,19 @@ impl TensorCold {
     /// The byte level differs from the graph level: some class is not
     /// accessed at every graph-level access.
     pub fn is_partial(&self) -> bool {
-        self.byte_level.as_ref().is_some_and(|b| {
-            b.classes
-                .iter()
-                .any(|c| c.positions != self.graph.accesses)
-        })
+        self.byte_level
+            .as_ref()
+            .is_some_and(|b| b.classes.iter().any(|c| c.positions != self.graph.accesses))
     }
 }
+
+/// One CSV row: a tensor, one of its classes and one of that class's gaps
+/// (with their indices).
+type CsvRow<'a> = (
+    &'a TensorCold,
+    Option<(usize, &'a ByteClass)>,
+    Option<(usize, &'a ByteGap)>,
+);
 
 impl ColdReport {
     /// Passed: no clobber, no access the model cannot explain.
@@ -319,19 +328,23 @@ impl ColdReport {
 
     /// The report as pretty JSON.
     pub fn to_json(&self) -> Result<String> {
-        Ok(serde_json::to_string_pretty(self).map_err(|e| crate::Error::Invalid(e.to_string()))?
-            + "\n")
+        Ok(
+            serde_json::to_string_pretty(self).map_err(|e| crate::Error::Invalid(e.to_string()))?
+                + "\n",
+        )
     }
 
     /// One CSV row per tensor, class and gap (a class without gaps has one
     /// row with empty gap columns).
     pub fn to_csv(&self) -> Result<String> {
         use polars::prelude::*;
-        let mut rows: Vec<(&TensorCold, Option<(usize, &ByteClass)>, Option<(usize, &ByteGap)>)> =
-            Vec::new();
+        let mut rows: Vec<CsvRow<'_>> = Vec::new();
         for t in &self.tensors {
-            let classes: Vec<(usize, &ByteClass)> =
-                t.byte_level.iter().flat_map(|b| b.classes.iter().enumerate()).collect();
+            let classes: Vec<(usize, &ByteClass)> = t
+                .byte_level
+                .iter()
+                .flat_map(|b| b.classes.iter().enumerate())
+                .collect();
             if classes.is_empty() {
                 rows.push((t, None, None));
             }
@@ -344,7 +357,8 @@ impl ColdReport {
                 }
             }
         }
-        let col_u = |f: &dyn Fn(&TensorCold) -> u64| rows.iter().map(|r| f(r.0)).collect::<Vec<_>>();
+        let col_u =
+            |f: &dyn Fn(&TensorCold) -> u64| rows.iter().map(|r| f(r.0)).collect::<Vec<_>>();
         let col_c = |f: &dyn Fn(&ByteClass) -> String| {
             rows.iter()
                 .map(|r| r.1.map(|(_, c)| f(c)))

@@ -354,7 +354,11 @@ const HATCH_SPACING: f64 = 7.0;
 /// Draws `marked`'s regions; hatching runs at 45° on screen, whatever the
 /// axes' scales (`pixels` approximates the plotting area).
 fn draw_marks<DB: DrawingBackend>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     marked: &Marked<'_>,
     pixels: (u32, u32),
 ) -> Result<()> {
