@@ -35,6 +35,9 @@ enum Command {
     /// Run a whole model under a plan: shadow-map clobber check and
     /// bit-exact outputs against an un-overlapped run.
     Verify(cmd::verify::VerifyArgs),
+    /// Cold ranges of a model's tensors: TinySeg's graph-level analysis and
+    /// byte-level cold ranges from a traced run of the executor.
+    Cold(cmd::cold::ColdArgs),
     /// Built-in models: list them, export one as .tflite.
     Zoo(cmd::zoo::ZooArgs),
 }
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Table(args) => cmd::table::run(args),
         Command::Regress(args) => cmd::regress::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+        Command::Cold(args) => cmd::cold::run(args),
         Command::Zoo(args) => cmd::zoo::run(args),
         Command::Plan(args) => cmd::plan::run(args),
     };

@@ -35,6 +35,7 @@ fn commands() -> Vec<Vec<String>> {
         s(&["regress", path_str(&baseline), &suite]),
         s(&["plan", "zoo:sakr_cifar10"]),
         s(&["verify", "zoo:sakr_cifar10", "--planner", "tflm-greedy"]),
+        s(&["cold", path_str(&common::tfmicro_model("hello_world"))]),
         s(&["zoo", "list"]),
         s(&["bench", "--no-valgrind", "--no-rss", "--repeat", "1"]),
     ]

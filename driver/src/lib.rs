@@ -2,7 +2,7 @@
 //! commands do — trace a binary's layers ([`run`]), sweep configurations
 //! ([`sweep`], [`validate`]), keep and compare O_s baselines ([`baseline`],
 //! [`regress`]), plan a model's arena ([`plan`]), prove a plan by running the
-//! model ([`verify`]) and measure the tracer ([`bench`](mod@bench), [`ladder`]).
+//! model ([`verify`]), measure its tensors' cold ranges ([`cold`]) and measure the tracer ([`bench`](mod@bench), [`ladder`]).
 //!
 //! Every workflow takes a plain options type and returns a report value that
 //! knows how to render itself; printing and exit codes are the binary's.
@@ -11,6 +11,7 @@
 pub mod attribution;
 pub mod baseline;
 pub mod bench;
+pub mod cold;
 pub mod common;
 pub mod contract;
 pub mod error;

@@ -82,7 +82,7 @@ struct PlanFileTensor {
 
 /// The executor of `kernels`: `--executor` for the library under test, the
 /// harness build otherwise.
-fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
+pub(crate) fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
     let path = match &req.executor {
         Some(p) if kernels == req.kernels => p.clone(),
         _ => harness_guest(req.target, kernels.executor_file(), "--executor")?,
@@ -112,20 +112,30 @@ fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
     Ok(image)
 }
 
+/// Analyses another workflow adds to a run, and whether they need each
+/// access's exact instruction (the hook access path).
+#[derive(Default)]
+pub(crate) struct Extra<'a> {
+    pub analyses: Vec<&'a mut (dyn Analysis + Send)>,
+    pub exact_time: bool,
+}
+
 /// Result of one emulated run.
-struct Outcome {
+pub(crate) struct Outcome {
     seconds: f64,
     /// Wall-clock seconds of the same program without hooks (--baseline).
     untraced_seconds: Option<f64>,
-    shadow: ShadowMap,
+    pub shadow: ShadowMap,
     trace: Option<ArenaTrace>,
-    instructions: u64,
+    pub instructions: u64,
+    /// The access path the run used.
+    pub access: memtrace_tracer::AccessPath,
     outputs: Vec<u8>,
 }
 
 /// Lowers and runs `model` with tensors at `offsets`, executing `order`.
 #[allow(clippy::too_many_arguments)]
-fn execute(
+pub(crate) fn execute(
     image: &ElfImage,
     model: &Model,
     order: &[usize],
@@ -135,6 +145,7 @@ fn execute(
     input_data: Option<&[u8]>,
     plot_title: Option<String>,
     output_readers: &[String],
+    mut extra: Extra<'_>,
 ) -> Result<Outcome> {
     let program = lower(
         model,
@@ -187,12 +198,16 @@ fn execute(
     let started = Instant::now();
     let mut shadow = ShadowMap::new(base, arena_bytes).with_output_readers(output_readers.to_vec());
     let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
-    // Only the arena plot needs each access's exact instruction.
-    let access = access_path(trace.is_some());
+    // Only the arena plot (or an extra analysis) needs each access's exact
+    // instruction.
+    let access = access_path(trace.is_some() || extra.exact_time);
     let summary = {
         let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut shadow];
         if let Some(t) = trace.as_mut() {
             analyses.push(t);
+        }
+        for a in extra.analyses.iter_mut() {
+            analyses.push(&mut **a);
         }
         trace_with(
             image,
@@ -224,6 +239,7 @@ fn execute(
         shadow,
         trace,
         instructions: summary.instructions,
+        access: summary.access,
         outputs: summary.memory.concat(),
     })
 }
@@ -307,6 +323,7 @@ fn reference_run(
         input_data,
         plot_title,
         &[],
+        Extra::default(),
     )?;
     Ok(Reference {
         model,
@@ -456,7 +473,7 @@ fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
 }
 
 /// The model and the first graph input's bytes (`--input`), checked.
-fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
+pub(crate) fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
     let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
     model.validate()?;
     let input_data = req
@@ -538,6 +555,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             .as_ref()
             .map(|_| format!("{} ({})", under_test.planner, under_test.overlap)),
         &output_readers(&reference),
+        Extra::default(),
     )?;
     let ref_out = &reference.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {

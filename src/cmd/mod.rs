@@ -2,6 +2,7 @@
 //! one workflow and prints its report.
 
 pub mod bench;
+pub mod cold;
 pub mod plan;
 pub mod regress;
 pub mod run;

@@ -88,6 +88,26 @@ pub fn graph_cold_ranges(model: &Model, order: &[usize]) -> Vec<GraphColdRange> 
         .collect()
 }
 
+/// Every position of `order` at which each tensor is accessed (written or
+/// read), sorted, per tensor index; a graph input counts as written at 0.
+/// The access list Algorithm 2 walks, built directly: a cold range is the
+/// widest gap between two neighbours of it.
+pub fn access_positions(model: &Model, order: &[usize]) -> Vec<Vec<usize>> {
+    let mut at: Vec<Vec<usize>> = vec![Vec::new(); model.tensors.len()];
+    for &t in &model.inputs {
+        at[t].push(0);
+    }
+    for (position, &op) in order.iter().enumerate() {
+        let op = &model.ops[op];
+        for &t in op.outputs.iter().chain(&op.inputs) {
+            if at[t].last() != Some(&position) {
+                at[t].push(position);
+            }
+        }
+    }
+    at
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,15 +117,7 @@ mod tests {
 
     /// Every position at which `order` accesses tensor `t`, sorted.
     fn accesses(model: &Model, order: &[usize], t: usize) -> Vec<usize> {
-        let mut at: Vec<usize> = model.inputs.contains(&t).then_some(0).into_iter().collect();
-        for (position, &op) in order.iter().enumerate() {
-            let op = &model.ops[op];
-            if op.outputs.contains(&t) || op.inputs.contains(&t) {
-                at.push(position);
-            }
-        }
-        at.dedup();
-        at
+        access_positions(model, order)[t].clone()
     }
 
     /// The widest gap between consecutive accesses, first on ties: the

@@ -65,16 +65,7 @@ pub trait Picture {
 /// Draws `picture` at `size` pixels into `path`, as SVG or PNG by its
 /// extension (anything else is an error), written atomically.
 pub fn render_picture(path: &Path, size: (u32, u32), picture: &impl Picture) -> Result<()> {
-    let svg = match path.extension().and_then(|e| e.to_str()) {
-        Some("svg") => true,
-        Some("png") => false,
-        _ => {
-            return Err(Error::Invalid(format!(
-                "{}: plot files must end in .png or .svg",
-                path.display()
-            )))
-        }
-    };
+    let svg = is_svg(path)?;
     // Drawn in memory and written like any other output, so that a failed
     // write is reported as one (naming the file), not as a backend error.
     let bytes = if svg {
@@ -101,6 +92,19 @@ pub fn render_picture(path: &Path, size: (u32, u32), picture: &impl Picture) -> 
         std::io::Write::write_all(w, &bytes)?;
         Ok(())
     })
+}
+
+/// Whether the picture file `path` is SVG (`.svg`) or PNG (`.png`);
+/// anything else is an error, found before a long run.
+pub fn is_svg(path: &Path) -> Result<bool> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => Ok(true),
+        Some("png") => Ok(false),
+        _ => Err(Error::Invalid(format!(
+            "{}: plot files must end in .png or .svg",
+            path.display()
+        ))),
+    }
 }
 
 /// A drawing failure of the picture `path`.

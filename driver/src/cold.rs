@@ -1,0 +1,124 @@
+//! Cold ranges of a model (`memtrace cold`): TinySeg's graph-level analysis
+//! next to byte-level cold ranges measured from one run of the executor.
+//!
+//! The run is `memtrace verify`'s reference run: TFLM's greedy plan without
+//! overlaps (the arena TinySeg starts from, and the placement the picture
+//! shows). No input shares bytes with its operator's output there, so every
+//! access goes through exactly one tensor's buffer; accesses are attributed
+//! by buffer, so tensors that share bytes at other times never mix.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use memtrace_analyzer::cold::{tensor_colds, ByteCold, ColdReport};
+use memtrace_tracer::Arch;
+
+use crate::common::check_output;
+use crate::error::Result;
+use crate::kernels::Kernels;
+use crate::placement::{arena_of, greedy, offsets_of};
+use crate::plan::OverlapChoice;
+use crate::scratch::with_library_scratch;
+use crate::verify::{execute, executor, load_model, Extra, VerifyOptions};
+
+/// What to analyse, and how.
+#[derive(Debug, Clone)]
+pub struct ColdOptions {
+    /// `MODEL.tflite` or `zoo:NAME`.
+    pub model: String,
+    /// Seed of the generated input (and of zoo weights).
+    pub seed: u64,
+    /// Raw bytes of the first graph input.
+    pub input: Option<PathBuf>,
+    /// Architecture of the executor.
+    pub target: Arch,
+    /// Kernel library of the executor.
+    pub kernels: Kernels,
+    /// The executor ELF (default: the harness build).
+    pub executor: Option<PathBuf>,
+    /// Fig. 12-style picture of the cold ranges.
+    pub plot: Option<PathBuf>,
+    /// The picture's time axis in instructions instead of operator positions.
+    pub plot_instructions: bool,
+    /// The report file (checked before the run).
+    pub out: Option<PathBuf>,
+    /// Observe accesses with memory hooks: each access's own instruction
+    /// instead of its block's.
+    pub exact_time: bool,
+    /// Instruction budget of the run.
+    pub max_instructions: u64,
+}
+
+/// The options `verify`'s run helpers take, for one un-overlapped run.
+fn run_options(req: &ColdOptions) -> VerifyOptions {
+    VerifyOptions {
+        model: req.model.clone(),
+        planner: memtrace_analyzer::planner::PlannerKind::TflmGreedy,
+        overlap: OverlapChoice::None,
+        plan: None,
+        seed: req.seed,
+        input: req.input.clone(),
+        target: req.target,
+        kernels: req.kernels,
+        overlap_kernels: None,
+        executor: req.executor.clone(),
+        plot: None,
+        baseline: false,
+        max_instructions: req.max_instructions,
+    }
+}
+
+/// Runs the model once under TFLM's greedy plan and reports every arena
+/// tensor's cold ranges at graph and byte level (and draws them).
+pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
+    let started = Instant::now();
+    let opts = run_options(req);
+    let (base, input) = load_model(&opts)?;
+    for out in req.plot.iter().chain(&req.out) {
+        check_output(out, &[Path::new(&req.model)])?;
+    }
+    if let Some(p) = &req.plot {
+        memtrace_analyzer::plot::is_svg(p)?;
+    }
+    let image = executor(&opts, req.kernels)?;
+    let model = with_library_scratch(&image, &base, req.seed)?;
+    let plan = greedy(&model)?;
+    let offsets = offsets_of(&model, &plan);
+    let arena = arena_of(&plan, &model);
+    let mut bytes = ByteCold::new(&model, &plan.order);
+    let outcome = execute(
+        &image,
+        &model,
+        &plan.order,
+        &offsets,
+        arena,
+        &opts,
+        input.as_deref(),
+        None,
+        &[],
+        Extra {
+            analyses: vec![&mut bytes],
+            exact_time: req.exact_time,
+        },
+    )?;
+    let run = bytes.finish();
+    let report = ColdReport {
+        model: model.name.clone(),
+        target: req.target.name().into(),
+        kernels: req.kernels.name().into(),
+        seed: req.seed,
+        planner: plan.planner.clone(),
+        arena_bytes: arena,
+        access_path: outcome.access.name().into(),
+        instructions: run.windows.last().map_or(0, |w| w.end),
+        tensors: tensor_colds(&model, &plan.order, &offsets, &run),
+        windows: run.windows,
+        clobbers: outcome.shadow.clobbers.clone(),
+        problems: run.problems,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if let Some(path) = &req.plot {
+        memtrace_analyzer::cold::plot::render(&report, &model, &plan, req.plot_instructions, path)?;
+    }
+    Ok(report)
+}

@@ -1,0 +1,97 @@
+//! `memtrace cold`: every arena tensor's cold ranges — TinySeg's graph-level
+//! Algorithm 2 and byte level from one traced run of the executor — as a
+//! table, JSON or CSV, and a Fig. 12-style picture.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use memtrace_driver::cold::{cold, ColdOptions};
+use memtrace_driver::kernels::Kernels;
+use memtrace_tracer::Arch;
+
+use super::write_report;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+/// The time axis of the picture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlotTime {
+    /// Operator positions, one step each (TinySeg's figures).
+    Positions,
+    /// Instructions the run took (operator windows only).
+    Instructions,
+}
+
+#[derive(Args, Debug)]
+pub struct ColdArgs {
+    /// `MODEL.tflite` or `zoo:NAME`.
+    pub model: String,
+    /// Seed of the generated input (and of the weights of zoo models).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Raw bytes of the (first) graph input, instead of seeded data.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
+    pub target: Arch,
+    /// Kernel library of the executor.
+    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
+    pub kernels: Kernels,
+    /// The executor ELF (default: harness-c/build/TARGET/executor.elf, or
+    /// executor-cmsis.elf with --kernels cmsis-nn).
+    #[arg(long, value_name = "ELF")]
+    pub executor: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Draw the arena over time with the cold ranges (TinySeg's Fig. 12):
+    /// x = operator position, y = arena offset; .png or .svg.
+    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    pub plot: Option<PathBuf>,
+    /// Time axis of the picture.
+    #[arg(long, value_enum, default_value_t = PlotTime::Positions)]
+    pub plot_time: PlotTime,
+    /// Observe accesses with memory hooks: every time is the access's own
+    /// instruction, not its block's (several times slower).
+    #[arg(long)]
+    pub exact_time: bool,
+    /// Stop a guest that runs longer than this many instructions.
+    #[arg(long, default_value_t = 200_000_000_000)]
+    pub max_instructions: u64,
+}
+
+pub fn run(args: ColdArgs) -> Result<ExitCode> {
+    let report = cold(&ColdOptions {
+        model: args.model,
+        seed: args.seed,
+        input: args.input,
+        target: args.target,
+        kernels: args.kernels,
+        executor: args.executor,
+        plot: args.plot,
+        plot_instructions: args.plot_time == PlotTime::Instructions,
+        out: args.out.clone(),
+        exact_time: args.exact_time,
+        max_instructions: args.max_instructions,
+    })?;
+    let text = match args.format {
+        Format::Table => report.to_text(),
+        Format::Json => report.to_json()?,
+        Format::Csv => report.to_csv()?,
+    };
+    write_report(args.out.as_deref(), &text)?;
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
