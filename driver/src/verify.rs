@@ -17,7 +17,7 @@ use std::time::Instant;
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
 use memtrace_analyzer::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
-use memtrace_analyzer::model::{self, Model};
+use memtrace_analyzer::model::{self, Accumulator, Model};
 use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
@@ -66,6 +66,9 @@ pub struct VerifyOptions {
     pub baseline: bool,
     /// Instruction budget of each run.
     pub max_instructions: u64,
+    /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
+    /// temporary tensor quantisation).
+    pub accumulator: Accumulator,
 }
 
 #[derive(Deserialize)]
@@ -453,7 +456,9 @@ fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
 
 /// The model and the first graph input's bytes (`--input`), checked.
 fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
+    let model = model::load(&req.model)
+        .with_context(|| format!("loading {}", req.model))?
+        .with_transpose_conv_accumulator(req.accumulator);
     model.validate()?;
     let input_data = req
         .input
