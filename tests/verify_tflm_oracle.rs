@@ -122,7 +122,10 @@ fn tiny_unet_is_bit_exact_with_current_tflm_and_its_arena_head_is_tflm_greedy() 
     let tmp = std::env::temp_dir().join(format!("memtrace-oracle-unet-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let v = agrees_with_tflm(&py, &export(&tmp, "tiny_unet_80x120_int8"));
-    assert_eq!(v["tflm_arena_head_bytes"], 76_800 + 38_400 + 38_400 + 153_600);
+    assert_eq!(
+        v["tflm_arena_head_bytes"],
+        76_800 + 38_400 + 38_400 + 153_600
+    );
     let dmo = v["memtrace_plan_bytes"].as_u64().unwrap();
     assert!(dmo < 307_200, "DMO {dmo} B");
     std::fs::remove_dir_all(&tmp).ok();

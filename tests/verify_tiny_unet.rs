@@ -83,6 +83,18 @@ fn tiny_unet_runs_clean_under_a_dmo_plan_with_tflm_s_scratch_in_the_arena() {
         .map(|t| u(&t["size"]))
         .collect::<Vec<_>>();
     assert_eq!(scratch, [38_400, 76_800, 153_600]);
+    // The traced O_s of a transpose convolution is its activation input's
+    // (the executor's buffer 0), not the output-shape operand's.
+    let up3 = r["traced_overlaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "up3/up")
+        .unwrap();
+    assert_eq!(
+        (up3["input"].as_str(), u(&up3["input_bytes"])),
+        (Some("up2/conv2"), 38_400)
+    );
     // A real segmentation map, not a constant.
     assert!(
         r["output_distinct_bytes"].as_u64().unwrap() > 50,

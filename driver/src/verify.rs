@@ -331,12 +331,15 @@ fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
         if let Some(ov) = ov {
             traced.by_op.insert(op, ov.monotone_bytes);
         }
+        // The input the executor declares first (buffer id 0), whose O_s
+        // the layer measures: TRANSPOSE_CONV's third operand.
+        let input = o.data_input().unwrap_or(o.inputs[0]);
         report.push(OpOverlapReport {
             op: names[o.outputs[0]].clone(),
             index: op,
-            input: names[o.inputs[0]].clone(),
+            input: names[input].clone(),
             output: names[o.outputs[0]].clone(),
-            input_bytes: model.tensors[o.inputs[0]].bytes,
+            input_bytes: model.tensors[input].bytes,
             output_bytes: model.tensors[o.outputs[0]].bytes,
             monotone_bytes: ov.map(|v| v.monotone_bytes),
             exact_bytes: ov.map(|v| v.exact_bytes),
