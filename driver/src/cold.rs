@@ -65,6 +65,7 @@ fn run_options(req: &ColdOptions) -> VerifyOptions {
         plot: None,
         baseline: false,
         max_instructions: req.max_instructions,
+        accumulator: Default::default(),
     }
 }
 
