@@ -713,6 +713,34 @@ pub(crate) mod tests {
                     b.filter([1, 1, k, rng.range(1, 8)])
                 }
                 Op::Add | Op::Relu => b,
+                Op::TransposeConv => {
+                    let oc = rng.range(1, 4);
+                    let (s, padding) = (b.stride, b.padding);
+                    b = b.filter([oc, kh, kw, c]);
+                    if rng.chance(30) {
+                        // any output a conv2d maps back to the input
+                        let mut pick = |size: u32, k: u32, s: u32| match padding {
+                            Padding::Same => rng.range((size - 1) * s + 1, size * s),
+                            Padding::Valid => {
+                                rng.range((size - 1) * s + k, (size - 1) * s + k + s - 1)
+                            }
+                        };
+                        let (oh, ow) = (pick(h, kh, s.0), pick(w, kw, s.1));
+                        b = b.output([n, oh, ow, oc]);
+                    }
+                    b
+                }
+                Op::Concatenation => {
+                    let axis = rng.range(0, 3);
+                    let mut in2 = [n, h, w, c];
+                    in2[axis as usize] = rng.range(1, 4);
+                    LayerSpecBuilder::new(op, dtype, [n, h, w, c]).concat(in2, axis)
+                }
+                Op::Pad => {
+                    let mut amounts = || [0, 1, 2, 3].map(|_| rng.range(0, 2));
+                    let (before, after) = (amounts(), amounts());
+                    LayerSpecBuilder::new(op, dtype, [n, h, w, c]).paddings(before, after)
+                }
             };
             if let Ok(spec) = b.build() {
                 return spec;
@@ -732,6 +760,12 @@ pub(crate) mod tests {
     /// A straightforward reimplementation of every kernel loop nest, emitting
     /// every single access (all taps, all channels) — the brute-force reference.
     pub(crate) fn naive_events(spec: &LayerSpec) -> Vec<Ev> {
+        naive_events_of_input(spec, 0)
+    }
+
+    /// [`naive_events`] with the reads of activation input `input` (add's
+    /// second input is read at the same offsets as its first).
+    pub(crate) fn naive_events_of_input(spec: &LayerSpec, input: usize) -> Vec<Ev> {
         let t = spec.dtype.size();
         let g = Geometry::of(spec);
         let mut ev = Vec::new();
@@ -837,6 +871,88 @@ pub(crate) mod tests {
                 for i in 0..n {
                     ev.push(Ev::Read(i * t, t));
                     ev.push(Ev::Write(i * t, t));
+                }
+            }
+            Op::TransposeConv => {
+                let out_n: u64 = spec.output.iter().map(|&d| d as u64).product();
+                let float = spec.dtype == Dtype::F32;
+                if float {
+                    ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
+                }
+                for b in 0..g.n {
+                    for iy in 0..g.ih {
+                        for ix in 0..g.iw {
+                            for ic in 0..g.id {
+                                for fy in 0..g.kh {
+                                    for fx in 0..g.kw {
+                                        for oc in 0..g.od {
+                                            let oy = iy * g.sh - g.ph + fy;
+                                            let ox = ix * g.sw - g.pw + fx;
+                                            if oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow {
+                                                continue;
+                                            }
+                                            ev.push(Ev::Read(
+                                                off(b, iy, ix, ic, g.ih, g.iw, g.id),
+                                                t,
+                                            ));
+                                            // float accumulates in the output,
+                                            // int8 in its scratch buffer
+                                            if float {
+                                                ev.push(Ev::Write(
+                                                    off(b, oy, ox, oc, g.oh, g.ow, g.od),
+                                                    t,
+                                                ));
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                // float: the bias pass; int8: the requantising output pass
+                ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
+            }
+            Op::Concatenation => {
+                let (in2, axis) = (spec.input2.unwrap(), spec.axis.unwrap() as usize);
+                let shapes = [spec.input, in2];
+                let before: u64 = spec.output[..axis].iter().map(|&d| d as u64).product();
+                let after: u64 = spec.output[axis + 1..].iter().map(|&d| d as u64).product();
+                let mut out = 0;
+                for k in 0..before {
+                    for (i, shape) in shapes.iter().enumerate() {
+                        let copy = shape[axis] as u64 * after;
+                        for j in 0..copy {
+                            if i == input {
+                                ev.push(Ev::Read((k * copy + j) * t, t));
+                            }
+                            ev.push(Ev::Write(out * t, t));
+                            out += 1;
+                        }
+                    }
+                }
+            }
+            Op::Pad => {
+                let p = spec.paddings.unwrap();
+                let o = spec.output;
+                let mut read = 0;
+                let mut write = 0;
+                for b in 0..o[0] {
+                    for y in 0..o[1] {
+                        for x in 0..o[2] {
+                            for c in 0..o[3] {
+                                let at = [b, y, x, c];
+                                let interior = (0..4)
+                                    .all(|k| at[k] >= p.before[k] && at[k] < o[k] - p.after[k]);
+                                if interior {
+                                    ev.push(Ev::Read(read * t, t));
+                                    read += 1;
+                                }
+                                ev.push(Ev::Write(write * t, t));
+                                write += 1;
+                            }
+                        }
+                    }
                 }
             }
             Op::Matmul => {
@@ -975,19 +1091,54 @@ pub(crate) mod tests {
             for dtype in DTYPES {
                 for _ in 0..300 {
                     let s = random_spec(&mut rng, op, dtype);
-                    let ev = naive_events(&s);
-                    let (ob, ib) = (s.output_bytes(), s.input_bytes());
-                    let brute = monotone_literal(&ev, ob, ib);
-                    assert_eq!(algorithmic_overlap(&s), Some(brute), "{s}");
-                    if ob * ib <= 200_000 {
-                        let exact = exact_literal(&ev, ob, ib);
-                        assert!(exact >= brute, "exact {exact} < monotone {brute}: {s}");
-                        exact_checked += 1;
+                    for input in 0..op.inputs() {
+                        let ev = naive_events_of_input(&s, input);
+                        let (ob, ib) = (s.output_bytes(), s.input_bytes_of(input).unwrap());
+                        let brute = monotone_literal(&ev, ob, ib);
+                        assert_eq!(
+                            algorithmic_overlap_of_input(&s, input),
+                            Some(brute),
+                            "{s} input {input}"
+                        );
+                        if ob * ib <= 200_000 {
+                            let exact = exact_literal(&ev, ob, ib);
+                            assert!(exact >= brute, "exact {exact} < monotone {brute}: {s}");
+                            exact_checked += 1;
+                        }
                     }
                 }
             }
         }
         assert!(exact_checked > 1000, "{exact_checked}");
+        // Inputs an op does not have have no O_s.
+        let relu = random_spec(&mut rng, Op::Relu, Dtype::F32);
+        assert_eq!(algorithmic_overlap_of_input(&relu, 1), None);
+    }
+
+    #[test]
+    fn the_new_ops_have_the_o_s_their_loop_nests_imply() {
+        let p = |t: &str| LayerSpec::parse(t).unwrap();
+        // Concatenation along channels of 20 pixels: each input may lie
+        // wholly in the output's end (docs/overlap.md §6).
+        let c = p("op=concatenation,dtype=int8,input=1x4x5x3,input2=1x4x5x2,axis=3");
+        assert_eq!(algorithmic_overlap_of_input(&c, 0), Some(60));
+        assert_eq!(algorithmic_overlap_of_input(&c, 1), Some(40));
+        let pad = p("op=pad,dtype=f32,input=1x4x5x3,pad_before=0x1x2x0,pad_after=0x1x1x0");
+        assert_eq!(pad.output, [1, 6, 8, 3]);
+        assert_eq!(algorithmic_overlap(&pad), Some(240));
+        // Transpose conv: float zeroes the output before reading (0), int8
+        // reads everything before writing the output (IB).
+        let t = "input=1x5x6x3,filter=4x3x3x3,stride=2,padding=same";
+        let f = p(&format!("op=transpose_conv,dtype=f32,{t}"));
+        let i = p(&format!("op=transpose_conv,dtype=int8,{t}"));
+        assert_eq!((algorithmic_overlap(&f), algorithmic_overlap(&i)), (Some(0), Some(90)));
+        // Steps: zero pass, one per in-bounds tap, bias pass (float).
+        let taps = naive_events(&f)
+            .iter()
+            .filter(|e| matches!(e, Ev::Read(..)))
+            .count() as u64;
+        assert_eq!(step_count(&f), Some(2 * 480 + taps));
+        assert_eq!(step_count(&i), Some(480));
     }
 
     #[test]

@@ -555,8 +555,8 @@ pub fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::overlap::algorithmic::algorithmic_overlap;
     use crate::overlap::algorithmic::tests::{random_spec, Rng};
+    use crate::overlap::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
     use memtrace_abi::spec::Dtype;
 
     fn spec(text: &str) -> LayerSpec {
@@ -699,7 +699,8 @@ mod tests {
     }
 
     /// analytic <= algorithmic for >= 300 random configurations of every op and
-    /// dtype; FC, relu, add and matmul are exact.
+    /// dtype; FC, relu, add, matmul, concatenation (both inputs), pad and
+    /// transpose_conv are exact.
     #[test]
     fn analytic_never_exceeds_algorithmic_for_random_configs() {
         let mut rng = Rng::new(0x5EED_A001);
@@ -721,6 +722,14 @@ mod tests {
                             assert!(fully_connected_simple_bound(b, u, d, s.dtype.size()) <= truth);
                         }
                         Op::Relu | Op::Add | Op::Matmul => assert_eq!(safe, truth, "{s}"),
+                        // The closed forms of docs/overlap.md §6, every input.
+                        Op::Concatenation | Op::Pad | Op::TransposeConv => {
+                            assert_eq!(safe, truth, "{s}");
+                            for input in 1..op.inputs() {
+                                let alg_k = algorithmic_overlap_of_input(&s, input);
+                                assert_eq!(analytic_overlap_of_input(&s, input), alg_k, "{s}");
+                            }
+                        }
                         _ => {
                             let printed = analytic_overlap_as_printed(&s).unwrap();
                             if printed > truth as i64 {

@@ -563,6 +563,8 @@ mod tests {
             let b = LayerSpecBuilder::new(op, Dtype::F32, [1, 1, 1, 1]);
             match op {
                 Op::Add | Op::Relu => b,
+                Op::Concatenation => b.concat([1, 1, 1, 1], 3),
+                Op::Pad => b.paddings([0; 4], [0; 4]),
                 _ => b.filter([1, 1, 1, 1]),
             }
             .build()
