@@ -121,6 +121,7 @@ c_constants! {
         PK_RESHAPE = ProgramOpKind::Reshape as i32,
         PK_QUANTIZE = ProgramOpKind::Quantize as i32,
         PK_DEQUANTIZE = ProgramOpKind::Dequantize as i32,
+        PK_PAD = ProgramOpKind::Pad as i32,
     }
 }
 
@@ -181,6 +182,10 @@ pub enum ProgramOpKind {
     Quantize = 11,
     /// Quantised to float conversion (`PK_DEQUANTIZE`).
     Dequantize = 12,
+    /// Constant padding (`PK_PAD`): the weights tensor is the `[4, 2]` int32
+    /// before/after amounts of the NHWC dimensions; the value is 0 (float)
+    /// or the output zero point.
+    Pad = 15,
 }
 
 impl ProgramOpKind {
@@ -198,6 +203,7 @@ impl ProgramOpKind {
             ProgramOpKind::Reshape => "reshape",
             ProgramOpKind::Quantize => "quantize",
             ProgramOpKind::Dequantize => "dequantize",
+            ProgramOpKind::Pad => "pad",
         }
     }
 }

@@ -94,6 +94,7 @@ const char *kind_name(int32_t kind) {
         case PK_RESHAPE: return "reshape";
         case PK_QUANTIZE: return "quantize";
         case PK_DEQUANTIZE: return "dequantize";
+        case PK_PAD: return "pad";
         default: return nullptr;
     }
 }

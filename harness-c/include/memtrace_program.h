@@ -122,6 +122,7 @@ enum prg_kind {
     PK_RESHAPE = 10,
     PK_QUANTIZE = 11,
     PK_DEQUANTIZE = 12,
+    PK_PAD = 15, /* weights: int32 [4, 2] before/after per NHWC dimension */
 };
 
 #endif /* MEMTRACE_PROGRAM_H */
