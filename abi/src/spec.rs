@@ -450,16 +450,16 @@ fn check_size(what: &str, shape: &Shape) -> Result<(), SpecError> {
 fn check_op_fields(b: &LayerSpecBuilder) -> Result<(), SpecError> {
     let op = b.op;
     let misplaced = |what: &str, owner: &str| {
-        SpecError::new(format!("{what} applies to {owner} only, not to {op}"))
+        SpecError::new(format!("op {op} has no {what} (only {owner} has)"))
     };
     if op != Op::Concatenation && (b.input2.is_some() || b.axis.is_some()) {
-        return Err(misplaced("input2 and axis", "concatenation"));
+        return Err(misplaced("input2 or axis", "concatenation"));
     }
     if op != Op::Pad && b.paddings.is_some() {
-        return Err(misplaced("pad_before and pad_after", "pad"));
+        return Err(misplaced("pad_before or pad_after", "pad"));
     }
     if op != Op::TransposeConv && b.output.is_some() {
-        return Err(misplaced("a given output shape", "transpose_conv"));
+        return Err(misplaced("given output shape", "transpose_conv"));
     }
     if op == Op::TransposeConv && b.dilation != (1, 1) {
         return Err(SpecError::new(
@@ -500,10 +500,17 @@ fn transpose_conv_output(b: &LayerSpecBuilder, f: &Shape) -> Result<Shape, SpecE
         u32::try_from(out)
             .ok()
             .filter(|&o| o <= MAX_DIM)
-            .ok_or_else(|| SpecError::new(format!("transpose_conv output {out} is above {MAX_DIM}")))
+            .ok_or_else(|| {
+                SpecError::new(format!("transpose_conv output {out} is above {MAX_DIM}"))
+            })
     };
     let Some(out) = b.output else {
-        return Ok([n, axis(h, f[1], b.stride.0)?, axis(w, f[2], b.stride.1)?, f[0]]);
+        return Ok([
+            n,
+            axis(h, f[1], b.stride.0)?,
+            axis(w, f[2], b.stride.1)?,
+            f[0],
+        ]);
     };
     if out[0] != n || out[3] != f[0] {
         return Err(SpecError::new(format!(
@@ -704,9 +711,9 @@ impl LayerSpec {
             }
             Op::Concatenation => (no_filter(&b)?, concatenation_output(&b)?),
             Op::Pad => {
-                let p = b.paddings.ok_or_else(|| {
-                    need("paddings (pad_before=NxHxWxC,pad_after=NxHxWxC)")
-                })?;
+                let p = b
+                    .paddings
+                    .ok_or_else(|| need("paddings (pad_before=NxHxWxC,pad_after=NxHxWxC)"))?;
                 let mut out = [0u32; 4];
                 for (k, o) in out.iter_mut().enumerate() {
                     let d = b.input[k] as u64 + p.before[k] as u64 + p.after[k] as u64;
@@ -1064,10 +1071,7 @@ impl fmt::Display for LayerSpec {
         if let (Some(in2), Some(axis)) = (self.input2, self.axis) {
             write!(f, ",input2={},axis={axis}", shape_text(&in2))?;
         }
-        if !matches!(
-            self.op,
-            Op::Add | Op::Relu | Op::Concatenation | Op::Pad
-        ) {
+        if !matches!(self.op, Op::Add | Op::Relu | Op::Concatenation | Op::Pad) {
             write!(f, ",filter={}", shape_text(&self.filter))?;
         }
         if let Some(p) = &self.paddings {
@@ -1317,6 +1321,130 @@ mod tests {
         }
         // Each key once is fine, in any order.
         LayerSpec::parse("stride=2,input=1x4x4x1,op=max_pool,filter=2x2").unwrap();
+    }
+
+    #[test]
+    fn the_new_ops_parse_print_and_derive_their_output() {
+        let p = |t: &str| LayerSpec::parse(t).unwrap();
+        // Transpose conv: TensorFlow's default output (in·s for same,
+        // in·s + max(k − s, 0) for valid) and TFLite's padding from the
+        // output back to the input.
+        let t = p("op=transpose_conv,dtype=int8,input=1x4x5x3,filter=2x3x3x3,stride=2");
+        assert_eq!(t.output, [1, 8, 10, 2]);
+        assert_eq!(t.pad, (0, 0)); // ((8/2 − 1)·2 + 3 − 8) / 2 = 0
+        let v = p("op=transpose_conv,input=1x4x5x3,filter=2x3x3x3,stride=2,padding=valid");
+        assert_eq!(v.output, [1, 9, 11, 2]);
+        let given = p(
+            "op=transpose_conv,input=1x4x4x3,filter=2x4x4x3,stride=2,padding=same,output=1x7x8x2",
+        );
+        assert_eq!(given.output, [1, 7, 8, 2]);
+        assert_eq!(given.pad, (1, 1)); // ((4 − 1)·2 + 4 − 7) / 2, ((4 − 1)·2 + 4 − 8) / 2
+                                       // Concatenation: the axis extents add up; negative axes count from C.
+        let c = p("op=concatenation,input=1x4x5x3,input2=1x4x5x2,axis=-1");
+        assert_eq!((c.output, c.axis), ([1, 4, 5, 5], Some(3)));
+        assert_eq!(c.input_bytes_of(1), Some(4 * 5 * 2 * 4));
+        // Pad: missing outer dimensions are 0, a missing key all 0.
+        let d = p("op=pad,dtype=int8,input=1x4x5x3,pad_before=1x2x0,pad_after=0x0x1x1");
+        assert_eq!(d.paddings.unwrap().before, [0, 1, 2, 0]);
+        assert_eq!(d.output, [1, 5, 8, 4]);
+        assert_eq!(p("op=pad,input=1x2x2x1,pad_after=1").output, [1, 2, 2, 2]);
+        for s in [t, v, given, c, d] {
+            assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s, "{s}");
+        }
+    }
+
+    #[test]
+    fn the_new_ops_job_words_carry_every_field() {
+        let c = LayerSpec::parse("op=concatenation,input=2x4x5x3,input2=1x4x5x3,axis=0").unwrap();
+        let w = c.job_words(9);
+        assert_eq!(w[JOB_OP], 10);
+        assert_eq!(w[JOB_AXIS], 0);
+        assert_eq!(&w[JOB_INPUT2..JOB_INPUT2 + 4], &[1, 4, 5, 3]);
+        assert_eq!(&w[JOB_OUTPUT..JOB_OUTPUT + 4], &[3, 4, 5, 3]);
+        let p =
+            LayerSpec::parse("op=pad,input=1x4x5x3,pad_before=0x1x2x0,pad_after=0x3x4x5").unwrap();
+        let w = p.job_words(9);
+        assert_eq!((w[JOB_OP], w[JOB_SEED]), (11, 9));
+        assert_eq!(&w[JOB_PAD_BEFORE..JOB_PAD_BEFORE + 4], &[0, 1, 2, 0]);
+        assert_eq!(&w[JOB_PAD_AFTER..JOB_PAD_AFTER + 4], &[0, 3, 4, 5]);
+        // The last word used fits the mailbox.
+        assert!(JOB_PAD_AFTER + 4 <= JOB_WORDS);
+    }
+
+    #[test]
+    fn bad_new_op_specs_say_what_is_wrong() {
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        for (text, want) in [
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x3x2x1,axis=3",
+                "does not match input 1x2x2x1 outside axis 3",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x2x2x1,axis=4",
+                "not an NHWC axis",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,axis=3",
+                "needs input2=NxHxWxC and axis=A",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x2x2x0,axis=3",
+                "zero dimension",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x2x2x1,axis=2,activation=relu",
+                "no fused activation",
+            ),
+            (
+                "op=pad,input=1x2x2x1,filter=1x1x1x1,pad_before=1",
+                "takes no filter",
+            ),
+            ("op=pad,input=1x2x2x1", "needs paddings"),
+            (
+                "op=pad,input=1x2x2x1,pad_before=1x-1",
+                "not a non-negative integer",
+            ),
+            (
+                "op=pad,input=1x2x2x1,pad_before=1x1x1x1x1",
+                "1 to 4 dimensions",
+            ),
+            (
+                "op=pad,input=1x2x2x1,input2=1x2x2x1",
+                "op pad has no input2 or axis",
+            ),
+            (
+                "op=add,input=1x2x2x1,pad_after=1",
+                "op add has no pad_before or pad_after",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x2,dilation=2",
+                "has no dilation",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x3,stride=2",
+                "does not match input depth 2",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,stride=2",
+                "needs a filter shape",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x2,stride=2,output=1x9x8x3",
+                "maps output height 9 to 5, not to the input height 4",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x2,stride=2,output=1x8x8x4",
+                "the filter's 3 output channels",
+            ),
+        ] {
+            let m = e(text);
+            assert!(m.contains(want), "{text}: {m}");
+        }
+        // Every op but transpose_conv derives its output: a wrong one is an
+        // error, the right one is accepted.
+        assert!(e("op=pad,input=1x2x2x1,pad_after=1,output=1x2x2x3")
+            .contains("but the layer produces 1x2x2x2"));
+        LayerSpec::parse("op=pad,input=1x2x2x1,pad_after=1,output=1x2x2x2").unwrap();
     }
 
     #[test]

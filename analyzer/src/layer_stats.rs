@@ -93,7 +93,10 @@ impl Analysis for LayerStats {
                 }
             }
         }
-        for acc in [cur.overlap.as_mut(), cur.overlap2.as_mut()].into_iter().flatten() {
+        for acc in [cur.overlap.as_mut(), cur.overlap2.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             acc.observe(events);
         }
     }

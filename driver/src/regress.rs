@@ -220,7 +220,12 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
         delta(input2.map(|i| i.monotone_bytes), old.input2_monotone_bytes),
         delta(input2.map(|i| i.exact_bytes), old.input2_exact_bytes),
     ];
-    let deltas = [c.monotone_delta, c.exact_delta, input2_deltas[0], input2_deltas[1]];
+    let deltas = [
+        c.monotone_delta,
+        c.exact_delta,
+        input2_deltas[0],
+        input2_deltas[1],
+    ];
     c.status = if deltas.iter().flatten().any(|&d| d < 0) {
         Status::Shrank
     } else if deltas.iter().flatten().any(|&d| d > 0) {
@@ -537,7 +542,10 @@ mod tests {
         assert_eq!(c.status, Status::Shrank);
         assert_eq!((c.monotone_delta, c.exact_delta), (Some(0), Some(0)));
         let note = c.note.unwrap();
-        assert!(note.contains("input2: monotone 40 -> 2, exact 40 -> 2"), "{note}");
+        assert!(
+            note.contains("input2: monotone 40 -> 2, exact 40 -> 2"),
+            "{note}"
+        );
         // Unchanged second input: the row is the same.
         after.input2.as_mut().unwrap().monotone_bytes = 40;
         after.input2.as_mut().unwrap().exact_bytes = 40;

@@ -35,13 +35,17 @@ uint64_t elements(const int32_t *s, uint64_t limit) {
     return n;
 }
 
-// TFLite's ComputeOutSize in 64 bits: whether a conv2d window of `k` with
-// stride `s` (no dilation) and `padding` maps `out` back to `in` — the
-// relation between a transpose conv's output and input (LayerSpec::new).
+// TFLite's ComputeOutSize: whether a conv2d window of `k` with stride `s`
+// (no dilation) and `padding` maps `out` back to `in` — the relation between
+// a transpose conv's output and input (LayerSpec::new). Unsigned 32-bit
+// arithmetic cannot overflow here (out < 2^31, k and s <= 2^15) and needs no
+// 64-bit division helper from libgcc (whose unwind tables would add an
+// EXIDX segment to the suite).
 bool maps_back(int32_t padding, int32_t out, int32_t k, int32_t s, int32_t in) {
-    const int64_t o = out, kk = k, ss = s;
-    const int64_t back = padding == 1 ? (o + ss - 1) / ss : (o + ss > kk ? (o + ss - kk) / ss : 0);
-    return back == in;
+    const uint32_t o = static_cast<uint32_t>(out), kk = static_cast<uint32_t>(k),
+                   ss = static_cast<uint32_t>(s);
+    const uint32_t back = padding == 1 ? (o + ss - 1) / ss : (o + ss > kk ? (o + ss - kk) / ss : 0);
+    return back == static_cast<uint32_t>(in);
 }
 
 bool transpose_conv_consistent(const Layer &l) {

@@ -230,7 +230,13 @@ impl GraphBuilder {
 
     /// `ZeroPadding2D`: a PAD of `x` by `before` / `after` rows and columns,
     /// with its constant `[4, 2]` int32 paddings; returns the output tensor.
-    pub fn zero_pad(&mut self, name: &str, x: usize, before: (u32, u32), after: (u32, u32)) -> usize {
+    pub fn zero_pad(
+        &mut self,
+        name: &str,
+        x: usize,
+        before: (u32, u32),
+        after: (u32, u32),
+    ) -> usize {
         let [n, h, w, c] = four(self.shape(x));
         let p = self.tensor(format!("{name}/paddings"), &[4, 2], DataType::Int32, true);
         let amounts = [0, 0, before.0, after.0, before.1, after.1, 0, 0];
@@ -353,7 +359,13 @@ fn stride_two_input(g: &mut GraphBuilder, name: &str, x: usize, zeropad: bool) -
 /// VALID one: its output is `(padded − 3) / 2 + 1`, which for an even size
 /// padded by one is the SAME output of the unpadded input.
 fn make_valid(g: &mut GraphBuilder, t: usize) {
-    let Some(op) = g.model.ops.iter_mut().rev().find(|o| o.outputs.contains(&t)) else {
+    let Some(op) = g
+        .model
+        .ops
+        .iter_mut()
+        .rev()
+        .find(|o| o.outputs.contains(&t))
+    else {
         return;
     };
     op.options.padding = Padding::Valid;

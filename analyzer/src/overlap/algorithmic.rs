@@ -1131,7 +1131,10 @@ pub(crate) mod tests {
         let t = "input=1x5x6x3,filter=4x3x3x3,stride=2,padding=same";
         let f = p(&format!("op=transpose_conv,dtype=f32,{t}"));
         let i = p(&format!("op=transpose_conv,dtype=int8,{t}"));
-        assert_eq!((algorithmic_overlap(&f), algorithmic_overlap(&i)), (Some(0), Some(90)));
+        assert_eq!(
+            (algorithmic_overlap(&f), algorithmic_overlap(&i)),
+            (Some(0), Some(90))
+        );
         // Steps: zero pass, one per in-bounds tap, bias pass (float).
         let taps = naive_events(&f)
             .iter()

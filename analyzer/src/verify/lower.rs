@@ -630,7 +630,10 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             }
             OpKind::Pad => {
                 let amounts = pad_amounts(model, op, xt).map_err(|e| fail(oi, e))?;
-                let pi = *op.inputs.get(1).ok_or_else(|| fail(oi, "no paddings".into()))?;
+                let pi = *op
+                    .inputs
+                    .get(1)
+                    .ok_or_else(|| fail(oi, "no paddings".into()))?;
                 tensors.push(ProgramTensor {
                     name: names[pi].clone(),
                     dtype: ProgramDtype::Int32,
@@ -726,13 +729,24 @@ fn pad_amounts(model: &Model, op: &crate::model::Op, x: &Tensor) -> Result<[i32;
             ))
         }
     };
-    let word = |i: usize| i32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]);
+    let word = |i: usize| {
+        i32::from_le_bytes([
+            data[4 * i],
+            data[4 * i + 1],
+            data[4 * i + 2],
+            data[4 * i + 3],
+        ])
+    };
     let mut amounts = [0i32; 8];
     for d in 0..rank {
         amounts[2 * (4 - rank + d)] = word(2 * d);
         amounts[2 * (4 - rank + d) + 1] = word(2 * d + 1);
     }
-    let y = op.outputs.first().map(|&o| &model.tensors[o]).ok_or("no output")?;
+    let y = op
+        .outputs
+        .first()
+        .map(|&o| &model.tensors[o])
+        .ok_or("no output")?;
     let grows = y.shape.len() == rank
         && (0..rank).all(|d| {
             let (b, a) = (amounts[2 * (4 - rank + d)], amounts[2 * (4 - rank + d) + 1]);
