@@ -91,7 +91,17 @@ c_constants! {
         OPW_QUANT_ZERO_POINT = 41,
         OPW_SCRATCH = 42,
         OPW_SCRATCH_BYTES = 43,
+        OPW_AXIS = 44,
+        OPW_INPUTS = 45,
+        OPW_ACCUMULATOR_BYTES = 46,
         OPW_WORDS = 48,
+    }
+}
+
+c_constants! {
+    /// Limits of the program format (`#define`s of the header).
+    PROGRAM_LIMITS: usize {
+        MEMTRACE_PROGRAM_MAX_INPUTS = 10,
     }
 }
 
@@ -121,6 +131,8 @@ c_constants! {
         PK_RESHAPE = ProgramOpKind::Reshape as i32,
         PK_QUANTIZE = ProgramOpKind::Quantize as i32,
         PK_DEQUANTIZE = ProgramOpKind::Dequantize as i32,
+        PK_TRANSPOSE_CONV = ProgramOpKind::TransposeConv as i32,
+        PK_CONCATENATION = ProgramOpKind::Concatenation as i32,
         PK_PAD = ProgramOpKind::Pad as i32,
     }
 }
@@ -182,6 +194,12 @@ pub enum ProgramOpKind {
     Quantize = 11,
     /// Quantised to float conversion (`PK_DEQUANTIZE`).
     Dequantize = 12,
+    /// Transpose convolution (`PK_TRANSPOSE_CONV`); int8 needs an
+    /// accumulator scratch tensor.
+    TransposeConv = 13,
+    /// Concatenation of 2 to [`MEMTRACE_PROGRAM_MAX_INPUTS`] inputs along
+    /// `OpParams::axis` (`PK_CONCATENATION`).
+    Concatenation = 14,
     /// Constant padding (`PK_PAD`): the weights tensor is the `[4, 2]` int32
     /// before/after amounts of the NHWC dimensions; the value is 0 (float)
     /// or the output zero point.
@@ -203,6 +221,8 @@ impl ProgramOpKind {
             ProgramOpKind::Reshape => "reshape",
             ProgramOpKind::Quantize => "quantize",
             ProgramOpKind::Dequantize => "dequantize",
+            ProgramOpKind::TransposeConv => "transpose_conv",
+            ProgramOpKind::Concatenation => "concatenation",
             ProgramOpKind::Pad => "pad",
         }
     }
@@ -308,6 +328,11 @@ pub struct OpParams {
     pub quant_scale: f32,
     /// QUANTIZE (output's) / DEQUANTIZE (input's) zero point.
     pub quant_zero_point: i32,
+    /// Concatenation: the axis (non-negative, in the tensors' own rank).
+    pub axis: i32,
+    /// Bytes per element of an accumulator scratch buffer (int8 transpose
+    /// conv): 0 for the kernel's own (int32), 2 for TinySeg's int16 variant.
+    pub accumulator_bytes: i32,
 }
 
 /// One operator record of the program.
@@ -321,7 +346,8 @@ pub struct ProgramOp {
     pub name: String,
     /// `key=value,...` text of the layer window (may be empty).
     pub params_text: String,
-    /// Activation inputs (1, or 2 for add), tensor indices.
+    /// Activation inputs (1; 2 for add; 2 to [`MEMTRACE_PROGRAM_MAX_INPUTS`]
+    /// for concatenation), tensor indices.
     pub inputs: Vec<u32>,
     /// Weights tensor index, if the operator has one.
     pub weights: Option<u32>,
@@ -453,7 +479,7 @@ impl Program {
             if let Some(bad) = all.clone().find(|&&t| t >= nt) {
                 return err(format!("operator `{}` uses tensor {bad} of {nt}", op.name));
             }
-            if op.inputs.is_empty() || op.inputs.len() > 2 {
+            if op.inputs.is_empty() || op.inputs.len() > MEMTRACE_PROGRAM_MAX_INPUTS {
                 return err(format!(
                     "operator `{}` has {} inputs",
                     op.name,
@@ -513,6 +539,16 @@ impl Program {
                     .collect();
                 (blob.data(&m) as i32, blob.data(&s) as i32)
             };
+            // More than two inputs: all of them, as [count, index...].
+            let input_list = if op.inputs.len() > 2 {
+                let list: Vec<u8> = std::iter::once(op.inputs.len() as i32)
+                    .chain(op.inputs.iter().map(|&t| t as i32))
+                    .flat_map(i32::to_le_bytes)
+                    .collect();
+                blob.data(&list) as i32
+            } else {
+                -1
+            };
             let p = &op.params;
             let mut w = [0i32; OPW_WORDS];
             w[OPW_KIND] = op.kind as i32;
@@ -558,6 +594,9 @@ impl Program {
             w[OPW_QUANT_SCALE] = p.quant_scale.to_bits() as i32;
             w[OPW_QUANT_ZERO_POINT] = p.quant_zero_point;
             w[OPW_SCRATCH] = opt(op.scratch);
+            w[OPW_AXIS] = p.axis;
+            w[OPW_INPUTS] = input_list;
+            w[OPW_ACCUMULATOR_BYTES] = p.accumulator_bytes;
             op_words.extend(w);
         }
         let mut input_words = Vec::new();
@@ -684,5 +723,31 @@ mod tests {
         let mut bad = p.clone();
         bad.arena_bytes = 8;
         assert!(bad.encode().is_err());
+        // Two inputs need no list.
+        assert_eq!(word(op0 + OPW_INPUTS), -1);
+        // Three inputs: all of them as [count, index...] at OPW_INPUTS.
+        let mut three = p.clone();
+        three.ops[0].kind = ProgramOpKind::Concatenation;
+        three.ops[0].inputs = vec![1, 0, 1];
+        three.ops[0].params.axis = 1;
+        let e3 = three.encode().unwrap();
+        let word3 = |i: usize| i32::from_le_bytes(e3.bytes[i * 4..i * 4 + 4].try_into().unwrap());
+        let list = word3(op0 + OPW_INPUTS) as usize;
+        assert_eq!(list % 4, 0);
+        assert_eq!(
+            [
+                word3(list / 4),
+                word3(list / 4 + 1),
+                word3(list / 4 + 2),
+                word3(list / 4 + 3)
+            ],
+            [3, 1, 0, 1]
+        );
+        assert_eq!((word3(op0 + OPW_INPUT), word3(op0 + OPW_INPUT2)), (1, 0));
+        assert_eq!(word3(op0 + OPW_AXIS), 1);
+        // More than the format allows.
+        let mut many = three.clone();
+        many.ops[0].inputs = vec![0; MEMTRACE_PROGRAM_MAX_INPUTS + 1];
+        assert!(many.encode().unwrap_err().to_string().contains("11 inputs"));
     }
 }

@@ -13,6 +13,13 @@ pub mod zoo;
 
 use std::path::Path;
 
+/// `--format` of the commands that print a table or JSON.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
 /// Writes `text` to `out` atomically, or to stdout.
 pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
     match out {

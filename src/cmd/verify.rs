@@ -5,19 +5,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::Format;
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
+use memtrace_analyzer::model::Accumulator;
 use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
 use memtrace_driver::verify::{verify, VerifyOptions};
 use memtrace_tracer::Arch;
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
@@ -68,6 +64,10 @@ pub struct VerifyArgs {
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 200_000_000_000)]
     pub max_instructions: u64,
+    /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary tensor
+    /// quantisation, half the scratch; compare the output digest with int32's).
+    #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
+    pub accumulator: Accumulator,
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
@@ -85,14 +85,11 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         plot: args.plot,
         baseline: args.baseline,
         max_instructions: args.max_instructions,
+        accumulator: args.accumulator,
     })?;
     match args.format {
         Format::Table => super::emit(&report.to_text())?,
         Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(u8::from(!report.ok())))
 }

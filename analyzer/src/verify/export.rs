@@ -45,6 +45,7 @@ fn builtin(k: OpKind) -> fb::BuiltinOperator {
         OpKind::Concatenation => B::Concatenation,
         OpKind::Pad => B::Pad,
         OpKind::Mean => B::Mean,
+        OpKind::TransposeConv => B::TransposeConv,
     }
 }
 
@@ -167,6 +168,20 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
                     },
                 )))
             }
+            OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
+                fb::TransposeConvOptions {
+                    padding: padding(o.padding),
+                    stride_w: o.stride.1 as i32,
+                    stride_h: o.stride.0 as i32,
+                    fused_activation_function: act(o.activation),
+                },
+            ))),
+            OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
+                fb::ConcatenationOptions {
+                    axis: o.axis.unwrap_or(-1),
+                    fused_activation_function: act(o.activation),
+                },
+            ))),
             OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
                 fused_activation_function: act(o.activation),
                 ..Default::default()
@@ -230,6 +245,7 @@ mod tests {
             "mobilenet_v1_0.25_128_int8",
             "sakr_cifar10",
             "mobilenet_v1_0.25_128",
+            "tiny_unet_80x120_int8",
         ] {
             let m = materialize(&zoo::build(name).unwrap(), 7);
             let bytes = to_tflite(&m).unwrap();
@@ -246,6 +262,8 @@ mod tests {
                 assert_eq!(a.options.stride, b.options.stride);
                 assert_eq!(a.options.activation, b.options.activation);
                 assert_eq!(a.options.padding, b.options.padding);
+                // Concatenation keeps its axis (TFLite's default would be 0).
+                assert_eq!(a.options.axis, b.options.axis);
             }
             for (a, b) in back.tensors.iter().zip(&m.tensors) {
                 assert_eq!((&a.name, &a.shape, a.dtype), (&b.name, &b.shape, b.dtype));

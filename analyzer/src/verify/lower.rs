@@ -15,7 +15,7 @@ use memtrace_abi::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
 };
 
-use crate::model::{Activation, DataType, Model, OpKind, Quantization, Tensor};
+use crate::model::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
 
 use crate::rng::Rng;
 
@@ -208,14 +208,17 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
     }
     for op in &model.ops {
         match op.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => {
-                let (Some(&x), Some(&wi), Some(&y)) =
-                    (op.inputs.first(), op.inputs.get(1), op.outputs.first())
+            OpKind::Conv2d
+            | OpKind::DepthwiseConv2d
+            | OpKind::FullyConnected
+            | OpKind::TransposeConv => {
+                let (Some(x), Some(&wi), Some(&y)) =
+                    (op.data_input(), op.inputs.get(1), op.outputs.first())
                 else {
                     continue;
                 };
                 let out_c = *m.tensors[y].shape.last().unwrap_or(&1) as usize;
-                let k = (m.tensors[wi].elements() as usize / out_c.max(1)).max(1);
+                let k = fan_in(model, op);
                 let gain = match op.options.activation {
                     Activation::Relu | Activation::Relu6 => std::f64::consts::SQRT_2,
                     _ => 1.0,
@@ -252,7 +255,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
                     .as_ref()
                     .map(|q| q.scale.clone())
                     .unwrap_or_default();
-                if let Some(&bi) = op.inputs.get(2) {
+                if let Some(&bi) = op.inputs.get(bias_position(op.kind)) {
                     let b = &mut m.tensors[bi];
                     if b.data.is_none() {
                         b.data = Some(synth_bias(&mut rng, b));
@@ -268,24 +271,59 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
             }
             OpKind::Reshape => {
                 if let (Some(&si), Some(&y)) = (op.inputs.get(1), op.outputs.first()) {
-                    let shape: Vec<u8> = m.tensors[y]
-                        .shape
-                        .iter()
-                        .flat_map(|&d| (d as i32).to_le_bytes())
-                        .collect();
-                    let st = &mut m.tensors[si];
-                    if st.data.is_none()
-                        && st.dtype == DataType::Int32
-                        && st.bytes == shape.len() as u64
-                    {
-                        st.data = Some(shape);
-                    }
+                    fill_shape_operand(&mut m, si, y);
                 }
             }
             _ => {}
         }
+        if op.kind == OpKind::TransposeConv {
+            if let (Some(&si), Some(&y)) = (op.inputs.first(), op.outputs.first()) {
+                fill_shape_operand(&mut m, si, y);
+            }
+        }
     }
     m
+}
+
+/// Gives the constant int32 shape operand `si` the dimensions of tensor `y`,
+/// unless it has data already or does not have one element per dimension.
+fn fill_shape_operand(m: &mut Model, si: usize, y: usize) {
+    let shape: Vec<u8> = m.tensors[y]
+        .shape
+        .iter()
+        .flat_map(|&d| (d as i32).to_le_bytes())
+        .collect();
+    let st = &mut m.tensors[si];
+    if st.data.is_none() && st.dtype == DataType::Int32 && st.bytes == shape.len() as u64 {
+        st.data = Some(shape);
+    }
+}
+
+/// Position of the bias among a weighted operator's inputs.
+fn bias_position(kind: OpKind) -> usize {
+    match kind {
+        OpKind::TransposeConv => 3,
+        _ => 2,
+    }
+}
+
+/// Products summed into one output element: the weights per output channel
+/// (or unit), except for a transpose convolution, whose scatter adds the
+/// input channels of only the kernel taps that land on an output position
+/// (`⌈KH/SH⌉·⌈KW/SW⌉` of them).
+fn fan_in(model: &Model, op: &Op) -> usize {
+    let (Some(&wi), Some(&y)) = (op.inputs.get(1), op.outputs.first()) else {
+        return 1;
+    };
+    let w = &model.tensors[wi];
+    if op.kind == OpKind::TransposeConv {
+        if let [_, kh, kw, c] = w.shape[..] {
+            let (sh, sw) = (op.options.stride.0.max(1), op.options.stride.1.max(1));
+            return (c * kh.div_ceil(sh) * kw.div_ceil(sw)).max(1) as usize;
+        }
+    }
+    let out_c = *model.tensors[y].shape.last().unwrap_or(&1) as usize;
+    (w.elements() as usize / out_c.max(1)).max(1)
 }
 
 /// Largest arena a program can describe: the executor's program format
@@ -384,10 +422,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let mut ops = Vec::new();
     for &oi in input.order {
         let op = &model.ops[oi];
-        let x = *op
-            .inputs
-            .first()
-            .ok_or_else(|| fail(oi, "no input".into()))?;
+        let x = op.data_input().ok_or_else(|| fail(oi, "no input".into()))?;
         let y = *op
             .outputs
             .first()
@@ -420,14 +455,20 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         let mut inputs = vec![xi];
         let mut per_channel = Vec::new();
         let kind = match op.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => {
+            OpKind::Conv2d
+            | OpKind::DepthwiseConv2d
+            | OpKind::FullyConnected
+            | OpKind::TransposeConv => {
+                if op.kind == OpKind::TransposeConv {
+                    check_transpose_conv(op, d).map_err(|reason| fail(oi, reason))?;
+                }
                 let wi = *op
                     .inputs
                     .get(1)
                     .ok_or_else(|| fail(oi, "no weights".into()))?;
                 let wt = &model.tensors[wi];
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
-                let k = (wt.elements() as usize / out_c.max(1)).max(1);
+                let k = fan_in(model, op);
                 let depthwise = op.kind == OpKind::DepthwiseConv2d;
                 // He-style gain: a (clipped) ReLU halves the second moment,
                 // so without √2 a deep model's activations fade to zero.
@@ -466,7 +507,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     data: TensorData::Constant(wdata),
                 });
                 weights = Some(tensors.len() as u32 - 1);
-                if let Some(&bi) = op.inputs.get(2) {
+                if let Some(&bi) = op.inputs.get(bias_position(op.kind)) {
                     let bt = &model.tensors[bi];
                     let bd = dtype(bt.dtype)
                         .ok_or_else(|| fail(oi, format!("bias type {}", bt.dtype)))?;
@@ -498,7 +539,15 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         per_channel = ms;
                     }
                 }
-                if op.kind != OpKind::FullyConnected {
+                if op.kind == OpKind::TransposeConv {
+                    (p.pad_h, p.pad_w, p.filter_h, p.filter_w) =
+                        transpose_conv_padding(op, xt, wt, yt)
+                            .ok_or_else(|| fail(oi, "tensors of rank > 4".into()))?;
+                    p.accumulator_bytes = match op.options.accumulator {
+                        Accumulator::Int32 => 0,
+                        Accumulator::Int16 => 2,
+                    };
+                } else if op.kind != OpKind::FullyConnected {
                     let (i4, f4, o4) = (
                         crate::model::shape4(&xt.shape),
                         crate::model::shape4(&wt.shape),
@@ -530,8 +579,16 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 match op.kind {
                     OpKind::Conv2d => ProgramOpKind::Conv2d,
                     OpKind::DepthwiseConv2d => ProgramOpKind::DepthwiseConv2d,
+                    OpKind::TransposeConv => ProgramOpKind::TransposeConv,
                     _ => ProgramOpKind::FullyConnected,
                 }
+            }
+            OpKind::Concatenation => {
+                p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
+                for &t in op.inputs.iter().skip(1) {
+                    inputs.push(arena_tensor(t, oi, &mut tensors)?);
+                }
+                ProgramOpKind::Concatenation
             }
             OpKind::MaxPool2d | OpKind::AveragePool2d => {
                 let (Some(i4), Some(o4)) = (
@@ -713,7 +770,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
 /// `[before, after]` of N, H, W and C, a lower rank's missing outer
 /// dimensions 0 (as TFLM extends them). The output must be the input grown
 /// by them.
-fn pad_amounts(model: &Model, op: &crate::model::Op, x: &Tensor) -> Result<[i32; 8], String> {
+fn pad_amounts(model: &Model, op: &Op, x: &Tensor) -> Result<[i32; 8], String> {
     let p = op
         .inputs
         .get(1)
@@ -759,6 +816,104 @@ fn pad_amounts(model: &Model, op: &crate::model::Op, x: &Tensor) -> Result<[i32;
         ));
     }
     Ok(amounts)
+}
+
+/// What the executor's TRANSPOSE_CONV runs: int8 (tfmicro 0.1.0 has the
+/// float kernel only in `reference_ops.h`, which needs Eigen and does not
+/// build freestanding) without a fused activation (TFLM's int8 kernel
+/// computes its clamp for `kTfLiteActNone` whatever the options say, so a
+/// fused activation would silently differ from the model).
+fn check_transpose_conv(op: &Op, d: ProgramDtype) -> Result<(), String> {
+    if d != ProgramDtype::Int8 {
+        return Err(format!(
+            "{} transpose convolution has no executor kernel (int8 only)",
+            match d {
+                ProgramDtype::F32 => "float32",
+                ProgramDtype::Uint8 => "uint8",
+                _ => "this",
+            }
+        ));
+    }
+    if op.options.activation != Activation::None {
+        return Err(format!(
+            "fused activation {:?}: TFLM's int8 kernel ignores it",
+            op.options.activation
+        ));
+    }
+    Ok(())
+}
+
+/// TFLM's transpose-convolution padding (`CalculateOpData`: TFLite's
+/// `ComputePaddingHeightWidth` with the *output* extents as the input of a
+/// forward convolution of the same window, stride and padding), and the
+/// filter extents: `(pad_h, pad_w, filter_h, filter_w)`.
+fn transpose_conv_padding(
+    op: &Op,
+    x: &Tensor,
+    w: &Tensor,
+    y: &Tensor,
+) -> Option<(i32, i32, i32, i32)> {
+    crate::model::shape4(&x.shape)?;
+    let (f4, o4) = (
+        crate::model::shape4(&w.shape)?,
+        crate::model::shape4(&y.shape)?,
+    );
+    let (sh, sw) = (op.options.stride.0, op.options.stride.1);
+    let forward = |size: u32, filter: u32, stride: u32| -> u32 {
+        let stride = stride.max(1);
+        match op.options.padding {
+            crate::model::Padding::Same => size.div_ceil(stride),
+            crate::model::Padding::Valid => (size + stride).saturating_sub(filter) / stride,
+        }
+    };
+    Some((
+        pad(sh, 1, o4[1], f4[1], forward(o4[1], f4[1], sh)),
+        pad(sw, 1, o4[2], f4[2], forward(o4[2], f4[2], sw)),
+        f4[1] as i32,
+        f4[2] as i32,
+    ))
+}
+
+/// The concatenation axis, non-negative in the output's rank (TFLM's
+/// `CalculatePositiveAxis`), once the operator is known to be what TFLM runs:
+/// no fused activation, at most `MEMTRACE_PROGRAM_MAX_INPUTS` inputs of one
+/// element type, and for uint8 the output's scale and zero point on every
+/// input (the kernel copies bytes; TFLM's int8 kernel copies whatever the
+/// scales, so int8 is not checked).
+fn concatenation_axis(model: &Model, op: &Op) -> Result<i32, String> {
+    use memtrace_abi::program::MEMTRACE_PROGRAM_MAX_INPUTS;
+    let y = &model.tensors[op.outputs[0]];
+    if op.options.activation != Activation::None {
+        return Err("a fused activation (TFLM requires none)".into());
+    }
+    if op.inputs.len() > MEMTRACE_PROGRAM_MAX_INPUTS {
+        return Err(format!(
+            "{} inputs (at most {MEMTRACE_PROGRAM_MAX_INPUTS})",
+            op.inputs.len()
+        ));
+    }
+    for &t in &op.inputs {
+        let x = &model.tensors[t];
+        if x.dtype != y.dtype {
+            return Err(format!(
+                "input `{}` is {}, the output {}",
+                x.name, x.dtype, y.dtype
+            ));
+        }
+        if y.dtype == DataType::Uint8 && act_q(x, false) != act_q(y, false) {
+            return Err(format!(
+                "uint8 input `{}` is quantised differently from the output",
+                x.name
+            ));
+        }
+    }
+    let rank = y.shape.len().max(1) as i32;
+    let axis = op.options.axis.unwrap_or(-1);
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(format!("axis {axis} outside rank {rank}"));
+    }
+    Ok(axis)
 }
 
 fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize, gain: f32) -> Vec<u8> {
@@ -859,6 +1014,144 @@ mod tests {
         let mut o = offsets.clone();
         o[first] = Some(end - model.tensors[first].bytes);
         lower_with(&o, end).unwrap();
+    }
+
+    #[test]
+    fn transpose_conv_padding_is_tflm_s() {
+        // TFLM: ComputePaddingHeightWidth(stride, 1, output extent, filter,
+        // padding) with the forward window's output size; by hand:
+        // total = (forward - 1) * stride + filter - output, padding total / 2.
+        let tconv = |padding, k: u32, s: u32, input: u32, output: u32| {
+            let mut g = crate::model::zoo::GraphBuilder::new("t", DataType::Int8);
+            let x = g.input("x", &[1, input, input, 4]);
+            let y = g.transpose_conv("y", x, 8, k, s);
+            let mut m = g.finish(&[y]);
+            m.ops[0].options.padding = padding;
+            m.tensors[y].shape = vec![1, output, output, 8];
+            let t = &m.tensors;
+            let op = &m.ops[0];
+            transpose_conv_padding(op, &t[op.inputs[2]], &t[op.inputs[1]], &t[y]).unwrap()
+        };
+        use crate::model::Padding::{Same, Valid};
+        // Tiny U-Net's 2x2 stride 2: forward 10, total (10-1)*2+2-20 = 0.
+        assert_eq!(tconv(Valid, 2, 2, 10, 20), (0, 0, 2, 2));
+        // 3x3 stride 2 SAME to 20: forward 10, total 1: padding 0.
+        assert_eq!(tconv(Same, 3, 2, 10, 20), (0, 0, 3, 3));
+        // 4x4 stride 2 SAME to 20: total 2: padding 1.
+        assert_eq!(tconv(Same, 4, 2, 10, 20), (1, 1, 4, 4));
+        // 3x3 stride 1 VALID to 12: forward 10, total 0.
+        assert_eq!(tconv(Valid, 3, 1, 10, 12), (0, 0, 3, 3));
+    }
+
+    /// Tiny U-Net's int8 lowering at a side-by-side placement, with `edit`
+    /// applied to the model first.
+    fn lower_tiny_unet(edit: impl Fn(&mut Model)) -> Result<Program, LowerError> {
+        let mut model = crate::model::zoo::build("tiny_unet_80x120_int8")
+            .unwrap()
+            .with_reference_scratch();
+        edit(&mut model);
+        let mut offsets = vec![None; model.tensors.len()];
+        let mut end = 0u64;
+        for t in model.arena_tensors() {
+            offsets[t] = Some(end);
+            end += model.tensors[t].bytes;
+        }
+        let order: Vec<usize> = (0..model.ops.len()).collect();
+        lower(
+            &model,
+            &LowerInput {
+                order: &order,
+                offsets: &offsets,
+                arena_bytes: end,
+                seed: 1,
+                input_data: None,
+            },
+        )
+    }
+
+    #[test]
+    fn tiny_unet_lowers_its_transpose_convs_and_concatenations() {
+        let p = lower_tiny_unet(|_| {}).unwrap();
+        let up = &p.ops[11];
+        assert_eq!(up.kind, ProgramOpKind::TransposeConv);
+        // The activation input (operand 2), not the output-shape operand.
+        assert_eq!(p.tensors[up.inputs[0] as usize].dims, [1, 10, 15, 64]);
+        assert_eq!(p.tensors[up.weights.unwrap() as usize].dims, [16, 2, 2, 64]);
+        assert_eq!(
+            p.tensors[up.scratch.unwrap() as usize].bytes(),
+            20 * 30 * 16 * 4
+        );
+        assert_eq!(up.per_channel.len(), 16);
+        assert_eq!((up.params.act_min, up.params.act_max), (-128, 127));
+        assert_eq!(up.params.accumulator_bytes, 0);
+        let cat = &p.ops[12];
+        assert_eq!(cat.kind, ProgramOpKind::Concatenation);
+        assert_eq!(cat.params.axis, 3);
+        let dims: Vec<&[u32]> = cat
+            .inputs
+            .iter()
+            .map(|&t| &p.tensors[t as usize].dims[..])
+            .collect();
+        assert_eq!(dims, [&[1, 20, 30, 32][..], &[1, 20, 30, 16][..]]);
+        // TinySeg's int16 accumulator: the flag and half the scratch.
+        let p16 = lower_tiny_unet(|m| {
+            *m = m
+                .with_transpose_conv_accumulator(crate::model::Accumulator::Int16)
+                .with_reference_scratch()
+        })
+        .unwrap();
+        assert_eq!(p16.ops[11].params.accumulator_bytes, 2);
+        assert_eq!(
+            p16.tensors[p16.ops[11].scratch.unwrap() as usize].bytes(),
+            20 * 30 * 16 * 2
+        );
+    }
+
+    #[test]
+    fn what_the_executor_cannot_run_is_refused_naming_the_operator() {
+        let e = lower_tiny_unet(|m| m.ops[11].options.activation = Activation::Relu)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("operator 11 (TRANSPOSE_CONV)") && e.contains("Relu"),
+            "{e}"
+        );
+        let e = lower_tiny_unet(|m| m.ops[12].options.activation = Activation::Relu)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("operator 12 (CONCATENATION)") && e.contains("activation"),
+            "{e}"
+        );
+        let e = lower_tiny_unet(|m| m.ops[12].options.axis = Some(4))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("axis 4"), "{e}");
+        // Float: tfmicro 0.1.0 has no freestanding float TRANSPOSE_CONV.
+        let float = crate::model::zoo::build("tiny_unet_80x120").unwrap();
+        let mut offsets = vec![None; float.tensors.len()];
+        let mut end = 0u64;
+        for t in float.arena_tensors() {
+            offsets[t] = Some(end);
+            end += float.tensors[t].bytes;
+        }
+        let order: Vec<usize> = (0..float.ops.len()).collect();
+        let e = lower(
+            &float,
+            &LowerInput {
+                order: &order,
+                offsets: &offsets,
+                arena_bytes: end,
+                seed: 1,
+                input_data: None,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("operator 11 (TRANSPOSE_CONV)") && e.contains("float32"),
+            "{e}"
+        );
     }
 
     #[test]
