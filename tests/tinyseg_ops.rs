@@ -153,6 +153,16 @@ fn cmsis_nn_keeps_or_loses_o_s_where_its_loop_order_says() {
     let out = memtrace(["run", common::path_str(&cmsis), "--job", bug]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("code 5"), "{}", stderr(&out));
+    // arm_transpose_conv_s8_get_buffer_size sizes a row with
+    // MAX(filter_w, stride.h), the kernel fills MAX(filter_w, stride.w):
+    // with stride 1x3 the kernel writes 16 B past the 56 B it was given,
+    // which the memory contract sees as stray writes.
+    let wide = "op=transpose_conv,dtype=int8,input=1x3x3x2,filter=2x1x1x2,stride=1x3,padding=same";
+    let l = run_job(&cmsis, wide);
+    assert_eq!(u(&common::buffer(&l, "scratch")["size"]), 56, "{l}");
+    assert_eq!(u(&l["contract"]["stray_write"]["violations"]), 16, "{l}");
+    let r = run_job(&suite("cortex-m4"), wide);
+    assert_eq!(r["contract"]["ok"], true, "{r}");
     // Pad: arm_pad_s8 copies rows in order, like the reference: O_s = IB.
     let pad = "op=pad,dtype=int8,input=1x4x5x3,pad_before=0x1x2x0,pad_after=0x1x1x0";
     let l = run_job(&cmsis, pad);
