@@ -1003,6 +1003,9 @@ c_constants! {
 /// Number of int32 words in the job mailbox.
 pub const JOB_WORDS: usize = MEMTRACE_JOB_WORDS as usize;
 
+// The last words used (pad_after) fit the mailbox.
+const _: () = assert!(JOB_PAD_AFTER + 4 <= JOB_WORDS);
+
 c_constants! {
     /// The word indices of the job mailbox (`enum memtrace_job_word`).
     JOB_LAYOUT: usize {
@@ -1367,8 +1370,6 @@ mod tests {
         assert_eq!((w[JOB_OP], w[JOB_SEED]), (11, 9));
         assert_eq!(&w[JOB_PAD_BEFORE..JOB_PAD_BEFORE + 4], &[0, 1, 2, 0]);
         assert_eq!(&w[JOB_PAD_AFTER..JOB_PAD_AFTER + 4], &[0, 3, 4, 5]);
-        // The last word used fits the mailbox.
-        assert!(JOB_PAD_AFTER + 4 <= JOB_WORDS);
     }
 
     #[test]
