@@ -110,6 +110,31 @@ fn exported_int8_zoo_models_are_bit_exact_and_dmo_beats_tflm_s_arena() {
     std::fs::remove_dir_all(&tmp).ok();
 }
 
+/// PAD in the executor is TFLM's PAD: the Keras-style MobileNet v1 with an
+/// explicit PAD before each stride-2 layer, exported and run by current
+/// TFLM, gives memtrace's outputs bit for bit, TFLM's own arena head equals
+/// memtrace's tflm-greedy (the PAD outputs make it 133 136 B instead of the
+/// SAME-padded model's 131 072 B), and the DMO plan that overlaps the PAD
+/// outputs with their inputs verifies clean — with the reference kernels
+/// and with CMSIS-NN's arm_pad_s8.
+#[test]
+fn a_model_with_pad_is_bit_exact_with_current_tflm() {
+    let Some(py) = python() else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("memtrace-oracle-pad-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let model = export(&tmp, "mobilenet_v1_0.25_128_int8_zeropad");
+    let v = agrees_with_tflm(&py, &model);
+    assert_eq!(v["tflm_arena_head_bytes"], 133_136, "{v}");
+    assert!(v["memtrace_plan_bytes"].as_u64().unwrap() < 133_136, "{v}");
+    if !cfg!(no_cmsis) {
+        let (code, v) = oracle_with(&py, &model, &["--kernels", "cmsis-nn"]);
+        assert_eq!((v["equal"].clone(), code), (Value::Bool(true), 0), "{v}");
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
 /// TinySeg's Tiny U-Net: TRANSPOSE_CONV and CONCATENATION bit-exact with
 /// current TFLM, and TFLM's own arena head is memtrace's tflm-greedy arena,
 /// the int32 accumulator of the last transpose convolution included

@@ -133,6 +133,7 @@ c_constants! {
         PK_DEQUANTIZE = ProgramOpKind::Dequantize as i32,
         PK_TRANSPOSE_CONV = ProgramOpKind::TransposeConv as i32,
         PK_CONCATENATION = ProgramOpKind::Concatenation as i32,
+        PK_PAD = ProgramOpKind::Pad as i32,
     }
 }
 
@@ -199,6 +200,10 @@ pub enum ProgramOpKind {
     /// Concatenation of 2 to [`MEMTRACE_PROGRAM_MAX_INPUTS`] inputs along
     /// `OpParams::axis` (`PK_CONCATENATION`).
     Concatenation = 14,
+    /// Constant padding (`PK_PAD`): the weights tensor is the `[4, 2]` int32
+    /// before/after amounts of the NHWC dimensions; the value is 0 (float)
+    /// or the output zero point.
+    Pad = 15,
 }
 
 impl ProgramOpKind {
@@ -218,6 +223,7 @@ impl ProgramOpKind {
             ProgramOpKind::Dequantize => "dequantize",
             ProgramOpKind::TransposeConv => "transpose_conv",
             ProgramOpKind::Concatenation => "concatenation",
+            ProgramOpKind::Pad => "pad",
         }
     }
 }

@@ -32,11 +32,18 @@ pub enum Op {
     Relu,
     /// Naive accumulating matrix multiply written for memtrace (paper Fig. 3b).
     Matmul,
+    /// Transposed 2-D convolution (TFLite `TRANSPOSE_CONV`): the output shape
+    /// is given, as TFLite's `output_shape` input gives it.
+    TransposeConv,
+    /// Concatenation of two inputs along one NHWC axis.
+    Concatenation,
+    /// Constant padding before and after every NHWC dimension.
+    Pad,
 }
 
 impl Op {
     /// Every operator, in job-code order.
-    pub const ALL: [Op; 8] = [
+    pub const ALL: [Op; 11] = [
         Op::Conv2d,
         Op::DepthwiseConv2d,
         Op::MaxPool,
@@ -45,6 +52,9 @@ impl Op {
         Op::Add,
         Op::Relu,
         Op::Matmul,
+        Op::TransposeConv,
+        Op::Concatenation,
+        Op::Pad,
     ];
 
     /// Name used in specs, layer-begin markers and reports.
@@ -58,6 +68,9 @@ impl Op {
             Op::Add => "add",
             Op::Relu => "relu",
             Op::Matmul => "matmul",
+            Op::TransposeConv => "transpose_conv",
+            Op::Concatenation => "concatenation",
+            Op::Pad => "pad",
         }
     }
 
@@ -72,14 +85,27 @@ impl Op {
             Op::Add => OP_ADD,
             Op::Relu => OP_RELU,
             Op::Matmul => OP_MATMUL,
+            Op::TransposeConv => OP_TRANSPOSE_CONV,
+            Op::Concatenation => OP_CONCATENATION,
+            Op::Pad => OP_PAD,
         }
     }
 
+    /// Ops with a sliding window: stride, dilation, padding and the derived
+    /// before-padding `pad` apply (transpose_conv has all but dilation).
     fn has_window(self) -> bool {
         matches!(
             self,
-            Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool
+            Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool | Op::TransposeConv
         )
+    }
+
+    /// Number of activation inputs (2 for `add` and `concatenation`).
+    pub fn inputs(self) -> usize {
+        match self {
+            Op::Add | Op::Concatenation => 2,
+            _ => 1,
+        }
     }
 }
 
@@ -228,6 +254,28 @@ pub struct LayerSpec {
     pub depth_multiplier: u32,
     /// Fused activation.
     pub activation: Activation,
+    /// `concatenation`: the second input's NHWC shape (equal to `input`
+    /// outside `axis`); `None` for every other op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input2: Option<Shape>,
+    /// `concatenation`: the NHWC axis (0 = N … 3 = C) the inputs are joined
+    /// along; `None` for every other op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axis: Option<u32>,
+    /// `pad`: elements added before and after each NHWC dimension; `None`
+    /// for every other op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paddings: Option<Paddings>,
+}
+
+/// The padding of a `pad` layer: elements added before and after each NHWC
+/// dimension (TFLite's `[rank, 2]` paddings tensor, as 4-D).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Paddings {
+    /// Elements before the first element of each dimension.
+    pub before: Shape,
+    /// Elements after the last element of each dimension.
+    pub after: Shape,
 }
 
 /// A malformed or inconsistent layer specification.
@@ -266,6 +314,16 @@ pub struct LayerSpecBuilder {
     pub depth_multiplier: u32,
     /// Fused activation; default none.
     pub activation: Activation,
+    /// Output shape: required to be consistent for `transpose_conv` (given, as
+    /// TFLite's `output_shape` tensor gives it; derived when absent); must
+    /// be absent for every other op, whose output is always derived.
+    pub output: Option<Shape>,
+    /// Second input of `concatenation`.
+    pub input2: Option<Shape>,
+    /// Axis of `concatenation` (0 … 3).
+    pub axis: Option<u32>,
+    /// Paddings of `pad`.
+    pub paddings: Option<Paddings>,
 }
 
 impl LayerSpecBuilder {
@@ -282,7 +340,27 @@ impl LayerSpecBuilder {
             padding: Padding::Same,
             depth_multiplier: 1,
             activation: Activation::None,
+            output: None,
+            input2: None,
+            axis: None,
+            paddings: None,
         }
+    }
+    /// Sets the output shape (`transpose_conv` only).
+    pub fn output(mut self, output: Shape) -> Self {
+        self.output = Some(output);
+        self
+    }
+    /// Sets the second input and the axis (`concatenation` only).
+    pub fn concat(mut self, input2: Shape, axis: u32) -> Self {
+        self.input2 = Some(input2);
+        self.axis = Some(axis);
+        self
+    }
+    /// Sets the elements added before and after each dimension (`pad` only).
+    pub fn paddings(mut self, before: Shape, after: Shape) -> Self {
+        self.paddings = Some(Paddings { before, after });
+        self
     }
     /// Sets the filter shape.
     pub fn filter(mut self, filter: Shape) -> Self {
@@ -366,6 +444,133 @@ fn check_size(what: &str, shape: &Shape) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Rejects the fields of a builder that its op does not have (they would not
+/// survive the canonical text) and the fused activations the new ops' TFLM
+/// reference kernels do not apply.
+fn check_op_fields(b: &LayerSpecBuilder) -> Result<(), SpecError> {
+    let op = b.op;
+    let misplaced = |what: &str, owner: &str| {
+        SpecError::new(format!("op {op} has no {what} (only {owner} has)"))
+    };
+    if op != Op::Concatenation && (b.input2.is_some() || b.axis.is_some()) {
+        return Err(misplaced("input2 or axis", "concatenation"));
+    }
+    if op != Op::Pad && b.paddings.is_some() {
+        return Err(misplaced("pad_before or pad_after", "pad"));
+    }
+    if op != Op::TransposeConv && b.output.is_some() {
+        return Err(misplaced("given output shape", "transpose_conv"));
+    }
+    if op == Op::TransposeConv && b.dilation != (1, 1) {
+        return Err(SpecError::new(
+            "transpose_conv has no dilation (TFLite's TRANSPOSE_CONV has none)",
+        ));
+    }
+    if matches!(op, Op::TransposeConv | Op::Concatenation | Op::Pad)
+        && b.activation != Activation::None
+    {
+        return Err(SpecError::new(format!(
+            "op {op} has no fused activation (its TFLM reference kernel applies none)"
+        )));
+    }
+    Ok(())
+}
+
+/// The neutral filter of ops without one; an error if one was given.
+fn no_filter(b: &LayerSpecBuilder) -> Result<Shape, SpecError> {
+    match b.filter {
+        Some(_) => Err(SpecError::new(format!("op {} takes no filter", b.op))),
+        None => Ok([1, 1, 1, 1]),
+    }
+}
+
+/// The output of a transpose conv: the given one, which a conv2d with the
+/// same filter, stride and padding must map back to the input (what makes
+/// TFLite's padding of the layer meaningful), or by default the size
+/// TensorFlow's `conv2d_transpose` gives: `in·s` (same) or
+/// `in·s + max(k − s, 0)` (valid).
+fn transpose_conv_output(b: &LayerSpecBuilder, f: &Shape) -> Result<Shape, SpecError> {
+    let [n, h, w, _] = b.input;
+    let axis = |size: u32, k: u32, s: u32| -> Result<u32, SpecError> {
+        let (size, k, s) = (size as u64, k as u64, s as u64);
+        let out = match b.padding {
+            Padding::Same => size * s,
+            Padding::Valid => size * s + k.saturating_sub(s),
+        };
+        u32::try_from(out)
+            .ok()
+            .filter(|&o| o <= MAX_DIM)
+            .ok_or_else(|| {
+                SpecError::new(format!("transpose_conv output {out} is above {MAX_DIM}"))
+            })
+    };
+    let Some(out) = b.output else {
+        return Ok([
+            n,
+            axis(h, f[1], b.stride.0)?,
+            axis(w, f[2], b.stride.1)?,
+            f[0],
+        ]);
+    };
+    if out[0] != n || out[3] != f[0] {
+        return Err(SpecError::new(format!(
+            "transpose_conv output={} must have the input's batch {n} and the filter's {} output channels",
+            shape_text(&out),
+            f[0]
+        )));
+    }
+    for (k, what, input) in [(1, "height", h), (2, "width", w)] {
+        let back = out_size(b.padding, out[k], f[k], [b.stride.0, b.stride.1][k - 1], 1);
+        if back != input {
+            return Err(SpecError::new(format!(
+                "transpose_conv output={} does not fit the input: a conv2d with this filter, stride and padding maps output {what} {} to {back}, not to the input {what} {input}",
+                shape_text(&out),
+                out[k]
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The output of a concatenation: the inputs agree outside the axis, whose
+/// extents add up.
+fn concatenation_output(b: &LayerSpecBuilder) -> Result<Shape, SpecError> {
+    let (Some(in2), Some(axis)) = (b.input2, b.axis) else {
+        return Err(SpecError::new(
+            "op concatenation needs input2=NxHxWxC and axis=A",
+        ));
+    };
+    if axis > 3 {
+        return Err(SpecError::new(format!(
+            "concatenation axis {axis} is not an NHWC axis (0 to 3, or -4 to -1)"
+        )));
+    }
+    if in2.contains(&0) {
+        return Err(SpecError::new(format!(
+            "input2 shape {} has a zero dimension",
+            shape_text(&in2)
+        )));
+    }
+    check_size("input2", &in2)?;
+    let a = axis as usize;
+    if (0..4).any(|k| k != a && in2[k] != b.input[k]) {
+        return Err(SpecError::new(format!(
+            "concatenation input2 {} does not match input {} outside axis {axis}",
+            shape_text(&in2),
+            shape_text(&b.input)
+        )));
+    }
+    let mut out = b.input;
+    let sum = b.input[a] as u64 + in2[a] as u64;
+    if sum > MAX_DIM as u64 {
+        return Err(SpecError::new(format!(
+            "concatenation output dimension {axis} ({sum}) is above {MAX_DIM}"
+        )));
+    }
+    out[a] = sum as u32;
+    Ok(out)
+}
+
 impl LayerSpec {
     /// Validates a configuration and derives `output` and `pad`.
     pub fn new(b: LayerSpecBuilder) -> Result<LayerSpec, SpecError> {
@@ -409,6 +614,7 @@ impl LayerSpec {
                 "depth_multiplier applies to depthwise_conv2d only, not to {op}"
             )));
         }
+        check_op_fields(&b)?;
         check_size("input", &b.input)?;
         if let Some(f) = &b.filter {
             check_size("filter", f)?;
@@ -488,21 +694,54 @@ impl LayerSpec {
                 }
                 (f, [1, 1, w, f[3]])
             }
-            Op::Add | Op::Relu => {
-                if b.filter.is_some() {
-                    return Err(SpecError::new(format!("op {op} takes no filter")));
+            Op::TransposeConv => {
+                let f = b
+                    .filter
+                    .ok_or_else(|| need("a filter shape (filter=OCxKHxKWxIC)"))?;
+                if f.contains(&0) {
+                    return Err(SpecError::new("filter shape has a zero dimension"));
                 }
-                ([1, 1, 1, 1], b.input)
+                if f[3] != c {
+                    return Err(SpecError::new(format!(
+                        "transpose_conv filter depth {} does not match input depth {c}",
+                        f[3]
+                    )));
+                }
+                (f, transpose_conv_output(&b, &f)?)
             }
+            Op::Concatenation => (no_filter(&b)?, concatenation_output(&b)?),
+            Op::Pad => {
+                let p = b
+                    .paddings
+                    .ok_or_else(|| need("paddings (pad_before=NxHxWxC,pad_after=NxHxWxC)"))?;
+                let mut out = [0u32; 4];
+                for (k, o) in out.iter_mut().enumerate() {
+                    let d = b.input[k] as u64 + p.before[k] as u64 + p.after[k] as u64;
+                    if d > MAX_DIM as u64 {
+                        return Err(SpecError::new(format!(
+                            "pad output dimension {k} ({d}) is above {MAX_DIM}"
+                        )));
+                    }
+                    *o = d as u32;
+                }
+                (no_filter(&b)?, out)
+            }
+            Op::Add | Op::Relu => (no_filter(&b)?, b.input),
         };
         check_size("output", &output)?;
-        let pad = if op.has_window() {
-            (
+        let pad = match op {
+            // TFLite computes a transpose conv's padding as that of the
+            // forward conv from the output back to the input
+            // (ComputePaddingHeightWidth with the two sizes swapped).
+            Op::TransposeConv => (
+                pad_before(b.stride.0, 1, output[1], filter[1], h),
+                pad_before(b.stride.1, 1, output[2], filter[2], w),
+            ),
+            _ if op.has_window() => (
                 pad_before(b.stride.0, b.dilation.0, h, filter[1], output[1]),
                 pad_before(b.stride.1, b.dilation.1, w, filter[2], output[2]),
-            )
-        } else {
-            (0, 0)
+            ),
+            _ => (0, 0),
         };
         Ok(LayerSpec {
             op,
@@ -516,6 +755,9 @@ impl LayerSpec {
             pad,
             depth_multiplier: b.depth_multiplier,
             activation: b.activation,
+            input2: b.input2,
+            axis: b.axis,
+            paddings: b.paddings,
         })
     }
 
@@ -523,9 +765,13 @@ impl LayerSpec {
     ///
     /// Keys: `op` (required), `dtype` (default f32), `input` (required), `filter`,
     /// `stride` (`S` or `SHxSW`), `dilation`, `padding` (`same`|`valid`),
-    /// `depth_multiplier`, `activation` (`none`|`relu`|`relu6`). Pool filters may
-    /// be written `KHxKW`. The derived keys `output` and `pad` are accepted and
-    /// checked against the derived values, so a printed spec parses back.
+    /// `depth_multiplier`, `activation` (`none`|`relu`|`relu6`); for
+    /// `concatenation` `input2` and `axis` (0–3, or −4 to −1); for `pad`
+    /// `pad_before` and `pad_after` (`NxHxWxC`, missing outer dimensions 0,
+    /// a missing key all 0). Pool filters may be written `KHxKW`. The derived
+    /// keys `output` and `pad` are accepted and checked against the derived
+    /// values, so a printed spec parses back; for `transpose_conv` `output` is
+    /// a parameter (TFLite's `output_shape`), checked for consistency.
     pub fn parse(text: &str) -> Result<LayerSpec, SpecError> {
         let mut op = None;
         let mut dtype = Dtype::F32;
@@ -542,6 +788,10 @@ impl LayerSpec {
         let mut claimed_output = None;
         let mut claimed_pad = None;
         let mut explicit_multiplier = None;
+        let mut input2 = None;
+        let mut axis = None;
+        let mut pad_before = None;
+        let mut pad_after = None;
         let mut seen: Vec<&str> = Vec::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) = item
@@ -578,6 +828,10 @@ impl LayerSpec {
                     }
                 }
                 "depth_multiplier" => explicit_multiplier = Some(parse_number(key, value)?),
+                "input2" => input2 = Some(parse_shape(key, value)?),
+                "axis" => axis = Some(parse_axis(value)?),
+                "pad_before" => pad_before = Some(parse_paddings(key, value)?),
+                "pad_after" => pad_after = Some(parse_paddings(key, value)?),
                 "activation" => {
                     activation = match value {
                         "none" => Activation::None,
@@ -592,7 +846,7 @@ impl LayerSpec {
                 }
                 _ => {
                     return Err(SpecError::new(format!(
-                        "unknown key `{key}` (known: op, dtype, input, filter, stride, dilation, padding, depth_multiplier, activation, output, pad)"
+                        "unknown key `{key}` (known: op, dtype, input, input2, axis, filter, stride, dilation, padding, depth_multiplier, activation, pad_before, pad_after, output, pad)"
                     )))
                 }
             }
@@ -632,6 +886,20 @@ impl LayerSpec {
                 }
             }
         }
+        let paddings = match (pad_before, pad_after) {
+            (None, None) => None,
+            (before, after) => Some(Paddings {
+                before: before.unwrap_or([0; 4]),
+                after: after.unwrap_or([0; 4]),
+            }),
+        };
+        // A transpose conv's output is a parameter (TFLite's output_shape
+        // input); every other op's is derived and only checked.
+        let given_output = if op == Op::TransposeConv {
+            claimed_output.take()
+        } else {
+            None
+        };
         let spec = LayerSpec::new(LayerSpecBuilder {
             op,
             dtype,
@@ -642,6 +910,10 @@ impl LayerSpec {
             padding,
             depth_multiplier,
             activation,
+            output: given_output,
+            input2,
+            axis,
+            paddings,
         })?;
         if let Some(out) = claimed_output {
             if out != spec.output {
@@ -666,6 +938,16 @@ impl LayerSpec {
     /// Bytes of the (first) input tensor.
     pub fn input_bytes(&self) -> u64 {
         elements(&self.input) * self.dtype.size()
+    }
+    /// Bytes of activation input `k` (0: `input`; 1: the second input of
+    /// `add` and `concatenation`); `None` when the op has no such input.
+    pub fn input_bytes_of(&self, k: usize) -> Option<u64> {
+        match (k, self.op) {
+            (0, _) => Some(self.input_bytes()),
+            (1, Op::Add) => Some(self.input_bytes()),
+            (1, Op::Concatenation) => self.input2.map(|s| elements(&s) * self.dtype.size()),
+            _ => None,
+        }
     }
     /// Bytes of the output tensor.
     pub fn output_bytes(&self) -> u64 {
@@ -696,6 +978,16 @@ impl LayerSpec {
         w[JOB_DEPTH_MULTIPLIER] = self.depth_multiplier as i32;
         w[JOB_ACTIVATION] = self.activation.job_code();
         w[JOB_SEED] = seed as i32;
+        w[JOB_AXIS] = self.axis.map_or(0, |a| a as i32);
+        let p = self.paddings.unwrap_or(Paddings {
+            before: [0; 4],
+            after: [0; 4],
+        });
+        for i in 0..4 {
+            w[JOB_INPUT2 + i] = self.input2.map_or(0, |s| s[i] as i32);
+            w[JOB_PAD_BEFORE + i] = p.before[i] as i32;
+            w[JOB_PAD_AFTER + i] = p.after[i] as i32;
+        }
         w
     }
 }
@@ -704,12 +996,15 @@ c_constants! {
     /// The sizes and magic of `memtrace_job.h`.
     JOB_HEADER: i64 {
         MEMTRACE_JOB_MAGIC = 0x4A4F_4231,
-        MEMTRACE_JOB_WORDS = 32,
+        MEMTRACE_JOB_WORDS = 48,
     }
 }
 
 /// Number of int32 words in the job mailbox.
 pub const JOB_WORDS: usize = MEMTRACE_JOB_WORDS as usize;
+
+// The last words used (pad_after) fit the mailbox.
+const _: () = assert!(JOB_PAD_AFTER + 4 <= JOB_WORDS);
 
 c_constants! {
     /// The word indices of the job mailbox (`enum memtrace_job_word`).
@@ -730,6 +1025,10 @@ c_constants! {
         JOB_DEPTH_MULTIPLIER = 22,
         JOB_ACTIVATION = 23,
         JOB_SEED = 24,
+        JOB_AXIS = 25,
+        JOB_INPUT2 = 26,
+        JOB_PAD_BEFORE = 30,
+        JOB_PAD_AFTER = 34,
     }
 }
 
@@ -745,6 +1044,9 @@ c_constants! {
         OP_ADD = 6,
         OP_RELU = 7,
         OP_MATMUL = 8,
+        OP_TRANSPOSE_CONV = 9,
+        OP_CONCATENATION = 10,
+        OP_PAD = 11,
         DTYPE_F32 = 1,
         DTYPE_INT8 = 2,
     }
@@ -769,18 +1071,29 @@ impl fmt::Display for LayerSpec {
             self.dtype.name(),
             shape_text(&self.input)
         )?;
-        if !matches!(self.op, Op::Add | Op::Relu) {
+        if let (Some(in2), Some(axis)) = (self.input2, self.axis) {
+            write!(f, ",input2={},axis={axis}", shape_text(&in2))?;
+        }
+        if !matches!(self.op, Op::Add | Op::Relu | Op::Concatenation | Op::Pad) {
             write!(f, ",filter={}", shape_text(&self.filter))?;
+        }
+        if let Some(p) = &self.paddings {
+            write!(
+                f,
+                ",pad_before={},pad_after={}",
+                shape_text(&p.before),
+                shape_text(&p.after)
+            )?;
         }
         write!(f, ",output={}", shape_text(&self.output))?;
         if self.op.has_window() {
+            write!(f, ",stride={}x{}", self.stride.0, self.stride.1)?;
+            if self.op != Op::TransposeConv {
+                write!(f, ",dilation={}x{}", self.dilation.0, self.dilation.1)?;
+            }
             write!(
                 f,
-                ",stride={}x{},dilation={}x{},padding={},pad={}x{}",
-                self.stride.0,
-                self.stride.1,
-                self.dilation.0,
-                self.dilation.1,
+                ",padding={},pad={}x{}",
                 self.padding.name(),
                 self.pad.0,
                 self.pad.1
@@ -815,6 +1128,40 @@ fn parse_pair(key: &str, value: &str) -> Result<(u32, u32), SpecError> {
             Ok((v, v))
         }
     }
+}
+
+/// A concatenation axis: 0 to 3, or −4 to −1 counted from the end (as
+/// TFLite's negative axes), normalised to 0 to 3.
+fn parse_axis(value: &str) -> Result<u32, SpecError> {
+    let bad = || {
+        SpecError::new(format!(
+            "axis: `{value}` is not an NHWC axis (0 to 3, or -4 to -1)"
+        ))
+    };
+    let a: i64 = value.parse().map_err(|_| bad())?;
+    match a {
+        0..=3 => Ok(a as u32),
+        -4..=-1 => Ok((a + 4) as u32),
+        _ => Err(bad()),
+    }
+}
+
+/// Per-dimension paddings `NxHxWxC`; fewer dimensions are the innermost
+/// ones, the missing outer ones 0 (TFLite pads a lower-rank paddings tensor
+/// the same way).
+fn parse_paddings(key: &str, value: &str) -> Result<Shape, SpecError> {
+    let dims = value
+        .split('x')
+        .map(|d| parse_number(key, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    if dims.is_empty() || dims.len() > 4 {
+        return Err(SpecError::new(format!(
+            "{key}: `{value}` must have 1 to 4 dimensions"
+        )));
+    }
+    let mut shape = [0u32; 4];
+    shape[4 - dims.len()..].copy_from_slice(&dims);
+    Ok(shape)
 }
 
 /// `1x112x112x96`, `112x96` (left-padded with 1s to 4-D).
@@ -977,6 +1324,128 @@ mod tests {
         }
         // Each key once is fine, in any order.
         LayerSpec::parse("stride=2,input=1x4x4x1,op=max_pool,filter=2x2").unwrap();
+    }
+
+    #[test]
+    fn the_new_ops_parse_print_and_derive_their_output() {
+        let p = |t: &str| LayerSpec::parse(t).unwrap();
+        // Transpose conv: TensorFlow's default output (in·s for same,
+        // in·s + max(k − s, 0) for valid) and TFLite's padding from the
+        // output back to the input.
+        let t = p("op=transpose_conv,dtype=int8,input=1x4x5x3,filter=2x3x3x3,stride=2");
+        assert_eq!(t.output, [1, 8, 10, 2]);
+        assert_eq!(t.pad, (0, 0)); // ((8/2 − 1)·2 + 3 − 8) / 2 = 0
+        let v = p("op=transpose_conv,input=1x4x5x3,filter=2x3x3x3,stride=2,padding=valid");
+        assert_eq!(v.output, [1, 9, 11, 2]);
+        let given = p(
+            "op=transpose_conv,input=1x4x4x3,filter=2x4x4x3,stride=2,padding=same,output=1x7x8x2",
+        );
+        assert_eq!(given.output, [1, 7, 8, 2]);
+        assert_eq!(given.pad, (1, 1)); // ((4 − 1)·2 + 4 − 7) / 2, ((4 − 1)·2 + 4 − 8) / 2
+                                       // Concatenation: the axis extents add up; negative axes count from C.
+        let c = p("op=concatenation,input=1x4x5x3,input2=1x4x5x2,axis=-1");
+        assert_eq!((c.output, c.axis), ([1, 4, 5, 5], Some(3)));
+        assert_eq!(c.input_bytes_of(1), Some(4 * 5 * 2 * 4));
+        // Pad: missing outer dimensions are 0, a missing key all 0.
+        let d = p("op=pad,dtype=int8,input=1x4x5x3,pad_before=1x2x0,pad_after=0x0x1x1");
+        assert_eq!(d.paddings.unwrap().before, [0, 1, 2, 0]);
+        assert_eq!(d.output, [1, 5, 8, 4]);
+        assert_eq!(p("op=pad,input=1x2x2x1,pad_after=1").output, [1, 2, 2, 2]);
+        for s in [t, v, given, c, d] {
+            assert_eq!(LayerSpec::parse(&s.to_string()).unwrap(), s, "{s}");
+        }
+    }
+
+    #[test]
+    fn the_new_ops_job_words_carry_every_field() {
+        let c = LayerSpec::parse("op=concatenation,input=2x4x5x3,input2=1x4x5x3,axis=0").unwrap();
+        let w = c.job_words(9);
+        assert_eq!(w[JOB_OP], 10);
+        assert_eq!(w[JOB_AXIS], 0);
+        assert_eq!(&w[JOB_INPUT2..JOB_INPUT2 + 4], &[1, 4, 5, 3]);
+        assert_eq!(&w[JOB_OUTPUT..JOB_OUTPUT + 4], &[3, 4, 5, 3]);
+        let p =
+            LayerSpec::parse("op=pad,input=1x4x5x3,pad_before=0x1x2x0,pad_after=0x3x4x5").unwrap();
+        let w = p.job_words(9);
+        assert_eq!((w[JOB_OP], w[JOB_SEED]), (11, 9));
+        assert_eq!(&w[JOB_PAD_BEFORE..JOB_PAD_BEFORE + 4], &[0, 1, 2, 0]);
+        assert_eq!(&w[JOB_PAD_AFTER..JOB_PAD_AFTER + 4], &[0, 3, 4, 5]);
+    }
+
+    #[test]
+    fn bad_new_op_specs_say_what_is_wrong() {
+        let e = |t: &str| LayerSpec::parse(t).unwrap_err().to_string();
+        for (text, want) in [
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x3x2x1,axis=3",
+                "does not match input 1x2x2x1 outside axis 3",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x2x2x1,axis=4",
+                "not an NHWC axis",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,axis=3",
+                "needs input2=NxHxWxC and axis=A",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x2x2x0,axis=3",
+                "zero dimension",
+            ),
+            (
+                "op=concatenation,input=1x2x2x1,input2=1x2x2x1,axis=2,activation=relu",
+                "no fused activation",
+            ),
+            (
+                "op=pad,input=1x2x2x1,filter=1x1x1x1,pad_before=1",
+                "takes no filter",
+            ),
+            ("op=pad,input=1x2x2x1", "needs paddings"),
+            (
+                "op=pad,input=1x2x2x1,pad_before=1x-1",
+                "not a non-negative integer",
+            ),
+            (
+                "op=pad,input=1x2x2x1,pad_before=1x1x1x1x1",
+                "1 to 4 dimensions",
+            ),
+            (
+                "op=pad,input=1x2x2x1,input2=1x2x2x1",
+                "op pad has no input2 or axis",
+            ),
+            (
+                "op=add,input=1x2x2x1,pad_after=1",
+                "op add has no pad_before or pad_after",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x2,dilation=2",
+                "has no dilation",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x3,stride=2",
+                "does not match input depth 2",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,stride=2",
+                "needs a filter shape",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x2,stride=2,output=1x9x8x3",
+                "maps output height 9 to 5, not to the input height 4",
+            ),
+            (
+                "op=transpose_conv,input=1x4x4x2,filter=3x3x3x2,stride=2,output=1x8x8x4",
+                "the filter's 3 output channels",
+            ),
+        ] {
+            let m = e(text);
+            assert!(m.contains(want), "{text}: {m}");
+        }
+        // Every op but transpose_conv derives its output: a wrong one is an
+        // error, the right one is accepted.
+        assert!(e("op=pad,input=1x2x2x1,pad_after=1,output=1x2x2x3")
+            .contains("but the layer produces 1x2x2x2"));
+        LayerSpec::parse("op=pad,input=1x2x2x1,pad_after=1,output=1x2x2x2").unwrap();
     }
 
     #[test]

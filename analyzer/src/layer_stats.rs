@@ -2,7 +2,7 @@
 
 use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, Role};
 
-use crate::overlap::check::{check, method_values, MethodValues};
+use crate::overlap::check::{check, method_values_of_input, MethodValues};
 use crate::overlap::empirical::OverlapAccumulator;
 use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
 use memtrace_abi::Analysis;
@@ -20,6 +20,8 @@ struct Current {
     /// buffer id -> index in `report.buffers` (ids are small; sparse is fine).
     slot: Vec<Option<usize>>,
     overlap: Option<OverlapAccumulator>,
+    /// The second declared input against the first output.
+    overlap2: Option<OverlapAccumulator>,
 }
 
 impl Analysis for LayerStats {
@@ -34,11 +36,13 @@ impl Analysis for LayerStats {
                 instructions: 0,
                 buffers: Vec::new(),
                 overlap: None,
+                input2_overlap: None,
                 contract: None,
                 attribution: None,
             },
             slot: Vec::new(),
             overlap: None,
+            overlap2: None,
         });
     }
 
@@ -61,11 +65,16 @@ impl Analysis for LayerStats {
             stores: 0,
             updates: 0,
         });
-        // O_s pairs the first declared input with the first declared output.
-        if cur.overlap.is_none() {
-            let first = |role| cur.report.buffers.iter().find(|x| x.role == role);
-            if let (Some(i), Some(o)) = (first(Role::Input), first(Role::Output)) {
+        // O_s pairs the first declared input with the first declared output,
+        // and the second input (if any) with the same output.
+        let output = cur.report.buffers.iter().find(|x| x.role == Role::Output);
+        let mut inputs = cur.report.buffers.iter().filter(|x| x.role == Role::Input);
+        if let Some(o) = output {
+            if let (None, Some(i)) = (&cur.overlap, inputs.next()) {
                 cur.overlap = Some(OverlapAccumulator::new(i.id, i.size, o.id, o.size));
+            }
+            if let (None, Some(i)) = (&cur.overlap2, inputs.next()) {
+                cur.overlap2 = Some(OverlapAccumulator::new(i.id, i.size, o.id, o.size));
             }
         }
     }
@@ -84,7 +93,10 @@ impl Analysis for LayerStats {
                 }
             }
         }
-        if let Some(acc) = cur.overlap.as_mut() {
+        for acc in [cur.overlap.as_mut(), cur.overlap2.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             acc.observe(events);
         }
     }
@@ -94,38 +106,52 @@ impl Analysis for LayerStats {
             return;
         };
         cur.report.instructions = instructions;
-        if let Some(acc) = &cur.overlap {
-            let r = acc.result();
-            let first = |role| cur.report.buffers.iter().find(|x| x.role == role);
-            let (i, o) = (first(Role::Input).unwrap(), first(Role::Output).unwrap());
-            let methods = cur
-                .report
-                .spec
-                .as_ref()
-                .map(|s| method_values(s, i.size, o.size))
-                .unwrap_or_default();
-            let MethodValues {
-                algorithmic,
-                analytic,
-                analytic_printed,
-            } = methods;
-            cur.report.overlap = Some(OverlapReport {
-                input: i.name.clone(),
-                output: o.name.clone(),
-                input_bytes: i.size,
-                output_bytes: o.size,
-                monotone_bytes: r.monotone_bytes,
-                exact_bytes: r.exact_bytes,
-                reverse_monotone_bytes: r.reverse_monotone_bytes,
-                reverse_exact_bytes: r.reverse_exact_bytes,
-                monotone_percent: percent(r.monotone_bytes, o.size),
-                exact_percent: percent(r.exact_bytes, o.size),
-                algorithmic_bytes: algorithmic,
-                analytic_bytes: analytic,
-                analytic_printed_bytes: analytic_printed,
-                flags: check(r.monotone_bytes, r.exact_bytes, &methods),
-            });
+        let output = cur.report.buffers.iter().find(|x| x.role == Role::Output);
+        let mut inputs = cur.report.buffers.iter().filter(|x| x.role == Role::Input);
+        if let (Some(acc), Some(i), Some(o)) = (&cur.overlap, inputs.next(), output) {
+            cur.report.overlap = Some(overlap_report(acc, &cur.report, 0, i, o));
+        }
+        if let (Some(acc), Some(i), Some(o)) = (&cur.overlap2, inputs.next(), output) {
+            cur.report.input2_overlap = Some(overlap_report(acc, &cur.report, 1, i, o));
         }
         self.layers.push(cur.report);
+    }
+}
+
+/// The O_s report of input `k` (buffer `i`) against output `o`: the traced
+/// values and, when the layer has a spec, the host methods and their checks.
+fn overlap_report(
+    acc: &OverlapAccumulator,
+    layer: &LayerReport,
+    k: usize,
+    i: &BufferReport,
+    o: &BufferReport,
+) -> OverlapReport {
+    let r = acc.result();
+    let methods = layer
+        .spec
+        .as_ref()
+        .map(|s| method_values_of_input(s, k, i.size, o.size))
+        .unwrap_or_default();
+    let MethodValues {
+        algorithmic,
+        analytic,
+        analytic_printed,
+    } = methods;
+    OverlapReport {
+        input: i.name.clone(),
+        output: o.name.clone(),
+        input_bytes: i.size,
+        output_bytes: o.size,
+        monotone_bytes: r.monotone_bytes,
+        exact_bytes: r.exact_bytes,
+        reverse_monotone_bytes: r.reverse_monotone_bytes,
+        reverse_exact_bytes: r.reverse_exact_bytes,
+        monotone_percent: percent(r.monotone_bytes, o.size),
+        exact_percent: percent(r.exact_bytes, o.size),
+        algorithmic_bytes: algorithmic,
+        analytic_bytes: analytic,
+        analytic_printed_bytes: analytic_printed,
+        flags: check(r.monotone_bytes, r.exact_bytes, &methods),
     }
 }

@@ -27,10 +27,11 @@ pub struct BufferReport {
     pub updates: u64,
 }
 
-/// O_s of a layer's first input against its output.
+/// O_s of one of a layer's inputs against its output.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OverlapReport {
-    /// Name of the first declared input buffer.
+    /// Name of the input buffer (the first declared one, or the second for
+    /// [`LayerReport::input2_overlap`]).
     pub input: String,
     /// Name of the first declared output buffer.
     pub output: String,
@@ -84,6 +85,12 @@ pub struct LayerReport {
     pub buffers: Vec<BufferReport>,
     /// Absent when the layer has no input or no output buffer.
     pub overlap: Option<OverlapReport>,
+    /// O_s of the second declared input against the output (`add`,
+    /// `concatenation`): O_s is a property of one input/output pair, and a
+    /// concatenation's two differ (docs/overlap.md §6). Absent for layers
+    /// with one input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input2_overlap: Option<OverlapReport>,
     /// The kernel memory contract (`memtrace run`; absent elsewhere).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contract: Option<crate::contract::ContractReport>,
@@ -92,6 +99,14 @@ pub struct LayerReport {
     /// run did not attribute them.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<KernelReport>,
+}
+
+impl LayerReport {
+    /// The O_s of each input against the output: the first input's, then
+    /// the second's.
+    pub fn overlaps(&self) -> impl Iterator<Item = &OverlapReport> {
+        self.overlap.iter().chain(&self.input2_overlap)
+    }
 }
 
 /// The code behind a layer's buffer accesses (docs/kernels.md, "Which kernel
@@ -180,10 +195,15 @@ pub fn overlap_frame(
     let rows: Vec<(&LayerReport, &OverlapReport)> = report
         .layers
         .iter()
-        .filter_map(|l| l.overlap.as_ref().map(|o| (l, o)))
+        .flat_map(|l| l.overlaps().map(move |o| (l, o)))
         .collect();
+    // A second input's row names its buffer: `concat (input2)`.
+    let name = |l: &LayerReport, o: &OverlapReport| match &l.overlap {
+        Some(first) if !std::ptr::eq(first, o) => format!("{} ({})", l.name, o.input),
+        _ => l.name.clone(),
+    };
     df!(
-        "layer" => rows.iter().map(|(l, _)| l.name.as_str()).collect::<Vec<_>>(),
+        "layer" => rows.iter().map(|(l, o)| name(l, o)).collect::<Vec<_>>(),
         "input B" => rows.iter().map(|(_, o)| o.input_bytes).collect::<Vec<_>>(),
         "output B" => rows.iter().map(|(_, o)| o.output_bytes).collect::<Vec<_>>(),
         "O_s monotone B" => rows.iter().map(|(_, o)| o.monotone_bytes).collect::<Vec<_>>(),

@@ -53,6 +53,12 @@ pub struct BaselineRow {
     /// like `library`).
     #[serde(default)]
     pub kernel: Option<String>,
+    /// Traced exact O_s of the second input (`add`, `concatenation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input2_exact_bytes: Option<u64>,
+    /// Traced monotone O_s of the second input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input2_monotone_bytes: Option<u64>,
 }
 
 /// A baseline file.
@@ -88,6 +94,8 @@ impl BaselineRow {
             analytic_bytes: row.analytic_bytes,
             library: row.library.clone(),
             kernel: row.kernel.clone(),
+            input2_exact_bytes: row.input2.as_ref().map(|i| i.exact_bytes),
+            input2_monotone_bytes: row.input2.as_ref().map(|i| i.monotone_bytes),
         }
     }
 }

@@ -77,6 +77,12 @@ pub struct Values {
     pub exact_bytes: Option<u64>,
     /// Monotone O_s.
     pub monotone_bytes: Option<u64>,
+    /// Exact O_s of the second input (`add`, `concatenation`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input2_exact_bytes: Option<u64>,
+    /// Monotone O_s of the second input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input2_monotone_bytes: Option<u64>,
 }
 
 /// One baseline row against the new build.
@@ -178,6 +184,8 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
         old: Values {
             exact_bytes: old.exact_bytes,
             monotone_bytes: old.monotone_bytes,
+            input2_exact_bytes: old.input2_exact_bytes,
+            input2_monotone_bytes: old.input2_monotone_bytes,
         },
         new: None,
         monotone_delta: None,
@@ -198,13 +206,26 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
         return c;
     }
     c.kernel_after = known(kernel_text(new.library.as_deref(), new.kernel.as_deref()));
+    let input2 = new.input2.as_ref();
     c.new = Some(Values {
         exact_bytes: new.exact_bytes,
         monotone_bytes: new.monotone_bytes,
+        input2_exact_bytes: input2.map(|i| i.exact_bytes),
+        input2_monotone_bytes: input2.map(|i| i.monotone_bytes),
     });
     c.monotone_delta = delta(new.monotone_bytes, old.monotone_bytes);
     c.exact_delta = delta(new.exact_bytes, old.exact_bytes);
-    let deltas = [c.monotone_delta, c.exact_delta];
+    // A second input's O_s shrinking makes plans on it unsafe just the same.
+    let input2_deltas = [
+        delta(input2.map(|i| i.monotone_bytes), old.input2_monotone_bytes),
+        delta(input2.map(|i| i.exact_bytes), old.input2_exact_bytes),
+    ];
+    let deltas = [
+        c.monotone_delta,
+        c.exact_delta,
+        input2_deltas[0],
+        input2_deltas[1],
+    ];
     c.status = if deltas.iter().flatten().any(|&d| d < 0) {
         Status::Shrank
     } else if deltas.iter().flatten().any(|&d| d > 0) {
@@ -214,6 +235,14 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
     };
     if new.spec != old.spec {
         c.note = Some(format!("the layer's spec changed to `{}`", new.spec));
+    } else if input2_deltas.iter().flatten().any(|&d| d != 0) {
+        c.note = Some(format!(
+            "input2: monotone {} -> {}, exact {} -> {}",
+            show(old.input2_monotone_bytes),
+            show(input2.map(|i| i.monotone_bytes)),
+            show(old.input2_exact_bytes),
+            show(input2.map(|i| i.exact_bytes))
+        ));
     }
     c.analytic_now_unsafe = matches!(
         (new.analytic_bytes, new.monotone_bytes),
@@ -458,6 +487,8 @@ mod tests {
             analytic_bytes: None,
             library: Some("TFLM reference".into()),
             kernel: Some("tflite::reference_integer_ops::DepthwiseConvPerChannel".into()),
+            input2_exact_bytes: None,
+            input2_monotone_bytes: None,
         }
     }
 
@@ -486,7 +517,39 @@ mod tests {
             error: error.map(str::to_owned),
             library: Some("CMSIS-NN".into()),
             kernel: Some("arm_depthwise_conv_3x3_s8".into()),
+            input2: None,
         }
+    }
+
+    #[test]
+    fn a_second_input_whose_o_s_shrinks_fails_like_the_first() {
+        // A concatenation whose first input keeps its O_s while the second's
+        // drops from its whole size (40 B, the reference kernel) to one
+        // chunk (2 B, CMSIS-NN's per-input copies).
+        let mut before = old(60, 60);
+        before.input2_monotone_bytes = Some(40);
+        before.input2_exact_bytes = Some(40);
+        let mut after = new(60, 60, None);
+        after.input2 = Some(crate::sweep::InputOverlap {
+            input_bytes: 40,
+            exact_bytes: 2,
+            monotone_bytes: 2,
+            algorithmic_bytes: Some(40),
+            analytic_bytes: Some(40),
+            flags: Vec::new(),
+        });
+        let c = compare(&before, Some(&after));
+        assert_eq!(c.status, Status::Shrank);
+        assert_eq!((c.monotone_delta, c.exact_delta), (Some(0), Some(0)));
+        let note = c.note.unwrap();
+        assert!(
+            note.contains("input2: monotone 40 -> 2, exact 40 -> 2"),
+            "{note}"
+        );
+        // Unchanged second input: the row is the same.
+        after.input2.as_mut().unwrap().monotone_bytes = 40;
+        after.input2.as_mut().unwrap().exact_bytes = 40;
+        assert_eq!(compare(&before, Some(&after)).status, Status::Same);
     }
 
     #[test]

@@ -172,24 +172,31 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
 pub fn warnings(report: &RunReport) -> Vec<String> {
     let mut lines = Vec::new();
     for layer in &report.layers {
-        let Some(o) = &layer.overlap else { continue };
-        let methods = MethodValues {
-            algorithmic: o.algorithmic_bytes,
-            analytic: o.analytic_bytes,
-            analytic_printed: o.analytic_printed_bytes,
-        };
-        let (library, kernel) = kernel_of(layer);
-        for flag in &o.flags {
-            let text = if other_than_reference(library, kernel) {
-                let kernel = kernel_text(library, kernel);
-                explain_other_kernel(*flag, o.monotone_bytes, o.exact_bytes, &methods, &kernel)
-            } else {
-                explain(*flag, o.monotone_bytes, o.exact_bytes, &methods)
+        for (k, o) in layer.overlaps().enumerate() {
+            let methods = MethodValues {
+                algorithmic: o.algorithmic_bytes,
+                analytic: o.analytic_bytes,
+                analytic_printed: o.analytic_printed_bytes,
             };
-            lines.push(format!(
-                "WARNING: layer `{}` ({}): {text}",
-                layer.name, layer.params,
-            ));
+            let (library, kernel) = kernel_of(layer);
+            // A second input's warnings name it.
+            let which = if k > 0 {
+                format!(" input `{}`", o.input)
+            } else {
+                String::new()
+            };
+            for flag in &o.flags {
+                let text = if other_than_reference(library, kernel) {
+                    let kernel = kernel_text(library, kernel);
+                    explain_other_kernel(*flag, o.monotone_bytes, o.exact_bytes, &methods, &kernel)
+                } else {
+                    explain(*flag, o.monotone_bytes, o.exact_bytes, &methods)
+                };
+                lines.push(format!(
+                    "WARNING: layer `{}` ({}){which}: {text}",
+                    layer.name, layer.params,
+                ));
+            }
         }
     }
     lines.extend(crate::contract::warnings(report));
@@ -201,7 +208,7 @@ pub fn flagged_layers(report: &RunReport) -> usize {
     report
         .layers
         .iter()
-        .filter(|l| l.overlap.as_ref().is_some_and(|o| !o.flags.is_empty()))
+        .filter(|l| l.overlaps().any(|o| !o.flags.is_empty()))
         .count()
 }
 

@@ -242,6 +242,40 @@ pub struct Row {
     pub library: Option<String>,
     /// The function that made most of the layer's buffer accesses.
     pub kernel: Option<String>,
+    /// The second input's O_s against the output (`add`, `concatenation`);
+    /// its failed checks are also in [`Row::flags`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input2: Option<InputOverlap>,
+}
+
+/// The O_s values and checks of a layer's second input.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputOverlap {
+    /// Its size in bytes.
+    pub input_bytes: u64,
+    /// Traced exact O_s, in bytes.
+    pub exact_bytes: u64,
+    /// Traced monotone O_s, in bytes.
+    pub monotone_bytes: u64,
+    /// Algorithmic O_s of the spec for this input, in bytes.
+    pub algorithmic_bytes: Option<u64>,
+    /// The closed-form O_s of the spec for this input, in bytes.
+    pub analytic_bytes: Option<u64>,
+    /// Its failed cross-checks.
+    pub flags: Vec<Flag>,
+}
+
+impl InputOverlap {
+    fn of(o: &memtrace_analyzer::report::OverlapReport) -> InputOverlap {
+        InputOverlap {
+            input_bytes: o.input_bytes,
+            exact_bytes: o.exact_bytes,
+            monotone_bytes: o.monotone_bytes,
+            algorithmic_bytes: o.algorithmic_bytes,
+            analytic_bytes: o.analytic_bytes,
+            flags: o.flags.clone(),
+        }
+    }
 }
 
 impl Row {
@@ -251,7 +285,14 @@ impl Row {
             .as_ref()
             .map_or_else(|| l.params.clone(), |s| s.to_string());
         let o = l.overlap.as_ref();
-        let flags = o.map(|o| o.flags.clone()).unwrap_or_default();
+        let input2 = l.input2_overlap.as_ref().map(InputOverlap::of);
+        // The row's flags: every input's, each named once.
+        let mut flags = o.map(|o| o.flags.clone()).unwrap_or_default();
+        for f in input2.iter().flat_map(|i| &i.flags) {
+            if !flags.contains(f) {
+                flags.push(*f);
+            }
+        }
         let monotone = o.map(|o| o.monotone_bytes);
         let printed_above = match (o.and_then(|o| o.analytic_printed_bytes), monotone) {
             (Some(p), Some(m)) => p > m as i64,
@@ -297,6 +338,7 @@ impl Row {
             },
             library: l.attribution.as_ref().map(|a| a.library.clone()),
             kernel: l.attribution.as_ref().map(|a| a.kernel.clone()),
+            input2,
         }
     }
 
@@ -325,6 +367,7 @@ impl Row {
             error: Some(error),
             library: None,
             kernel: None,
+            input2: None,
         }
     }
 }
@@ -634,6 +677,7 @@ mod tests {
             error: error.then(|| "rejected".to_owned()),
             library: None,
             kernel: None,
+            input2: None,
         }
     }
 

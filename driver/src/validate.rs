@@ -107,7 +107,7 @@ impl ValidateReport {
             .filter(|r| !r.flags.is_empty())
             .map(|r| {
                 format!(
-                    "VIOLATION {} [{}]: {}: exact {} monotone {} algorithmic {} analytic {}{}",
+                    "VIOLATION {} [{}]: {}: exact {} monotone {} algorithmic {} analytic {}{}{}",
                     r.name,
                     r.flags
                         .iter()
@@ -119,6 +119,13 @@ impl ValidateReport {
                     show(r.monotone_bytes),
                     show(r.algorithmic_bytes),
                     show(r.analytic_bytes),
+                    r.input2.as_ref().map_or_else(String::new, |i| format!(
+                        "; input2: exact {} monotone {} algorithmic {} analytic {}",
+                        i.exact_bytes,
+                        i.monotone_bytes,
+                        show(i.algorithmic_bytes),
+                        show(i.analytic_bytes)
+                    )),
                     reference_note(r)
                 )
             });
@@ -211,6 +218,23 @@ fn table_text(rows: &[Row]) -> Result<String> {
             _ => String::new(),
         }).collect::<Vec<_>>(),
     )?;
+    // Second inputs (add, concatenation): monotone / algorithmic, only when
+    // some row has one.
+    let df = if rows.iter().any(|r| r.input2.is_some()) {
+        let mut df = df;
+        let column = rows
+            .iter()
+            .map(|r| {
+                r.input2.as_ref().map_or_else(String::new, |i| {
+                    format!("{} / {}", i.monotone_bytes, show(i.algorithmic_bytes))
+                })
+            })
+            .collect::<Vec<_>>();
+        df.insert_column(6, Column::new("input2 mono / alg B".into(), column))?;
+        df
+    } else {
+        df
+    };
     Ok(format!("{df}\n"))
 }
 
@@ -241,6 +265,11 @@ pub fn csv_text(rows: &[Row]) -> Result<String> {
         "error" => text(|r| r.error.clone().unwrap_or_default()),
         "library" => text(|r| r.library.clone().unwrap_or_default()),
         "kernel" => text(|r| r.kernel.clone().unwrap_or_default()),
+        "input2_bytes" => rows.iter().map(|r| r.input2.as_ref().map(|i| i.input_bytes)).collect::<Vec<_>>(),
+        "input2_exact_bytes" => rows.iter().map(|r| r.input2.as_ref().map(|i| i.exact_bytes)).collect::<Vec<_>>(),
+        "input2_monotone_bytes" => rows.iter().map(|r| r.input2.as_ref().map(|i| i.monotone_bytes)).collect::<Vec<_>>(),
+        "input2_algorithmic_bytes" => rows.iter().map(|r| r.input2.as_ref().and_then(|i| i.algorithmic_bytes)).collect::<Vec<_>>(),
+        "input2_analytic_bytes" => rows.iter().map(|r| r.input2.as_ref().and_then(|i| i.analytic_bytes)).collect::<Vec<_>>(),
     )?;
     let mut out = Vec::new();
     CsvWriter::new(&mut out).finish(&mut df)?;

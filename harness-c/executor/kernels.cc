@@ -23,6 +23,7 @@
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/fully_connected.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/pooling.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/transpose_conv.h"
+#include "tensorflow/lite/kernels/internal/reference/pad.h"
 #include "tensorflow/lite/kernels/internal/reference/pooling.h"
 #include "tensorflow/lite/kernels/internal/reference/quantize.h"
 #include "tensorflow/lite/kernels/internal/reference/softmax.h"
@@ -393,6 +394,45 @@ EXEC_KERNEL int relu(const Op &op) {
     return kUnsupported;
 }
 
+// PAD: the weights tensor holds the host's [4, 2] int32 paddings (before,
+// after per NHWC dimension, a lower-rank model's padded with zeros as TFLM
+// pads them); TFLM pads floats with 0 and int8/uint8 with the output zero
+// point.
+EXEC_KERNEL int pad(const Op &op) {
+    if (!op.has_weights || op.weights.dtype != PDT_INT32 || flat(op.weights) != 8) {
+        return kUnsupported;
+    }
+    const int32_t *amounts = static_cast<const int32_t *>(op.weights.data);
+    tflite::PadParams p = {};
+    p.left_padding_count = 4;
+    p.right_padding_count = 4;
+    for (int i = 0; i < 4; ++i) {
+        p.left_padding[i] = amounts[2 * i];
+        p.right_padding[i] = amounts[2 * i + 1];
+    }
+    switch (op.dtype) {
+        case PDT_F32: {
+            const float value = 0.0f;
+            tflite::reference_ops::Pad(p, shape4(op.in), static_cast<const float *>(op.in.data),
+                                       &value, shape4(op.out), static_cast<float *>(op.out.data));
+            return kOk;
+        }
+        case PDT_INT8: {
+            const int8_t value = static_cast<int8_t>(op.out.zero_point);
+            tflite::reference_ops::Pad(p, shape4(op.in), static_cast<const int8_t *>(op.in.data),
+                                       &value, shape4(op.out), static_cast<int8_t *>(op.out.data));
+            return kOk;
+        }
+        case PDT_UINT8: {
+            const uint8_t value = static_cast<uint8_t>(op.out.zero_point);
+            tflite::reference_ops::Pad(p, shape4(op.in), static_cast<const uint8_t *>(op.in.data),
+                                       &value, shape4(op.out), static_cast<uint8_t *>(op.out.data));
+            return kOk;
+        }
+        default: return kUnsupported;
+    }
+}
+
 // TRANSPOSE_CONV, int8 per-channel: TFLM's reference kernel with its int32
 // accumulator in the arena scratch tensor. tfmicro 0.1.0 has the float
 // kernel only in reference_ops.h, which needs Eigen and does not build
@@ -528,6 +568,7 @@ int reference_run(const Op &op) {
         case PK_TRANSPOSE_CONV:
             return op.w[OPW_ACCUMULATOR_BYTES] == 2 ? transpose_conv_int16_acc(op) : transpose_conv(op);
         case PK_CONCATENATION: return concatenation(op);
+        case PK_PAD: return pad(op);
         default: return kUnsupported;
     }
 }

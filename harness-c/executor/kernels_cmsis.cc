@@ -1,6 +1,6 @@
 // kernels_cmsis.cc — the kernel library of executor-cmsis.elf: int8
 // CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, MAX_POOL_2D, AVERAGE_POOL_2D,
-// ADD, SOFTMAX, TRANSPOSE_CONV and CONCATENATION through Arm CMSIS-NN, called
+// ADD, SOFTMAX, PAD, TRANSPOSE_CONV and CONCATENATION through Arm CMSIS-NN, called
 // the way TensorFlow Lite Micro's CMSIS-NN kernels
 // (tensorflow/lite/micro/kernels/cmsis_nn/*.cc) call it (CONCATENATION,
 // which TFLM runs with its reference kernel there, through the library's
@@ -33,6 +33,7 @@ enum class Path {
     kAveragePool,   // arm_avgpool_s8
     kAdd,           // arm_elementwise_add_s8
     kSoftmax,       // arm_softmax_s8
+    kPad,           // arm_pad_s8
     kTransposeConv,   // arm_transpose_conv_wrapper_s8
     kConcatenation,   // arm_concatenation_s8_{x,y,z,w}
     kUnsupported,   // int8, but outside what the library kernel accepts
@@ -117,6 +118,13 @@ bool int8_tensors(const Op &op) {
 }
 
 Path path(const Op &op) {
+    // PAD's weights are its int32 paddings; the data is int8 as elsewhere.
+    if (op.kind == PK_PAD) {
+        const bool int8 = op.dtype == PDT_INT8 && op.in.dtype == PDT_INT8 &&
+                          op.out.dtype == PDT_INT8 && op.has_weights &&
+                          op.weights.dtype == PDT_INT32 && flat(op.weights) == 8;
+        return int8 ? Path::kPad : Path::kReference;
+    }
     if (!int8_tensors(op)) {
         return Path::kReference;
     }
@@ -446,6 +454,18 @@ EXEC_KERNEL arm_cmsis_nn_status softmax_int8(const Op &op) {
     return ARM_CMSIS_NN_SUCCESS;
 }
 
+// ---- pad ----------------------------------------------------------------
+// TFLM (cmsis_nn/pad.cc): the output zero point as the value, the paddings
+// of the NHWC dimensions as pre/post pads.
+
+EXEC_KERNEL arm_cmsis_nn_status pad_int8(const Op &op) {
+    const int32_t *a = static_cast<const int32_t *>(op.weights.data);
+    const cmsis_nn_dims in = nhwc(op.in);
+    const cmsis_nn_dims pre = dims(a[0], a[2], a[4], a[6]), post = dims(a[1], a[3], a[5], a[7]);
+    return arm_pad_s8(static_cast<const int8_t *>(op.in.data), static_cast<int8_t *>(op.out.data),
+                      static_cast<int8_t>(op.out.zero_point), &in, &pre, &post);
+}
+
 }  // namespace
 
 int32_t library_scratch_bytes(const Op &op) {
@@ -525,6 +545,7 @@ int library_run(const Op &op) {
         case Path::kAveragePool: s = average_pool_int8(op); break;
         case Path::kAdd: s = add_int8(op); break;
         case Path::kSoftmax: s = softmax_int8(op); break;
+        case Path::kPad: s = pad_int8(op); break;
         case Path::kTransposeConv: s = transpose_conv_int8(op); break;
         case Path::kConcatenation: s = concatenation_int8(op); break;
     }

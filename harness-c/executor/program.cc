@@ -97,6 +97,7 @@ const char *kind_name(int32_t kind) {
         case PK_DEQUANTIZE: return "dequantize";
         case PK_TRANSPOSE_CONV: return "transpose_conv";
         case PK_CONCATENATION: return "concatenation";
+        case PK_PAD: return "pad";
         default: return nullptr;
     }
 }

@@ -15,6 +15,15 @@
  *   add               second input has the input's shape
  *   relu              no filter
  *   matmul            input = [1, 1, M, K], filter = [1, 1, K, N], output [1, 1, M, N]
+ *   transpose_conv    filter = [out_c, kh, kw, in_c]; output given by the host
+ *                     (TFLite's output_shape input); pad from the output back
+ *                     to the input; no dilation
+ *   concatenation     second input in JOB_INPUT2, axis (0..3 of NHWC) in
+ *                     JOB_AXIS; no filter
+ *   pad               elements before/after each dimension in JOB_PAD_BEFORE
+ *                     and JOB_PAD_AFTER; output = input + before + after; no
+ *                     filter; the pad value is the output zero point (int8)
+ *                     or 0.0 (f32), as TFLM's PAD
  */
 #ifndef MEMTRACE_JOB_H
 #define MEMTRACE_JOB_H
@@ -22,7 +31,7 @@
 #include <stdint.h>
 
 #define MEMTRACE_JOB_MAGIC 0x4A4F4231 /* "JOB1" */
-#define MEMTRACE_JOB_WORDS 32
+#define MEMTRACE_JOB_WORDS 48
 
 enum memtrace_job_word {
     JOB_MAGIC = 0,
@@ -41,6 +50,10 @@ enum memtrace_job_word {
     JOB_DEPTH_MULTIPLIER = 22,
     JOB_ACTIVATION = 23,  /* 0 none, 1 relu, 2 relu6 */
     JOB_SEED = 24,        /* seed of the guest's data generator */
+    JOB_AXIS = 25,        /* concatenation axis, 0..3 (N, H, W, C) */
+    JOB_INPUT2 = 26,      /* 4 words: N H W C of the second input (concatenation) */
+    JOB_PAD_BEFORE = 30,  /* 4 words: pad elements before N, H, W, C (pad) */
+    JOB_PAD_AFTER = 34,   /* 4 words: pad elements after N, H, W, C (pad) */
 };
 
 enum memtrace_op {
@@ -52,6 +65,9 @@ enum memtrace_op {
     OP_ADD = 6,
     OP_RELU = 7,
     OP_MATMUL = 8,
+    OP_TRANSPOSE_CONV = 9,
+    OP_CONCATENATION = 10,
+    OP_PAD = 11,
 };
 
 enum memtrace_dtype {

@@ -129,6 +129,7 @@ enum prg_kind {
     PK_DEQUANTIZE = 12,
     PK_TRANSPOSE_CONV = 13,
     PK_CONCATENATION = 14,
+    PK_PAD = 15, /* weights: int32 [4, 2] before/after per NHWC dimension */
 };
 
 #endif /* MEMTRACE_PROGRAM_H */

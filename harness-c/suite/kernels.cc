@@ -12,6 +12,7 @@
 #include "suite.h"
 #include "tensorflow/lite/kernels/internal/common.h"
 #include "tensorflow/lite/kernels/internal/reference/add.h"
+#include "tensorflow/lite/kernels/internal/reference/concatenation.h"
 #include "tensorflow/lite/kernels/internal/reference/conv.h"
 #include "tensorflow/lite/kernels/internal/reference/depthwiseconv_float.h"
 #include "tensorflow/lite/kernels/internal/reference/fully_connected.h"
@@ -20,6 +21,8 @@
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/depthwise_conv.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/fully_connected.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/pooling.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/transpose_conv.h"
+#include "tensorflow/lite/kernels/internal/reference/pad.h"
 #include "tensorflow/lite/kernels/internal/reference/pooling.h"
 #include "tensorflow/lite/kernels/internal/types.h"
 
@@ -327,7 +330,147 @@ MEMTRACE_KERNEL void matmul_int8(const Layer &l, const Buffers &b, const Quant &
     }
 }
 
+// ---- transpose_conv -----------------------------------------------------
+// TFLite's TRANSPOSE_CONV: filter [C_out, KH, KW, C_in], the output shape
+// given, PaddingValues from the output back to the input (computed by the
+// host). int8 is TFLM's reference_integer_ops::TransposeConv with its int32
+// accumulator in the scratch buffer (TFLM requests it from the arena).
+//
+// The float reference kernel of this TFLM version lives only in
+// reference_ops.h, which needs Eigen (not part of the tfmicro crate), so
+// transpose_conv_f32 below follows reference_ops::TransposeConv loop for loop:
+// zero the output, scatter every input element into the outputs it
+// influences (batch, in_y, in_x, in_c, filter_y, filter_x, out_c), then add
+// the bias in a second pass over the output.
+
+MEMTRACE_KERNEL void transpose_conv_f32(const Layer &l, const Buffers &b, const Quant &q) {
+    (void)q;
+    const int batches = l.input[0], in_h = l.input[1], in_w = l.input[2], in_c = l.input[3];
+    const int out_h = l.output[1], out_w = l.output[2], out_c = l.output[3];
+    const int k_h = l.filter[1], k_w = l.filter[2];
+    const float *in = static_cast<const float *>(b.input);
+    const float *filter = static_cast<const float *>(b.filter);
+    const float *bias = static_cast<const float *>(b.bias);
+    float *out = static_cast<float *>(b.output);
+    const int n = batches * out_h * out_w * out_c;
+    for (int i = 0; i < n; ++i) {
+        out[i] = 0.0f;
+    }
+    for (int batch = 0; batch < batches; ++batch) {
+        for (int in_y = 0; in_y < in_h; ++in_y) {
+            for (int in_x = 0; in_x < in_w; ++in_x) {
+                for (int ic = 0; ic < in_c; ++ic) {
+                    const int out_x_origin = in_x * l.stride_w - l.pad_w;
+                    const int out_y_origin = in_y * l.stride_h - l.pad_h;
+                    for (int fy = 0; fy < k_h; ++fy) {
+                        for (int fx = 0; fx < k_w; ++fx) {
+                            for (int oc = 0; oc < out_c; ++oc) {
+                                const int out_x = out_x_origin + fx;
+                                const int out_y = out_y_origin + fy;
+                                if (out_x >= 0 && out_x < out_w && out_y >= 0 && out_y < out_h) {
+                                    const float v = in[((batch * in_h + in_y) * in_w + in_x) * in_c + ic];
+                                    const float w = filter[((oc * k_h + fy) * k_w + fx) * in_c + ic];
+                                    out[((batch * out_h + out_y) * out_w + out_x) * out_c + oc] += v * w;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (bias) {
+        for (int batch = 0; batch < batches; ++batch) {
+            for (int y = 0; y < out_h; ++y) {
+                for (int x = 0; x < out_w; ++x) {
+                    for (int oc = 0; oc < out_c; ++oc) {
+                        out[((batch * out_h + y) * out_w + x) * out_c + oc] += bias[oc];
+                    }
+                }
+            }
+        }
+    }
+}
+
+MEMTRACE_KERNEL void transpose_conv_int8(const Layer &l, const Buffers &b, const Quant &q) {
+    tflite::ConvParams p = conv_params(l, q);
+    tflite::reference_integer_ops::TransposeConv(
+        p, q.channel_multiplier, q.channel_shift, shape4(l.input),
+        static_cast<const int8_t *>(b.input), shape4(l.filter),
+        static_cast<const int8_t *>(b.filter), shape1(l.output[3]),
+        static_cast<const int32_t *>(b.bias), shape4(l.output), static_cast<int8_t *>(b.output),
+        RuntimeShape(), nullptr, static_cast<int32_t *>(b.scratch));
+}
+
+// ---- concatenation ------------------------------------------------------
+// TFLM's CONCATENATION of two inputs (float and int8 alike, one memcpy per
+// outer index and input).
+
+template <typename T>
+void concatenation(const Layer &l, const Buffers &b) {
+    tflite::ConcatenationParams p = {};
+    p.axis = static_cast<int8_t>(l.axis);
+    p.inputs_count = 2;
+    const RuntimeShape s1 = shape4(l.input), s2 = shape4(l.input2);
+    const RuntimeShape *shapes[2] = {&s1, &s2};
+    const T *data[2] = {static_cast<const T *>(b.input), static_cast<const T *>(b.input2)};
+    tflite::reference_ops::Concatenation(p, shapes, data, shape4(l.output),
+                                         static_cast<T *>(b.output));
+}
+
+MEMTRACE_KERNEL void concatenation_f32(const Layer &l, const Buffers &b, const Quant &q) {
+    (void)q;
+    concatenation<float>(l, b);
+}
+
+MEMTRACE_KERNEL void concatenation_int8(const Layer &l, const Buffers &b, const Quant &q) {
+    (void)q;
+    concatenation<int8_t>(l, b);
+}
+
+// ---- pad ----------------------------------------------------------------
+// TFLM's PAD: four left and right paddings; the value is 0.0 (float) or the
+// output zero point (int8).
+
+tflite::PadParams pad_params(const Layer &l) {
+    tflite::PadParams p = {};
+    p.left_padding_count = 4;
+    p.right_padding_count = 4;
+    for (int i = 0; i < 4; ++i) {
+        p.left_padding[i] = l.pad_before[i];
+        p.right_padding[i] = l.pad_after[i];
+    }
+    return p;
+}
+
+MEMTRACE_KERNEL void pad_f32(const Layer &l, const Buffers &b, const Quant &q) {
+    (void)q;
+    const float value = 0.0f;
+    tflite::reference_ops::Pad(pad_params(l), shape4(l.input), static_cast<const float *>(b.input),
+                               &value, shape4(l.output), static_cast<float *>(b.output));
+}
+
+MEMTRACE_KERNEL void pad_int8(const Layer &l, const Buffers &b, const Quant &q) {
+    const int8_t value = static_cast<int8_t>(q.output_zero_point);
+    tflite::reference_ops::Pad(pad_params(l), shape4(l.input), static_cast<const int8_t *>(b.input),
+                               &value, shape4(l.output), static_cast<int8_t *>(b.output));
+}
+
 }  // namespace
+
+uint32_t reference_scratch_bytes(const Layer &l) {
+    if (l.op != OP_TRANSPOSE_CONV || l.dtype != DTYPE_INT8) {
+        return 0;
+    }
+    uint64_t n = 4;
+    for (int i = 0; i < 4; ++i) {
+        n *= static_cast<uint64_t>(l.output[i]);
+        if (n > 0xFFFFFFFFu) {
+            return 0xFFFFFFFFu;  // more than the arena: the allocation fails
+        }
+    }
+    return static_cast<uint32_t>(n);
+}
 
 void run_reference_kernel(const Layer &l, const Buffers &b, const Quant &q) {
     const bool i8 = l.dtype == DTYPE_INT8;
@@ -342,6 +485,11 @@ void run_reference_kernel(const Layer &l, const Buffers &b, const Quant &q) {
         case OP_ADD: return i8 ? add_int8(l, b, q) : add_f32(l, b, q);
         case OP_RELU: return i8 ? relu_int8(l, b, q) : relu_f32(l, b, q);
         case OP_MATMUL: return i8 ? matmul_int8(l, b, q) : matmul_f32(l, b, q);
+        case OP_TRANSPOSE_CONV:
+            return i8 ? transpose_conv_int8(l, b, q) : transpose_conv_f32(l, b, q);
+        case OP_CONCATENATION:
+            return i8 ? concatenation_int8(l, b, q) : concatenation_f32(l, b, q);
+        case OP_PAD: return i8 ? pad_int8(l, b, q) : pad_f32(l, b, q);
         default: return;
     }
 }

@@ -17,6 +17,12 @@
 //   max_pool          arm_max_pool_s8
 //   average_pool      arm_avgpool_s8
 //   add               arm_elementwise_add_s8
+//   transpose_conv    arm_transpose_conv_wrapper_s8 (two scratch buffers, as
+//                     TFLM's CMSIS-NN TRANSPOSE_CONV requests them)
+//   pad               arm_pad_s8 (TFLM's CMSIS-NN PAD)
+//   concatenation     arm_concatenation_s8_{x,y,z,w}, once per input, as the
+//                     library documents (TFLM has no CMSIS-NN CONCATENATION:
+//                     a TFLM build runs the reference kernel)
 // Everything else keeps the TFLM reference kernel of kernels.cc: every f32
 // layer (TFLM's CMSIS-NN kernels fall back to the reference ones for float
 // too), relu (TFLM has no CMSIS-NN activation kernel) and matmul (written for
@@ -44,6 +50,16 @@ bool int8_library_op(const Layer &l) {
         case OP_MAX_POOL:
         case OP_AVERAGE_POOL:
         case OP_ADD:
+        case OP_TRANSPOSE_CONV:
+        case OP_PAD:
+            return true;
+        case OP_CONCATENATION:
+            // The library takes every dimension as uint16_t.
+            for (int i = 0; i < 4; ++i) {
+                if (l.output[i] > 0xFFFF) {
+                    return false;
+                }
+            }
             return true;
         default:
             return false;
@@ -258,21 +274,115 @@ MEMTRACE_KERNEL arm_cmsis_nn_status add_int8(const Layer &l, const Buffers &b, c
         q.output_zero_point, q.output_multiplier, q.output_shift, q.act_min, q.act_max, n);
 }
 
+// ---- transpose_conv -----------------------------------------------------
+// TFLM: filter dims [C_out, KH, KW, C_in], padding from the output back to
+// the input (the suite's pad_h/pad_w), no activation (the int8 range), two
+// scratch buffers: `ctx` (the rolling int32 accumulator rows, or the reverse
+// path's convolution buffer) and the reversed filter of the reverse path
+// (arm_transpose_conv_s8_get_reverse_conv_buffer_size; 0 on the other path).
+
+cmsis_nn_transpose_conv_params transpose_conv_params(const Layer &l, const Quant &q) {
+    cmsis_nn_transpose_conv_params p;
+    p.input_offset = -q.input_zero_point;
+    p.output_offset = q.output_zero_point;
+    p.stride = tile(l.stride_h, l.stride_w);
+    p.padding = tile(l.pad_h, l.pad_w);
+    p.padding_offsets = tile(0, 0);  // unused by the library
+    p.dilation = tile(1, 1);
+    p.activation = activation(q);
+    return p;
+}
+
+int32_t transpose_conv_scratch(const Layer &l, int which) {
+    const Quant q = {};
+    const cmsis_nn_transpose_conv_params p = transpose_conv_params(l, q);
+    const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+    return which == 0 ? arm_transpose_conv_s8_get_buffer_size(&p, &in, &f, &out)
+                      : arm_transpose_conv_s8_get_reverse_conv_buffer_size(&p, &in, &f);
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status transpose_conv_int8(const Layer &l, const Buffers &b,
+                                                        const Quant &q) {
+    const cmsis_nn_context ctx = context(b);
+    cmsis_nn_context reverse_ctx;
+    reverse_ctx.buf = b.scratch2;
+    reverse_ctx.size = static_cast<int32_t>(b.scratch2_bytes);
+    const cmsis_nn_transpose_conv_params p = transpose_conv_params(l, q);
+    cmsis_nn_per_channel_quant_params quant;
+    quant.multiplier = const_cast<int32_t *>(q.channel_multiplier);
+    quant.shift = const_cast<int32_t *>(q.channel_shift);
+    const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+    const cmsis_nn_dims bias = dims(1, 1, 1, l.output[3]);
+    return arm_transpose_conv_wrapper_s8(&ctx, &reverse_ctx, &p, &quant, &in,
+                                         static_cast<const int8_t *>(b.input), &f,
+                                         static_cast<const int8_t *>(b.filter), &bias,
+                                         static_cast<const int32_t *>(b.bias), &out,
+                                         static_cast<int8_t *>(b.output));
+}
+
+// ---- concatenation ------------------------------------------------------
+// The library's concatenation functions copy one input into its place in the
+// output and are called once per input. Their axes name the dimensions from
+// the innermost: x = NHWC's C, y = W, z = H, w = N.
+
+void concatenate_one(const Layer &l, const int8_t *input, const int32_t *shape, uint32_t offset,
+                     int8_t *output) {
+    const uint16_t x = static_cast<uint16_t>(shape[3]), y = static_cast<uint16_t>(shape[2]),
+                   z = static_cast<uint16_t>(shape[1]), w = static_cast<uint16_t>(shape[0]);
+    switch (l.axis) {
+        case 3:
+            arm_concatenation_s8_x(input, x, y, z, w, output, static_cast<uint16_t>(l.output[3]),
+                                   offset);
+            break;
+        case 2:
+            arm_concatenation_s8_y(input, x, y, z, w, output, static_cast<uint16_t>(l.output[2]),
+                                   offset);
+            break;
+        case 1:
+            arm_concatenation_s8_z(input, x, y, z, w, output, static_cast<uint16_t>(l.output[1]),
+                                   offset);
+            break;
+        default: arm_concatenation_s8_w(input, x, y, z, w, output, offset); break;
+    }
+}
+
+MEMTRACE_KERNEL arm_cmsis_nn_status concatenation_int8(const Layer &l, const Buffers &b,
+                                                       const Quant &q) {
+    (void)q;
+    int8_t *out = static_cast<int8_t *>(b.output);
+    concatenate_one(l, static_cast<const int8_t *>(b.input), l.input, 0, out);
+    concatenate_one(l, static_cast<const int8_t *>(b.input2), l.input2,
+                    static_cast<uint32_t>(l.input[l.axis]), out);
+    return ARM_CMSIS_NN_SUCCESS;
+}
+
+// ---- pad ----------------------------------------------------------------
+// TFLM: the output zero point as the pad value, pre/post padding per NHWC
+// dimension.
+
+MEMTRACE_KERNEL arm_cmsis_nn_status pad_int8(const Layer &l, const Buffers &b, const Quant &q) {
+    const cmsis_nn_dims in = dims4(l.input), pre = dims4(l.pad_before), post = dims4(l.pad_after);
+    return arm_pad_s8(static_cast<const int8_t *>(b.input), static_cast<int8_t *>(b.output),
+                      static_cast<int8_t>(q.output_zero_point), &in, &pre, &post);
+}
+
 }  // namespace
 
 bool library_has_kernel(const Layer &l) { return int8_library_op(l); }
 
-uint32_t library_scratch_bytes(const Layer &l) {
+uint32_t library_scratch_bytes(const Layer &l, int which) {
     if (!int8_library_op(l)) {
-        return 0;
+        // The reference kernel runs: its own scratch needs.
+        return which == 0 ? reference_scratch_bytes(l) : 0;
     }
     int32_t bytes = 0;
     switch (l.op) {
-        case OP_CONV2D: bytes = conv2d_scratch(l); break;
-        case OP_DEPTHWISE_CONV2D: bytes = depthwise_conv2d_scratch(l); break;
-        case OP_FULLY_CONNECTED: bytes = fully_connected_scratch(l); break;
-        case OP_AVERAGE_POOL: bytes = average_pool_scratch(l); break;
-        default: break;  // max_pool and add need none
+        case OP_CONV2D: bytes = which == 0 ? conv2d_scratch(l) : 0; break;
+        case OP_DEPTHWISE_CONV2D: bytes = which == 0 ? depthwise_conv2d_scratch(l) : 0; break;
+        case OP_FULLY_CONNECTED: bytes = which == 0 ? fully_connected_scratch(l) : 0; break;
+        case OP_AVERAGE_POOL: bytes = which == 0 ? average_pool_scratch(l) : 0; break;
+        case OP_TRANSPOSE_CONV: bytes = transpose_conv_scratch(l, which); break;
+        default: break;  // max_pool, add, pad and concatenation need none
     }
     return bytes > 0 ? static_cast<uint32_t>(bytes) : 0;
 }
@@ -290,6 +400,9 @@ int run_kernel(const Layer &l, const Buffers &b, const Quant &q) {
         case OP_MAX_POOL: s = max_pool_int8(l, b, q); break;
         case OP_AVERAGE_POOL: s = average_pool_int8(l, b, q); break;
         case OP_ADD: s = add_int8(l, b, q); break;
+        case OP_TRANSPOSE_CONV: s = transpose_conv_int8(l, b, q); break;
+        case OP_CONCATENATION: s = concatenation_int8(l, b, q); break;
+        case OP_PAD: s = pad_int8(l, b, q); break;
         default: break;
     }
     return s == ARM_CMSIS_NN_SUCCESS ? kExitOk : kExitLibraryError;

@@ -35,6 +35,66 @@ uint64_t elements(const int32_t *s, uint64_t limit) {
     return n;
 }
 
+// TFLite's ComputeOutSize: whether a conv2d window of `k` with stride `s`
+// (no dilation) and `padding` maps `out` back to `in` — the relation between
+// a transpose conv's output and input (LayerSpec::new). Unsigned 32-bit
+// arithmetic cannot overflow here (out < 2^31, k and s <= 2^15) and needs no
+// 64-bit division helper from libgcc (whose unwind tables would add an
+// EXIDX segment to the suite).
+bool maps_back(int32_t padding, int32_t out, int32_t k, int32_t s, int32_t in) {
+    const uint32_t o = static_cast<uint32_t>(out), kk = static_cast<uint32_t>(k),
+                   ss = static_cast<uint32_t>(s);
+    const uint32_t back = padding == 1 ? (o + ss - 1) / ss : (o + ss > kk ? (o + ss - kk) / ss : 0);
+    return back == static_cast<uint32_t>(in);
+}
+
+bool transpose_conv_consistent(const Layer &l) {
+    const int32_t *in = l.input, *f = l.filter, *out = l.output;
+    if (!positive_shape(f) || f[1] > kMaxInt16 || f[2] > kMaxInt16) {
+        return false;
+    }
+    if (!in_range(l.stride_h, 1, kMaxInt16) || !in_range(l.stride_w, 1, kMaxInt16) ||
+        l.dilation_h != 1 || l.dilation_w != 1 || !in_range(l.pad_h, 0, kMaxInt16) ||
+        !in_range(l.pad_w, 0, kMaxInt16) || (l.padding != 1 && l.padding != 2) ||
+        l.activation != 0) {
+        return false;
+    }
+    return out[0] == in[0] && f[3] == in[3] && out[3] == f[0] &&
+           maps_back(l.padding, out[1], f[1], l.stride_h, in[1]) &&
+           maps_back(l.padding, out[2], f[2], l.stride_w, in[2]);
+}
+
+bool concatenation_consistent(const Layer &l) {
+    if (!positive_shape(l.input2) || !in_range(l.axis, 0, 3) || l.activation != 0) {
+        return false;
+    }
+    for (int k = 0; k < 4; ++k) {
+        if (k == l.axis) {
+            if (static_cast<int64_t>(l.output[k]) !=
+                static_cast<int64_t>(l.input[k]) + l.input2[k]) {
+                return false;
+            }
+        } else if (l.input2[k] != l.input[k] || l.output[k] != l.input[k]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool pad_consistent(const Layer &l) {
+    if (l.activation != 0) {
+        return false;
+    }
+    for (int k = 0; k < 4; ++k) {
+        if (l.pad_before[k] < 0 || l.pad_after[k] < 0 ||
+            static_cast<int64_t>(l.output[k]) !=
+                static_cast<int64_t>(l.input[k]) + l.pad_before[k] + l.pad_after[k]) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // Checks op, dtype and shape consistency (the same rules as LayerSpec::new).
 // Output shape and padding values are the host's; they are used as given.
 bool consistent(const Layer &l) {
@@ -90,6 +150,12 @@ bool consistent(const Layer &l) {
         case OP_ADD:
         case OP_RELU:
             return same_shape(in, out);
+        case OP_TRANSPOSE_CONV:
+            return transpose_conv_consistent(l);
+        case OP_CONCATENATION:
+            return concatenation_consistent(l);
+        case OP_PAD:
+            return pad_consistent(l);
         default:
             return false;
     }
@@ -197,10 +263,15 @@ int run_layer(const char *name, const Layer &l) {
     const uint64_t ts = l.dtype == DTYPE_INT8 ? 1 : 4;
     const uint64_t in_n = elements(l.input, limit);
     const uint64_t out_n = elements(l.output, limit);
+    // The second input: add's has the input's shape, concatenation's its own.
+    const uint64_t in2_n = l.op == OP_ADD           ? in_n
+                           : l.op == OP_CONCATENATION ? elements(l.input2, limit)
+                                                      : 0;
     uint64_t filter_n = 0, bias_n = 0;
     switch (l.op) {
         case OP_CONV2D:
         case OP_DEPTHWISE_CONV2D:
+        case OP_TRANSPOSE_CONV:
             filter_n = elements(l.filter, limit);
             bias_n = static_cast<uint64_t>(l.output[3]);
             break;
@@ -214,15 +285,16 @@ int run_layer(const char *name, const Layer &l) {
         default:
             break;
     }
-    const bool per_channel =
-        l.dtype == DTYPE_INT8 && (l.op == OP_CONV2D || l.op == OP_DEPTHWISE_CONV2D);
+    const bool per_channel = l.dtype == DTYPE_INT8 && (l.op == OP_CONV2D ||
+                                                       l.op == OP_DEPTHWISE_CONV2D ||
+                                                       l.op == OP_TRANSPOSE_CONV);
 
     // Order: input, (input2), filter, bias, output; then the undeclared
     // per-channel quantisation arrays.
     Buffers b = {};
     b.input = arena.take(in_n, ts);
-    if (l.op == OP_ADD) {
-        b.input2 = arena.take(in_n, ts);
+    if (in2_n) {
+        b.input2 = arena.take(in2_n, ts);
     }
     if (filter_n) {
         b.filter = arena.take(filter_n, ts);
@@ -247,11 +319,20 @@ int run_layer(const char *name, const Layer &l) {
     // everything above, so the declared buffers have the same addresses in
     // every suite binary. The scratch size is asked for only now that the
     // filter has fitted the arena, which bounds the library's arithmetic.
-    b.scratch_bytes = library_scratch_bytes(l);
+    b.scratch_bytes = library_scratch_bytes(l, 0);
     if (b.scratch_bytes) {
         b.scratch = arena.take(b.scratch_bytes, 1);
     }
-    void *reference_output = library_has_kernel(l) ? arena.take(out_n, ts) : nullptr;
+    b.scratch2_bytes = library_scratch_bytes(l, 1);
+    if (b.scratch2_bytes) {
+        b.scratch2 = arena.take(b.scratch2_bytes, 1);
+    }
+    // The reference kernel that checks the library's runs outside the window
+    // with its own output and, if it needs one, its own scratch buffer.
+    const bool check = library_has_kernel(l);
+    void *reference_output = check ? arena.take(out_n, ts) : nullptr;
+    const uint32_t reference_scratch = check ? reference_scratch_bytes(l) : 0;
+    void *reference_scratch_buf = reference_scratch ? arena.take(reference_scratch, 1) : nullptr;
     if (!arena.ok()) {
         return fail(kExitInvalidJob, "the suite rejected the job: the library's scratch buffer "
                                      "and the reference output do not fit the suite's arena");
@@ -263,7 +344,7 @@ int run_layer(const char *name, const Layer &l) {
     if (l.dtype == DTYPE_F32) {
         fill_f32(b.input, in_n, rng, 1.0f);
         if (b.input2) {
-            fill_f32(b.input2, in_n, rng, 1.0f);
+            fill_f32(b.input2, in2_n, rng, 1.0f);
         }
         if (b.filter) {
             fill_f32(b.filter, filter_n, rng, 0.5f);
@@ -274,7 +355,7 @@ int run_layer(const char *name, const Layer &l) {
     } else {
         fill_int8(b.input, in_n, rng, false);
         if (b.input2) {
-            fill_int8(b.input2, in_n, rng, false);
+            fill_int8(b.input2, in2_n, rng, false);
         }
         if (b.filter) {
             fill_int8(b.filter, filter_n, rng, true);
@@ -330,7 +411,27 @@ int run_layer(const char *name, const Layer &l) {
                 q.output_zero_point = -128;
                 int8_activation(l.activation, q.output_zero_point, q.output_zero_point + 255, q);
                 break;
-            default:  // matmul: plain integer arithmetic, no quantisation
+            case OP_TRANSPOSE_CONV:
+                // As conv2d; TFLM's TRANSPOSE_CONV has no fused activation, so
+                // the clamp is the int8 range (what the reference kernel uses).
+                q.input_zero_point = -128;
+                q.output_zero_point = -128;
+                for (int32_t c = 0; c < l.output[3]; ++c) {
+                    mult[c] = multiplier(rng);
+                    shift[c] = -rng.range(6, 9);
+                }
+                q.channel_multiplier = mult;
+                q.channel_shift = shift;
+                int8_activation(0, q.output_zero_point, q.output_zero_point + 255, q);
+                break;
+            case OP_PAD:
+                // Input and output share scale and zero point; TFLM's PAD pads
+                // with the output zero point (non-zero here, so a padded
+                // element is told from a zero one).
+                q.input_zero_point = 7;
+                q.output_zero_point = 7;
+                break;
+            default:  // matmul, concatenation: no arithmetic on quantised values
                 break;
         }
     }
@@ -341,7 +442,7 @@ int run_layer(const char *name, const Layer &l) {
     memtrace_buffer(id++, MEMTRACE_ROLE_INPUT, b.input, static_cast<uint32_t>(in_n * ts), es,
                     "input");
     if (b.input2) {
-        memtrace_buffer(id++, MEMTRACE_ROLE_INPUT, b.input2, static_cast<uint32_t>(in_n * ts), es,
+        memtrace_buffer(id++, MEMTRACE_ROLE_INPUT, b.input2, static_cast<uint32_t>(in2_n * ts), es,
                         "input2");
     }
     if (b.filter) {
@@ -357,6 +458,9 @@ int run_layer(const char *name, const Layer &l) {
     if (b.scratch) {
         memtrace_buffer(id++, MEMTRACE_ROLE_SCRATCH, b.scratch, b.scratch_bytes, 1, "scratch");
     }
+    if (b.scratch2) {
+        memtrace_buffer(id++, MEMTRACE_ROLE_SCRATCH, b.scratch2, b.scratch2_bytes, 1, "scratch2");
+    }
     const int rc = run_kernel(l, b, q);
     memtrace_layer_end();
     if (rc != kExitOk) {
@@ -370,8 +474,10 @@ int run_layer(const char *name, const Layer &l) {
     if (reference_output) {
         Buffers ref = b;
         ref.output = reference_output;
-        ref.scratch = nullptr;
-        ref.scratch_bytes = 0;
+        ref.scratch = reference_scratch_buf;
+        ref.scratch_bytes = reference_scratch;
+        ref.scratch2 = nullptr;
+        ref.scratch2_bytes = 0;
         run_reference_kernel(l, ref, q);
         if (memcmp(reference_output, b.output, static_cast<size_t>(out_n * ts)) != 0) {
             return fail(kExitMismatch, "the library kernel's output differs from the TFLM "

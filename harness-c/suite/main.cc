@@ -42,6 +42,12 @@ Layer layer_from_job() {
     l.depth_multiplier = memtrace_job[JOB_DEPTH_MULTIPLIER];
     l.activation = memtrace_job[JOB_ACTIVATION];
     l.seed = static_cast<uint32_t>(memtrace_job[JOB_SEED]);
+    l.axis = memtrace_job[JOB_AXIS];
+    for (int i = 0; i < 4; ++i) {
+        l.input2[i] = memtrace_job[JOB_INPUT2 + i];
+        l.pad_before[i] = memtrace_job[JOB_PAD_BEFORE + i];
+        l.pad_after[i] = memtrace_job[JOB_PAD_AFTER + i];
+    }
     return l;
 }
 

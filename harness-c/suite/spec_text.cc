@@ -6,10 +6,12 @@
 // analytic O_s methods:
 //
 //   op=<op>,dtype=<f32|int8>,input=NxHxWxC
-//   [,filter=AxBxCxD]                      (not for add, relu)
+//   [,input2=NxHxWxC,axis=A]               (concatenation)
+//   [,filter=AxBxCxD]                      (not for add, relu, concatenation, pad)
+//   [,pad_before=NxHxWxC,pad_after=NxHxWxC]  (pad)
 //   ,output=NxHxWxC
-//   [,stride=HxW,dilation=HxW,padding=<same|valid>,pad=HxW]   (conv2d,
-//                                            depthwise_conv2d, max/average_pool)
+//   [,stride=HxW[,dilation=HxW],padding=<same|valid>,pad=HxW]   (conv2d,
+//       depthwise_conv2d, max/average_pool; transpose_conv without dilation)
 //   [,depth_multiplier=M]                  (depthwise_conv2d)
 //   [,activation=<relu|relu6>]             (only when not none)
 #include "suite.h"
@@ -88,7 +90,11 @@ class Writer {
 
 bool has_window(int32_t op) {
     return op == OP_CONV2D || op == OP_DEPTHWISE_CONV2D || op == OP_MAX_POOL ||
-           op == OP_AVERAGE_POOL;
+           op == OP_AVERAGE_POOL || op == OP_TRANSPOSE_CONV;
+}
+
+bool has_filter(int32_t op) {
+    return op != OP_ADD && op != OP_RELU && op != OP_CONCATENATION && op != OP_PAD;
 }
 
 }  // namespace
@@ -103,6 +109,9 @@ const char *op_name(int32_t op) {
         case OP_ADD: return "add";
         case OP_RELU: return "relu";
         case OP_MATMUL: return "matmul";
+        case OP_TRANSPOSE_CONV: return "transpose_conv";
+        case OP_CONCATENATION: return "concatenation";
+        case OP_PAD: return "pad";
         default: return nullptr;
     }
 }
@@ -117,13 +126,24 @@ bool format_params(const Layer &l, char *out, size_t cap) {
     w.str(op);
     w.str(l.dtype == DTYPE_INT8 ? ",dtype=int8" : ",dtype=f32");
     w.shape(",input=", l.input);
-    if (l.op != OP_ADD && l.op != OP_RELU) {
+    if (l.op == OP_CONCATENATION) {
+        w.shape(",input2=", l.input2);
+        w.str(",axis=");
+        w.num(l.axis);
+    }
+    if (has_filter(l.op)) {
         w.shape(",filter=", l.filter);
+    }
+    if (l.op == OP_PAD) {
+        w.shape(",pad_before=", l.pad_before);
+        w.shape(",pad_after=", l.pad_after);
     }
     w.shape(",output=", l.output);
     if (has_window(l.op)) {
         w.pair(",stride=", l.stride_h, l.stride_w);
-        w.pair(",dilation=", l.dilation_h, l.dilation_w);
+        if (l.op != OP_TRANSPOSE_CONV) {
+            w.pair(",dilation=", l.dilation_h, l.dilation_w);
+        }
         w.str(l.padding == 2 ? ",padding=valid" : ",padding=same");
         w.pair(",pad=", l.pad_h, l.pad_w);
     }

@@ -32,6 +32,10 @@ struct Layer {
     int32_t depth_multiplier;
     int32_t activation;  // 0 none, 1 relu, 2 relu6
     uint32_t seed;
+    int32_t axis;           // concatenation: 0..3 (N, H, W, C)
+    int32_t input2[4];      // concatenation: the second input's shape
+    int32_t pad_before[4];  // pad: elements before each dimension
+    int32_t pad_after[4];   // pad: elements after each dimension
 };
 
 // Quantisation constants of an int8 layer. They are fixed, plausible values
@@ -59,6 +63,8 @@ struct Buffers {
     void *output;
     void *scratch;  // the library's scratch buffer (declared role `scratch`)
     uint32_t scratch_bytes;
+    void *scratch2;  // a second one (CMSIS-NN transpose_conv's reversed filter)
+    uint32_t scratch2_bytes;
 };
 
 // Runs one layer window: validates, allocates from the arena, fills the data,
@@ -82,15 +88,22 @@ const char *exit_reason();
 bool library_has_kernel(const Layer &layer);
 
 // Bytes of scratch memory the library's kernel needs for this layer (0: none),
-// as the library's own *_get_buffer_size functions compute them.
-uint32_t library_scratch_bytes(const Layer &layer);
+// as the library's own *_get_buffer_size functions compute them: buffer
+// `which` = 0 (`scratch`) or 1 (`scratch2`).
+uint32_t library_scratch_bytes(const Layer &layer, int which);
 
 // The kernel call itself: only this runs inside the window. Returns kExitOk,
 // or kExitLibraryError when the library reports an error.
 int run_kernel(const Layer &layer, const Buffers &b, const Quant &q);
 
 // The TFLM reference kernel of the layer (kernels.cc); every binary links it.
+// It takes its scratch memory, if it needs any, from b.scratch.
 void run_reference_kernel(const Layer &layer, const Buffers &b, const Quant &q);
+
+// Bytes of scratch memory the TFLM reference kernel takes from the arena
+// (kernels.cc): int8 transpose_conv's int32 accumulator, one per output
+// element, as TFLM's TRANSPOSE_CONV requests it; 0 for every other layer.
+uint32_t reference_scratch_bytes(const Layer &layer);
 
 // Canonical layer text, exactly as abi/src/spec.rs `Display for LayerSpec`
 // prints it. Returns false if it would not fit in `cap` bytes (NUL included).

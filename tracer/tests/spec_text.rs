@@ -22,6 +22,11 @@ const SPECS: &[&str] = &[
     "op=add,dtype=f32,input=1x4x4x3",
     "op=relu,dtype=int8,input=1x5x5x2",
     "op=matmul,dtype=f32,input=4x6,filter=6x3",
+    "op=transpose_conv,dtype=int8,input=1x4x5x3,filter=2x3x3x3,stride=2,padding=same",
+    "op=transpose_conv,dtype=f32,input=2x3x3x2,filter=3x2x2x2,output=2x7x7x3,stride=2x2,padding=valid",
+    "op=concatenation,dtype=f32,input=1x3x4x2,input2=1x3x4x5,axis=3",
+    "op=concatenation,dtype=int8,input=2x3x4x2,input2=1x3x4x2,axis=0",
+    "op=pad,dtype=int8,input=1x4x4x3,pad_before=0x1x2x0,pad_after=0x2x1x1",
 ];
 
 #[test]

@@ -214,6 +214,16 @@ impl OpKind {
         }
     }
 
+    /// Whether the operator's O_s belongs to its first input alone. A
+    /// concatenation's inputs each have an O_s of their own
+    /// (docs/overlap.md §6) and cannot all sit at the output's end at once,
+    /// so the planners overlap its output with its first input only; for
+    /// every other operator the O_s applies to each input that dies there
+    /// (ADD reads both inputs at the same step).
+    pub fn overlaps_first_input_only(self) -> bool {
+        matches!(self, OpKind::Concatenation)
+    }
+
     /// Unary ops whose TFLite reference kernel is one flat loop
     /// `out[i] = f(in[i])` over same-sized elements: every output write
     /// follows the read of the same index and no later read goes backwards, so
@@ -341,6 +351,15 @@ pub struct Op {
 }
 
 impl Op {
+    /// The inputs the operator's O_s may apply to: the first only for a
+    /// concatenation ([`OpKind::overlaps_first_input_only`]), else all.
+    pub fn overlap_inputs(&self) -> &[usize] {
+        if self.kind.overlaps_first_input_only() {
+            &self.inputs[..self.inputs.len().min(1)]
+        } else {
+            &self.inputs
+        }
+    }
     /// Index into [`Op::inputs`] of the activation the operator transforms:
     /// the third operand of TRANSPOSE_CONV (after the output shape and the
     /// weights), the first of every other kind.
@@ -1025,6 +1044,19 @@ impl Model {
                 }
                 LayerSpecBuilder::new(spec::Op::Relu, dtype, shape4(&input.shape)?)
             }
+            OpKind::Concatenation => self.concatenation_builder(o, dtype)?,
+            OpKind::Pad => self.pad_builder(o, dtype)?,
+            OpKind::TransposeConv => {
+                // Operands: output shape, weights [OC, KH, KW, IC], input,
+                // optional bias; the output is given, as TFLite gives it.
+                let weights = self.tensors.get(*o.inputs.get(1)?)?;
+                LayerSpecBuilder::new(spec::Op::TransposeConv, dtype, shape4(&input.shape)?)
+                    .filter(shape4(&weights.shape)?)
+                    .output(shape4(&output.shape)?)
+                    .stride(sh, sw)
+                    .padding(padding)
+                    .activation(activation)
+            }
             _ => return None,
         };
         let built = builder.build().ok()?;
@@ -1033,6 +1065,62 @@ impl Model {
             return None;
         }
         Some(built)
+    }
+
+    /// The kernel-suite layer of a two-input CONCATENATION: both inputs of
+    /// the output's type, rank at most 4, the axis (negative counts from
+    /// the end) moved to NHWC by the left-padding to 4-D. Inputs of other
+    /// counts have no suite layer.
+    fn concatenation_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
+        let [a, b] = o.inputs[..] else {
+            return None;
+        };
+        // TFLM's reference CONCATENATION applies no fused activation.
+        if o.options.activation != Activation::None {
+            return None;
+        }
+        let (x, y) = (self.tensors.get(a)?, self.tensors.get(b)?);
+        if x.dtype != y.dtype || x.shape.len() != y.shape.len() {
+            return None;
+        }
+        let rank = x.shape.len() as i32;
+        let axis = o.options.axis.unwrap_or(0);
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if !(0..rank).contains(&axis) {
+            return None;
+        }
+        let axis4 = (axis + 4 - rank) as u32;
+        Some(
+            LayerSpecBuilder::new(spec::Op::Concatenation, dtype, shape4(&x.shape)?)
+                .concat(shape4(&y.shape)?, axis4),
+        )
+    }
+
+    /// The kernel-suite layer of a PAD: the constant `[rank, 2]` int32
+    /// paddings tensor read as before/after amounts, left-padded with zeros
+    /// to NHWC as TFLM does. A PAD whose paddings are not constant (or are
+    /// negative) has no suite layer.
+    fn pad_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
+        let input = self.tensors.get(*o.inputs.first()?)?;
+        let paddings = self.tensors.get(*o.inputs.get(1)?)?;
+        let rank = input.shape.len();
+        let data = paddings.data.as_ref()?;
+        if paddings.dtype != DataType::Int32 || rank > 4 || data.len() != rank * 2 * 4 {
+            return None;
+        }
+        let word = |i: usize| {
+            let v = i32::from_le_bytes(data[i * 4..i * 4 + 4].try_into().ok()?);
+            u32::try_from(v).ok()
+        };
+        let (mut before, mut after) = ([0u32; 4], [0u32; 4]);
+        for d in 0..rank {
+            before[4 - rank + d] = word(2 * d)?;
+            after[4 - rank + d] = word(2 * d + 1)?;
+        }
+        Some(
+            LayerSpecBuilder::new(spec::Op::Pad, dtype, shape4(&input.shape)?)
+                .paddings(before, after),
+        )
     }
 
     /// Non-constant, non-variable tensors that some operator touches or that

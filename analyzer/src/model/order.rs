@@ -116,6 +116,9 @@ struct WorkingSetModel {
     kept_outputs: Vec<Vec<usize>>,
     /// DMO credit ceiling of each op: min(O_s, first output bytes).
     credit: Vec<u64>,
+    /// The inputs of each op whose death the credit may come from
+    /// ([`super::Op::overlap_inputs`]).
+    credit_inputs: Vec<Vec<usize>>,
     initial_live: u64,
 }
 
@@ -129,7 +132,9 @@ impl WorkingSetModel {
         let mut inputs = vec![Vec::new(); model.ops.len()];
         let mut kept_outputs = vec![Vec::new(); model.ops.len()];
         let mut credit = vec![0; model.ops.len()];
+        let mut credit_inputs = vec![Vec::new(); model.ops.len()];
         for (i, op) in model.ops.iter().enumerate() {
+            credit_inputs[i] = op.overlap_inputs().to_vec();
             for &t in &op.outputs {
                 if arena[t] {
                     out_bytes[i] += model.tensors[t].bytes;
@@ -163,6 +168,7 @@ impl WorkingSetModel {
             tensor_pinned: pinned,
             kept_outputs,
             credit,
+            credit_inputs,
             initial_live,
         }
     }
@@ -172,14 +178,18 @@ impl WorkingSetModel {
     /// bytes after it.
     fn step(&self, live: u64, v: usize, done: &dyn Fn(usize) -> bool) -> (u64, u64) {
         let mut dying = 0;
+        let mut dying_creditable = 0;
         for &t in &self.inputs[v] {
             let dies = !self.tensor_pinned[t]
                 && self.tensor_consumers[t].iter().all(|&c| c == v || done(c));
             if dies {
                 dying += self.tensor_bytes[t];
+                if self.credit_inputs[v].contains(&t) {
+                    dying_creditable += self.tensor_bytes[t];
+                }
             }
         }
-        let credit = self.credit[v].min(dying);
+        let credit = self.credit[v].min(dying_creditable);
         let during = live + self.out_bytes[v] - credit;
         let kept: u64 = self.kept_outputs[v]
             .iter()

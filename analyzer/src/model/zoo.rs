@@ -11,6 +11,10 @@
 //!   tensor sizes their appendix tables imply (default order peaks at 5216 B,
 //!   the best order at 4960 B);
 //! * `sakr_cifar10`: the CIFAR-10 CNN of Sakr et al. (Table II), int8;
+//! * `mobilenet_v1_{ALPHA}_{RES}[_int8|_float32]_zeropad`: the same MobileNet
+//!   v1 as older Keras releases export it, every stride-2 layer an explicit
+//!   `ZeroPadding2D(((0, 1), (0, 1)))` (a TFLite PAD) followed by a `valid`
+//!   convolution — a model with PAD operators.
 //! * `tiny_unet_80x120[_int8|_float32]`: TinySeg's Tiny U-Net (its Table 2:
 //!   80×120×3 in, 80×120×1 out, 109 725 parameters), see [`tiny_unet`].
 //!
@@ -275,6 +279,23 @@ impl GraphBuilder {
         )
     }
 
+    /// `ZeroPadding2D`: a PAD of `x` by `before` / `after` rows and columns,
+    /// with its constant `[4, 2]` int32 paddings; returns the output tensor.
+    pub fn zero_pad(
+        &mut self,
+        name: &str,
+        x: usize,
+        before: (u32, u32),
+        after: (u32, u32),
+    ) -> usize {
+        let [n, h, w, c] = four(self.shape(x));
+        let p = self.tensor(format!("{name}/paddings"), &[4, 2], DataType::Int32, true);
+        let amounts = [0, 0, before.0, after.0, before.1, after.1, 0, 0];
+        self.model.tensors[p].data = Some(amounts.iter().flat_map(|v| v.to_le_bytes()).collect());
+        let shape = [n, h + before.0 + after.0, w + before.1 + after.1, c];
+        self.op(OpKind::Pad, vec![x, p], name, &shape, OpOptions::default())
+    }
+
     /// Marks `outputs` as the graph outputs and returns the model.
     pub fn finish(mut self, outputs: &[usize]) -> Model {
         self.model.outputs = outputs.to_vec();
@@ -297,6 +318,7 @@ pub fn names() -> Vec<&'static str> {
         "mobilenet_v2_1.0_224",
         "liberis_fig1",
         "sakr_cifar10",
+        "mobilenet_v1_0.25_128_int8_zeropad",
         "tiny_unet_80x120_int8",
     ]
 }
@@ -325,7 +347,11 @@ fn build_named(name: &str) -> Result<Model, String> {
         }
         _ => {}
     }
-    let (rest, dtype) = if let Some(r) = bare.strip_suffix("_int8") {
+    let (bare_model, zeropad) = match bare.strip_suffix("_zeropad") {
+        Some(b) => (b, true),
+        None => (bare, false),
+    };
+    let (rest, dtype) = if let Some(r) = bare_model.strip_suffix("_int8") {
         (r, DataType::Int8)
     } else if let Some(r) = bare.strip_suffix("_float32") {
         (r, DataType::Float32)
@@ -353,10 +379,11 @@ fn build_named(name: &str) -> Result<Model, String> {
         return Err(unknown());
     }
     let alpha: f64 = alpha.parse().map_err(|_| unknown())?;
-    Ok(if version == 1 {
-        mobilenet_v1(bare, alpha, res, dtype)
-    } else {
-        mobilenet_v2(bare, alpha, res, dtype)
+    Ok(match (version, zeropad) {
+        (1, false) => mobilenet_v1(bare, alpha, res, dtype),
+        (1, true) => mobilenet_v1_zeropad(bare, alpha, res, dtype),
+        (_, false) => mobilenet_v2(bare, alpha, res, dtype),
+        (_, true) => return Err(unknown()),
     })
 }
 
@@ -365,10 +392,56 @@ fn build_named(name: &str) -> Result<Model, String> {
 /// the top is global average pooling, a 1×1 conv to 1000 classes, reshape
 /// and softmax.
 pub fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+    mobilenet_v1_with(name, alpha, res, dtype, false)
+}
+
+/// [`mobilenet_v1`] as older Keras releases export it: each stride-2
+/// convolution is `ZeroPadding2D(((0, 1), (0, 1)))` (a PAD) and a `valid`
+/// convolution, which for even sizes computes exactly what SAME does.
+pub fn mobilenet_v1_zeropad(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+    mobilenet_v1_with(name, alpha, res, dtype, true)
+}
+
+/// Pads `x` by one row and column after (Keras' `correct_pad` for even
+/// sizes) before a stride-2 layer when `zeropad`; the layer is then `valid`.
+fn stride_two_input(g: &mut GraphBuilder, name: &str, x: usize, zeropad: bool) -> usize {
+    if zeropad {
+        g.zero_pad(&format!("{name}_pad"), x, (0, 0), (1, 1))
+    } else {
+        x
+    }
+}
+
+/// Turns the 3×3 stride-2 layer that wrote `t` from a padded input into a
+/// VALID one: its output is `(padded − 3) / 2 + 1`, which for an even size
+/// padded by one is the SAME output of the unpadded input.
+fn make_valid(g: &mut GraphBuilder, t: usize) {
+    let Some(op) = g
+        .model
+        .ops
+        .iter_mut()
+        .rev()
+        .find(|o| o.outputs.contains(&t))
+    else {
+        return;
+    };
+    op.options.padding = Padding::Valid;
+    let [n, h, w, _] = four(&g.model.tensors[op.inputs[0]].shape);
+    let out = &mut g.model.tensors[t];
+    let c = *out.shape.last().unwrap_or(&1);
+    out.shape = vec![n, (h - 3) / 2 + 1, (w - 3) / 2 + 1, c];
+    out.bytes = out.shape.iter().map(|&d| d as u64).product::<u64>() * out.dtype.size();
+}
+
+fn mobilenet_v1_with(name: &str, alpha: f64, res: u32, dtype: DataType, zeropad: bool) -> Model {
     let mut g = GraphBuilder::new(name, dtype);
     let ch = |f: u32| (f as f64 * alpha) as u32;
     let mut x = g.input("input", &[1, res, res, 3]);
+    x = stride_two_input(&mut g, "conv1", x, zeropad);
     x = g.conv2d("conv1", x, ch(32), 3, 2, Activation::Relu6);
+    if zeropad {
+        make_valid(&mut g, x);
+    }
     let blocks: [(u32, u32); 13] = [
         (64, 1),
         (128, 2),
@@ -386,7 +459,12 @@ pub fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model 
     ];
     for (i, (filters, stride)) in blocks.into_iter().enumerate() {
         let id = i + 1;
+        let pad = zeropad && stride == 2;
+        x = stride_two_input(&mut g, &format!("conv_dw_{id}"), x, pad);
         x = g.depthwise(&format!("conv_dw_{id}"), x, stride, Activation::Relu6);
+        if pad {
+            make_valid(&mut g, x);
+        }
         x = g.conv2d(
             &format!("conv_pw_{id}"),
             x,

@@ -55,11 +55,25 @@
 //! | add (f32, int8) | i | `input1[i]` (and `input2[i]`, another buffer) | `output[i]` |
 //! | relu | i | `input[i]` | `output[i]` |
 //! | matmul (memtrace's own) | zero pass m, n; then k, m, n | `A[m][k]` | `C[m][n]` |
+//! | transpose_conv f32 (`reference_ops::TransposeConv`) | zero pass; b, in_y, in_x, in_c, filter_y, filter_x, out_c; bias pass | `input[b, in_y, in_x, in_c]` in the scatter | zero pass, `[b, out_y, out_x, out_c]` (in-bounds), bias pass |
+//! | transpose_conv int8 (`reference_integer_ops::TransposeConv`) | scatter into the int32 scratch; then b, y, x, c | none after the first output write | `[b, y, x, c]` |
+//! | concatenation (`reference_ops::Concatenation`) | outer index, input, element (`memcpy`) | the element of the input being copied | `output` in order |
+//! | pad (`reference_ops::Pad`) | b, h, w, c of the output | `input[i]`, `i` counting interior elements | `output` in order |
 //!
 //! Float and int8 variants of all of these have identical loop nests in this
-//! TFLM version; only the element size differs.
+//! TFLM version, except transpose_conv: the float kernel accumulates in the
+//! output (zeroed first, so nothing of the input may overlap it: O_s = 0),
+//! the int8 kernel in a separate int32 scratch buffer and writes the output
+//! only after reading all of the input (O_s = IB).
+//!
+//! # Ops with two inputs
+//!
+//! O_s is a property of one input/output pair. [`algorithmic_overlap`] is the
+//! first input's; [`algorithmic_overlap_of_input`] gives input `k`'s. For
+//! `add` both inputs are read at the same step (the same value); for
+//! `concatenation` they are not (docs/overlap.md §6).
 
-use memtrace_abi::spec::{LayerSpec, Op};
+use memtrace_abi::spec::{Dtype, LayerSpec, Op};
 
 /// minR / maxW curves of a layer, in bytes, for plotting (paper Figs. 5–7).
 ///
@@ -105,8 +119,16 @@ impl Curves {
 /// models (memtrace's own kernel for `matmul`). `None` for an op without a
 /// method (all current ops have one).
 pub fn algorithmic_overlap(spec: &LayerSpec) -> Option<u64> {
-    let mut acc = Monotone::new(spec.output_bytes(), spec.input_bytes(), true);
-    walk(spec, &mut acc)?;
+    algorithmic_overlap_of_input(spec, 0)
+}
+
+/// Monotone O_s in bytes of activation input `input` (0, or 1 for `add` and
+/// `concatenation`) against the output; `None` when the op has no such
+/// input.
+pub fn algorithmic_overlap_of_input(spec: &LayerSpec, input: usize) -> Option<u64> {
+    let ib = spec.input_bytes_of(input)?;
+    let mut acc = Monotone::new(spec.output_bytes(), ib, true);
+    walk_input(spec, input, &mut acc)?;
     Some(acc.finish())
 }
 
@@ -127,8 +149,32 @@ pub fn step_count(spec: &LayerSpec) -> Option<u64> {
             // zeroing pass + one update per (k, m, n)
             out + out * spec.input[3] as u64
         }
+        // zeroing pass + one update per in-bounds tap + bias pass
+        Op::TransposeConv if spec.dtype == Dtype::F32 => 2 * out + transpose_conv_taps(spec),
         _ => out,
     })
+}
+
+/// In-bounds (input element, filter tap, output channel) triples of a
+/// transpose conv: the scatter updates of the float reference kernel. The
+/// row and column tests are independent, so it is a product of per-axis
+/// counts.
+fn transpose_conv_taps(spec: &LayerSpec) -> u64 {
+    let g = Geometry::of(spec);
+    // pairs (i, f) with 0 <= i·s − p + f < o
+    let axis = |size: i64, k: i64, s: i64, p: i64, o: i64| -> u64 {
+        (0..size)
+            .map(|i| {
+                let origin = i * s - p;
+                let lo = (-origin).max(0);
+                let hi = k.min(o - origin);
+                (hi - lo).max(0) as u64
+            })
+            .sum()
+    };
+    let rows = axis(g.ih, g.kh, g.sh, g.ph, g.oh);
+    let cols = axis(g.iw, g.kw, g.sw, g.pw, g.ow);
+    g.n as u64 * g.id as u64 * g.od as u64 * rows * cols
 }
 
 /// Receives the steps of a kernel, in program order.
@@ -385,12 +431,23 @@ fn first_pool_tap(origin: i64, k: i64, size: i64) -> Option<i64> {
     (start < end).then_some(origin + start)
 }
 
-/// Runs the modelled kernel's loop nest of `spec` into `sink`.
-/// `None` for ops without a model.
+/// Runs the modelled kernel's loop nest of `spec` into `sink`, with the
+/// reads of the first input. `None` for ops without a model.
 pub(crate) fn walk<S: StepSink>(spec: &LayerSpec, sink: &mut S) -> Option<()> {
+    walk_input(spec, 0, sink)
+}
+
+/// [`walk`] with the reads of activation input `input` (the other inputs'
+/// reads are of other buffers and do not count). `None` when the op has no
+/// such input.
+pub(crate) fn walk_input<S: StepSink>(spec: &LayerSpec, input: usize, sink: &mut S) -> Option<()> {
+    spec.input_bytes_of(input)?;
     let t = spec.dtype.size();
     let g = Geometry::of(spec);
     match spec.op {
+        Op::TransposeConv => walk_transpose_conv(spec, &g, t, sink),
+        Op::Concatenation => walk_concatenation(spec, input, t, sink),
+        Op::Pad => walk_pad(spec, t, sink),
         Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
             walk_windowed(spec.op, &g, t, sink);
         }
@@ -445,6 +502,105 @@ pub(crate) fn walk<S: StepSink>(spec: &LayerSpec, sink: &mut S) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// The reference transpose conv. Float: zero the output (writes only),
+/// scatter each input element into every output it influences (a read, then
+/// an update), add the bias (updates only). int8: the scatter goes to the
+/// int32 scratch buffer, so the first output write comes after the last
+/// input read: the output pass is a sequence of writes with no input read
+/// after any of them.
+fn walk_transpose_conv<S: StepSink>(spec: &LayerSpec, g: &Geometry, t: u64, sink: &mut S) {
+    let out_elems: u64 = spec.output.iter().map(|&d| d as u64).product();
+    let flat_pass = |sink: &mut S| (0..out_elems).all(|i| sink.step(None, i * t, t));
+    if spec.dtype == Dtype::Int8 {
+        flat_pass(sink);
+        return;
+    }
+    if !flat_pass(sink) {
+        return;
+    }
+    let ti = t as i64;
+    for b in 0..g.n {
+        for iy in 0..g.ih {
+            for ix in 0..g.iw {
+                for ic in 0..g.id {
+                    let read = (((b * g.ih + iy) * g.iw + ix) * g.id + ic) * ti;
+                    let (oy0, ox0) = (iy * g.sh - g.ph, ix * g.sw - g.pw);
+                    for fy in 0..g.kh {
+                        for fx in 0..g.kw {
+                            let (oy, ox) = (oy0 + fy, ox0 + fx);
+                            if oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow {
+                                continue;
+                            }
+                            for oc in 0..g.od {
+                                let w = (((b * g.oh + oy) * g.ow + ox) * g.od + oc) * ti;
+                                if !sink.step(Some(read as u64), w as u64, t) {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    flat_pass(sink);
+}
+
+/// The reference concatenation: for every outer index, each input's chunk
+/// (its extent along the axis times the inner size) copied in turn; a step
+/// reads input `input` only while its own chunk is copied.
+fn walk_concatenation<S: StepSink>(spec: &LayerSpec, input: usize, t: u64, sink: &mut S) {
+    let (Some(in2), Some(axis)) = (spec.input2, spec.axis) else {
+        return;
+    };
+    let axis = axis as usize;
+    let prod = |s: &[u32]| s.iter().map(|&d| d as u64).product::<u64>();
+    let outer = prod(&spec.output[..axis]);
+    let inner = prod(&spec.output[axis + 1..]);
+    let chunks = [spec.input[axis] as u64 * inner, in2[axis] as u64 * inner];
+    let mut out = 0u64;
+    for k in 0..outer {
+        for (i, &c) in chunks.iter().enumerate() {
+            for j in 0..c {
+                let read = (i == input).then_some((k * c + j) * t);
+                if !sink.step(read, out * t, t) {
+                    return;
+                }
+                out += 1;
+            }
+        }
+    }
+}
+
+/// The reference pad: the output in order; an interior element reads the
+/// next input element (the kernel's `*in_ptr++`), a padding one reads
+/// nothing.
+fn walk_pad<S: StepSink>(spec: &LayerSpec, t: u64, sink: &mut S) {
+    let Some(p) = spec.paddings else {
+        return;
+    };
+    let o = spec.output.map(|d| d as u64);
+    let inside = |k: usize, v: u64| v >= p.before[k] as u64 && v < o[k] - p.after[k] as u64;
+    let (mut read, mut write) = (0u64, 0u64);
+    for b in 0..o[0] {
+        for h in 0..o[1] {
+            for w in 0..o[2] {
+                for d in 0..o[3] {
+                    let interior = inside(0, b) && inside(1, h) && inside(2, w) && inside(3, d);
+                    let r = interior.then(|| {
+                        read += 1;
+                        (read - 1) * t
+                    });
+                    if !sink.step(r, write * t, t) {
+                        return;
+                    }
+                    write += 1;
+                }
+            }
+        }
+    }
 }
 
 fn walk_windowed<S: StepSink>(op: Op, g: &Geometry, t: u64, sink: &mut S) {
@@ -557,6 +713,34 @@ pub(crate) mod tests {
                     b.filter([1, 1, k, rng.range(1, 8)])
                 }
                 Op::Add | Op::Relu => b,
+                Op::TransposeConv => {
+                    let oc = rng.range(1, 4);
+                    let (s, padding) = (b.stride, b.padding);
+                    b = b.filter([oc, kh, kw, c]);
+                    if rng.chance(30) {
+                        // any output a conv2d maps back to the input
+                        let mut pick = |size: u32, k: u32, s: u32| match padding {
+                            Padding::Same => rng.range((size - 1) * s + 1, size * s),
+                            Padding::Valid => {
+                                rng.range((size - 1) * s + k, (size - 1) * s + k + s - 1)
+                            }
+                        };
+                        let (oh, ow) = (pick(h, kh, s.0), pick(w, kw, s.1));
+                        b = b.output([n, oh, ow, oc]);
+                    }
+                    b
+                }
+                Op::Concatenation => {
+                    let axis = rng.range(0, 3);
+                    let mut in2 = [n, h, w, c];
+                    in2[axis as usize] = rng.range(1, 4);
+                    LayerSpecBuilder::new(op, dtype, [n, h, w, c]).concat(in2, axis)
+                }
+                Op::Pad => {
+                    let mut amounts = || [0, 1, 2, 3].map(|_| rng.range(0, 2));
+                    let (before, after) = (amounts(), amounts());
+                    LayerSpecBuilder::new(op, dtype, [n, h, w, c]).paddings(before, after)
+                }
             };
             if let Ok(spec) = b.build() {
                 return spec;
@@ -576,6 +760,12 @@ pub(crate) mod tests {
     /// A straightforward reimplementation of every kernel loop nest, emitting
     /// every single access (all taps, all channels) — the brute-force reference.
     pub(crate) fn naive_events(spec: &LayerSpec) -> Vec<Ev> {
+        naive_events_of_input(spec, 0)
+    }
+
+    /// [`naive_events`] with the reads of activation input `input` (add's
+    /// second input is read at the same offsets as its first).
+    pub(crate) fn naive_events_of_input(spec: &LayerSpec, input: usize) -> Vec<Ev> {
         let t = spec.dtype.size();
         let g = Geometry::of(spec);
         let mut ev = Vec::new();
@@ -681,6 +871,88 @@ pub(crate) mod tests {
                 for i in 0..n {
                     ev.push(Ev::Read(i * t, t));
                     ev.push(Ev::Write(i * t, t));
+                }
+            }
+            Op::TransposeConv => {
+                let out_n: u64 = spec.output.iter().map(|&d| d as u64).product();
+                let float = spec.dtype == Dtype::F32;
+                if float {
+                    ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
+                }
+                for b in 0..g.n {
+                    for iy in 0..g.ih {
+                        for ix in 0..g.iw {
+                            for ic in 0..g.id {
+                                for fy in 0..g.kh {
+                                    for fx in 0..g.kw {
+                                        for oc in 0..g.od {
+                                            let oy = iy * g.sh - g.ph + fy;
+                                            let ox = ix * g.sw - g.pw + fx;
+                                            if oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow {
+                                                continue;
+                                            }
+                                            ev.push(Ev::Read(
+                                                off(b, iy, ix, ic, g.ih, g.iw, g.id),
+                                                t,
+                                            ));
+                                            // float accumulates in the output,
+                                            // int8 in its scratch buffer
+                                            if float {
+                                                ev.push(Ev::Write(
+                                                    off(b, oy, ox, oc, g.oh, g.ow, g.od),
+                                                    t,
+                                                ));
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                // float: the bias pass; int8: the requantising output pass
+                ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
+            }
+            Op::Concatenation => {
+                let (in2, axis) = (spec.input2.unwrap(), spec.axis.unwrap() as usize);
+                let shapes = [spec.input, in2];
+                let before: u64 = spec.output[..axis].iter().map(|&d| d as u64).product();
+                let after: u64 = spec.output[axis + 1..].iter().map(|&d| d as u64).product();
+                let mut out = 0;
+                for k in 0..before {
+                    for (i, shape) in shapes.iter().enumerate() {
+                        let copy = shape[axis] as u64 * after;
+                        for j in 0..copy {
+                            if i == input {
+                                ev.push(Ev::Read((k * copy + j) * t, t));
+                            }
+                            ev.push(Ev::Write(out * t, t));
+                            out += 1;
+                        }
+                    }
+                }
+            }
+            Op::Pad => {
+                let p = spec.paddings.unwrap();
+                let o = spec.output;
+                let mut read = 0;
+                let mut write = 0;
+                for b in 0..o[0] {
+                    for y in 0..o[1] {
+                        for x in 0..o[2] {
+                            for c in 0..o[3] {
+                                let at = [b, y, x, c];
+                                let interior = (0..4)
+                                    .all(|k| at[k] >= p.before[k] && at[k] < o[k] - p.after[k]);
+                                if interior {
+                                    ev.push(Ev::Read(read * t, t));
+                                    read += 1;
+                                }
+                                ev.push(Ev::Write(write * t, t));
+                                write += 1;
+                            }
+                        }
+                    }
                 }
             }
             Op::Matmul => {
@@ -819,19 +1091,57 @@ pub(crate) mod tests {
             for dtype in DTYPES {
                 for _ in 0..300 {
                     let s = random_spec(&mut rng, op, dtype);
-                    let ev = naive_events(&s);
-                    let (ob, ib) = (s.output_bytes(), s.input_bytes());
-                    let brute = monotone_literal(&ev, ob, ib);
-                    assert_eq!(algorithmic_overlap(&s), Some(brute), "{s}");
-                    if ob * ib <= 200_000 {
-                        let exact = exact_literal(&ev, ob, ib);
-                        assert!(exact >= brute, "exact {exact} < monotone {brute}: {s}");
-                        exact_checked += 1;
+                    for input in 0..op.inputs() {
+                        let ev = naive_events_of_input(&s, input);
+                        let (ob, ib) = (s.output_bytes(), s.input_bytes_of(input).unwrap());
+                        let brute = monotone_literal(&ev, ob, ib);
+                        assert_eq!(
+                            algorithmic_overlap_of_input(&s, input),
+                            Some(brute),
+                            "{s} input {input}"
+                        );
+                        if ob * ib <= 200_000 {
+                            let exact = exact_literal(&ev, ob, ib);
+                            assert!(exact >= brute, "exact {exact} < monotone {brute}: {s}");
+                            exact_checked += 1;
+                        }
                     }
                 }
             }
         }
         assert!(exact_checked > 1000, "{exact_checked}");
+        // Inputs an op does not have have no O_s.
+        let relu = random_spec(&mut rng, Op::Relu, Dtype::F32);
+        assert_eq!(algorithmic_overlap_of_input(&relu, 1), None);
+    }
+
+    #[test]
+    fn the_new_ops_have_the_o_s_their_loop_nests_imply() {
+        let p = |t: &str| LayerSpec::parse(t).unwrap();
+        // Concatenation along channels of 20 pixels: each input may lie
+        // wholly in the output's end (docs/overlap.md §6).
+        let c = p("op=concatenation,dtype=int8,input=1x4x5x3,input2=1x4x5x2,axis=3");
+        assert_eq!(algorithmic_overlap_of_input(&c, 0), Some(60));
+        assert_eq!(algorithmic_overlap_of_input(&c, 1), Some(40));
+        let pad = p("op=pad,dtype=f32,input=1x4x5x3,pad_before=0x1x2x0,pad_after=0x1x1x0");
+        assert_eq!(pad.output, [1, 6, 8, 3]);
+        assert_eq!(algorithmic_overlap(&pad), Some(240));
+        // Transpose conv: float zeroes the output before reading (0), int8
+        // reads everything before writing the output (IB).
+        let t = "input=1x5x6x3,filter=4x3x3x3,stride=2,padding=same";
+        let f = p(&format!("op=transpose_conv,dtype=f32,{t}"));
+        let i = p(&format!("op=transpose_conv,dtype=int8,{t}"));
+        assert_eq!(
+            (algorithmic_overlap(&f), algorithmic_overlap(&i)),
+            (Some(0), Some(90))
+        );
+        // Steps: zero pass, one per in-bounds tap, bias pass (float).
+        let taps = naive_events(&f)
+            .iter()
+            .filter(|e| matches!(e, Ev::Read(..)))
+            .count() as u64;
+        assert_eq!(step_count(&f), Some(2 * 480 + taps));
+        assert_eq!(step_count(&i), Some(480));
     }
 
     #[test]

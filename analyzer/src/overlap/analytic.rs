@@ -28,6 +28,9 @@
 //!
 //! Element-wise ops (`relu`, `add`): O_s = OB. `fully_connected`: an exact
 //! closed form derived here ([`fully_connected_overlap`]). `matmul`: 0.
+//! `concatenation` (each input), `pad` and int8 `transpose_conv`: IB; float
+//! `transpose_conv`: the offset of its first input read
+//! ([`transpose_conv_overlap`]) — all exact, derived in docs/overlap.md §6.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -470,22 +473,90 @@ pub fn analytic_overlap_best(spec: &LayerSpec) -> Option<u64> {
 }
 
 fn non_windowed(spec: &LayerSpec) -> Option<u64> {
+    analytic_overlap_of_input(spec, 0)
+}
+
+/// The exact closed form of the O_s of activation input `input` (0, or 1 for
+/// `add` and `concatenation`) for the ops that have one: relu / add (OB, for
+/// either input of add), matmul (0), fully_connected
+/// ([`fully_connected_overlap`]), concatenation ([`concatenation_overlap`]),
+/// pad ([`pad_overlap`]), transpose_conv ([`transpose_conv_overlap`]).
+/// `None` for the windowed ops (use [`analytic_overlap`]) and for an input
+/// the op does not have.
+pub fn analytic_overlap_of_input(spec: &LayerSpec, input: usize) -> Option<u64> {
+    let ib = spec.input_bytes_of(input)?;
     match spec.op {
-        Op::Relu | Op::Add => Some(spec.output_bytes().min(spec.input_bytes())),
+        Op::Relu | Op::Add => Some(spec.output_bytes().min(ib)),
         Op::Matmul => Some(0),
         Op::FullyConnected => {
             let (b, u, d) = fc_dims(spec);
             Some(fully_connected_overlap(b, u, d, spec.dtype.size()))
         }
-        _ => None,
+        Op::Concatenation => Some(concatenation_overlap(ib)),
+        Op::Pad => Some(pad_overlap(spec.input_bytes())),
+        Op::TransposeConv => Some(transpose_conv_overlap(spec)),
+        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => None,
+    }
+}
+
+/// Exact monotone O_s of either input of the TFLM reference concatenation:
+/// its whole size `IB_k`.
+///
+/// With `K` outer indices and chunks of `c_0`, `c_1` elements, input 0's
+/// element `k·c_0 + j` is read right after output elements
+/// `0 .. k(c_0 + c_1) + j` are written, a term of `OB − k·c_1 ≥ K·c_0 +
+/// c_1`; input 1's element `k·c_1 + j` after `0 .. k(c_0 + c_1) + c_0 + j`,
+/// a term of `OB − (k + 1)·c_0 ≥ K·c_1`. Neither is below the last write's
+/// term `IB_k`.
+pub fn concatenation_overlap(input_bytes: u64) -> u64 {
+    input_bytes
+}
+
+/// Exact monotone O_s of the TFLM reference pad: IB. The read of input
+/// element `i` at output element `j` follows the writes `0 .. j`, a term of
+/// `N_out − (j − i)`; `j − i` is the number of padding elements before
+/// `j`, at most `N_out − N_in` minus those after the last interior element,
+/// so every term is at least `N_in`, the last write's.
+pub fn pad_overlap(input_bytes: u64) -> u64 {
+    input_bytes
+}
+
+/// Exact monotone O_s of the TFLM reference transpose conv.
+///
+/// int8: the kernel accumulates in its int32 scratch buffer and writes the
+/// output only after its last input read: no read follows a write, so O_s
+/// = IB. float: it zeroes the whole output first (`M = OB`), so every later
+/// read `r` has the term `r`, and O_s is the byte offset of the first input
+/// element read — the first input pixel, in row-major order, with a filter
+/// tap inside the output, channel 0 — or IB when no input element reaches the
+/// output. With TFLite's padding that pixel is `(0, 0)`: O_s = 0.
+pub fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
+    if spec.dtype == memtrace_abi::spec::Dtype::Int8 {
+        return spec.input_bytes();
+    }
+    let g = Geometry::of(spec);
+    // First input index whose window origin i·s − p has a tap f in [0, k)
+    // with 0 <= i·s − p + f < o.
+    let first = |size: i64, k: i64, s: i64, p: i64, o: i64| {
+        (0..size).find(|&i| {
+            let origin = i * s - p;
+            origin + k > 0 && origin < o
+        })
+    };
+    match (
+        first(g.ih, g.kh, g.sh, g.ph, g.oh),
+        first(g.iw, g.kw, g.sw, g.pw, g.ow),
+    ) {
+        (Some(y), Some(x)) => ((y * g.iw + x) * g.id) as u64 * spec.dtype.size(),
+        _ => spec.input_bytes(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::overlap::algorithmic::algorithmic_overlap;
     use crate::overlap::algorithmic::tests::{random_spec, Rng};
+    use crate::overlap::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
     use memtrace_abi::spec::Dtype;
 
     fn spec(text: &str) -> LayerSpec {
@@ -628,7 +699,8 @@ mod tests {
     }
 
     /// analytic <= algorithmic for >= 300 random configurations of every op and
-    /// dtype; FC, relu, add and matmul are exact.
+    /// dtype; FC, relu, add, matmul, concatenation (both inputs), pad and
+    /// transpose_conv are exact.
     #[test]
     fn analytic_never_exceeds_algorithmic_for_random_configs() {
         let mut rng = Rng::new(0x5EED_A001);
@@ -650,6 +722,14 @@ mod tests {
                             assert!(fully_connected_simple_bound(b, u, d, s.dtype.size()) <= truth);
                         }
                         Op::Relu | Op::Add | Op::Matmul => assert_eq!(safe, truth, "{s}"),
+                        // The closed forms of docs/overlap.md §6, every input.
+                        Op::Concatenation | Op::Pad | Op::TransposeConv => {
+                            assert_eq!(safe, truth, "{s}");
+                            for input in 1..op.inputs() {
+                                let alg_k = algorithmic_overlap_of_input(&s, input);
+                                assert_eq!(analytic_overlap_of_input(&s, input), alg_k, "{s}");
+                            }
+                        }
                         _ => {
                             let printed = analytic_overlap_as_printed(&s).unwrap();
                             if printed > truth as i64 {

@@ -20,8 +20,8 @@ use std::fmt;
 use memtrace_abi::LayerSpec;
 use serde::{Deserialize, Serialize};
 
-use super::algorithmic::algorithmic_overlap;
-use super::analytic::{analytic_overlap, analytic_overlap_as_printed};
+use super::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
+use super::analytic::{analytic_overlap, analytic_overlap_as_printed, analytic_overlap_of_input};
 
 /// A failed cross-check of one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,6 +78,28 @@ pub fn method_values(spec: &LayerSpec, input_bytes: u64, output_bytes: u64) -> M
         algorithmic: algorithmic_overlap(spec),
         analytic: analytic_overlap(spec),
         analytic_printed: analytic_overlap_as_printed(spec),
+    }
+}
+
+/// [`method_values`] for activation input `input` of `spec` against its
+/// output (input 0 is [`method_values`] itself). The paper prints no
+/// equation for a second input, so `analytic_printed` is `None` for it.
+pub fn method_values_of_input(
+    spec: &LayerSpec,
+    input: usize,
+    input_bytes: u64,
+    output_bytes: u64,
+) -> MethodValues {
+    if input == 0 {
+        return method_values(spec, input_bytes, output_bytes);
+    }
+    if spec.input_bytes_of(input) != Some(input_bytes) || spec.output_bytes() != output_bytes {
+        return MethodValues::default();
+    }
+    MethodValues {
+        algorithmic: algorithmic_overlap_of_input(spec, input),
+        analytic: analytic_overlap_of_input(spec, input),
+        analytic_printed: None,
     }
 }
 

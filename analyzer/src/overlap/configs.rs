@@ -6,7 +6,10 @@
 //! non-square spatial shapes, channel counts, window shapes, strides and
 //! dilations per axis (no dilation for pools: TFLM pools have none), `same`
 //! and `valid` padding, depth multipliers, fully connected batch/units/depth
-//! and matmul M/K/N — and the activation, which must not matter. The `i`-th
+//! and matmul M/K/N, transpose conv output shapes across their consistent
+//! range and input depths on both sides of CMSIS-NN's reverse-convolution
+//! threshold (16), concatenation axes and extents, pad amounts per
+//! dimension — and the activation, which must not matter. The `i`-th
 //! configuration of a (seed, op, dtype) stream does not depend on how many
 //! are drawn, so `--configs 10` is a prefix of `--configs 200`.
 
@@ -45,9 +48,13 @@ pub fn estimated_instructions(spec: &LayerSpec) -> u64 {
     let out = p(&spec.output);
     let input = p(&spec.input);
     let filter = p(&spec.filter);
-    let fill = 15 * (input + out + filter) + 5_000;
+    let input2 = spec.input2.map_or(0, |s| p(&s));
+    let fill = 15 * (input + input2 + out + filter) + 5_000;
     let window = spec.filter[1] as u64 * spec.filter[2] as u64;
     let work = match spec.op {
+        Op::TransposeConv => out * 80 + input * window * spec.output[3] as u64 * 45,
+        Op::Concatenation => out * 12,
+        Op::Pad => out * 25,
         Op::Conv2d => out * (60 + 45 * window * spec.input[3] as u64),
         Op::DepthwiseConv2d => out * (60 + 45 * window),
         Op::MaxPool | Op::AveragePool => out * (60 + 30 * window),
@@ -176,8 +183,63 @@ fn draw(rng: &mut Rng, op: Op, dtype: Dtype) -> Result<LayerSpec, SpecError> {
             let (m, k, nn) = (rng.range(1, 16), rng.range(1, 16), rng.range(1, 16));
             LayerSpecBuilder::new(op, dtype, [1, 1, m, k]).filter([1, 1, k, nn])
         }
+        Op::TransposeConv => draw_transpose_conv(rng, dtype, n, padding),
+        Op::Concatenation => {
+            let shape = [n, extent(rng, 16), extent(rng, 16), rng.range(1, 12)];
+            let axis = rng.range(0, 3);
+            let mut in2 = shape;
+            in2[axis as usize] = match axis {
+                0 => rng.range(1, 2),
+                3 => rng.range(1, 12),
+                _ => extent(rng, 16),
+            };
+            LayerSpecBuilder::new(op, dtype, shape).concat(in2, axis)
+        }
+        Op::Pad => {
+            let shape = [n, extent(rng, 16), extent(rng, 16), rng.range(1, 8)];
+            let mut amount = |most: u32, chance: u32| {
+                if rng.chance(chance) {
+                    rng.range(0, most)
+                } else {
+                    0
+                }
+            };
+            let before = [amount(1, 10), amount(3, 80), amount(3, 80), amount(2, 20)];
+            let after = [amount(1, 10), amount(3, 80), amount(3, 80), amount(2, 20)];
+            LayerSpecBuilder::new(op, dtype, shape).paddings(before, after)
+        }
     };
     b.build()
+}
+
+/// A random transpose conv: small spatial input, input depths below and
+/// above CMSIS-NN's reverse-convolution threshold (more than 16 channels
+/// with strides of at most 2 take its other path), and sometimes an
+/// explicit output anywhere in the range that maps back to the input.
+fn draw_transpose_conv(rng: &mut Rng, dtype: Dtype, n: u32, padding: Padding) -> LayerSpecBuilder {
+    let c = if rng.chance(25) {
+        rng.range(17, 24)
+    } else {
+        rng.range(1, 8)
+    };
+    let (h, w) = (extent(rng, 10), extent(rng, 10));
+    let (kh, kw) = (rng.range(1, 4), rng.range(1, 4));
+    let (sh, sw) = (stride(rng), stride(rng));
+    let oc = rng.range(1, 8);
+    let mut b = LayerSpecBuilder::new(Op::TransposeConv, dtype, [n, h, w, c])
+        .filter([oc, kh, kw, c])
+        .stride(sh, sw)
+        .padding(padding);
+    if rng.chance(30) {
+        // Every output size a conv2d of this window maps back to the input.
+        let mut pick = |size: u32, k: u32, s: u32| match padding {
+            Padding::Same => rng.range((size - 1) * s + 1, size * s),
+            Padding::Valid => rng.range((size - 1) * s + k, (size - 1) * s + k + s - 1),
+        };
+        let (oh, ow) = (pick(h, kh, sh), pick(w, kw, sw));
+        b = b.output([n, oh, ow, oc]);
+    }
+    b
 }
 
 /// The random configurations of the (seed, op, dtype) stream, drawn one at
@@ -367,6 +429,30 @@ pub fn short_text(spec: &LayerSpec) -> String {
             }
         }
         Op::FullyConnected | Op::Matmul => t += &format!(" f{}", shape(&spec.filter)),
+        Op::TransposeConv => {
+            t += &format!(
+                " f{} s{}x{} {} o{}x{}",
+                shape(&spec.filter),
+                spec.stride.0,
+                spec.stride.1,
+                match spec.padding {
+                    Padding::Same => "same",
+                    Padding::Valid => "valid",
+                },
+                spec.output[1],
+                spec.output[2]
+            );
+        }
+        Op::Concatenation => {
+            if let (Some(in2), Some(axis)) = (spec.input2, spec.axis) {
+                t += &format!(" + {} axis {axis}", shape(&in2));
+            }
+        }
+        Op::Pad => {
+            if let Some(p) = spec.paddings {
+                t += &format!(" pad {} {}", shape(&p.before), shape(&p.after));
+            }
+        }
         Op::Add | Op::Relu => {}
     }
     t
@@ -477,6 +563,8 @@ mod tests {
             let b = LayerSpecBuilder::new(op, Dtype::F32, [1, 1, 1, 1]);
             match op {
                 Op::Add | Op::Relu => b,
+                Op::Concatenation => b.concat([1, 1, 1, 1], 3),
+                Op::Pad => b.paddings([0; 4], [0; 4]),
                 _ => b.filter([1, 1, 1, 1]),
             }
             .build()

@@ -362,7 +362,7 @@ impl Problem {
             // place against the padded size, which allows the padding too.
             let credit = (safe + buffers[out].size - out_bytes) / alignment * alignment;
             let mut seen = Vec::new();
-            for &in_t in &o.inputs {
+            for &in_t in o.overlap_inputs() {
                 let inp = buffer_of[in_t];
                 if inp == usize::MAX || inp == out || seen.contains(&inp) {
                     continue;

@@ -3,16 +3,22 @@
 //! An [`OverlapSource`] answers "how many bytes may the start of operator
 //! `op`'s input overlap the end of its output" (`None` = unknown, treated as
 //! 0). The O_s of an operator applies to every activation input that dies at
-//! that operator, paired with its first output.
+//! that operator, paired with its first output — except for a
+//! CONCATENATION, whose inputs each have their own O_s: its value is its
+//! first input's, and only that input may overlap the output
+//! ([`crate::model::Op::overlap_inputs`]).
 //!
 //! Built-in sources ([`OverlapMethod`]) use the analytic or algorithmic method
 //! of [`crate::overlap`] on the operator's [`LayerSpec`]
-//! ([`Model::layer_spec`]). Operators the kernel suite does not run follow
+//! ([`Model::layer_spec`]: the kernel suite's operators, two-input
+//! CONCATENATION and PAD with constant paddings included). Operators the
+//! kernel suite does not run follow
 //! one documented policy ([`structural_overlap`]): the flat unary activations
 //! RELU6 / RELU_N1_TO_1 get O_s = OB (the loop of RELU, which is traced);
 //! everything else — SOFTMAX (three passes over each row), RESHAPE / SQUEEZE
 //! (a `memcpy`, safe only fully in place or not at all, so not monotone),
-//! QUANTIZE / DEQUANTIZE (element size changes), CONCATENATION, PAD, MEAN,
+//! QUANTIZE / DEQUANTIZE (element size changes), concatenations of other
+//! than two inputs, MEAN,
 //! SUB, MUL, LOGISTIC, TANH, broadcast ADDs — gets 0 until a trace proves more.
 //! A table of traced values ([`TracedOverlaps`]) only credits what was traced.
 

@@ -9,7 +9,9 @@
 //!   least its bytes, and nothing else is placed;
 //! * the plan's lifetimes and peak are the ones recomputed here;
 //! * no two tensors live at a common step share a byte, except an input of
-//!   an operator that dies at that operator and the operator's first output,
+//!   an operator that dies at that operator (its first input only, for a
+//!   concatenation: [`crate::model::Op::overlap_inputs`]) and the operator's
+//!   first output,
 //!   when the input starts no lower than `output start + output bytes − O_s`
 //!   (the input's start overlaps the output's end by at most O_s, the
 //!   direction DMO computes O_s for).
@@ -114,7 +116,7 @@ fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> 
         if os == 0 {
             continue;
         }
-        for &inp in &o.inputs {
+        for &inp in o.overlap_inputs() {
             let dies_here = life.get(&inp).is_some_and(|&(_, l)| l == step_of[op])
                 && !model.outputs.contains(&inp);
             if dies_here && inp != out {

@@ -685,6 +685,24 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 }
                 ProgramOpKind::Relu
             }
+            OpKind::Pad => {
+                let amounts = pad_amounts(model, op, xt).map_err(|e| fail(oi, e))?;
+                let pi = *op
+                    .inputs
+                    .get(1)
+                    .ok_or_else(|| fail(oi, "no paddings".into()))?;
+                tensors.push(ProgramTensor {
+                    name: names[pi].clone(),
+                    dtype: ProgramDtype::Int32,
+                    dims: vec![4, 2],
+                    zero_point: 0,
+                    data: TensorData::Constant(
+                        amounts.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    ),
+                });
+                weights = Some(tensors.len() as u32 - 1);
+                ProgramOpKind::Pad
+            }
             other => {
                 return Err(fail(oi, format!("{} has no executor kernel", other.name())));
             }
@@ -746,6 +764,58 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         arena_bytes: input.arena_bytes,
         query_scratch: false,
     })
+}
+
+/// A PAD's constant `[rank, 2]` int32 paddings as the executor takes them:
+/// `[before, after]` of N, H, W and C, a lower rank's missing outer
+/// dimensions 0 (as TFLM extends them). The output must be the input grown
+/// by them.
+fn pad_amounts(model: &Model, op: &Op, x: &Tensor) -> Result<[i32; 8], String> {
+    let p = op
+        .inputs
+        .get(1)
+        .map(|&i| &model.tensors[i])
+        .ok_or("no paddings input")?;
+    let rank = x.shape.len();
+    let data = match &p.data {
+        Some(d) if p.dtype == DataType::Int32 && rank <= 4 && d.len() == rank * 8 => d,
+        _ => {
+            return Err(format!(
+                "the paddings `{}` are not a constant int32 [{rank}, 2] tensor",
+                p.name
+            ))
+        }
+    };
+    let word = |i: usize| {
+        i32::from_le_bytes([
+            data[4 * i],
+            data[4 * i + 1],
+            data[4 * i + 2],
+            data[4 * i + 3],
+        ])
+    };
+    let mut amounts = [0i32; 8];
+    for d in 0..rank {
+        amounts[2 * (4 - rank + d)] = word(2 * d);
+        amounts[2 * (4 - rank + d) + 1] = word(2 * d + 1);
+    }
+    let y = op
+        .outputs
+        .first()
+        .map(|&o| &model.tensors[o])
+        .ok_or("no output")?;
+    let grows = y.shape.len() == rank
+        && (0..rank).all(|d| {
+            let (b, a) = (amounts[2 * (4 - rank + d)], amounts[2 * (4 - rank + d) + 1]);
+            b >= 0 && a >= 0 && y.shape[d] as i64 == x.shape[d] as i64 + b as i64 + a as i64
+        });
+    if !grows {
+        return Err(format!(
+            "output {:?} is not input {:?} grown by the paddings {amounts:?}",
+            y.shape, x.shape
+        ));
+    }
+    Ok(amounts)
 }
 
 /// What the executor's TRANSPOSE_CONV runs: int8 (tfmicro 0.1.0 has the
