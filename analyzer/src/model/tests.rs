@@ -576,3 +576,62 @@ fn transpose_conv_operands_that_disagree_are_named() {
     m.tensors[b].shape = vec![15];
     assert!(check(&m).contains("bias"), "{}", check(&m));
 }
+
+/// Concatenation, PAD and TRANSPOSE_CONV are kernel-suite layers: their specs
+/// carry the NHWC axis (a negative axis of a lower rank moved by the
+/// left-padding), PAD's constant paddings, and the transpose conv's given
+/// output; what the suite cannot run has no spec.
+#[test]
+fn concatenation_pad_and_transpose_conv_have_kernel_suite_layers() {
+    let mut g = zoo::GraphBuilder::new("ops", DataType::Int8);
+    let x = g.input("x", &[4, 5, 3]);
+    let y = g.input("y", &[4, 5, 2]);
+    let options = |axis| OpOptions {
+        axis: Some(axis),
+        ..OpOptions::default()
+    };
+    let c = g.op(
+        OpKind::Concatenation,
+        vec![x, y],
+        "c",
+        &[4, 5, 5],
+        options(-1),
+    );
+    let p = g.tensor("d/paddings", &[3, 2], DataType::Int32, true);
+    let d = g.op(
+        OpKind::Pad,
+        vec![c, p],
+        "d",
+        &[5, 8, 5],
+        OpOptions::default(),
+    );
+    let t = g.transpose_conv("t", d, 4, 2, 2);
+    let mut m = g.finish(&[t]);
+    // Paddings before/after of H, W, C.
+    let words: [i32; 6] = [1, 0, 2, 1, 0, 0];
+    m.tensors[p].data = Some(words.iter().flat_map(|v| v.to_le_bytes()).collect());
+    let text = |op: usize| m.layer_spec(op).map(|s| s.to_string());
+    assert_eq!(
+        text(0).unwrap(),
+        "op=concatenation,dtype=int8,input=1x4x5x3,input2=1x4x5x2,axis=3,output=1x4x5x5"
+    );
+    assert_eq!(
+        text(1).unwrap(),
+        "op=pad,dtype=int8,input=1x4x5x5,pad_before=0x1x2x0,pad_after=0x0x1x0,output=1x5x8x5"
+    );
+    assert_eq!(
+        text(2).unwrap(),
+        "op=transpose_conv,dtype=int8,input=1x5x8x5,filter=4x2x2x5,output=1x10x16x4,stride=2x2,padding=valid,pad=0x0"
+    );
+    // Paddings that are not constant, a concatenation of three inputs or
+    // with a fused activation: no suite layer.
+    let mut no_data = m.clone();
+    no_data.tensors[p].data = None;
+    assert!(no_data.layer_spec(1).is_none());
+    let mut three = m.clone();
+    three.ops[0].inputs.push(y);
+    assert!(three.layer_spec(0).is_none());
+    let mut fused = m.clone();
+    fused.ops[0].options.activation = Activation::Relu;
+    assert!(fused.layer_spec(0).is_none());
+}

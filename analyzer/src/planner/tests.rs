@@ -596,3 +596,58 @@ fn print_markdown_rows() {
         }
     }
 }
+
+/// A concatenation's inputs each have their own O_s (docs/overlap.md §6) but
+/// cannot both lie at the output's end: the planners pair the output with
+/// the first input only, and the validator accepts the first input at the
+/// output's end and refuses the second there — though the second's own O_s
+/// (its whole 40 B, for the reference kernel) would allow it.
+#[test]
+fn a_concatenation_overlaps_its_output_with_its_first_input_only() {
+    let mut g = GraphBuilder::new("concat", DataType::Int8);
+    let a = g.input("a", &[1, 4, 5, 3]);
+    let b = g.input("b", &[1, 4, 5, 2]);
+    let c = g.concat_channels("c", &[a, b]);
+    let d = g.op(
+        OpKind::Relu,
+        vec![c],
+        "d",
+        &[1, 4, 5, 5],
+        OpOptions::default(),
+    );
+    let m = g.finish(&[d]);
+    let ov = Overlaps::compute(&m, &OverlapMethod::Algorithmic);
+    let spec = m.layer_spec(0).unwrap();
+    assert_eq!(ov.get(0), 60, "the first input's O_s");
+    assert_eq!(
+        crate::overlap::algorithmic::algorithmic_overlap_of_input(&spec, 1),
+        Some(40)
+    );
+    let problem = Problem::new(&m, &[0, 1], &ov, 1);
+    let pairs: Vec<usize> = problem
+        .pairs
+        .iter()
+        .filter(|p| p.op == 0)
+        .map(|p| problem.buffers[p.input].tensor)
+        .collect();
+    assert_eq!(pairs, vec![a]);
+    let plan = run(&m, PlannerKind::DmoHeap, &ov, &opts()).unwrap();
+    validate::validate(&m, &plan, &ov).unwrap();
+    // By hand: c at 0, everything else far away, then one input at c's end.
+    let idx = |t: usize| plan.tensors.iter().position(|p| p.tensor == t).unwrap();
+    let place = |first: u64, second: u64| {
+        let mut p = plan.clone();
+        for (k, t) in p.tensors.iter_mut().enumerate() {
+            t.offset = 1000 + 200 * k as u64;
+        }
+        p.tensors[idx(c)].offset = 0;
+        p.tensors[idx(a)].offset = first;
+        p.tensors[idx(b)].offset = second;
+        p.peak_bytes = p.tensors.iter().map(|t| t.offset + t.size).max();
+        p
+    };
+    validate::validate(&m, &place(100 - 60, 2000), &ov).unwrap();
+    assert!(validate::validate(&m, &place(100 - 60 - 1, 2000), &ov).is_err());
+    let e = validate::validate(&m, &place(2000, 100 - 40), &ov).unwrap_err();
+    assert!(e.0.contains("`b`") && e.0.contains("`c`"), "{e}");
+}
