@@ -62,6 +62,7 @@ impl GraphBuilder {
             is_variable: false,
             quantization: None,
             data: None,
+            in_storage: false,
         });
         self.model.tensors.len() - 1
     }
