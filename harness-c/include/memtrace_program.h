@@ -34,6 +34,7 @@ enum prg_header {
     PRG_ARENA_OFFSET = 10,
     PRG_ARENA_BYTES = 11,
     PRG_FLAGS = 12, /* enum prg_flag bits; 0 in programs from before the flags */
+    PRG_STORAGE_BYTES = 13, /* bytes of the storage region the program uses */
     PRG_HEADER_WORDS = 16,
 };
 
@@ -54,11 +55,13 @@ enum prg_tensor {
     TEN_NDIMS = 2,
     TEN_DIMS = 3, /* 4 words, outermost first, padded with 1s */
     TEN_ZERO_POINT = 7,
-    TEN_LOCATION = 8, /* 0 arena, 1 constant in the program */
+    TEN_LOCATION = 8, /* enum prg_location */
     TEN_OFFSET = 9,
     TEN_NAME = 10,
     TEN_WORDS = 12,
 };
+
+enum prg_location { TEN_LOC_ARENA = 0, TEN_LOC_CONSTANT = 1, TEN_LOC_STORAGE = 2 };
 
 enum prg_op {
     OPW_KIND = 0,
@@ -105,6 +108,8 @@ enum prg_op {
     OPW_QUANT_ZERO_POINT = 41,
     OPW_SCRATCH = 42,       /* tensor index of the scratch buffer (arena), or -1 */
     OPW_SCRATCH_BYTES = 43, /* written by the executor in query mode */
+    OPW_COPY_FROM = 44,     /* PK_SPILL: byte offset in the input where the copy starts */
+    OPW_AXIS = 45,          /* PK_FETCH_CONCAT, PK_FETCH_CONV2D: concatenation axis (0..3) */
     OPW_WORDS = 48,
 };
 
@@ -122,6 +127,16 @@ enum prg_kind {
     PK_RESHAPE = 10,
     PK_QUANTIZE = 11,
     PK_DEQUANTIZE = 12,
+    /* TinySeg: copy bytes [OPW_COPY_FROM, +output bytes) of the input to the
+     * output (storage: a spill; arena: the part of a split that stays). */
+    PK_SPILL = 20,
+    /* TinySeg: copy a storage tensor into the arena. */
+    PK_FETCH = 21,
+    /* TinySeg: concatenate the two inputs along OPW_AXIS (one in storage). */
+    PK_FETCH_CONCAT = 22,
+    /* TinySeg: CONV_2D over the concatenation of the inputs along OPW_AXIS,
+     * read where they lie (one in storage); OPW_INPUT2 -1 for one input. */
+    PK_FETCH_CONV2D = 23,
 };
 
 #endif /* MEMTRACE_PROGRAM_H */

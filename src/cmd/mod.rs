@@ -5,6 +5,7 @@ pub mod bench;
 pub mod plan;
 pub mod regress;
 pub mod run;
+pub mod spill_args;
 pub mod sweep_args;
 pub mod table;
 pub mod validate;
@@ -12,6 +13,15 @@ pub mod verify;
 pub mod zoo;
 
 use std::path::Path;
+
+/// Report format of `plan` and `verify`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable text.
+    Table,
+    /// JSON.
+    Json,
+}
 
 /// Writes `text` to `out` atomically, or to stdout.
 pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {

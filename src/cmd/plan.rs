@@ -6,15 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+
+use super::Format;
 use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 /// `all` (`None`), or one planner.
 #[derive(Clone, Copy, Debug)]

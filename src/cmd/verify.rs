@@ -6,26 +6,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
+
+use super::Format;
 use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
 use memtrace_driver::verify::{verify, VerifyOptions};
 use memtrace_tracer::Arch;
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
-
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Planner of the verified plan.
+    /// Planner of the verified plan (tinyseg: the transformed model, see --base).
     #[arg(long, value_enum, default_value_t = PlannerKind::DmoHeap)]
     pub planner: PlannerKind,
+    #[command(flatten)]
+    pub spill: super::spill_args::SpillArgs,
     /// O_s source of the plan: traced (from the reference run), algorithmic,
     /// analytic, none.
     #[arg(long, value_enum, default_value_t = OverlapChoice::Traced)]
@@ -85,6 +83,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         plot: args.plot,
         baseline: args.baseline,
         max_instructions: args.max_instructions,
+        spill: args.spill.options(),
     })?;
     match args.format {
         Format::Table => super::emit(&report.to_text())?,

@@ -1008,7 +1008,10 @@ fn out_size(padding: Padding, size: u64, filter: u64, stride: u64, dilation: u64
 /// The axis (made non-negative) and the output dimensions of a
 /// concatenation of `inputs` along `axis` (TFLite's default: the last), or
 /// why the inputs do not concatenate.
-pub(crate) fn concat_dims(inputs: &[&Tensor], axis: Option<i32>) -> Result<(usize, Vec<u64>), String> {
+pub(crate) fn concat_dims(
+    inputs: &[&Tensor],
+    axis: Option<i32>,
+) -> Result<(usize, Vec<u64>), String> {
     let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
     let dims = |t: &Tensor| t.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>();
     let x = inputs.first().ok_or("has no input")?;

@@ -77,7 +77,13 @@ impl Model {
             if a.dtype == b.dtype {
                 Ok(())
             } else {
-                Err(format!("{} is {}, {} is {}", show(a), a.dtype, show(b), b.dtype))
+                Err(format!(
+                    "{} is {}, {} is {}",
+                    show(a),
+                    a.dtype,
+                    show(b),
+                    b.dtype
+                ))
             }
         };
         match op.kind {
@@ -174,7 +180,10 @@ impl Model {
     /// output; and a fetching operator reads at least one of them.
     pub(crate) fn check_storage(&self) -> Result<(), String> {
         let stored = |t: usize| self.tensors[t].in_storage;
-        for (list, what) in [(&self.inputs, "graph input"), (&self.outputs, "graph output")] {
+        for (list, what) in [
+            (&self.inputs, "graph input"),
+            (&self.outputs, "graph output"),
+        ] {
             if let Some(&t) = list.iter().find(|&&t| stored(t)) {
                 return Err(format!(
                     "{what} tensor {t} `{}` is a storage tensor",

@@ -59,7 +59,11 @@ pub fn compress(data: &[u8], element_bytes: usize) -> Compressed {
     let mut representative: &[u8] = &[];
     let (mut best, mut run) = (0usize, 0usize);
     for (i, v) in sorted.iter().enumerate() {
-        run = if i > 0 && sorted[i - 1] == *v { run + 1 } else { 1 };
+        run = if i > 0 && sorted[i - 1] == *v {
+            run + 1
+        } else {
+            1
+        };
         if run > best {
             best = run;
             representative = v;

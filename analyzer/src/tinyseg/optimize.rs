@@ -177,7 +177,13 @@ pub fn victims(model: &Model, plan: &Plan) -> Vec<GraphColdRange> {
         .filter(|r| r.idle_ops() > 0 && !model.outputs.contains(&r.tensor))
         .filter(|r| peaks.iter().any(|&s| r.start < s && s < r.end))
         .collect();
-    out.sort_by_key(|r| (std::cmp::Reverse(r.span()), std::cmp::Reverse(r.bytes), r.tensor));
+    out.sort_by_key(|r| {
+        (
+            std::cmp::Reverse(r.span()),
+            std::cmp::Reverse(r.bytes),
+            r.tensor,
+        )
+    });
     out
 }
 
@@ -247,7 +253,9 @@ fn try_victim(
     let model = &cur.graph.model;
     let t = &model.tensors[r.tensor];
     let needed = opts.target_bytes.map(|m| cur.peak().saturating_sub(m));
-    let tail = needed.filter(|&n| n < t.bytes).and_then(|n| tail_rows(t, n));
+    let tail = needed
+        .filter(|&n| n < t.bytes)
+        .and_then(|n| tail_rows(t, n));
     let Ok((g, edit)) = spill(&cur.graph, r, tail) else {
         return Ok(Vec::new());
     };

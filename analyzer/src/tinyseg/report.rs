@@ -2,7 +2,10 @@
 
 use std::fmt::Write;
 
+use serde::Serialize;
+
 use super::Step;
+use crate::verify::Clobber;
 
 /// Percent change from `from` to `to` (negative: lower).
 pub fn change_percent(from: u64, to: u64) -> f64 {
@@ -44,4 +47,68 @@ pub fn steps_table(steps: &[Step]) -> String {
         );
     }
     out
+}
+
+/// What `memtrace verify --planner tinyseg` reports besides the runs: the
+/// steps, the bytes moved (raw and compressed, measured on the run's
+/// storage), the storage check and what spilling cost in instructions.
+#[derive(Clone, Debug, Serialize)]
+pub struct SpillReport {
+    /// The base planner.
+    pub base: String,
+    /// The target peak, if one was given.
+    pub target_bytes: Option<u64>,
+    /// Every accepted step, with its compressed bytes.
+    pub steps: Vec<Step>,
+    /// Bytes sent to storage; each is fetched back once, so twice this
+    /// crosses the storage interface.
+    pub spilled_bytes: u64,
+    /// The same tensors in TinySeg's compressed form (representative +
+    /// bitmap + other values), from the bytes the run left in storage.
+    pub compressed_bytes: u64,
+    /// Size of the storage region the program used.
+    pub storage_bytes: u64,
+    /// Reads of storage bytes that did not hold the tensor being fetched
+    /// (a shadow map over the storage region).
+    pub storage_clobbers: Vec<Clobber>,
+    /// Instructions of the plan run minus the reference run.
+    pub extra_instructions: i64,
+    /// Instructions inside the storage operators' windows (spill, fetch,
+    /// fetch_concat, fetch_conv2d).
+    pub storage_op_instructions: u64,
+    /// Wall-clock seconds TinySeg took to plan (transformations included).
+    pub planning_seconds: f64,
+}
+
+impl SpillReport {
+    /// The steps and the cost lines, as text.
+    pub fn to_text(&self) -> String {
+        let mut s = format!(
+            "tinyseg on {}{}\n",
+            self.base,
+            self.target_bytes
+                .map(|t| format!(", target {t} B"))
+                .unwrap_or_default()
+        );
+        s.push_str(&steps_table(&self.steps));
+        let _ = writeln!(
+            s,
+            "storage {} B spilled and fetched back ({} B compressed, {:.1} %); region {} B; {} storage clobbers",
+            self.spilled_bytes,
+            self.compressed_bytes,
+            if self.spilled_bytes > 0 {
+                100.0 * self.compressed_bytes as f64 / self.spilled_bytes as f64
+            } else {
+                0.0
+            },
+            self.storage_bytes,
+            self.storage_clobbers.len()
+        );
+        let _ = writeln!(
+            s,
+            "cost    {:+} instructions against the reference run; {} inside storage operators; planned in {:.3} s",
+            self.extra_instructions, self.storage_op_instructions, self.planning_seconds
+        );
+        s
+    }
 }

@@ -15,7 +15,7 @@ use memtrace_abi::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
 };
 
-use crate::model::{Activation, DataType, Model, OpKind, Quantization, Tensor};
+use crate::model::{Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
 
 use crate::rng::Rng;
 
@@ -187,6 +187,48 @@ fn per_tensor(scale: f64, zp: i32) -> Option<Quantization> {
     })
 }
 
+/// (input, filter, bias) of a convolution or fully connected operator; for
+/// a `FETCH_CONV_2D` the input is its first concatenated activation.
+fn conv_operands(model: &Model, op: &Op) -> Option<(usize, usize, Option<usize>)> {
+    if op.kind == OpKind::FetchConv2d {
+        let parts = model.fetch_conv_parts(op).ok()?;
+        return Some((parts.activations[0], parts.filter, parts.bias));
+    }
+    Some((
+        *op.inputs.first()?,
+        *op.inputs.get(1)?,
+        op.inputs.get(2).copied(),
+    ))
+}
+
+/// `axis` of a rank-`rank` shape as an axis of its 4-D NHWC view (the
+/// shape left-padded with 1s).
+fn axis4(axis: usize, rank: usize) -> i32 {
+    (axis + 4 - rank.min(4)) as i32
+}
+
+/// Alignment of storage tensors in the storage region.
+pub const STORAGE_ALIGN: u64 = 16;
+
+/// Where each storage tensor ([`Tensor::in_storage`]) lies in the storage
+/// region — every one in its own slot, [`STORAGE_ALIGN`]-aligned, in tensor
+/// order — and the bytes the region needs.
+pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
+    let mut end = 0u64;
+    let offsets = model
+        .tensors
+        .iter()
+        .map(|t| {
+            t.in_storage.then(|| {
+                let at = end;
+                end = (end + t.bytes).div_ceil(STORAGE_ALIGN) * STORAGE_ALIGN;
+                at
+            })
+        })
+        .collect();
+    (offsets, end)
+}
+
 /// Fills in what a zoo model lacks, deterministically from `seed`: the data
 /// of every constant (weights, biases, reshape shapes) and, for int8/uint8
 /// models, the quantisation of activations, weights and biases (see the
@@ -208,9 +250,12 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
     }
     for op in &model.ops {
         match op.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => {
-                let (Some(&x), Some(&wi), Some(&y)) =
-                    (op.inputs.first(), op.inputs.get(1), op.outputs.first())
+            OpKind::Conv2d
+            | OpKind::DepthwiseConv2d
+            | OpKind::FullyConnected
+            | OpKind::FetchConv2d => {
+                let (Some((x, wi, bias)), Some(&y)) =
+                    (conv_operands(model, op), op.outputs.first())
                 else {
                     continue;
                 };
@@ -252,7 +297,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
                     .as_ref()
                     .map(|q| q.scale.clone())
                     .unwrap_or_default();
-                if let Some(&bi) = op.inputs.get(2) {
+                if let Some(bi) = bias {
                     let b = &mut m.tensors[bi];
                     if b.data.is_none() {
                         b.data = Some(synth_bias(&mut rng, b));
@@ -344,6 +389,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let names = tensor_names(model);
     let producers = model.producers();
     let mut rng = stream(input.seed);
+    let (storage, storage_bytes) = storage_layout(model);
     let fail = |op: usize, reason: String| LowerError {
         op,
         kind: model.ops[op].kind.name().to_string(),
@@ -362,10 +408,14 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             let m = &model.tensors[t];
             let d = dtype(m.dtype)
                 .ok_or_else(|| fail(op, format!("tensor `{}` has type {}", m.name, m.dtype)))?;
-            let offset =
-                input.offsets.get(t).copied().flatten().ok_or_else(|| {
-                    fail(op, format!("tensor `{}` has no place in the plan", m.name))
-                })?;
+            let data = match storage[t] {
+                Some(offset) => TensorData::Storage { offset },
+                None => TensorData::Arena {
+                    offset: input.offsets.get(t).copied().flatten().ok_or_else(|| {
+                        fail(op, format!("tensor `{}` has no place in the plan", m.name))
+                    })?,
+                },
+            };
             let (_, zp) = act_q(m, is_softmax_out(t));
             tensors.push(ProgramTensor {
                 name: names[t].clone(),
@@ -376,7 +426,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     m.shape.clone()
                 },
                 zero_point: zp,
-                data: TensorData::Arena { offset },
+                data,
             });
             map[t] = Some(tensors.len() as u32 - 1);
             Ok(tensors.len() as u32 - 1)
@@ -420,11 +470,23 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         let mut inputs = vec![xi];
         let mut per_channel = Vec::new();
         let kind = match op.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => {
-                let wi = *op
-                    .inputs
-                    .get(1)
-                    .ok_or_else(|| fail(oi, "no weights".into()))?;
+            OpKind::Conv2d
+            | OpKind::DepthwiseConv2d
+            | OpKind::FullyConnected
+            | OpKind::FetchConv2d => {
+                let (_, wi, bias_index) =
+                    conv_operands(model, op).ok_or_else(|| fail(oi, "no weights".into()))?;
+                // FETCH_CONV_2D: the second activation it concatenates, the
+                // axis and the shape of the concatenation it convolves.
+                let mut conv_input_shape = xt.shape.clone();
+                if op.kind == OpKind::FetchConv2d {
+                    let parts = model.fetch_conv_parts(op).map_err(|e| fail(oi, e))?;
+                    if let Some(&second) = parts.activations.get(1) {
+                        inputs.push(arena_tensor(second, oi, &mut tensors)?);
+                    }
+                    p.axis = axis4(parts.axis, parts.input_shape.len());
+                    conv_input_shape = parts.input_shape;
+                }
                 let wt = &model.tensors[wi];
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
                 let k = (wt.elements() as usize / out_c.max(1)).max(1);
@@ -466,7 +528,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     data: TensorData::Constant(wdata),
                 });
                 weights = Some(tensors.len() as u32 - 1);
-                if let Some(&bi) = op.inputs.get(2) {
+                if let Some(bi) = bias_index {
                     let bt = &model.tensors[bi];
                     let bd = dtype(bt.dtype)
                         .ok_or_else(|| fail(oi, format!("bias type {}", bt.dtype)))?;
@@ -500,7 +562,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 }
                 if op.kind != OpKind::FullyConnected {
                     let (i4, f4, o4) = (
-                        crate::model::shape4(&xt.shape),
+                        crate::model::shape4(&conv_input_shape),
                         crate::model::shape4(&wt.shape),
                         crate::model::shape4(&yt.shape),
                     );
@@ -529,9 +591,40 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 }
                 match op.kind {
                     OpKind::Conv2d => ProgramOpKind::Conv2d,
+                    OpKind::FetchConv2d => ProgramOpKind::FetchConv2d,
                     OpKind::DepthwiseConv2d => ProgramOpKind::DepthwiseConv2d,
                     _ => ProgramOpKind::FullyConnected,
                 }
+            }
+            OpKind::Spill | OpKind::SpillKeep => {
+                if yt.bytes > xt.bytes || yt.dtype != xt.dtype {
+                    return Err(fail(oi, "the output is not a part of the input".into()));
+                }
+                // SPILL sends the tail; SPILL_KEEP keeps the head.
+                if op.kind == OpKind::Spill {
+                    p.copy_from = (xt.bytes - yt.bytes) as i32;
+                }
+                ProgramOpKind::Spill
+            }
+            OpKind::Fetch => {
+                if yt.bytes != xt.bytes {
+                    return Err(fail(oi, "input and output sizes differ".into()));
+                }
+                ProgramOpKind::Fetch
+            }
+            OpKind::FetchConcat => {
+                let [_, second] = op.inputs[..] else {
+                    return Err(fail(oi, "concatenates other than two inputs".into()));
+                };
+                inputs.push(arena_tensor(second, oi, &mut tensors)?);
+                let rank = yt.shape.len();
+                let axis = op.options.axis.unwrap_or(-1);
+                let axis = if axis < 0 { axis + rank as i32 } else { axis };
+                if !(0..rank as i32).contains(&axis) {
+                    return Err(fail(oi, format!("axis {axis} of a rank-{rank} output")));
+                }
+                p.axis = axis4(axis as usize, rank);
+                ProgramOpKind::FetchConcat
             }
             OpKind::MaxPool2d | OpKind::AveragePool2d => {
                 let (Some(i4), Some(o4)) = (
@@ -687,6 +780,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         inputs: graph_inputs,
         outputs,
         arena_bytes: input.arena_bytes,
+        storage_bytes,
         query_scratch: false,
     })
 }

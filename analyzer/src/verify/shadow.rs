@@ -70,6 +70,10 @@ pub struct LayerOverlap {
     /// The layer loaded bytes of its own output buffer (an accumulating
     /// kernel, e.g. CMSIS-NN's max pool comparing into its output).
     pub reads_output: bool,
+    /// The executor kernel that ran (the layer's `op`).
+    pub op: String,
+    /// Guest instructions retired inside the layer's window.
+    pub instructions: u64,
 }
 
 /// Executor kernels that are the identity on bytes and skip their copy when
@@ -323,7 +327,7 @@ impl Analysis for ShadowMap {
         self.cur = Some(cur);
     }
 
-    fn layer_end(&mut self, _instructions: u64) {
+    fn layer_end(&mut self, instructions: u64) {
         if let Some(cur) = self.cur.take() {
             if ALIASING_KERNELS.contains(&cur.op.as_str()) {
                 self.alias_output(&cur);
@@ -334,6 +338,8 @@ impl Analysis for ShadowMap {
                 output_bytes: cur.output_bytes,
                 overlap: cur.acc.map(|a| a.result()),
                 reads_output: cur.reads_output,
+                op: cur.op,
+                instructions,
             });
         }
     }
