@@ -92,9 +92,18 @@ c_constants! {
         OPW_QUANT_ZERO_POINT = 41,
         OPW_SCRATCH = 42,
         OPW_SCRATCH_BYTES = 43,
-        OPW_COPY_FROM = 44,
-        OPW_AXIS = 45,
+        OPW_AXIS = 44,
+        OPW_INPUTS = 45,
+        OPW_ACCUMULATOR_BYTES = 46,
+        OPW_COPY_FROM = 47,
         OPW_WORDS = 48,
+    }
+}
+
+c_constants! {
+    /// Limits of the program format (`#define`s of the header).
+    PROGRAM_LIMITS: usize {
+        MEMTRACE_PROGRAM_MAX_INPUTS = 10,
     }
 }
 
@@ -124,6 +133,8 @@ c_constants! {
         PK_RESHAPE = ProgramOpKind::Reshape as i32,
         PK_QUANTIZE = ProgramOpKind::Quantize as i32,
         PK_DEQUANTIZE = ProgramOpKind::Dequantize as i32,
+        PK_TRANSPOSE_CONV = ProgramOpKind::TransposeConv as i32,
+        PK_CONCATENATION = ProgramOpKind::Concatenation as i32,
         PK_SPILL = ProgramOpKind::Spill as i32,
         PK_FETCH = ProgramOpKind::Fetch as i32,
         PK_FETCH_CONCAT = ProgramOpKind::FetchConcat as i32,
@@ -191,6 +202,12 @@ pub enum ProgramOpKind {
     Quantize = 11,
     /// Quantised to float conversion (`PK_DEQUANTIZE`).
     Dequantize = 12,
+    /// Transpose convolution (`PK_TRANSPOSE_CONV`); int8 needs an
+    /// accumulator scratch tensor.
+    TransposeConv = 13,
+    /// Concatenation of 2 to [`MEMTRACE_PROGRAM_MAX_INPUTS`] inputs along
+    /// `OpParams::axis` (`PK_CONCATENATION`).
+    Concatenation = 14,
     /// TinySeg: copies a byte range of the input to the output (`PK_SPILL`).
     Spill = 20,
     /// TinySeg: copies a storage tensor into the arena (`PK_FETCH`).
@@ -217,6 +234,8 @@ impl ProgramOpKind {
             ProgramOpKind::Reshape => "reshape",
             ProgramOpKind::Quantize => "quantize",
             ProgramOpKind::Dequantize => "dequantize",
+            ProgramOpKind::TransposeConv => "transpose_conv",
+            ProgramOpKind::Concatenation => "concatenation",
             ProgramOpKind::Spill => "spill",
             ProgramOpKind::Fetch => "fetch",
             ProgramOpKind::FetchConcat => "fetch_concat",
@@ -330,11 +349,13 @@ pub struct OpParams {
     pub quant_scale: f32,
     /// QUANTIZE (output's) / DEQUANTIZE (input's) zero point.
     pub quant_zero_point: i32,
+    /// Concatenation: the axis (non-negative, in the tensors' own rank).
+    pub axis: i32,
+    /// Bytes per element of an accumulator scratch buffer (int8 transpose
+    /// conv): 0 for the kernel's own (int32), 2 for TinySeg's int16 variant.
+    pub accumulator_bytes: i32,
     /// SPILL: byte offset in the input where the copied range starts.
     pub copy_from: i32,
-    /// FETCH_CONCAT / FETCH_CONV2D: the concatenation axis (0..=3, of the
-    /// 4-D NHWC view).
-    pub axis: i32,
 }
 
 /// One operator record of the program.
@@ -348,7 +369,8 @@ pub struct ProgramOp {
     pub name: String,
     /// `key=value,...` text of the layer window (may be empty).
     pub params_text: String,
-    /// Activation inputs (1, or 2 for add), tensor indices.
+    /// Activation inputs (1; 2 for add; 2 to [`MEMTRACE_PROGRAM_MAX_INPUTS`]
+    /// for concatenation), tensor indices.
     pub inputs: Vec<u32>,
     /// Weights tensor index, if the operator has one.
     pub weights: Option<u32>,
@@ -497,7 +519,7 @@ impl Program {
             if let Some(bad) = all.clone().find(|&&t| t >= nt) {
                 return err(format!("operator `{}` uses tensor {bad} of {nt}", op.name));
             }
-            if op.inputs.is_empty() || op.inputs.len() > 2 {
+            if op.inputs.is_empty() || op.inputs.len() > MEMTRACE_PROGRAM_MAX_INPUTS {
                 return err(format!(
                     "operator `{}` has {} inputs",
                     op.name,
@@ -558,6 +580,16 @@ impl Program {
                     .collect();
                 (blob.data(&m) as i32, blob.data(&s) as i32)
             };
+            // More than two inputs: all of them, as [count, index...].
+            let input_list = if op.inputs.len() > 2 {
+                let list: Vec<u8> = std::iter::once(op.inputs.len() as i32)
+                    .chain(op.inputs.iter().map(|&t| t as i32))
+                    .flat_map(i32::to_le_bytes)
+                    .collect();
+                blob.data(&list) as i32
+            } else {
+                -1
+            };
             let p = &op.params;
             let mut w = [0i32; OPW_WORDS];
             w[OPW_KIND] = op.kind as i32;
@@ -603,8 +635,10 @@ impl Program {
             w[OPW_QUANT_SCALE] = p.quant_scale.to_bits() as i32;
             w[OPW_QUANT_ZERO_POINT] = p.quant_zero_point;
             w[OPW_SCRATCH] = opt(op.scratch);
-            w[OPW_COPY_FROM] = p.copy_from;
             w[OPW_AXIS] = p.axis;
+            w[OPW_INPUTS] = input_list;
+            w[OPW_ACCUMULATOR_BYTES] = p.accumulator_bytes;
+            w[OPW_COPY_FROM] = p.copy_from;
             op_words.extend(w);
         }
         let mut input_words = Vec::new();

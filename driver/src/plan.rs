@@ -79,6 +79,7 @@ pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
     let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
+    let file_tensors = model.tensors.len();
     let model = library_model(model, req.kernels)?;
     let overlaps = overlaps(&model, req)?;
     let opts = PlanOptions {
@@ -93,17 +94,19 @@ pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
         plot_comparison(&model, &comparison, path)?;
     }
     let emitted = match &req.emit_offline {
-        Some(dest) => Some(emit(&req.model, &model, &comparison, dest)?),
+        Some(dest) => Some(emit(&req.model, &model, file_tensors, &comparison, dest)?),
         None => None,
     };
     Ok((comparison, emitted))
 }
 
-/// `model` with the scratch tensors `kernels` needs (asked of its Cortex-M4
-/// executor); TFLM's reference kernels need none.
+/// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4
+/// executor, or for TFLM's reference kernels computed the way their
+/// `Prepare` requests them ([`Model::with_reference_scratch`]; the
+/// reference executor's query gives the same bytes, tests/verify_tiny_unet.rs).
 fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
     if kernels == Kernels::Tflm {
-        return Ok(model);
+        return Ok(model.with_reference_scratch());
     }
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--kernels tflm")?;
     with_library_scratch(&ElfImage::load(&exe)?, &model, 1)
@@ -154,11 +157,22 @@ pub fn traced(model: &Model, suite: &Path) -> Result<TracedOverlaps> {
     })
 }
 
-fn emit(source: &str, model: &Model, comparison: &Comparison, dest: &Path) -> Result<String> {
+/// Writes the best plan's offsets of the file's own `file_tensors` tensors;
+/// the scratch tensors added after them are TFLM's to place (it plans
+/// scratch buffers online around the offline ones).
+fn emit(
+    source: &str,
+    model: &Model,
+    file_tensors: usize,
+    comparison: &Comparison,
+    dest: &Path,
+) -> Result<String> {
     let plan = comparison
         .best_plan()
         .ok_or_else(|| failed!("no plan to emit"))?;
-    let report = tflite::write_offline(Path::new(source), &plan.offline_offsets(model), dest)?;
+    let mut offsets = plan.offline_offsets(model);
+    offsets.truncate(file_tensors);
+    let report = tflite::write_offline(Path::new(source), &offsets, dest)?;
     Ok(format!(
         "wrote {} ({} planner, {} B arena) with OfflineMemoryAllocation in buffer {}",
         dest.display(),

@@ -37,6 +37,8 @@ struct Op {
     int32_t kind, dtype;
     Tensor in, in2, out, weights, bias, scratch;
     bool has_in2, has_weights, has_bias, has_scratch;
+    // All activation inputs (in, in2, then the rest of OPW_INPUTS's list).
+    int32_t n_inputs;
     // Passed to the kernel as its scratch buffer: the scratch tensor's data
     // when the library needs scratch memory for this operator, else null (as
     // TFLM passes null when the buffer size is 0).
@@ -50,6 +52,9 @@ struct Op {
 };
 
 uint32_t elem_size(int32_t dtype);
+
+// Activation input `k` (0 <= k < op.n_inputs) of the operator.
+Tensor input_tensor(const Op &op, int32_t k);
 
 int32_t flat(const Tensor &t);
 
@@ -67,6 +72,10 @@ void *persistent_alloc(uint32_t bytes);
 // Runs the operator's TFLM reference kernel; kOk or kUnsupported.
 int reference_run(const Op &op);
 
+// Bytes of arena scratch the TFLM reference kernel requests for the operator
+// in its Prepare (RequestScratchBufferInArena): the int8 TRANSPOSE_CONV's
+// accumulator, one element per output element; 0 for every other operator.
+int32_t reference_scratch_bytes(const Op &op);
 // ---- kernels_spill.cc: TinySeg's storage operators ------------------------
 // Whether `kind` is one of PK_SPILL, PK_FETCH, PK_FETCH_CONCAT, PK_FETCH_CONV2D.
 bool is_storage_op(int32_t kind);

@@ -11,6 +11,7 @@
 #include "memtrace_program.h"
 #include "tensorflow/lite/kernels/internal/common.h"
 #include "tensorflow/lite/kernels/internal/reference/add.h"
+#include "tensorflow/lite/kernels/internal/reference/concatenation.h"
 #include "tensorflow/lite/kernels/internal/reference/conv.h"
 #include "tensorflow/lite/kernels/internal/reference/depthwiseconv_float.h"
 #include "tensorflow/lite/kernels/internal/reference/depthwiseconv_uint8.h"
@@ -21,6 +22,7 @@
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/depthwise_conv.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/fully_connected.h"
 #include "tensorflow/lite/kernels/internal/reference/integer_ops/pooling.h"
+#include "tensorflow/lite/kernels/internal/reference/integer_ops/transpose_conv.h"
 #include "tensorflow/lite/kernels/internal/reference/pooling.h"
 #include "tensorflow/lite/kernels/internal/reference/quantize.h"
 #include "tensorflow/lite/kernels/internal/reference/softmax.h"
@@ -391,7 +393,124 @@ EXEC_KERNEL int relu(const Op &op) {
     return kUnsupported;
 }
 
+// TRANSPOSE_CONV, int8 per-channel: TFLM's reference kernel with its int32
+// accumulator in the arena scratch tensor. tfmicro 0.1.0 has the float
+// kernel only in reference_ops.h, which needs Eigen and does not build
+// freestanding, so float transpose convolutions are not run (the host says
+// so before it builds a program). The int8 kernel clamps to the int8 range
+// only, as current TFLM's Prepare does (it computes the range for
+// kTfLiteActNone).
+EXEC_KERNEL int transpose_conv(const Op &op) {
+    if (op.dtype != PDT_INT8 || !op.scratch_buf) return kUnsupported;
+    const tflite::ConvParams p = window_params<tflite::ConvParams>(op);
+    tflite::reference_integer_ops::TransposeConv(
+        p, channel_array(op, OPW_CHANNEL_MULTIPLIERS), channel_array(op, OPW_CHANNEL_SHIFTS),
+        shape4(op.in), static_cast<const int8_t *>(op.in.data), shape4(op.weights),
+        static_cast<const int8_t *>(op.weights.data), shape1(op.out.dims[3]),
+        op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, shape4(op.out),
+        static_cast<int8_t *>(op.out.data), RuntimeShape(), nullptr,
+        static_cast<int32_t *>(op.scratch_buf));
+    return kOk;
+}
+
+// TinySeg's "temporary tensor quantisation": the same scatter loop nest as
+// TFLM's int8 reference kernel (so its trace is comparable), with the
+// accumulator scratch narrowed to int16. Partial sums wrap modulo 2^16
+// (two's complement), so an output equals the int32 kernel's exactly when its
+// final sum (before the bias) fits in int16; otherwise it is wrong.
+EXEC_KERNEL int transpose_conv_int16_acc(const Op &op) {
+    if (op.dtype != PDT_INT8 || !op.scratch_buf) return kUnsupported;
+    const RuntimeShape in_s = shape4(op.in), f_s = shape4(op.weights), out_s = shape4(op.out);
+    const int8_t *in = static_cast<const int8_t *>(op.in.data);
+    const int8_t *filter = static_cast<const int8_t *>(op.weights.data);
+    const int32_t *bias = op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr;
+    const int32_t *mult = channel_array(op, OPW_CHANNEL_MULTIPLIERS);
+    const int32_t *shift = channel_array(op, OPW_CHANNEL_SHIFTS);
+    int16_t *acc = static_cast<int16_t *>(op.scratch_buf);
+    int8_t *out = static_cast<int8_t *>(op.out.data);
+    const int32_t batches = in_s.Dims(0), in_h = in_s.Dims(1), in_w = in_s.Dims(2);
+    const int32_t in_c = in_s.Dims(3), f_h = f_s.Dims(1), f_w = f_s.Dims(2);
+    const int32_t out_h = out_s.Dims(1), out_w = out_s.Dims(2), out_c = out_s.Dims(3);
+    const int32_t stride_h = op.w[OPW_STRIDE_H], stride_w = op.w[OPW_STRIDE_W];
+    const int32_t input_offset = op.w[OPW_INPUT_OFFSET];
+    memset(acc, 0, static_cast<size_t>(out_s.FlatSize()) * sizeof(int16_t));
+    for (int32_t b = 0; b < batches; ++b) {
+        for (int32_t iy = 0; iy < in_h; ++iy) {
+            for (int32_t ix = 0; ix < in_w; ++ix) {
+                for (int32_t ic = 0; ic < in_c; ++ic) {
+                    const int32_t oy0 = iy * stride_h - op.w[OPW_PAD_H];
+                    const int32_t ox0 = ix * stride_w - op.w[OPW_PAD_W];
+                    for (int32_t fy = 0; fy < f_h; ++fy) {
+                        for (int32_t fx = 0; fx < f_w; ++fx) {
+                            for (int32_t oc = 0; oc < out_c; ++oc) {
+                                const int32_t oy = oy0 + fy, ox = ox0 + fx;
+                                if (oy < 0 || oy >= out_h || ox < 0 || ox >= out_w) continue;
+                                const int32_t x = in[tflite::Offset(in_s, b, iy, ix, ic)] + input_offset;
+                                const int32_t w = filter[tflite::Offset(f_s, oc, fy, fx, ic)];
+                                int16_t &a = acc[tflite::Offset(out_s, b, oy, ox, oc)];
+                                // Unsigned arithmetic: the defined wrap-around.
+                                a = static_cast<int16_t>(static_cast<uint16_t>(a) +
+                                                         static_cast<uint16_t>(x * w));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    const int32_t n = out_s.FlatSize();
+    for (int32_t i = 0; i < n; ++i) {
+        const int32_t oc = i % out_c;
+        int32_t v = acc[i] + (bias ? bias[oc] : 0);
+        v = tflite::MultiplyByQuantizedMultiplier(v, mult[oc], shift[oc]) + op.w[OPW_OUTPUT_OFFSET];
+        v = v < -128 ? -128 : v > 127 ? 127 : v;
+        out[i] = static_cast<int8_t>(v);
+    }
+    return kOk;
+}
+
+// CONCATENATION: TFLM's reference kernel (a copy per input and outer index;
+// int8 ignores the tensors' scales as TFLM does, so the host only builds it
+// when they agree).
+template <typename T>
+int concatenate(const Op &op) {
+    RuntimeShape shapes[MEMTRACE_PROGRAM_MAX_INPUTS];
+    const RuntimeShape *shape_ptrs[MEMTRACE_PROGRAM_MAX_INPUTS];
+    const T *data[MEMTRACE_PROGRAM_MAX_INPUTS];
+    for (int32_t k = 0; k < op.n_inputs; ++k) {
+        const Tensor t = input_tensor(op, k);
+        shapes[k].ReplaceWith(t.ndims, t.dims);
+        shape_ptrs[k] = &shapes[k];
+        data[k] = static_cast<const T *>(t.data);
+    }
+    tflite::ConcatenationParams p = {};
+    p.axis = op.w[OPW_AXIS];
+    p.inputs_count = op.n_inputs;
+    tflite::reference_ops::Concatenation(p, shape_ptrs, data, shape(op.out),
+                                         static_cast<T *>(op.out.data));
+    return kOk;
+}
+
+EXEC_KERNEL int concatenation(const Op &op) {
+    if (op.n_inputs < 1 || op.n_inputs > static_cast<int32_t>(MEMTRACE_PROGRAM_MAX_INPUTS) ||
+        op.w[OPW_AXIS] < 0 || op.w[OPW_AXIS] >= op.out.ndims) {
+        return kUnsupported;
+    }
+    switch (op.dtype) {
+        case PDT_F32: return concatenate<float>(op);
+        case PDT_INT8: return concatenate<int8_t>(op);
+        case PDT_UINT8: return concatenate<uint8_t>(op);
+        default: return kUnsupported;
+    }
+}
+
 }  // namespace
+
+int32_t reference_scratch_bytes(const Op &op) {
+    if (op.kind != PK_TRANSPOSE_CONV || op.dtype != PDT_INT8) return 0;
+    const int32_t acc = op.w[OPW_ACCUMULATOR_BYTES] == 2 ? 2 : 4;
+    return flat(op.out) * acc;
+}
 
 int reference_run(const Op &op) {
     switch (op.kind) {
@@ -406,6 +525,9 @@ int reference_run(const Op &op) {
         case PK_RESHAPE: return reshape(op);
         case PK_QUANTIZE: return quantize(op);
         case PK_DEQUANTIZE: return dequantize(op);
+        case PK_TRANSPOSE_CONV:
+            return op.w[OPW_ACCUMULATOR_BYTES] == 2 ? transpose_conv_int16_acc(op) : transpose_conv(op);
+        case PK_CONCATENATION: return concatenation(op);
         default: return kUnsupported;
     }
 }

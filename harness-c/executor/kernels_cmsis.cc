@@ -1,10 +1,13 @@
 // kernels_cmsis.cc — the kernel library of executor-cmsis.elf: int8
 // CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, MAX_POOL_2D, AVERAGE_POOL_2D,
-// ADD and SOFTMAX through Arm CMSIS-NN, called the way TensorFlow Lite
-// Micro's CMSIS-NN kernels (tensorflow/lite/micro/kernels/cmsis_nn/*.cc) call
-// it; every other operator and type (float, uint8, RELU, RESHAPE, QUANTIZE,
-// DEQUANTIZE, an int8 ADD that would broadcast) runs the same TFLM reference
-// kernel as executor.elf (kernels.cc).
+// ADD, SOFTMAX, TRANSPOSE_CONV and CONCATENATION through Arm CMSIS-NN, called
+// the way TensorFlow Lite Micro's CMSIS-NN kernels
+// (tensorflow/lite/micro/kernels/cmsis_nn/*.cc) call it (CONCATENATION,
+// which TFLM runs with its reference kernel there, through the library's
+// arm_concatenation_s8_{x,y,z,w}); every other operator and type (float,
+// uint8, RELU, RESHAPE, QUANTIZE, DEQUANTIZE, an int8 ADD that would
+// broadcast, a transpose conv with TinySeg's int16 accumulator) runs the
+// same TFLM reference kernel as executor.elf (kernels.cc).
 //
 // The scratch buffer sizes come from the library's plain *_get_buffer_size
 // functions, which follow the compiler flags exactly as the kernels do
@@ -30,6 +33,8 @@ enum class Path {
     kAveragePool,   // arm_avgpool_s8
     kAdd,           // arm_elementwise_add_s8
     kSoftmax,       // arm_softmax_s8
+    kTransposeConv,   // arm_transpose_conv_wrapper_s8
+    kConcatenation,   // arm_concatenation_s8_{x,y,z,w}
     kUnsupported,   // int8, but outside what the library kernel accepts
 };
 
@@ -88,6 +93,22 @@ FcShape fc_shape(const Op &op) {
     return s;
 }
 
+// Every activation input fits the uint16 extents of the concatenation
+// functions and is int8.
+bool concatenation_fits(const Op &op) {
+    for (int32_t k = 0; k < op.n_inputs; ++k) {
+        const Tensor t = input_tensor(op, k);
+        if (t.dtype != PDT_INT8 || t.ndims > 4) return false;
+        for (int32_t i = 0; i < t.ndims; ++i) {
+            if (t.dims[i] > 0xFFFF) return false;
+        }
+    }
+    for (int32_t i = 0; i < op.out.ndims; ++i) {
+        if (op.out.dims[i] > 0xFFFF) return false;
+    }
+    return op.out.ndims <= 4 && op.w[OPW_AXIS] >= 0 && op.w[OPW_AXIS] < op.out.ndims;
+}
+
 bool int8_tensors(const Op &op) {
     return op.dtype == PDT_INT8 && op.in.dtype == PDT_INT8 && op.out.dtype == PDT_INT8 &&
            (!op.has_in2 || op.in2.dtype == PDT_INT8) &&
@@ -130,6 +151,15 @@ Path path(const Op &op) {
             }
             return Path::kAdd;
         case PK_SOFTMAX: return Path::kSoftmax;
+        case PK_TRANSPOSE_CONV:
+            // The library has no int16-accumulator variant (TinySeg's).
+            if (op.w[OPW_ACCUMULATOR_BYTES] == 2) return Path::kReference;
+            if (!op.has_weights || !per_channel || op.w[OPW_WEIGHTS_OFFSET] != 0) {
+                return Path::kUnsupported;
+            }
+            return Path::kTransposeConv;
+        case PK_CONCATENATION:
+            return concatenation_fits(op) ? Path::kConcatenation : Path::kReference;
         default: return Path::kReference;
     }
 }
@@ -306,6 +336,104 @@ EXEC_KERNEL arm_cmsis_nn_status add_int8(const Op &op) {
         flat(op.out));
 }
 
+// ---- transpose_conv -----------------------------------------------------
+// TFLM requests two scratch buffers (the accumulator rows, and the reversed
+// filter when the wrapper turns the operator into a convolution); the
+// program has one scratch tensor per operator, so both live in it, the
+// second at the first's size rounded up to 16 bytes.
+
+cmsis_nn_transpose_conv_params transpose_conv_params(const Op &op) {
+    cmsis_nn_transpose_conv_params p;
+    p.input_offset = op.w[OPW_INPUT_OFFSET];
+    p.output_offset = op.w[OPW_OUTPUT_OFFSET];
+    p.stride = tile(op.w[OPW_STRIDE_H], op.w[OPW_STRIDE_W]);
+    p.padding = tile(op.w[OPW_PAD_H], op.w[OPW_PAD_W]);
+    // TFLM: padding + (total padding % 2), from the same window arithmetic.
+    const cmsis_nn_dims in = nhwc(op.in), f = nhwc(op.weights), out = nhwc(op.out);
+    const int32_t total_h = (in.h - 1) * p.stride.h + f.h - out.h;
+    const int32_t total_w = (in.w - 1) * p.stride.w + f.w - out.w;
+    p.padding_offsets = tile(p.padding.h + (total_h > 0 ? total_h % 2 : 0),
+                             p.padding.w + (total_w > 0 ? total_w % 2 : 0));
+    p.dilation = tile(1, 1);
+    p.activation = activation(op);
+    return p;
+}
+
+// Filter [C_out, KH, KW, C_in].
+cmsis_nn_dims transpose_conv_filter(const Op &op) {
+    const cmsis_nn_dims f = nhwc(op.weights);
+    return dims(nhwc(op.out).c, f.h, f.w, nhwc(op.in).c);
+}
+
+// (accumulator buffer bytes, reversed-filter buffer bytes) the library asks for.
+void transpose_conv_buffers(const Op &op, int32_t *acc, int32_t *reversed) {
+    const cmsis_nn_transpose_conv_params p = transpose_conv_params(op);
+    const cmsis_nn_dims in = nhwc(op.in), f = transpose_conv_filter(op), out = nhwc(op.out);
+    *acc = arm_transpose_conv_s8_get_buffer_size(&p, &in, &f, &out);
+    *reversed = arm_transpose_conv_s8_get_reverse_conv_buffer_size(&p, &in, &f);
+}
+
+int32_t align16(int32_t v) { return (v + 15) & ~15; }
+
+EXEC_KERNEL arm_cmsis_nn_status transpose_conv_int8(const Op &op) {
+    int32_t acc = 0, reversed = 0;
+    transpose_conv_buffers(op, &acc, &reversed);
+    int8_t *scratch = static_cast<int8_t *>(op.scratch_buf);
+    cmsis_nn_context ctx;
+    ctx.buf = scratch;
+    ctx.size = acc;
+    cmsis_nn_context reversed_ctx;
+    reversed_ctx.buf = reversed > 0 && scratch ? scratch + align16(acc) : nullptr;
+    reversed_ctx.size = reversed;
+    const cmsis_nn_transpose_conv_params p = transpose_conv_params(op);
+    const cmsis_nn_per_channel_quant_params q = per_channel(op);
+    const cmsis_nn_dims in = nhwc(op.in), f = transpose_conv_filter(op), out = nhwc(op.out);
+    const cmsis_nn_dims bias = dims(1, 1, 1, out.c);
+    return arm_transpose_conv_wrapper_s8(&ctx, &reversed_ctx, &p, &q, &in,
+                                         static_cast<const int8_t *>(op.in.data), &f,
+                                         static_cast<const int8_t *>(op.weights.data), &bias,
+                                         bias_of(op), &out, static_cast<int8_t *>(op.out.data));
+}
+
+// ---- concatenation ------------------------------------------------------
+// The library counts extents from the innermost dimension: x, y, z, w are
+// NHWC's C, W, H, N (a lower rank is extended on the left), and the function
+// of the concatenation axis copies each input to its offset along it.
+
+EXEC_KERNEL arm_cmsis_nn_status concatenation_int8(const Op &op) {
+    const int32_t lead = 4 - op.out.ndims;  // dimensions added on the left
+    const int32_t axis = op.w[OPW_AXIS] + lead;
+    const cmsis_nn_dims out = nhwc(op.out);
+    int8_t *output = static_cast<int8_t *>(op.out.data);
+    uint32_t offset = 0;
+    for (int32_t k = 0; k < op.n_inputs; ++k) {
+        const Tensor t = input_tensor(op, k);
+        const cmsis_nn_dims d = nhwc(t);
+        const int8_t *input = static_cast<const int8_t *>(t.data);
+        const uint16_t x = static_cast<uint16_t>(d.c), y = static_cast<uint16_t>(d.w);
+        const uint16_t z = static_cast<uint16_t>(d.h), w = static_cast<uint16_t>(d.n);
+        switch (axis) {
+            case 3:
+                arm_concatenation_s8_x(input, x, y, z, w, output, static_cast<uint16_t>(out.c), offset);
+                offset += x;
+                break;
+            case 2:
+                arm_concatenation_s8_y(input, x, y, z, w, output, static_cast<uint16_t>(out.w), offset);
+                offset += y;
+                break;
+            case 1:
+                arm_concatenation_s8_z(input, x, y, z, w, output, static_cast<uint16_t>(out.h), offset);
+                offset += z;
+                break;
+            default:
+                arm_concatenation_s8_w(input, x, y, z, w, output, offset);
+                offset += w;
+                break;
+        }
+    }
+    return ARM_CMSIS_NN_SUCCESS;
+}
+
 // ---- softmax ------------------------------------------------------------
 // TFLM: rows = all but the last dimension, row size = the last dimension.
 
@@ -352,7 +480,14 @@ int32_t library_scratch_bytes(const Op &op) {
             bytes = arm_avgpool_s8_get_buffer_size(out.w, in.c);
             break;
         }
-        default: break;  // max_pool, add, softmax and the reference kernels need none
+        case Path::kTransposeConv: {
+            int32_t acc = 0, reversed = 0;
+            transpose_conv_buffers(op, &acc, &reversed);
+            bytes = reversed > 0 ? align16(acc) + reversed : acc;
+            break;
+        }
+        case Path::kReference: bytes = reference_scratch_bytes(op); break;
+        default: break;  // max_pool, add, softmax, concatenation need none
     }
     return bytes > 0 ? bytes : 0;
 }
@@ -390,6 +525,8 @@ int library_run(const Op &op) {
         case Path::kAveragePool: s = average_pool_int8(op); break;
         case Path::kAdd: s = add_int8(op); break;
         case Path::kSoftmax: s = softmax_int8(op); break;
+        case Path::kTransposeConv: s = transpose_conv_int8(op); break;
+        case Path::kConcatenation: s = concatenation_int8(op); break;
     }
     return s == ARM_CMSIS_NN_SUCCESS ? kOk : kLibraryError;
 }

@@ -50,10 +50,13 @@ EXEC_KERNEL int fetch(const Op &op) {
     return kOk;
 }
 
+// OPW_AXIS counts in the tensor's own rank; the kernels see 4-D shapes.
+int axis4(const Op &op, const Tensor &t) { return op.w[OPW_AXIS] + 4 - t.ndims; }
+
 template <typename T>
 void concat_two(const Op &op) {
     tflite::ConcatenationParams p = {};
-    p.axis = static_cast<int8_t>(op.w[OPW_AXIS]);
+    p.axis = static_cast<int8_t>(axis4(op, op.out));
     p.inputs_count = 2;
     const RuntimeShape a = shape4(op.in), b = shape4(op.in2);
     const RuntimeShape *shapes[2] = {&a, &b};
@@ -63,7 +66,7 @@ void concat_two(const Op &op) {
 }
 
 EXEC_KERNEL int fetch_concat(const Op &op) {
-    if (!op.has_in2 || op.w[OPW_AXIS] < 0 || op.w[OPW_AXIS] > 3) {
+    if (!op.has_in2 || axis4(op, op.out) < 0 || axis4(op, op.out) > 3) {
         return kUnsupported;
     }
     switch (op.dtype) {
@@ -197,7 +200,7 @@ int conv_over(const Op &op, const Concatenated &in, const RuntimeShape &input_sh
 }
 
 EXEC_KERNEL int fetch_conv2d(const Op &op) {
-    const int axis = op.w[OPW_AXIS];
+    const int axis = axis4(op, op.in);
     if (axis < 0 || axis > 3 || !op.has_weights) {
         return kUnsupported;
     }

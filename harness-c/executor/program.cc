@@ -41,6 +41,7 @@ enum : uint32_t {
     kIdWeights = 3,
     kIdBias = 4,
     kIdScratch = 5,
+    kIdInput3 = 6,  // inputs 3.. of a concatenation: 6, 7, ...
 };
 
 // The program is written by the host; query mode writes into it.
@@ -100,12 +101,21 @@ const char *kind_name(int32_t kind) {
         case PK_RESHAPE: return "reshape";
         case PK_QUANTIZE: return "quantize";
         case PK_DEQUANTIZE: return "dequantize";
+        case PK_TRANSPOSE_CONV: return "transpose_conv";
+        case PK_CONCATENATION: return "concatenation";
         case PK_SPILL: return "spill";
         case PK_FETCH: return "fetch";
         case PK_FETCH_CONCAT: return "fetch_concat";
         case PK_FETCH_CONV2D: return "fetch_conv2d";
         default: return nullptr;
     }
+}
+
+// The OPW_INPUTS list ([count, index...]) of an operator, or null. Offset 0
+// (the header) is never a list: programs from before the word have 0 there.
+const int32_t *input_list(const Op &op) {
+    const int32_t off = op.w[OPW_INPUTS];
+    return off <= 0 ? nullptr : reinterpret_cast<const int32_t *>(g_prog + off);
 }
 
 Op decode(const int32_t *w) {
@@ -121,7 +131,21 @@ Op decode(const int32_t *w) {
     if (op.has_in2) op.in2 = tensor(w[OPW_INPUT2]);
     if (op.has_weights) op.weights = tensor(w[OPW_WEIGHTS]);
     if (op.has_bias) op.bias = tensor(w[OPW_BIAS]);
+    const int32_t *list = input_list(op);
+    op.n_inputs = list ? list[0] : (op.has_in2 ? 2 : 1);
     return op;
+}
+
+// Whether the input list of an operator names only existing tensors and no
+// more than the format allows.
+bool inputs_valid(const Op &op) {
+    const int32_t *list = input_list(op);
+    if (!list) return true;
+    if (list[0] < 3 || list[0] > static_cast<int32_t>(MEMTRACE_PROGRAM_MAX_INPUTS)) return false;
+    for (int32_t k = 1; k <= list[0]; ++k) {
+        if (list[k] < 0 || list[k] >= g_n_tensors) return false;
+    }
+    return true;
 }
 
 void declare(uint32_t id, uint32_t role, const Tensor &t) {
@@ -146,6 +170,9 @@ int run_op(uint32_t index, bool scratch_words) {
     const char *kind = kind_name(op.kind);
     if (!kind) {
         return kUnsupported;
+    }
+    if (!inputs_valid(op)) {
+        return kNoProgram;
     }
     // The scratch tensor: only when the host says it filled the scratch words
     // (older programs have 0 there, which would name tensor 0). It must be an
@@ -180,6 +207,12 @@ int run_op(uint32_t index, bool scratch_words) {
     declare(kIdInput, MEMTRACE_ROLE_INPUT, op.in);
     // An add of a tensor with itself reads one buffer.
     if (op.has_in2 && op.in2.data != op.in.data) declare(kIdInput2, MEMTRACE_ROLE_INPUT, op.in2);
+    for (int32_t k = 2; k < op.n_inputs; ++k) {
+        const Tensor t = input_tensor(op, k);
+        bool seen = false;  // a tensor concatenated twice is one buffer
+        for (int32_t j = 0; j < k; ++j) seen = seen || input_tensor(op, j).data == t.data;
+        if (!seen) declare(kIdInput3 + static_cast<uint32_t>(k - 2), MEMTRACE_ROLE_INPUT, t);
+    }
     declare(kIdOutput, MEMTRACE_ROLE_OUTPUT, op.out);
     if (op.has_weights) declare(kIdWeights, MEMTRACE_ROLE_WEIGHTS, op.weights);
     if (op.has_bias) declare(kIdBias, MEMTRACE_ROLE_BIAS, op.bias);
@@ -203,6 +236,12 @@ int32_t flat(const Tensor &t) {
         n *= t.dims[i];
     }
     return n;
+}
+
+Tensor input_tensor(const Op &op, int32_t k) {
+    if (k == 0) return op.in;
+    if (k == 1 && !input_list(op)) return op.in2;
+    return tensor(input_list(op)[1 + k]);
 }
 
 const int32_t *channel_array(const Op &op, int which) {

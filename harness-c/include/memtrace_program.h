@@ -19,6 +19,8 @@
 #include <stdint.h>
 
 #define MEMTRACE_PROGRAM_MAGIC 0x31475250u /* "PRG1" */
+/* Most activation inputs of one operator (TFLM's concatenation: kMaxInputNum). */
+#define MEMTRACE_PROGRAM_MAX_INPUTS 10u
 
 enum prg_header {
     PRG_MAGIC = 0,
@@ -108,8 +110,10 @@ enum prg_op {
     OPW_QUANT_ZERO_POINT = 41,
     OPW_SCRATCH = 42,       /* tensor index of the scratch buffer (arena), or -1 */
     OPW_SCRATCH_BYTES = 43, /* written by the executor in query mode */
-    OPW_COPY_FROM = 44,     /* PK_SPILL: byte offset in the input where the copy starts */
-    OPW_AXIS = 45,          /* PK_FETCH_CONCAT, PK_FETCH_CONV2D: concatenation axis (0..3) */
+    OPW_AXIS = 44,          /* concatenation axis, >= 0 in the tensors' own rank */
+    OPW_INPUTS = 45,        /* more than 2 inputs: offset of int32 [count, index...], else -1 */
+    OPW_ACCUMULATOR_BYTES = 46, /* accumulator scratch element: 0 kernel's own (int32), 2 int16 */
+    OPW_COPY_FROM = 47,     /* PK_SPILL: byte offset in the input where the copy starts */
     OPW_WORDS = 48,
 };
 
@@ -127,6 +131,8 @@ enum prg_kind {
     PK_RESHAPE = 10,
     PK_QUANTIZE = 11,
     PK_DEQUANTIZE = 12,
+    PK_TRANSPOSE_CONV = 13,
+    PK_CONCATENATION = 14,
     /* TinySeg: copy bytes [OPW_COPY_FROM, +output bytes) of the input to the
      * output (storage: a spill; arena: the part of a split that stays). */
     PK_SPILL = 20,

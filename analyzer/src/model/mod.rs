@@ -184,6 +184,10 @@ pub enum OpKind {
     Pad,
     /// TFLite `MEAN`.
     Mean,
+    /// TFLite `TRANSPOSE_CONV`. Inputs in TFLite's order: the constant
+    /// int32 output shape, the weights `[O, KH, KW, I]`, the activation
+    /// input and an optional bias (see [`Op::data_input`]).
+    TransposeConv,
     /// TinySeg `Spill` (no TFLite builtin): copies the last `output.bytes`
     /// bytes of its input (all of it, or the tail of a partial spill) into its
     /// output, a storage tensor ([`Tensor::in_storage`]).
@@ -230,6 +234,7 @@ impl OpKind {
             OpKind::Concatenation => "CONCATENATION",
             OpKind::Pad => "PAD",
             OpKind::Mean => "MEAN",
+            OpKind::TransposeConv => "TRANSPOSE_CONV",
             OpKind::Spill => "SPILL",
             OpKind::SpillKeep => "SPILL_KEEP",
             OpKind::Fetch => "FETCH",
@@ -313,6 +318,34 @@ pub struct OpOptions {
     pub filter: (u32, u32),
     /// Concatenation / softmax axis etc.
     pub axis: Option<i32>,
+    /// Width of the accumulator scratch buffer of a quantised
+    /// TRANSPOSE_CONV (TinySeg's "temporary tensor quantisation" narrows it
+    /// to int16, halving the scratch). Not part of the `.tflite` format.
+    #[serde(default)]
+    pub accumulator: Accumulator,
+}
+
+/// Element type of the accumulator scratch buffer of an operator that keeps
+/// its partial sums in the arena (TFLM's int8 TRANSPOSE_CONV).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accumulator {
+    /// 32-bit, as TFLM's reference kernel (`int32_t* scratch_buffer`).
+    #[default]
+    Int32,
+    /// 16-bit: half the bytes; partial sums wrap modulo 2^16, so an output
+    /// is exact exactly when its final sum fits in int16.
+    Int16,
+}
+
+impl Accumulator {
+    /// Bytes per accumulator element.
+    pub fn size(self) -> u64 {
+        match self {
+            Accumulator::Int32 => 4,
+            Accumulator::Int16 => 2,
+        }
+    }
 }
 
 impl Default for OpOptions {
@@ -325,6 +358,7 @@ impl Default for OpOptions {
             activation: Activation::None,
             filter: (1, 1),
             axis: None,
+            accumulator: Accumulator::Int32,
         }
     }
 }
@@ -345,6 +379,23 @@ pub struct Op {
     /// operator (TFLM places scratch buffers in the arena too), if any.
     #[serde(default)]
     pub scratch: Option<usize>,
+}
+
+impl Op {
+    /// Index into [`Op::inputs`] of the activation the operator transforms:
+    /// the third operand of TRANSPOSE_CONV (after the output shape and the
+    /// weights), the first of every other kind.
+    pub fn data_position(&self) -> usize {
+        match self.kind {
+            OpKind::TransposeConv => 2,
+            _ => 0,
+        }
+    }
+
+    /// The tensor of [`Op::data_position`], if the operator has it.
+    pub fn data_input(&self) -> Option<usize> {
+        self.inputs.get(self.data_position()).copied()
+    }
 }
 
 /// A graph of operators over tensors.
@@ -544,7 +595,7 @@ impl Model {
     /// FULLY_CONNECTED rows and units; ADD/SUB/MUL NumPy broadcasting;
     /// element-wise ops, SOFTMAX, QUANTIZE/DEQUANTIZE same shape; RESHAPE and
     /// SQUEEZE the same element count; CONCATENATION along its axis; PAD no
-    /// smaller than its input. The error names the operator index, its TFLite
+    /// smaller than its input; TRANSPOSE_CONV as `check_transpose_conv` says. The error names the operator index, its TFLite
     /// name and the offending tensor.
     pub fn check_shapes(&self) -> Result<(), ModelError> {
         for (i, op) in self.ops.iter().enumerate() {
@@ -566,7 +617,7 @@ impl Model {
                 .ok_or_else(|| format!("{what} is tensor {t}, but there are {n} tensors"))
         };
         let input = |k: usize, what: &str| tensor(&op.inputs, k, what);
-        let x = input(0, "input")?;
+        let x = input(op.data_position(), "input")?;
         let y = tensor(&op.outputs, 0, "output")?;
         let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
         let rank4 = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
@@ -745,6 +796,7 @@ impl Model {
                 }
                 Ok(())
             }
+            OpKind::TransposeConv => self.check_transpose_conv(op, x, y),
             OpKind::Mean => {
                 if y.elements() > x.elements() {
                     return Err(format!(
@@ -756,6 +808,81 @@ impl Model {
                 Ok(())
             }
         }
+    }
+
+    /// TRANSPOSE_CONV: the output shape operand is a 4-element int32 vector
+    /// (equal to the output's dimensions when it holds data), the weights
+    /// are `[O, KH, KW, I]` for an input `[N, H, W, I]` and an output
+    /// `[N, OH, OW, O]`, the bias (if any) has O elements, and the input is
+    /// what a convolution with the same window, stride and padding makes of
+    /// the output (TensorFlow's `conv2d_transpose` shape rule, which TFLM's
+    /// `ComputePaddingHeightWidth` call relies on).
+    fn check_transpose_conv(&self, op: &Op, x: &Tensor, y: &Tensor) -> Result<(), String> {
+        let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
+        let operand = |k: usize, what: &str| -> Result<&Tensor, String> {
+            op.inputs
+                .get(k)
+                .and_then(|&t| self.tensors.get(t))
+                .ok_or_else(|| format!("has no {what} (operand {k})"))
+        };
+        let four = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
+            match t.shape[..] {
+                [a, b, c, d] => Ok([a as u64, b as u64, c as u64, d as u64]),
+                _ => Err(format!("{what} {} is not 4-D", show(t))),
+            }
+        };
+        let shape_t = operand(0, "output shape")?;
+        if shape_t.dtype != DataType::Int32 || shape_t.elements() != 4 {
+            return Err(format!(
+                "output shape operand {} must be 4 int32 values",
+                show(shape_t)
+            ));
+        }
+        let w = operand(1, "weights")?;
+        let [o, kh, kw, wi] = four(w, "weights")?;
+        let [n, h, wd, c] = four(x, "input")?;
+        let [yn, oh, ow, yc] = four(y, "output")?;
+        if let Some(data) = &shape_t.data {
+            let declared: Vec<u64> = data
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+                .collect();
+            if declared != [yn, oh, ow, yc] {
+                return Err(format!(
+                    "output {} differs from the output shape operand {declared:?}",
+                    show(y)
+                ));
+            }
+        }
+        if wi != c || o != yc || n != yn {
+            return Err(format!(
+                "weights {} must be [output channels, KH, KW, input channels] for input {} and output {}",
+                show(w),
+                show(x),
+                show(y)
+            ));
+        }
+        if let Some(b) = op.inputs.get(3).and_then(|&t| self.tensors.get(t)) {
+            if b.elements() != o {
+                return Err(format!(
+                    "bias {} has {} elements, the operator has {o} output channels",
+                    show(b),
+                    b.elements()
+                ));
+            }
+        }
+        let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
+        let padding = op.options.padding;
+        let fits = out_size(padding, oh, kh, sh, 1) == Some(h)
+            && out_size(padding, ow, kw, sw, 1) == Some(wd);
+        if !fits {
+            return Err(format!(
+                "input {} is not what a {kh}x{kw} window with stride {sh}x{sw} and {padding:?} padding makes of output {}",
+                show(x),
+                show(y)
+            ));
+        }
+        Ok(())
     }
 
     /// Operators that carry a non-constant input into a non-constant output
@@ -836,7 +963,7 @@ impl Model {
     /// kernel suite runs this kind of operator in this configuration.
     pub fn layer_spec(&self, op: usize) -> Option<LayerSpec> {
         let o = self.ops.get(op)?;
-        let input = self.tensors.get(*o.inputs.first()?)?;
+        let input = self.tensors.get(o.data_input()?)?;
         let output = self.tensors.get(*o.outputs.first()?)?;
         let dtype = input.dtype.spec_dtype()?;
         if output.dtype.spec_dtype()? != dtype || input.dtype.size() != output.dtype.size() {
@@ -952,6 +1079,35 @@ impl Model {
 }
 
 impl Model {
+    /// Scratch bytes TFLM's reference kernels request in the arena for each
+    /// operator (`RequestScratchBufferInArena` in the kernel's `Prepare`):
+    /// an int8 TRANSPOSE_CONV asks for one int32 accumulator per output
+    /// element (`GetTensorShape(output).FlatSize() * sizeof(int32_t)`,
+    /// tflite-micro `kernels/transpose_conv.cc`), or int16 when the operator's
+    /// [`OpOptions::accumulator`] says so; every other operator memtrace
+    /// runs, and the float TRANSPOSE_CONV, asks for none.
+    pub fn reference_scratch_needs(&self) -> Vec<u64> {
+        self.ops
+            .iter()
+            .map(|op| {
+                let input = op.data_input().and_then(|t| self.tensors.get(t));
+                let output = op.outputs.first().and_then(|&t| self.tensors.get(t));
+                match (op.kind, input, output) {
+                    (OpKind::TransposeConv, Some(x), Some(y)) if x.dtype == DataType::Int8 => {
+                        y.elements() * op.options.accumulator.size()
+                    }
+                    _ => 0,
+                }
+            })
+            .collect()
+    }
+
+    /// This model with the scratch tensors of TFLM's reference kernels
+    /// ([`Model::reference_scratch_needs`]), as TFLM's planner sees them.
+    pub fn with_reference_scratch(&self) -> Model {
+        self.with_scratch(&self.reference_scratch_needs())
+    }
+
     /// This model with a scratch tensor of `needs[op]` bytes for every
     /// operator that needs one (int8, shape `[bytes]`, named after the
     /// operator's output), replacing any scratch tensors it had.

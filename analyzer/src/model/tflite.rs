@@ -64,6 +64,7 @@ fn op_kind(code: fb::BuiltinOperator) -> Option<OpKind> {
         B::Concatenation => OpKind::Concatenation,
         B::Pad => OpKind::Pad,
         B::Mean => OpKind::Mean,
+        B::TransposeConv => OpKind::TransposeConv,
         _ => return None,
     })
 }
@@ -481,6 +482,23 @@ fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOp
                 o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
             }
         }
+        OpKind::TransposeConv => match opts {
+            Some(O::TransposeConvOptions(t)) => {
+                let r = (|| -> planus::Result<_> {
+                    Ok((
+                        t.padding()?,
+                        t.stride_h()?,
+                        t.stride_w()?,
+                        t.fused_activation_function()?,
+                    ))
+                })()
+                .map_err(fb_err(ctx()))?;
+                o.padding = padding(r.0);
+                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
+                o.activation = activation(r.3);
+            }
+            _ => return Err(needs("TransposeConv")),
+        },
         OpKind::Concatenation => {
             if let Some(O::ConcatenationOptions(c)) = opts {
                 o.axis = Some(c.axis().map_err(fb_err(ctx()))?);

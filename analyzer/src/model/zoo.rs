@@ -10,7 +10,9 @@
 //! * `liberis_fig1`: the branching graph of Liberis & Lane's Figure 1, with the
 //!   tensor sizes their appendix tables imply (default order peaks at 5216 B,
 //!   the best order at 4960 B);
-//! * `sakr_cifar10`: the CIFAR-10 CNN of Sakr et al. (Table II), int8.
+//! * `sakr_cifar10`: the CIFAR-10 CNN of Sakr et al. (Table II), int8;
+//! * `tiny_unet_80x120[_int8|_float32]`: TinySeg's Tiny U-Net (its Table 2:
+//!   80×120×3 in, 80×120×1 out, 109 725 parameters), see [`tiny_unet`].
 //!
 //! Keras pads the stride-2 convolutions explicitly
 //! (`ZeroPadding2D(((0, 1), (0, 1)))` then `padding='valid'`, or `'same'` in
@@ -195,6 +197,55 @@ impl GraphBuilder {
         )
     }
 
+    /// Keras `Conv2DTranspose(filters, k, strides=stride)` (VALID padding,
+    /// bias, no activation) as TFLite's `TRANSPOSE_CONV`: operands output
+    /// shape (constant int32), weights `[filters, k, k, C]`, input, bias.
+    pub fn transpose_conv(
+        &mut self,
+        name: &str,
+        x: usize,
+        filters: u32,
+        k: u32,
+        stride: u32,
+    ) -> usize {
+        let [n, h, w, c] = four(self.shape(x));
+        let dt = self.dtype;
+        let bt = self.bias_type();
+        // VALID: out = (in - 1) * stride + k.
+        let out = [n, (h - 1) * stride + k, (w - 1) * stride + k, filters];
+        let s = self.tensor(format!("{name}/output_shape"), &[4], DataType::Int32, true);
+        let f = self.tensor(format!("{name}/weights"), &[filters, k, k, c], dt, true);
+        let b = self.tensor(format!("{name}/bias"), &[filters], bt, true);
+        self.op(
+            OpKind::TransposeConv,
+            vec![s, f, x, b],
+            name,
+            &out,
+            OpOptions {
+                stride: (stride, stride),
+                padding: Padding::Valid,
+                ..OpOptions::default()
+            },
+        )
+    }
+
+    /// `Concatenate(axis=-1)` of 4-D tensors along their channels, in the
+    /// order given; returns the output tensor.
+    pub fn concat_channels(&mut self, name: &str, inputs: &[usize]) -> usize {
+        let mut shape = four(self.shape(inputs[0]));
+        shape[3] = inputs.iter().map(|&t| four(self.shape(t))[3]).sum();
+        self.op(
+            OpKind::Concatenation,
+            inputs.to_vec(),
+            name,
+            &shape,
+            OpOptions {
+                axis: Some(3),
+                ..OpOptions::default()
+            },
+        )
+    }
+
     /// `Add` of `a` and `b`, with `a`'s shape; returns the output tensor.
     pub fn add(&mut self, name: &str, a: usize, b: usize) -> usize {
         let shape = self.shape(a).to_vec();
@@ -247,6 +298,7 @@ pub fn names() -> Vec<&'static str> {
         "mobilenet_v2_1.0_224",
         "liberis_fig1",
         "sakr_cifar10",
+        "tiny_unet_80x120_int8",
     ]
 }
 
@@ -260,13 +312,18 @@ fn build_named(name: &str) -> Result<Model, String> {
     let unknown = || {
         format!(
             "unknown zoo model `{bare}` (known: {}; any Keras alpha/resolution of \
-             mobilenet_v1_ALPHA_RES / mobilenet_v2_ALPHA_RES, with _int8 or _float32)",
+             mobilenet_v1_ALPHA_RES / mobilenet_v2_ALPHA_RES, with _int8 or _float32; \
+             tiny_unet_80x120 is also float32)",
             names().join(", ")
         )
     };
     match bare {
         "liberis_fig1" => return Ok(liberis_fig1()),
         "sakr_cifar10" => return Ok(sakr_cifar10()),
+        "tiny_unet_80x120_int8" => return Ok(tiny_unet(bare, DataType::Int8)),
+        "tiny_unet_80x120" | "tiny_unet_80x120_float32" => {
+            return Ok(tiny_unet(bare, DataType::Float32))
+        }
         _ => {}
     }
     let (rest, dtype) = if let Some(r) = bare.strip_suffix("_int8") {
@@ -497,4 +554,42 @@ pub fn sakr_cifar10() -> Model {
     }
     x = g.fully_connected("fc", x, 10, Activation::None);
     g.finish(&[x])
+}
+
+/// TinySeg's Tiny U-Net (`TinyUNet(classes=1)` in coslab-kr/tinyseg
+/// `model/models/unet.py`) on an 80×120×3 input, as TFLite's converter
+/// lays it out: every `DoubleConv(C)` is two 3×3 SAME convolutions to C
+/// channels with the batch norm folded into a bias and ReLU fused; each
+/// `Down(C)` a 2×2 stride-2 max pool then `DoubleConv(C)`; each `Up(C)` a
+/// 2×2 stride-2 transpose convolution to C/2 channels (with bias), the
+/// concatenation `[skip, upsampled]` along the channels (unet.py's
+/// `concat([x2, x1])`; the spatial sizes already match, so its zero `pad`
+/// is a no-op and no PAD operator remains) and `DoubleConv(C)`; then a 1×1
+/// convolution with bias to one channel, no activation.
+pub fn tiny_unet(name: &str, dtype: DataType) -> Model {
+    let mut g = GraphBuilder::new(name, dtype);
+    let x = g.input("input", &[1, 80, 120, 3]);
+    let double_conv = |g: &mut GraphBuilder, name: &str, x: usize, c: u32| {
+        let y = g.conv2d(&format!("{name}/conv1"), x, c, 3, 1, Activation::Relu);
+        g.conv2d(&format!("{name}/conv2"), y, c, 3, 1, Activation::Relu)
+    };
+    let x1 = double_conv(&mut g, "inc", x, 8);
+    let mut skips = vec![x1];
+    let mut h = x1;
+    for (i, c) in [16u32, 32, 64].into_iter().enumerate() {
+        let name = format!("down{}", i + 1);
+        let p = g.pool(OpKind::MaxPool2d, &format!("{name}/pool"), h, 2, 2);
+        h = double_conv(&mut g, &name, p, c);
+        skips.push(h);
+    }
+    skips.pop(); // the deepest block feeds the first Up directly
+    for (i, c) in [32u32, 16, 8].into_iter().enumerate() {
+        let name = format!("up{}", i + 1);
+        let up = g.transpose_conv(&format!("{name}/up"), h, c / 2, 2, 2);
+        let skip = skips.pop().unwrap_or(up);
+        let cat = g.concat_channels(&format!("{name}/concat"), &[skip, up]);
+        h = double_conv(&mut g, &name, cat, c);
+    }
+    let logits = g.conv2d("outc", h, 1, 1, 1, Activation::None);
+    g.finish(&[logits])
 }

@@ -47,6 +47,7 @@ fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
         OpKind::Concatenation => B::Concatenation,
         OpKind::Pad => B::Pad,
         OpKind::Mean => B::Mean,
+        OpKind::TransposeConv => B::TransposeConv,
         OpKind::Spill
         | OpKind::SpillKeep
         | OpKind::Fetch
@@ -179,6 +180,20 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
                     },
                 )))
             }
+            OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
+                fb::TransposeConvOptions {
+                    padding: padding(o.padding),
+                    stride_w: o.stride.1 as i32,
+                    stride_h: o.stride.0 as i32,
+                    fused_activation_function: act(o.activation),
+                },
+            ))),
+            OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
+                fb::ConcatenationOptions {
+                    axis: o.axis.unwrap_or(-1),
+                    fused_activation_function: act(o.activation),
+                },
+            ))),
             OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
                 fused_activation_function: act(o.activation),
                 ..Default::default()

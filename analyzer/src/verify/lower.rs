@@ -15,7 +15,7 @@ use memtrace_abi::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
 };
 
-use crate::model::{Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
+use crate::model::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
 
 use crate::rng::Rng;
 
@@ -187,24 +187,19 @@ fn per_tensor(scale: f64, zp: i32) -> Option<Quantization> {
     })
 }
 
-/// (input, filter, bias) of a convolution or fully connected operator; for
-/// a `FETCH_CONV_2D` the input is its first concatenated activation.
+/// (input, filter, bias) of a convolution, transpose convolution or fully
+/// connected operator; for a `FETCH_CONV_2D` the input is its first
+/// concatenated activation.
 fn conv_operands(model: &Model, op: &Op) -> Option<(usize, usize, Option<usize>)> {
     if op.kind == OpKind::FetchConv2d {
         let parts = model.fetch_conv_parts(op).ok()?;
         return Some((parts.activations[0], parts.filter, parts.bias));
     }
     Some((
-        *op.inputs.first()?,
+        op.data_input()?,
         *op.inputs.get(1)?,
-        op.inputs.get(2).copied(),
+        op.inputs.get(bias_position(op.kind)).copied(),
     ))
-}
-
-/// `axis` of a rank-`rank` shape as an axis of its 4-D NHWC view (the
-/// shape left-padded with 1s).
-fn axis4(axis: usize, rank: usize) -> i32 {
-    (axis + 4 - rank.min(4)) as i32
 }
 
 /// Alignment of storage tensors in the storage region.
@@ -253,6 +248,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
             OpKind::Conv2d
             | OpKind::DepthwiseConv2d
             | OpKind::FullyConnected
+            | OpKind::TransposeConv
             | OpKind::FetchConv2d => {
                 let (Some((x, wi, bias)), Some(&y)) =
                     (conv_operands(model, op), op.outputs.first())
@@ -260,7 +256,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
                     continue;
                 };
                 let out_c = *m.tensors[y].shape.last().unwrap_or(&1) as usize;
-                let k = (m.tensors[wi].elements() as usize / out_c.max(1)).max(1);
+                let k = fan_in(model, op);
                 let gain = match op.options.activation {
                     Activation::Relu | Activation::Relu6 => std::f64::consts::SQRT_2,
                     _ => 1.0,
@@ -313,24 +309,59 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
             }
             OpKind::Reshape => {
                 if let (Some(&si), Some(&y)) = (op.inputs.get(1), op.outputs.first()) {
-                    let shape: Vec<u8> = m.tensors[y]
-                        .shape
-                        .iter()
-                        .flat_map(|&d| (d as i32).to_le_bytes())
-                        .collect();
-                    let st = &mut m.tensors[si];
-                    if st.data.is_none()
-                        && st.dtype == DataType::Int32
-                        && st.bytes == shape.len() as u64
-                    {
-                        st.data = Some(shape);
-                    }
+                    fill_shape_operand(&mut m, si, y);
                 }
             }
             _ => {}
         }
+        if op.kind == OpKind::TransposeConv {
+            if let (Some(&si), Some(&y)) = (op.inputs.first(), op.outputs.first()) {
+                fill_shape_operand(&mut m, si, y);
+            }
+        }
     }
     m
+}
+
+/// Gives the constant int32 shape operand `si` the dimensions of tensor `y`,
+/// unless it has data already or does not have one element per dimension.
+fn fill_shape_operand(m: &mut Model, si: usize, y: usize) {
+    let shape: Vec<u8> = m.tensors[y]
+        .shape
+        .iter()
+        .flat_map(|&d| (d as i32).to_le_bytes())
+        .collect();
+    let st = &mut m.tensors[si];
+    if st.data.is_none() && st.dtype == DataType::Int32 && st.bytes == shape.len() as u64 {
+        st.data = Some(shape);
+    }
+}
+
+/// Position of the bias among a weighted operator's inputs.
+fn bias_position(kind: OpKind) -> usize {
+    match kind {
+        OpKind::TransposeConv => 3,
+        _ => 2,
+    }
+}
+
+/// Products summed into one output element: the weights per output channel
+/// (or unit), except for a transpose convolution, whose scatter adds the
+/// input channels of only the kernel taps that land on an output position
+/// (`⌈KH/SH⌉·⌈KW/SW⌉` of them).
+fn fan_in(model: &Model, op: &Op) -> usize {
+    let (Some((_, wi, _)), Some(&y)) = (conv_operands(model, op), op.outputs.first()) else {
+        return 1;
+    };
+    let w = &model.tensors[wi];
+    if op.kind == OpKind::TransposeConv {
+        if let [_, kh, kw, c] = w.shape[..] {
+            let (sh, sw) = (op.options.stride.0.max(1), op.options.stride.1.max(1));
+            return (c * kh.div_ceil(sh) * kw.div_ceil(sw)).max(1) as usize;
+        }
+    }
+    let out_c = *model.tensors[y].shape.last().unwrap_or(&1) as usize;
+    (w.elements() as usize / out_c.max(1)).max(1)
 }
 
 /// Largest arena a program can describe: the executor's program format
@@ -434,10 +465,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let mut ops = Vec::new();
     for &oi in input.order {
         let op = &model.ops[oi];
-        let x = *op
-            .inputs
-            .first()
-            .ok_or_else(|| fail(oi, "no input".into()))?;
+        let x = op.data_input().ok_or_else(|| fail(oi, "no input".into()))?;
         let y = *op
             .outputs
             .first()
@@ -473,7 +501,11 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             OpKind::Conv2d
             | OpKind::DepthwiseConv2d
             | OpKind::FullyConnected
+            | OpKind::TransposeConv
             | OpKind::FetchConv2d => {
+                if op.kind == OpKind::TransposeConv {
+                    check_transpose_conv(op, d).map_err(|reason| fail(oi, reason))?;
+                }
                 let (_, wi, bias_index) =
                     conv_operands(model, op).ok_or_else(|| fail(oi, "no weights".into()))?;
                 // FETCH_CONV_2D: the second activation it concatenates, the
@@ -484,12 +516,12 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     if let Some(&second) = parts.activations.get(1) {
                         inputs.push(arena_tensor(second, oi, &mut tensors)?);
                     }
-                    p.axis = axis4(parts.axis, parts.input_shape.len());
+                    p.axis = parts.axis as i32;
                     conv_input_shape = parts.input_shape;
                 }
                 let wt = &model.tensors[wi];
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
-                let k = (wt.elements() as usize / out_c.max(1)).max(1);
+                let k = fan_in(model, op);
                 let depthwise = op.kind == OpKind::DepthwiseConv2d;
                 // He-style gain: a (clipped) ReLU halves the second moment,
                 // so without √2 a deep model's activations fade to zero.
@@ -560,7 +592,15 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         per_channel = ms;
                     }
                 }
-                if op.kind != OpKind::FullyConnected {
+                if op.kind == OpKind::TransposeConv {
+                    (p.pad_h, p.pad_w, p.filter_h, p.filter_w) =
+                        transpose_conv_padding(op, xt, wt, yt)
+                            .ok_or_else(|| fail(oi, "tensors of rank > 4".into()))?;
+                    p.accumulator_bytes = match op.options.accumulator {
+                        Accumulator::Int32 => 0,
+                        Accumulator::Int16 => 2,
+                    };
+                } else if op.kind != OpKind::FullyConnected {
                     let (i4, f4, o4) = (
                         crate::model::shape4(&conv_input_shape),
                         crate::model::shape4(&wt.shape),
@@ -593,6 +633,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     OpKind::Conv2d => ProgramOpKind::Conv2d,
                     OpKind::FetchConv2d => ProgramOpKind::FetchConv2d,
                     OpKind::DepthwiseConv2d => ProgramOpKind::DepthwiseConv2d,
+                    OpKind::TransposeConv => ProgramOpKind::TransposeConv,
                     _ => ProgramOpKind::FullyConnected,
                 }
             }
@@ -617,14 +658,15 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     return Err(fail(oi, "concatenates other than two inputs".into()));
                 };
                 inputs.push(arena_tensor(second, oi, &mut tensors)?);
-                let rank = yt.shape.len();
-                let axis = op.options.axis.unwrap_or(-1);
-                let axis = if axis < 0 { axis + rank as i32 } else { axis };
-                if !(0..rank as i32).contains(&axis) {
-                    return Err(fail(oi, format!("axis {axis} of a rank-{rank} output")));
-                }
-                p.axis = axis4(axis as usize, rank);
+                p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
                 ProgramOpKind::FetchConcat
+            }
+            OpKind::Concatenation => {
+                p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
+                for &t in op.inputs.iter().skip(1) {
+                    inputs.push(arena_tensor(t, oi, &mut tensors)?);
+                }
+                ProgramOpKind::Concatenation
             }
             OpKind::MaxPool2d | OpKind::AveragePool2d => {
                 let (Some(i4), Some(o4)) = (
@@ -783,6 +825,104 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         storage_bytes,
         query_scratch: false,
     })
+}
+
+/// What the executor's TRANSPOSE_CONV runs: int8 (tfmicro 0.1.0 has the
+/// float kernel only in `reference_ops.h`, which needs Eigen and does not
+/// build freestanding) without a fused activation (TFLM's int8 kernel
+/// computes its clamp for `kTfLiteActNone` whatever the options say, so a
+/// fused activation would silently differ from the model).
+fn check_transpose_conv(op: &Op, d: ProgramDtype) -> Result<(), String> {
+    if d != ProgramDtype::Int8 {
+        return Err(format!(
+            "{} transpose convolution has no executor kernel (int8 only)",
+            match d {
+                ProgramDtype::F32 => "float32",
+                ProgramDtype::Uint8 => "uint8",
+                _ => "this",
+            }
+        ));
+    }
+    if op.options.activation != Activation::None {
+        return Err(format!(
+            "fused activation {:?}: TFLM's int8 kernel ignores it",
+            op.options.activation
+        ));
+    }
+    Ok(())
+}
+
+/// TFLM's transpose-convolution padding (`CalculateOpData`: TFLite's
+/// `ComputePaddingHeightWidth` with the *output* extents as the input of a
+/// forward convolution of the same window, stride and padding), and the
+/// filter extents: `(pad_h, pad_w, filter_h, filter_w)`.
+fn transpose_conv_padding(
+    op: &Op,
+    x: &Tensor,
+    w: &Tensor,
+    y: &Tensor,
+) -> Option<(i32, i32, i32, i32)> {
+    crate::model::shape4(&x.shape)?;
+    let (f4, o4) = (
+        crate::model::shape4(&w.shape)?,
+        crate::model::shape4(&y.shape)?,
+    );
+    let (sh, sw) = (op.options.stride.0, op.options.stride.1);
+    let forward = |size: u32, filter: u32, stride: u32| -> u32 {
+        let stride = stride.max(1);
+        match op.options.padding {
+            crate::model::Padding::Same => size.div_ceil(stride),
+            crate::model::Padding::Valid => (size + stride).saturating_sub(filter) / stride,
+        }
+    };
+    Some((
+        pad(sh, 1, o4[1], f4[1], forward(o4[1], f4[1], sh)),
+        pad(sw, 1, o4[2], f4[2], forward(o4[2], f4[2], sw)),
+        f4[1] as i32,
+        f4[2] as i32,
+    ))
+}
+
+/// The concatenation axis, non-negative in the output's rank (TFLM's
+/// `CalculatePositiveAxis`), once the operator is known to be what TFLM runs:
+/// no fused activation, at most `MEMTRACE_PROGRAM_MAX_INPUTS` inputs of one
+/// element type, and for uint8 the output's scale and zero point on every
+/// input (the kernel copies bytes; TFLM's int8 kernel copies whatever the
+/// scales, so int8 is not checked).
+fn concatenation_axis(model: &Model, op: &Op) -> Result<i32, String> {
+    use memtrace_abi::program::MEMTRACE_PROGRAM_MAX_INPUTS;
+    let y = &model.tensors[op.outputs[0]];
+    if op.options.activation != Activation::None {
+        return Err("a fused activation (TFLM requires none)".into());
+    }
+    if op.inputs.len() > MEMTRACE_PROGRAM_MAX_INPUTS {
+        return Err(format!(
+            "{} inputs (at most {MEMTRACE_PROGRAM_MAX_INPUTS})",
+            op.inputs.len()
+        ));
+    }
+    for &t in &op.inputs {
+        let x = &model.tensors[t];
+        if x.dtype != y.dtype {
+            return Err(format!(
+                "input `{}` is {}, the output {}",
+                x.name, x.dtype, y.dtype
+            ));
+        }
+        if y.dtype == DataType::Uint8 && act_q(x, false) != act_q(y, false) {
+            return Err(format!(
+                "uint8 input `{}` is quantised differently from the output",
+                x.name
+            ));
+        }
+    }
+    let rank = y.shape.len().max(1) as i32;
+    let axis = op.options.axis.unwrap_or(-1);
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(format!("axis {axis} outside rank {rank}"));
+    }
+    Ok(axis)
 }
 
 fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize, gain: f32) -> Vec<u8> {
