@@ -9,7 +9,7 @@ use memtrace_analyzer::model::Model;
 use memtrace_analyzer::planner::{Overlaps, PlanOptions, PlannerKind};
 use memtrace_analyzer::tinyseg::compress::compress;
 use memtrace_analyzer::tinyseg::report::SpillReport;
-use memtrace_analyzer::tinyseg::{optimize, Optimized, TinysegOptions};
+use memtrace_analyzer::tinyseg::{optimize, NarrowScratch, Optimized, TinysegOptions};
 use memtrace_analyzer::verify::lower::{materialize, storage_layout};
 use memtrace_analyzer::verify::{Clobber, LayerOverlap};
 
@@ -22,6 +22,8 @@ pub struct SpillOptions {
     pub base: PlannerKind,
     /// Stop at this peak (and size partial spills by it).
     pub target_bytes: Option<u64>,
+    /// When to narrow accumulator scratch tensors to int16.
+    pub narrow_scratch: NarrowScratch,
 }
 
 impl Default for SpillOptions {
@@ -29,6 +31,7 @@ impl Default for SpillOptions {
         SpillOptions {
             base: PlannerKind::TflmGreedy,
             target_bytes: None,
+            narrow_scratch: NarrowScratch::Exact,
         }
     }
 }
@@ -55,6 +58,7 @@ pub fn transform(
         &TinysegOptions {
             base: opts.base,
             target_bytes: opts.target_bytes,
+            narrow_scratch: opts.narrow_scratch,
             plan: plan.clone(),
             ..TinysegOptions::default()
         },

@@ -43,9 +43,12 @@ fn alignment(text: &str) -> Result<u64, String> {
 pub struct PlanArgs {
     /// A `.tflite` file or a built-in model, e.g. `zoo:mobilenet_v1_0.25_128_int8`.
     pub model: String,
-    /// `all`, or one of linear, tflm-greedy, dmo-heap, replacement, reorder, exact.
+    /// `all`, or one of linear, tflm-greedy, dmo-heap, replacement, reorder,
+    /// exact, tinyseg (the transformed model's steps, see --base).
     #[arg(long, default_value = "all", value_parser = planner_choice)]
     pub planner: PlannerChoice,
+    #[command(flatten)]
+    pub spill: super::spill_args::SpillArgs,
     /// Where O_s comes from: analytic, algorithmic, traced (runs every layer
     /// through --suite) or none.
     #[arg(long, value_enum, default_value_t = OverlapChoice::Analytic)]
@@ -75,7 +78,7 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
-    let (comparison, emitted) = plan(&PlanRequest {
+    let (outcome, emitted) = plan(&PlanRequest {
         model: args.model,
         planner: args.planner.0,
         overlap: args.overlap,
@@ -84,13 +87,14 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         plot: args.plot,
         emit_offline: args.emit_offline,
         alignment: args.alignment,
+        spill: args.spill.options(),
     })?;
     if let Some(line) = emitted {
         eprintln!("{line}");
     }
     match args.format {
-        Format::Json => super::emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
-        Format::Table => super::emit(&comparison.to_table())?,
+        Format::Json => super::emit(&outcome.to_json()?)?,
+        Format::Table => super::emit(&outcome.to_table())?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 
 use clap::Args;
 use memtrace_analyzer::planner::PlannerKind;
+use memtrace_analyzer::tinyseg::NarrowScratch;
 use memtrace_driver::spill::SpillOptions;
 
 /// TinySeg's base planner and target peak.
@@ -17,6 +18,12 @@ pub struct SpillArgs {
     /// (default: spill while it lowers the peak).
     #[arg(long, value_name = "BYTES")]
     pub target_bytes: Option<u64>,
+    /// With `--planner tinyseg`: narrow int8 TRANSPOSE_CONV accumulator
+    /// scratch from int32 to int16 never, where the weights prove the sums
+    /// fit (exact), or always (the paper's step; sums that overflow give
+    /// wrong outputs, which verify reports).
+    #[arg(long, value_enum, default_value_t = NarrowScratch::Exact, value_name = "WHEN")]
+    pub scratch_int16: NarrowScratch,
 }
 
 impl SpillArgs {
@@ -25,6 +32,7 @@ impl SpillArgs {
         SpillOptions {
             base: self.base,
             target_bytes: self.target_bytes,
+            narrow_scratch: self.scratch_int16,
         }
     }
 }

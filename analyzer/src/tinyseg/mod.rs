@@ -20,7 +20,7 @@ pub mod report;
 pub mod transform;
 
 pub use optimize::{optimize, Optimized, Step, TinysegOptions};
-pub use transform::Graph;
+pub use transform::{Graph, NarrowScratch};
 
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,9 @@
 
 use serde::Serialize;
 
-use super::transform::{fuse_next, spill, tail_rows, Graph, SpillEdit};
+use super::transform::{
+    fuse_next, narrow_scratch, spill, tail_rows, Graph, NarrowScratch, SpillEdit,
+};
 use crate::cold::{graph_cold_ranges, GraphColdRange};
 use crate::model::Model;
 use crate::planner::{self, Overlaps, Plan, PlanError, PlanOptions, PlannerKind};
@@ -33,6 +35,9 @@ pub struct TinysegOptions {
     pub max_spills: usize,
     /// Victims tried per round before giving up.
     pub max_victims: usize,
+    /// First narrow int32 accumulator scratch tensors to int16 (the paper's
+    /// first step), when that lowers the peak.
+    pub narrow_scratch: NarrowScratch,
 }
 
 impl Default for TinysegOptions {
@@ -43,6 +48,7 @@ impl Default for TinysegOptions {
             plan: PlanOptions::default(),
             max_spills: 16,
             max_victims: 8,
+            narrow_scratch: NarrowScratch::Exact,
         }
     }
 }
@@ -306,6 +312,22 @@ pub fn optimize(
         "original",
         format!("{} in {} order", opts.base, first.order_name),
     )];
+    if let Some((g, changed)) = narrow_scratch(&cur.graph, opts.narrow_scratch) {
+        let narrowed = plan_graph(g, &base_overlaps, opts)?;
+        // Half the scratch never raises the peak a planner can reach.
+        if narrowed.peak() <= cur.peak() {
+            let names: Vec<String> = changed
+                .iter()
+                .map(|&i| op_name(&narrowed.graph.model, i))
+                .collect();
+            let change = format!(
+                "int32 → int16 accumulator scratch of {}",
+                names.join(", ")
+            );
+            steps.push(step(&narrowed, "scratch int16", change));
+            cur = narrowed;
+        }
+    }
     let mut spills = 0;
     while spills < opts.max_spills && opts.target_bytes.is_none_or(|m| cur.peak() > m) {
         let mut accepted = None;
@@ -314,9 +336,14 @@ pub fn optimize(
             .take(opts.max_victims)
         {
             let stages = try_victim(&cur, r, &base_overlaps, opts)?;
-            // The shortest prefix reaching the lowest peak: fusions only
-            // when they lower it.
-            let best = (0..stages.len()).min_by_key(|&k| (stages[k].0.peak(), k));
+            // The prefix reaching the lowest peak: fusions only when they
+            // lower it.
+            // On equal peaks, a lower lower bound (room for a better
+            // placement) wins, then fewer operators.
+            let best = (0..stages.len()).min_by_key(|&k| {
+                let p = &stages[k].0;
+                (p.peak(), p.plan.lower_bound_bytes, k)
+            });
             if let Some(k) = best.filter(|&k| stages[k].0.peak() < cur.peak()) {
                 let mut stages = stages;
                 stages.truncate(k + 1);

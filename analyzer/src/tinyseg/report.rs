@@ -112,3 +112,73 @@ impl SpillReport {
         s
     }
 }
+
+/// What `memtrace plan --planner tinyseg` reports: the steps and the final
+/// plan of the transformed model.
+#[derive(Clone, Debug, Serialize)]
+pub struct TinysegPlan {
+    /// Model name.
+    pub model: String,
+    /// The base planner.
+    pub base: String,
+    /// The target peak, if one was given.
+    pub target_bytes: Option<u64>,
+    /// Every accepted step.
+    pub steps: Vec<Step>,
+    /// Bytes sent to storage (each fetched back once).
+    pub spilled_bytes: u64,
+    /// Wall-clock seconds of the whole optimisation.
+    pub planning_seconds: f64,
+    /// The transformed model's operators in execution order
+    /// (`KIND output`).
+    pub ops: Vec<String>,
+    /// The base planner's plan of the transformed model.
+    pub plan: crate::planner::Plan,
+}
+
+impl TinysegPlan {
+    /// The report of `optimized`, which took `seconds`.
+    pub fn new(optimized: &super::Optimized, target_bytes: Option<u64>, seconds: f64) -> Self {
+        let m = &optimized.graph.model;
+        TinysegPlan {
+            model: m.name.clone(),
+            base: optimized.base.name().into(),
+            target_bytes,
+            steps: optimized.steps.clone(),
+            spilled_bytes: optimized.spilled_bytes(),
+            planning_seconds: seconds,
+            ops: m
+                .ops
+                .iter()
+                .map(|op| {
+                    let out = op.outputs.first().map_or("", |&t| m.tensors[t].name.as_str());
+                    format!("{} {out}", op.kind)
+                })
+                .collect(),
+            plan: optimized.plan.clone(),
+        }
+    }
+
+    /// The steps and a summary line, as text.
+    pub fn to_table(&self) -> String {
+        let mut s = format!(
+            "model {}: tinyseg on {}{}\n",
+            self.model,
+            self.base,
+            self.target_bytes
+                .map(|t| format!(", target {t} B"))
+                .unwrap_or_default()
+        );
+        s.push_str(&steps_table(&self.steps));
+        let _ = writeln!(
+            s,
+            "final   peak {} B (lower bound {} B), {} operators, {} B spilled; planned in {:.3} s",
+            self.plan.peak_bytes.unwrap_or(0),
+            self.plan.lower_bound_bytes,
+            self.ops.len(),
+            self.spilled_bytes,
+            self.planning_seconds
+        );
+        s
+    }
+}

@@ -8,7 +8,7 @@
 //! carried over.
 
 use crate::cold::GraphColdRange;
-use crate::model::{Model, Op, OpKind, OpOptions, Tensor};
+use crate::model::{Accumulator, DataType, Model, Op, OpKind, OpOptions, Tensor};
 
 /// A model in execution order and where its operators came from.
 #[derive(Clone, Debug)]
@@ -305,4 +305,103 @@ pub fn fuse_next(graph: &Graph, fetch_op: usize) -> Option<(Graph, usize, Fusion
         return None;
     }
     Some((g, fetch_op, fused.1))
+}
+
+/// When to narrow an accumulator scratch tensor to int16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum NarrowScratch {
+    /// Never: scratch tensors stay int32.
+    Never,
+    /// Where the weights prove that no output's sum can leave the int16
+    /// range for any int8 input ([`int16_accumulator_is_exact`]): the outputs
+    /// stay bit-exact.
+    #[default]
+    Exact,
+    /// Every int8 `TRANSPOSE_CONV`, as the paper does; outputs whose sums
+    /// leave the int16 range come out wrong (`memtrace verify` counts them).
+    Always,
+}
+
+/// Whether an int16 accumulator gives an int8 `TRANSPOSE_CONV` exactly the
+/// int32 result for every possible input: for each output channel and each
+/// class of kernel taps that can land on one output position (taps equal
+/// modulo the stride), the sum of `|weight| · max|input + input offset|`
+/// stays within int16. `None` without weight data.
+pub fn int16_accumulator_is_exact(model: &Model, op: &Op) -> Option<bool> {
+    let x = &model.tensors[op.data_input()?];
+    let w = &model.tensors[*op.inputs.get(1)?];
+    let data = w.data.as_ref()?;
+    let [oc, kh, kw, ic] = w.shape[..] else {
+        return None;
+    };
+    let zp = x
+        .quantization
+        .as_ref()
+        .and_then(|q| q.zero_point.first().copied())
+        .unwrap_or(0);
+    let reach = (-128 - zp).abs().max((127 - zp).abs());
+    let (sh, sw) = (op.options.stride.0.max(1), op.options.stride.1.max(1));
+    let (kh, kw, ic) = (kh as usize, kw as usize, ic as usize);
+    let mut worst = 0i64;
+    for o in 0..oc as usize {
+        for ry in 0..sh as usize {
+            for rx in 0..sw as usize {
+                let mut sum = 0i64;
+                for fy in (ry..kh).step_by(sh as usize) {
+                    for fx in (rx..kw).step_by(sw as usize) {
+                        let at = ((o * kh + fy) * kw + fx) * ic;
+                        sum += data[at..at + ic]
+                            .iter()
+                            .map(|&b| (b as i8 as i64).abs())
+                            .sum::<i64>();
+                    }
+                }
+                worst = worst.max(sum * reach);
+            }
+        }
+    }
+    Some(worst <= i16::MAX as i64)
+}
+
+/// TinySeg's temporary tensor quantisation (Section 5.3): int8
+/// `TRANSPOSE_CONV`s whose accumulator scratch tensor is int32 get an int16
+/// one, half the bytes — all of them ([`NarrowScratch::Always`]) or those
+/// whose weights prove it exact. Returns the new graph and the operators
+/// changed (none: `None`). Partial sums wrap modulo 2^16, so an output stays
+/// exact only where its final sum fits in int16.
+pub fn narrow_scratch(graph: &Graph, policy: NarrowScratch) -> Option<(Graph, Vec<usize>)> {
+    if policy == NarrowScratch::Never {
+        return None;
+    }
+    let mut g = graph.clone();
+    let mut changed = Vec::new();
+    for i in 0..g.model.ops.len() {
+        let op = &g.model.ops[i];
+        let int8 = op
+            .data_input()
+            .is_some_and(|t| g.model.tensors[t].dtype == DataType::Int8);
+        let (Some(scratch), Some(&y)) = (op.scratch, op.outputs.first()) else {
+            continue;
+        };
+        if op.kind != OpKind::TransposeConv
+            || op.options.accumulator != Accumulator::Int32
+            || !int8
+        {
+            continue;
+        }
+        if policy == NarrowScratch::Exact && int16_accumulator_is_exact(&g.model, op) != Some(true) {
+            continue;
+        }
+        let bytes = g.model.tensors[y].elements() * Accumulator::Int16.size();
+        let t = &mut g.model.tensors[scratch];
+        if bytes >= t.bytes {
+            continue;
+        }
+        t.bytes = bytes;
+        t.shape = vec![bytes as u32];
+        g.model.ops[i].options.accumulator = Accumulator::Int16;
+        changed.push(i);
+    }
+    (!changed.is_empty()).then_some((g, changed))
 }
