@@ -8,9 +8,9 @@ use memtrace_abi::LayerSpec;
 use memtrace_analyzer::model::{self, tflite, Model};
 use memtrace_analyzer::planner::overlap::{OverlapMethod, TracedOverlaps};
 use memtrace_analyzer::planner::plot::{plot_comparison, plot_plan};
-use memtrace_analyzer::tinyseg::report::TinysegPlan;
 use memtrace_analyzer::planner::report::{compare, compare_all, Comparison};
 use memtrace_analyzer::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_analyzer::tinyseg::report::TinysegPlan;
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};

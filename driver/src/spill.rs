@@ -130,3 +130,52 @@ impl SpillRun<'_> {
         }
     }
 }
+
+/// TinySeg's planning time on each of `models` (`zoo:NAME` or `.tflite`)
+/// with each base planner and every scratch policy's step, written to `out`
+/// with the target the issue sets (< 1 s on Tiny U-Net).
+pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Write) -> Result<()> {
+    use memtrace_analyzer::planner::OverlapMethod;
+    use memtrace_analyzer::tinyseg::bench::time_tinyseg;
+    writeln!(
+        out,
+        "[tinyseg] planning time (fastest of {repeat}; transformations, re-plans and validation included)"
+    )?;
+    writeln!(
+        out,
+        "  {:<28} {:<12} {:<7} {:>10} {:>6} {:>10} {:>10}",
+        "model", "base", "int16", "seconds", "steps", "peak B", "after B"
+    )?;
+    for name in models {
+        let model = memtrace_analyzer::model::load(name)?.with_reference_scratch();
+        let model = materialize(&model, 1);
+        let overlaps = Overlaps::compute(&model, &OverlapMethod::Analytic);
+        for base in [PlannerKind::TflmGreedy, PlannerKind::DmoHeap] {
+            for narrow in [NarrowScratch::Exact, NarrowScratch::Always] {
+                let opts = TinysegOptions {
+                    base,
+                    narrow_scratch: narrow,
+                    ..TinysegOptions::default()
+                };
+                let t = time_tinyseg(&model, &overlaps, &opts, repeat)?;
+                writeln!(
+                    out,
+                    "  {:<28} {:<12} {:<7} {:>10.6} {:>6} {:>10} {:>10}  {}",
+                    t.model,
+                    t.base,
+                    format!("{narrow:?}").to_lowercase(),
+                    t.seconds,
+                    t.steps,
+                    t.peaks.0,
+                    t.peaks.1,
+                    if t.seconds < 1.0 {
+                        "< 1 s: met"
+                    } else {
+                        ">= 1 s: NOT met"
+                    }
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

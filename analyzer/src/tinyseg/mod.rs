@@ -14,6 +14,7 @@
 //! tinyseg`): storage tensors live in a storage region outside the arena
 //! (docs/tinyseg.md).
 
+pub mod bench;
 pub mod compress;
 pub mod optimize;
 pub mod report;

@@ -320,10 +320,7 @@ pub fn optimize(
                 .iter()
                 .map(|&i| op_name(&narrowed.graph.model, i))
                 .collect();
-            let change = format!(
-                "int32 → int16 accumulator scratch of {}",
-                names.join(", ")
-            );
+            let change = format!("int32 → int16 accumulator scratch of {}", names.join(", "));
             steps.push(step(&narrowed, "scratch int16", change));
             cur = narrowed;
         }

@@ -151,7 +151,10 @@ impl TinysegPlan {
                 .ops
                 .iter()
                 .map(|op| {
-                    let out = op.outputs.first().map_or("", |&t| m.tensors[t].name.as_str());
+                    let out = op
+                        .outputs
+                        .first()
+                        .map_or("", |&t| m.tensors[t].name.as_str());
                     format!("{} {out}", op.kind)
                 })
                 .collect(),

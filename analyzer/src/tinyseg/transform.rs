@@ -384,13 +384,12 @@ pub fn narrow_scratch(graph: &Graph, policy: NarrowScratch) -> Option<(Graph, Ve
         let (Some(scratch), Some(&y)) = (op.scratch, op.outputs.first()) else {
             continue;
         };
-        if op.kind != OpKind::TransposeConv
-            || op.options.accumulator != Accumulator::Int32
-            || !int8
+        if op.kind != OpKind::TransposeConv || op.options.accumulator != Accumulator::Int32 || !int8
         {
             continue;
         }
-        if policy == NarrowScratch::Exact && int16_accumulator_is_exact(&g.model, op) != Some(true) {
+        if policy == NarrowScratch::Exact && int16_accumulator_is_exact(&g.model, op) != Some(true)
+        {
             continue;
         }
         let bytes = g.model.tensors[y].elements() * Accumulator::Int16.size();
