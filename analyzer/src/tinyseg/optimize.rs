@@ -97,6 +97,8 @@ pub struct Optimized {
     pub overlaps: Overlaps,
     /// Every accepted step, the untransformed model first.
     pub steps: Vec<Step>,
+    /// The graph and plan after each step (as `steps`), for checks.
+    pub history: Vec<(Graph, Plan)>,
 }
 
 impl Optimized {
@@ -312,6 +314,7 @@ pub fn optimize(
         "original",
         format!("{} in {} order", opts.base, first.order_name),
     )];
+    let mut history = vec![(cur.graph.clone(), cur.plan.clone())];
     if let Some((g, changed)) = narrow_scratch(&cur.graph, opts.narrow_scratch) {
         let narrowed = plan_graph(g, &base_overlaps, opts)?;
         // Half the scratch never raises the peak a planner can reach.
@@ -322,6 +325,7 @@ pub fn optimize(
                 .collect();
             let change = format!("int32 → int16 accumulator scratch of {}", names.join(", "));
             steps.push(step(&narrowed, "scratch int16", change));
+            history.push((narrowed.graph.clone(), narrowed.plan.clone()));
             cur = narrowed;
         }
     }
@@ -351,6 +355,7 @@ pub fn optimize(
         let Some(stages) = accepted else { break };
         for (planned, s) in stages {
             steps.push(s);
+            history.push((planned.graph.clone(), planned.plan.clone()));
             cur = planned;
         }
         spills += 1;
@@ -362,5 +367,6 @@ pub fn optimize(
         plan: cur.plan,
         overlaps,
         steps,
+        history,
     })
 }
