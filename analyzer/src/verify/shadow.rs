@@ -572,4 +572,44 @@ mod tests {
         assert_eq!(m.clobbers[0].offset, 4);
         assert_eq!(m.clobbers[0].overwritten_by, None);
     }
+
+    /// A map over TinySeg's storage region (`memtrace verify` runs one
+    /// beside the arena's): SPILL layers write their storage tensor through
+    /// their output buffer, FETCH layers read it through an input. Two
+    /// spills whose storage slots overlap leave the first one's fetch
+    /// reading the second one's bytes.
+    #[test]
+    fn a_fetch_of_storage_bytes_another_spill_overwrote_is_a_clobber() {
+        let spill = |m: &mut ShadowMap, i: usize, name: &str, stored: &str, at: u64| {
+            m.layer_begin(&layer_op(i, name, "spill"));
+            m.buffer(&buf(0, Role::Input, "victim", 0x100, 16));
+            m.buffer(&buf(2, Role::Output, stored, at, 16));
+            m.events(&[
+                ev(0, 0, 0, 16, AccessKind::Load),
+                ev(1, 2, 0, 16, AccessKind::Store),
+            ]);
+            m.layer_end(0);
+        };
+        let fetch = |m: &mut ShadowMap, i: usize, stored: &str, at: u64| {
+            m.layer_begin(&layer_op(i, "fetch", "fetch"));
+            m.buffer(&buf(0, Role::Input, stored, at, 16));
+            m.buffer(&buf(2, Role::Output, "fetched", 0x100, 16));
+            m.events(&[ev(0, 0, 0, 16, AccessKind::Load)]);
+            m.layer_end(0);
+        };
+        // Storage at 0x1000; the arena tensors at 0x100 lie outside it.
+        let mut clean = ShadowMap::new(0x1000, 64);
+        spill(&mut clean, 0, "spill_a", "a/spilled", 0x1000);
+        spill(&mut clean, 1, "spill_b", "b/spilled", 0x1010);
+        fetch(&mut clean, 2, "a/spilled", 0x1000);
+        assert!(clean.clobbers.is_empty(), "{:?}", clean.clobbers);
+        let mut bad = ShadowMap::new(0x1000, 64);
+        spill(&mut bad, 0, "spill_a", "a/spilled", 0x1000);
+        spill(&mut bad, 1, "spill_b", "b/spilled", 0x1008);
+        fetch(&mut bad, 2, "a/spilled", 0x1000);
+        assert_eq!(bad.clobbers.len(), 1);
+        let c = &bad.clobbers[0];
+        assert_eq!((c.tensor.as_str(), c.offset, c.bytes), ("a/spilled", 8, 8));
+        assert_eq!(c.overwritten_by.as_ref().unwrap().op, "spill_b");
+    }
 }
