@@ -30,3 +30,4 @@ fn spilling_the_skip_tensor_lowers_the_greedy_peak() {
     assert!(o.steps.last().unwrap().peak_bytes < o.steps[0].peak_bytes);
     let _ = PlannerKind::DmoHeap;
 }
+
