@@ -25,7 +25,7 @@ pub struct TinysegTiming {
     pub peaks: (u64, u64),
 }
 
-/// Times [`optimize`] on `model` with `opts`, `repeat` times, keeping the
+/// Times [`optimize()`] on `model` with `opts`, `repeat` times, keeping the
 /// fastest.
 pub fn time_tinyseg(
     model: &Model,

@@ -4,7 +4,7 @@
 //!
 //! * [`transform`]: the graph edits — spill (whole, or the tail after a
 //!   split), fuse a fetch into the following `CONCATENATION` / `CONV_2D`;
-//! * [`optimize`]: the loop of Algorithms 1 and 3 around a base planner
+//! * [`mod@optimize`]: the loop of Algorithms 1 and 3 around a base planner
 //!   (`memtrace plan --planner tinyseg --base PLANNER`);
 //! * [`compress`]: the paper's tensor compression, to measure what spilled
 //!   bytes would cost compressed;
