@@ -375,3 +375,18 @@ fn plan_prints_the_steps_and_refuses_what_a_transformed_model_cannot_do() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("another planner"), "{}", stderr(&out));
 }
+
+#[test]
+fn tiny_unet_spills_its_first_skip_connection_and_runs_bit_exact() {
+    // The paper's model and victim ("tensor 3"): the 80×120×8 output of the
+    // first DoubleConv, idle from down1/pool to up3/concat.
+    let (code, r) = verify("zoo:tiny_unet_80x120_int8", &["--planner", "tinyseg"]);
+    assert_clean(code, &r);
+    let t = &r["tinyseg"];
+    assert_eq!(t["steps"][1]["tensor"], "inc/conv2");
+    assert_eq!(u(&t["spilled_bytes"]), 80 * 120 * 8);
+    assert_eq!(u(&r["reference"]["arena_bytes"]), 307_200);
+    // The spilled 76,800 B leave the peak step (up3/up) of the greedy plan.
+    assert_eq!(u(&r["plan"]["arena_bytes"]), 307_200 - 80 * 120 * 8);
+    assert!(u(&t["compressed_bytes"]) < u(&t["spilled_bytes"]));
+}
