@@ -6,11 +6,12 @@
 // the concatenation of its inputs, read where they lie).
 //
 // FETCH_CONV2D computes exactly what TFLM's reference CONV_2D computes on the
-// materialised concatenation: the same loops in the same order, the same
-// accumulation and requantisation (MultiplyByQuantizedMultiplier, output
-// offset, clamp) — only each input element is read from the part of the
-// concatenation it belongs to. So its outputs are bit-exact with the
-// reference conv it replaces, for int8 and float32.
+// materialised concatenation: the same loops in the same order (output
+// position, output channel, filter row, filter column, input channel), the
+// same accumulation and requantisation (MultiplyByQuantizedMultiplier,
+// output offset, clamp) — only each tap's input channels are read from the
+// part of the concatenation that holds them. So its outputs are bit-exact
+// with the reference conv it replaces, for int8 and float32.
 #include <string.h>
 
 #include <algorithm>
@@ -85,21 +86,83 @@ struct Concatenated {
     int split;  // extent of the first part along `axis`
     bool two;
 
+    // The input channels at (b, y, x) as up to two runs: `count[0]` elements
+    // at `run[0]`, then `count[1]` at `run[1]` (a channel concatenation
+    // splits every position's channels between the parts; a row or column
+    // concatenation puts each position in one part).
     template <typename T>
-    T at(int b, int y, int x, int c) const {
-        int i[4] = {b, y, x, c};
+    void channels(int b, int y, int x, const T *run[2], int count[2]) const {
+        int i[4] = {b, y, x, 0};
+        count[1] = 0;
+        run[1] = nullptr;
+        if (two && axis == 3) {
+            run[0] = static_cast<const T *>(data[0]) + tflite::Offset(*shape[0], b, y, x, 0);
+            run[1] = static_cast<const T *>(data[1]) + tflite::Offset(*shape[1], b, y, x, 0);
+            count[0] = shape[0]->Dims(3);
+            count[1] = shape[1]->Dims(3);
+            return;
+        }
         int k = 0;
         if (two && i[axis] >= split) {
             i[axis] -= split;
             k = 1;
         }
-        return static_cast<const T *>(data[k])[tflite::Offset(*shape[k], i[0], i[1], i[2], i[3])];
+        run[0] = static_cast<const T *>(data[k]) + tflite::Offset(*shape[k], i[0], i[1], i[2], 0);
+        count[0] = shape[k]->Dims(3);
     }
 };
 
-// TFLM reference_integer_ops::ConvPerChannel and reference_ops::Conv
-// (float), loop for loop, reading the input through `in`.
-template <typename T>
+// Accumulates one kernel tap over the input channels in order, as TFLM's
+// reference loops do: int8 `acc += filter * (input + input_offset)`, float
+// `total += input * filter`.
+inline void tap(int32_t &acc, const int8_t *const run[2], const int count[2], const int8_t *filter,
+                int32_t input_offset) {
+    int c = 0;
+    for (int r = 0; r < 2; ++r) {
+        for (int j = 0; j < count[r]; ++j, ++c) {
+            acc += static_cast<int32_t>(filter[c]) * (static_cast<int32_t>(run[r][j]) + input_offset);
+        }
+    }
+}
+
+inline void tap(float &total, const float *const run[2], const int count[2], const float *filter,
+                int32_t) {
+    int c = 0;
+    for (int r = 0; r < 2; ++r) {
+        for (int j = 0; j < count[r]; ++j, ++c) {
+            total += (run[r][j] * filter[c]);
+        }
+    }
+}
+
+// Requantises or clamps one accumulated output as TFLM's reference kernels do.
+inline int8_t finish(const Op &op, int32_t acc, int out_channel, const int32_t *mult,
+                     const int32_t *shift) {
+    if (op.has_bias) {
+        acc += static_cast<const int32_t *>(op.bias.data)[out_channel];
+    }
+    acc = tflite::MultiplyByQuantizedMultiplier(acc, mult[out_channel], shift[out_channel]);
+    acc += op.w[OPW_OUTPUT_OFFSET];
+    acc = std::max(acc, op.w[OPW_ACT_MIN]);
+    acc = std::min(acc, op.w[OPW_ACT_MAX]);
+    return static_cast<int8_t>(acc);
+}
+
+inline float finish(const Op &op, float total, int out_channel, const int32_t *, const int32_t *) {
+    float bias_value = 0.0f;
+    if (op.has_bias) {
+        bias_value = static_cast<const float *>(op.bias.data)[out_channel];
+    }
+    float fmin, fmax;
+    memcpy(&fmin, &op.w[OPW_FLOAT_MIN], 4);
+    memcpy(&fmax, &op.w[OPW_FLOAT_MAX], 4);
+    return tflite::ActivationFunctionWithMinMax(total + bias_value, fmin, fmax);
+}
+
+// TFLM reference_integer_ops::ConvPerChannel (T = int8_t, Acc = int32_t) and
+// reference_ops::Conv (float): the same loops in the same order, the input
+// read through `in`.
+template <typename T, typename Acc>
 int conv_over(const Op &op, const Concatenated &in, const RuntimeShape &input_shape) {
     const RuntimeShape filter_shape = shape4(op.weights);
     const RuntimeShape output_shape = shape4(op.out);
@@ -124,74 +187,37 @@ int conv_over(const Op &op, const Concatenated &in, const RuntimeShape &input_sh
     const T *filter_data = static_cast<const T *>(op.weights.data);
     const int32_t *mult = channel_array(op, OPW_CHANNEL_MULTIPLIERS);
     const int32_t *shift = channel_array(op, OPW_CHANNEL_SHIFTS);
-    if (!(sizeof(T) == 4 || (mult && shift))) {
+    if (sizeof(T) == 1 && !(mult && shift)) {
         return kUnsupported;
     }
+    const int32_t input_offset = op.w[OPW_INPUT_OFFSET];
+    T *output_data = static_cast<T *>(op.out.data);
     for (int batch = 0; batch < batches; ++batch) {
         for (int out_y = 0; out_y < output_height; ++out_y) {
             for (int out_x = 0; out_x < output_width; ++out_x) {
                 for (int out_channel = 0; out_channel < output_depth; ++out_channel) {
                     const int in_x_origin = (out_x * stride_width) - pad_width;
                     const int in_y_origin = (out_y * stride_height) - pad_height;
-                    if (sizeof(T) == 4) {
-                        float total = 0.f;
-                        for (int filter_y = 0; filter_y < filter_height; ++filter_y) {
-                            for (int filter_x = 0; filter_x < filter_width; ++filter_x) {
-                                for (int in_channel = 0; in_channel < input_depth; ++in_channel) {
-                                    const int in_x = in_x_origin + dilation_width_factor * filter_x;
-                                    const int in_y = in_y_origin + dilation_height_factor * filter_y;
-                                    if ((in_x >= 0) && (in_x < input_width) && (in_y >= 0) &&
-                                        (in_y < input_height)) {
-                                        const float input_value = in.at<float>(batch, in_y, in_x, in_channel);
-                                        const float filter_value = reinterpret_cast<const float *>(
-                                            filter_data)[tflite::Offset(filter_shape, out_channel,
-                                                                        filter_y, filter_x, in_channel)];
-                                        total += (input_value * filter_value);
-                                    }
-                                }
+                    Acc acc = 0;
+                    for (int filter_y = 0; filter_y < filter_height; ++filter_y) {
+                        for (int filter_x = 0; filter_x < filter_width; ++filter_x) {
+                            const int in_x = in_x_origin + dilation_width_factor * filter_x;
+                            const int in_y = in_y_origin + dilation_height_factor * filter_y;
+                            // Zero padding by omitting the areas outside the image.
+                            if ((in_x >= 0) && (in_x < input_width) && (in_y >= 0) &&
+                                (in_y < input_height)) {
+                                const T *run[2];
+                                int count[2];
+                                in.channels<T>(batch, in_y, in_x, run, count);
+                                tap(acc, run, count,
+                                    filter_data + tflite::Offset(filter_shape, out_channel, filter_y,
+                                                                 filter_x, 0),
+                                    input_offset);
                             }
                         }
-                        float bias_value = 0.0f;
-                        if (op.has_bias) {
-                            bias_value = static_cast<const float *>(op.bias.data)[out_channel];
-                        }
-                        float fmin, fmax;
-                        memcpy(&fmin, &op.w[OPW_FLOAT_MIN], 4);
-                        memcpy(&fmax, &op.w[OPW_FLOAT_MAX], 4);
-                        static_cast<float *>(op.out.data)[tflite::Offset(output_shape, batch, out_y,
-                                                                         out_x, out_channel)] =
-                            tflite::ActivationFunctionWithMinMax(total + bias_value, fmin, fmax);
-                    } else {
-                        const int32_t input_offset = op.w[OPW_INPUT_OFFSET];
-                        int32_t acc = 0;
-                        for (int filter_y = 0; filter_y < filter_height; ++filter_y) {
-                            for (int filter_x = 0; filter_x < filter_width; ++filter_x) {
-                                for (int in_channel = 0; in_channel < input_depth; ++in_channel) {
-                                    const int in_x = in_x_origin + dilation_width_factor * filter_x;
-                                    const int in_y = in_y_origin + dilation_height_factor * filter_y;
-                                    const bool is_point_inside_image = (in_x >= 0) && (in_x < input_width) &&
-                                                                       (in_y >= 0) && (in_y < input_height);
-                                    if (is_point_inside_image) {
-                                        const int32_t input_val = in.at<int8_t>(batch, in_y, in_x, in_channel);
-                                        const int32_t filter_val = reinterpret_cast<const int8_t *>(
-                                            filter_data)[tflite::Offset(filter_shape, out_channel,
-                                                                        filter_y, filter_x, in_channel)];
-                                        acc += filter_val * (input_val + input_offset);
-                                    }
-                                }
-                            }
-                        }
-                        if (op.has_bias) {
-                            acc += static_cast<const int32_t *>(op.bias.data)[out_channel];
-                        }
-                        acc = tflite::MultiplyByQuantizedMultiplier(acc, mult[out_channel], shift[out_channel]);
-                        acc += op.w[OPW_OUTPUT_OFFSET];
-                        acc = std::max(acc, op.w[OPW_ACT_MIN]);
-                        acc = std::min(acc, op.w[OPW_ACT_MAX]);
-                        static_cast<int8_t *>(op.out.data)[tflite::Offset(output_shape, batch, out_y,
-                                                                          out_x, out_channel)] =
-                            static_cast<int8_t>(acc);
                     }
+                    output_data[tflite::Offset(output_shape, batch, out_y, out_x, out_channel)] =
+                        finish(op, acc, out_channel, mult, shift);
                 }
             }
         }
@@ -219,8 +245,8 @@ EXEC_KERNEL int fetch_conv2d(const Op &op) {
         input_shape.SetDim(axis, in.split + second.Dims(axis));
     }
     switch (op.dtype) {
-        case PDT_F32: return conv_over<float>(op, in, input_shape);
-        case PDT_INT8: return conv_over<int8_t>(op, in, input_shape);
+        case PDT_F32: return conv_over<float, float>(op, in, input_shape);
+        case PDT_INT8: return conv_over<int8_t, int32_t>(op, in, input_shape);
         default: return kUnsupported;
     }
 }
