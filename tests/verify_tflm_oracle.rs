@@ -110,6 +110,27 @@ fn exported_int8_zoo_models_are_bit_exact_and_dmo_beats_tflm_s_arena() {
     std::fs::remove_dir_all(&tmp).ok();
 }
 
+/// TinySeg's Tiny U-Net: TRANSPOSE_CONV and CONCATENATION bit-exact with
+/// current TFLM, and TFLM's own arena head is memtrace's tflm-greedy arena,
+/// the int32 accumulator of the last transpose convolution included
+/// (80x120x8 + 40x60x16 + 80x120x4 + 80x120x4·4 bytes live there).
+#[test]
+fn tiny_unet_is_bit_exact_with_current_tflm_and_its_arena_head_is_tflm_greedy() {
+    let Some(py) = python() else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("memtrace-oracle-unet-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let v = agrees_with_tflm(&py, &export(&tmp, "tiny_unet_80x120_int8"));
+    assert_eq!(
+        v["tflm_arena_head_bytes"],
+        76_800 + 38_400 + 38_400 + 153_600
+    );
+    let dmo = v["memtrace_plan_bytes"].as_u64().unwrap();
+    assert!(dmo < 307_200, "DMO {dmo} B");
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
 /// CMSIS-NN's int8 kernels are designed to match TFLM's reference kernels
 /// bit for bit: the CMSIS-NN executor's outputs equal current TFLM's, and
 /// the DMO plan from CMSIS-NN's own traces verifies clean on it.

@@ -767,5 +767,31 @@ mod tests {
         let mut bad = p.clone();
         bad.arena_bytes = 8;
         assert!(bad.encode().is_err());
+        // Two inputs need no list.
+        assert_eq!(word(op0 + OPW_INPUTS), -1);
+        // Three inputs: all of them as [count, index...] at OPW_INPUTS.
+        let mut three = p.clone();
+        three.ops[0].kind = ProgramOpKind::Concatenation;
+        three.ops[0].inputs = vec![1, 0, 1];
+        three.ops[0].params.axis = 1;
+        let e3 = three.encode().unwrap();
+        let word3 = |i: usize| i32::from_le_bytes(e3.bytes[i * 4..i * 4 + 4].try_into().unwrap());
+        let list = word3(op0 + OPW_INPUTS) as usize;
+        assert_eq!(list % 4, 0);
+        assert_eq!(
+            [
+                word3(list / 4),
+                word3(list / 4 + 1),
+                word3(list / 4 + 2),
+                word3(list / 4 + 3)
+            ],
+            [3, 1, 0, 1]
+        );
+        assert_eq!((word3(op0 + OPW_INPUT), word3(op0 + OPW_INPUT2)), (1, 0));
+        assert_eq!(word3(op0 + OPW_AXIS), 1);
+        // More than the format allows.
+        let mut many = three.clone();
+        many.ops[0].inputs = vec![0; MEMTRACE_PROGRAM_MAX_INPUTS + 1];
+        assert!(many.encode().unwrap_err().to_string().contains("11 inputs"));
     }
 }

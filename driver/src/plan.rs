@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::model::{self, tflite, Model};
+use memtrace_analyzer::model::{self, tflite, Accumulator, Model};
 use memtrace_analyzer::planner::overlap::{OverlapMethod, TracedOverlaps};
 use memtrace_analyzer::planner::plot::{plot_comparison, plot_plan};
 use memtrace_analyzer::planner::report::{compare, compare_all, Comparison};
@@ -68,6 +68,9 @@ pub struct PlanRequest {
     pub emit_offline: Option<PathBuf>,
     /// Offsets and sizes are multiples of this.
     pub alignment: u64,
+    /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary
+    /// tensor quantisation, half the scratch).
+    pub accumulator: Accumulator,
     /// TinySeg's options (with `planner` = `tinyseg`).
     pub spill: SpillOptions,
 }
@@ -109,7 +112,9 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
     if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
-    let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
+    let model = model::load(&req.model)
+        .with_context(|| format!("loading {}", req.model))?
+        .with_transpose_conv_accumulator(req.accumulator);
     let file_tensors = model.tensors.len();
     let model = library_model(model, req.kernels)?;
     let overlaps = overlaps(&model, req)?;

@@ -17,7 +17,7 @@ use std::time::Instant;
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
 use memtrace_analyzer::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
-use memtrace_analyzer::model::{self, Model};
+use memtrace_analyzer::model::{self, Accumulator, Model};
 use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
@@ -69,6 +69,9 @@ pub struct VerifyOptions {
     pub max_instructions: u64,
     /// TinySeg's base planner and target (with `planner` = `tinyseg`).
     pub spill: SpillOptions,
+    /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
+    /// temporary tensor quantisation).
+    pub accumulator: Accumulator,
 }
 
 #[derive(Deserialize)]
@@ -376,12 +379,15 @@ fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
         if let Some(ov) = ov {
             traced.by_op.insert(op, ov.monotone_bytes);
         }
+        // The input the executor declares first (buffer id 0), whose O_s
+        // the layer measures: TRANSPOSE_CONV's third operand.
+        let input = o.data_input().unwrap_or(o.inputs[0]);
         report.push(OpOverlapReport {
             op: names[o.outputs[0]].clone(),
             index: op,
-            input: names[o.inputs[0]].clone(),
+            input: names[input].clone(),
             output: names[o.outputs[0]].clone(),
-            input_bytes: model.tensors[o.inputs[0]].bytes,
+            input_bytes: model.tensors[input].bytes,
             output_bytes: model.tensors[o.outputs[0]].bytes,
             monotone_bytes: ov.map(|v| v.monotone_bytes),
             exact_bytes: ov.map(|v| v.exact_bytes),
@@ -530,7 +536,9 @@ fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
 
 /// The model and the first graph input's bytes (`--input`), checked.
 fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::load(&req.model).with_context(|| format!("loading {}", req.model))?;
+    let model = model::load(&req.model)
+        .with_context(|| format!("loading {}", req.model))?
+        .with_transpose_conv_accumulator(req.accumulator);
     model.validate()?;
     let input_data = req
         .input

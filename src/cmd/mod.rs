@@ -14,12 +14,10 @@ pub mod zoo;
 
 use std::path::Path;
 
-/// Report format of `plan` and `verify`.
+/// `--format` of the commands that print a table or JSON.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Format {
-    /// Human-readable text.
     Table,
-    /// JSON.
     Json,
 }
 

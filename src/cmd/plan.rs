@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::Format;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-
-use super::Format;
+use memtrace_analyzer::model::Accumulator;
 use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
@@ -20,23 +20,19 @@ fn planner_choice(text: &str) -> Result<PlannerChoice, String> {
     if text == "all" {
         return Ok(PlannerChoice(None));
     }
+    let known: Vec<&str> = PlannerKind::ALL.iter().map(|p| p.name()).collect();
+    let known = known.join(", ");
     <PlannerKind as ValueEnum>::from_str(text, false)
         .map(|k| PlannerChoice(Some(k)))
-        .map_err(|_| {
-            let known: Vec<&str> = PlannerKind::ALL.iter().map(|p| p.name()).collect();
-            format!(
-                "unknown planner `{text}` (known: all, {})",
-                known.join(", ")
-            )
-        })
+        .map_err(|_| format!("unknown planner `{text}` (known: all, {known}, tinyseg)"))
 }
 
 /// A power of two from 1 to 4096.
 fn alignment(text: &str) -> Result<u64, String> {
-    match text.parse::<u64>() {
-        Ok(a) if a.is_power_of_two() && a <= 4096 => Ok(a),
-        _ => Err(format!("`{text}` is not a power of two from 1 to 4096")),
-    }
+    let a = text.parse::<u64>().unwrap_or(0);
+    (a.is_power_of_two() && a <= 4096)
+        .then_some(a)
+        .ok_or_else(|| format!("`{text}` is not a power of two from 1 to 4096"))
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +71,9 @@ pub struct PlanArgs {
     /// two from 1 to 4096.
     #[arg(long, default_value_t = 16, value_parser = alignment)]
     pub alignment: u64,
+    /// TRANSPOSE_CONV accumulator (int16: TinySeg's scratch quantisation).
+    #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
+    pub accumulator: Accumulator,
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
@@ -88,6 +87,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         emit_offline: args.emit_offline,
         alignment: args.alignment,
         spill: args.spill.options(),
+        accumulator: args.accumulator,
     })?;
     if let Some(line) = emitted {
         eprintln!("{line}");

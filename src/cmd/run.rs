@@ -3,18 +3,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::Format;
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use memtrace_driver::contract::broken_layers;
 use memtrace_driver::run::{
     flagged_layers, run as trace_layers, tables_text, warnings, RunOptions,
 };
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(Args, Debug)]
 pub struct RunArgs {

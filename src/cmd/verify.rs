@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::Format;
 use anyhow::Result;
 use clap::Args;
-
-use super::Format;
+use memtrace_analyzer::model::Accumulator;
 use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
@@ -66,6 +66,10 @@ pub struct VerifyArgs {
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 200_000_000_000)]
     pub max_instructions: u64,
+    /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary tensor
+    /// quantisation, half the scratch; compare the output digest with int32's).
+    #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
+    pub accumulator: Accumulator,
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
@@ -84,14 +88,11 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         baseline: args.baseline,
         max_instructions: args.max_instructions,
         spill: args.spill.options(),
+        accumulator: args.accumulator,
     })?;
     match args.format {
         Format::Table => super::emit(&report.to_text())?,
         Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(u8::from(!report.ok())))
 }

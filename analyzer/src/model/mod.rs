@@ -328,6 +328,7 @@ pub struct OpOptions {
 /// Element type of the accumulator scratch buffer of an operator that keeps
 /// its partial sums in the arena (TFLM's int8 TRANSPOSE_CONV).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Accumulator {
     /// 32-bit, as TFLM's reference kernel (`int32_t* scratch_buffer`).
@@ -1100,6 +1101,16 @@ impl Model {
                 }
             })
             .collect()
+    }
+
+    /// This model with every TRANSPOSE_CONV accumulating in `accumulator`
+    /// (TinySeg's temporary tensor quantisation when [`Accumulator::Int16`]).
+    pub fn with_transpose_conv_accumulator(&self, accumulator: Accumulator) -> Model {
+        let mut m = self.clone();
+        for op in m.ops.iter_mut().filter(|o| o.kind == OpKind::TransposeConv) {
+            op.options.accumulator = accumulator;
+        }
+        m
     }
 
     /// This model with the scratch tensors of TFLM's reference kernels

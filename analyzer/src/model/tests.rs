@@ -300,7 +300,13 @@ fn real_and_zoo_models_have_consistent_shapes() {
 fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
     // (model, operator kind, how to corrupt the operator's output shape)
     type Corrupt = fn(&[u32]) -> Vec<i32>;
-    let cases: [(&str, OpKind, Corrupt); 9] = [
+    let cases: [(&str, OpKind, Corrupt); 11] = [
+        ("zoo:tiny_unet_80x120_int8", OpKind::TransposeConv, |s| {
+            vec![s[0] as i32, s[1] as i32 + 1, s[2] as i32, s[3] as i32]
+        }),
+        ("zoo:tiny_unet_80x120_int8", OpKind::Concatenation, |s| {
+            vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 - 1]
+        }),
         ("person_detection_grayscale", OpKind::DepthwiseConv2d, |s| {
             vec![s[0] as i32, s[1] as i32 - 1, s[2] as i32, s[3] as i32]
         }),
@@ -383,4 +389,190 @@ fn shape_rules_follow_tflite() {
     assert_eq!(broadcast(&[1, 4, 4, 8], &[8]), Some(vec![1, 4, 4, 8]));
     assert_eq!(broadcast(&[2, 1], &[1, 3]), Some(vec![2, 3]));
     assert_eq!(broadcast(&[2, 4], &[3, 4]), None);
+}
+
+/// TinyUNet of coslab-kr/tinyseg `model/models/unet.py`, written down here
+/// independently of the zoo builder: (input channels, channels) of every
+/// `DoubleConv`, (input channels, `Up` channels) of every `Up`, and the
+/// output convolution's input channels.
+const UNET_DOUBLE_CONVS: [(u64, u64); 7] = [
+    (3, 8),        // inc
+    (8, 16),       // down1
+    (16, 32),      // down2
+    (32, 64),      // down3
+    (32 + 16, 32), // up1: skip x3 (32) + transpose conv (32 / 2)
+    (16 + 8, 16),  // up2: skip x2 (16) + 16 / 2
+    (8 + 4, 8),    // up3: skip x1 (8) + 8 / 2
+];
+const UNET_UPS: [(u64, u64); 3] = [(64, 32), (32, 16), (16, 8)];
+const UNET_OUT_IN: u64 = 8;
+
+#[test]
+fn tiny_unet_has_the_paper_s_109725_parameters() {
+    // The paper's count (Keras `count_params`): 3x3 convolutions without
+    // bias, one batch norm of 4·C (gamma, beta, mean, variance) shared by the
+    // two convolutions of a DoubleConv, 2x2 transpose convolutions to C/2
+    // with bias, and the 1x1 output convolution with bias.
+    let double: u64 = UNET_DOUBLE_CONVS
+        .iter()
+        .map(|&(cin, c)| 9 * cin * c + 9 * c * c + 4 * c)
+        .sum();
+    let ups: u64 = UNET_UPS
+        .iter()
+        .map(|&(cin, c)| 2 * 2 * cin * (c / 2) + c / 2)
+        .sum();
+    let paper = double + ups + UNET_OUT_IN + 1;
+    assert_eq!(paper, 109_725, "Table 2 of the TinySeg paper");
+
+    // The model's constants: the same weights, but each convolution of a
+    // DoubleConv carries the folded batch norm as a C-element bias (2·C per
+    // DoubleConv instead of the 4·C batch-norm parameters). The transpose
+    // convolutions' int32 output-shape operands are not parameters.
+    let m = zoo::build("tiny_unet_80x120_int8").unwrap();
+    let shape_operands: Vec<usize> = m
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::TransposeConv)
+        .map(|o| o.inputs[0])
+        .collect();
+    assert_eq!(shape_operands.len(), 3);
+    let constants: u64 = m
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| t.is_constant && !shape_operands.contains(i))
+        .map(|(_, t)| t.elements())
+        .sum();
+    let folded: u64 = UNET_DOUBLE_CONVS.iter().map(|&(_, c)| 2 * c).sum();
+    assert_eq!(constants, paper - folded);
+    assert_eq!(constants, 109_373);
+}
+
+#[test]
+fn tiny_unet_has_table_2_s_shapes_and_unet_py_s_layer_order() {
+    let m = zoo::build("zoo:tiny_unet_80x120_int8").unwrap();
+    m.validate().unwrap();
+    m.check_shapes().unwrap();
+    assert_eq!(m.tensors[m.inputs[0]].shape, [1, 80, 120, 3]);
+    assert_eq!(m.tensors[m.outputs[0]].shape, [1, 80, 120, 1]);
+    let kinds: Vec<OpKind> = m.ops.iter().map(|o| o.kind).collect();
+    use OpKind::{Concatenation as Cat, Conv2d as C, MaxPool2d as P, TransposeConv as T};
+    assert_eq!(
+        kinds,
+        [C, C, P, C, C, P, C, C, P, C, C, T, Cat, C, C, T, Cat, C, C, T, Cat, C, C, C]
+    );
+    // Each concatenation reads the skip tensor first (unet.py's
+    // `concat([x2, x1])`): the output of DoubleConv 3, 2, 1 (ops 7, 4, 1).
+    let producers = m.producers();
+    let cats: Vec<(Option<usize>, Option<usize>)> = m
+        .ops
+        .iter()
+        .filter(|o| o.kind == Cat)
+        .map(|o| (producers[o.inputs[0]], producers[o.inputs[1]]))
+        .collect();
+    assert_eq!(
+        cats,
+        [
+            (Some(7), Some(11)),
+            (Some(4), Some(15)),
+            (Some(1), Some(19))
+        ]
+    );
+    // Every convolution but the last fuses ReLU; the transpose convolutions
+    // are VALID 2x2 stride 2.
+    for (i, o) in m.ops.iter().enumerate() {
+        match o.kind {
+            C if i + 1 < m.ops.len() => assert_eq!(o.options.activation, Activation::Relu),
+            C => assert_eq!(o.options.activation, Activation::None),
+            T => {
+                assert_eq!(
+                    (o.options.stride, o.options.padding),
+                    ((2, 2), Padding::Valid)
+                );
+                assert_eq!(m.tensors[o.inputs[1]].shape[1..3], [2, 2]);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn tiny_unet_scratch_is_tflm_s_int32_accumulator_and_int16_halves_it() {
+    let m = zoo::build("tiny_unet_80x120_int8").unwrap();
+    // TFLM's Prepare: output FlatSize() * sizeof(int32_t), outputs
+    // 20x30x16, 40x60x8 and 80x120x4.
+    let want = |bytes: u64| {
+        let mut v = vec![0u64; 24];
+        v[11] = 20 * 30 * 16 * bytes;
+        v[15] = 40 * 60 * 8 * bytes;
+        v[19] = 80 * 120 * 4 * bytes;
+        v
+    };
+    assert_eq!(m.reference_scratch_needs(), want(4));
+    let narrow = m.with_transpose_conv_accumulator(Accumulator::Int16);
+    assert_eq!(narrow.reference_scratch_needs(), want(2));
+    // Float transpose convolutions accumulate in their output: no scratch.
+    let float = zoo::build("tiny_unet_80x120").unwrap();
+    assert!(float.reference_scratch_needs().iter().all(|&b| b == 0));
+
+    // TFLM's greedy arena: its peak is the last transpose convolution, where
+    // x1 (80x120x8), the up3 input (40x60x16), the output (80x120x4) and the
+    // scratch are live together.
+    let at_up3 = |scratch: u64| 80 * 120 * 8 + 40 * 60 * 16 + 80 * 120 * 4 + scratch;
+    for (model, bytes) in [(&m, 4), (&narrow, 2)] {
+        let planned = model.with_reference_scratch();
+        let plan = crate::planner::run(
+            &planned,
+            crate::planner::PlannerKind::TflmGreedy,
+            &crate::planner::Overlaps::none(&planned),
+            &crate::planner::PlanOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(plan.peak_bytes, Some(at_up3(80 * 120 * 4 * bytes)));
+    }
+    assert_eq!(at_up3(80 * 120 * 4 * 4), 307_200);
+    assert_eq!(at_up3(80 * 120 * 4 * 2), 230_400);
+}
+
+#[test]
+fn transpose_conv_operands_that_disagree_are_named() {
+    let base = crate::verify::export::materialize(&zoo::build("tiny_unet_80x120_int8").unwrap(), 1);
+    let op = base
+        .ops
+        .iter()
+        .position(|o| o.kind == OpKind::TransposeConv)
+        .unwrap();
+    // The operator's own check (the input is also the previous operator's
+    // output, which the whole-model check would report first).
+    let check = |m: &Model| m.check_op_shapes(&m.ops[op]).unwrap_err();
+    base.check_shapes().unwrap();
+    // The output-shape operand says something else than the output.
+    let mut m = base.clone();
+    let s = m.ops[op].inputs[0];
+    m.tensors[s].data = Some(
+        [1i32, 20, 31, 16]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+    );
+    let e = m.check_shapes().unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("operator {op} (TRANSPOSE_CONV)")) && e.contains("[1, 20, 31, 16]"),
+        "{e}"
+    );
+    // Weights whose input channels are not the input's.
+    let mut m = base.clone();
+    let w = m.ops[op].inputs[1];
+    m.tensors[w].shape = vec![16, 2, 2, 32];
+    assert!(check(&m).contains("weights"), "{}", check(&m));
+    // An input that a 2x2 stride-2 VALID window does not make of the output.
+    let mut m = base.clone();
+    let x = m.ops[op].inputs[2];
+    m.tensors[x].shape = vec![1, 11, 15, 64];
+    assert!(check(&m).contains("stride 2x2"), "{}", check(&m));
+    // A bias per output channel.
+    let mut m = base.clone();
+    let b = m.ops[op].inputs[3];
+    m.tensors[b].shape = vec![15];
+    assert!(check(&m).contains("bias"), "{}", check(&m));
 }

@@ -257,6 +257,7 @@ mod tests {
             "mobilenet_v1_0.25_128_int8",
             "sakr_cifar10",
             "mobilenet_v1_0.25_128",
+            "tiny_unet_80x120_int8",
         ] {
             let m = materialize(&zoo::build(name).unwrap(), 7);
             let bytes = to_tflite(&m).unwrap();
@@ -273,6 +274,8 @@ mod tests {
                 assert_eq!(a.options.stride, b.options.stride);
                 assert_eq!(a.options.activation, b.options.activation);
                 assert_eq!(a.options.padding, b.options.padding);
+                // Concatenation keeps its axis (TFLite's default would be 0).
+                assert_eq!(a.options.axis, b.options.axis);
             }
             for (a, b) in back.tensors.iter().zip(&m.tensors) {
                 assert_eq!((&a.name, &a.shape, a.dtype), (&b.name, &b.shape, b.dtype));
