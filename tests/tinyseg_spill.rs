@@ -390,3 +390,13 @@ fn tiny_unet_spills_its_first_skip_connection_and_runs_bit_exact() {
     assert_eq!(u(&r["plan"]["arena_bytes"]), 307_200 - 80 * 120 * 8);
     assert!(u(&t["compressed_bytes"]) < u(&t["spilled_bytes"]));
 }
+
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn the_storage_operators_run_the_same_in_the_cmsis_nn_executor() {
+    let (code, r) = verify_tinyseg(&concat_conv(), &["--kernels", "cmsis-nn"]);
+    assert_clean(code, &r);
+    assert_eq!(r["reference_kernels"]["bit_exact"], true);
+    let steps = r["tinyseg"]["steps"].as_array().unwrap();
+    assert_eq!(steps.last().unwrap()["action"], "fetch+conv2d");
+}
