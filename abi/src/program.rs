@@ -37,6 +37,7 @@ c_constants! {
         PRG_ARENA_OFFSET = 10,
         PRG_ARENA_BYTES = 11,
         PRG_FLAGS = 12,
+        PRG_STORAGE_BYTES = 13,
         PRG_HEADER_WORDS = 16,
         TEN_DTYPE = 0,
         TEN_BYTES = 1,
@@ -94,6 +95,7 @@ c_constants! {
         OPW_AXIS = 44,
         OPW_INPUTS = 45,
         OPW_ACCUMULATOR_BYTES = 46,
+        OPW_COPY_FROM = 47,
         OPW_WORDS = 48,
     }
 }
@@ -134,6 +136,13 @@ c_constants! {
         PK_TRANSPOSE_CONV = ProgramOpKind::TransposeConv as i32,
         PK_CONCATENATION = ProgramOpKind::Concatenation as i32,
         PK_PAD = ProgramOpKind::Pad as i32,
+        PK_SPILL = ProgramOpKind::Spill as i32,
+        PK_FETCH = ProgramOpKind::Fetch as i32,
+        PK_FETCH_CONCAT = ProgramOpKind::FetchConcat as i32,
+        PK_FETCH_CONV2D = ProgramOpKind::FetchConv2d as i32,
+        TEN_LOC_ARENA = 0,
+        TEN_LOC_CONSTANT = 1,
+        TEN_LOC_STORAGE = 2,
     }
 }
 
@@ -204,6 +213,15 @@ pub enum ProgramOpKind {
     /// before/after amounts of the NHWC dimensions; the value is 0 (float)
     /// or the output zero point.
     Pad = 15,
+    /// TinySeg: copies a byte range of the input to the output (`PK_SPILL`).
+    Spill = 20,
+    /// TinySeg: copies a storage tensor into the arena (`PK_FETCH`).
+    Fetch = 21,
+    /// TinySeg: concatenates two inputs, one in storage (`PK_FETCH_CONCAT`).
+    FetchConcat = 22,
+    /// TinySeg: a convolution over the concatenation of its inputs, read in
+    /// place (`PK_FETCH_CONV2D`).
+    FetchConv2d = 23,
 }
 
 impl ProgramOpKind {
@@ -224,6 +242,10 @@ impl ProgramOpKind {
             ProgramOpKind::TransposeConv => "transpose_conv",
             ProgramOpKind::Concatenation => "concatenation",
             ProgramOpKind::Pad => "pad",
+            ProgramOpKind::Spill => "spill",
+            ProgramOpKind::Fetch => "fetch",
+            ProgramOpKind::FetchConcat => "fetch_concat",
+            ProgramOpKind::FetchConv2d => "fetch_conv2d",
         }
     }
 }
@@ -238,6 +260,11 @@ pub enum TensorData {
     },
     /// A constant (weights, bias) stored in the program.
     Constant(Vec<u8>),
+    /// A spilled tensor at this byte offset of the storage region.
+    Storage {
+        /// Byte offset from the start of the storage region.
+        offset: u64,
+    },
 }
 
 /// One tensor record of the program.
@@ -333,6 +360,8 @@ pub struct OpParams {
     /// Bytes per element of an accumulator scratch buffer (int8 transpose
     /// conv): 0 for the kernel's own (int32), 2 for TinySeg's int16 variant.
     pub accumulator_bytes: i32,
+    /// SPILL: byte offset in the input where the copied range starts.
+    pub copy_from: i32,
 }
 
 /// One operator record of the program.
@@ -377,6 +406,9 @@ pub struct Program {
     pub outputs: Vec<u32>,
     /// Size of the activation arena (≥ every offset + size).
     pub arena_bytes: u64,
+    /// Bytes of the storage region the program uses (≥ every storage
+    /// tensor's offset + size).
+    pub storage_bytes: u64,
     /// Query mode: the executor runs nothing and writes each operator's
     /// scratch need into its `OPW_SCRATCH_BYTES` word instead.
     pub query_scratch: bool,
@@ -439,6 +471,12 @@ impl Program {
     /// Encodes the program (checks indices, sizes and dimensions).
     pub fn encode(&self) -> Result<EncodedProgram, ProgramError> {
         let err = |m: String| Err(ProgramError(m));
+        if self.storage_bytes > i32::MAX as u64 {
+            return err(format!(
+                "a storage region of {} bytes does not fit the program's 32-bit words",
+                self.storage_bytes
+            ));
+        }
         let nt = self.tensors.len() as u32;
         for (i, t) in self.tensors.iter().enumerate() {
             if t.dims.is_empty() || t.dims.len() > 4 {
@@ -455,6 +493,14 @@ impl Program {
                         t.name,
                         t.bytes(),
                         self.arena_bytes
+                    ))
+                }
+                TensorData::Storage { offset } if offset + t.bytes() > self.storage_bytes => {
+                    return err(format!(
+                        "tensor {i} `{}` at storage offset {offset} + {} bytes exceeds the storage ({} bytes)",
+                        t.name,
+                        t.bytes(),
+                        self.storage_bytes
                     ))
                 }
                 TensorData::Constant(d) if d.len() as u64 != t.bytes() => {
@@ -502,8 +548,9 @@ impl Program {
         for t in &self.tensors {
             let name = blob.string(&t.name);
             let (loc, off) = match &t.data {
-                TensorData::Arena { offset } => (0, *offset as i32),
-                TensorData::Constant(d) => (1, blob.data(d) as i32),
+                TensorData::Arena { offset } => (TEN_LOC_ARENA, *offset as i32),
+                TensorData::Constant(d) => (TEN_LOC_CONSTANT, blob.data(d) as i32),
+                TensorData::Storage { offset } => (TEN_LOC_STORAGE, *offset as i32),
             };
             let mut dims = [1i32; 4];
             for (k, &d) in t.dims.iter().enumerate() {
@@ -597,6 +644,7 @@ impl Program {
             w[OPW_AXIS] = p.axis;
             w[OPW_INPUTS] = input_list;
             w[OPW_ACCUMULATOR_BYTES] = p.accumulator_bytes;
+            w[OPW_COPY_FROM] = p.copy_from;
             op_words.extend(w);
         }
         let mut input_words = Vec::new();
@@ -630,6 +678,7 @@ impl Program {
         header[PRG_OUTPUTS] = outputs_off as i32;
         header[PRG_ARENA_OFFSET] = arena_offset as i32;
         header[PRG_ARENA_BYTES] = self.arena_bytes as i32;
+        header[PRG_STORAGE_BYTES] = self.storage_bytes as i32;
         // OPW_SCRATCH is always filled, so the executor may read it.
         header[PRG_FLAGS] = (PRG_FLAG_SCRATCH_WORDS
             | if self.query_scratch {
@@ -696,6 +745,7 @@ mod tests {
             inputs: vec![(0, vec![1, 2, 3, 4])],
             outputs: vec![1],
             arena_bytes: 32,
+            storage_bytes: 0,
             query_scratch: true,
         };
         let e = p.encode().unwrap();

@@ -18,6 +18,7 @@ pub mod planner;
 pub mod plot;
 pub mod report;
 pub mod rng;
+pub mod tinyseg;
 pub mod verify;
 
 pub use error::{Error, Result};

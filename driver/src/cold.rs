@@ -66,6 +66,7 @@ fn run_options(req: &ColdOptions) -> VerifyOptions {
         baseline: false,
         max_instructions: req.max_instructions,
         accumulator: Default::default(),
+        spill: Default::default(),
     }
 }
 

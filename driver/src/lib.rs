@@ -22,6 +22,7 @@ pub mod plan;
 pub mod regress;
 pub mod run;
 pub mod scratch;
+pub mod spill;
 pub mod sweep;
 pub mod validate;
 pub mod verify;

@@ -7,15 +7,17 @@ use std::path::{Path, PathBuf};
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::model::{self, tflite, Accumulator, Model};
 use memtrace_analyzer::planner::overlap::{OverlapMethod, TracedOverlaps};
-use memtrace_analyzer::planner::plot::plot_comparison;
+use memtrace_analyzer::planner::plot::{plot_comparison, plot_plan};
 use memtrace_analyzer::planner::report::{compare, compare_all, Comparison};
 use memtrace_analyzer::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_analyzer::tinyseg::report::TinysegPlan;
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};
 use crate::error::{Context, Result};
 use crate::kernels::{harness_guest, Kernels};
 use crate::scratch::with_library_scratch;
+use crate::spill::{transform, SpillOptions};
 use crate::sweep::trace_specs;
 use crate::{bail, failed};
 
@@ -69,12 +71,41 @@ pub struct PlanRequest {
     /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary
     /// tensor quantisation, half the scratch).
     pub accumulator: Accumulator,
+    /// TinySeg's options (with `planner` = `tinyseg`).
+    pub spill: SpillOptions,
+}
+
+/// What `memtrace plan` found.
+#[derive(Debug)]
+pub enum PlanOutcome {
+    /// The planners side by side.
+    Comparison(Comparison),
+    /// TinySeg's steps and final plan.
+    Tinyseg(Box<TinysegPlan>),
+}
+
+impl PlanOutcome {
+    /// Text table.
+    pub fn to_table(&self) -> String {
+        match self {
+            PlanOutcome::Comparison(c) => c.to_table(),
+            PlanOutcome::Tinyseg(t) => t.to_table(),
+        }
+    }
+
+    /// Pretty JSON with a final newline.
+    pub fn to_json(&self) -> Result<String> {
+        Ok(match self {
+            PlanOutcome::Comparison(c) => serde_json::to_string_pretty(c)?,
+            PlanOutcome::Tinyseg(t) => serde_json::to_string_pretty(t)?,
+        } + "\n")
+    }
 }
 
 /// Every requested planner on the model, side by side; draws and emits what
 /// was asked for. Returns the comparison and, with `emit_offline`, a line
 /// saying what was written.
-pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
+pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
     for path in req.plot.iter().chain(&req.emit_offline) {
         check_output(path, &[Path::new(&req.model)])?;
     }
@@ -91,6 +122,20 @@ pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
         alignment: req.alignment.max(1),
         ..PlanOptions::default()
     };
+    if req.planner == Some(PlannerKind::Tinyseg) {
+        if req.emit_offline.is_some() {
+            bail!("--emit-offline: TinySeg's spill and fetch operators have no TFLite builtin");
+        }
+        // Zoo models get verify's seeded weights, which decide where an
+        // int16 accumulator is exact.
+        let seed = req.model.starts_with("zoo:").then_some(1);
+        let (optimized, seconds) = transform(&model, &overlaps, &req.spill, &opts, seed)?;
+        if let Some(path) = &req.plot {
+            plot_plan(&optimized.graph.model, &optimized.plan, path)?;
+        }
+        let report = TinysegPlan::new(&optimized, req.spill.target_bytes, seconds);
+        return Ok((PlanOutcome::Tinyseg(Box::new(report)), None));
+    }
     let comparison = match req.planner {
         None => compare_all(&model, &overlaps, &opts)?,
         Some(kind) => compare(&model, &overlaps, &[(kind, kind.uses_overlap())], &opts)?,
@@ -102,7 +147,7 @@ pub fn plan(req: &PlanRequest) -> Result<(Comparison, Option<String>)> {
         Some(dest) => Some(emit(&req.model, &model, file_tensors, &comparison, dest)?),
         None => None,
     };
-    Ok((comparison, emitted))
+    Ok((PlanOutcome::Comparison(comparison), emitted))
 }
 
 /// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4

@@ -34,6 +34,7 @@ use crate::placement::{arena_of, greedy, offsets_of};
 use crate::plan::OverlapChoice;
 use crate::run::access_path;
 use crate::scratch::with_library_scratch;
+use crate::spill::{transform, SpillOptions, SpillRun};
 use crate::{bail, failed};
 
 /// What to verify, and how.
@@ -66,6 +67,8 @@ pub struct VerifyOptions {
     pub baseline: bool,
     /// Instruction budget of each run.
     pub max_instructions: u64,
+    /// TinySeg's base planner and target (with `planner` = `tinyseg`).
+    pub spill: SpillOptions,
     /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
     /// temporary tensor quantisation).
     pub accumulator: Accumulator,
@@ -134,6 +137,10 @@ pub(crate) struct Outcome {
     /// The access path the run used.
     pub access: memtrace_tracer::AccessPath,
     outputs: Vec<u8>,
+    /// The storage region after the run (empty when the program spills
+    /// nothing) and the shadow map that checked it.
+    storage: Vec<u8>,
+    storage_shadow: Option<ShadowMap>,
 }
 
 /// Lowers and runs `model` with tensors at `offsets`, executing `order`.
@@ -187,6 +194,11 @@ pub(crate) fn execute(
             (base + off, t.bytes())
         })
         .collect();
+    let storage_at = storage_region(image, program.storage_bytes)?;
+    let mut readback = readback;
+    if let Some(at) = storage_at {
+        readback.push((at, program.storage_bytes));
+    }
     let preload = vec![(arena.address, encoded.bytes)];
     let untraced_seconds = if opts.baseline {
         let t = Instant::now();
@@ -201,12 +213,16 @@ pub(crate) fn execute(
     let started = Instant::now();
     let mut shadow = ShadowMap::new(base, arena_bytes).with_output_readers(output_readers.to_vec());
     let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
+    let mut storage_shadow = storage_at.map(|at| ShadowMap::new(at, program.storage_bytes));
     // Only the arena plot (or an extra analysis) needs each access's exact
     // instruction.
     let access = access_path(trace.is_some() || extra.exact_time);
     let summary = {
         let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut shadow];
         if let Some(t) = trace.as_mut() {
+            analyses.push(t);
+        }
+        if let Some(t) = storage_shadow.as_mut() {
             analyses.push(t);
         }
         for a in extra.analyses.iter_mut() {
@@ -236,6 +252,11 @@ pub(crate) fn execute(
             )
         );
     }
+    let mut memory = summary.memory;
+    let storage = match storage_at {
+        Some(_) => memory.pop().unwrap_or_default(),
+        None => Vec::new(),
+    };
     Ok(Outcome {
         seconds: started.elapsed().as_secs_f64(),
         untraced_seconds,
@@ -243,8 +264,35 @@ pub(crate) fn execute(
         trace,
         instructions: summary.instructions,
         access: summary.access,
-        outputs: summary.memory.concat(),
+        outputs: memory.concat(),
+        storage,
+        storage_shadow,
     })
+}
+
+/// Guest address of the executor's storage region when a program needs
+/// `bytes` of it (`None` for none); an error when it has no such region or
+/// the region is too small.
+fn storage_region(image: &ElfImage, bytes: u64) -> Result<Option<u64>> {
+    if bytes == 0 {
+        return Ok(None);
+    }
+    let (Some(start), Some(end)) = (
+        image.symbol("memtrace_storage"),
+        image.symbol("memtrace_storage_end"),
+    ) else {
+        bail!(
+            "{} has no storage region (memtrace_storage): rebuild it with harness-c's linker scripts",
+            image.path.display()
+        );
+    };
+    if start.address + bytes > end.address {
+        bail!(
+            "the program spills {bytes} bytes, more than the executor's storage region ({} bytes)",
+            end.address - start.address
+        );
+    }
+    Ok(Some(start.address))
 }
 
 fn run_report(
@@ -382,6 +430,11 @@ fn output_readers(r: &Reference) -> Vec<String> {
 
 /// The placement under test.
 struct PlanUnderTest {
+    /// The model the plan is for, when it is not the reference's (TinySeg
+    /// transforms it).
+    model: Option<Model>,
+    /// TinySeg's transformation and its planning time.
+    spill: Option<(memtrace_analyzer::tinyseg::Optimized, f64)>,
     plan: Option<Plan>,
     offsets: Vec<Option<u64>>,
     arena: u64,
@@ -397,6 +450,8 @@ fn plan_from_file(path: &std::path::Path, r: &Reference) -> Result<PlanUnderTest
     let (offsets, arena) = placement_from_plan(&r.model, &r.offsets, &text)
         .with_context(|| path.display().to_string())?;
     Ok(PlanUnderTest {
+        model: None,
+        spill: None,
         plan: None,
         offsets,
         arena,
@@ -454,6 +509,26 @@ fn plan_from_planner(
         Some(method) => Overlaps::compute(model, &method),
     };
     let kind = req.planner;
+    if kind == PlannerKind::Tinyseg {
+        let (optimized, seconds) = transform(
+            model,
+            &overlaps,
+            &req.spill,
+            &PlanOptions::default(),
+            Some(req.seed),
+        )?;
+        let m = &optimized.graph.model;
+        return Ok(PlanUnderTest {
+            offsets: offsets_of(m, &optimized.plan),
+            arena: arena_of(&optimized.plan, m),
+            order: optimized.plan.order.clone(),
+            planner: format!("tinyseg+{}", req.spill.base.name()),
+            overlap: optimized.plan.overlap.clone(),
+            plan: Some(optimized.plan.clone()),
+            model: Some(m.clone()),
+            spill: Some((optimized, seconds)),
+        });
+    }
     let plan = planner::run(model, kind, &overlaps, &PlanOptions::default())?;
     if plan.tensors.is_empty() {
         bail!(
@@ -469,6 +544,8 @@ fn plan_from_planner(
         planner: kind.name().to_string(),
         overlap: plan.overlap.clone(),
         plan: Some(plan),
+        model: None,
+        spill: None,
     })
 }
 
@@ -551,9 +628,10 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         Some(path) => plan_from_file(path, &reference)?,
         None => plan_from_planner(req, model, &traced)?,
     };
+    let plan_model = under_test.model.as_ref().unwrap_or(model);
     let plan_out = execute(
         &image,
-        model,
+        plan_model,
         &under_test.order,
         &under_test.offsets,
         under_test.arena,
@@ -596,7 +674,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             ref_out,
         ),
         plan: run_report(
-            model,
+            plan_model,
             &under_test.planner,
             &under_test.overlap,
             &under_test.offsets,
@@ -621,5 +699,21 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         reference_kernels,
         traced_overlaps: traced_report,
         seconds: started.elapsed().as_secs_f64(),
+        tinyseg: under_test.spill.as_ref().map(|(optimized, seconds)| {
+            SpillRun {
+                optimized,
+                options: req.spill,
+                storage: &plan_out.storage,
+                storage_clobbers: plan_out
+                    .storage_shadow
+                    .as_ref()
+                    .map(|s| s.clobbers.clone())
+                    .unwrap_or_default(),
+                layers: &plan_out.shadow.layers,
+                instructions: (plan_out.instructions, ref_out.instructions),
+                planning_seconds: *seconds,
+            }
+            .report()
+        }),
     })
 }

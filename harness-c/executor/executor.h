@@ -25,7 +25,7 @@ struct Tensor {
     int32_t dtype, bytes, ndims;
     int32_t dims[4];
     int32_t zero_point;
-    int32_t location;  // 0 arena, 1 constant in the program
+    int32_t location;  // enum prg_location: arena, constant in the program, storage
     void *data;
     const char *name;
 };
@@ -76,6 +76,12 @@ int reference_run(const Op &op);
 // in its Prepare (RequestScratchBufferInArena): the int8 TRANSPOSE_CONV's
 // accumulator, one element per output element; 0 for every other operator.
 int32_t reference_scratch_bytes(const Op &op);
+// ---- kernels_spill.cc: TinySeg's storage operators ------------------------
+// Whether `kind` is one of PK_SPILL, PK_FETCH, PK_FETCH_CONCAT, PK_FETCH_CONV2D.
+bool is_storage_op(int32_t kind);
+
+// Runs a storage operator (the same in every library); kOk or kUnsupported.
+int storage_run(const Op &op);
 
 // ---- the kernel library of this binary --------------------------------------
 // Bytes of scratch memory the library needs for the operator (0: none), from

@@ -12,6 +12,11 @@
 // tensor as that window's output), so a shadow map of the arena sees every
 // activation byte being written.
 //
+// TinySeg's operators (PK_SPILL .. PK_FETCH_CONV2D) move tensors between
+// the arena and the storage region `memtrace_storage`; they run the same in
+// every kernel library (kernels_spill.cc), and their windows declare the
+// storage tensor like any other buffer.
+//
 // With PRG_FLAG_QUERY_SCRATCH set in the header, nothing runs: the walker
 // writes the scratch bytes the library needs for each operator into that
 // operator's OPW_SCRATCH_BYTES word and exits 0.
@@ -42,6 +47,7 @@ enum : uint32_t {
 // The program is written by the host; query mode writes into it.
 unsigned char *g_prog;
 unsigned char *g_arena;
+unsigned char *g_storage;
 int32_t g_n_tensors;
 // Persistent memory: [g_persistent_base, memtrace_arena_end), bump-allocated
 // from g_persistent_used, reset for every operator.
@@ -68,10 +74,10 @@ Tensor tensor(int32_t index) {
     t.zero_point = w[TEN_ZERO_POINT];
     t.location = w[TEN_LOCATION];
     const int32_t off = w[TEN_OFFSET];
-    if (t.location == 0) {
-        t.data = g_arena + off;
-    } else {
-        t.data = g_prog + off;
+    switch (t.location) {
+        case TEN_LOC_ARENA: t.data = g_arena + off; break;
+        case TEN_LOC_STORAGE: t.data = g_storage + off; break;
+        default: t.data = g_prog + off; break;
     }
     t.name = reinterpret_cast<const char *>(g_prog + w[TEN_NAME]);
     return t;
@@ -98,6 +104,10 @@ const char *kind_name(int32_t kind) {
         case PK_TRANSPOSE_CONV: return "transpose_conv";
         case PK_CONCATENATION: return "concatenation";
         case PK_PAD: return "pad";
+        case PK_SPILL: return "spill";
+        case PK_FETCH: return "fetch";
+        case PK_FETCH_CONCAT: return "fetch_concat";
+        case PK_FETCH_CONV2D: return "fetch_conv2d";
         default: return nullptr;
     }
 }
@@ -150,7 +160,8 @@ int query_scratch() {
     for (uint32_t i = 0; i < n_ops; ++i) {
         int32_t *w = op_words(i);
         const Op op = decode(w);
-        w[OPW_SCRATCH_BYTES] = kind_name(op.kind) ? library_scratch_bytes(op) : 0;
+        w[OPW_SCRATCH_BYTES] =
+            kind_name(op.kind) && !is_storage_op(op.kind) ? library_scratch_bytes(op) : 0;
     }
     return kOk;
 }
@@ -168,7 +179,8 @@ int run_op(uint32_t index, bool scratch_words) {
     // (older programs have 0 there, which would name tensor 0). It must be an
     // arena tensor at least as large as the library needs; an operator that
     // needs scratch memory and has none stops the program before its window.
-    op.scratch_bytes = library_scratch_bytes(op);
+    const bool storage_op = is_storage_op(op.kind);
+    op.scratch_bytes = storage_op ? 0 : library_scratch_bytes(op);
     const int32_t scratch_index = scratch_words ? op.w[OPW_SCRATCH] : -1;
     if (scratch_index >= g_n_tensors) {
         return kNoProgram;
@@ -176,7 +188,7 @@ int run_op(uint32_t index, bool scratch_words) {
     op.has_scratch = scratch_index >= 0;
     if (op.has_scratch) {
         op.scratch = tensor(scratch_index);
-        if (op.scratch.location != 0 || op.scratch.bytes < op.scratch_bytes) {
+        if (op.scratch.location != TEN_LOC_ARENA || op.scratch.bytes < op.scratch_bytes) {
             return kNoScratch;
         }
     } else if (op.scratch_bytes > 0) {
@@ -185,7 +197,7 @@ int run_op(uint32_t index, bool scratch_words) {
     op.scratch_buf = op.scratch_bytes > 0 ? op.scratch.data : nullptr;
 
     g_persistent_used = g_persistent_base;
-    const int prepared = library_prepare(op);
+    const int prepared = storage_op ? kOk : library_prepare(op);
     if (prepared != kOk) {
         return prepared;
     }
@@ -206,7 +218,7 @@ int run_op(uint32_t index, bool scratch_words) {
     if (op.has_weights) declare(kIdWeights, MEMTRACE_ROLE_WEIGHTS, op.weights);
     if (op.has_bias) declare(kIdBias, MEMTRACE_ROLE_BIAS, op.bias);
     if (op.has_scratch) declare(kIdScratch, MEMTRACE_ROLE_SCRATCH, op.scratch);
-    const int rc = library_run(op);
+    const int rc = storage_op ? storage_run(op) : library_run(op);
     memtrace_layer_end();
     return rc;
 }
@@ -263,6 +275,11 @@ int main() {
         return kNoProgram;
     }
     g_arena = memtrace_arena + arena_offset;
+    const int32_t storage_bytes = word(PRG_STORAGE_BYTES * 4);
+    if (storage_bytes < 0 || memtrace_storage + storage_bytes > memtrace_storage_end) {
+        return kNoProgram;
+    }
+    g_storage = memtrace_storage;
     g_n_tensors = word(PRG_N_TENSORS * 4);
     g_persistent_base = reinterpret_cast<uintptr_t>(g_arena + arena_bytes);
     const uint32_t flags = static_cast<uint32_t>(word(PRG_FLAGS * 4));

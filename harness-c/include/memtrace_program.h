@@ -36,6 +36,7 @@ enum prg_header {
     PRG_ARENA_OFFSET = 10,
     PRG_ARENA_BYTES = 11,
     PRG_FLAGS = 12, /* enum prg_flag bits; 0 in programs from before the flags */
+    PRG_STORAGE_BYTES = 13, /* bytes of the storage region the program uses */
     PRG_HEADER_WORDS = 16,
 };
 
@@ -56,11 +57,13 @@ enum prg_tensor {
     TEN_NDIMS = 2,
     TEN_DIMS = 3, /* 4 words, outermost first, padded with 1s */
     TEN_ZERO_POINT = 7,
-    TEN_LOCATION = 8, /* 0 arena, 1 constant in the program */
+    TEN_LOCATION = 8, /* enum prg_location */
     TEN_OFFSET = 9,
     TEN_NAME = 10,
     TEN_WORDS = 12,
 };
+
+enum prg_location { TEN_LOC_ARENA = 0, TEN_LOC_CONSTANT = 1, TEN_LOC_STORAGE = 2 };
 
 enum prg_op {
     OPW_KIND = 0,
@@ -110,6 +113,7 @@ enum prg_op {
     OPW_AXIS = 44,          /* concatenation axis, >= 0 in the tensors' own rank */
     OPW_INPUTS = 45,        /* more than 2 inputs: offset of int32 [count, index...], else -1 */
     OPW_ACCUMULATOR_BYTES = 46, /* accumulator scratch element: 0 kernel's own (int32), 2 int16 */
+    OPW_COPY_FROM = 47,     /* PK_SPILL: byte offset in the input where the copy starts */
     OPW_WORDS = 48,
 };
 
@@ -130,6 +134,16 @@ enum prg_kind {
     PK_TRANSPOSE_CONV = 13,
     PK_CONCATENATION = 14,
     PK_PAD = 15, /* weights: int32 [4, 2] before/after per NHWC dimension */
+    /* TinySeg: copy bytes [OPW_COPY_FROM, +output bytes) of the input to the
+     * output (storage: a spill; arena: the part of a split that stays). */
+    PK_SPILL = 20,
+    /* TinySeg: copy a storage tensor into the arena. */
+    PK_FETCH = 21,
+    /* TinySeg: concatenate the two inputs along OPW_AXIS (one in storage). */
+    PK_FETCH_CONCAT = 22,
+    /* TinySeg: CONV_2D over the concatenation of the inputs along OPW_AXIS,
+     * read where they lie (one in storage); OPW_INPUT2 -1 for one input. */
+    PK_FETCH_CONV2D = 23,
 };
 
 #endif /* MEMTRACE_PROGRAM_H */

@@ -31,6 +31,12 @@ void memtrace_rt_exit(int32_t code) __attribute__((noreturn));
 extern unsigned char memtrace_arena[];
 extern unsigned char memtrace_arena_end[];
 
+/* Storage region (TinySeg's spilled tensors): a NOLOAD segment of its own,
+ * away from the arena, standing for the flash or remote storage a spill goes
+ * to. */
+extern unsigned char memtrace_storage[];
+extern unsigned char memtrace_storage_end[];
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,11 +46,16 @@ pub struct BenchArgs {
     /// Random configurations per (op, dtype) for the throughput measurement.
     #[arg(long, default_value_t = 25)]
     pub ladder_configs: usize,
+    /// Only time TinySeg's planning (`--planner tinyseg`) on these models.
+    #[arg(long, value_name = "MODEL", num_args = 0.., default_missing_value = "zoo:tiny_unet_80x120_int8")]
+    pub tinyseg: Option<Vec<String>>,
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    if args.ladder {
+    if let Some(models) = &args.tinyseg {
+        memtrace_driver::spill::bench_tinyseg(models, args.repeat, &mut out)?;
+    } else if args.ladder {
         ladder(
             &args.build_dir.join("cortex-m4/suite.elf"),
             &args.ladder_job,

@@ -6,6 +6,7 @@ pub mod cold;
 pub mod plan;
 pub mod regress;
 pub mod run;
+pub mod spill_args;
 pub mod sweep_args;
 pub mod table;
 pub mod validate;

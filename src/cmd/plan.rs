@@ -20,15 +20,11 @@ fn planner_choice(text: &str) -> Result<PlannerChoice, String> {
     if text == "all" {
         return Ok(PlannerChoice(None));
     }
+    let known: Vec<&str> = PlannerKind::ALL.iter().map(|p| p.name()).collect();
+    let known = known.join(", ");
     <PlannerKind as ValueEnum>::from_str(text, false)
         .map(|k| PlannerChoice(Some(k)))
-        .map_err(|_| {
-            let known: Vec<&str> = PlannerKind::ALL.iter().map(|p| p.name()).collect();
-            format!(
-                "unknown planner `{text}` (known: all, {})",
-                known.join(", ")
-            )
-        })
+        .map_err(|_| format!("unknown planner `{text}` (known: all, {known}, tinyseg)"))
 }
 
 /// A power of two from 1 to 4096.
@@ -43,9 +39,12 @@ fn alignment(text: &str) -> Result<u64, String> {
 pub struct PlanArgs {
     /// A `.tflite` file or a built-in model, e.g. `zoo:mobilenet_v1_0.25_128_int8`.
     pub model: String,
-    /// `all`, or one of linear, tflm-greedy, dmo-heap, replacement, reorder, exact.
+    /// `all`, or one of linear, tflm-greedy, dmo-heap, replacement, reorder,
+    /// exact, tinyseg (the transformed model's steps, see --base).
     #[arg(long, default_value = "all", value_parser = planner_choice)]
     pub planner: PlannerChoice,
+    #[command(flatten)]
+    pub spill: super::spill_args::SpillArgs,
     /// Where O_s comes from: analytic, algorithmic, traced (runs every layer
     /// through --suite) or none.
     #[arg(long, value_enum, default_value_t = OverlapChoice::Analytic)]
@@ -78,7 +77,7 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
-    let (comparison, emitted) = plan(&PlanRequest {
+    let (outcome, emitted) = plan(&PlanRequest {
         model: args.model,
         planner: args.planner.0,
         overlap: args.overlap,
@@ -87,14 +86,15 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         plot: args.plot,
         emit_offline: args.emit_offline,
         alignment: args.alignment,
+        spill: args.spill.options(),
         accumulator: args.accumulator,
     })?;
     if let Some(line) = emitted {
         eprintln!("{line}");
     }
     match args.format {
-        Format::Json => super::emit(&(serde_json::to_string_pretty(&comparison)? + "\n"))?,
-        Format::Table => super::emit(&comparison.to_table())?,
+        Format::Json => super::emit(&outcome.to_json()?)?,
+        Format::Table => super::emit(&outcome.to_table())?,
     }
     Ok(ExitCode::SUCCESS)
 }

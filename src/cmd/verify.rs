@@ -19,9 +19,11 @@ use memtrace_tracer::Arch;
 pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Planner of the verified plan.
+    /// Planner of the verified plan (tinyseg: the transformed model, see --base).
     #[arg(long, value_enum, default_value_t = PlannerKind::DmoHeap)]
     pub planner: PlannerKind,
+    #[command(flatten)]
+    pub spill: super::spill_args::SpillArgs,
     /// O_s source of the plan: traced (from the reference run), algorithmic,
     /// analytic, none.
     #[arg(long, value_enum, default_value_t = OverlapChoice::Traced)]
@@ -85,6 +87,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         plot: args.plot,
         baseline: args.baseline,
         max_instructions: args.max_instructions,
+        spill: args.spill.options(),
         accumulator: args.accumulator,
     })?;
     match args.format {

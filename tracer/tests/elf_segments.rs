@@ -162,18 +162,20 @@ fn overlapping_segments_inside_the_address_space_are_refused() {
 
 #[test]
 fn more_guest_memory_than_the_limit_is_refused() {
-    // Inside the x86-64 address space, no overlap, but 2 GiB of RAM.
-    let (bytes, _) = patched("x86_64", 2, 2 << 30, None);
-    let reason = malformed_reason("x86_64", bytes);
-    assert!(reason.contains("limit"), "{reason}");
-    // Just under the limit (with the other segments' pages) still loads.
+    // Inside the x86-64 address space, no overlap, but 2 GiB of RAM in the
+    // last segment (the storage region: nothing lies above it).
     let bytes = std::fs::read(guest("x86_64", "suite.elf")).unwrap();
     let headers = load_headers(&bytes);
-    let others: u64 = headers[..2]
+    let last = headers.len() - 1;
+    let (grown, _) = patched("x86_64", last, 2 << 30, None);
+    let reason = malformed_reason("x86_64", grown);
+    assert!(reason.contains("limit"), "{reason}");
+    // Just under the limit (with the other segments' pages) still loads.
+    let others: u64 = headers[..last]
         .iter()
         .map(|h| h.memsz.div_ceil(0x1000) * 0x1000)
         .sum();
-    let (ok, _) = patched("x86_64", 2, MAX_GUEST_MEMORY - others, None);
+    let (ok, _) = patched("x86_64", last, MAX_GUEST_MEMORY - others, None);
     ElfImage::parse(Path::new("x.elf"), ok.into()).unwrap();
 }
 

@@ -10,6 +10,7 @@
 
 pub mod order;
 pub mod schema;
+pub mod spill_ops;
 pub mod tflite;
 pub mod zoo;
 
@@ -118,6 +119,10 @@ pub struct Tensor {
     /// zoo models only know sizes).
     #[serde(skip)]
     pub data: Option<Vec<u8>>,
+    /// A spilled copy held in storage outside the arena (written by a
+    /// TinySeg `Spill`, read by a `Fetch`): never placed in the arena.
+    #[serde(default)]
+    pub in_storage: bool,
 }
 
 impl Tensor {
@@ -128,7 +133,7 @@ impl Tensor {
 
     /// Whether an arena planner must place it.
     pub fn needs_arena(&self) -> bool {
-        !self.is_constant && !self.is_variable
+        !self.is_constant && !self.is_variable && !self.in_storage
     }
 }
 
@@ -183,6 +188,25 @@ pub enum OpKind {
     /// int32 output shape, the weights `[O, KH, KW, I]`, the activation
     /// input and an optional bias (see [`Op::data_input`]).
     TransposeConv,
+    /// TinySeg `Spill` (no TFLite builtin): copies the last `output.bytes`
+    /// bytes of its input (all of it, or the tail of a partial spill) into its
+    /// output, a storage tensor ([`Tensor::in_storage`]).
+    Spill,
+    /// The part of a partially spilled tensor that stays in memory: copies
+    /// the first `output.bytes` bytes of its input into a new arena tensor,
+    /// so that the input (and with it the spilled tail's arena bytes) dies.
+    /// It plays the role of TinySeg's `Split` without materialising the tail.
+    SpillKeep,
+    /// TinySeg `Fetching`: copies a storage tensor back into the arena.
+    Fetch,
+    /// TinySeg `Fetching` fused with a `CONCATENATION`: concatenates its
+    /// inputs along `axis`, at least one of which is a storage tensor.
+    FetchConcat,
+    /// TinySeg `FetchingConv2D`: a `CONV_2D` whose input is the
+    /// concatenation along `axis` of its leading non-constant inputs (one or
+    /// two, at least one in storage), read in place and never materialised;
+    /// the filter and bias follow as in `CONV_2D`.
+    FetchConv2d,
 }
 
 impl OpKind {
@@ -211,6 +235,11 @@ impl OpKind {
             OpKind::Pad => "PAD",
             OpKind::Mean => "MEAN",
             OpKind::TransposeConv => "TRANSPOSE_CONV",
+            OpKind::Spill => "SPILL",
+            OpKind::SpillKeep => "SPILL_KEEP",
+            OpKind::Fetch => "FETCH",
+            OpKind::FetchConcat => "FETCH_CONCAT",
+            OpKind::FetchConv2d => "FETCH_CONV_2D",
         }
     }
 
@@ -230,6 +259,19 @@ impl OpKind {
     /// O_s = OB exactly as for ReLU (which the kernel suite traces).
     pub fn is_flat_unary(self) -> bool {
         matches!(self, OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1)
+    }
+
+    /// The operators TinySeg's graph transformation inserts: they have no
+    /// TFLite builtin and move tensors between the arena and storage.
+    pub fn is_tinyseg(self) -> bool {
+        matches!(
+            self,
+            OpKind::Spill
+                | OpKind::SpillKeep
+                | OpKind::Fetch
+                | OpKind::FetchConcat
+                | OpKind::FetchConv2d
+        )
     }
 }
 
@@ -510,7 +552,7 @@ impl Model {
             .tensors
             .iter()
             .enumerate()
-            .map(|(i, t)| !t.needs_arena() || self.inputs.contains(&i))
+            .map(|(i, t)| t.is_constant || t.is_variable || self.inputs.contains(&i))
             .collect();
         for (i, op) in self.ops.iter().enumerate() {
             for &t in op.inputs.iter().chain(&op.outputs) {
@@ -563,7 +605,7 @@ impl Model {
                 ));
             }
         }
-        Ok(())
+        self.check_storage().map_err(ModelError::Invalid)
     }
 
     /// Checks that every operator's tensor shapes agree with each other and
@@ -751,32 +793,16 @@ impl Model {
                 }
                 Ok(())
             }
+            OpKind::Spill
+            | OpKind::SpillKeep
+            | OpKind::Fetch
+            | OpKind::FetchConcat
+            | OpKind::FetchConv2d => self.check_tinyseg_op(op),
             OpKind::Concatenation => {
-                let rank = x.shape.len() as i64;
-                let axis = op.options.axis.unwrap_or(-1) as i64;
-                let axis = if axis < 0 { axis + rank } else { axis };
-                if !(0..rank).contains(&axis) {
-                    return Err(format!("axis {axis} is outside input {}", show(x)));
-                }
-                let axis = axis as usize;
-                let mut want = dims(x);
-                for k in 1..op.inputs.len() {
-                    let t = input(k, "input")?;
-                    let d = dims(t);
-                    let agrees = d.len() == want.len()
-                        && d.iter()
-                            .zip(&want)
-                            .enumerate()
-                            .all(|(j, (a, b))| j == axis || a == b);
-                    if !agrees {
-                        return Err(format!(
-                            "input {} does not match input {} outside axis {axis}",
-                            show(t),
-                            show(x)
-                        ));
-                    }
-                    want[axis] += d[axis];
-                }
+                let inputs = (0..op.inputs.len())
+                    .map(|k| input(k, "input"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (axis, want) = concat_dims(&inputs, op.options.axis)?;
                 expect(&dims(y), &want, format!("concatenation along axis {axis}"))
             }
             OpKind::Pad => {
@@ -1204,6 +1230,7 @@ impl Model {
                 is_variable: false,
                 quantization: None,
                 data: None,
+                in_storage: false,
             });
             m.ops[op].scratch = Some(m.tensors.len() - 1);
         }
@@ -1231,6 +1258,43 @@ fn out_size(padding: Padding, size: u64, filter: u64, stride: u64, dilation: u64
         Padding::Valid => (size + stride).saturating_sub(effective) / stride,
     };
     (out > 0).then_some(out)
+}
+
+/// The axis (made non-negative) and the output dimensions of a
+/// concatenation of `inputs` along `axis` (TFLite's default: the last), or
+/// why the inputs do not concatenate.
+pub(crate) fn concat_dims(
+    inputs: &[&Tensor],
+    axis: Option<i32>,
+) -> Result<(usize, Vec<u64>), String> {
+    let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
+    let dims = |t: &Tensor| t.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let x = inputs.first().ok_or("has no input")?;
+    let rank = x.shape.len() as i64;
+    let axis = axis.unwrap_or(-1) as i64;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(format!("axis {axis} is outside input {}", show(x)));
+    }
+    let axis = axis as usize;
+    let mut want = dims(x);
+    for t in &inputs[1..] {
+        let d = dims(t);
+        let agrees = d.len() == want.len()
+            && d.iter()
+                .zip(&want)
+                .enumerate()
+                .all(|(j, (a, b))| j == axis || a == b);
+        if !agrees {
+            return Err(format!(
+                "input {} does not match input {} outside axis {axis}",
+                show(t),
+                show(x)
+            ));
+        }
+        want[axis] += d[axis];
+    }
+    Ok((axis, want))
 }
 
 /// NumPy broadcasting of two shapes (aligned at the last dimension).

@@ -273,6 +273,7 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
             is_variable,
             quantization,
             data,
+            in_storage: false,
         });
     }
     let n_tensors = tensors.len();

@@ -68,6 +68,7 @@ impl GraphBuilder {
             is_variable: false,
             quantization: None,
             data: None,
+            in_storage: false,
         });
         self.model.tensors.len() - 1
     }
@@ -320,6 +321,7 @@ pub fn names() -> Vec<&'static str> {
         "sakr_cifar10",
         "mobilenet_v1_0.25_128_int8_zeropad",
         "tiny_unet_80x120_int8",
+        "hourglass_64x64_int8",
     ]
 }
 
@@ -342,6 +344,7 @@ fn build_named(name: &str) -> Result<Model, String> {
         "liberis_fig1" => return Ok(liberis_fig1()),
         "sakr_cifar10" => return Ok(sakr_cifar10()),
         "tiny_unet_80x120_int8" => return Ok(tiny_unet(bare, DataType::Int8)),
+        "hourglass_64x64_int8" => return Ok(hourglass(bare, 64, &[16, 32, 64])),
         "tiny_unet_80x120" | "tiny_unet_80x120_float32" => {
             return Ok(tiny_unet(bare, DataType::Float32))
         }
@@ -669,4 +672,33 @@ pub fn tiny_unet(name: &str, dtype: DataType) -> Model {
     }
     let logits = g.conv2d("outc", h, 1, 1, 1, Activation::None);
     g.finish(&[logits])
+}
+
+/// An hourglass with residual skip connections, as in Newell et al.'s
+/// stacked hourglass networks (the second TinySeg hourglass of
+/// docs/tinyseg.md): a 3×3 stem to `widths[0]` channels on a `res`×`res`×3
+/// int8 input, then per level a 2×2 stride-2 max pool and a 3×3 conv to the
+/// next width; on the way up a 2×2 stride-2 transpose convolution back to the
+/// skip's width, an ADD with the skip (instead of U-Net's concatenation) and
+/// a 3×3 conv; a 1×1 conv to one channel. Every conv fuses ReLU except the
+/// last.
+pub fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
+    let mut g = GraphBuilder::new(name, DataType::Int8);
+    let x = g.input("input", &[1, res, res, 3]);
+    let mut h = g.conv2d("stem", x, widths[0], 3, 1, Activation::Relu);
+    let mut skips = Vec::new();
+    for (i, &c) in widths.iter().enumerate().skip(1) {
+        skips.push(h);
+        let p = g.pool(OpKind::MaxPool2d, &format!("down{i}/pool"), h, 2, 2);
+        h = g.conv2d(&format!("down{i}/conv"), p, c, 3, 1, Activation::Relu);
+    }
+    for i in (1..widths.len()).rev() {
+        let skip = skips.pop().unwrap_or(h);
+        let c = widths[i - 1];
+        let up = g.transpose_conv(&format!("up{i}/up"), h, c, 2, 2);
+        let sum = g.add(&format!("up{i}/add"), skip, up);
+        h = g.conv2d(&format!("up{i}/conv"), sum, c, 3, 1, Activation::Relu);
+    }
+    let out = g.conv2d("head", h, 1, 1, 1, Activation::None);
+    g.finish(&[out])
 }

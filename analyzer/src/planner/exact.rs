@@ -191,8 +191,14 @@ pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     let mut orders = candidate_orders(
         model,
         &[OrderKind::Model, OrderKind::Eager, OrderKind::Lazy],
+        opts,
     );
-    if let Ok(r) = order::reorder_dp(model, &os, opts.reorder_max_states) {
+    let dp = if opts.model_order_only {
+        Err(String::new())
+    } else {
+        order::reorder_dp(model, &os, opts.reorder_max_states).map_err(|e| e.to_string())
+    };
+    if let Ok(r) = dp {
         if !orders.iter().any(|(_, o)| *o == r.order) {
             orders.push(("reordered".into(), r.order));
         }

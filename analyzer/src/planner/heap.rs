@@ -298,7 +298,7 @@ pub(crate) fn best_heap(
 
 /// `dmo-heap`: best of eager and lazy orders, backward and forward.
 pub fn dmo_heap(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
-    let orders = candidate_orders(model, &[OrderKind::Eager, OrderKind::Lazy]);
+    let orders = candidate_orders(model, &[OrderKind::Eager, OrderKind::Lazy], opts);
     best_heap(model, overlaps, opts, &orders, "dmo-heap")
 }
 
@@ -306,6 +306,10 @@ pub fn dmo_heap(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan 
 /// DP, with DMO credits), then heap placement. If the DP gives up, the best
 /// of the eager and lazy orders is used and the note says so.
 pub fn reorder(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
+    if opts.model_order_only {
+        let orders = candidate_orders(model, &[], opts);
+        return best_heap(model, overlaps, opts, &orders, "reorder");
+    }
     let os = |op: usize| overlaps.get(op);
     match order::reorder_dp(model, &os, opts.reorder_max_states) {
         Ok(r) => {
@@ -324,7 +328,7 @@ pub fn reorder(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
             plan
         }
         Err(e) => {
-            let orders = candidate_orders(model, &[OrderKind::Eager, OrderKind::Lazy]);
+            let orders = candidate_orders(model, &[OrderKind::Eager, OrderKind::Lazy], opts);
             let mut plan = best_heap(model, overlaps, opts, &orders, "reorder");
             plan.note = Some(format!("{e}; fell back to eager/lazy orders"));
             plan

@@ -55,6 +55,11 @@ pub enum PlannerKind {
     Reorder,
     /// Branch and bound over placements within a time limit (`exact`).
     Exact,
+    /// TinySeg: spills tensors through their cold ranges and fuses the
+    /// fetches, re-planning with a base planner after every change
+    /// ([`crate::tinyseg`]). It transforms the model, so [`run`] cannot
+    /// return its plan of the untransformed one.
+    Tinyseg,
 }
 
 impl PlannerKind {
@@ -77,12 +82,16 @@ impl PlannerKind {
             PlannerKind::Replacement => "replacement",
             PlannerKind::Reorder => "reorder",
             PlannerKind::Exact => "exact",
+            PlannerKind::Tinyseg => "tinyseg",
         }
     }
 
     /// The planner called `s` (see [`PlannerKind::name`]), if any.
     pub fn parse(s: &str) -> Option<PlannerKind> {
-        PlannerKind::ALL.into_iter().find(|p| p.name() == s)
+        PlannerKind::ALL
+            .into_iter()
+            .chain([PlannerKind::Tinyseg])
+            .find(|p| p.name() == s)
     }
 
     /// Whether the planner can use O_s at all (linear and greedy are TFLM's
@@ -110,6 +119,11 @@ pub struct PlanOptions {
     pub exact_max_tensors: usize,
     /// The reordering DP gives up after visiting this many operator sets.
     pub reorder_max_states: usize,
+    /// Plan the model's own operator order only: `dmo-heap`, `reorder` and
+    /// `exact` try no other serialisation. TinySeg needs it, because an
+    /// eager or lazy order would move its spills and fetches away from the
+    /// ends of the cold ranges they were placed at.
+    pub model_order_only: bool,
 }
 
 impl Default for PlanOptions {
@@ -119,6 +133,7 @@ impl Default for PlanOptions {
             exact_time_limit: Duration::from_secs(2),
             exact_max_tensors: 400,
             reorder_max_states: 200_000,
+            model_order_only: false,
         }
     }
 }
@@ -531,8 +546,19 @@ pub(crate) fn not_applicable(
     }
 }
 
-/// Distinct orders among model / eager / lazy, with their names.
-pub(crate) fn candidate_orders(model: &Model, kinds: &[OrderKind]) -> Vec<(String, Vec<usize>)> {
+/// Distinct orders among model / eager / lazy, with their names; only the
+/// model's order with [`PlanOptions::model_order_only`].
+pub(crate) fn candidate_orders(
+    model: &Model,
+    kinds: &[OrderKind],
+    opts: &PlanOptions,
+) -> Vec<(String, Vec<usize>)> {
+    if opts.model_order_only {
+        return vec![(
+            OrderKind::Model.name().to_string(),
+            order::order(model, OrderKind::Model),
+        )];
+    }
     let mut out: Vec<(String, Vec<usize>)> = Vec::new();
     for &k in kinds {
         let o = order::order(model, k);
@@ -568,6 +594,15 @@ pub fn run(
         PlannerKind::Replacement => replacement::replacement(model, overlaps, opts),
         PlannerKind::Reorder => heap::reorder(model, overlaps, opts),
         PlannerKind::Exact => exact::exact(model, overlaps, opts),
+        PlannerKind::Tinyseg => not_applicable(
+            model,
+            planner.name(),
+            overlaps,
+            opts.alignment,
+            "tinyseg transforms the model: run it with `memtrace plan --planner tinyseg` \
+             (crate::tinyseg::optimize)"
+                .into(),
+        ),
     };
     plan.elapsed = start.elapsed();
     if plan.status != PlanStatus::NotApplicable {

@@ -21,9 +21,11 @@ fn tensor_type(d: DataType) -> fb::TensorType {
     }
 }
 
-fn builtin(k: OpKind) -> fb::BuiltinOperator {
+/// The TFLite builtin of `k`; `None` for TinySeg's operators, which have
+/// none.
+fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
     use fb::BuiltinOperator as B;
-    match k {
+    Some(match k {
         OpKind::Conv2d => B::Conv2d,
         OpKind::DepthwiseConv2d => B::DepthwiseConv2d,
         OpKind::FullyConnected => B::FullyConnected,
@@ -46,7 +48,12 @@ fn builtin(k: OpKind) -> fb::BuiltinOperator {
         OpKind::Pad => B::Pad,
         OpKind::Mean => B::Mean,
         OpKind::TransposeConv => B::TransposeConv,
-    }
+        OpKind::Spill
+        | OpKind::SpillKeep
+        | OpKind::Fetch
+        | OpKind::FetchConcat
+        | OpKind::FetchConv2d => return None,
+    })
 }
 
 fn act(a: Activation) -> fb::ActivationFunctionType {
@@ -109,8 +116,13 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
     }
     let mut codes: Vec<fb::BuiltinOperator> = Vec::new();
     let mut operators = Vec::new();
-    for op in &model.ops {
-        let code = builtin(op.kind);
+    for (i, op) in model.ops.iter().enumerate() {
+        let code = builtin(op.kind).ok_or_else(|| {
+            format!(
+                "operator {i} ({}) is a TinySeg operator with no TFLite builtin",
+                op.kind
+            )
+        })?;
         let index = match codes.iter().position(|&c| c == code) {
             Some(i) => i,
             None => {

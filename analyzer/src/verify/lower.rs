@@ -187,6 +187,43 @@ fn per_tensor(scale: f64, zp: i32) -> Option<Quantization> {
     })
 }
 
+/// (input, filter, bias) of a convolution, transpose convolution or fully
+/// connected operator; for a `FETCH_CONV_2D` the input is its first
+/// concatenated activation.
+fn conv_operands(model: &Model, op: &Op) -> Option<(usize, usize, Option<usize>)> {
+    if op.kind == OpKind::FetchConv2d {
+        let parts = model.fetch_conv_parts(op).ok()?;
+        return Some((parts.activations[0], parts.filter, parts.bias));
+    }
+    Some((
+        op.data_input()?,
+        *op.inputs.get(1)?,
+        op.inputs.get(bias_position(op.kind)).copied(),
+    ))
+}
+
+/// Alignment of storage tensors in the storage region.
+pub const STORAGE_ALIGN: u64 = 16;
+
+/// Where each storage tensor ([`Tensor::in_storage`]) lies in the storage
+/// region — every one in its own slot, [`STORAGE_ALIGN`]-aligned, in tensor
+/// order — and the bytes the region needs.
+pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
+    let mut end = 0u64;
+    let offsets = model
+        .tensors
+        .iter()
+        .map(|t| {
+            t.in_storage.then(|| {
+                let at = end;
+                end = (end + t.bytes).div_ceil(STORAGE_ALIGN) * STORAGE_ALIGN;
+                at
+            })
+        })
+        .collect();
+    (offsets, end)
+}
+
 /// Fills in what a zoo model lacks, deterministically from `seed`: the data
 /// of every constant (weights, biases, reshape shapes) and, for int8/uint8
 /// models, the quantisation of activations, weights and biases (see the
@@ -211,9 +248,10 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
             OpKind::Conv2d
             | OpKind::DepthwiseConv2d
             | OpKind::FullyConnected
-            | OpKind::TransposeConv => {
-                let (Some(x), Some(&wi), Some(&y)) =
-                    (op.data_input(), op.inputs.get(1), op.outputs.first())
+            | OpKind::TransposeConv
+            | OpKind::FetchConv2d => {
+                let (Some((x, wi, bias)), Some(&y)) =
+                    (conv_operands(model, op), op.outputs.first())
                 else {
                     continue;
                 };
@@ -255,7 +293,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
                     .as_ref()
                     .map(|q| q.scale.clone())
                     .unwrap_or_default();
-                if let Some(&bi) = op.inputs.get(bias_position(op.kind)) {
+                if let Some(bi) = bias {
                     let b = &mut m.tensors[bi];
                     if b.data.is_none() {
                         b.data = Some(synth_bias(&mut rng, b));
@@ -312,7 +350,7 @@ fn bias_position(kind: OpKind) -> usize {
 /// input channels of only the kernel taps that land on an output position
 /// (`⌈KH/SH⌉·⌈KW/SW⌉` of them).
 fn fan_in(model: &Model, op: &Op) -> usize {
-    let (Some(&wi), Some(&y)) = (op.inputs.get(1), op.outputs.first()) else {
+    let (Some((_, wi, _)), Some(&y)) = (conv_operands(model, op), op.outputs.first()) else {
         return 1;
     };
     let w = &model.tensors[wi];
@@ -382,6 +420,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let names = tensor_names(model);
     let producers = model.producers();
     let mut rng = stream(input.seed);
+    let (storage, storage_bytes) = storage_layout(model);
     let fail = |op: usize, reason: String| LowerError {
         op,
         kind: model.ops[op].kind.name().to_string(),
@@ -400,10 +439,14 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             let m = &model.tensors[t];
             let d = dtype(m.dtype)
                 .ok_or_else(|| fail(op, format!("tensor `{}` has type {}", m.name, m.dtype)))?;
-            let offset =
-                input.offsets.get(t).copied().flatten().ok_or_else(|| {
-                    fail(op, format!("tensor `{}` has no place in the plan", m.name))
-                })?;
+            let data = match storage[t] {
+                Some(offset) => TensorData::Storage { offset },
+                None => TensorData::Arena {
+                    offset: input.offsets.get(t).copied().flatten().ok_or_else(|| {
+                        fail(op, format!("tensor `{}` has no place in the plan", m.name))
+                    })?,
+                },
+            };
             let (_, zp) = act_q(m, is_softmax_out(t));
             tensors.push(ProgramTensor {
                 name: names[t].clone(),
@@ -414,7 +457,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     m.shape.clone()
                 },
                 zero_point: zp,
-                data: TensorData::Arena { offset },
+                data,
             });
             map[t] = Some(tensors.len() as u32 - 1);
             Ok(tensors.len() as u32 - 1)
@@ -458,14 +501,24 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
             OpKind::Conv2d
             | OpKind::DepthwiseConv2d
             | OpKind::FullyConnected
-            | OpKind::TransposeConv => {
+            | OpKind::TransposeConv
+            | OpKind::FetchConv2d => {
                 if op.kind == OpKind::TransposeConv {
                     check_transpose_conv(op, d).map_err(|reason| fail(oi, reason))?;
                 }
-                let wi = *op
-                    .inputs
-                    .get(1)
-                    .ok_or_else(|| fail(oi, "no weights".into()))?;
+                let (_, wi, bias_index) =
+                    conv_operands(model, op).ok_or_else(|| fail(oi, "no weights".into()))?;
+                // FETCH_CONV_2D: the second activation it concatenates, the
+                // axis and the shape of the concatenation it convolves.
+                let mut conv_input_shape = xt.shape.clone();
+                if op.kind == OpKind::FetchConv2d {
+                    let parts = model.fetch_conv_parts(op).map_err(|e| fail(oi, e))?;
+                    if let Some(&second) = parts.activations.get(1) {
+                        inputs.push(arena_tensor(second, oi, &mut tensors)?);
+                    }
+                    p.axis = parts.axis as i32;
+                    conv_input_shape = parts.input_shape;
+                }
                 let wt = &model.tensors[wi];
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
                 let k = fan_in(model, op);
@@ -507,7 +560,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     data: TensorData::Constant(wdata),
                 });
                 weights = Some(tensors.len() as u32 - 1);
-                if let Some(&bi) = op.inputs.get(bias_position(op.kind)) {
+                if let Some(bi) = bias_index {
                     let bt = &model.tensors[bi];
                     let bd = dtype(bt.dtype)
                         .ok_or_else(|| fail(oi, format!("bias type {}", bt.dtype)))?;
@@ -549,7 +602,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     };
                 } else if op.kind != OpKind::FullyConnected {
                     let (i4, f4, o4) = (
-                        crate::model::shape4(&xt.shape),
+                        crate::model::shape4(&conv_input_shape),
                         crate::model::shape4(&wt.shape),
                         crate::model::shape4(&yt.shape),
                     );
@@ -578,10 +631,35 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 }
                 match op.kind {
                     OpKind::Conv2d => ProgramOpKind::Conv2d,
+                    OpKind::FetchConv2d => ProgramOpKind::FetchConv2d,
                     OpKind::DepthwiseConv2d => ProgramOpKind::DepthwiseConv2d,
                     OpKind::TransposeConv => ProgramOpKind::TransposeConv,
                     _ => ProgramOpKind::FullyConnected,
                 }
+            }
+            OpKind::Spill | OpKind::SpillKeep => {
+                if yt.bytes > xt.bytes || yt.dtype != xt.dtype {
+                    return Err(fail(oi, "the output is not a part of the input".into()));
+                }
+                // SPILL sends the tail; SPILL_KEEP keeps the head.
+                if op.kind == OpKind::Spill {
+                    p.copy_from = (xt.bytes - yt.bytes) as i32;
+                }
+                ProgramOpKind::Spill
+            }
+            OpKind::Fetch => {
+                if yt.bytes != xt.bytes {
+                    return Err(fail(oi, "input and output sizes differ".into()));
+                }
+                ProgramOpKind::Fetch
+            }
+            OpKind::FetchConcat => {
+                let [_, second] = op.inputs[..] else {
+                    return Err(fail(oi, "concatenates other than two inputs".into()));
+                };
+                inputs.push(arena_tensor(second, oi, &mut tensors)?);
+                p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
+                ProgramOpKind::FetchConcat
             }
             OpKind::Concatenation => {
                 p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
@@ -762,6 +840,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         inputs: graph_inputs,
         outputs,
         arena_bytes: input.arena_bytes,
+        storage_bytes,
         query_scratch: false,
     })
 }

@@ -133,6 +133,10 @@ pub struct VerifyReport {
     pub traced_overlaps: Vec<OpOverlapReport>,
     /// Wall-clock seconds of both runs together.
     pub seconds: f64,
+    /// With `--planner tinyseg`: the transformation's steps and costs (the
+    /// plan run ran the transformed model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tinyseg: Option<crate::tinyseg::report::SpillReport>,
 }
 
 /// Outputs of one kernel library against TFLM's reference kernels.
@@ -166,6 +170,10 @@ impl VerifyReport {
             && self.reference.clobbers.is_empty()
             && self.bit_exact
             && self.reference_kernels.as_ref().is_none_or(|k| k.bit_exact)
+            && self
+                .tinyseg
+                .as_ref()
+                .is_none_or(|t| t.storage_clobbers.is_empty())
     }
 
     /// Human-readable summary.
@@ -251,6 +259,15 @@ impl VerifyReport {
                 k.mismatched_bytes,
                 k.output_digest
             ));
+        }
+        if let Some(t) = &self.tinyseg {
+            s.push_str(&t.to_text());
+            for c in &t.storage_clobbers {
+                s.push_str(&format!(
+                    "STORAGE CLOBBER op {} read tensor {} at byte {} ({} bytes)\n",
+                    c.op, c.tensor, c.offset, c.bytes
+                ));
+            }
         }
         s.push_str(&format!(
             "result  {}  ({:.2} s)\n",

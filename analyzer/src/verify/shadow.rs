@@ -70,6 +70,10 @@ pub struct LayerOverlap {
     /// The layer loaded bytes of its own output buffer (an accumulating
     /// kernel, e.g. CMSIS-NN's max pool comparing into its output).
     pub reads_output: bool,
+    /// The executor kernel that ran (the layer's `op`).
+    pub op: String,
+    /// Guest instructions retired inside the layer's window.
+    pub instructions: u64,
 }
 
 /// Executor kernels that are the identity on bytes and skip their copy when
@@ -323,7 +327,7 @@ impl Analysis for ShadowMap {
         self.cur = Some(cur);
     }
 
-    fn layer_end(&mut self, _instructions: u64) {
+    fn layer_end(&mut self, instructions: u64) {
         if let Some(cur) = self.cur.take() {
             if ALIASING_KERNELS.contains(&cur.op.as_str()) {
                 self.alias_output(&cur);
@@ -334,6 +338,8 @@ impl Analysis for ShadowMap {
                 output_bytes: cur.output_bytes,
                 overlap: cur.acc.map(|a| a.result()),
                 reads_output: cur.reads_output,
+                op: cur.op,
+                instructions,
             });
         }
     }
@@ -565,5 +571,45 @@ mod tests {
         assert_eq!(m.clobbers.len(), 1);
         assert_eq!(m.clobbers[0].offset, 4);
         assert_eq!(m.clobbers[0].overwritten_by, None);
+    }
+
+    /// A map over TinySeg's storage region (`memtrace verify` runs one
+    /// beside the arena's): SPILL layers write their storage tensor through
+    /// their output buffer, FETCH layers read it through an input. Two
+    /// spills whose storage slots overlap leave the first one's fetch
+    /// reading the second one's bytes.
+    #[test]
+    fn a_fetch_of_storage_bytes_another_spill_overwrote_is_a_clobber() {
+        let spill = |m: &mut ShadowMap, i: usize, name: &str, stored: &str, at: u64| {
+            m.layer_begin(&layer_op(i, name, "spill"));
+            m.buffer(&buf(0, Role::Input, "victim", 0x100, 16));
+            m.buffer(&buf(2, Role::Output, stored, at, 16));
+            m.events(&[
+                ev(0, 0, 0, 16, AccessKind::Load),
+                ev(1, 2, 0, 16, AccessKind::Store),
+            ]);
+            m.layer_end(0);
+        };
+        let fetch = |m: &mut ShadowMap, i: usize, stored: &str, at: u64| {
+            m.layer_begin(&layer_op(i, "fetch", "fetch"));
+            m.buffer(&buf(0, Role::Input, stored, at, 16));
+            m.buffer(&buf(2, Role::Output, "fetched", 0x100, 16));
+            m.events(&[ev(0, 0, 0, 16, AccessKind::Load)]);
+            m.layer_end(0);
+        };
+        // Storage at 0x1000; the arena tensors at 0x100 lie outside it.
+        let mut clean = ShadowMap::new(0x1000, 64);
+        spill(&mut clean, 0, "spill_a", "a/spilled", 0x1000);
+        spill(&mut clean, 1, "spill_b", "b/spilled", 0x1010);
+        fetch(&mut clean, 2, "a/spilled", 0x1000);
+        assert!(clean.clobbers.is_empty(), "{:?}", clean.clobbers);
+        let mut bad = ShadowMap::new(0x1000, 64);
+        spill(&mut bad, 0, "spill_a", "a/spilled", 0x1000);
+        spill(&mut bad, 1, "spill_b", "b/spilled", 0x1008);
+        fetch(&mut bad, 2, "a/spilled", 0x1000);
+        assert_eq!(bad.clobbers.len(), 1);
+        let c = &bad.clobbers[0];
+        assert_eq!((c.tensor.as_str(), c.offset, c.bytes), ("a/spilled", 8, 8));
+        assert_eq!(c.overwritten_by.as_ref().unwrap().op, "spill_b");
     }
 }

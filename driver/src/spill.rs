@@ -1,0 +1,181 @@
+//! TinySeg in the workflows: the transformation of a model for `memtrace plan`
+//! and `memtrace verify` (`--planner tinyseg --base PLANNER`), and what a
+//! verified run tells about it — the compressed size of the bytes it left in
+//! storage and the instructions its storage operators retired.
+
+use std::time::Instant;
+
+use memtrace_analyzer::model::Model;
+use memtrace_analyzer::planner::{Overlaps, PlanOptions, PlannerKind};
+use memtrace_analyzer::tinyseg::compress::compress;
+use memtrace_analyzer::tinyseg::report::SpillReport;
+use memtrace_analyzer::tinyseg::{optimize, NarrowScratch, Optimized, TinysegOptions};
+use memtrace_analyzer::verify::lower::{materialize, storage_layout};
+use memtrace_analyzer::verify::{Clobber, LayerOverlap};
+
+use crate::error::Result;
+
+/// How to run TinySeg.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpillOptions {
+    /// The planner TinySeg plans with after every step.
+    pub base: PlannerKind,
+    /// Stop at this peak (and size partial spills by it).
+    pub target_bytes: Option<u64>,
+    /// When to narrow accumulator scratch tensors to int16.
+    pub narrow_scratch: NarrowScratch,
+}
+
+impl Default for SpillOptions {
+    fn default() -> Self {
+        SpillOptions {
+            base: PlannerKind::TflmGreedy,
+            target_bytes: None,
+            narrow_scratch: NarrowScratch::Exact,
+        }
+    }
+}
+
+/// TinySeg's transformation of `model` and its plan, with the time it took.
+/// With `seed`, the model is first given the weights and quantisation `memtrace
+/// verify` runs it with, so the transformed model computes with the same
+/// constants as the untransformed one.
+pub fn transform(
+    model: &Model,
+    overlaps: &Overlaps,
+    opts: &SpillOptions,
+    plan: &PlanOptions,
+    seed: Option<u64>,
+) -> Result<(Optimized, f64)> {
+    let model = match seed {
+        Some(seed) => materialize(model, seed),
+        None => model.clone(),
+    };
+    let started = Instant::now();
+    let optimized = optimize(
+        &model,
+        overlaps,
+        &TinysegOptions {
+            base: opts.base,
+            target_bytes: opts.target_bytes,
+            narrow_scratch: opts.narrow_scratch,
+            plan: plan.clone(),
+            ..TinysegOptions::default()
+        },
+    )?;
+    Ok((optimized, started.elapsed().as_secs_f64()))
+}
+
+/// Kernels of the storage operators, as layer windows name them.
+const STORAGE_OPS: [&str; 4] = ["spill", "fetch", "fetch_concat", "fetch_conv2d"];
+
+/// What a verified run of the transformed model tells: each step's spilled
+/// tensor compressed as it lay in `storage` after the run, the storage check
+/// and the instruction costs.
+pub struct SpillRun<'a> {
+    /// The transformation that ran.
+    pub optimized: &'a Optimized,
+    /// Options it ran with.
+    pub options: SpillOptions,
+    /// The storage region after the run.
+    pub storage: &'a [u8],
+    /// Reads of storage bytes that did not hold the fetched tensor.
+    pub storage_clobbers: Vec<Clobber>,
+    /// The plan run's layers.
+    pub layers: &'a [LayerOverlap],
+    /// Instructions of the plan run and of the reference run.
+    pub instructions: (u64, u64),
+    /// Seconds TinySeg took to plan.
+    pub planning_seconds: f64,
+}
+
+impl SpillRun<'_> {
+    /// The report of the run.
+    pub fn report(self) -> SpillReport {
+        let model = &self.optimized.graph.model;
+        let (offsets, storage_bytes) = storage_layout(model);
+        let mut steps = self.optimized.steps.clone();
+        let mut compressed_total = 0;
+        for step in &mut steps {
+            let Some(name) = &step.stored else { continue };
+            let Some(t) = model.tensors.iter().position(|t| &t.name == name) else {
+                continue;
+            };
+            let (Some(at), bytes) = (offsets[t], model.tensors[t].bytes) else {
+                continue;
+            };
+            let Some(data) = self.storage.get(at as usize..(at + bytes) as usize) else {
+                continue;
+            };
+            let c = compress(data, model.tensors[t].dtype.size() as usize).bytes();
+            step.compressed_bytes = Some(c);
+            compressed_total += c;
+        }
+        SpillReport {
+            base: self.options.base.name().into(),
+            target_bytes: self.options.target_bytes,
+            spilled_bytes: self.optimized.spilled_bytes(),
+            compressed_bytes: compressed_total,
+            storage_bytes,
+            storage_clobbers: self.storage_clobbers,
+            extra_instructions: self.instructions.0 as i64 - self.instructions.1 as i64,
+            storage_op_instructions: self
+                .layers
+                .iter()
+                .filter(|l| STORAGE_OPS.contains(&l.op.as_str()))
+                .map(|l| l.instructions)
+                .sum(),
+            planning_seconds: self.planning_seconds,
+            steps,
+        }
+    }
+}
+
+/// TinySeg's planning time on each of `models` (`zoo:NAME` or `.tflite`)
+/// with each base planner and every scratch policy's step, written to `out`
+/// with the target the issue sets (< 1 s on Tiny U-Net).
+pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Write) -> Result<()> {
+    use memtrace_analyzer::planner::OverlapMethod;
+    use memtrace_analyzer::tinyseg::bench::time_tinyseg;
+    writeln!(
+        out,
+        "[tinyseg] planning time (fastest of {repeat}; transformations, re-plans and validation included)"
+    )?;
+    writeln!(
+        out,
+        "  {:<28} {:<12} {:<7} {:>10} {:>6} {:>10} {:>10}",
+        "model", "base", "int16", "seconds", "steps", "peak B", "after B"
+    )?;
+    for name in models {
+        let model = memtrace_analyzer::model::load(name)?.with_reference_scratch();
+        let model = materialize(&model, 1);
+        let overlaps = Overlaps::compute(&model, &OverlapMethod::Analytic);
+        for base in [PlannerKind::TflmGreedy, PlannerKind::DmoHeap] {
+            for narrow in [NarrowScratch::Exact, NarrowScratch::Always] {
+                let opts = TinysegOptions {
+                    base,
+                    narrow_scratch: narrow,
+                    ..TinysegOptions::default()
+                };
+                let t = time_tinyseg(&model, &overlaps, &opts, repeat)?;
+                writeln!(
+                    out,
+                    "  {:<28} {:<12} {:<7} {:>10.6} {:>6} {:>10} {:>10}  {}",
+                    t.model,
+                    t.base,
+                    format!("{narrow:?}").to_lowercase(),
+                    t.seconds,
+                    t.steps,
+                    t.peaks.0,
+                    t.peaks.1,
+                    if t.seconds < 1.0 {
+                        "< 1 s: met"
+                    } else {
+                        ">= 1 s: NOT met"
+                    }
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! The TinySeg arguments `plan` and `verify` share (`--planner tinyseg`).
+
+use clap::Args;
+use memtrace_analyzer::planner::PlannerKind;
+use memtrace_analyzer::tinyseg::NarrowScratch;
+use memtrace_driver::spill::SpillOptions;
+
+/// TinySeg's base planner and target peak.
+#[derive(Args, Debug, Clone)]
+pub struct SpillArgs {
+    /// With `--planner tinyseg`: the planner that places the tensors after
+    /// every spill and fusion (tflm-greedy as in the paper, dmo-heap to add
+    /// DMO overlaps, reorder, exact, linear).
+    #[arg(long, value_enum, default_value_t = PlannerKind::TflmGreedy, value_name = "PLANNER")]
+    pub base: PlannerKind,
+    /// With `--planner tinyseg`: stop once the arena peak is at most this
+    /// many bytes, spilling only part of a tensor when that is enough
+    /// (default: spill while it lowers the peak).
+    #[arg(long, value_name = "BYTES")]
+    pub target_bytes: Option<u64>,
+    /// With `--planner tinyseg`: narrow int8 TRANSPOSE_CONV accumulator
+    /// scratch from int32 to int16 never, where the weights prove the sums
+    /// fit (exact), or always (the paper's step; sums that overflow give
+    /// wrong outputs, which verify reports).
+    #[arg(long, value_enum, default_value_t = NarrowScratch::Exact, value_name = "WHEN")]
+    pub scratch_int16: NarrowScratch,
+}
+
+impl SpillArgs {
+    /// The driver's options.
+    pub fn options(&self) -> SpillOptions {
+        SpillOptions {
+            base: self.base,
+            target_bytes: self.target_bytes,
+            narrow_scratch: self.scratch_int16,
+        }
+    }
+}

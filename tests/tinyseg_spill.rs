@@ -1,0 +1,402 @@
+//! TinySeg in memtrace (`--planner tinyseg`): the spill planner transforms
+//! the graph — spills a tensor through its cold range, partially when a
+//! target needs less, fuses the fetch into the following concatenation and
+//! convolution, narrows int32 accumulator scratch to int16 — and the
+//! executor runs the transformed model with its spilled tensors in a storage
+//! region outside the arena. Every run is checked against the untransformed
+//! model's reference run byte for byte, by the arena's shadow map, and by a
+//! shadow map of the storage region.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{memtrace, stderr};
+use memtrace_analyzer::model::zoo::GraphBuilder;
+use memtrace_analyzer::model::{Activation, DataType, Model, OpKind};
+use memtrace_analyzer::planner::validate::validate;
+use memtrace_analyzer::planner::{Overlaps, PlannerKind};
+use memtrace_analyzer::tinyseg::compress::compress;
+use memtrace_analyzer::tinyseg::{optimize, NarrowScratch, TinysegOptions};
+use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use serde_json::Value;
+
+/// `model` as a `.tflite` file (seeded weights, int8 quantisation) in a
+/// fresh temporary directory.
+fn tflite_file(model: &Model) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "memtrace-tinyseg-{}-{}",
+        std::process::id(),
+        model.name
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.tflite", model.name));
+    std::fs::write(&path, to_tflite(&materialize(model, 1)).unwrap()).unwrap();
+    path
+}
+
+/// `memtrace verify MODEL ARGS --format json` → (exit code, report).
+fn verify(model: &str, args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["verify", model, "--format", "json"];
+    all.extend(args);
+    let out = memtrace(&all);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("memtrace {all:?}: no JSON ({e}): {}", stderr(&out)));
+    (out.status.code().unwrap_or(-1), report)
+}
+
+fn verify_tinyseg(model: &Model, args: &[&str]) -> (i32, Value) {
+    let path = tflite_file(model);
+    let mut all = vec!["--planner", "tinyseg"];
+    all.extend(args);
+    verify(path.to_str().unwrap(), &all)
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Asserts the verified run is clean: bit-exact outputs, no clobber in the
+/// arena or in storage, exit code 0.
+fn assert_clean(code: i32, r: &Value) {
+    assert_eq!(r["clobbers"], serde_json::json!([]), "{}", r["clobbers"]);
+    assert_eq!(r["tinyseg"]["storage_clobbers"], serde_json::json!([]));
+    assert_eq!(
+        r["bit_exact"], true,
+        "{} bytes differ",
+        r["mismatched_bytes"]
+    );
+    assert_eq!(code, 0);
+}
+
+/// A long skip connection around wider layers: `a` (32×32×8) waits while
+/// three 32×32×16 convolutions run, then an ADD with the narrowed result.
+fn skip_add() -> Model {
+    let mut g = GraphBuilder::new("skip_add", DataType::Int8);
+    let x = g.input("input", &[1, 32, 32, 3]);
+    let a = g.conv2d("a", x, 8, 3, 1, Activation::Relu);
+    let mut y = g.conv2d("b", a, 16, 3, 1, Activation::Relu);
+    y = g.conv2d("c", y, 16, 3, 1, Activation::Relu);
+    y = g.conv2d("d", y, 16, 3, 1, Activation::Relu);
+    y = g.conv2d("e", y, 8, 1, 1, Activation::None);
+    let s = g.add("sum", a, y);
+    let out = g.conv2d("head", s, 1, 1, 1, Activation::None);
+    g.finish(&[out])
+}
+
+/// The U-Net pattern the paper's fused fetching is for: the skip `s` waits
+/// while `a`, `b` and `x` run, then CONCATENATION [s, x] → `y` and a 1×1
+/// conv `y` → `z`. Sizes: |s| = 1024, |x| = 2048 (t1), |y| = 3072 (t2),
+/// |z| = 2048 (t3) bytes.
+fn concat_conv() -> Model {
+    let mut g = GraphBuilder::new("concat_conv", DataType::Int8);
+    let input = g.input("input", &[1, 16, 16, 1]);
+    let s = g.conv2d("s", input, 4, 3, 1, Activation::Relu);
+    let a = g.conv2d("a", s, 4, 3, 1, Activation::Relu);
+    let b = g.conv2d("b", a, 4, 3, 1, Activation::Relu);
+    let x = g.conv2d("x", b, 8, 3, 1, Activation::Relu);
+    let y = g.concat_channels("y", &[s, x]);
+    let z = g.conv2d("z", y, 8, 1, 1, Activation::None);
+    g.finish(&[z])
+}
+
+/// Max over steps of the bytes live at that step (each tensor from its
+/// producer, or step 0 for a graph input, to its last reader, or the last
+/// step for a graph output; sizes rounded up to 16), computed here from the
+/// model alone.
+fn live_peak(model: &Model) -> u64 {
+    let n = model.ops.len();
+    let mut span: Vec<Option<(usize, usize)>> = vec![None; model.tensors.len()];
+    let mut touch = |t: usize, s: usize| {
+        let e = span[t].get_or_insert((s, s));
+        e.0 = e.0.min(s);
+        e.1 = e.1.max(s);
+    };
+    for &t in &model.inputs {
+        touch(t, 0);
+    }
+    for (s, op) in model.ops.iter().enumerate() {
+        for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
+            touch(t, s);
+        }
+    }
+    for &t in &model.outputs {
+        touch(t, n - 1);
+    }
+    (0..n)
+        .map(|s| {
+            span.iter()
+                .enumerate()
+                .filter(|(t, sp)| {
+                    let t = &model.tensors[*t];
+                    !t.is_constant && !t.in_storage && sp.is_some_and(|(f, l)| f <= s && s <= l)
+                })
+                .map(|(t, _)| model.tensors[t].bytes.div_ceil(16) * 16)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn every_step_keeps_the_model_valid_and_its_peak_is_checked_independently() {
+    let tiny = memtrace_analyzer::model::zoo::build("tiny_unet_80x120_int8")
+        .unwrap()
+        .with_reference_scratch();
+    let hourglass = memtrace_analyzer::model::zoo::build("hourglass_64x64_int8")
+        .unwrap()
+        .with_reference_scratch();
+    for model in [skip_add(), concat_conv(), tiny, hourglass] {
+        let model = materialize(&model, 1);
+        for base in [PlannerKind::TflmGreedy, PlannerKind::DmoHeap] {
+            for narrow in [NarrowScratch::Never, NarrowScratch::Always] {
+                let opts = TinysegOptions {
+                    base,
+                    narrow_scratch: narrow,
+                    ..TinysegOptions::default()
+                };
+                let o = optimize(&model, &Overlaps::none(&model), &opts).unwrap();
+                let what = format!("{} on {base} ({narrow:?})", model.name);
+                assert!(o.steps.len() >= 2, "{what}: no step helped");
+                assert_eq!(o.steps.len(), o.history.len());
+                for (step, (graph, plan)) in o.steps.iter().zip(&o.history) {
+                    let m = &graph.model;
+                    m.validate().unwrap();
+                    m.check_shapes().unwrap();
+                    validate(m, plan, &Overlaps::none(m))
+                        .unwrap_or_else(|v| panic!("{what}, {}: {v}", step.action));
+                    assert_eq!(plan.peak_bytes, Some(step.peak_bytes));
+                    // No overlaps: the bound is the live-bytes maximum, and
+                    // no placement beats it.
+                    assert_eq!(
+                        live_peak(m),
+                        step.lower_bound_bytes,
+                        "{what}, {}",
+                        step.action
+                    );
+                    assert!(step.peak_bytes >= step.lower_bound_bytes);
+                }
+                let last = o.steps.last().unwrap().peak_bytes;
+                assert!(last < o.steps[0].peak_bytes, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_fetching_lowers_the_peak_by_the_papers_formula() {
+    // Section 4.2.2: before fusion max{|t1|+|t2|, |t2|+|t3|}, after |t1|+|t3|.
+    let (s, t1, t2, t3) = (1024u64, 2048u64, 3072u64, 2048u64);
+    let o = optimize(
+        &concat_conv(),
+        &Overlaps::none(&concat_conv()),
+        &TinysegOptions::default(),
+    )
+    .unwrap();
+    let actions: Vec<&str> = o.steps.iter().map(|s| s.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["original", "spill", "fetch+concat", "fetch+conv2d"]
+    );
+    let peaks: Vec<u64> = o.steps.iter().map(|s| s.peak_bytes).collect();
+    // Unfused, the concatenation step holds the fetched s, x and y.
+    assert_eq!(peaks[0], s + t1 + t2);
+    assert_eq!(peaks[1], s + t1 + t2);
+    // Fetch+concat: the fetched copy is gone; t1+t2 and t2+t3 remain.
+    assert_eq!(peaks[2], (t1 + t2).max(t2 + t3));
+    // Fetch+conv2d: the interim t2 is never materialised.
+    assert_eq!(peaks[3], t1 + t3);
+    assert_eq!(peaks[2] - peaks[3], (t1 + t2).max(t2 + t3) - (t1 + t3));
+    assert_eq!(o.steps[1].tensor.as_deref(), Some("s"));
+    assert_eq!(o.steps[1].spilled_bytes, s);
+    let kinds: Vec<OpKind> = o.graph.model.ops.iter().map(|op| op.kind).collect();
+    assert!(kinds.contains(&OpKind::Spill) && kinds.contains(&OpKind::FetchConv2d));
+    assert!(!kinds.contains(&OpKind::Concatenation) && !kinds.contains(&OpKind::Fetch));
+}
+
+#[test]
+fn fetch_conv2d_runs_bit_exact_with_the_reference_conv_it_replaces() {
+    for target in ["cortex-m4", "x86-64"] {
+        let (code, r) = verify_tinyseg(&concat_conv(), &["--target", target]);
+        assert_clean(code, &r);
+        let t = &r["tinyseg"];
+        let actions: Vec<&str> = t["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["action"].as_str().unwrap())
+            .collect();
+        assert_eq!(actions.last(), Some(&"fetch+conv2d"), "{target}");
+        // The arena under test is the last step's peak, the reference the first's.
+        assert_eq!(u(&r["plan"]["arena_bytes"]), 2048 + 2048);
+        assert_eq!(u(&r["reference"]["arena_bytes"]), 1024 + 2048 + 3072);
+        assert_eq!(u(&t["spilled_bytes"]), 1024);
+        assert_eq!(u(&t["storage_bytes"]), 1024);
+        assert!(u(&t["storage_op_instructions"]) > 0);
+    }
+}
+
+#[test]
+fn a_spilled_skip_connection_runs_bit_exact_and_its_stored_bytes_compress_as_measured() {
+    let (code, r) = verify_tinyseg(&skip_add(), &[]);
+    assert_clean(code, &r);
+    let t = &r["tinyseg"];
+    let step = &t["steps"][1];
+    assert_eq!(step["action"], "spill");
+    assert_eq!(step["tensor"], "a");
+    assert_eq!(u(&step["spilled_bytes"]), 32 * 32 * 8);
+    assert_eq!(u(&t["storage_bytes"]), 32 * 32 * 8);
+    assert!(u(&r["plan"]["arena_bytes"]) < u(&r["reference"]["arena_bytes"]));
+    // Spilling costs instructions: the storage operators' own, at least.
+    assert!(u(&t["storage_op_instructions"]) > 0);
+    assert!(t["extra_instructions"].as_i64().unwrap() >= u(&t["storage_op_instructions"]) as i64);
+
+    // Second method for the compressed size: the same `a`, as the output of
+    // a model cut after it (same seeded weights and input), read back from
+    // the arena instead of storage.
+    let mut g = GraphBuilder::new("skip_add_cut", DataType::Int8);
+    let x = g.input("input", &[1, 32, 32, 3]);
+    let a = g.conv2d("a", x, 8, 3, 1, Activation::Relu);
+    let cut = g.finish(&[a]);
+    let (code, c) = verify(tflite_file(&cut).to_str().unwrap(), &[]);
+    assert_eq!(code, 0);
+    let hex = c["output_hex"].as_str().unwrap();
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(bytes.len(), 32 * 32 * 8);
+    let packed = compress(&bytes, 1);
+    assert_eq!(packed.decompress(), bytes);
+    assert_eq!(u(&step["compressed_bytes"]), packed.bytes());
+    assert_eq!(u(&t["compressed_bytes"]), packed.bytes());
+}
+
+#[test]
+fn a_target_peak_spills_only_the_rows_it_needs() {
+    // Unspilled the greedy peak is 40960 B; 36864 needs 4096 B of `a`'s
+    // 8192: 16 of its 32 rows of 32×8 bytes.
+    let (code, r) = verify_tinyseg(&skip_add(), &["--target-bytes", "36864"]);
+    assert_clean(code, &r);
+    let t = &r["tinyseg"];
+    assert_eq!(u(&r["reference"]["arena_bytes"]), 40960);
+    let step = &t["steps"][1];
+    assert_eq!(step["action"], "partial spill");
+    assert_eq!(u(&step["spilled_bytes"]), 16 * 32 * 8);
+    assert_eq!(u(&t["storage_bytes"]), 16 * 32 * 8);
+    assert!(u(&r["plan"]["arena_bytes"]) <= 36864);
+    assert_eq!(t["steps"].as_array().unwrap().len(), 2);
+    // The kept half has its own arena tensor; the spilled half none.
+    let placed: Vec<&str> = r["plan"]["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(placed.contains(&"a/kept") && !placed.contains(&"a/spilled"));
+}
+
+/// A 2×2 stride-2 transpose convolution of `channels` input channels into
+/// 4, then a 1×1 conv.
+fn upsampler(channels: u32) -> Model {
+    let mut g = GraphBuilder::new(format!("upsampler_{channels}"), DataType::Int8);
+    let x = g.input("input", &[1, 8, 8, channels]);
+    let up = g.transpose_conv("up", x, 4, 2, 2);
+    let out = g.conv2d("head", up, 2, 1, 1, Activation::None);
+    g.finish(&[out])
+}
+
+#[test]
+fn int16_scratch_is_exact_where_the_weights_prove_it_and_wrong_where_sums_overflow() {
+    // One input channel: |Σ w·x| <= 127·128 fits int16 whatever the input,
+    // so `exact` narrows the 16×16×4 int32 accumulator (4096 B) to 2048 B.
+    let (code, r) = verify_tinyseg(&upsampler(1), &[]);
+    assert_clean(code, &r);
+    let steps = r["tinyseg"]["steps"].as_array().unwrap();
+    assert_eq!(steps[1]["action"], "scratch int16");
+    assert_eq!(
+        u(&steps[0]["peak_bytes"]) - u(&steps[1]["peak_bytes"]),
+        16 * 16 * 4 * 2
+    );
+    // 32 channels of seeded full-range weights: no proof, nothing narrowed;
+    // forced as in the paper, sums leave int16 and outputs differ.
+    let (code, r) = verify_tinyseg(&upsampler(32), &[]);
+    assert_clean(code, &r);
+    assert!(r["tinyseg"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["action"] != "scratch int16"));
+    let (code, r) = verify_tinyseg(&upsampler(32), &["--scratch-int16", "always"]);
+    assert_eq!(r["tinyseg"]["steps"][1]["action"], "scratch int16");
+    assert_eq!(r["bit_exact"], false);
+    assert!(u(&r["mismatched_bytes"]) > 0);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn plan_prints_the_steps_and_refuses_what_a_transformed_model_cannot_do() {
+    let out = memtrace([
+        "plan",
+        "zoo:tiny_unet_80x120_int8",
+        "--planner",
+        "tinyseg",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["base"], "tflm-greedy");
+    assert_eq!(r["steps"][0]["action"], "original");
+    assert_eq!(u(&r["steps"][0]["peak_bytes"]), 307_200);
+    assert_eq!(r["steps"][1]["tensor"], "inc/conv2");
+    assert_eq!(u(&r["plan"]["peak_bytes"].clone()), 230_400);
+    assert!(r["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o.as_str().unwrap().starts_with("SPILL ")));
+    // The table names every step.
+    let out = memtrace(["plan", "zoo:tiny_unet_80x120_int8", "--planner", "tinyseg"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("spill") && text.contains("inc/conv2"),
+        "{text}"
+    );
+    // A base planner that is TinySeg itself.
+    let out = memtrace([
+        "plan",
+        "zoo:tiny_unet_80x120_int8",
+        "--planner",
+        "tinyseg",
+        "--base",
+        "tinyseg",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("another planner"), "{}", stderr(&out));
+}
+
+#[test]
+fn tiny_unet_spills_its_first_skip_connection_and_runs_bit_exact() {
+    // The paper's model and victim ("tensor 3"): the 80×120×8 output of the
+    // first DoubleConv, idle from down1/pool to up3/concat.
+    let (code, r) = verify("zoo:tiny_unet_80x120_int8", &["--planner", "tinyseg"]);
+    assert_clean(code, &r);
+    let t = &r["tinyseg"];
+    assert_eq!(t["steps"][1]["tensor"], "inc/conv2");
+    assert_eq!(u(&t["spilled_bytes"]), 80 * 120 * 8);
+    assert_eq!(u(&r["reference"]["arena_bytes"]), 307_200);
+    // The spilled 76,800 B leave the peak step (up3/up) of the greedy plan.
+    assert_eq!(u(&r["plan"]["arena_bytes"]), 307_200 - 80 * 120 * 8);
+    assert!(u(&t["compressed_bytes"]) < u(&t["spilled_bytes"]));
+}
+
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn the_storage_operators_run_the_same_in_the_cmsis_nn_executor() {
+    let (code, r) = verify_tinyseg(&concat_conv(), &["--kernels", "cmsis-nn"]);
+    assert_clean(code, &r);
+    assert_eq!(r["reference_kernels"]["bit_exact"], true);
+    let steps = r["tinyseg"]["steps"].as_array().unwrap();
+    assert_eq!(steps.last().unwrap()["action"], "fetch+conv2d");
+}
