@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_driver::cold::{cold, ColdOptions};
-use memtrace_driver::kernels::Kernels;
-use memtrace_tracer::Arch;
 
 use super::write_report;
 
@@ -33,21 +31,8 @@ pub enum PlotTime {
 pub struct ColdArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Seed of the generated input (and of the weights of zoo models).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Raw bytes of the (first) graph input, instead of seeded data.
-    #[arg(long, value_name = "FILE")]
-    pub input: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
-    pub target: Arch,
-    /// Kernel library of the executor.
-    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
-    pub kernels: Kernels,
-    /// The executor ELF (default: harness-c/build/TARGET/executor.elf, or
-    /// executor-cmsis.elf with --kernels cmsis-nn).
-    #[arg(long, value_name = "ELF")]
-    pub executor: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: super::executor_args::ExecutorArgs,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Write the report here instead of stdout.
@@ -72,11 +57,11 @@ pub struct ColdArgs {
 pub fn run(args: ColdArgs) -> Result<ExitCode> {
     let report = cold(&ColdOptions {
         model: args.model,
-        seed: args.seed,
-        input: args.input,
-        target: args.target,
-        kernels: args.kernels,
-        executor: args.executor,
+        seed: args.run.seed,
+        input: args.run.input,
+        target: args.run.target,
+        kernels: args.run.kernels,
+        executor: args.run.executor,
         plot: args.plot,
         plot_instructions: args.plot_time == PlotTime::Instructions,
         out: args.out.clone(),

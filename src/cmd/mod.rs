@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cold;
+pub mod executor_args;
 pub mod plan;
 pub mod regress;
 pub mod run;

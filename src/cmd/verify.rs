@@ -13,7 +13,6 @@ use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
 use memtrace_driver::verify::{verify, VerifyOptions};
-use memtrace_tracer::Arch;
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
@@ -33,26 +32,12 @@ pub struct VerifyArgs {
     /// (tensors not listed keep their reference offsets; model order).
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<PathBuf>,
-    /// Seed of the generated input (and of the weights of zoo models).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Raw bytes of the (first) graph input, instead of seeded data.
-    #[arg(long, value_name = "FILE")]
-    pub input: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
-    pub target: Arch,
-    /// Kernel library of the executor (cmsis-nn: executor-cmsis.elf, whose
-    /// outputs are also compared with the TFLM reference kernels').
-    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
-    pub kernels: Kernels,
+    #[command(flatten)]
+    pub run: super::executor_args::ExecutorArgs,
     /// Take the traced O_s from this library's run instead (e.g. check a
     /// plan certified for tflm on cmsis-nn).
     #[arg(long, value_enum, value_name = "KERNELS")]
     pub overlap_from: Option<Kernels>,
-    /// The executor ELF (default: harness-c/build/TARGET/executor.elf, or
-    /// executor-cmsis.elf with --kernels cmsis-nn).
-    #[arg(long, value_name = "ELF")]
-    pub executor: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Draw the arena-wide access trace of both runs side by side (x =
@@ -78,12 +63,12 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         planner: args.planner,
         overlap: args.overlap,
         plan: args.plan,
-        seed: args.seed,
-        input: args.input,
-        target: args.target,
-        kernels: args.kernels,
+        seed: args.run.seed,
+        input: args.run.input,
+        target: args.run.target,
+        kernels: args.run.kernels,
         overlap_kernels: args.overlap_from,
-        executor: args.executor,
+        executor: args.run.executor,
         plot: args.plot,
         baseline: args.baseline,
         max_instructions: args.max_instructions,
