@@ -1150,22 +1150,17 @@ fn parse_axis(value: &str) -> Result<u32, SpecError> {
 /// ones, the missing outer ones 0 (TFLite pads a lower-rank paddings tensor
 /// the same way).
 fn parse_paddings(key: &str, value: &str) -> Result<Shape, SpecError> {
-    let dims = value
-        .split('x')
-        .map(|d| parse_number(key, d))
-        .collect::<Result<Vec<_>, _>>()?;
-    if dims.is_empty() || dims.len() > 4 {
-        return Err(SpecError::new(format!(
-            "{key}: `{value}` must have 1 to 4 dimensions"
-        )));
-    }
-    let mut shape = [0u32; 4];
-    shape[4 - dims.len()..].copy_from_slice(&dims);
-    Ok(shape)
+    parse_dims(key, value, 0)
 }
 
 /// `1x112x112x96`, `112x96` (left-padded with 1s to 4-D).
 fn parse_shape(key: &str, value: &str) -> Result<Shape, SpecError> {
+    parse_dims(key, value, 1)
+}
+
+/// One to four `x`-separated numbers, the innermost ones of a 4-D value
+/// whose missing outer dimensions are `fill`.
+fn parse_dims(key: &str, value: &str, fill: u32) -> Result<Shape, SpecError> {
     let dims = value
         .split('x')
         .map(|d| parse_number(key, d))
@@ -1175,7 +1170,7 @@ fn parse_shape(key: &str, value: &str) -> Result<Shape, SpecError> {
             "{key}: `{value}` must have 1 to 4 dimensions"
         )));
     }
-    let mut shape = [1u32; 4];
+    let mut shape = [fill; 4];
     shape[4 - dims.len()..].copy_from_slice(&dims);
     Ok(shape)
 }
