@@ -1,0 +1,559 @@
+// runner.cc — the TFLM runner guest: TensorFlow Lite Micro's own
+// MicroInterpreter, unmodified, on a .tflite the host writes into
+// memtrace_model, with one memtrace layer per operator of subgraph 0.
+// include/memtrace_tflm.h is the contract with the host (mailbox words,
+// regions, layers, buffers, tensor table, exit codes); docs/protocol.md,
+// "The TFLM runner", explains the choices made here.
+//
+// The arena is laid out byte for byte as `MicroInterpreter(model, resolver,
+// arena, bytes)` lays it out: main() performs the same steps as
+// MicroAllocator::Create(arena, bytes) (align the arena, a
+// SingleArenaBufferAllocator over it, a GreedyMemoryPlanner in the persistent
+// tail, then MicroAllocator::Create(allocator, planner)), only so that it
+// keeps the SingleArenaBufferAllocator to read the head and tail sizes from.
+// Nothing else the runner does allocates in the arena.
+#include <string.h>
+
+#include <new>
+
+#include "memtrace.h"
+#include "memtrace_rt.h"
+#include "memtrace_tflm.h"
+#include "tensorflow/lite/micro/arena_allocator/single_arena_buffer_allocator.h"
+#include "tensorflow/lite/micro/memory_helpers.h"
+#include "tensorflow/lite/micro/memory_planner/greedy_memory_planner.h"
+#include "tensorflow/lite/micro/micro_allocator.h"
+#include "tensorflow/lite/micro/micro_arena_constants.h"
+#include "tensorflow/lite/micro/micro_interpreter.h"
+#include "tensorflow/lite/micro/micro_profiler_interface.h"
+#include "tensorflow/lite/schema/schema_generated.h"
+#include "tensorflow/lite/schema/schema_utils.h"
+#include "tflm/runner.h"
+
+// The mailbox: in .noinit so the start-up code leaves the host's words alone.
+__attribute__((section(".noinit"), used, aligned(8)))
+volatile uint32_t memtrace_tflm_job[MEMTRACE_TFLM_WORDS];
+
+namespace mtflm {
+namespace {
+
+// Buffer ids within an operator's window (memtrace_tflm.h).
+constexpr uint32_t kIdOutputs = 32;
+constexpr uint32_t kIdScratch = 96;
+constexpr int kMaxInputs = 32;   // ids 0..31
+constexpr int kMaxOutputs = 64;  // ids 32..95
+constexpr int kMaxScratchPerOp = 32;
+constexpr int kMaxDeclared = kMaxInputs + kMaxOutputs + kMaxScratchPerOp;
+
+const tflite::Model *g_model;
+const tflite::SubGraph *g_subgraph0;
+tflite::MicroInterpreter *g_interpreter;
+uint32_t g_flags;
+uint32_t g_model_bytes;
+uint32_t g_arena_bytes;
+
+// Scratch buffer addresses, by TFLM's scratch index, resolved at the first
+// operator of Invoke() (GetScratchBuffer is only valid while invoking).
+void *g_scratch_ptr[kMaxScratch];
+bool g_scratch_resolved;
+
+// Strings of the open window: the host reads them when the command arrives,
+// but they stay valid until the next window to be safe.
+char g_layer_name[MEMTRACE_MAX_STRING];
+char g_layer_op[MEMTRACE_MAX_STRING];
+char g_layer_params[64];
+char g_buffer_names[kMaxDeclared][MEMTRACE_MAX_STRING];
+char g_reason[kMaxReason];
+
+void set_word(int w, uint32_t v) { memtrace_tflm_job[w] = v; }
+
+[[noreturn]] void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    format(g_reason, sizeof(g_reason), fmt, ap);
+    va_end(ap);
+    memtrace_exit_reason(code, g_reason);
+    __builtin_unreachable();
+}
+
+// TFLM's own failure: its last log message is the reason.
+[[noreturn]] void fail_tflm(int code, const char *what) {
+    const char *log = last_log();
+    if (log[0] != '\0') {
+        fail(code, "%s: %s", what, log);
+    }
+    fail(code, "%s (TFLM logged nothing)", what);
+}
+
+bool in_region(const void *p, size_t bytes, const unsigned char *base, size_t size) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+    return a >= b && a - b <= size && bytes <= size - (a - b);
+}
+
+bool in_model(const void *p, size_t bytes) { return in_region(p, bytes, memtrace_model, g_model_bytes); }
+bool in_arena(const void *p, size_t bytes) { return in_region(p, bytes, memtrace_arena, g_arena_bytes); }
+
+size_t eval_bytes(const TfLiteEvalTensor *t) {
+    size_t bytes = 0;
+    if (t == nullptr || tflite::TfLiteEvalTensorByteLength(t, &bytes) != kTfLiteOk) {
+        return 0;
+    }
+    return bytes;
+}
+
+uint32_t elem_size(const TfLiteEvalTensor *t) {
+    size_t size = 0;
+    if (tflite::TfLiteTypeSizeOf(t->type, &size) != kTfLiteOk || size == 0) {
+        return 1;
+    }
+    return static_cast<uint32_t>(size);
+}
+
+bool is_variable(int tensor) {
+    const auto *tensors = g_subgraph0->tensors();
+    return tensors != nullptr && tensor >= 0 && static_cast<uint32_t>(tensor) < tensors->size() &&
+           tensors->Get(tensor)->is_variable();
+}
+
+const char *tensor_name(int tensor) {
+    const auto *tensors = g_subgraph0->tensors();
+    if (tensors == nullptr || tensor < 0 || static_cast<uint32_t>(tensor) >= tensors->size()) {
+        return nullptr;
+    }
+    const auto *name = tensors->Get(tensor)->name();
+    return name != nullptr && name->size() > 0 ? name->c_str() : nullptr;
+}
+
+// Copies a tensor's name (or "tensor<N>") into `out`, cut to the protocol's
+// string limit.
+void name_of(int tensor, char *out, size_t cap) {
+    const char *name = tensor_name(tensor);
+    if (name != nullptr) {
+        format(out, cap, "%s", name);
+    } else {
+        format(out, cap, "tensor%d", tensor);
+    }
+}
+
+// The buffers declared in the open window (for "each tensor once" and for
+// never declaring overlapping buffers, which the tracer rejects).
+struct Declared {
+    int tensor;
+    uintptr_t base;
+    size_t bytes;
+};
+Declared g_declared[kMaxDeclared];
+int g_n_declared;
+
+bool overlaps_declared(int tensor, const void *data, size_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(data);
+    for (int i = 0; i < g_n_declared; ++i) {
+        const Declared &d = g_declared[i];
+        if ((tensor >= 0 && d.tensor == tensor) || (a < d.base + d.bytes && d.base < a + bytes)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void declare(uint32_t id, uint32_t role, int tensor, const void *data, size_t bytes, uint32_t elem,
+             const char *scratch_name) {
+    if (data == nullptr || bytes == 0 || g_n_declared == kMaxDeclared ||
+        overlaps_declared(tensor, data, bytes)) {
+        return;
+    }
+    char *name = g_buffer_names[g_n_declared];
+    if (scratch_name != nullptr) {
+        format(name, MEMTRACE_MAX_STRING, "%s", scratch_name);
+    } else {
+        name_of(tensor, name, MEMTRACE_MAX_STRING);
+    }
+    g_declared[g_n_declared++] = Declared{tensor, reinterpret_cast<uintptr_t>(data), bytes};
+    memtrace_buffer(id, role, data, static_cast<uint32_t>(bytes), elem, name);
+}
+
+// Declares a node tensor (input k or output j) with the role the header
+// gives it.
+void declare_tensor(uint32_t id, bool is_input, int k, int tensor, tflite::BuiltinOperator code) {
+    if (tensor < 0) {
+        return;  // optional input left out
+    }
+    const TfLiteEvalTensor *t = g_interpreter->GetTensor(tensor);
+    if (t == nullptr) {
+        return;
+    }
+    const size_t bytes = eval_bytes(t);
+    const void *data = t->data.data;
+    uint32_t role;
+    if (is_variable(tensor)) {
+        role = MEMTRACE_ROLE_SCRATCH;  // state that outlives the operator
+    } else if (is_input && in_model(data, bytes)) {
+        if (g_flags & TFLM_FLAG_NO_WEIGHTS) {
+            return;
+        }
+        const bool bias = (k == 2 && (code == tflite::BuiltinOperator_CONV_2D ||
+                                      code == tflite::BuiltinOperator_DEPTHWISE_CONV_2D ||
+                                      code == tflite::BuiltinOperator_FULLY_CONNECTED)) ||
+                          (k == 3 && code == tflite::BuiltinOperator_TRANSPOSE_CONV);
+        role = bias ? MEMTRACE_ROLE_BIAS : MEMTRACE_ROLE_WEIGHTS;
+    } else if (is_input) {
+        role = MEMTRACE_ROLE_INPUT;
+    } else {
+        role = k == 0 ? MEMTRACE_ROLE_OUTPUT : MEMTRACE_ROLE_SCRATCH;
+    }
+    declare(id, role, tensor, data, bytes, elem_size(t), nullptr);
+}
+
+void resolve_scratch() {
+    int n = 0;
+    const ScratchRequest *req = scratch_requests(&n);
+    TfLiteContext *context = prepare_context();
+    for (int j = 0; j < n; ++j) {
+        g_scratch_ptr[j] = context != nullptr ? context->GetScratchBuffer(context, req[j].index) : nullptr;
+    }
+    g_scratch_resolved = true;
+}
+
+// Opens operator `index`'s window and declares its buffers.
+void begin_operator(uint32_t index, const char *tag) {
+    const auto *ops = g_subgraph0->operators();
+    if (ops == nullptr || index >= ops->size()) {
+        return;  // cannot happen: TFLM runs exactly these operators
+    }
+    const tflite::Operator *op = ops->Get(index);
+    const auto *codes = g_model->operator_codes();
+    const tflite::BuiltinOperator code =
+        codes != nullptr && op->opcode_index() < codes->size()
+            ? tflite::GetBuiltinCode(codes->Get(op->opcode_index()))
+            : tflite::BuiltinOperator_CUSTOM;
+    const auto *inputs = op->inputs();
+    const auto *outputs = op->outputs();
+    const int first_output = outputs != nullptr && outputs->size() > 0 ? outputs->Get(0) : -1;
+    const char *out_name = tensor_name(first_output);
+    char fallback[24];
+    if (out_name == nullptr) {
+        if (first_output >= 0) {
+            format(fallback, sizeof(fallback), "tensor%d", first_output);
+            out_name = fallback;
+        } else {
+            out_name = "";
+        }
+    }
+    format(g_layer_name, sizeof(g_layer_name), "%u:%s:%s", static_cast<unsigned>(index), tag, out_name);
+    format(g_layer_op, sizeof(g_layer_op), "%s", tag);
+    format(g_layer_params, sizeof(g_layer_params), "index=%u", static_cast<unsigned>(index));
+    memtrace_layer_begin(g_layer_name, g_layer_op, g_layer_params);
+
+    g_n_declared = 0;
+    for (int k = 0; inputs != nullptr && k < static_cast<int>(inputs->size()) && k < kMaxInputs; ++k) {
+        declare_tensor(static_cast<uint32_t>(k), true, k, inputs->Get(k), code);
+    }
+    for (int j = 0; outputs != nullptr && j < static_cast<int>(outputs->size()) && j < kMaxOutputs; ++j) {
+        declare_tensor(kIdOutputs + static_cast<uint32_t>(j), false, j, outputs->Get(j), code);
+    }
+    int n = 0;
+    const ScratchRequest *req = scratch_requests(&n);
+    int j = 0;
+    for (int s = 0; s < n && j < kMaxScratchPerOp; ++s) {
+        if (req[s].subgraph != 0 || req[s].op != static_cast<int32_t>(index)) {
+            continue;
+        }
+        char name[16];
+        format(name, sizeof(name), "scratch%d", j);
+        declare(kIdScratch + static_cast<uint32_t>(j), MEMTRACE_ROLE_SCRATCH, -1, g_scratch_ptr[s],
+                req[s].bytes, 1, name);
+        ++j;
+    }
+}
+
+// TFLM's profiler hook: MicroInterpreterGraph::InvokeSubgraph opens one event
+// around each operator's invoke. Events at depth 0 are subgraph 0's
+// operators, in order; deeper ones (operators of subgraphs a control-flow
+// operator runs, decompression) belong to the enclosing operator's window.
+class LayerProfiler : public tflite::MicroProfilerInterface {
+  public:
+    uint32_t BeginEvent(const char *tag) override {
+        if (depth_++ == 0) {
+            if (!g_scratch_resolved) {
+                resolve_scratch();
+            }
+            if (g_flags & TFLM_FLAG_LAYERS) {
+                begin_operator(next_op_, tag != nullptr ? tag : "");
+                open_ = true;
+            }
+        }
+        return depth_;
+    }
+    void EndEvent(uint32_t) override {
+        if (depth_ > 0 && --depth_ == 0) {
+            if (open_) {
+                memtrace_layer_end();
+                open_ = false;
+            }
+            ++next_op_;
+        }
+    }
+
+  private:
+    uint32_t depth_ = 0;
+    uint32_t next_op_ = 0;
+    bool open_ = false;
+};
+
+LayerProfiler g_profiler;
+
+// Static storage for the interpreter (no heap): constructed once the job is
+// known.
+alignas(tflite::MicroInterpreter) unsigned char g_interpreter_storage[sizeof(tflite::MicroInterpreter)];
+
+uint32_t align16(uint32_t v) { return (v + 15u) & ~15u; }
+
+void put_word(uint32_t offset, uint32_t v) { memcpy(memtrace_io + offset, &v, 4); }
+
+int run() {
+    for (int w = TFLM_STAGE; w < MEMTRACE_TFLM_WORDS; ++w) {
+        set_word(w, 0);
+    }
+    set_word(TFLM_STAGE, TFLM_STAGE_STARTED);
+
+    // --- the job -------------------------------------------------------------
+    const size_t model_region = static_cast<size_t>(memtrace_model_end - memtrace_model);
+    const size_t arena_region = static_cast<size_t>(memtrace_arena_end - memtrace_arena);
+    const size_t io_region = static_cast<size_t>(memtrace_io_end - memtrace_io);
+    if (memtrace_tflm_job[TFLM_MAGIC] != MEMTRACE_TFLM_MAGIC) {
+        fail(TFLM_EXIT_BAD_JOB, "no TFLM job: word 0 is 0x%08x, not 0x%08x",
+             static_cast<unsigned>(memtrace_tflm_job[TFLM_MAGIC]), MEMTRACE_TFLM_MAGIC);
+    }
+    g_model_bytes = memtrace_tflm_job[TFLM_MODEL_BYTES];
+    g_arena_bytes = memtrace_tflm_job[TFLM_ARENA_BYTES];
+    g_flags = memtrace_tflm_job[TFLM_FLAGS];
+    const uint32_t input_bytes = memtrace_tflm_job[TFLM_INPUT_BYTES];
+    if (g_model_bytes == 0 || g_model_bytes > model_region) {
+        fail(TFLM_EXIT_BAD_JOB, "model of %u bytes: memtrace_model holds 1 to %u",
+             static_cast<unsigned>(g_model_bytes), static_cast<unsigned>(model_region));
+    }
+    if (g_arena_bytes == 0 || g_arena_bytes > arena_region) {
+        fail(TFLM_EXIT_BAD_JOB, "arena of %u bytes: memtrace_arena holds 1 to %u",
+             static_cast<unsigned>(g_arena_bytes), static_cast<unsigned>(arena_region));
+    }
+    if (input_bytes > io_region) {
+        fail(TFLM_EXIT_BAD_JOB, "%u input bytes: memtrace_io holds %u",
+             static_cast<unsigned>(input_bytes), static_cast<unsigned>(io_region));
+    }
+
+    // --- the model -----------------------------------------------------------
+    // TFLM itself trusts the flatbuffer; verifying it first turns a truncated
+    // or foreign file into exit code 3 instead of a wild read.
+    flatbuffers::Verifier verifier(memtrace_model, g_model_bytes);
+    if (!tflite::VerifyModelBuffer(verifier)) {
+        fail(TFLM_EXIT_BAD_MODEL, "not a valid .tflite flatbuffer (%u bytes)",
+             static_cast<unsigned>(g_model_bytes));
+    }
+    g_model = tflite::GetModel(memtrace_model);
+    if (g_model->version() != TFLITE_SCHEMA_VERSION) {
+        fail(TFLM_EXIT_BAD_MODEL, "model schema version %u, TFLM supports version %d",
+             static_cast<unsigned>(g_model->version()), TFLITE_SCHEMA_VERSION);
+    }
+    const auto *subgraphs = g_model->subgraphs();
+    if (subgraphs == nullptr || subgraphs->size() == 0) {
+        fail(TFLM_EXIT_BAD_MODEL, "the model has no subgraph");
+    }
+    g_subgraph0 = subgraphs->Get(0);
+    set_word(TFLM_STAGE, TFLM_STAGE_MODEL);
+
+    const char *failed = nullptr;
+    const tflite::MicroOpResolver *resolver = make_resolver(&failed);
+    if (resolver == nullptr) {
+        fail_tflm(TFLM_EXIT_ALLOCATE, failed);
+    }
+    // Prepare visits every operator of every subgraph in this order.
+    uint32_t ops_per_subgraph[64];
+    uint32_t total_ops = 0;
+    const int n_subgraphs = subgraphs->size() < 64 ? static_cast<int>(subgraphs->size()) : 64;
+    for (int s = 0; s < n_subgraphs; ++s) {
+        const auto *ops = subgraphs->Get(s)->operators();
+        ops_per_subgraph[s] = ops != nullptr ? ops->size() : 0;
+        total_ops += ops_per_subgraph[s];
+    }
+    if (subgraphs->size() > 64) {
+        fail(TFLM_EXIT_BAD_MODEL, "%u subgraphs: the runner handles 64",
+             static_cast<unsigned>(subgraphs->size()));
+    }
+    set_prepare_order(ops_per_subgraph, n_subgraphs);
+
+    // --- the arena: MicroAllocator::Create(arena, bytes), step by step ------
+    uint8_t *arena = memtrace_arena;
+    uint8_t *aligned = tflite::AlignPointerUp(arena, tflite::MicroArenaBufferAlignment());
+    const size_t aligned_bytes = static_cast<size_t>(arena + g_arena_bytes - aligned);
+    // SingleArenaBufferAllocator::Create places the allocator in the tail
+    // itself and does not check that it fits.
+    if (aligned_bytes < sizeof(tflite::SingleArenaBufferAllocator) + alignof(tflite::SingleArenaBufferAllocator)) {
+        fail(TFLM_EXIT_ALLOCATE, "arena of %u bytes is too small for TFLM's allocator",
+             static_cast<unsigned>(g_arena_bytes));
+    }
+    tflite::SingleArenaBufferAllocator *memory =
+        tflite::SingleArenaBufferAllocator::Create(aligned, aligned_bytes);
+    uint8_t *planner_buffer = memory->AllocatePersistentBuffer(sizeof(tflite::GreedyMemoryPlanner),
+                                                               alignof(tflite::GreedyMemoryPlanner));
+    if (planner_buffer == nullptr ||
+        memory->GetAvailableMemory(alignof(tflite::MicroAllocator)) < sizeof(tflite::MicroAllocator)) {
+        fail_tflm(TFLM_EXIT_ALLOCATE, "arena too small for TFLM's planner and allocator");
+    }
+    tflite::MicroMemoryPlanner *planner = new (planner_buffer) tflite::GreedyMemoryPlanner();
+    tflite::MicroAllocator *allocator = tflite::MicroAllocator::Create(memory, planner);
+    if (allocator == nullptr) {
+        fail_tflm(TFLM_EXIT_ALLOCATE, "MicroAllocator::Create failed");
+    }
+
+    g_interpreter = new (g_interpreter_storage)
+        tflite::MicroInterpreter(g_model, *resolver, allocator, nullptr, &g_profiler);
+    if (g_interpreter->initialization_status() != kTfLiteOk) {
+        fail_tflm(TFLM_EXIT_ALLOCATE, "MicroInterpreter initialisation failed");
+    }
+    if (g_interpreter->AllocateTensors() != kTfLiteOk) {
+        fail_tflm(TFLM_EXIT_ALLOCATE, "AllocateTensors() failed");
+    }
+    if (prepare_calls() != total_ops) {
+        fail(TFLM_EXIT_ALLOCATE, "the op resolver saw %u Prepare calls for %u operators",
+             static_cast<unsigned>(prepare_calls()), static_cast<unsigned>(total_ops));
+    }
+    int n_scratch = 0;
+    scratch_requests(&n_scratch);
+    if (scratch_overflowed()) {
+        fail(TFLM_EXIT_ALLOCATE, "more than %d scratch buffers", kMaxScratch);
+    }
+    set_word(TFLM_STAGE, TFLM_STAGE_ALLOCATED);
+
+    const uint32_t n_inputs = static_cast<uint32_t>(g_interpreter->inputs_size());
+    const uint32_t n_outputs = static_cast<uint32_t>(g_interpreter->outputs_size());
+    const uint32_t n_tensors = g_subgraph0->tensors() != nullptr ? g_subgraph0->tensors()->size() : 0;
+    const uint32_t n_ops = ops_per_subgraph[0];
+    auto write_usage = [&]() {
+        set_word(TFLM_ARENA_USED, static_cast<uint32_t>(g_interpreter->arena_used_bytes()));
+        set_word(TFLM_HEAD_BYTES, static_cast<uint32_t>(memory->GetNonPersistentUsedBytes()));
+        set_word(TFLM_TAIL_BYTES, static_cast<uint32_t>(memory->GetPersistentUsedBytes()));
+        set_word(TFLM_HEAD_OFFSET, static_cast<uint32_t>(memory->GetOverlayMemoryAddress() - arena));
+    };
+    write_usage();
+    set_word(TFLM_N_INPUTS, n_inputs);
+    set_word(TFLM_N_OUTPUTS, n_outputs);
+    set_word(TFLM_N_TENSORS, n_tensors);
+    set_word(TFLM_N_SCRATCH, static_cast<uint32_t>(n_scratch));
+    set_word(TFLM_N_OPS, n_ops);
+
+    // --- inputs --------------------------------------------------------------
+    uint32_t model_input_bytes = 0;
+    for (uint32_t i = 0; i < n_inputs; ++i) {
+        const TfLiteTensor *t = g_interpreter->input(i);
+        model_input_bytes += t != nullptr ? static_cast<uint32_t>(t->bytes) : 0;
+    }
+    if (input_bytes != 0 && input_bytes != model_input_bytes) {
+        fail(TFLM_EXIT_IO, "%u input bytes given, the model's %u inputs take %u",
+             static_cast<unsigned>(input_bytes), static_cast<unsigned>(n_inputs),
+             static_cast<unsigned>(model_input_bytes));
+    }
+    // Without input bytes the inputs are zeroed rather than left as they are:
+    // after AllocateTensors() the head holds TFLM's planning data, not zeros.
+    uint32_t offset = 0;
+    for (uint32_t i = 0; i < n_inputs; ++i) {
+        TfLiteTensor *t = g_interpreter->input(i);
+        if (t == nullptr || t->data.raw == nullptr || t->bytes == 0) {
+            continue;
+        }
+        const bool window = (g_flags & TFLM_FLAG_LAYERS) != 0;
+        if (window) {
+            format(g_layer_params, sizeof(g_layer_params), "input=%u", static_cast<unsigned>(i));
+            memtrace_layer_begin("load_input", "load_input", g_layer_params);
+            const int index = g_subgraph0->inputs() != nullptr && i < g_subgraph0->inputs()->size()
+                                  ? g_subgraph0->inputs()->Get(i)
+                                  : -1;
+            g_n_declared = 0;
+            const TfLiteEvalTensor *et = index >= 0 ? g_interpreter->GetTensor(index) : nullptr;
+            declare(kIdOutputs, MEMTRACE_ROLE_OUTPUT, index, t->data.raw, t->bytes,
+                    et != nullptr ? elem_size(et) : 1, nullptr);
+        }
+        if (input_bytes != 0) {
+            memcpy(t->data.raw, memtrace_io + offset, t->bytes);
+        } else {
+            memset(t->data.raw, 0, t->bytes);
+        }
+        offset += static_cast<uint32_t>(t->bytes);
+        if (window) {
+            memtrace_layer_end();
+        }
+    }
+
+    // --- invoke --------------------------------------------------------------
+    if (g_interpreter->Invoke() != kTfLiteOk) {
+        fail_tflm(TFLM_EXIT_INVOKE, "Invoke() failed");
+    }
+    write_usage();
+
+    // --- outputs and the tensor table ----------------------------------------
+    uint32_t output_bytes = 0;
+    for (uint32_t i = 0; i < n_outputs; ++i) {
+        const TfLiteTensor *t = g_interpreter->output(i);
+        output_bytes += t != nullptr ? static_cast<uint32_t>(t->bytes) : 0;
+    }
+    const uint32_t output_offset = align16(input_bytes);
+    const uint32_t table_offset = align16(output_offset + output_bytes);
+    const uint64_t end = static_cast<uint64_t>(table_offset) +
+                         12ull * (static_cast<uint64_t>(n_tensors) + static_cast<uint64_t>(n_scratch));
+    if (end > io_region) {
+        fail(TFLM_EXIT_IO, "outputs and tensor table need %llu bytes of memtrace_io, it holds %u",
+             static_cast<unsigned long long>(end), static_cast<unsigned>(io_region));
+    }
+    uint32_t at = output_offset;
+    for (uint32_t i = 0; i < n_outputs; ++i) {
+        const TfLiteTensor *t = g_interpreter->output(i);
+        if (t != nullptr && t->data.raw != nullptr) {
+            memcpy(memtrace_io + at, t->data.raw, t->bytes);
+            at += static_cast<uint32_t>(t->bytes);
+        }
+    }
+    at = table_offset;
+    for (uint32_t i = 0; i < n_tensors; ++i) {
+        const TfLiteEvalTensor *t = g_interpreter->GetTensor(static_cast<int>(i));
+        const void *data = t != nullptr ? t->data.data : nullptr;
+        const size_t bytes = eval_bytes(t);
+        uint32_t loc = TFLM_LOC_OTHER;
+        uint32_t off = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(data));
+        if (data == nullptr) {
+            loc = TFLM_LOC_NONE;
+            off = 0;
+        } else if (in_arena(data, bytes)) {
+            loc = TFLM_LOC_ARENA;
+            off = static_cast<uint32_t>(static_cast<const unsigned char *>(data) - memtrace_arena);
+        } else if (in_model(data, bytes)) {
+            loc = TFLM_LOC_MODEL;
+            off = static_cast<uint32_t>(static_cast<const unsigned char *>(data) - memtrace_model);
+        }
+        put_word(at, loc);
+        put_word(at + 4, off);
+        put_word(at + 8, static_cast<uint32_t>(bytes));
+        at += 12;
+    }
+    const ScratchRequest *req = scratch_requests(&n_scratch);
+    for (int j = 0; j < n_scratch; ++j) {
+        // Operators of other subgraphs (run by a control-flow operator) are
+        // not layers: their scratch gets operator index 0xFFFFFFFF.
+        const uint32_t op = req[j].subgraph == 0 ? static_cast<uint32_t>(req[j].op) : 0xFFFFFFFFu;
+        const unsigned char *p = static_cast<const unsigned char *>(g_scratch_ptr[j]);
+        put_word(at, op);
+        put_word(at + 4, p != nullptr ? static_cast<uint32_t>(p - memtrace_arena) : 0xFFFFFFFFu);
+        put_word(at + 8, req[j].bytes);
+        at += 12;
+    }
+    set_word(TFLM_OUTPUT_OFFSET, output_offset);
+    set_word(TFLM_OUTPUT_BYTES, output_bytes);
+    set_word(TFLM_TABLE_OFFSET, table_offset);
+    set_word(TFLM_STAGE, TFLM_STAGE_INVOKED);
+    return TFLM_EXIT_OK;
+}
+
+}  // namespace
+}  // namespace mtflm
+
+int main(void) { return mtflm::run(); }

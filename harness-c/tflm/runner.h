@@ -1,0 +1,58 @@
+// runner.h — shared between the pieces of the TFLM runner guests
+// (runner.cc: main and the layers; ops.cc: the op resolver; platform.cc:
+// TFLM's platform hooks). include/memtrace_tflm.h is the contract with the
+// host; this header is internal.
+#ifndef MEMTRACE_TFLM_RUNNER_H
+#define MEMTRACE_TFLM_RUNNER_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorflow/lite/c/common.h"
+#include "tensorflow/lite/micro/micro_op_resolver.h"
+
+namespace mtflm {
+
+// Longest exit reason / log message kept (the protocol's string limit).
+constexpr size_t kMaxReason = 256;
+
+// snprintf-like formatting without a C library (platform.cc).
+int format(char *buf, size_t cap, const char *fmt, va_list ap);
+int format(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// The last complete message TFLM logged through MicroPrintf, or "".
+const char *last_log();
+
+// One scratch buffer a kernel asked for (context->RequestScratchBufferInArena
+// during Prepare), in the order TFLM numbers them (its buffer index).
+struct ScratchRequest {
+    int32_t subgraph;  // subgraph of the requesting operator
+    int32_t op;        // operator index within that subgraph
+    uint32_t bytes;    // bytes requested (TFLM reserves them rounded up to 16)
+    int32_t index;     // TFLM's scratch buffer index (GetScratchBuffer argument)
+};
+
+constexpr int kMaxScratch = 512;
+
+// The op resolver the runner hands to MicroInterpreter: every builtin and
+// custom operator TFLM's MicroMutableOpResolver can register, each wrapped so
+// that the scratch buffers requested during Prepare are attributed to their
+// operator (ops.cc). `ops_per_subgraph` gives Prepare's visiting order.
+// Returns nullptr, with `failed` naming the Add* call, if registration fails.
+const tflite::MicroOpResolver *make_resolver(const char **failed);
+void set_prepare_order(const uint32_t *ops_per_subgraph, int n_subgraphs);
+
+// Requests recorded so far, and the number of times the resolver's Prepare
+// wrapper ran (must equal the number of operators of all subgraphs).
+const ScratchRequest *scratch_requests(int *count);
+bool scratch_overflowed();
+uint32_t prepare_calls();
+
+// The context TFLM passed to Prepare (GetScratchBuffer is called through it
+// during Invoke).
+::TfLiteContext *prepare_context();
+
+}  // namespace mtflm
+
+#endif  // MEMTRACE_TFLM_RUNNER_H

@@ -1,0 +1,163 @@
+# harness-c/tflm/tflm.mk — the TFLM runner guests (included by ../Makefile).
+#
+#   build/<target>/tflm-runner.elf        MicroInterpreter, TFLM reference kernels
+#   build/<target>/tflm-runner-cmsis.elf  MicroInterpreter, TFLM's CMSIS-NN kernels
+#
+# TFLM itself is compiled once per (TFLM tree, kernel library, CMSIS-NN
+# checkout, target, compiler, flags) into a static library kept OUTSIDE the
+# repository, so fresh clones, `make test` and CI reuse it:
+#
+#   $(TFLM_CACHE)/<target>-<kernels>-<key>/libtflm.a
+#
+# <key> is a hash of all of those inputs (the file key.txt next to the library
+# spells them out). Inside one cache directory, make tracks every object's
+# headers (-MMD), so an edited TFLM or CMSIS-NN file is recompiled; another
+# tree, checkout, compiler or flag set gives another directory.
+#
+# Variables (see ../Makefile and ../README.md):
+#   TFLM_TREE=/path          a standalone TFLM tree (create_tflm_tree.py output:
+#                            tensorflow/, signal/, third_party/). Default: the
+#                            repository's sibling ../shared/third_party/tflm.
+#   TFLM_CMSIS_NN_DIR=/path  CMSIS-NN for tflm-runner-cmsis.elf. Default: the
+#                            CMSIS-NN the TFLM tree pins
+#                            ($(TFLM_TREE)/third_party/cmsis_nn), unless
+#                            CMSIS_NN_DIR is set on the command line or in the
+#                            environment, which then wins for every guest.
+#   TFLM_CACHE=/path         where the compiled libraries go
+#                            (default $(HOME)/.cache/memtrace-tflm)
+#   TFLM_TREE_DEFS=...       preprocessor flags for TFLM (default
+#                            -DTF_LITE_STATIC_MEMORY, as TFLM's own Makefile)
+
+TFLM_TREE ?= $(abspath ../../shared/third_party/tflm)
+TFLM_TREE_DEFS ?= -DTF_LITE_STATIC_MEMORY
+TFLM_CACHE ?= $(if $(HOME),$(HOME)/.cache/memtrace-tflm,$(abspath $(BUILD))/tflm-cache)
+TFLM_TREE_FOUND := $(if $(strip $(TFLM_TREE)),$(wildcard $(TFLM_TREE)/tensorflow/lite/micro/micro_interpreter.h))
+# CMSIS_NN_USER is computed in ../Makefile before CMSIS_NN_DIR gets its default.
+TFLM_CMSIS_NN_DIR ?= $(if $(CMSIS_NN_USER),$(CMSIS_NN_DIR),$(TFLM_TREE)/third_party/cmsis_nn)
+TFLM_CMSIS_NN_FOUND := $(if $(strip $(TFLM_CMSIS_NN_DIR)),$(wildcard $(TFLM_CMSIS_NN_DIR)/Include/arm_nnfunctions.h))
+
+# Targets the runner is built for (x86-64: see ../README.md, "TFLM runner").
+TFLM_TARGETS := cortex-m4
+
+# The flags TFLM is compiled with: the repository's code generation flags,
+# C++17 (TFLM needs it), no exceptions / RTTI / thread-safe statics /
+# atexit registration (nothing ever runs after main), warnings off (not our
+# code). Part of the cache key.
+TFLM_CODEGEN := -O2 -g -ffunction-sections -fdata-sections -fno-common \
+    -fno-stack-protector -fno-asynchronous-unwind-tables -fno-unwind-tables \
+    -ffp-contract=$(FP_CONTRACT)
+TFLM_LIB_CXXFLAGS := -std=c++17 -fno-exceptions -fno-rtti -fno-threadsafe-statics \
+    -fno-use-cxa-atexit $(TFLM_CODEGEN) -w
+TFLM_LIB_CFLAGS := -std=gnu11 $(TFLM_CODEGEN) -w
+TFLM_TREE_INCLUDES = -I$(TFLM_TREE) -I$(TFLM_TREE)/third_party/flatbuffers/include \
+    -I$(TFLM_TREE)/third_party/gemmlowp -I$(TFLM_TREE)/third_party/ruy \
+    -I$(TFLM_TREE)/third_party/kissfft
+TFLM_CMSIS_INCLUDES = -I$(TFLM_CMSIS_NN_DIR) -I$(TFLM_CMSIS_NN_DIR)/Include \
+    -I$(TFLM_TREE)/third_party/cmsis/CMSIS/Core/Include
+
+ifneq ($(TFLM_TREE_FOUND),)
+
+# Every .cc of the tree, except the Cortex-M platform files (the runner
+# provides DebugLog / DebugVsnprintf / GetCurrentTimeTicks itself;
+# cortex_m_generic/micro_time.cc needs a device header). kissfft's .c files
+# are #included by signal/src/kiss_fft_wrappers/*.cc, not compiled alone.
+TFLM_ALL_CC := $(shell cd $(TFLM_TREE) && find tensorflow signal -name '*.cc' | LC_ALL=C sort)
+TFLM_GLUE_CC := $(filter tensorflow/lite/micro/kernels/cmsis_nn/%,$(TFLM_ALL_CC))
+TFLM_COMMON_CC := $(filter-out tensorflow/lite/micro/cortex_m_generic/% $(TFLM_GLUE_CC),$(TFLM_ALL_CC))
+TFLM_SRCS.reference := $(TFLM_COMMON_CC)
+# CMSIS-NN build: kernels/cmsis_nn/X.cc replaces kernels/X.cc.
+TFLM_SRCS.cmsis_nn := $(filter-out $(subst /cmsis_nn/,/,$(TFLM_GLUE_CC)),$(TFLM_COMMON_CC)) $(TFLM_GLUE_CC)
+TFLM_CSRCS.reference :=
+TFLM_CSRCS.cmsis_nn := $(if $(TFLM_CMSIS_NN_FOUND),$(shell cd $(TFLM_CMSIS_NN_DIR) && find Source -name '*.c' | LC_ALL=C sort))
+TFLM_DEFS.reference :=
+TFLM_DEFS.cmsis_nn := -DCMSIS_NN
+TFLM_INC.reference :=
+TFLM_INC.cmsis_nn = $(TFLM_CMSIS_INCLUDES)
+TFLM_ELF.reference := tflm-runner.elf
+TFLM_ELF.cmsis_nn := tflm-runner-cmsis.elf
+TFLM_KERNEL_LIBS := reference $(if $(TFLM_CMSIS_NN_FOUND),cmsis_nn)
+TFLM_NOTE := $(if $(TFLM_CMSIS_NN_FOUND),,tflm-cmsis-note)
+
+# The runner's own sources, compiled per kernel library (TFLM's kernel
+# headers declare other registrations with -DCMSIS_NN).
+TFLM_RUNNER := tflm/runner tflm/ops tflm/platform
+
+# $(1) = target, $(2) = kernel library (reference | cmsis_nn)
+define tflm_lib_rules
+TFLM_KEYTEXT.$(1).$(2) := tree=$(realpath $(TFLM_TREE)) kernels=$(2) \
+    cmsis_nn=$(if $(filter cmsis_nn,$(2)),$(realpath $(TFLM_CMSIS_NN_DIR))) target=$(1) \
+    cxx=$(shell command -v $(CXX.$(1))) cc=$(shell command -v $(CC.$(1))) \
+    version=$(shell $(CXX.$(1)) -dumpfullversion -dumpmachine 2>/dev/null | tr '\n' ' ') \
+    arch=$(ARCH.$(1)) cxxflags=$(TFLM_LIB_CXXFLAGS) cflags=$(TFLM_LIB_CFLAGS) defs=$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2))
+TFLM_LIBDIR.$(1).$(2) := $(TFLM_CACHE)/$(1)-$(2)-$$(shell printf '%s' '$$(TFLM_KEYTEXT.$(1).$(2))' | sha256sum | cut -c1-16)
+TFLM_OBJS.$(1).$(2) := $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/obj/,$$(TFLM_SRCS.$(2):.cc=.o)) \
+    $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/cmsis-nn/,$$(TFLM_CSRCS.$(2):.c=.o))
+
+$$(TFLM_LIBDIR.$(1).$(2))/obj/%.o: $(TFLM_TREE)/%.cc | check-$(1)
+	@mkdir -p $$(@D)
+	$(CXX.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CXXFLAGS) $$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2)) \
+	    $$(TFLM_TREE_INCLUDES) $(TFLM_INC.$(2)) -MMD -MP -c $$< -o $$@
+
+$$(TFLM_LIBDIR.$(1).$(2))/cmsis-nn/%.o: $(TFLM_CMSIS_NN_DIR)/%.c | check-$(1)
+	@mkdir -p $$(@D)
+	$(CC.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CFLAGS) $(TFLM_INC.$(2)) -MMD -MP -c $$< -o $$@
+
+# Written to a temporary name and renamed, so a concurrent build never links a
+# half-written archive.
+$$(TFLM_LIBDIR.$(1).$(2))/libtflm.a: $$(TFLM_OBJS.$(1).$(2))
+	@printf '%s\n' '$$(TFLM_KEYTEXT.$(1).$(2))' > $$(@D)/key.txt
+	@rm -f $$@.tmp
+	@echo "$(AR.$(1)) rcs $$@ <$$(words $$^) objects>"
+	@$(AR.$(1)) rcs $$@.tmp $$^
+	@mv -f $$@.tmp $$@
+
+TFLM_RUNNER_OBJS.$(1).$(2) := $$(addprefix $(BUILD)/$(1)/obj/,$$(addsuffix -$(2).o,$(TFLM_RUNNER)))
+
+$(BUILD)/$(1)/obj/tflm/%-$(2).o: tflm/%.cc | check-$(1)
+	@mkdir -p $$(@D)
+	$(CXX.$(1)) $(ARCH.$(1)) $$(TFLM_RUNNER_CXXFLAGS) $$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2)) \
+	    -c $$< -o $$@
+
+$(BUILD)/$(1)/$(TFLM_ELF.$(2)): $$(addprefix $(BUILD)/$(1)/obj/rt/,$$(addsuffix .o,$(RT_PORT))) \
+    $$(TFLM_RUNNER_OBJS.$(1).$(2)) $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a $(TFLM_LDSCRIPT.$(1))
+	$(CXX.$(1)) $(ARCH.$(1)) $(LDFLAGS_ALL) $(LINK.$(1)) -T $(TFLM_LDSCRIPT.$(1)) \
+	    -Wl,-Map=$$(@:.elf=.map) -o $$@ $$(filter %.o %.a,$$^) $(TFLM_LDLIBS.$(1))
+
+$(1): $(BUILD)/$(1)/$(TFLM_ELF.$(2))
+endef
+
+# The runner's own code: C++17 like TFLM, the repository's warnings, TFLM's
+# headers as system headers (their warnings are not ours). -MD, not -MMD:
+# system headers must stay in the dependency files.
+TFLM_RUNNER_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -fno-threadsafe-statics \
+    -fno-use-cxa-atexit $(TFLM_CODEGEN) -Wall -Wextra -I. -Iinclude -Irt -MD -MP \
+    $(subst -I,-isystem ,$(TFLM_TREE_INCLUDES))
+
+TFLM_LDSCRIPT.cortex-m4 := rt/cortex-m4/memtrace-tflm.ld
+# newlib's libm for TFLM's float kernels, its libc for the few string
+# routines rt/libc_shims.c does not define (strcmp, ...); nothing that needs a
+# system call is pulled in (the link fails if something is).
+TFLM_LDLIBS.cortex-m4 := -lm -lc -lgcc
+
+$(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),$(eval $(call tflm_lib_rules,$(t),$(k)))))
+$(foreach t,$(TFLM_TARGETS),$(eval $(t): $(TFLM_NOTE)))
+
+-include $(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),\
+    $(shell test -d '$(TFLM_LIBDIR.$(t).$(k))' && find '$(TFLM_LIBDIR.$(t).$(k))' -name '*.d')))
+
+else
+$(foreach t,$(TFLM_TARGETS),$(eval $(t): tflm-note))
+endif
+
+.PHONY: tflm-note tflm-cmsis-note print-tflm-tree
+# Not errors: everything else builds.
+tflm-note:
+	@echo "memtrace: TFLM tree not found at $(or $(TFLM_TREE),<empty TFLM_TREE>); set TFLM_TREE=/path/to/tflm-tree to build tflm-runner.elf and tflm-runner-cmsis.elf"
+tflm-cmsis-note:
+	@echo "memtrace: CMSIS-NN for the TFLM runner not found at $(or $(TFLM_CMSIS_NN_DIR),<empty TFLM_CMSIS_NN_DIR>); set TFLM_CMSIS_NN_DIR=/path/to/CMSIS-NN to build tflm-runner-cmsis.elf"
+
+print-tflm-tree:
+	@echo "TFLM_TREE=$(TFLM_TREE) ($(if $(TFLM_TREE_FOUND),found,not found))"
+	@echo "TFLM_CMSIS_NN_DIR=$(TFLM_CMSIS_NN_DIR) ($(if $(TFLM_CMSIS_NN_FOUND),found,not found))"
+	@echo "TFLM_CACHE=$(TFLM_CACHE)"
+	@$(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),echo "$(t) $(k): $(TFLM_LIBDIR.$(t).$(k))/libtflm.a";))
