@@ -36,17 +36,21 @@
  *                                named "scratch<j>"
  * Buffer names are the tensors' names in the model (or "tensor<N>").
  * Before the first operator, one window per model input, named
- * "load_input", declares that input tensor as its OUTPUT and copies its bytes
- * from memtrace_io into the arena.
+ * "load_input" (op "load_input", params "input=<i>"), declares that input
+ * tensor as its OUTPUT (id 32) and copies its bytes from memtrace_io into the
+ * arena (zeros when TFLM_INPUT_BYTES is 0).
  *
  * After Invoke(), the runner writes into memtrace_io (offsets from its start):
  *   at TFLM_OUTPUT_OFFSET  the output tensors' bytes, concatenated in order
+ *                          (TFLM_INPUT_BYTES rounded up to 16)
  *   at TFLM_TABLE_OFFSET   TFLM_N_TENSORS records of 3 words for the tensors
  *                          of subgraph 0: location (TFLM_LOC_*), offset (from
  *                          memtrace_arena for TFLM_LOC_ARENA, from
  *                          memtrace_model for TFLM_LOC_MODEL), bytes;
  *                          then TFLM_N_SCRATCH records of 3 words: operator
- *                          index, offset from memtrace_arena, bytes
+ *                          index (0xFFFFFFFF: an operator of another
+ *                          subgraph), offset from memtrace_arena, bytes
+ *                          requested, in TFLM's scratch-index order
  *
  * The exit code says how far the runner got (TFLM_EXIT_*); every non-zero
  * exit carries a reason (MEMTRACE_CMD_REASON), for TFLM's own failures the

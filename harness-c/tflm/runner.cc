@@ -137,21 +137,28 @@ void name_of(int tensor, char *out, size_t cap) {
     }
 }
 
-// The buffers declared in the open window (for "each tensor once" and for
-// never declaring overlapping buffers, which the tracer rejects).
-struct Declared {
-    int tensor;
-    uintptr_t base;
-    size_t bytes;
+// The buffers of the next window, collected before LAYER_BEGIN so that the
+// runner itself writes nothing but the port while a window is open (the
+// tracer reports any other write as a stray write, docs/protocol.md §14).
+struct Pending {
+    uint32_t id;
+    uint32_t role;
+    int tensor;  // -1 for scratch buffers
+    const void *base;
+    uint32_t bytes;
+    uint32_t elem;
 };
-Declared g_declared[kMaxDeclared];
-int g_n_declared;
+Pending g_pending[kMaxDeclared];
+int g_n_pending;
 
-bool overlaps_declared(int tensor, const void *data, size_t bytes) {
+// "Each tensor once", and never two overlapping buffers (the tracer rejects
+// them; two constant tensors may share one model buffer).
+bool overlaps_pending(int tensor, const void *data, size_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(data);
-    for (int i = 0; i < g_n_declared; ++i) {
-        const Declared &d = g_declared[i];
-        if ((tensor >= 0 && d.tensor == tensor) || (a < d.base + d.bytes && d.base < a + bytes)) {
+    for (int i = 0; i < g_n_pending; ++i) {
+        const Pending &d = g_pending[i];
+        const uintptr_t b = reinterpret_cast<uintptr_t>(d.base);
+        if ((tensor >= 0 && d.tensor == tensor) || (a < b + d.bytes && b < a + bytes)) {
             return true;
         }
     }
@@ -160,18 +167,26 @@ bool overlaps_declared(int tensor, const void *data, size_t bytes) {
 
 void declare(uint32_t id, uint32_t role, int tensor, const void *data, size_t bytes, uint32_t elem,
              const char *scratch_name) {
-    if (data == nullptr || bytes == 0 || g_n_declared == kMaxDeclared ||
-        overlaps_declared(tensor, data, bytes)) {
+    if (data == nullptr || bytes == 0 || g_n_pending == kMaxDeclared ||
+        overlaps_pending(tensor, data, bytes)) {
         return;
     }
-    char *name = g_buffer_names[g_n_declared];
+    char *name = g_buffer_names[g_n_pending];
     if (scratch_name != nullptr) {
         format(name, MEMTRACE_MAX_STRING, "%s", scratch_name);
     } else {
         name_of(tensor, name, MEMTRACE_MAX_STRING);
     }
-    g_declared[g_n_declared++] = Declared{tensor, reinterpret_cast<uintptr_t>(data), bytes};
-    memtrace_buffer(id, role, data, static_cast<uint32_t>(bytes), elem, name);
+    g_pending[g_n_pending++] = Pending{id, role, tensor, data, static_cast<uint32_t>(bytes), elem};
+}
+
+// LAYER_BEGIN and the collected BUFFER commands: only port writes from here.
+void open_window(const char *name, const char *op, const char *params) {
+    memtrace_layer_begin(name, op, params);
+    for (int i = 0; i < g_n_pending; ++i) {
+        const Pending &d = g_pending[i];
+        memtrace_buffer(d.id, d.role, d.base, d.bytes, d.elem, g_buffer_names[i]);
+    }
 }
 
 // Declares a node tensor (input k or output j) with the role the header
@@ -216,8 +231,8 @@ void resolve_scratch() {
     g_scratch_resolved = true;
 }
 
-// Opens operator `index`'s window and declares its buffers.
-void begin_operator(uint32_t index, const char *tag) {
+// Collects operator `index`'s window: name, op, params and buffers.
+void plan_operator(uint32_t index, const char *tag) {
     const auto *ops = g_subgraph0->operators();
     if (ops == nullptr || index >= ops->size()) {
         return;  // cannot happen: TFLM runs exactly these operators
@@ -244,9 +259,8 @@ void begin_operator(uint32_t index, const char *tag) {
     format(g_layer_name, sizeof(g_layer_name), "%u:%s:%s", static_cast<unsigned>(index), tag, out_name);
     format(g_layer_op, sizeof(g_layer_op), "%s", tag);
     format(g_layer_params, sizeof(g_layer_params), "index=%u", static_cast<unsigned>(index));
-    memtrace_layer_begin(g_layer_name, g_layer_op, g_layer_params);
 
-    g_n_declared = 0;
+    g_n_pending = 0;
     for (int k = 0; inputs != nullptr && k < static_cast<int>(inputs->size()) && k < kMaxInputs; ++k) {
         declare_tensor(static_cast<uint32_t>(k), true, k, inputs->Get(k), code);
     }
@@ -274,25 +288,34 @@ void begin_operator(uint32_t index, const char *tag) {
 // operator runs, decompression) belong to the enclosing operator's window.
 class LayerProfiler : public tflite::MicroProfilerInterface {
   public:
+    // The profiler's own state changes before LAYER_BEGIN and after
+    // LAYER_END, never inside the window.
     uint32_t BeginEvent(const char *tag) override {
-        if (depth_++ == 0) {
+        // Nested events (depth > 1) write depth_ inside the window: one word
+        // of .bss, only for control-flow operators and decompression.
+        const uint32_t depth = ++depth_;
+        if (depth == 1) {
             if (!g_scratch_resolved) {
                 resolve_scratch();
             }
-            if (g_flags & TFLM_FLAG_LAYERS) {
-                begin_operator(next_op_, tag != nullptr ? tag : "");
-                open_ = true;
+            open_ = (g_flags & TFLM_FLAG_LAYERS) != 0;
+            if (open_) {
+                plan_operator(next_op_, tag != nullptr ? tag : "");
+                open_window(g_layer_name, g_layer_op, g_layer_params);
             }
         }
-        return depth_;
+        return depth;
     }
     void EndEvent(uint32_t) override {
-        if (depth_ > 0 && --depth_ == 0) {
+        if (depth_ == 1) {
             if (open_) {
                 memtrace_layer_end();
-                open_ = false;
             }
+            open_ = false;
             ++next_op_;
+        }
+        if (depth_ > 0) {
+            --depth_;
         }
     }
 
@@ -465,21 +488,22 @@ int run() {
         const bool window = (g_flags & TFLM_FLAG_LAYERS) != 0;
         if (window) {
             format(g_layer_params, sizeof(g_layer_params), "input=%u", static_cast<unsigned>(i));
-            memtrace_layer_begin("load_input", "load_input", g_layer_params);
             const int index = g_subgraph0->inputs() != nullptr && i < g_subgraph0->inputs()->size()
                                   ? g_subgraph0->inputs()->Get(i)
                                   : -1;
-            g_n_declared = 0;
+            g_n_pending = 0;
             const TfLiteEvalTensor *et = index >= 0 ? g_interpreter->GetTensor(index) : nullptr;
             declare(kIdOutputs, MEMTRACE_ROLE_OUTPUT, index, t->data.raw, t->bytes,
                     et != nullptr ? elem_size(et) : 1, nullptr);
+            open_window("load_input", "load_input", g_layer_params);
         }
+        const uint32_t from = offset;
+        offset += static_cast<uint32_t>(t->bytes);
         if (input_bytes != 0) {
-            memcpy(t->data.raw, memtrace_io + offset, t->bytes);
+            memcpy(t->data.raw, memtrace_io + from, t->bytes);
         } else {
             memset(t->data.raw, 0, t->bytes);
         }
-        offset += static_cast<uint32_t>(t->bytes);
         if (window) {
             memtrace_layer_end();
         }
