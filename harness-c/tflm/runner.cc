@@ -95,6 +95,19 @@ bool in_region(const void *p, size_t bytes, const unsigned char *base, size_t si
 bool in_model(const void *p, size_t bytes) { return in_region(p, bytes, memtrace_model, g_model_bytes); }
 bool in_arena(const void *p, size_t bytes) { return in_region(p, bytes, memtrace_arena, g_arena_bytes); }
 
+// Subgraph 0's TfLiteEvalTensor `index`. MicroInterpreter::GetTensor only
+// answers with preserve_all_tensors (the linear planner), so the runner asks
+// the way kernels do: context->GetEvalTensor, on the context TFLM handed to
+// Prepare. It reads the current subgraph's tensors, which is subgraph 0
+// outside Invoke() and at every depth-1 profiler event.
+const TfLiteEvalTensor *eval_tensor(int index) {
+    TfLiteContext *context = prepare_context();
+    if (context == nullptr || context->GetEvalTensor == nullptr || index < 0) {
+        return nullptr;
+    }
+    return context->GetEvalTensor(context, index);
+}
+
 size_t eval_bytes(const TfLiteEvalTensor *t) {
     size_t bytes = 0;
     if (t == nullptr || tflite::TfLiteEvalTensorByteLength(t, &bytes) != kTfLiteOk) {
@@ -195,7 +208,7 @@ void declare_tensor(uint32_t id, bool is_input, int k, int tensor, tflite::Built
     if (tensor < 0) {
         return;  // optional input left out
     }
-    const TfLiteEvalTensor *t = g_interpreter->GetTensor(tensor);
+    const TfLiteEvalTensor *t = eval_tensor(tensor);
     if (t == nullptr) {
         return;
     }
@@ -492,7 +505,7 @@ int run() {
                                   ? g_subgraph0->inputs()->Get(i)
                                   : -1;
             g_n_pending = 0;
-            const TfLiteEvalTensor *et = index >= 0 ? g_interpreter->GetTensor(index) : nullptr;
+            const TfLiteEvalTensor *et = index >= 0 ? eval_tensor(index) : nullptr;
             declare(kIdOutputs, MEMTRACE_ROLE_OUTPUT, index, t->data.raw, t->bytes,
                     et != nullptr ? elem_size(et) : 1, nullptr);
             open_window("load_input", "load_input", g_layer_params);
@@ -539,7 +552,7 @@ int run() {
     }
     at = table_offset;
     for (uint32_t i = 0; i < n_tensors; ++i) {
-        const TfLiteEvalTensor *t = g_interpreter->GetTensor(static_cast<int>(i));
+        const TfLiteEvalTensor *t = eval_tensor(static_cast<int>(i));
         const void *data = t != nullptr ? t->data.data : nullptr;
         const size_t bytes = eval_bytes(t);
         uint32_t loc = TFLM_LOC_OTHER;
