@@ -5,6 +5,7 @@
 //! * [`protocol`]: the `memtrace_port` wire format of `harness-c/include/memtrace.h`;
 //! * [`spec`]: layer configurations and the job mailbox of `memtrace_job.h`;
 //! * [`program`]: the whole-model program of `memtrace_program.h`;
+//! * [`tflm`]: the mailbox of the TFLM runner guests (`memtrace_tflm.h`);
 //! * [`event`]: the event stream the tracer sends;
 //! * [`analysis`]: the trait every consumer of that stream implements.
 //!
@@ -30,6 +31,7 @@ pub mod event;
 pub mod program;
 pub mod protocol;
 pub mod spec;
+pub mod tflm;
 
 pub use analysis::Analysis;
 pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memtrace_abi::{program, protocol, spec};
+use memtrace_abi::{program, protocol, spec, tflm};
 
 /// `NAME -> value` of the `#define`s and enum entries of a header.
 fn header_constants(file: &str) -> BTreeMap<String, i64> {
@@ -112,6 +112,15 @@ fn memtrace_program_h_matches_the_program_module() {
             program::PROGRAM_CODES,
             program::PROGRAM_LIMITS,
         ],
+    );
+}
+
+#[test]
+fn memtrace_tflm_h_matches_the_tflm_module() {
+    agree(
+        "memtrace_tflm.h",
+        &["MEMTRACE_TFLM_", "TFLM_"],
+        &[tflm::TFLM_HEADER, tflm::TFLM_LAYOUT, tflm::TFLM_CODES],
     );
 }
 

@@ -146,6 +146,15 @@ pub struct ContractReport {
     pub scratch_unused: RuleReport,
     /// Use of each declared scratch buffer.
     pub scratch: Vec<ScratchUse>,
+    /// Writes outside the declared buffers made by the runtime around the
+    /// kernel (e.g. TFLM's interpreter resetting its temporary allocations
+    /// between operators): not the kernel's, so no violation.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub runtime_writes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ContractReport {
@@ -293,6 +302,20 @@ pub struct ContractCheck {
     current: Option<Current>,
     /// Finished layers, in order.
     pub layers: Vec<ContractReport>,
+    /// Code ranges `[start, end)` of the runtime around the kernels: stray
+    /// writes made there are counted as `runtime_writes`, not violations.
+    runtime_code: Vec<(u64, u64)>,
+}
+
+impl ContractCheck {
+    /// A check whose stray writes from the code ranges `runtime_code` (the
+    /// runtime's own bookkeeping inside a layer's window) are no violation.
+    pub fn with_runtime_code(runtime_code: Vec<(u64, u64)>) -> ContractCheck {
+        ContractCheck {
+            runtime_code,
+            ..ContractCheck::default()
+        }
+    }
 }
 
 impl Current {
@@ -371,6 +394,7 @@ impl Analysis for ContractCheck {
                 weights_write: RuleReport::clean(),
                 scratch_unused: RuleReport::clean(),
                 scratch: Vec::new(),
+                runtime_writes: 0,
             },
             buffers: Vec::new(),
             slot: Vec::new(),
@@ -407,7 +431,15 @@ impl Analysis for ContractCheck {
     }
 
     fn stray_write(&mut self, w: &StrayWrite) {
+        let runtime = self
+            .runtime_code
+            .iter()
+            .any(|&(lo, hi)| (lo..hi).contains(&w.pc));
         if let Some(cur) = self.current.as_mut() {
+            if runtime {
+                cur.report.runtime_writes += 1;
+                return;
+            }
             cur.report.stray_write.add(|| Violation {
                 pc: Some(w.pc),
                 t: Some(w.t),
@@ -599,5 +631,30 @@ mod tests {
         assert_eq!((r.index, r.stray_write.violations), (3, 2));
         let v = r.stray_write.first.as_ref().unwrap();
         assert_eq!((v.pc, v.address, v.size), (Some(0x10), Some(0x2000), 4));
+    }
+
+    #[test]
+    fn stray_writes_of_the_runtime_are_counted_apart() {
+        let mut c = ContractCheck::with_runtime_code(vec![(0x100, 0x200)]);
+        c.layer_begin(&LayerInfo {
+            index: 0,
+            name: "l".into(),
+            op: "CONV_2D".into(),
+            params: String::new(),
+            spec: None,
+        });
+        for pc in [0x100, 0x1ff, 0x200] {
+            c.stray_write(&StrayWrite {
+                t: 1,
+                pc,
+                address: 0x2000,
+                size: 4,
+            });
+        }
+        c.layer_end(0);
+        let r = &c.layers[0];
+        assert_eq!(r.runtime_writes, 2);
+        assert_eq!(r.stray_write.violations, 1, "0x200 is past the range");
+        assert_eq!(r.stray_write.first.as_ref().unwrap().pc, Some(0x200));
     }
 }

@@ -1,6 +1,6 @@
 //! Per-layer access counts and empirical O_s, online.
 
-use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, Role};
+use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, LayerSpec, Role};
 
 use crate::overlap::check::{check, method_values_of_input, MethodValues};
 use crate::overlap::empirical::OverlapAccumulator;
@@ -116,6 +116,25 @@ impl Analysis for LayerStats {
         }
         self.layers.push(cur.report);
     }
+}
+
+/// Gives a finished layer its configuration `spec` (known only after the
+/// run, e.g. from the model a TFLM runner ran) and the host methods' O_s
+/// (algorithmic, analytic) with their cross-checks against the traced values.
+pub fn attach_spec(layer: &mut LayerReport, spec: LayerSpec) {
+    for (k, o) in [layer.overlap.as_mut(), layer.input2_overlap.as_mut()]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(o) = o {
+            let m = method_values_of_input(&spec, k, o.input_bytes, o.output_bytes);
+            o.flags = check(o.monotone_bytes, o.exact_bytes, &m);
+            o.algorithmic_bytes = m.algorithmic;
+            o.analytic_bytes = m.analytic;
+            o.analytic_printed_bytes = m.analytic_printed;
+        }
+    }
+    layer.spec = Some(spec);
 }
 
 /// The O_s report of input `k` (buffer `i`) against output `o`: the traced

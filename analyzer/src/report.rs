@@ -152,6 +152,32 @@ pub struct RunReport {
     pub instructions: u64,
     /// Traced layers, in run order.
     pub layers: Vec<LayerReport>,
+    /// The model and TFLM's arena, when a `.tflite` ran on real TFLM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tflm: Option<TflmRunInfo>,
+}
+
+/// A `.tflite` run on real TensorFlow Lite Micro (`memtrace run MODEL`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TflmRunInfo {
+    /// The model file.
+    pub model: String,
+    /// TFLM's kernels (`tflm` reference or `cmsis-nn`).
+    pub kernels: String,
+    /// Operators of the main subgraph.
+    pub operators: usize,
+    /// The arena TFLM was given.
+    pub arena_bytes: u64,
+    /// `MicroInterpreter::arena_used_bytes()`.
+    pub arena_used_bytes: u64,
+    /// The arena's head: tensors and scratch buffers TFLM planned.
+    pub head_bytes: u64,
+    /// The arena's tail: persistent buffers.
+    pub tail_bytes: u64,
+    /// Bytes of all graph outputs.
+    pub output_bytes: u64,
+    /// A digest of the outputs (as `verify`'s `output_digest`).
+    pub output_digest: String,
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).

@@ -382,6 +382,7 @@ fn peak_rss(args: &BenchOptions, out: &mut impl Write) -> Result<()> {
         no_overlay: false,
         max_instructions: 20_000_000_000,
         exact_time: false,
+        model: Default::default(),
     })?;
     let kb = peak_rss_kb().ok_or_else(|| failed!("/proc/self/status has no VmHWM"))?;
     let events: u64 = report

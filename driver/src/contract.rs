@@ -20,7 +20,12 @@ use crate::error::{Context, Result};
 pub(crate) struct Rerun<'a> {
     pub image: &'a ElfImage,
     pub job: Option<Job>,
+    /// Bytes written into guest memory before the run (a model run's model,
+    /// inputs and mailbox).
+    pub preload: Vec<(u64, Vec<u8>)>,
     pub max_instructions: u64,
+    /// Code of the runtime around the kernels (a TFLM runner's interpreter).
+    pub runtime_code: Vec<(u64, u64)>,
     /// Names of all layers the guest opened, in order.
     pub layers: &'a [String],
 }
@@ -55,11 +60,12 @@ fn retrace(rerun: &Rerun<'_>, indices: &[usize]) -> Result<Vec<ContractReport>> 
         .filter_map(|&i| rerun.layers.get(i).cloned())
         .collect();
     names.dedup();
-    let mut check = ContractCheck::default();
+    let mut check = ContractCheck::with_runtime_code(rerun.runtime_code.clone());
     trace_with(
         rerun.image,
         TraceOptions {
             job: rerun.job.clone(),
+            preload: rerun.preload.clone(),
             layers: Some(names),
             max_instructions: rerun.max_instructions,
             access: AccessPath::Hooks,

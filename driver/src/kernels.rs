@@ -38,6 +38,16 @@ impl Kernels {
         }
     }
 
+    /// File name of the TFLM runner built with this library's kernels
+    /// (real TensorFlow Lite Micro: `MicroInterpreter` with TFLM's own
+    /// reference kernels, or TFLM's CMSIS-NN kernels).
+    pub fn runner_file(self) -> &'static str {
+        match self {
+            Kernels::Tflm => "tflm-runner.elf",
+            Kernels::CmsisNn => "tflm-runner-cmsis.elf",
+        }
+    }
+
     /// File name of the library's kernel suite.
     pub fn suite_file(self) -> &'static str {
         match self {

@@ -17,6 +17,7 @@ pub mod contract;
 pub mod error;
 pub mod kernels;
 pub mod ladder;
+pub mod oracle;
 pub mod placement;
 pub mod plan;
 pub mod regress;
@@ -24,7 +25,9 @@ pub mod run;
 pub mod scratch;
 pub mod spill;
 pub mod sweep;
+pub mod tflm;
 pub mod validate;
 pub mod verify;
+pub mod verify_tflm;
 
 pub use error::{Context, Error, Result};

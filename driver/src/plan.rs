@@ -19,6 +19,7 @@ use crate::kernels::{harness_guest, Kernels};
 use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::trace_specs;
+use crate::verify_tflm::Runtime;
 use crate::{bail, failed};
 
 /// Where the O_s of a plan comes from.
@@ -73,6 +74,9 @@ pub struct PlanRequest {
     pub accumulator: Accumulator,
     /// TinySeg's options (with `planner` = `tinyseg`).
     pub spill: SpillOptions,
+    /// The runtime the plan is for: with real TFLM, the scratch buffers and
+    /// traced O_s come from a run of the model itself on TFLM's runner.
+    pub runtime: Runtime,
 }
 
 /// What `memtrace plan` found.
@@ -116,8 +120,22 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
         .with_context(|| format!("loading {}", req.model))?
         .with_transpose_conv_accumulator(req.accumulator);
     let file_tensors = model.tensors.len();
-    let model = library_model(model, req.kernels)?;
-    let overlaps = overlaps(&model, req)?;
+    let (model, overlaps) = match req.runtime {
+        Runtime::Tflm => {
+            let traced = crate::tflm::plan_inputs(&req.model, model.ops.len(), req.kernels)?;
+            let model = model.with_scratch(&traced.scratch);
+            let overlaps = match req.overlap.method() {
+                None => Overlaps::compute(&model, &traced.overlaps),
+                Some(method) => Overlaps::compute(&model, &method as &dyn OverlapSource),
+            };
+            (model, overlaps)
+        }
+        Runtime::Executor => {
+            let model = library_model(model, req.kernels)?;
+            let overlaps = overlaps(&model, req)?;
+            (model, overlaps)
+        }
+    };
     let opts = PlanOptions {
         alignment: req.alignment.max(1),
         ..PlanOptions::default()

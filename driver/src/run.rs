@@ -1,6 +1,7 @@
 //! Tracing layers of a kernel binary (`memtrace run`): buffers, access
 //! counts and O_s per layer, optionally every event as Parquet and the trace
-//! as a picture.
+//! as a picture. A `.tflite` model runs on real TensorFlow Lite Micro (a
+//! runner guest, [`crate::tflm`]) with one layer per operator.
 
 use std::path::PathBuf;
 
@@ -8,22 +9,28 @@ use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::contract::{contract_frame, ContractCheck};
 use memtrace_analyzer::event_table::EventTable;
-use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
+use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
+use memtrace_analyzer::model::graph::read_graph;
 use memtrace_analyzer::overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
-use memtrace_analyzer::report::{buffers_frame, overlap_frame, RunReport};
-use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
+use memtrace_analyzer::report::{
+    buffers_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
+};
+use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
 use crate::common::{check_output, configure_table_printing, trace_with};
 use crate::error::{Context, Result};
+use crate::kernels::Kernels;
+use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun};
 use crate::{bail, failed};
 
 /// What to trace and what to write.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// The kernel binary.
+    /// The kernel binary, or a `.tflite` model to run on real TFLM.
     pub elf: PathBuf,
     /// Layers to trace (all when empty).
     pub layers: Vec<String>,
@@ -41,6 +48,112 @@ pub struct RunOptions {
     pub max_instructions: u64,
     /// Use memory hooks even when no output needs exact instruction times.
     pub exact_time: bool,
+    /// How a `.tflite` model runs (ignored for a kernel binary).
+    pub model: ModelOptions,
+}
+
+/// How `memtrace run MODEL.tflite` runs the model on real TFLM.
+#[derive(Debug, Clone)]
+pub struct ModelOptions {
+    /// TFLM's kernels: its reference kernels or its CMSIS-NN kernels.
+    pub kernels: Kernels,
+    /// Architecture of the runner guest.
+    pub target: Arch,
+    /// The runner guest (default: harness-c/build/TARGET/tflm-runner*.elf).
+    pub runner: Option<PathBuf>,
+    /// The arena TFLM gets (default: the runner's whole arena region).
+    pub arena_bytes: Option<u64>,
+    /// Raw bytes of all graph inputs, concatenated (default: seeded data).
+    pub input: Option<PathBuf>,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            kernels: Kernels::Tflm,
+            target: Arch::CortexM4,
+            runner: None,
+            arena_bytes: None,
+            input: None,
+        }
+    }
+}
+
+/// Whether `path` holds a `.tflite` model (the flatbuffer identifier
+/// `TFL3` at byte 4), rather than an ELF.
+pub fn is_tflite(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .map(|()| &head[4..8] == b"TFL3")
+        .unwrap_or(false)
+}
+
+/// The guest of a run: a kernel binary with its job, or a model on a runner.
+enum Guest {
+    Elf {
+        image: ElfImage,
+        job: Option<Job>,
+    },
+    Model {
+        image: ElfImage,
+        model: Vec<u8>,
+        inputs: Vec<u8>,
+        info: TflmRunInfo,
+    },
+}
+
+impl Guest {
+    fn image(&self) -> &ElfImage {
+        match self {
+            Guest::Elf { image, .. } | Guest::Model { image, .. } => image,
+        }
+    }
+}
+
+/// Loads a `.tflite`, its inputs (`--input` or seeded) and its runner.
+fn model_guest(opts: &RunOptions) -> Result<Guest> {
+    let m = &opts.model;
+    let model = read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?;
+    let graph = read_graph(&model).with_context(|| format!("reading {}", opts.elf.display()))?;
+    let inputs = match &m.input {
+        Some(p) => {
+            let data = read_limited(p, MAX_INPUT_FILE, "--input files")?;
+            let want = input_bytes(&graph)?;
+            if data.len() as u64 != want {
+                bail!(
+                    "--input has {} bytes; the graph inputs of {} need {want}",
+                    data.len(),
+                    opts.elf.display()
+                );
+            }
+            data
+        }
+        None => seeded_inputs(&graph, opts.seed as u64)?,
+    };
+    let path = runner_path(m.target, m.kernels, m.runner.as_deref())?;
+    let image = load_runner(&path)?;
+    if image.arch != m.target {
+        bail!(
+            "{} is a {} runner but --target is {}",
+            path.display(),
+            image.arch.name(),
+            m.target.name()
+        );
+    }
+    let info = TflmRunInfo {
+        model: opts.elf.display().to_string(),
+        kernels: m.kernels.name().to_owned(),
+        operators: graph.ops.len(),
+        ..TflmRunInfo::default()
+    };
+    Ok(Guest::Model {
+        image,
+        model,
+        inputs,
+        info,
+    })
 }
 
 /// The MMIO path unless some output needs each access's exact instruction.
@@ -54,6 +167,13 @@ pub fn access_path(exact_time: bool) -> AccessPath {
 
 /// Traces the selected layers and writes the requested files.
 pub fn run(opts: &RunOptions) -> Result<RunReport> {
+    let tflite = is_tflite(&opts.elf);
+    if tflite && opts.job.is_some() {
+        bail!(
+            "--job is for kernel-suite ELFs; {} is a .tflite model",
+            opts.elf.display()
+        );
+    }
     let job = opts
         .job
         .as_deref()
@@ -80,10 +200,20 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             );
         }
     }
-    let image = ElfImage::load(&opts.elf)?;
-    let rerun_job = job.clone();
+    let mut guest = if tflite {
+        model_guest(opts)?
+    } else {
+        Guest::Elf {
+            image: ElfImage::load(&opts.elf)?,
+            job,
+        }
+    };
     let mut stats = LayerStats::default();
-    let mut contract = ContractCheck::default();
+    let runtime_code = match &guest {
+        Guest::Model { image, .. } => crate::tflm::runtime_code(image),
+        Guest::Elf { .. } => Vec::new(),
+    };
+    let mut contract = ContractCheck::with_runtime_code(runtime_code.clone());
     let mut pcs = PcCounts::default();
     let mut table = opts.events.as_ref().map(|_| EventTable::default());
     let mut plot = opts.plot.as_ref().map(|_| {
@@ -93,15 +223,9 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             TracePlot::with_overlays()
         }
     });
-    let options = TraceOptions {
-        job,
-        layers: (!opts.layers.is_empty()).then(|| opts.layers.clone()),
-        max_instructions: opts.max_instructions,
-        access: access_path(opts.exact_time || table.is_some() || plot.is_some()),
-        stray_writes: true,
-        ..TraceOptions::default()
-    };
-    let summary = {
+    let access = access_path(opts.exact_time || table.is_some() || plot.is_some());
+    let layers = (!opts.layers.is_empty()).then(|| opts.layers.clone());
+    let (summary, preload) = {
         let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut stats, &mut contract];
         analyses.push(&mut pcs);
         if let Some(t) = table.as_mut() {
@@ -110,7 +234,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         if let Some(p) = plot.as_mut() {
             analyses.push(p);
         }
-        trace_with(&image, options, &mut analyses)
+        trace_guest(&mut guest, opts, access, layers, &mut analyses)
             .with_context(|| format!("tracing {}", opts.elf.display()))?
     };
     let unknown: Vec<&String> = opts
@@ -140,17 +264,26 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             )
         );
     }
+    let image = guest.image();
     let rerun = crate::contract::Rerun {
-        image: &image,
-        job: rerun_job,
+        image,
+        job: match &guest {
+            Guest::Elf { job, .. } => job.clone(),
+            Guest::Model { .. } => None,
+        },
+        preload,
         max_instructions: opts.max_instructions,
+        runtime_code,
         layers: &summary.layers,
     };
     let contracts = crate::contract::finish(rerun, summary.access, contract.layers)?;
     for layer in &mut stats.layers {
         layer.contract = contracts.iter().find(|c| c.index == layer.index).cloned();
     }
-    KernelResolver::new(&image).attribute(&mut stats.layers, &pcs);
+    if let Guest::Model { model, .. } = &guest {
+        attach_model_specs(&opts.elf, model, &mut stats.layers);
+    }
+    KernelResolver::new(image).attribute(&mut stats.layers, &pcs);
     if let (Some(table), Some(path)) = (table, &opts.events) {
         table.write_parquet(path)?;
     }
@@ -158,13 +291,89 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         plot.render(path)?;
     }
     Ok(RunReport {
-        elf: opts.elf.display().to_string(),
+        elf: image.path.display().to_string(),
         arch: summary.arch.name().to_owned(),
         access: summary.access.name().to_owned(),
         exit_code: summary.exit_code,
         instructions: summary.instructions,
         layers: stats.layers,
+        tflm: match guest {
+            Guest::Model { info, .. } => Some(info),
+            Guest::Elf { .. } => None,
+        },
     })
+}
+
+/// Gives every operator layer of a model run the layer configuration
+/// memtrace knows for its operator, so that its traced O_s is cross-checked
+/// against the algorithmic and analytic methods (operators memtrace does not
+/// model keep the traced values alone).
+fn attach_model_specs(path: &std::path::Path, model: &[u8], layers: &mut [LayerReport]) {
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let Ok(model) = memtrace_analyzer::model::tflite::import_bytes(&name, model) else {
+        return;
+    };
+    for layer in layers {
+        let spec = memtrace_abi::tflm::op_index(&layer.params).and_then(|op| model.layer_spec(op));
+        if let Some(spec) = spec {
+            attach_spec(layer, spec);
+        }
+    }
+}
+
+/// Bytes written into guest memory before a run, by address.
+type Preload = Vec<(u64, Vec<u8>)>;
+
+/// Runs the guest with `analyses`; returns the run and the bytes it
+/// preloaded (a contract re-trace must run the same guest).
+fn trace_guest(
+    guest: &mut Guest,
+    opts: &RunOptions,
+    access: AccessPath,
+    layers: Option<Vec<String>>,
+    analyses: &mut [&mut (dyn Analysis + Send)],
+) -> Result<(RunSummary, Preload)> {
+    match guest {
+        Guest::Elf { image, job } => {
+            let options = TraceOptions {
+                job: job.clone(),
+                layers,
+                max_instructions: opts.max_instructions,
+                access,
+                stray_writes: true,
+                ..TraceOptions::default()
+            };
+            Ok((trace_with(image, options, analyses)?, Vec::new()))
+        }
+        Guest::Model {
+            image,
+            model,
+            inputs,
+            info,
+        } => {
+            let run = ModelRun {
+                image,
+                model,
+                inputs,
+                arena_bytes: opts.model.arena_bytes,
+                layers: true,
+                weights: true,
+                max_instructions: opts.max_instructions,
+            };
+            let outcome = run.trace(access, layers, true, analyses)?;
+            let r = &outcome.result;
+            info.arena_bytes = outcome.arena_bytes;
+            info.arena_used_bytes = r.arena_used_bytes;
+            info.head_bytes = r.head_bytes;
+            info.tail_bytes = r.tail_bytes;
+            info.output_bytes = r.output_bytes.len() as u64;
+            info.output_digest = memtrace_analyzer::verify::digest(&r.output_bytes);
+            Ok((outcome.summary, run.preload()?))
+        }
+    }
 }
 
 /// One warning per failed O_s cross-check of each layer, then one per
@@ -215,9 +424,16 @@ pub fn flagged_layers(report: &RunReport) -> usize {
 /// The buffer and O_s tables of `memtrace run`.
 pub fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
+    let what = match &report.tflm {
+        Some(t) => format!(
+            "{} on TFLM ({} kernels, {}; arena used {} B: head {} B, tail {} B)",
+            t.model, t.kernels, report.elf, t.arena_used_bytes, t.head_bytes, t.tail_bytes
+        ),
+        None => report.elf.clone(),
+    };
     Ok(format!(
         "{} ({}): {} layer(s) traced, {} instructions in total\n{}\n{}\nmemory contract:\n{}\n",
-        report.elf,
+        what,
         report.arch,
         report.layers.len(),
         report.instructions,

@@ -72,6 +72,8 @@ pub struct VerifyOptions {
     /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
     /// temporary tensor quantisation).
     pub accumulator: Accumulator,
+    /// What runs the model: memtrace's executor or real TFLM.
+    pub runtime: crate::verify_tflm::Runtime,
 }
 
 #[derive(Deserialize)]

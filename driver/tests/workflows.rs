@@ -30,6 +30,7 @@ fn run_options(elf: PathBuf, exact_time: bool) -> RunOptions {
         no_overlay: false,
         max_instructions: 2_000_000_000,
         exact_time,
+        model: Default::default(),
     }
 }
 

@@ -11,6 +11,7 @@ use memtrace_analyzer::model::Accumulator;
 use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
+use memtrace_driver::verify_tflm::Runtime;
 
 /// `all` (`None`), or one planner.
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +75,11 @@ pub struct PlanArgs {
     /// TRANSPOSE_CONV accumulator (int16: TinySeg's scratch quantisation).
     #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
     pub accumulator: Accumulator,
+    /// The runtime the plan is for: with tflm, the model itself is traced on
+    /// real TensorFlow Lite Micro (harness-c/build/cortex-m4/tflm-runner*.elf)
+    /// for every operator's scratch buffers and, with --overlap traced, O_s.
+    #[arg(long, value_enum, default_value_t = Runtime::Executor)]
+    pub runtime: Runtime,
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
@@ -88,6 +94,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         alignment: args.alignment,
         spill: args.spill.options(),
         accumulator: args.accumulator,
+        runtime: args.runtime,
     })?;
     if let Some(line) = emitted {
         eprintln!("{line}");

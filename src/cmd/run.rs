@@ -7,13 +7,17 @@ use super::Format;
 use anyhow::Result;
 use clap::Args;
 use memtrace_driver::contract::broken_layers;
+use memtrace_driver::kernels::Kernels;
 use memtrace_driver::run::{
-    flagged_layers, run as trace_layers, tables_text, warnings, RunOptions,
+    flagged_layers, run as trace_layers, tables_text, warnings, ModelOptions, RunOptions,
 };
+use memtrace_tracer::Arch;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Kernel binary (ELF for Cortex-M4 or x86-64) built with memtrace.h.
+    /// Kernel binary (ELF for Cortex-M4 or x86-64) built with memtrace.h, or
+    /// a .tflite model: it then runs on real TensorFlow Lite Micro in the
+    /// emulator, one layer per operator.
     pub elf: PathBuf,
     /// Trace only this layer (repeatable); all layers when absent.
     #[arg(long = "layer", value_name = "NAME")]
@@ -53,6 +57,25 @@ pub struct RunArgs {
     /// the O_s and counts are the same, see docs/protocol.md "Access paths").
     #[arg(long)]
     pub exact_time: bool,
+    /// With a .tflite: TFLM's kernels (tflm: its reference kernels,
+    /// tflm-runner.elf; cmsis-nn: its CMSIS-NN kernels, tflm-runner-cmsis.elf).
+    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
+    pub kernels: Kernels,
+    /// With a .tflite: the runner's architecture.
+    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
+    pub target: Arch,
+    /// With a .tflite: the TFLM runner ELF (default:
+    /// harness-c/build/TARGET/tflm-runner.elf or tflm-runner-cmsis.elf).
+    #[arg(long, value_name = "ELF")]
+    pub runner: Option<PathBuf>,
+    /// With a .tflite: the arena TFLM gets (default: the runner's whole
+    /// arena region; TFLM reports what it used).
+    #[arg(long, value_name = "BYTES")]
+    pub arena_bytes: Option<u64>,
+    /// With a .tflite: raw bytes of the graph inputs, concatenated in order
+    /// (default: data generated from --seed).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
 }
 
 impl From<&RunArgs> for RunOptions {
@@ -67,6 +90,13 @@ impl From<&RunArgs> for RunOptions {
             no_overlay: a.no_overlay,
             max_instructions: a.max_instructions,
             exact_time: a.exact_time,
+            model: ModelOptions {
+                kernels: a.kernels,
+                target: a.target,
+                runner: a.runner.clone(),
+                arena_bytes: a.arena_bytes,
+                input: a.input.clone(),
+            },
         }
     }
 }

@@ -13,6 +13,7 @@ use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
 use memtrace_driver::verify::{verify, VerifyOptions};
+use memtrace_driver::verify_tflm::{verify_tflm, Runtime};
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
@@ -55,10 +56,16 @@ pub struct VerifyArgs {
     /// quantisation, half the scratch; compare the output digest with int32's).
     #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
     pub accumulator: Accumulator,
+    /// What runs the model: memtrace's executor, or real TensorFlow Lite
+    /// Micro (its interpreter, allocator and kernels; the plan given to it as
+    /// OfflineMemoryAllocation; --executor then names the TFLM runner ELF).
+    #[arg(long, value_enum, default_value_t = Runtime::Executor)]
+    pub runtime: Runtime,
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
-    let report = verify(&VerifyOptions {
+    let format = args.format;
+    let opts = VerifyOptions {
         model: args.model,
         planner: args.planner,
         overlap: args.overlap,
@@ -74,8 +81,18 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         max_instructions: args.max_instructions,
         spill: args.spill.options(),
         accumulator: args.accumulator,
-    })?;
-    match args.format {
+        runtime: args.runtime,
+    };
+    if opts.runtime == Runtime::Tflm {
+        let report = verify_tflm(&opts)?;
+        match format {
+            Format::Table => super::emit(&report.to_text())?,
+            Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+        }
+        return Ok(ExitCode::from(u8::from(!report.ok())));
+    }
+    let report = verify(&opts)?;
+    match format {
         Format::Table => super::emit(&report.to_text())?,
         Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
     }

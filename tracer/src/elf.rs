@@ -359,6 +359,12 @@ impl ElfImage {
         self.symbols.get(name).copied()
     }
 
+    /// Every function symbol: start address, size and (mangled) name, by
+    /// address.
+    pub fn functions(&self) -> impl Iterator<Item = (u64, u64, &str)> {
+        self.functions.iter().map(|(a, s, n)| (*a, *s, n.as_str()))
+    }
+
     /// The function symbol containing `pc`, if any.
     pub fn function_at(&self, pc: u64) -> Option<&str> {
         let i = self.functions.partition_point(|(a, _, _)| *a <= pc);

@@ -8,6 +8,7 @@
 //! describes one operator as a [`LayerSpec`], so the O_s methods of
 //! [`crate::overlap`] apply to it.
 
+pub mod graph;
 pub mod order;
 pub mod schema;
 pub mod spill_ops;

@@ -13,7 +13,7 @@ use super::{
     Activation, DataType, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
 };
 
-fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelError {
+pub(super) fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelError {
     let context = context.into();
     move |source| ModelError::Flatbuffer { context, source }
 }
@@ -69,10 +69,9 @@ fn op_kind(code: fb::BuiltinOperator) -> Option<OpKind> {
     })
 }
 
-/// TFLite's name of a builtin operator (`CONV_2D`) from planus' variant name
-/// (`Conv2d`), for error messages about operators memtrace does not plan.
-fn builtin_name(code: fb::BuiltinOperator) -> String {
-    let debug = format!("{code:?}");
+/// TFLite's name of a builtin operator (`CONV_2D`) or type (`UINT32`) from
+/// planus' variant name (`Conv2d`, `Uint32`).
+pub(super) fn builtin_name(debug: &str) -> String {
     let mut out = String::new();
     let mut prev: Option<char> = None;
     for c in debug.chars() {
@@ -90,7 +89,7 @@ fn builtin_name(code: fb::BuiltinOperator) -> String {
     out
 }
 
-fn dtype(t: fb::TensorType) -> Option<DataType> {
+pub(super) fn dtype(t: fb::TensorType) -> Option<DataType> {
     use fb::TensorType as T;
     Some(match t {
         T::Float32 => DataType::Float32,
@@ -339,7 +338,10 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
             }
             let kind = op_kind(builtin).ok_or_else(|| ModelError::UnsupportedOp {
                 index: i,
-                name: format!("{} (builtin code {raw})", builtin_name(builtin)),
+                name: format!(
+                    "{} (builtin code {raw})",
+                    builtin_name(&format!("{builtin:?}"))
+                ),
             })?;
             let inputs = index_list(
                 op.inputs()

@@ -1023,13 +1023,32 @@ fn synth_bias(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
 
 /// Seeded graph input: the whole int8/uint8 range, or floats in [−1, 1).
 pub fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
-    let n = t.elements() as usize;
-    match t.dtype {
+    synth_values(rng, t.dtype, t.elements() as usize)
+}
+
+/// `n` seeded values of `dtype`, little-endian: the whole range of 8- and
+/// 16-bit integers, floats in [−1, 1), small wider integers (shape and
+/// index operands stay meaningful), booleans as 0 or 1.
+pub fn synth_values(rng: &mut Rng, dtype: DataType, n: usize) -> Vec<u8> {
+    match dtype {
         DataType::Float32 => (0..n)
             .flat_map(|_| rng.float(-1.0, 1.0).to_le_bytes())
             .collect(),
         DataType::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
-        _ => (0..n).map(|_| rng.int(-128, 127) as i8 as u8).collect(),
+        DataType::Int16 => (0..n)
+            .flat_map(|_| (rng.int(-32768, 32767) as i16).to_le_bytes())
+            .collect(),
+        DataType::Int32 => (0..n)
+            .flat_map(|_| (rng.int(-128, 127) as i32).to_le_bytes())
+            .collect(),
+        DataType::Int64 => (0..n)
+            .flat_map(|_| rng.int(-128, 127).to_le_bytes())
+            .collect(),
+        DataType::Bool => (0..n).map(|_| rng.int(0, 1) as u8).collect(),
+        DataType::Float16 => (0..n)
+            .flat_map(|_| (rng.int(0, 0x3bff) as u16).to_le_bytes())
+            .collect(),
+        DataType::Int8 => (0..n).map(|_| rng.int(-128, 127) as i8 as u8).collect(),
     }
 }
 

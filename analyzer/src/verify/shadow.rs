@@ -76,9 +76,10 @@ pub struct LayerOverlap {
     pub instructions: u64,
 }
 
-/// Executor kernels that are the identity on bytes and skip their copy when
-/// output and input are the same memory (TFLM's RESHAPE does the same).
-const ALIASING_KERNELS: [&str; 1] = ["reshape"];
+/// Kernels that are the identity on bytes and skip their copy when output
+/// and input are the same memory: the executor's `reshape`, and TFLM's own
+/// RESHAPE (`kernels/reshape.cc`) in a run of the TFLM runner.
+const ALIASING_KERNELS: [&str; 2] = ["reshape", "RESHAPE"];
 
 #[derive(Default)]
 struct Current {

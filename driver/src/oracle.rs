@@ -1,0 +1,131 @@
+//! The host oracle: the same model and input in PyPI `tflite-micro` (the
+//! real TensorFlow Lite Micro, built for the host, reference kernels), whose
+//! outputs memtrace's emulated runs must equal byte for byte.
+//!
+//! The Python is `MEMTRACE_TFLM_PYTHON`, or the virtual environment that
+//! `make test` creates (`~/.cache/memtrace-venv`); without either, nothing
+//! is compared and reports say so.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::{bail, failed};
+
+/// The script the oracle's Python runs: model, input file, output file,
+/// number of inputs and outputs; prints the package version.
+const SCRIPT: &str = r#"
+import sys, importlib.metadata
+import numpy as np
+from tflite_micro.python.tflite_micro import runtime
+model, inp, out, n_in, n_out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+interp = runtime.Interpreter.from_file(model, arena_size=64 << 20)
+data = open(inp, "rb").read()
+at = 0
+for i in range(n_in):
+    d = interp.get_input_details(i)
+    n = int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize
+    interp.set_input(np.frombuffer(data[at:at + n], dtype=d["dtype"]).reshape(d["shape"]), i)
+    at += n
+if at != len(data):
+    raise SystemExit("input bytes: %d given, the model takes %d" % (len(data), at))
+interp.invoke()
+with open(out, "wb") as f:
+    for j in range(n_out):
+        f.write(np.ascontiguousarray(interp.get_output(j)).tobytes())
+print(importlib.metadata.version("tflite-micro"))
+"#;
+
+/// The emulated outputs against the host's.
+#[derive(Debug, Clone, Serialize)]
+pub struct OracleComparison {
+    /// The Python that ran it.
+    pub python: String,
+    /// The `tflite-micro` package version.
+    pub version: String,
+    /// Why the host TFLM could not run the model, if it could not.
+    pub error: Option<String>,
+    /// Output bytes that differ (a length difference counts).
+    pub mismatched_bytes: u64,
+    /// The outputs are equal byte for byte.
+    pub bit_exact: bool,
+}
+
+impl OracleComparison {
+    /// The host ran the model and agrees (a model the host TFLM refuses is
+    /// no disagreement: the report says why it did not run).
+    pub fn agrees(&self) -> bool {
+        self.error.is_some() || self.bit_exact
+    }
+}
+
+/// The oracle's Python, if one is configured or installed.
+pub fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MEMTRACE_TFLM_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/memtrace-venv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+/// Runs `model` on `inputs` (all graph inputs, concatenated) in the host
+/// TFLM and compares its outputs with `outputs`; `None` without an oracle.
+pub fn compare(
+    model: &[u8],
+    n_inputs: usize,
+    n_outputs: usize,
+    inputs: &[u8],
+    outputs: &[u8],
+) -> Result<Option<OracleComparison>> {
+    let Some(py) = python() else {
+        return Ok(None);
+    };
+    let dir = tempfile::tempdir().map_err(|e| failed!("a temporary folder for the oracle: {e}"))?;
+    let (m, i, o) = (
+        dir.path().join("model.tflite"),
+        dir.path().join("input.bin"),
+        dir.path().join("output.bin"),
+    );
+    std::fs::write(&m, model)
+        .and_then(|()| std::fs::write(&i, inputs))
+        .map_err(|e| failed!("writing the oracle's inputs: {e}"))?;
+    let out = Command::new(&py)
+        .arg("-c")
+        .arg(SCRIPT)
+        .args([&m, &i, &o])
+        .arg(n_inputs.to_string())
+        .arg(n_outputs.to_string())
+        .output()
+        .map_err(|e| failed!("running the oracle {}: {e}", py.display()))?;
+    let python = py.display().to_string();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        if last.contains("No module named") {
+            bail!("{python} has no tflite-micro ({last}): `pip install tflite-micro` or unset MEMTRACE_TFLM_PYTHON");
+        }
+        return Ok(Some(OracleComparison {
+            python,
+            version: String::new(),
+            error: Some(last.to_string()),
+            mismatched_bytes: 0,
+            bit_exact: false,
+        }));
+    }
+    let host = std::fs::read(&o).map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
+    let mismatched = host.iter().zip(outputs).filter(|(a, b)| a != b).count() as u64
+        + (host.len() as i64 - outputs.len() as i64).unsigned_abs();
+    Ok(Some(OracleComparison {
+        python,
+        version: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        error: None,
+        mismatched_bytes: mismatched,
+        bit_exact: mismatched == 0,
+    }))
+}

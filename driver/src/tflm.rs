@@ -1,0 +1,354 @@
+//! Real TensorFlow Lite Micro in the emulator: one run of a `.tflite` on a
+//! TFLM runner guest (`harness-c/tflm/`, `memtrace_tflm.h`).
+//!
+//! The model is data: its bytes go to `memtrace_model`, the input bytes to
+//! `memtrace_io` and the mailbox to `memtrace_tflm_job`; TFLM's own
+//! `MicroInterpreter` lays out the arena (or honours the model's
+//! `OfflineMemoryAllocation`) and runs it, one memtrace layer per operator.
+//! What it wrote back (outputs, arena use, where every tensor lives) is read
+//! once the guest has exited.
+
+use std::path::{Path, PathBuf};
+
+use memtrace_abi::tflm::{self, op_index, symbols, TflmJob, TflmResult};
+use memtrace_abi::{Analysis, Role};
+use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::model::graph::TfliteGraph;
+use memtrace_analyzer::planner::TracedOverlaps;
+use memtrace_analyzer::report::LayerReport;
+use memtrace_analyzer::rng::Rng;
+use memtrace_analyzer::verify::lower::synth_values;
+use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
+
+use crate::common::trace_with;
+use crate::error::Result;
+use crate::kernels::{harness_guest, Kernels};
+use crate::{bail, failed};
+
+/// The runner guest of `kernels` for `arch`, or the one the user named.
+pub fn runner_path(arch: Arch, kernels: Kernels, explicit: Option<&Path>) -> Result<PathBuf> {
+    match explicit {
+        Some(p) => Ok(p.to_path_buf()),
+        None => harness_guest(arch, kernels.runner_file(), "--runner"),
+    }
+}
+
+/// Loads a runner guest and checks that it is one.
+pub fn load_runner(path: &Path) -> Result<ElfImage> {
+    let image = ElfImage::load(path)?;
+    if image.symbol(symbols::JOB).is_none() {
+        bail!(
+            "{} is no TFLM runner (it has no `{}`): pass a harness-c/build/*/tflm-runner*.elf",
+            path.display(),
+            symbols::JOB
+        );
+    }
+    Ok(image)
+}
+
+/// TFLM's runtime classes (mangled name components) whose code runs inside
+/// an operator's window around the kernel: the interpreter loop and the
+/// allocator resetting its temporary allocations after each operator.
+const RUNTIME_CLASSES: [&str; 5] = [
+    "26SingleArenaBufferAllocator",
+    "14MicroAllocator",
+    "21MicroInterpreterGraph",
+    "23MicroInterpreterContext",
+    "16MicroInterpreter",
+];
+
+/// Code ranges of TFLM's runtime in a runner: their writes inside a window
+/// are the runtime's bookkeeping, not the kernel's
+/// ([`memtrace_analyzer::contract::ContractCheck::with_runtime_code`]).
+pub fn runtime_code(image: &ElfImage) -> Vec<(u64, u64)> {
+    image
+        .functions()
+        .filter(|(_, _, name)| {
+            name.starts_with("_ZN6tflite") && RUNTIME_CLASSES.iter().any(|c| name.contains(c))
+        })
+        .map(|(at, size, _)| (at, at + size.max(1)))
+        .collect()
+}
+
+/// One run of a model on a runner.
+pub struct ModelRun<'a> {
+    /// The runner guest.
+    pub image: &'a ElfImage,
+    /// The `.tflite` bytes.
+    pub model: &'a [u8],
+    /// The graph inputs' bytes, concatenated in order (empty: all zero).
+    pub inputs: &'a [u8],
+    /// The arena TFLM gets; `None`: the runner's whole arena region.
+    pub arena_bytes: Option<u64>,
+    /// One layer per operator (otherwise only the `load_input` windows).
+    pub layers: bool,
+    /// Declare constant tensors as buffers of their operators.
+    pub weights: bool,
+    /// Instruction budget.
+    pub max_instructions: u64,
+}
+
+/// A guest region: start address and length.
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    at: u64,
+    len: u64,
+}
+
+/// The region between two symbols of the runner.
+fn region(image: &ElfImage, start: &str, end: &str) -> Result<Region> {
+    match (image.symbol(start), image.symbol(end)) {
+        (Some(s), Some(e)) if e.address > s.address => Ok(Region {
+            at: s.address,
+            len: e.address - s.address,
+        }),
+        _ => Err(failed!(
+            "{} lacks the region `{start}`..`{end}`: rebuild it with harness-c",
+            image.path.display()
+        )),
+    }
+}
+
+/// What one run produced.
+pub struct ModelOutcome {
+    /// The runner's answer.
+    pub result: TflmResult,
+    /// The traced run.
+    pub summary: RunSummary,
+    /// Guest address of `memtrace_arena`.
+    pub arena_at: u64,
+    /// The arena bytes TFLM was given.
+    pub arena_bytes: u64,
+}
+
+/// Where the runner's mailbox and regions are, and what the host writes.
+struct Layout {
+    job_at: u64,
+    io: Region,
+    arena: Region,
+    arena_bytes: u64,
+    preload: Vec<(u64, Vec<u8>)>,
+}
+
+impl ModelRun<'_> {
+    fn layout(&self) -> Result<Layout> {
+        let image = self.image;
+        let job = image
+            .symbol(symbols::JOB)
+            .ok_or_else(|| failed!("{} is no TFLM runner", image.path.display()))?;
+        let model = region(image, symbols::MODEL, symbols::MODEL_END)?;
+        let io = region(image, symbols::IO, symbols::IO_END)?;
+        let arena = region(image, symbols::ARENA, symbols::ARENA_END)?;
+        let fits = |what: &str, bytes: u64, r: Region| -> Result<u32> {
+            if bytes > r.len || bytes > u32::MAX as u64 {
+                bail!(
+                    "{what} of {bytes} bytes does not fit the runner's region of {} bytes ({})",
+                    r.len,
+                    image.path.display()
+                );
+            }
+            Ok(bytes as u32)
+        };
+        let model_bytes = fits("the model", self.model.len() as u64, model)?;
+        let input_bytes = fits("the input data", self.inputs.len() as u64, io)?;
+        let arena_bytes = fits("an arena", self.arena_bytes.unwrap_or(arena.len), arena)?;
+        let words = TflmJob {
+            model_bytes,
+            arena_bytes,
+            input_bytes,
+            layers: self.layers,
+            weights: self.weights,
+        }
+        .bytes();
+        let mut preload = vec![(job.address, words), (model.at, self.model.to_vec())];
+        if !self.inputs.is_empty() {
+            preload.push((io.at, self.inputs.to_vec()));
+        }
+        Ok(Layout {
+            job_at: job.address,
+            io,
+            arena,
+            arena_bytes: arena_bytes as u64,
+            preload,
+        })
+    }
+
+    /// What the host writes into guest memory before the run.
+    pub fn preload(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        Ok(self.layout()?.preload)
+    }
+
+    /// Runs the model with `analyses` watching, on `access`, recording the
+    /// `layers` named (all when `None`).
+    pub fn trace(
+        &self,
+        access: AccessPath,
+        layers: Option<Vec<String>>,
+        stray_writes: bool,
+        analyses: &mut [&mut (dyn Analysis + Send)],
+    ) -> Result<ModelOutcome> {
+        let image = self.image;
+        let layout = self.layout()?;
+        let mailbox_len = tflm::MEMTRACE_TFLM_WORDS as u64 * 4;
+        let summary = trace_with(
+            image,
+            TraceOptions {
+                layers,
+                max_instructions: self.max_instructions,
+                access,
+                preload: layout.preload,
+                readback: vec![(layout.job_at, mailbox_len), (layout.io.at, layout.io.len)],
+                stray_writes,
+                ..TraceOptions::default()
+            },
+            analyses,
+        )?;
+        if summary.exit_code != 0 {
+            bail!(
+                "TFLM {}",
+                crate::common::exit_text(
+                    summary.exit_code,
+                    summary.exit_reason.as_deref(),
+                    "2: bad job, 3: bad model, 4: AllocateTensors failed, 5: Invoke failed, \
+                     6: inputs or outputs do not fit; docs/protocol.md, \"The TFLM runner\""
+                )
+            );
+        }
+        let result = TflmResult::decode(&summary.memory[0], &summary.memory[1])
+            .map_err(|e| failed!("{}: {e}", image.path.display()))?;
+        if result.stage != tflm::TFLM_STAGE_INVOKED {
+            bail!(
+                "the TFLM runner exited without finishing (stage {})",
+                result.stage
+            );
+        }
+        Ok(ModelOutcome {
+            result,
+            summary,
+            arena_at: layout.arena.at,
+            arena_bytes: layout.arena_bytes,
+        })
+    }
+}
+
+/// Seeded bytes for every graph input, concatenated in order (the same
+/// generator as the executor's inputs, `verify::lower::synth_values`).
+pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
+    let mut rng = Rng::new(seed ^ 0x5446_4C4D);
+    let mut out = Vec::new();
+    for &t in &graph.inputs {
+        let tensor = &graph.tensors[t];
+        let (Some(dtype), Some(bytes)) = (tensor.dtype, tensor.bytes) else {
+            bail!(
+                "graph input `{}` has type {} and shape {:?}: memtrace cannot generate its data \
+                 (pass --input)",
+                graph.tensor_name(t),
+                tensor.type_name,
+                tensor.shape
+            );
+        };
+        let n = (bytes / dtype.size().max(1)) as usize;
+        out.extend(synth_values(&mut rng, dtype, n));
+    }
+    Ok(out)
+}
+
+/// Bytes of all graph inputs together, or an error naming the input whose
+/// size is unknown.
+pub fn input_bytes(graph: &TfliteGraph) -> Result<u64> {
+    graph.inputs.iter().try_fold(0u64, |acc, &t| {
+        graph.tensors[t].bytes.map(|b| acc + b).ok_or_else(|| {
+            failed!(
+                "graph input `{}` has no fixed size (shape {:?})",
+                graph.tensor_name(t),
+                graph.tensors[t].shape
+            )
+        })
+    })
+}
+
+/// Monotone O_s per operator index from a run's layers: the first arena
+/// input against the first output. An operator with more activation inputs
+/// than the trace pairs with its output (other than CONCATENATION, whose
+/// later inputs never overlap) gets none.
+pub fn traced_overlaps(layers: &[LayerReport]) -> TracedOverlaps {
+    let mut traced = TracedOverlaps::default();
+    for l in layers {
+        let Some(op) = op_index(&l.params) else {
+            continue;
+        };
+        let inputs = l.buffers.iter().filter(|b| b.role == Role::Input).count();
+        let paired = usize::from(l.overlap.is_some()) + usize::from(l.input2_overlap.is_some());
+        if inputs > paired && l.op != "CONCATENATION" {
+            continue;
+        }
+        let values = [&l.overlap, &l.input2_overlap];
+        let first = match l.op.as_str() {
+            "CONCATENATION" => l.overlap.as_ref().map(|o| o.monotone_bytes),
+            _ => values
+                .iter()
+                .filter_map(|o| o.as_ref().map(|o| o.monotone_bytes))
+                .min(),
+        };
+        if let Some(v) = first {
+            traced.by_op.insert(op, v);
+        }
+    }
+    traced
+}
+
+/// Every operator of `model` traced on `image` (O_s, counts; no weights
+/// declared): the runner's answer and the layers.
+pub fn trace_layers(
+    image: &ElfImage,
+    model: &[u8],
+    inputs: &[u8],
+    max_instructions: u64,
+) -> Result<(TflmResult, Vec<LayerReport>)> {
+    let mut stats = LayerStats::default();
+    let outcome = ModelRun {
+        image,
+        model,
+        inputs,
+        arena_bytes: None,
+        layers: true,
+        weights: false,
+        max_instructions,
+    }
+    .trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
+    Ok((outcome.result, stats.layers))
+}
+
+/// Scratch bytes per operator, as TFLM gave them.
+pub fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
+    let mut needs = vec![0u64; ops];
+    for s in &result.scratch {
+        if let Some(n) = needs.get_mut(s.op as usize) {
+            *n += s.bytes;
+        }
+    }
+    needs
+}
+
+/// What a plan for real TFLM takes from one traced run of the model: the
+/// scratch bytes TFLM gave each operator and each operator's traced O_s.
+pub struct PlanInputs {
+    /// Scratch bytes per operator.
+    pub scratch: Vec<u64>,
+    /// Monotone O_s per operator.
+    pub overlaps: TracedOverlaps,
+}
+
+/// Traces `model` (a `.tflite` or `zoo:NAME`, `ops` operators) on the
+/// Cortex-M4 runner of `kernels` with seeded inputs (seed 1).
+pub fn plan_inputs(model: &str, ops: usize, kernels: Kernels) -> Result<PlanInputs> {
+    let bytes = crate::verify_tflm::model_bytes(model, 1)?;
+    let graph = memtrace_analyzer::model::graph::read_graph(&bytes)?;
+    let inputs = seeded_inputs(&graph, 1)?;
+    let image = load_runner(&runner_path(Arch::CortexM4, kernels, None)?)?;
+    let (result, layers) = trace_layers(&image, &bytes, &inputs, 200_000_000_000)?;
+    Ok(PlanInputs {
+        scratch: scratch_needs(&result, ops),
+        overlaps: traced_overlaps(&layers),
+    })
+}

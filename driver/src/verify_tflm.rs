@@ -1,0 +1,485 @@
+//! `memtrace verify --runtime tflm`: a plan proven on real TensorFlow Lite
+//! Micro in the emulator, with TFLM's own allocator and kernels.
+//!
+//! 1. The reference run: TFLM lays out the arena with its own greedy planner
+//!    and runs the model; a shadow map watches every arena byte, and each
+//!    operator's O_s is traced on the way (the `traced` source, from this
+//!    kernel build or from `--overlap-from`'s).
+//! 2. memtrace plans the model (with the scratch buffers TFLM gave each
+//!    operator) and writes the plan into a copy of the model as
+//!    `OfflineMemoryAllocation`.
+//! 3. The plan run: TFLM honours the offline plan; the shadow map finds any
+//!    read of a byte that no longer holds its tensor, and the outputs must be
+//!    bit-exact with the reference run's — and with PyPI `tflite-micro` on
+//!    the host when it is installed ([`crate::oracle`]).
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use memtrace_abi::tflm::{op_index, LOAD_INPUT};
+use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::model::graph::{read_graph, TfliteGraph};
+use memtrace_analyzer::model::{self, tflite, Model};
+use memtrace_analyzer::planner::{self, Overlaps, PlanOptions};
+use memtrace_analyzer::report::LayerReport;
+use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_analyzer::verify::{digest, Clobber, ShadowMap};
+use memtrace_tracer::{AccessPath, ElfImage};
+
+use crate::error::{Context, Result};
+use crate::oracle::{self, OracleComparison};
+use crate::tflm::{
+    input_bytes, load_runner, runner_path, scratch_needs, seeded_inputs, trace_layers,
+    traced_overlaps, ModelRun,
+};
+use crate::verify::VerifyOptions;
+use crate::{bail, failed};
+
+/// What runs the model in `verify`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Runtime {
+    /// memtrace's executor: operators lowered by memtrace, tensors placed
+    /// by memtrace (every memtrace operator, TinySeg's spill and fetch
+    /// included).
+    #[default]
+    Executor,
+    /// Real TensorFlow Lite Micro: its `MicroInterpreter`, allocator and
+    /// kernels, the plan given as `OfflineMemoryAllocation`.
+    Tflm,
+}
+
+/// One run of TFLM in a verification.
+#[derive(Debug, Clone, Serialize)]
+pub struct TflmRunReport {
+    /// Who placed the tensors: `tflm` (TFLM's own greedy planner) or the
+    /// memtrace planner whose plan TFLM honoured.
+    pub planner: String,
+    /// O_s source of the plan (`none` for TFLM's own).
+    pub overlap: String,
+    /// The arena memtrace's plan needs (for TFLM's own plan: memtrace's
+    /// `tflm-greedy` prediction of it).
+    pub planned_bytes: u64,
+    /// `MicroInterpreter::arena_used_bytes()`.
+    pub arena_used_bytes: u64,
+    /// The head TFLM used: planned tensors and scratch buffers.
+    pub head_bytes: u64,
+    /// The tail TFLM used: persistent buffers.
+    pub tail_bytes: u64,
+    /// Clobbered reads found in this run.
+    pub clobbers: usize,
+    /// Guest instructions of the whole run.
+    pub instructions: u64,
+    /// Wall-clock seconds of the traced run.
+    pub seconds: f64,
+}
+
+/// An operator's O_s as traced on TFLM.
+#[derive(Debug, Clone, Serialize)]
+pub struct TflmOpOverlap {
+    /// Operator index in the model.
+    pub index: usize,
+    /// TFLM's operator name.
+    pub op: String,
+    /// Its first output tensor.
+    pub output: String,
+    /// The input whose O_s was traced (the first arena input).
+    pub input: Option<String>,
+    /// Monotone O_s in bytes (what the planner credits).
+    pub monotone_bytes: Option<u64>,
+    /// Exact O_s in bytes.
+    pub exact_bytes: Option<u64>,
+}
+
+/// What `verify --runtime tflm` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct TflmVerifyReport {
+    /// The model.
+    pub model: String,
+    /// Always `tflm`: the runtime the plan was proven on.
+    pub runtime: &'static str,
+    /// Runner architecture.
+    pub target: String,
+    /// TFLM's kernels in both runs.
+    pub kernels: String,
+    /// Kernels whose traces gave the plan's traced O_s.
+    pub overlap_kernels: String,
+    /// Seed of the generated input.
+    pub seed: u64,
+    /// TFLM's own plan.
+    pub reference: TflmRunReport,
+    /// memtrace's plan, run by TFLM as `OfflineMemoryAllocation`.
+    pub plan: TflmRunReport,
+    /// Clobbered reads of the plan run.
+    pub clobbers: Vec<Clobber>,
+    /// The plan run's outputs equal the reference run's.
+    pub bit_exact: bool,
+    /// Output bytes that differ.
+    pub mismatched_bytes: u64,
+    /// Bytes of all graph outputs.
+    pub output_bytes: u64,
+    /// Digest of the reference run's outputs.
+    pub output_digest: String,
+    /// The reference run's outputs, hex.
+    pub output_hex: String,
+    /// The same model and input in PyPI `tflite-micro` on the host.
+    pub oracle: Option<OracleComparison>,
+    /// Every operator's traced O_s.
+    pub traced_overlaps: Vec<TflmOpOverlap>,
+    /// Wall-clock seconds of the whole verification.
+    pub seconds: f64,
+}
+
+impl TflmVerifyReport {
+    /// Clean (no clobber), bit-exact, and equal to the host oracle if it ran.
+    pub fn ok(&self) -> bool {
+        self.clobbers.is_empty()
+            && self.bit_exact
+            && self.oracle.as_ref().is_none_or(|o| o.agrees())
+    }
+
+    /// The human-readable report.
+    pub fn to_text(&self) -> String {
+        let mut s = format!(
+            "{} on real TFLM ({} kernels, {}), seed {}\n",
+            self.model, self.kernels, self.target, self.seed
+        );
+        s += &format!(
+            "{:<28} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}\n",
+            "run", "planned B", "TFLM used B", "head B", "tail B", "clobbers", "instructions"
+        );
+        for r in [&self.reference, &self.plan] {
+            s += &format!(
+                "{:<28} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}\n",
+                format!("{} ({})", r.planner, r.overlap),
+                r.planned_bytes,
+                r.arena_used_bytes,
+                r.head_bytes,
+                r.tail_bytes,
+                r.clobbers,
+                r.instructions
+            );
+        }
+        for c in &self.clobbers {
+            s += &format!(
+                "CLOBBER: operator `{}` read `{}` at byte {} ({} B), overwritten by {}\n",
+                c.op,
+                c.tensor,
+                c.offset,
+                c.bytes,
+                c.overwritten_by
+                    .as_ref()
+                    .map(|w| format!("`{}` of operator `{}`", w.tensor, w.op))
+                    .unwrap_or_else(|| "nothing (never written)".into())
+            );
+        }
+        s += &format!(
+            "outputs: {} B, {} (plan vs TFLM's own plan: {} B differ)\n",
+            self.output_bytes,
+            if self.bit_exact {
+                "bit-exact"
+            } else {
+                "DIFFERENT"
+            },
+            self.mismatched_bytes
+        );
+        match &self.oracle {
+            Some(o) => {
+                s += &format!(
+                    "host oracle (PyPI tflite-micro {}): {} ({} B differ)\n",
+                    o.version,
+                    if o.bit_exact {
+                        "bit-exact"
+                    } else {
+                        "DIFFERENT"
+                    },
+                    o.mismatched_bytes
+                )
+            }
+            None => {
+                s +=
+                    "host oracle: not run (no Python with tflite-micro; set MEMTRACE_TFLM_PYTHON)\n"
+            }
+        }
+        s += &format!("result: {}\n", if self.ok() { "OK" } else { "FAILED" });
+        s
+    }
+}
+
+/// The `.tflite` bytes of `MODEL.tflite` or `zoo:NAME` (the zoo model with
+/// verify's seeded weights).
+pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
+    Ok(match arg.strip_prefix("zoo:") {
+        Some(_) => {
+            let m = model::load(arg).with_context(|| format!("loading {arg}"))?;
+            to_tflite(&materialize(&m, seed))?
+        }
+        None => memtrace_analyzer::input::read_limited(
+            std::path::Path::new(arg),
+            memtrace_analyzer::input::MAX_TFLITE_FILE,
+            ".tflite models",
+        )?,
+    })
+}
+
+/// A traced TFLM run with the shadow map and per-operator O_s.
+struct ShadowRun {
+    result: memtrace_abi::tflm::TflmResult,
+    shadow: ShadowMap,
+    layers: Vec<LayerReport>,
+    instructions: u64,
+    seconds: f64,
+}
+
+/// Runs `model` on `image` with a shadow map over the first `watch` bytes
+/// of the arena (TFLM's head starts at the arena's start).
+fn shadow_run(
+    image: &ElfImage,
+    model: &[u8],
+    inputs: &[u8],
+    watch: u64,
+    output_readers: &[String],
+    max_instructions: u64,
+) -> Result<ShadowRun> {
+    let arena_at = image
+        .symbol(memtrace_abi::tflm::symbols::ARENA)
+        .ok_or_else(|| failed!("{} has no arena", image.path.display()))?
+        .address;
+    let started = Instant::now();
+    let mut shadow = ShadowMap::new(arena_at, watch).with_output_readers(output_readers.to_vec());
+    let mut stats = LayerStats::default();
+    let run = ModelRun {
+        image,
+        model,
+        inputs,
+        arena_bytes: None,
+        layers: true,
+        weights: false,
+        max_instructions,
+    };
+    let outcome = run.trace(
+        AccessPath::Mmio,
+        None,
+        false,
+        &mut [&mut shadow, &mut stats],
+    )?;
+    let r = &outcome.result;
+    if r.head_offset + r.head_bytes > watch {
+        bail!(
+            "TFLM's head ({} B at arena offset {}) outgrew the shadow map ({watch} B)",
+            r.head_bytes,
+            r.head_offset
+        );
+    }
+    Ok(ShadowRun {
+        result: outcome.result,
+        shadow,
+        layers: stats.layers,
+        instructions: outcome.summary.instructions,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
+fn greedy_prediction(model: &Model) -> Result<u64> {
+    let plan = crate::placement::greedy(model)?;
+    Ok(crate::placement::arena_of(&plan, model))
+}
+
+/// The graph inputs' bytes: `--input` (all inputs, concatenated) or seeded.
+fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
+    match &req.input {
+        Some(p) => {
+            let data = memtrace_analyzer::input::read_limited(
+                p,
+                memtrace_analyzer::input::MAX_INPUT_FILE,
+                "--input files",
+            )?;
+            let want = input_bytes(graph)?;
+            if data.len() as u64 != want {
+                bail!(
+                    "--input has {} bytes; the graph inputs need {want}",
+                    data.len()
+                );
+            }
+            Ok(data)
+        }
+        None => seeded_inputs(graph, req.seed),
+    }
+}
+
+/// Verifies a plan on real TFLM (see the module docs).
+pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
+    let started = Instant::now();
+    if req.plan.is_some() {
+        bail!("--plan with --runtime tflm is not supported yet: give a planner");
+    }
+    let bytes = model_bytes(&req.model, req.seed)?;
+    let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
+    if graph.outputs.is_empty() {
+        bail!(
+            "{} has no graph outputs: there is nothing to compare",
+            req.model
+        );
+    }
+    let name = req
+        .model
+        .rsplit('/')
+        .next()
+        .unwrap_or(&req.model)
+        .to_string();
+    let model =
+        tflite::import_bytes(&name, &bytes).with_context(|| format!("planning {}", req.model))?;
+    let inputs = inputs_of(req, &graph)?;
+    let path = runner_path(req.target, req.kernels, req.executor.as_deref())?;
+    let image = load_runner(&path)?;
+    if image.arch != req.target {
+        bail!(
+            "{} is a {} runner but --target is {}",
+            path.display(),
+            image.arch.name(),
+            req.target.name()
+        );
+    }
+
+    // 1. TFLM's own plan.
+    let predicted = greedy_prediction(&model.with_reference_scratch())?;
+    let watch = |planned: u64| (planned * 2 + (1 << 20)).next_multiple_of(4096);
+    let reference = shadow_run(
+        &image,
+        &bytes,
+        &inputs,
+        watch(predicted),
+        &[],
+        req.max_instructions,
+    )?;
+    if !reference.shadow.clobbers.is_empty() {
+        bail!(
+            "TFLM's own plan clobbers ({} reads): the shadow map or the runner is wrong",
+            reference.shadow.clobbers.len()
+        );
+    }
+    let readers: Vec<String> = reference
+        .shadow
+        .layers
+        .iter()
+        .filter(|l| l.reads_output)
+        .map(|l| l.name.clone())
+        .collect();
+    let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
+    let source_layers = if overlap_kernels == req.kernels {
+        reference.layers.clone()
+    } else {
+        let other = load_runner(&runner_path(req.target, overlap_kernels, None)?)?;
+        trace_layers(&other, &bytes, &inputs, req.max_instructions)?.1
+    };
+
+    // 2. memtrace's plan, with TFLM's scratch buffers as tensors.
+    let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
+    let traced = traced_overlaps(&source_layers);
+    let overlaps = match req.overlap.method() {
+        None => Overlaps::compute(&planned_model, &traced),
+        Some(method) => Overlaps::compute(&planned_model, &method),
+    };
+    let plan = planner::run(
+        &planned_model,
+        req.planner,
+        &overlaps,
+        &PlanOptions::default(),
+    )?;
+    if plan.tensors.is_empty() {
+        bail!(
+            "planner {} does not apply to this model: {}",
+            req.planner.name(),
+            plan.note.clone().unwrap_or_default()
+        );
+    }
+    if plan.order.iter().enumerate().any(|(i, &op)| i != op) {
+        bail!(
+            "planner {} reorders operators; TFLM runs them in the model's order, so its plan \
+             cannot be given to TFLM",
+            req.planner.name()
+        );
+    }
+    let mut offsets = plan.offline_offsets(&planned_model);
+    offsets.truncate(graph.tensors.len());
+    let planned_bytes = crate::placement::arena_of(&plan, &planned_model);
+    let offline = tflite::emit_offline(&bytes, &offsets)?;
+
+    // 3. TFLM runs memtrace's plan.
+    let planned = shadow_run(
+        &image,
+        &offline.bytes,
+        &inputs,
+        watch(planned_bytes.max(reference.result.head_bytes)),
+        &readers,
+        req.max_instructions,
+    )?;
+    let a = &reference.result.output_bytes;
+    let b = &planned.result.output_bytes;
+    let mismatched = a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
+        + (a.len() as i64 - b.len() as i64).unsigned_abs();
+    let oracle = oracle::compare(&bytes, graph.inputs.len(), graph.outputs.len(), &inputs, a)?;
+    let run_report =
+        |r: &ShadowRun, planner: String, overlap: String, planned: u64| TflmRunReport {
+            planner,
+            overlap,
+            planned_bytes: planned,
+            arena_used_bytes: r.result.arena_used_bytes,
+            head_bytes: r.result.head_bytes,
+            tail_bytes: r.result.tail_bytes,
+            clobbers: r.shadow.clobbers.len(),
+            instructions: r.instructions,
+            seconds: r.seconds,
+        };
+    let traced_report = op_overlaps(&graph, &source_layers);
+    Ok(TflmVerifyReport {
+        model: req.model.clone(),
+        runtime: "tflm",
+        target: req.target.name().into(),
+        kernels: req.kernels.name().into(),
+        overlap_kernels: overlap_kernels.name().into(),
+        seed: req.seed,
+        reference: run_report(&reference, "tflm".into(), "none".into(), predicted),
+        plan: run_report(
+            &planned,
+            req.planner.name().into(),
+            plan.overlap.clone(),
+            planned_bytes,
+        ),
+        clobbers: planned.shadow.clobbers.clone(),
+        bit_exact: mismatched == 0,
+        mismatched_bytes: mismatched,
+        output_bytes: a.len() as u64,
+        output_digest: digest(a),
+        output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
+        oracle,
+        traced_overlaps: traced_report,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The traced O_s of every operator, for the report.
+fn op_overlaps(graph: &TfliteGraph, layers: &[LayerReport]) -> Vec<TflmOpOverlap> {
+    layers
+        .iter()
+        .filter(|l| l.name != LOAD_INPUT)
+        .filter_map(|l| {
+            let index = op_index(&l.params)?;
+            let op = graph.ops.get(index)?;
+            Some(TflmOpOverlap {
+                index,
+                op: op.name.clone(),
+                output: op
+                    .outputs
+                    .first()
+                    .map(|&t| graph.tensor_name(t as usize))
+                    .unwrap_or_default(),
+                input: l.overlap.as_ref().map(|o| o.input.clone()),
+                monotone_bytes: l.overlap.as_ref().map(|o| o.monotone_bytes),
+                exact_bytes: l.overlap.as_ref().map(|o| o.exact_bytes),
+            })
+        })
+        .collect()
+}
