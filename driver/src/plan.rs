@@ -116,9 +116,13 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
     if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
-    let model = model::load(&req.model)
-        .with_context(|| format!("loading {}", req.model))?
-        .with_transpose_conv_accumulator(req.accumulator);
+    let model = match req.runtime {
+        Runtime::Tflm => crate::verify_tflm::load_for_tflm(&req.model)?,
+        Runtime::Executor => {
+            model::load(&req.model).with_context(|| format!("loading {}", req.model))?
+        }
+    }
+    .with_transpose_conv_accumulator(req.accumulator);
     let file_tensors = model.tensors.len();
     let (model, overlaps) = match req.runtime {
         Runtime::Tflm => {
@@ -138,6 +142,8 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
     };
     let opts = PlanOptions {
         alignment: req.alignment.max(1),
+        // TFLM runs the operators in the model's order.
+        model_order_only: req.runtime == Runtime::Tflm,
         ..PlanOptions::default()
     };
     if req.planner == Some(PlannerKind::Tinyseg) {

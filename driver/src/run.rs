@@ -313,7 +313,7 @@ fn attach_model_specs(path: &std::path::Path, model: &[u8], layers: &mut [LayerR
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let Ok(model) = memtrace_analyzer::model::tflite::import_bytes(&name, model) else {
+    let Ok(model) = memtrace_analyzer::model::tflite::import_for_tflm(&name, model) else {
         return;
     };
     for layer in layers {

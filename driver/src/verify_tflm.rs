@@ -92,6 +92,21 @@ pub struct TflmOpOverlap {
     pub exact_bytes: Option<u64>,
 }
 
+/// Where a tensor was planned and where TFLM put it in the plan run.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorPlacement {
+    /// Tensor name.
+    pub name: String,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Offset in memtrace's plan.
+    pub planned_offset: Option<u64>,
+    /// Offset from the arena head TFLM used in the plan run.
+    pub tflm_offset: Option<u64>,
+    /// Offset in TFLM's own plan (the reference run).
+    pub reference_offset: Option<u64>,
+}
+
 /// What `verify --runtime tflm` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct TflmVerifyReport {
@@ -127,6 +142,8 @@ pub struct TflmVerifyReport {
     pub oracle: Option<OracleComparison>,
     /// Every operator's traced O_s.
     pub traced_overlaps: Vec<TflmOpOverlap>,
+    /// Every arena tensor: planned offset and where TFLM put it.
+    pub tensors: Vec<TensorPlacement>,
     /// Wall-clock seconds of the whole verification.
     pub seconds: f64,
 }
@@ -220,6 +237,23 @@ pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
             memtrace_analyzer::input::MAX_TFLITE_FILE,
             ".tflite models",
         )?,
+    })
+}
+
+/// The model of `MODEL.tflite` or `zoo:NAME` for planning on real TFLM:
+/// operators memtrace does not model are opaque nodes
+/// ([`tflite::import_for_tflm`]).
+pub fn load_for_tflm(arg: &str) -> Result<Model> {
+    Ok(match arg.strip_prefix("zoo:") {
+        Some(_) => model::load(arg)?,
+        None => {
+            let bytes = model_bytes(arg, 1)?;
+            let name = std::path::Path::new(arg)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into());
+            tflite::import_for_tflm(&name, &bytes).with_context(|| format!("loading {arg}"))?
+        }
     })
 }
 
@@ -329,8 +363,11 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         .next()
         .unwrap_or(&req.model)
         .to_string();
-    let model =
-        tflite::import_bytes(&name, &bytes).with_context(|| format!("planning {}", req.model))?;
+    let model = match req.model.strip_prefix("zoo:") {
+        Some(_) => model::load(&req.model)?,
+        None => tflite::import_for_tflm(&name, &bytes)
+            .with_context(|| format!("planning {}", req.model))?,
+    };
     let inputs = inputs_of(req, &graph)?;
     let path = runner_path(req.target, req.kernels, req.executor.as_deref())?;
     let image = load_runner(&path)?;
@@ -344,13 +381,14 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     }
 
     // 1. TFLM's own plan.
-    let predicted = greedy_prediction(&model.with_reference_scratch())?;
+    // The shadow map's extent, before TFLM has said what its scratch is.
+    let estimate = greedy_prediction(&model.with_reference_scratch())?;
     let watch = |planned: u64| (planned * 2 + (1 << 20)).next_multiple_of(4096);
     let reference = shadow_run(
         &image,
         &bytes,
         &inputs,
-        watch(predicted),
+        watch(estimate),
         &[],
         req.max_instructions,
     )?;
@@ -377,17 +415,19 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
 
     // 2. memtrace's plan, with TFLM's scratch buffers as tensors.
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
+    // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
+    let predicted = greedy_prediction(&planned_model)?;
     let traced = traced_overlaps(&source_layers);
     let overlaps = match req.overlap.method() {
         None => Overlaps::compute(&planned_model, &traced),
         Some(method) => Overlaps::compute(&planned_model, &method),
     };
-    let plan = planner::run(
-        &planned_model,
-        req.planner,
-        &overlaps,
-        &PlanOptions::default(),
-    )?;
+    // TFLM runs the operators in the model's order: plan that order only.
+    let options = PlanOptions {
+        model_order_only: true,
+        ..PlanOptions::default()
+    };
+    let plan = planner::run(&planned_model, req.planner, &overlaps, &options)?;
     if plan.tensors.is_empty() {
         bail!(
             "planner {} does not apply to this model: {}",
@@ -434,6 +474,22 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             seconds: r.seconds,
         };
     let traced_report = op_overlaps(&graph, &source_layers);
+    let head_offset = |r: &ShadowRun, t: usize| match r.result.tensors.get(t).map(|p| p.placement) {
+        Some(memtrace_abi::tflm::Placement::Arena { offset }) => {
+            offset.checked_sub(r.result.head_offset)
+        }
+        _ => None,
+    };
+    let tensors = (0..graph.tensors.len())
+        .filter(|&t| offsets[t] >= 0 || head_offset(&reference, t).is_some())
+        .map(|t| TensorPlacement {
+            name: graph.tensor_name(t),
+            bytes: graph.tensors[t].bytes.unwrap_or(0),
+            planned_offset: u64::try_from(offsets[t]).ok(),
+            tflm_offset: head_offset(&planned, t),
+            reference_offset: head_offset(&reference, t),
+        })
+        .collect();
     Ok(TflmVerifyReport {
         model: req.model.clone(),
         runtime: "tflm",
@@ -456,6 +512,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
         oracle,
         traced_overlaps: traced_report,
+        tensors,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -164,14 +164,25 @@ struct Pending {
 Pending g_pending[kMaxDeclared];
 int g_n_pending;
 
-// "Each tensor once", and never two overlapping buffers (the tracer rejects
-// them; two constant tensors may share one model buffer).
-bool overlaps_pending(int tensor, const void *data, size_t bytes) {
+// Whether one buffer of the pair is the input and the other the output: the
+// one overlap the tracer accepts, which a DMO plan creates on purpose.
+bool input_output_pair(uint32_t a, uint32_t b) {
+    return (a == MEMTRACE_ROLE_INPUT && b == MEMTRACE_ROLE_OUTPUT) ||
+           (a == MEMTRACE_ROLE_OUTPUT && b == MEMTRACE_ROLE_INPUT);
+}
+
+// "Each tensor once", and no two overlapping buffers other than an input
+// and the output (the tracer rejects them; two constant tensors may share
+// one model buffer).
+bool overlaps_pending(int tensor, uint32_t role, const void *data, size_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(data);
     for (int i = 0; i < g_n_pending; ++i) {
         const Pending &d = g_pending[i];
         const uintptr_t b = reinterpret_cast<uintptr_t>(d.base);
-        if ((tensor >= 0 && d.tensor == tensor) || (a < b + d.bytes && b < a + bytes)) {
+        if (tensor >= 0 && d.tensor == tensor) {
+            return true;
+        }
+        if (a < b + d.bytes && b < a + bytes && !input_output_pair(role, d.role)) {
             return true;
         }
     }
@@ -181,7 +192,7 @@ bool overlaps_pending(int tensor, const void *data, size_t bytes) {
 void declare(uint32_t id, uint32_t role, int tensor, const void *data, size_t bytes, uint32_t elem,
              const char *scratch_name) {
     if (data == nullptr || bytes == 0 || g_n_pending == kMaxDeclared ||
-        overlaps_pending(tensor, data, bytes)) {
+        overlaps_pending(tensor, role, data, bytes)) {
         return;
     }
     char *name = g_buffer_names[g_n_pending];

@@ -203,6 +203,12 @@ pub enum OpKind {
     /// TinySeg `Fetching` fused with a `CONCATENATION`: concatenates its
     /// inputs along `axis`, at least one of which is a storage tensor.
     FetchConcat,
+    /// Any other TFLite operator (builtin or custom), imported for real TFLM
+    /// only ([`tflite::import_for_tflm`]): planned from its tensors'
+    /// lifetimes, overlapped only where a trace on TFLM proves it, never
+    /// lowered to memtrace's executor. Its TFLite name is the graph's
+    /// ([`graph::GraphOp::name`]).
+    Other,
     /// TinySeg `FetchingConv2D`: a `CONV_2D` whose input is the
     /// concatenation along `axis` of its leading non-constant inputs (one or
     /// two, at least one in storage), read in place and never materialised;
@@ -241,6 +247,7 @@ impl OpKind {
             OpKind::Fetch => "FETCH",
             OpKind::FetchConcat => "FETCH_CONCAT",
             OpKind::FetchConv2d => "FETCH_CONV_2D",
+            OpKind::Other => "OTHER",
         }
     }
 
@@ -799,6 +806,8 @@ impl Model {
             | OpKind::Fetch
             | OpKind::FetchConcat
             | OpKind::FetchConv2d => self.check_tinyseg_op(op),
+            // TFLM prepares it and says what it rejects.
+            OpKind::Other => Ok(()),
             OpKind::Concatenation => {
                 let inputs = (0..op.inputs.len())
                     .map(|k| input(k, "input"))

@@ -133,8 +133,20 @@ fn positive(v: i32, what: &str, op: usize) -> Result<u32, ModelError> {
     }
 }
 
-/// Parses `.tflite` bytes (subgraph 0, the main graph).
+/// Parses `.tflite` bytes (subgraph 0, the main graph); an operator memtrace
+/// does not model is an error naming it.
 pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
+    import_with(name, bytes, false)
+}
+
+/// Parses `.tflite` bytes for planning on real TFLM: an operator memtrace
+/// does not model becomes an [`OpKind::Other`] node (TFLM runs it; the
+/// planners need only its tensors' lifetimes, and a trace on TFLM its O_s).
+pub fn import_for_tflm(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
+    import_with(name, bytes, true)
+}
+
+fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelError> {
     let model =
         <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
     // Decode everything once, including parts memtrace does not use (other
@@ -309,40 +321,11 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
                     ))
                 })?
                 .map_err(fb_err(format!("operator code {code_index}")))?;
-            // TFLM's GetBuiltinCode: the larger of the two fields (files from
-            // before schema 3a only set the deprecated byte).
-            let deprecated = code
-                .deprecated_builtin_code()
-                .map_err(fb_err(format!("operator code {code_index}")))?;
-            let builtin = match code.builtin_code() {
-                Ok(b) => b as i32,
-                Err(e) => {
-                    return Err(ModelError::UnsupportedOp {
-                        index: i,
-                        name: format!("with an unknown builtin code ({e})"),
-                    })
-                }
+            let kind = match operator_kind(&code, i) {
+                Ok(kind) => kind,
+                Err(_) if opaque => OpKind::Other,
+                Err(e) => return Err(e),
             };
-            let raw = builtin.max(deprecated as i32);
-            let builtin =
-                fb::BuiltinOperator::try_from(raw).map_err(|_| ModelError::UnsupportedOp {
-                    index: i,
-                    name: format!("with unknown builtin code {raw}"),
-                })?;
-            if builtin == fb::BuiltinOperator::Custom {
-                let custom = code.custom_code().ok().flatten().unwrap_or("?");
-                return Err(ModelError::UnsupportedOp {
-                    index: i,
-                    name: format!("CUSTOM `{custom}`"),
-                });
-            }
-            let kind = op_kind(builtin).ok_or_else(|| ModelError::UnsupportedOp {
-                index: i,
-                name: format!(
-                    "{} (builtin code {raw})",
-                    builtin_name(&format!("{builtin:?}"))
-                ),
-            })?;
             let inputs = index_list(
                 op.inputs()
                     .map_err(fb_err(format!("operator {i} inputs")))?,
@@ -381,6 +364,45 @@ pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
     model.validate()?;
     model.check_shapes()?;
     Ok(model)
+}
+
+/// The kind of an operator code, or an error naming the operator memtrace
+/// does not model.
+fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, ModelError> {
+    // TFLM's GetBuiltinCode: the larger of the two fields (files from
+    // before schema 3a only set the deprecated byte).
+    let deprecated = code
+        .deprecated_builtin_code()
+        .map_err(fb_err(format!("operator {i} code")))?;
+    let builtin = match code.builtin_code() {
+        Ok(b) => b as i32,
+        Err(e) => {
+            return Err(ModelError::UnsupportedOp {
+                index: i,
+                name: format!("with an unknown builtin code ({e})"),
+            })
+        }
+    };
+    let raw = builtin.max(deprecated as i32);
+    let builtin =
+        fb::BuiltinOperator::try_from(raw).map_err(|_| ModelError::UnsupportedOp {
+            index: i,
+            name: format!("with unknown builtin code {raw}"),
+        })?;
+    if builtin == fb::BuiltinOperator::Custom {
+        let custom = code.custom_code().ok().flatten().unwrap_or("?");
+        return Err(ModelError::UnsupportedOp {
+            index: i,
+            name: format!("CUSTOM `{custom}`"),
+        });
+    }
+    op_kind(builtin).ok_or_else(|| ModelError::UnsupportedOp {
+        index: i,
+        name: format!(
+            "{} (builtin code {raw})",
+            builtin_name(&format!("{builtin:?}"))
+        ),
+    })
 }
 
 fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOptions, ModelError> {

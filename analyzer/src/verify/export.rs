@@ -22,7 +22,8 @@ fn tensor_type(d: DataType) -> fb::TensorType {
 }
 
 /// The TFLite builtin of `k`; `None` for TinySeg's operators, which have
-/// none.
+/// none, and for `Other`, whose builtin memtrace does not keep (only the TFLM
+/// runtime runs such a model, from its own file).
 fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
     use fb::BuiltinOperator as B;
     Some(match k {
@@ -52,7 +53,8 @@ fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
         | OpKind::SpillKeep
         | OpKind::Fetch
         | OpKind::FetchConcat
-        | OpKind::FetchConv2d => return None,
+        | OpKind::FetchConv2d
+        | OpKind::Other => return None,
     })
 }
 
