@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use memtrace_abi::tflm::{op_index, LOAD_INPUT};
+use memtrace_abi::tflm::{op_index, Placement, TflmResult, LOAD_INPUT};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::model::graph::{read_graph, TfliteGraph};
 use memtrace_analyzer::model::{self, tflite, Model};
@@ -30,8 +30,7 @@ use memtrace_tracer::{AccessPath, ElfImage};
 use crate::error::{Context, Result};
 use crate::oracle::{self, OracleComparison};
 use crate::tflm::{
-    input_bytes, load_runner, runner_path, scratch_needs, seeded_inputs, trace_layers,
-    traced_overlaps, ModelRun,
+    input_bytes, load_runner, runner_path, scratch_needs, seeded_inputs, trace_layers, ModelRun,
 };
 use crate::verify::VerifyOptions;
 use crate::{bail, failed};
@@ -346,9 +345,6 @@ fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
 /// Verifies a plan on real TFLM (see the module docs).
 pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let started = Instant::now();
-    if req.plan.is_some() {
-        bail!("--plan with --runtime tflm is not supported yet: give a planner");
-    }
     let bytes = model_bytes(&req.model, req.seed)?;
     let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
     if graph.outputs.is_empty() {
@@ -417,34 +413,22 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
-    let traced = traced_overlaps(&source_layers);
-    let overlaps = match req.overlap.method() {
-        None => Overlaps::compute(&planned_model, &traced),
-        Some(method) => Overlaps::compute(&planned_model, &method),
+    let under_test = match &req.plan {
+        Some(path) => {
+            let reference_offsets: Vec<Option<u64>> = (0..planned_model.tensors.len())
+                .map(|t| head_offset(&reference.result, t))
+                .collect();
+            plan_from_file(path, &planned_model, &reference_offsets)?
+        }
+        None => plan_from_planner(
+            req,
+            &planned_model,
+            &crate::tflm::traced_overlaps(&source_layers),
+        )?,
     };
-    // TFLM runs the operators in the model's order: plan that order only.
-    let options = PlanOptions {
-        model_order_only: true,
-        ..PlanOptions::default()
-    };
-    let plan = planner::run(&planned_model, req.planner, &overlaps, &options)?;
-    if plan.tensors.is_empty() {
-        bail!(
-            "planner {} does not apply to this model: {}",
-            req.planner.name(),
-            plan.note.clone().unwrap_or_default()
-        );
-    }
-    if plan.order.iter().enumerate().any(|(i, &op)| i != op) {
-        bail!(
-            "planner {} reorders operators; TFLM runs them in the model's order, so its plan \
-             cannot be given to TFLM",
-            req.planner.name()
-        );
-    }
-    let mut offsets = plan.offline_offsets(&planned_model);
+    let mut offsets = under_test.offsets;
     offsets.truncate(graph.tensors.len());
-    let planned_bytes = crate::placement::arena_of(&plan, &planned_model);
+    let planned_bytes = under_test.arena;
     let offline = tflite::emit_offline(&bytes, &offsets)?;
 
     // 3. TFLM runs memtrace's plan.
@@ -474,20 +458,14 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             seconds: r.seconds,
         };
     let traced_report = op_overlaps(&graph, &source_layers);
-    let head_offset = |r: &ShadowRun, t: usize| match r.result.tensors.get(t).map(|p| p.placement) {
-        Some(memtrace_abi::tflm::Placement::Arena { offset }) => {
-            offset.checked_sub(r.result.head_offset)
-        }
-        _ => None,
-    };
     let tensors = (0..graph.tensors.len())
-        .filter(|&t| offsets[t] >= 0 || head_offset(&reference, t).is_some())
+        .filter(|&t| offsets[t] >= 0 || head_offset(&reference.result, t).is_some())
         .map(|t| TensorPlacement {
             name: graph.tensor_name(t),
             bytes: graph.tensors[t].bytes.unwrap_or(0),
             planned_offset: u64::try_from(offsets[t]).ok(),
-            tflm_offset: head_offset(&planned, t),
-            reference_offset: head_offset(&reference, t),
+            tflm_offset: head_offset(&planned.result, t),
+            reference_offset: head_offset(&reference.result, t),
         })
         .collect();
     Ok(TflmVerifyReport {
@@ -500,8 +478,8 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         reference: run_report(&reference, "tflm".into(), "none".into(), predicted),
         plan: run_report(
             &planned,
-            req.planner.name().into(),
-            plan.overlap.clone(),
+            under_test.planner,
+            under_test.overlap,
             planned_bytes,
         ),
         clobbers: planned.shadow.clobbers.clone(),
@@ -514,6 +492,83 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         traced_overlaps: traced_report,
         tensors,
         seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Where TFLM put tensor `t`, from the start of its head (`None` outside
+/// the arena).
+fn head_offset(r: &TflmResult, t: usize) -> Option<u64> {
+    match r.tensors.get(t).map(|p| p.placement) {
+        Some(Placement::Arena { offset }) => offset.checked_sub(r.head_offset),
+        _ => None,
+    }
+}
+
+/// The placement under test: offline offsets of every tensor (-1 for TFLM
+/// to place), the arena it needs, and who made it.
+struct UnderTest {
+    offsets: Vec<i64>,
+    arena: u64,
+    planner: String,
+    overlap: String,
+}
+
+/// `--plan FILE`: the listed tensors at their offsets, every other arena
+/// tensor where TFLM's own plan put it.
+fn plan_from_file(
+    path: &std::path::Path,
+    model: &Model,
+    reference: &[Option<u64>],
+) -> Result<UnderTest> {
+    let text = memtrace_analyzer::input::read_text_limited(
+        path,
+        memtrace_analyzer::input::MAX_TEXT_FILE,
+        "plan files",
+    )?;
+    let (offsets, arena) = crate::verify::placement_from_plan(model, reference, &text)
+        .with_context(|| path.display().to_string())?;
+    Ok(UnderTest {
+        offsets: offsets.iter().map(|o| o.map_or(-1, |v| v as i64)).collect(),
+        arena,
+        planner: "file".into(),
+        overlap: path.display().to_string(),
+    })
+}
+
+/// The planner's placement, in the model's operator order (TFLM's).
+fn plan_from_planner(
+    req: &VerifyOptions,
+    model: &Model,
+    traced: &memtrace_analyzer::planner::TracedOverlaps,
+) -> Result<UnderTest> {
+    let overlaps = match req.overlap.method() {
+        None => Overlaps::compute(model, traced),
+        Some(method) => Overlaps::compute(model, &method),
+    };
+    let options = PlanOptions {
+        model_order_only: true,
+        ..PlanOptions::default()
+    };
+    let plan = planner::run(model, req.planner, &overlaps, &options)?;
+    if plan.tensors.is_empty() {
+        bail!(
+            "planner {} does not apply to this model: {}",
+            req.planner.name(),
+            plan.note.clone().unwrap_or_default()
+        );
+    }
+    if plan.order.iter().enumerate().any(|(i, &op)| i != op) {
+        bail!(
+            "planner {} reorders operators; TFLM runs them in the model's order, so its plan \
+             cannot be given to TFLM",
+            req.planner.name()
+        );
+    }
+    Ok(UnderTest {
+        offsets: plan.offline_offsets(model),
+        arena: crate::placement::arena_of(&plan, model),
+        planner: req.planner.name().into(),
+        overlap: plan.overlap.clone(),
     })
 }
 

@@ -384,11 +384,10 @@ fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, Mod
         }
     };
     let raw = builtin.max(deprecated as i32);
-    let builtin =
-        fb::BuiltinOperator::try_from(raw).map_err(|_| ModelError::UnsupportedOp {
-            index: i,
-            name: format!("with unknown builtin code {raw}"),
-        })?;
+    let builtin = fb::BuiltinOperator::try_from(raw).map_err(|_| ModelError::UnsupportedOp {
+        index: i,
+        name: format!("with unknown builtin code {raw}"),
+    })?;
     if builtin == fb::BuiltinOperator::Custom {
         let custom = code.custom_code().ok().flatten().unwrap_or("?");
         return Err(ModelError::UnsupportedOp {
