@@ -1,17 +1,39 @@
-//! Tells the integration tests whether the CMSIS-NN guests were built: they
-//! are only when `CMSIS_NN_DIR` points at a CMSIS-NN checkout (harness-c's
-//! Makefile). Without them, the CMSIS-NN tests are reported as ignored, by
-//! name and with the reason, instead of passing silently.
+//! Tells the integration tests which optional guests and tools exist, so
+//! that tests needing a missing one are reported as ignored, by name and
+//! with the reason, instead of passing silently:
+//! * the CMSIS-NN guests, built only when `CMSIS_NN_DIR` points at a
+//!   CMSIS-NN checkout (harness-c's Makefile);
+//! * the TFLM runners, built only when `TFLM_TREE` points at a TFLM tree;
+//! * the host oracle, PyPI `tflite-micro` in `MEMTRACE_TFLM_PYTHON`.
 
 fn main() {
-    let probe = "harness-c/build/cortex-m4/suite-cmsis.elf";
-    println!("cargo:rerun-if-changed={probe}");
-    println!("cargo:rustc-check-cfg=cfg(no_cmsis)");
-    if !std::path::Path::new(probe).exists() {
-        println!("cargo:rustc-cfg=no_cmsis");
+    let optional = [
+        (
+            "no_cmsis",
+            "harness-c/build/cortex-m4/suite-cmsis.elf",
+            "the CMSIS-NN tests will be ignored; set CMSIS_NN_DIR=/path/to/CMSIS-NN and run `make -C harness-c`",
+        ),
+        (
+            "no_tflm",
+            "harness-c/build/cortex-m4/tflm-runner-cmsis.elf",
+            "the TFLM runtime tests will be ignored; set TFLM_TREE=/path/to/tflm and run `make -C harness-c`",
+        ),
+    ];
+    for (cfg, probe, what) in optional {
+        println!("cargo:rerun-if-changed={probe}");
+        println!("cargo:rustc-check-cfg=cfg({cfg})");
+        if !std::path::Path::new(probe).exists() {
+            println!("cargo:rustc-cfg={cfg}");
+            println!("cargo:warning={probe} is missing: {what}");
+        }
+    }
+    println!("cargo:rerun-if-env-changed=MEMTRACE_TFLM_PYTHON");
+    println!("cargo:rustc-check-cfg=cfg(no_oracle)");
+    if std::env::var_os("MEMTRACE_TFLM_PYTHON").is_none() {
+        println!("cargo:rustc-cfg=no_oracle");
         println!(
-            "cargo:warning=CMSIS-NN guests not built ({probe} is missing): the CMSIS-NN tests \
-             will be ignored; set CMSIS_NN_DIR=/path/to/CMSIS-NN and run `make -C harness-c`"
+            "cargo:warning=MEMTRACE_TFLM_PYTHON is not set: the tflite-micro oracle tests will be \
+             ignored (`make test` sets it)"
         );
     }
 }

@@ -15,9 +15,13 @@
 
 namespace {
 
-// The last complete message TFLM logged (MicroPrintf ends every message
-// with one DebugLog("\r\n") call; the text before it is the message).
+// The first and the last complete message TFLM logged (MicroPrintf ends
+// every message with one DebugLog("\r\n") call; the text before it is the
+// message). The first of a failure's chain names the cause (e.g. the arena
+// bytes missing), the last the step that gave up.
+char g_first[mtflm::kMaxReason];
 char g_last[mtflm::kMaxReason];
+char g_both[mtflm::kMaxReason];
 char g_pending[mtflm::kMaxReason];
 size_t g_pending_len;
 
@@ -303,7 +307,13 @@ int format(char *buf, size_t cap, const char *fmt, ...) {
     return n;
 }
 
-const char *last_log() { return g_last; }
+const char *last_log() {
+    if (g_first[0] == '\0' || strcmp(g_first, g_last) == 0) {
+        return g_last;
+    }
+    format(g_both, sizeof(g_both), "%s; %s", g_first, g_last);
+    return g_both;
+}
 
 }  // namespace mtflm
 
@@ -317,6 +327,9 @@ void DebugLog(const char *format, va_list args) {
     if (strcmp(piece, "\r\n") == 0 || strcmp(piece, "\n") == 0) {
         if (g_pending_len > 0) {
             memcpy(g_last, g_pending, g_pending_len + 1);
+            if (g_first[0] == '\0') {
+                memcpy(g_first, g_pending, g_pending_len + 1);
+            }
         }
         g_pending_len = 0;
         g_pending[0] = '\0';

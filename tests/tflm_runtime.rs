@@ -1,0 +1,296 @@
+//! Real TensorFlow Lite Micro in the emulator (the TFLM runner guests):
+//! `memtrace run MODEL.tflite` traces every operator of TFLM's own
+//! interpreter, and `verify --runtime tflm` proves a plan by giving it to
+//! TFLM as `OfflineMemoryAllocation`. Every figure is checked against a
+//! second method: memtrace's Algorithm 2, memtrace's own executor, memtrace's
+//! greedy planner against TFLM's, and PyPI `tflite-micro` on the host.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{json, memtrace, stderr, u};
+use serde_json::Value;
+
+/// A public model of `../shared/models/` (never copied into the repository).
+fn shared_model(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: the tests need ../shared/models",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+/// Every model of `../shared/models/`.
+fn shared_models() -> Vec<String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/models");
+    let mut models: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tflite"))
+        .map(|p| p.display().to_string())
+        .collect();
+    models.sort();
+    models
+}
+
+fn run_model(model: &str, args: &[&str]) -> Value {
+    let mut all = vec!["run", model, "--format", "json"];
+    all.extend_from_slice(args);
+    let out = memtrace(&all);
+    assert!(
+        out.status.success(),
+        "run {model} {args:?}: {}",
+        stderr(&out)
+    );
+    json(&out)
+}
+
+fn verify_tflm(model: &str, args: &[&str]) -> (bool, Value) {
+    let mut all = vec!["verify", model, "--runtime", "tflm", "--format", "json"];
+    all.extend_from_slice(args);
+    let out = memtrace(&all);
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "verify {model} {args:?}: {}",
+        stderr(&out)
+    );
+    (out.status.success(), json(&out))
+}
+
+/// The operator layers of a run (without the `load_input` windows).
+fn op_layers(report: &Value) -> Vec<&Value> {
+    report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["name"] != "load_input")
+        .collect()
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn run_traces_every_operator_of_tflms_own_interpreter() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let r = run_model(&model, &[]);
+    let tflm = &r["tflm"];
+    let ops = op_layers(&r);
+    assert_eq!(ops.len() as u64, u(&tflm["operators"]));
+    for (i, l) in ops.iter().enumerate() {
+        let name = l["name"].as_str().unwrap();
+        assert!(
+            name.starts_with(&format!("{i}:{}:", l["op"].as_str().unwrap())),
+            "{name}"
+        );
+        assert_eq!(l["params"], format!("index={i}"));
+        // The interpreter's bookkeeping between operators is TFLM's, not
+        // the kernel's: set apart, and the kernels keep the contract.
+        assert_eq!(l["contract"]["ok"], true, "{name}: {}", l["contract"]);
+        assert!(u(&l["contract"]["runtime_writes"]) > 0, "{name}");
+    }
+    let inputs = r["layers"].as_array().unwrap().len() - ops.len();
+    assert_eq!(inputs, 1, "one load_input window per graph input");
+    assert!(u(&tflm["head_bytes"]) + u(&tflm["tail_bytes"]) <= u(&tflm["arena_used_bytes"]));
+
+    // memtrace's reimplementation of TFLM's greedy planner predicts the head
+    // TFLM laid out (no operator of this model asks for scratch).
+    let out = memtrace([
+        "plan",
+        &model,
+        "--planner",
+        "tflm-greedy",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = json(&out);
+    let greedy = plan["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["planner"] == "tflm-greedy")
+        .unwrap();
+    assert_eq!(greedy["peak_bytes"], tflm["head_bytes"]);
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn tflms_reference_kernels_walk_memory_as_algorithm_2_predicts() {
+    for model in [
+        shared_model("tflm_person_detect.tflite"),
+        shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite"),
+    ] {
+        let r = run_model(&model, &[]);
+        let mut checked = 0;
+        for l in op_layers(&r) {
+            let o = &l["overlap"];
+            if o["algorithmic_bytes"].is_u64() {
+                assert_eq!(o["monotone_bytes"], o["algorithmic_bytes"], "{}", l["name"]);
+                assert_eq!(o["flags"], serde_json::json!([]), "{}", l["name"]);
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 10,
+            "{model}: only {checked} operators with an algorithmic value"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn real_tflm_and_memtraces_executor_trace_the_same_overlaps_on_both_libraries() {
+    // Two runtimes, two sets of glue code (memtrace's executor and TFLM's
+    // own kernels/ and kernels/cmsis_nn/), one model: every operator's O_s
+    // and the planned arena must agree.
+    let model = "zoo:mobilenet_v1_0.25_128_int8";
+    for kernels in ["tflm", "cmsis-nn"] {
+        let out = memtrace(["verify", model, "--kernels", kernels, "--format", "json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let executor = json(&out);
+        let (ok, tflm) = verify_tflm(model, &["--kernels", kernels]);
+        assert!(ok, "{kernels}: {}", tflm["clobbers"]);
+        let ours = executor["traced_overlaps"].as_array().unwrap();
+        let theirs = tflm["traced_overlaps"].as_array().unwrap();
+        assert_eq!(ours.len(), theirs.len());
+        for o in ours {
+            let t = theirs
+                .iter()
+                .find(|t| t["output"] == o["op"])
+                .unwrap_or_else(|| panic!("{kernels}: no TFLM operator writes {}", o["op"]));
+            assert_eq!(
+                t["monotone_bytes"], o["monotone_bytes"],
+                "{kernels} {}",
+                o["op"]
+            );
+        }
+        assert_eq!(
+            tflm["plan"]["planned_bytes"], executor["plan"]["arena_bytes"],
+            "{kernels}"
+        );
+        assert_eq!(
+            tflm["reference"]["head_bytes"], executor["reference"]["arena_bytes"],
+            "{kernels}: TFLM's own head vs memtrace's tflm-greedy"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn every_shared_model_verifies_clean_and_bit_exact_on_real_tflm() {
+    for model in shared_models() {
+        for kernels in ["tflm", "cmsis-nn"] {
+            let (ok, r) = verify_tflm(&model, &["--kernels", kernels]);
+            assert!(ok, "{model} on {kernels}: {r}");
+            assert_eq!(r["clobbers"], serde_json::json!([]));
+            assert_eq!(r["bit_exact"], true);
+            // The plan TFLM ran is never larger than TFLM's own plan.
+            assert!(
+                u(&r["plan"]["head_bytes"]) <= u(&r["reference"]["head_bytes"]),
+                "{model} on {kernels}"
+            );
+            if cfg!(not(no_oracle)) {
+                let o = &r["oracle"];
+                assert_eq!(o["error"], Value::Null, "{model}: {o}");
+                assert_eq!(
+                    o["bit_exact"], true,
+                    "{model} on {kernels} vs PyPI tflite-micro: {o}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_plan_certified_on_reference_kernels_clobbers_on_tflms_cmsis_nn_kernels() {
+    let model = "zoo:mobilenet_v1_0.25_128_int8";
+    let (ok, foreign) = verify_tflm(model, &["--kernels", "cmsis-nn", "--overlap-from", "tflm"]);
+    assert!(!ok);
+    let c = &foreign["clobbers"][0];
+    assert_eq!(c["op"], "2:CONV_2D:conv_pw_1");
+    assert_eq!(c["tensor"], "conv_dw_1");
+    assert_eq!(c["overwritten_by"]["tensor"], "conv_pw_1");
+    assert!(u(&foreign["mismatched_bytes"]) > 0);
+    let (ok, own) = verify_tflm(model, &["--kernels", "cmsis-nn"]);
+    assert!(ok, "{}", own["clobbers"]);
+    assert!(
+        u(&own["plan"]["planned_bytes"]) > u(&foreign["plan"]["planned_bytes"]),
+        "CMSIS-NN's pointwise kernels allow less overlap"
+    );
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn one_byte_past_the_traced_overlap_clobbers_on_real_tflm() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let r = run_model(
+        &model,
+        &[
+            "--layer",
+            "0:DEPTHWISE_CONV_2D:MobilenetV1/MobilenetV1/Conv2d_0/Relu6",
+        ],
+    );
+    let o = &op_layers(&r)[0]["overlap"];
+    let (input, output) = (o["input"].as_str().unwrap(), o["output"].as_str().unwrap());
+    let (os, ob) = (u(&o["monotone_bytes"]), u(&o["output_bytes"]));
+    let dir = tempfile::tempdir().unwrap();
+    // The output far above TFLM's own tensors, the input overlapping its end.
+    let plan = |overlap: u64| {
+        let at = 1 << 20;
+        let path = dir.path().join(format!("plan{overlap}.json"));
+        let text = serde_json::json!({
+            "tensors": [
+                {"name": output, "offset": at},
+                {"name": input, "offset": at + ob - overlap},
+            ],
+            "arena_bytes": at + ob,
+        });
+        std::fs::write(&path, text.to_string()).unwrap();
+        path.display().to_string()
+    };
+    let (ok, at_os) = verify_tflm(&model, &["--plan", &plan(os)]);
+    assert!(ok, "at the traced O_s: {}", at_os["clobbers"]);
+    let (ok, past) = verify_tflm(&model, &["--plan", &plan(os + 1)]);
+    assert!(!ok);
+    let c = &past["clobbers"][0];
+    assert_eq!(c["op"], op_layers(&r)[0]["name"]);
+    assert_eq!(c["tensor"], input);
+    assert_eq!(c["overwritten_by"]["tensor"], output);
+    assert_eq!(u(&c["offset"]), os - 1, "the one byte the plan gave away");
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn tflms_own_failures_are_clear_errors() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let out = memtrace(["run", &model, "--arena-bytes", "4096"]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr(&out);
+    assert!(e.contains("TFLM exited with code 4"), "{e}");
+    assert!(
+        e.to_lowercase().contains("arena"),
+        "TFLM's own message: {e}"
+    );
+
+    let suite = common::suite("cortex-m4");
+    let out = memtrace(["run", &model, "--runner", common::path_str(&suite)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is no TFLM runner"),
+        "{}",
+        stderr(&out)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(&model).unwrap();
+    let cut = dir.path().join("cut.tflite");
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+    let out = memtrace(["run", common::path_str(&cut)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).starts_with("error:"), "{}", stderr(&out));
+}
