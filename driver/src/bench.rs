@@ -409,3 +409,69 @@ pub fn peak_rss_kb() -> Option<u64> {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
+
+/// `memtrace bench --models`: every model traced whole on real TFLM (one
+/// layer per operator, O_s and counts, the MMIO access path) against the same
+/// guest, model and input in Unicorn without hooks, fastest of `repeat`,
+/// both measured in this run, on both kernel builds.
+pub fn bench_models(
+    models: &[String],
+    build_dir: &std::path::Path,
+    repeat: u32,
+    out: &mut impl Write,
+) -> Result<()> {
+    use crate::kernels::Kernels;
+    use crate::tflm::{load_runner, seeded_inputs, ModelRun};
+    use memtrace_analyzer::layer_stats::LayerStats;
+
+    writeln!(
+        out,
+        "memtrace bench --models — whole models on real TFLM (Cortex-M4), fastest of {repeat}"
+    )?;
+    writeln!(
+        out,
+        "{:<44} {:<9} {:>14} {:>10} {:>10} {:>7} {:>9}",
+        "model", "kernels", "instructions", "traced s", "raw s", "ratio", "M instr/s"
+    )?;
+    for model in models {
+        let bytes = crate::verify_tflm::model_bytes(model, 1)?;
+        let graph = memtrace_analyzer::model::graph::read_graph(&bytes)?;
+        let inputs = seeded_inputs(&graph, 1)?;
+        for kernels in [Kernels::Tflm, Kernels::CmsisNn] {
+            let image = load_runner(&build_dir.join("cortex-m4").join(kernels.runner_file()))?;
+            let run = ModelRun {
+                image: &image,
+                model: &bytes,
+                inputs: &inputs,
+                arena_bytes: None,
+                layers: true,
+                weights: false,
+                max_instructions: 200_000_000_000,
+            };
+            let (traced, instructions) = fastest(repeat, || {
+                let mut stats = LayerStats::default();
+                let o = run.trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
+                Ok(o.summary.instructions)
+            })?;
+            let preload = run.preload()?;
+            let (raw, _) = fastest(repeat, || {
+                Ok(memtrace_tracer::baseline::run_untraced_with(
+                    &image, None, &preload,
+                )?)
+            })?;
+            let name = model.rsplit('/').next().unwrap_or(model);
+            writeln!(
+                out,
+                "{:<44} {:<9} {:>14} {:>10.3} {:>10.3} {:>6.2}x {:>9.0}",
+                name,
+                kernels.name(),
+                instructions,
+                traced.as_secs_f64(),
+                raw.as_secs_f64(),
+                traced.as_secs_f64() / raw.as_secs_f64().max(1e-9),
+                instructions as f64 / traced.as_secs_f64().max(1e-9) / 1e6
+            )?;
+        }
+    }
+    Ok(())
+}

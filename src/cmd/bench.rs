@@ -49,11 +49,22 @@ pub struct BenchArgs {
     /// Only time TinySeg's planning (`--planner tinyseg`) on these models.
     #[arg(long, value_name = "MODEL", num_args = 0.., default_missing_value = "zoo:tiny_unet_80x120_int8")]
     pub tinyseg: Option<Vec<String>>,
+    /// Only time whole models traced on real TFLM against the same runs in
+    /// Unicorn without hooks (default: every model of ../shared/models).
+    #[arg(long, value_name = "MODEL", num_args = 0..)]
+    pub models: Option<Vec<String>>,
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    if let Some(models) = &args.tinyseg {
+    if let Some(models) = &args.models {
+        let models = if models.is_empty() {
+            shared_models()?
+        } else {
+            models.clone()
+        };
+        memtrace_driver::bench::bench_models(&models, &args.build_dir, args.repeat, &mut out)?;
+    } else if let Some(models) = &args.tinyseg {
         memtrace_driver::spill::bench_tinyseg(models, args.repeat, &mut out)?;
     } else if args.ladder {
         ladder(
@@ -76,4 +87,18 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every `.tflite` of `../shared/models` (the public models beside the
+/// repository), sorted.
+fn shared_models() -> Result<Vec<String>> {
+    let dir = std::path::Path::new("../shared/models");
+    let mut models: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; name the models", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "tflite"))
+        .map(|p| p.display().to_string())
+        .collect();
+    models.sort();
+    Ok(models)
 }
