@@ -83,6 +83,11 @@ impl Default for ModelOptions {
 /// `TFL3` at byte 4), rather than an ELF.
 pub fn is_tflite(path: &std::path::Path) -> bool {
     use std::io::Read;
+    // Opening a FIFO would block: only regular files are looked into (the
+    // ELF loader refuses the rest with a clear error).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut head = [0u8; 8];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut head))
