@@ -67,6 +67,7 @@ fn run_options(req: &ColdOptions) -> VerifyOptions {
         max_instructions: req.max_instructions,
         accumulator: Default::default(),
         spill: Default::default(),
+        allow_foreign_plan: false,
     }
 }
 
