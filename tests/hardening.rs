@@ -252,3 +252,79 @@ fn jobs_is_bounded_with_a_clear_error() {
         assert_usage_error(&out, &["--jobs", n, "from 1 to"]);
     }
 }
+
+#[test]
+fn a_plan_overlapping_two_buffers_of_one_operator_is_a_plan_error_naming_both() {
+    // Issue #20, item 9: two CONCATENATION inputs over each other were a
+    // guest "protocol violation"; they are a plan error found on the host.
+    let dir = scratch("two-buffers");
+    let mut g = zoo::GraphBuilder::new("two_branches", memtrace_analyzer::model::DataType::Int8);
+    let x = g.input("input", &[1, 8, 8, 4]);
+    let a = g.conv2d(
+        "left",
+        x,
+        4,
+        1,
+        1,
+        memtrace_analyzer::model::Activation::Relu,
+    );
+    let b = g.conv2d(
+        "right",
+        x,
+        4,
+        1,
+        1,
+        memtrace_analyzer::model::Activation::Relu,
+    );
+    let y = g.concat_channels("joined", &[a, b]);
+    let model = materialize(&g.finish(&[y]), 1);
+    let path = dir.join("two.tflite");
+    std::fs::write(&path, to_tflite(&model).unwrap()).unwrap();
+    // The model verifies as planned.
+    let out = memtrace(["verify", path_str(&path)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan = dir.join("p.json");
+    std::fs::write(
+        &plan,
+        r#"{"tensors": [{"name": "left", "offset": 0}, {"name": "right", "offset": 0}]}"#,
+    )
+    .unwrap();
+    let out = memtrace(["verify", path_str(&path), "--plan", path_str(&plan)]);
+    assert_clean_error(
+        &out,
+        &[
+            "CONCATENATION `joined`",
+            "input `left`",
+            "input `right`",
+            "overlap",
+        ],
+    );
+    assert!(!stderr(&out).contains("protocol violation"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_configs_file_is_bounded_in_all_with_a_clear_error() {
+    // Issue #20, item 4: every line may expand to 100 000 configurations;
+    // 7 KB of such lines made 18 M configurations and an allocation abort.
+    let dir = scratch("configs");
+    let line = "op=relu,input=1x{1..100}x{1..1000}x1\n";
+    let file = dir.join("configs.txt");
+    std::fs::write(&file, line.repeat(180)).unwrap();
+    let out = memtrace([
+        "validate",
+        path_str(&suite("cortex-m4")),
+        "--configs-file",
+        path_str(&file),
+    ]);
+    assert_clean_error(&out, &["configs.txt", "line 3", "configurations in all"]);
+    // One grid of 10^12 points is refused before anything is built.
+    let out = memtrace([
+        "validate",
+        path_str(&suite("cortex-m4")),
+        "--grid",
+        "op=relu,input=1x{1..10000}x{1..10000}x{1..10000}",
+    ]);
+    assert_clean_error(&out, &["more than 100 000 configurations"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
