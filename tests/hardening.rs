@@ -328,3 +328,83 @@ fn a_configs_file_is_bounded_in_all_with_a_clear_error() {
     assert_clean_error(&out, &["more than 100 000 configurations"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn make_install_links_memtrace_into_a_bin_directory_and_says_where() {
+    // Issue #20, item 15: after `make demo` / `make install` the README's
+    // commands work as typed. (`link` is install's last step, without the
+    // build this test runs inside.)
+    let dir = scratch("bindir");
+    let bin = dir.join("bin");
+    let exe = env!("CARGO_BIN_EXE_memtrace");
+    let out = Command::new("make")
+        .args(["-s", "link"])
+        .arg(format!("BINDIR={}", bin.display()))
+        .arg(format!("MEMTRACE={exe}"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("make runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stdout(&out);
+    let link = bin.join("memtrace");
+    assert!(
+        said.contains(&format!("installed: {}", link.display())),
+        "{said}"
+    );
+    assert!(said.contains("is not on your PATH"), "{said}");
+    assert_eq!(std::fs::read_link(&link).unwrap(), PathBuf::from(exe));
+    let run = Command::new("memtrace")
+        .args(["zoo", "list"])
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    assert!(stdout(&run).contains("sakr_cifar10"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn models_the_executor_would_run_to_wrong_outputs_are_refused() {
+    // Issue #20, item 12: a per-channel FULLY_CONNECTED used scale[0] only,
+    // and a hybrid model (float activations, int8 weights) ran to NaNs;
+    // both were called OK. Each is now an error naming the operator.
+    let dir = scratch("wrong-outputs");
+    let base = materialize(&zoo::build("sakr_cifar10").unwrap(), 1);
+    let fc = base
+        .ops
+        .iter()
+        .position(|o| o.kind == memtrace_analyzer::model::OpKind::FullyConnected)
+        .unwrap();
+    let w = base.ops[fc].inputs[1];
+    let units = base.tensors[w].shape[0] as usize;
+    let mut per_channel = base.clone();
+    let q = per_channel.tensors[w].quantization.as_mut().unwrap();
+    q.scale = (0..units).map(|c| 0.001 * (c + 1) as f32).collect();
+    q.zero_point = vec![0; units];
+    let path = dir.join("per-channel-fc.tflite");
+    std::fs::write(&path, to_tflite(&per_channel).unwrap()).unwrap();
+    let out = memtrace(["verify", path_str(&path)]);
+    assert_clean_error(&out, &["FULLY_CONNECTED", "per channel"]);
+
+    // Hybrid: a float model whose fully connected weights are int8.
+    let mut g = zoo::GraphBuilder::new("hybrid", memtrace_analyzer::model::DataType::Float32);
+    let x = g.input("input", &[1, 16]);
+    let y = g.fully_connected("dense", x, 4, memtrace_analyzer::model::Activation::None);
+    let mut hybrid = materialize(&g.finish(&[y]), 1);
+    let w = hybrid.ops[0].inputs[1];
+    let t = &mut hybrid.tensors[w];
+    let elements: u64 = t.shape.iter().map(|&d| d as u64).product();
+    t.dtype = memtrace_analyzer::model::DataType::Int8;
+    t.bytes = elements;
+    t.data = Some(vec![1; elements as usize]);
+    t.quantization = Some(memtrace_analyzer::model::Quantization {
+        scale: vec![0.01],
+        zero_point: vec![0],
+        quantized_dimension: 0,
+    });
+    let path = dir.join("hybrid.tflite");
+    std::fs::write(&path, to_tflite(&hybrid).unwrap()).unwrap();
+    let out = memtrace(["verify", path_str(&path)]);
+    assert_clean_error(&out, &["hybrid", "`dense/weights`"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -151,6 +151,9 @@ pub struct PlanReport {
     pub warnings: Vec<String>,
     /// With `emit_offline`: a line saying what was written.
     pub emitted: Option<String>,
+    /// The O_s the plans with overlaps credited, per operator index (0
+    /// where the source has none).
+    pub op_overlap_bytes: Vec<u64>,
 }
 
 impl PlanReport {
@@ -162,7 +165,8 @@ impl PlanReport {
     /// Pretty JSON with a final newline: the outcome's document with
     /// `kernels` (the library the plans are for), `overlap_source`,
     /// `overlap_kernels` (whose loop nests the O_s model, `null` for none),
-    /// `foreign_overlap` and `warnings` added.
+    /// `foreign_overlap`, `warnings` and `op_overlap_bytes` (the O_s per
+    /// operator index) added.
     pub fn to_json(&self) -> Result<String> {
         let text = match &self.outcome {
             PlanOutcome::Comparison(c) => serde_json::to_string_pretty(&self.document(c))?,
@@ -180,6 +184,7 @@ impl PlanReport {
             overlap_kernels: p.modelled.map(|k| k.name()),
             foreign_overlap: p.is_foreign(),
             warnings: &self.warnings,
+            op_overlap_bytes: &self.op_overlap_bytes,
         }
     }
 }
@@ -195,6 +200,7 @@ struct Document<'a, T: serde::Serialize> {
     overlap_kernels: Option<&'a str>,
     foreign_overlap: bool,
     warnings: &'a [String],
+    op_overlap_bytes: &'a [u64],
 }
 
 /// What `memtrace plan` found.
@@ -232,13 +238,14 @@ fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)>
         .overlap
         .unwrap_or(OverlapChoice::default_for(req.kernels));
     let (modelled, suite) = match source {
-        OverlapChoice::Traced => {
-            let suite = match &req.suite {
-                Some(s) => s.clone(),
-                None => harness_guest(Arch::CortexM4, req.kernels.suite_file(), "--suite")?,
-            };
-            (Some(library_of(&ElfImage::load(&suite)?)), Some(suite))
-        }
+        OverlapChoice::Traced => match &req.suite {
+            Some(suite) => (
+                Some(library_of(&ElfImage::load(suite)?)),
+                Some(suite.clone()),
+            ),
+            // The library's executor, as verify traces it.
+            None => (Some(req.kernels), None),
+        },
         OverlapChoice::Algorithmic | OverlapChoice::Analytic => (Some(Kernels::Tflm), None),
         OverlapChoice::None => (None, None),
     };
@@ -275,11 +282,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .with_context(|| format!("loading {}", req.model))?
         .with_transpose_conv_accumulator(req.accumulator);
     let file_tensors = model.tensors.len();
+    let base = model.clone();
     let model = library_model(model, req.kernels)?;
     let overlaps = match (provenance.source.method(), &suite) {
         (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
         (None, Some(suite)) => Overlaps::compute(&model, &traced(&model, suite)?),
-        (None, None) => bail!("traced O_s without a suite"),
+        (None, None) => Overlaps::compute(&model, &traced_like_verify(&base, &model, req.kernels)?),
     };
     let opts = PlanOptions {
         alignment: req.alignment.max(1),
@@ -307,6 +315,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             provenance,
             warnings,
             emitted: None,
+            op_overlap_bytes: overlaps.per_op.clone(),
         });
     }
     let comparison = match req.planner {
@@ -325,6 +334,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         provenance,
         warnings,
         emitted,
+        op_overlap_bytes: overlaps.per_op,
     })
 }
 
@@ -338,6 +348,55 @@ fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
     }
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--kernels tflm")?;
     with_library_scratch(&ElfImage::load(&exe)?, &model, 1)
+}
+
+/// Traced O_s of every operator of `model` (`base` with the library's
+/// scratch tensors) for `kernels`, from the one source `verify` uses: an
+/// un-overlapped run of the whole model (seed 1) in the library's Cortex-M4
+/// executor, every operator's monotone O_s measured in its layer window —
+/// QUANTIZE and DEQUANTIZE included, which have no kernel-suite layer. A
+/// model the executor cannot run (an operator it has no kernel for) is
+/// traced layer by layer through the library's kernel suite instead.
+fn traced_like_verify(base: &Model, model: &Model, kernels: Kernels) -> Result<TracedOverlaps> {
+    let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--suite")?;
+    let image = ElfImage::load(&exe)?;
+    let greedy = crate::placement::greedy(model)?;
+    let offsets = crate::placement::offsets_of(model, &greedy);
+    let runnable = memtrace_analyzer::verify::lower(
+        model,
+        &memtrace_analyzer::verify::LowerInput {
+            order: &greedy.order,
+            offsets: &offsets,
+            arena_bytes: crate::placement::arena_of(&greedy, model),
+            seed: 1,
+            input_data: None,
+        },
+    )
+    .is_ok();
+    if !runnable {
+        let suite = harness_guest(Arch::CortexM4, kernels.suite_file(), "--suite")?;
+        return traced(model, &suite);
+    }
+    let opts = crate::verify::VerifyOptions {
+        model: base.name.clone(),
+        planner: PlannerKind::TflmGreedy,
+        overlap: OverlapChoice::None,
+        plan: None,
+        seed: 1,
+        input: None,
+        target: Arch::CortexM4,
+        kernels,
+        overlap_kernels: None,
+        executor: None,
+        plot: None,
+        baseline: false,
+        max_instructions: 200_000_000_000,
+        spill: SpillOptions::default(),
+        accumulator: Accumulator::default(),
+        allow_foreign_plan: false,
+    };
+    let reference = crate::verify::reference_run(&image, base, &opts, None, None)?;
+    Ok(crate::verify::traced_overlaps(&reference).0)
 }
 
 /// Traces each distinct layer configuration of the model through the

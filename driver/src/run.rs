@@ -85,7 +85,13 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let mut stats = LayerStats::default();
     let mut contract = ContractCheck::default();
     let mut pcs = PcCounts::default();
-    let mut table = opts.events.as_ref().map(|_| EventTable::default());
+    // Streamed to its file while the trace runs: memory bounded by one row
+    // group, whatever the event count.
+    let mut table = opts
+        .events
+        .as_deref()
+        .map(EventTable::streaming)
+        .transpose()?;
     let mut plot = opts.plot.as_ref().map(|_| {
         if opts.no_overlay {
             TracePlot::default()
@@ -151,8 +157,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         layer.contract = contracts.iter().find(|c| c.index == layer.index).cloned();
     }
     KernelResolver::new(&image).attribute(&mut stats.layers, &pcs);
-    if let (Some(table), Some(path)) = (table, &opts.events) {
-        table.write_parquet(path)?;
+    if let Some(table) = table {
+        table.finish()?;
     }
     if let (Some(plot), Some(path)) = (plot, &opts.plot) {
         plot.render(path)?;

@@ -372,7 +372,7 @@ fn run_report(
 
 /// One library's model (with its scratch tensors) and its un-overlapped
 /// reference run under TFLM's greedy plan.
-struct Reference {
+pub(crate) struct Reference {
     model: Model,
     plan: Plan,
     offsets: Vec<Option<u64>>,
@@ -381,7 +381,7 @@ struct Reference {
 }
 
 /// Adds `image`'s scratch tensors to `base` and runs it under the greedy plan.
-fn reference_run(
+pub(crate) fn reference_run(
     image: &ElfImage,
     base: &Model,
     req: &VerifyOptions,
@@ -415,7 +415,7 @@ fn reference_run(
 
 /// Traced O_s per operator of a reference run, from its layers (after the
 /// `load_input` windows, one per operator in execution order).
-fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
+pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
     let names = memtrace_analyzer::verify::lower::tensor_names(model);
     let op_layers =

@@ -576,6 +576,31 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     conv_input_shape = parts.input_shape;
                 }
                 let wt = &model.tensors[wi];
+                // Refused rather than run to outputs TFLM would not give.
+                if xt.dtype == DataType::Float32 && wt.dtype != DataType::Float32 {
+                    return Err(fail(
+                        oi,
+                        format!(
+                            "a hybrid operator (float32 input `{}`, {} weights `{}`): TFLM \
+                             refuses to prepare hybrid models and the executor has no such kernel",
+                            names[op.inputs[0]], wt.dtype, names[wi]
+                        ),
+                    ));
+                }
+                if op.kind == OpKind::FullyConnected {
+                    let scales = wt.quantization.as_ref().map_or(&[][..], |q| &q.scale[..]);
+                    if scales.windows(2).any(|w| w[0] != w[1]) {
+                        return Err(fail(
+                            oi,
+                            format!(
+                                "weights `{}` are quantised per channel ({} scales): the \
+                                 executor's FULLY_CONNECTED takes one scale",
+                                names[wi],
+                                scales.len()
+                            ),
+                        ));
+                    }
+                }
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
                 let k = fan_in(model, op);
                 let depthwise = op.kind == OpKind::DepthwiseConv2d;
