@@ -13,7 +13,7 @@ use crate::output::{write_atomically, AtomicFile};
 use memtrace_abi::Analysis;
 
 /// Events per Parquet row group: the most [`EventTable`] holds at once.
-pub const ROW_GROUP_EVENTS: usize = 1 << 20;
+pub const ROW_GROUP_EVENTS: usize = 1 << 18;
 
 /// Event columns not written yet.
 #[derive(Default)]
@@ -119,7 +119,11 @@ impl EventTable {
     /// arrive; nothing is in place before [`EventTable::finish`].
     pub fn streaming(path: &Path) -> Result<EventTable> {
         let file = AtomicFile::create(path)?;
-        let writer = ParquetWriter::new(file.handle()?).batched(&schema())?;
+        // Encoded on this thread: parallel encoding's worker threads keep
+        // their own allocator arenas, which grew with the event count.
+        let writer = ParquetWriter::new(file.handle()?)
+            .set_parallel(false)
+            .batched(&schema())?;
         Ok(EventTable {
             sink: Some(Sink { file, writer }),
             ..EventTable::default()
