@@ -278,3 +278,66 @@ fn an_executor_of_another_library_than_kernels_is_an_error() {
         assert_eq!(out.status.code(), Some(0), "{kernels}: {}", stderr(&out));
     }
 }
+
+/// The dmo-heap plan `plan --kernels KERNELS ARGS` prints for MobileNet v1
+/// 0.25/128 int8, as a `verify --plan` file that says what it was made for.
+fn plan_file(dir: &TempDir, kernels: &str, args: &[&str]) -> (PathBuf, u64) {
+    let mut all = vec![
+        "zoo:mobilenet_v1_0.25_128_int8",
+        "--kernels",
+        kernels,
+        "--planner",
+        "dmo-heap",
+    ];
+    all.extend_from_slice(args);
+    let (r, _) = plan_json(&all);
+    let p = &r["plans"][0];
+    assert_eq!(
+        p["order_name"], "eager=lazy",
+        "a sequential model runs in model order"
+    );
+    let file = serde_json::json!({
+        "tensors": p["tensors"].as_array().unwrap().iter().map(|t| serde_json::json!({
+            "name": t["name"], "offset": t["offset"]})).collect::<Vec<_>>(),
+        "arena_bytes": p["peak_bytes"],
+        "kernels": r["kernels"],
+        "overlap": r["overlap_source"],
+    });
+    let path = dir.join(&format!("{kernels}-{}.json", args.join("")));
+    std::fs::write(&path, file.to_string()).unwrap();
+    (path, u(&p["peak_bytes"]))
+}
+
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn the_plan_printed_for_cmsis_nn_verifies_clean_on_cmsis_nn_and_the_foreign_one_does_not() {
+    let dir = TempDir::new("cmsis-plans");
+    let verify = |path: &Path, extra: &[&str]| -> (Option<i32>, Value) {
+        let mut all = vec![
+            "verify",
+            "zoo:mobilenet_v1_0.25_128_int8",
+            "--kernels",
+            "cmsis-nn",
+            "--plan",
+            path_str(path),
+            "--format",
+            "json",
+        ];
+        all.extend_from_slice(extra);
+        let out = memtrace(&all);
+        (out.status.code(), json(&out))
+    };
+    // The default: O_s traced from CMSIS-NN's own kernels.
+    let (own, own_bytes) = plan_file(&dir, "cmsis-nn", &[]);
+    let (code, r) = verify(&own, &[]);
+    assert_eq!(r["clobbers"], serde_json::json!([]), "{r}");
+    assert_eq!(r["bit_exact"], true);
+    assert_eq!(code, Some(0));
+    // The reference kernels' closed forms, which --emit-offline refuses for
+    // cmsis-nn: smaller, and refuted by running it.
+    let (foreign, foreign_bytes) = plan_file(&dir, "cmsis-nn", &["--overlap", "analytic"]);
+    assert!(foreign_bytes < own_bytes, "{foreign_bytes} vs {own_bytes}");
+    let (code, r) = verify(&foreign, &[]);
+    assert_eq!(code, Some(1), "{r}");
+    assert!(!r["clobbers"].as_array().unwrap().is_empty(), "{r}");
+}
