@@ -364,10 +364,10 @@ fn make_install_links_memtrace_into_a_bin_directory_and_says_where() {
 }
 
 #[test]
-fn models_the_executor_would_run_to_wrong_outputs_are_refused() {
+fn per_channel_fully_connected_uses_every_scale_and_hybrids_are_refused() {
     // Issue #20, item 12: a per-channel FULLY_CONNECTED used scale[0] only,
     // and a hybrid model (float activations, int8 weights) ran to NaNs;
-    // both were called OK. Each is now an error naming the operator.
+    // both were called OK.
     let dir = scratch("wrong-outputs");
     let base = materialize(&zoo::build("sakr_cifar10").unwrap(), 1);
     let fc = base
@@ -377,14 +377,34 @@ fn models_the_executor_would_run_to_wrong_outputs_are_refused() {
         .unwrap();
     let w = base.ops[fc].inputs[1];
     let units = base.tensors[w].shape[0] as usize;
-    let mut per_channel = base.clone();
-    let q = per_channel.tensors[w].quantization.as_mut().unwrap();
-    q.scale = (0..units).map(|c| 0.001 * (c + 1) as f32).collect();
-    q.zero_point = vec![0; units];
-    let path = dir.join("per-channel-fc.tflite");
-    std::fs::write(&path, to_tflite(&per_channel).unwrap()).unwrap();
-    let out = memtrace(["verify", path_str(&path)]);
-    assert_clean_error(&out, &["FULLY_CONNECTED", "per channel"]);
+    let s0 = base.tensors[w].quantization.as_ref().unwrap().scale[0];
+    // The same model with per-unit scales, and with every unit at scale[0].
+    let digest = |scales: Vec<f32>, name: &str| {
+        let mut m = base.clone();
+        let q = m.tensors[w].quantization.as_mut().unwrap();
+        q.scale = scales;
+        q.zero_point = vec![0; units];
+        let path = dir.join(name);
+        std::fs::write(&path, to_tflite(&m).unwrap()).unwrap();
+        let out = memtrace(["verify", path_str(&path), "--format", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        json(&out)["output_hex"].as_str().unwrap().to_string()
+    };
+    let per_unit = digest(
+        (0..units).map(|c| s0 * (1.0 + c as f32 / 4.0)).collect(),
+        "per-unit.tflite",
+    );
+    let first_only = digest(vec![s0; units], "first-only.tflite");
+    assert_ne!(per_unit, first_only, "the per-unit scales changed nothing");
+    // Unit 0 keeps scale[0]: its output bytes agree (every 10th from 0).
+    let unit0 = |hex: &str| -> Vec<String> {
+        hex.as_bytes()
+            .chunks(2)
+            .step_by(units)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect()
+    };
+    assert_eq!(unit0(&per_unit), unit0(&first_only));
 
     // Hybrid: a float model whose fully connected weights are int8.
     let mut g = zoo::GraphBuilder::new("hybrid", memtrace_analyzer::model::DataType::Float32);

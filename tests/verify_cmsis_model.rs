@@ -67,33 +67,6 @@ fn placed(run: &Value, name: &str) -> (u64, u64) {
 }
 
 #[test]
-fn mnist_forecasts_per_channel_fully_connected_is_refused_not_run_to_wrong_outputs() {
-    // Its FULLY_CONNECTED weights have one scale per unit; the executor's
-    // kernel takes one scale and used to compute with scale[0], outputs that
-    // real TFLM does not give, called bit-exact (issue #20, item 12).
-    let model_path = mnist_forecast_model();
-    let model = tflite::import_file(&model_path).unwrap();
-    let fc = model
-        .ops
-        .iter()
-        .find(|o| o.kind == OpKind::FullyConnected)
-        .expect("the model ends with a FULLY_CONNECTED");
-    let weights = &model.tensors[fc.inputs[1]];
-    let scales = &weights.quantization.as_ref().unwrap().scale;
-    assert!(scales.windows(2).any(|w| w[0] != w[1]), "{scales:?}");
-    for kernels in ["tflm", "cmsis-nn"] {
-        let out = memtrace(["verify", model_path.to_str().unwrap(), "--kernels", kernels]);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(
-            err.contains("FULLY_CONNECTED") && err.contains("per channel"),
-            "{err}"
-        );
-    }
-}
-
-#[test]
-#[ignore = "needs a per-channel FULLY_CONNECTED kernel in the executor (issue #20, item 12)"]
 fn mnist_forecast_verifies_clean_and_bit_exact_under_every_planner() {
     let model_path = mnist_forecast_model();
     // The RESHAPE in question and its input, by the importer (independent of

@@ -411,6 +411,11 @@ pub fn check_placement(
     Ok(())
 }
 
+/// Output channels (units) of a tensor: its last dimension.
+fn out_c_of(t: &Tensor) -> usize {
+    *t.shape.last().unwrap_or(&1) as usize
+}
+
 /// Checks that no operator has two of its arena buffers overlapping, except
 /// an input with the output (what DMO does, and the only overlap the guest
 /// protocol allows between the buffers of one layer, docs/protocol.md §3):
@@ -587,14 +592,20 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         ),
                     ));
                 }
-                if op.kind == OpKind::FullyConnected {
+                let fc_per_channel = op.kind == OpKind::FullyConnected
+                    && wt
+                        .quantization
+                        .as_ref()
+                        .is_some_and(|q| q.scale.windows(2).any(|w| w[0] != w[1]));
+                if fc_per_channel {
                     let scales = wt.quantization.as_ref().map_or(&[][..], |q| &q.scale[..]);
-                    if scales.windows(2).any(|w| w[0] != w[1]) {
+                    if d != ProgramDtype::Int8 || scales.len() != out_c_of(yt) {
                         return Err(fail(
                             oi,
                             format!(
                                 "weights `{}` are quantised per channel ({} scales): the \
-                                 executor's FULLY_CONNECTED takes one scale",
+                                 executor's FULLY_CONNECTED takes one scale per output unit \
+                                 of an int8 model",
                                 names[wi],
                                 scales.len()
                             ),
@@ -611,7 +622,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     _ => 1.0,
                 };
                 // Weight scales: per output channel (conv, depthwise) or one.
-                let channels = if op.kind == OpKind::FullyConnected {
+                let channels = if op.kind == OpKind::FullyConnected && !fc_per_channel {
                     1
                 } else {
                     out_c
@@ -669,7 +680,9 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         .map(|ws| quantize_multiplier(sx * ws / sy))
                         .collect();
                     (p.output_multiplier, p.output_shift) = ms[0];
-                    if d == ProgramDtype::Int8 && op.kind != OpKind::FullyConnected {
+                    if d == ProgramDtype::Int8
+                        && (op.kind != OpKind::FullyConnected || fc_per_channel)
+                    {
                         per_channel = ms;
                     }
                 }
