@@ -21,7 +21,11 @@ ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
     libstdc++-arm-none-eabi-newlib gcc g++ make python3 python3-venv
 
-.PHONY: all demo test bench lint fuzz deps guests build oracle clean
+# Where `make install` links the binary (the usual place of per-user
+# executables; pip and cargo-binstall use it too).
+BINDIR ?= $(HOME)/.local/bin
+
+.PHONY: all demo test bench lint fuzz deps guests build install link oracle clean
 
 all: build
 
@@ -34,7 +38,19 @@ guests: deps
 build: deps guests
 	$(CARGO) build --release --workspace
 
-demo: build
+# `memtrace` on the PATH: a symbolic link in $(BINDIR) to the built binary,
+# so every later `make build` is what the link runs.
+install: build link
+
+link:
+	@test -x $(MEMTRACE) || { echo "$(MEMTRACE) is not built: run make build"; exit 1; }
+	@mkdir -p $(BINDIR)
+	@ln -sfn $(MEMTRACE) $(BINDIR)/memtrace
+	@echo "installed: $(BINDIR)/memtrace -> $(MEMTRACE)"
+	@case ":$$PATH:" in *":$(BINDIR):"*) ;; \
+	  *) echo "$(BINDIR) is not on your PATH: add it, e.g. echo 'export PATH=\"$(BINDIR):\$$PATH\"' >> ~/.bashrc" ;; esac
+
+demo: install
 	@mkdir -p $(DEMO_OUT)
 	$(MEMTRACE) run harness-c/build/cortex-m4/suite.elf \
 	    --plot $(DEMO_OUT)/mobilenet-layers.png --events $(DEMO_OUT)/events.parquet

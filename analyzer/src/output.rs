@@ -177,6 +177,58 @@ pub fn write_atomically(
     }
 }
 
+/// An output file written piece by piece (a table streamed while a trace
+/// runs) and put in place only by [`AtomicFile::commit`], with the same
+/// rules as [`write_atomically`]: a temporary sibling renamed over the path,
+/// or a FIFO / character device written through. Dropped without a commit,
+/// the temporary file is removed.
+pub struct AtomicFile {
+    path: PathBuf,
+    file: File,
+    tmp: Option<(TempFile, PathBuf)>,
+}
+
+impl AtomicFile {
+    /// Opens the temporary file (or the stream) for `path`.
+    pub fn create(path: &Path) -> Result<AtomicFile> {
+        let (file, tmp) = match output_target(path)? {
+            OutputTarget::Stream(dest) => (open_stream(&dest)?, None),
+            OutputTarget::Replace(dest) => {
+                let tmp = TempFile::new(temporary_sibling(&dest));
+                let file = File::create(tmp.path()).with_path("create", path)?;
+                (file, Some((tmp, dest)))
+            }
+        };
+        Ok(AtomicFile {
+            path: path.to_owned(),
+            file,
+            tmp,
+        })
+    }
+
+    /// The path the file is for.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A second, unbuffered handle of the open file, for a writer that
+    /// takes ownership of its output.
+    pub fn handle(&self) -> Result<File> {
+        self.file.try_clone().with_path("write", &self.path)
+    }
+
+    /// Puts the written file in place.
+    pub fn commit(self) -> Result<()> {
+        match self.tmp {
+            None => Ok(()),
+            Some((tmp, dest)) => {
+                self.file.sync_all().ok();
+                tmp.persist(&dest).with_path("write", &self.path)
+            }
+        }
+    }
+}
+
 /// Renders through a temporary file (for writers that want a path, such as
 /// plotters' backends), renamed into place only on success; for a FIFO or
 /// character device the finished temporary file (in the system's temporary

@@ -23,6 +23,7 @@ pub const FORMAT: &str = "memtrace-os-table/1";
 
 /// One row of a baseline.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct BaselineRow {
     /// Layer name (`builtin`) or `config N` (`job`).
     pub name: String,
@@ -63,6 +64,7 @@ pub struct BaselineRow {
 
 /// A baseline file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Baseline {
     /// [`FORMAT`].
     pub format: String,

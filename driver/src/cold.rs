@@ -68,6 +68,7 @@ fn run_options(req: &ColdOptions) -> VerifyOptions {
         accumulator: Default::default(),
         spill: Default::default(),
         runtime: Default::default(),
+        allow_foreign_plan: false,
     }
 }
 

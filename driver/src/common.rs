@@ -115,11 +115,16 @@ pub fn configure_table_printing() {
     }
 }
 
-/// `requested` worker threads, or all cores.
+/// Most worker threads `--jobs` may ask for: each worker is its own Unicorn
+/// with its own translation buffer, and thousands of them exhaust memory
+/// inside QEMU rather than in memtrace.
+pub const MAX_JOBS: usize = 256;
+
+/// `requested` worker threads, or all cores; from 1 to [`MAX_JOBS`].
 pub fn threads(requested: Option<usize>) -> usize {
     requested
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1)
+        .clamp(1, MAX_JOBS)
 }
 
 /// `-` for a missing value.

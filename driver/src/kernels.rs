@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memtrace_tracer::Arch;
+use memtrace_tracer::{Arch, ElfImage};
 
 use crate::error::Result;
 use crate::failed;
@@ -28,6 +28,13 @@ impl Kernels {
             Kernels::Tflm => "tflm",
             Kernels::CmsisNn => "cmsis-nn",
         }
+    }
+
+    /// The library named `name` as [`Kernels::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Kernels> {
+        [Kernels::Tflm, Kernels::CmsisNn]
+            .into_iter()
+            .find(|k| k.name() == name)
     }
 
     /// File name of the library's whole-model executor.
@@ -54,6 +61,27 @@ impl Kernels {
             Kernels::Tflm => "suite.elf",
             Kernels::CmsisNn => "suite-cmsis.elf",
         }
+    }
+}
+
+/// True when `name` follows CMSIS-NN's function naming: `arm_nn_*`, or
+/// `arm_*` with a `_s8`, `_s16` or `_s4` data-type part (`arm_convolve_s8`,
+/// `arm_avgpool_s16`, `arm_nn_mat_mult_kernel_s8_s16`).
+fn is_cmsis_nn_function(name: &str) -> bool {
+    name.starts_with("arm_")
+        && (name.starts_with("arm_nn_") || ["_s8", "_s16", "_s4"].iter().any(|t| name.contains(t)))
+}
+
+/// The kernel library an ELF (kernel suite or model executor) was built
+/// with, from its function symbols: CMSIS-NN when it defines any of
+/// CMSIS-NN's functions, TFLM's reference kernels otherwise (the harness
+/// links the reference kernels into every build, CMSIS-NN only into the
+/// `-cmsis` ones).
+pub fn library_of(image: &ElfImage) -> Kernels {
+    if image.function_names().any(is_cmsis_nn_function) {
+        Kernels::CmsisNn
+    } else {
+        Kernels::Tflm
     }
 }
 
@@ -90,4 +118,30 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
                 rel.display()
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_cmsis_nn_function;
+
+    #[test]
+    fn cmsis_nn_functions_are_told_by_their_names() {
+        for name in [
+            "arm_convolve_s8",
+            "arm_avgpool_s8_get_buffer_size",
+            "arm_nn_mat_mult_kernel_s8_s16",
+            "arm_elementwise_add_s16",
+        ] {
+            assert!(is_cmsis_nn_function(name), "{name}");
+        }
+        for name in [
+            "arm_cfft_f32",
+            "main",
+            "tflite_conv",
+            "memtrace_arena",
+            "armchair_s8",
+        ] {
+            assert!(!is_cmsis_nn_function(name), "{name}");
+        }
+    }
 }

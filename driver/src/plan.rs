@@ -15,7 +15,7 @@ use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};
 use crate::error::{Context, Result};
-use crate::kernels::{harness_guest, Kernels};
+use crate::kernels::{harness_guest, library_of, Kernels};
 use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::trace_specs;
@@ -46,6 +46,66 @@ impl OverlapChoice {
             OverlapChoice::None => Some(OverlapMethod::None),
         }
     }
+
+    /// The source's name in reports (`traced`, `algorithmic`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            OverlapChoice::Traced => "traced",
+            OverlapChoice::Algorithmic => "algorithmic",
+            OverlapChoice::Analytic => "analytic",
+            OverlapChoice::None => "none",
+        }
+    }
+
+    /// The default source for plans made for `kernels`: the closed forms for
+    /// TFLM's reference kernels (whose loop nests they model), the library's
+    /// own traces for any other library.
+    pub fn default_for(kernels: Kernels) -> OverlapChoice {
+        match kernels {
+            Kernels::Tflm => OverlapChoice::Analytic,
+            _ => OverlapChoice::Traced,
+        }
+    }
+}
+
+/// Whose loop nests an O_s source models, and whether that is the library a
+/// plan is made for. Plans with overlaps are safe only on the library whose
+/// loop nests gave their O_s: the algorithmic and analytic methods model the
+/// TFLM reference kernels, traces model the library of the traced suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverlapProvenance {
+    /// The library the plan is made for (`--kernels`).
+    pub kernels: Kernels,
+    /// The O_s source.
+    pub source: OverlapChoice,
+    /// The library whose loop nests the O_s describe (`None` for no
+    /// overlap, which is safe on any library).
+    pub modelled: Option<Kernels>,
+}
+
+impl OverlapProvenance {
+    /// True when the O_s describe another library than the plan's.
+    pub fn is_foreign(&self) -> bool {
+        self.modelled.is_some_and(|m| m != self.kernels)
+    }
+
+    /// The warning a report that uses a foreign O_s carries, if any.
+    pub fn warning(&self) -> Option<String> {
+        let modelled = self.modelled?;
+        self.is_foreign().then(|| {
+            let source = match self.source {
+                OverlapChoice::Traced => format!("traced from the {} kernels", modelled.name()),
+                other => other.name().to_string(),
+            };
+            let k = self.kernels.name();
+            format!(
+                "O_s source `{source}` models the {} kernels' loop nests, not {k}'s: plans that \
+                 overlap tensors by it may corrupt data on {k} (use O_s traced from {k}'s own \
+                 kernels, `--overlap traced`, or check the plan with `memtrace verify --kernels {k}`)",
+                modelled.name()
+            )
+        })
+    }
 }
 
 /// What to plan and what to write.
@@ -55,8 +115,12 @@ pub struct PlanRequest {
     pub model: String,
     /// One planner, or all of them.
     pub planner: Option<PlannerKind>,
-    /// Where O_s comes from.
-    pub overlap: OverlapChoice,
+    /// Where O_s comes from (default: [`OverlapChoice::default_for`] the
+    /// kernel library).
+    pub overlap: Option<OverlapChoice>,
+    /// Write `emit_offline` even when the O_s model another library's loop
+    /// nests than `kernels` (`--allow-foreign-overlap`).
+    pub allow_foreign_overlap: bool,
     /// Kernel library the plan is for: its scratch buffers become tensors,
     /// and traced O_s come from its suite.
     pub kernels: Kernels,
@@ -77,6 +141,70 @@ pub struct PlanRequest {
     /// The runtime the plan is for: with real TFLM, the scratch buffers and
     /// traced O_s come from a run of the model itself on TFLM's runner.
     pub runtime: Runtime,
+}
+
+/// What `memtrace plan` found, and for which library and O_s source.
+#[derive(Debug)]
+pub struct PlanReport {
+    /// The plans.
+    pub outcome: PlanOutcome,
+    /// The library the plans are for and whose loop nests their O_s model.
+    pub provenance: OverlapProvenance,
+    /// What the user must know (a foreign O_s source); printed on stderr by
+    /// the binary and recorded in the JSON as `warnings`.
+    pub warnings: Vec<String>,
+    /// With `emit_offline`: a line saying what was written.
+    pub emitted: Option<String>,
+    /// The O_s the plans with overlaps credited, per operator index (0
+    /// where the source has none).
+    pub op_overlap_bytes: Vec<u64>,
+}
+
+impl PlanReport {
+    /// Text table.
+    pub fn to_table(&self) -> String {
+        self.outcome.to_table()
+    }
+
+    /// Pretty JSON with a final newline: the outcome's document with
+    /// `kernels` (the library the plans are for), `overlap_source`,
+    /// `overlap_kernels` (whose loop nests the O_s model, `null` for none),
+    /// `foreign_overlap`, `warnings` and `op_overlap_bytes` (the O_s per
+    /// operator index) added.
+    pub fn to_json(&self) -> Result<String> {
+        let text = match &self.outcome {
+            PlanOutcome::Comparison(c) => serde_json::to_string_pretty(&self.document(c))?,
+            PlanOutcome::Tinyseg(t) => serde_json::to_string_pretty(&self.document(t.as_ref()))?,
+        };
+        Ok(text + "\n")
+    }
+
+    fn document<'a, T: serde::Serialize>(&'a self, outcome: &'a T) -> Document<'a, T> {
+        let p = &self.provenance;
+        Document {
+            outcome,
+            kernels: p.kernels.name(),
+            overlap_source: p.source.name(),
+            overlap_kernels: p.modelled.map(|k| k.name()),
+            foreign_overlap: p.is_foreign(),
+            warnings: &self.warnings,
+            op_overlap_bytes: &self.op_overlap_bytes,
+        }
+    }
+}
+
+/// The JSON document of a [`PlanReport`]: the outcome's fields, then the
+/// provenance (serialised in this order).
+#[derive(serde::Serialize)]
+struct Document<'a, T: serde::Serialize> {
+    #[serde(flatten)]
+    outcome: &'a T,
+    kernels: &'a str,
+    overlap_source: &'a str,
+    overlap_kernels: Option<&'a str>,
+    foreign_overlap: bool,
+    warnings: &'a [String],
+    op_overlap_bytes: &'a [u64],
 }
 
 /// What `memtrace plan` found.
@@ -106,15 +234,53 @@ impl PlanOutcome {
     }
 }
 
+/// The O_s source of `req` and whose loop nests it models: traces model the
+/// library of the traced suite (read from its symbols), the algorithmic and
+/// analytic methods TFLM's reference kernels.
+fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)> {
+    let source = req
+        .overlap
+        .unwrap_or(OverlapChoice::default_for(req.kernels));
+    let (modelled, suite) = match source {
+        OverlapChoice::Traced => match &req.suite {
+            Some(suite) => (
+                Some(library_of(&ElfImage::load(suite)?)),
+                Some(suite.clone()),
+            ),
+            // The library's executor, as verify traces it.
+            None => (Some(req.kernels), None),
+        },
+        OverlapChoice::Algorithmic | OverlapChoice::Analytic => (Some(Kernels::Tflm), None),
+        OverlapChoice::None => (None, None),
+    };
+    let provenance = OverlapProvenance {
+        kernels: req.kernels,
+        source,
+        modelled,
+    };
+    Ok((provenance, suite))
+}
+
 /// Every requested planner on the model, side by side; draws and emits what
-/// was asked for. Returns the comparison and, with `emit_offline`, a line
-/// saying what was written.
-pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
+/// was asked for. An O_s source that models another library than
+/// `req.kernels` is refused for `emit_offline` unless
+/// `allow_foreign_overlap`, and warned about in the report.
+pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     for path in req.plot.iter().chain(&req.emit_offline) {
         check_output(path, &[Path::new(&req.model)])?;
     }
     if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
+    }
+    let (provenance, suite) = provenance(req)?;
+    let warnings: Vec<String> = provenance.warning().into_iter().collect();
+    if provenance.is_foreign() && req.emit_offline.is_some() && !req.allow_foreign_overlap {
+        bail!(
+            "refusing to --emit-offline a plan for {}: {} (pass --allow-foreign-overlap to \
+             write it anyway)",
+            req.kernels.name(),
+            provenance.warning().unwrap_or_default()
+        );
     }
     let model = match req.runtime {
         Runtime::Tflm => crate::verify_tflm::load_for_tflm(&req.model)?,
@@ -125,18 +291,27 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
     .with_transpose_conv_accumulator(req.accumulator);
     let file_tensors = model.tensors.len();
     let (model, overlaps) = match req.runtime {
+        // The model itself traced on real TFLM: its scratch buffers, and
+        // with a traced source every operator's O_s.
         Runtime::Tflm => {
             let traced = crate::tflm::plan_inputs(&req.model, model.ops.len(), req.kernels)?;
             let model = model.with_scratch(&traced.scratch);
-            let overlaps = match req.overlap.method() {
+            let overlaps = match provenance.source.method() {
                 None => Overlaps::compute(&model, &traced.overlaps),
                 Some(method) => Overlaps::compute(&model, &method as &dyn OverlapSource),
             };
             (model, overlaps)
         }
         Runtime::Executor => {
+            let base = model.clone();
             let model = library_model(model, req.kernels)?;
-            let overlaps = overlaps(&model, req)?;
+            let overlaps = match (provenance.source.method(), &suite) {
+                (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
+                (None, Some(suite)) => Overlaps::compute(&model, &traced(&model, suite)?),
+                (None, None) => {
+                    Overlaps::compute(&model, &traced_like_verify(&base, &model, req.kernels)?)
+                }
+            };
             (model, overlaps)
         }
     };
@@ -158,7 +333,18 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
             plot_plan(&optimized.graph.model, &optimized.plan, path)?;
         }
         let report = TinysegPlan::new(&optimized, req.spill.target_bytes, seconds);
-        return Ok((PlanOutcome::Tinyseg(Box::new(report)), None));
+        let mut warnings = warnings;
+        warnings.extend(crate::spill::target_missed(
+            req.spill.target_bytes,
+            optimized.plan.peak_bytes,
+        ));
+        return Ok(PlanReport {
+            outcome: PlanOutcome::Tinyseg(Box::new(report)),
+            provenance,
+            warnings,
+            emitted: None,
+            op_overlap_bytes: overlaps.per_op.clone(),
+        });
     }
     let comparison = match req.planner {
         None => compare_all(&model, &overlaps, &opts)?,
@@ -171,7 +357,13 @@ pub fn plan(req: &PlanRequest) -> Result<(PlanOutcome, Option<String>)> {
         Some(dest) => Some(emit(&req.model, &model, file_tensors, &comparison, dest)?),
         None => None,
     };
-    Ok((PlanOutcome::Comparison(comparison), emitted))
+    Ok(PlanReport {
+        outcome: PlanOutcome::Comparison(comparison),
+        provenance,
+        warnings,
+        emitted,
+        op_overlap_bytes: overlaps.per_op,
+    })
 }
 
 /// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4
@@ -186,18 +378,54 @@ fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
     with_library_scratch(&ElfImage::load(&exe)?, &model, 1)
 }
 
-/// O_s of every operator from the chosen method.
-fn overlaps(model: &Model, req: &PlanRequest) -> Result<Overlaps> {
-    Ok(match req.overlap.method() {
-        None => {
-            let suite = match &req.suite {
-                Some(s) => s.clone(),
-                None => harness_guest(Arch::CortexM4, req.kernels.suite_file(), "--suite")?,
-            };
-            Overlaps::compute(model, &traced(model, &suite)?)
-        }
-        Some(method) => Overlaps::compute(model, &method as &dyn OverlapSource),
-    })
+/// Traced O_s of every operator of `model` (`base` with the library's
+/// scratch tensors) for `kernels`, from the one source `verify` uses: an
+/// un-overlapped run of the whole model (seed 1) in the library's Cortex-M4
+/// executor, every operator's monotone O_s measured in its layer window —
+/// QUANTIZE and DEQUANTIZE included, which have no kernel-suite layer. A
+/// model the executor cannot run (an operator it has no kernel for) is
+/// traced layer by layer through the library's kernel suite instead.
+fn traced_like_verify(base: &Model, model: &Model, kernels: Kernels) -> Result<TracedOverlaps> {
+    let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--suite")?;
+    let image = ElfImage::load(&exe)?;
+    let greedy = crate::placement::greedy(model)?;
+    let offsets = crate::placement::offsets_of(model, &greedy);
+    let runnable = memtrace_analyzer::verify::lower(
+        model,
+        &memtrace_analyzer::verify::LowerInput {
+            order: &greedy.order,
+            offsets: &offsets,
+            arena_bytes: crate::placement::arena_of(&greedy, model),
+            seed: 1,
+            input_data: None,
+        },
+    )
+    .is_ok();
+    if !runnable {
+        let suite = harness_guest(Arch::CortexM4, kernels.suite_file(), "--suite")?;
+        return traced(model, &suite);
+    }
+    let opts = crate::verify::VerifyOptions {
+        model: base.name.clone(),
+        planner: PlannerKind::TflmGreedy,
+        overlap: OverlapChoice::None,
+        plan: None,
+        seed: 1,
+        input: None,
+        target: Arch::CortexM4,
+        kernels,
+        overlap_kernels: None,
+        executor: None,
+        plot: None,
+        baseline: false,
+        max_instructions: 200_000_000_000,
+        spill: SpillOptions::default(),
+        accumulator: Accumulator::default(),
+        allow_foreign_plan: false,
+        runtime: Runtime::Executor,
+    };
+    let reference = crate::verify::reference_run(&image, base, &opts, None, None)?;
+    Ok(crate::verify::traced_overlaps(&reference).0)
 }
 
 /// Traces each distinct layer configuration of the model through the

@@ -261,6 +261,16 @@ pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
         );
     }
     let image = ElfImage::load(&opts.elf)?;
+    if baseline.arch != image.arch.name() {
+        crate::bail!(
+            "{} was traced on {} but {} is {}: a baseline only says what a build of the same \
+             architecture must keep (write one for this ELF with `memtrace table`)",
+            opts.baseline.display(),
+            baseline.arch,
+            opts.elf.display(),
+            image.arch.name()
+        );
+    }
     let threads = threads(opts.jobs);
     // Built-in layers: one run of the binary without a job.
     let builtin: HashMap<String, Row> = if baseline.rows.iter().any(|r| r.source == "builtin") {

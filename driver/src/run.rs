@@ -220,7 +220,13 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     };
     let mut contract = ContractCheck::with_runtime_code(runtime_code.clone());
     let mut pcs = PcCounts::default();
-    let mut table = opts.events.as_ref().map(|_| EventTable::default());
+    // Streamed to its file while the trace runs: memory bounded by one row
+    // group, whatever the event count.
+    let mut table = opts
+        .events
+        .as_deref()
+        .map(EventTable::streaming)
+        .transpose()?;
     let mut plot = opts.plot.as_ref().map(|_| {
         if opts.no_overlay {
             TracePlot::default()
@@ -289,8 +295,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         attach_model_specs(&opts.elf, model, &mut stats.layers);
     }
     KernelResolver::new(image).attribute(&mut stats.layers, &pcs);
-    if let (Some(table), Some(path)) = (table, &opts.events) {
-        table.write_parquet(path)?;
+    if let Some(table) = table {
+        table.finish()?;
     }
     if let (Some(plot), Some(path)) = (plot, &opts.plot) {
         plot.render(path)?;

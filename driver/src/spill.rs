@@ -179,3 +179,15 @@ pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Wri
     }
     Ok(())
 }
+
+/// The warning of a TinySeg run that stopped above its `--target-bytes`
+/// (every spill and fusion tried), if it did.
+pub fn target_missed(target: Option<u64>, peak: Option<u64>) -> Option<String> {
+    let (target, peak) = (target?, peak?);
+    (peak > target).then(|| {
+        format!(
+            "--target-bytes {target} was not reached: the final peak is {peak} bytes, {} above it",
+            peak - target
+        )
+    })
+}

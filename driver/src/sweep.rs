@@ -18,7 +18,7 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
 use memtrace_analyzer::overlap::configs::{
     expand_grid, parse_configs_file, random_config_iter, short_text, try_random_configs,
-    RandomConfigs,
+    RandomConfigs, MAX_LISTED_CONFIGS,
 };
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::report::LayerReport;
@@ -108,7 +108,14 @@ impl ConfigSelection {
             );
         }
         for g in &self.grid {
-            for text in expand_grid(g).map_err(|e| failed!("--grid: {e}"))? {
+            let texts = expand_grid(g).map_err(|e| failed!("--grid: {e}"))?;
+            if listed.len() + texts.len() > MAX_LISTED_CONFIGS {
+                bail!(
+                    "--configs-file and --grid give more than {MAX_LISTED_CONFIGS} configurations \
+                     in all"
+                );
+            }
+            for text in texts {
                 listed.push(LayerSpec::parse(&text).map_err(|e| failed!("--grid `{text}`: {e}"))?);
             }
         }
@@ -121,7 +128,10 @@ impl ConfigSelection {
                 }
             }
         }
-        let count = random.len() * self.configs + listed.len();
+        let count = random
+            .len()
+            .saturating_mul(self.configs)
+            .saturating_add(listed.len());
         let per_stream = self.configs;
         let specs = random
             .into_iter()

@@ -29,9 +29,9 @@ use serde::Deserialize;
 
 use crate::common::{check_output, trace_with};
 use crate::error::{Context, Result};
-use crate::kernels::{harness_guest, Kernels};
+use crate::kernels::{harness_guest, library_of, Kernels};
 use crate::placement::{arena_of, greedy, offsets_of};
-use crate::plan::OverlapChoice;
+use crate::plan::{OverlapChoice, OverlapProvenance};
 use crate::run::access_path;
 use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions, SpillRun};
@@ -74,15 +74,27 @@ pub struct VerifyOptions {
     pub accumulator: Accumulator,
     /// What runs the model: memtrace's executor or real TFLM.
     pub runtime: crate::verify_tflm::Runtime,
+    /// Check a `plan` file made for another kernel library than `kernels`
+    /// (with a warning) instead of refusing it.
+    pub allow_foreign_plan: bool,
 }
 
+/// A `--plan` file. Unknown keys are errors that name them (a misspelt
+/// `"arena_btes"` must not be ignored).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PlanFile {
     tensors: Vec<PlanFileTensor>,
     arena_bytes: Option<u64>,
+    /// The kernel library the plan was made for (`tflm`, `cmsis-nn`).
+    kernels: Option<String>,
+    /// The O_s source the plan was made with (`traced`, `analytic`, ...).
+    #[allow(dead_code)]
+    overlap: Option<String>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PlanFileTensor {
     name: String,
     offset: u64,
@@ -106,6 +118,22 @@ pub(crate) fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage
             } else {
                 "no memtrace_arena to load a model program into"
             },
+            kernels.executor_file()
+        );
+    }
+    let built_with = library_of(&image);
+    if built_with != kernels {
+        bail!(
+            "{} is a {} executor ({}) but the run is for the {} kernels: pass --kernels {} or \
+             harness-c/build/TARGET/{}",
+            path.display(),
+            built_with.name(),
+            match built_with {
+                Kernels::CmsisNn => "it defines CMSIS-NN's arm_* functions",
+                Kernels::Tflm => "it defines none of CMSIS-NN's arm_* functions",
+            },
+            kernels.name(),
+            built_with.name(),
             kernels.executor_file()
         );
     }
@@ -346,7 +374,7 @@ fn run_report(
 
 /// One library's model (with its scratch tensors) and its un-overlapped
 /// reference run under TFLM's greedy plan.
-struct Reference {
+pub(crate) struct Reference {
     model: Model,
     plan: Plan,
     offsets: Vec<Option<u64>>,
@@ -355,7 +383,7 @@ struct Reference {
 }
 
 /// Adds `image`'s scratch tensors to `base` and runs it under the greedy plan.
-fn reference_run(
+pub(crate) fn reference_run(
     image: &ElfImage,
     base: &Model,
     req: &VerifyOptions,
@@ -389,7 +417,7 @@ fn reference_run(
 
 /// Traced O_s per operator of a reference run, from its layers (after the
 /// `load_input` windows, one per operator in execution order).
-fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
+pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
     let names = memtrace_analyzer::verify::lower::tensor_names(model);
     let op_layers =
@@ -447,10 +475,34 @@ struct PlanUnderTest {
 
 /// The placement of `--plan FILE`: listed tensors moved, the others at their
 /// reference offsets, model order.
-fn plan_from_file(path: &std::path::Path, r: &Reference) -> Result<PlanUnderTest> {
+fn plan_from_file(
+    path: &std::path::Path,
+    r: &Reference,
+    req: &VerifyOptions,
+    warnings: &mut Vec<String>,
+) -> Result<PlanUnderTest> {
     let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
     let (offsets, arena) = placement_from_plan(&r.model, &r.offsets, &text)
         .with_context(|| path.display().to_string())?;
+    if let Some(made_for) = plan_kernels(&text).with_context(|| path.display().to_string())? {
+        if made_for != req.kernels {
+            let what = format!(
+                "{}: the plan was made for the {} kernels, not {} (--kernels): its overlaps \
+                 may corrupt data on {}",
+                path.display(),
+                made_for.name(),
+                req.kernels.name(),
+                req.kernels.name()
+            );
+            if !req.allow_foreign_plan {
+                bail!(
+                    "{what}; pass --allow-foreign-plan to check it on {} anyway",
+                    req.kernels.name()
+                );
+            }
+            warnings.push(what);
+        }
+    }
     Ok(PlanUnderTest {
         model: None,
         spill: None,
@@ -465,8 +517,9 @@ fn plan_from_file(path: &std::path::Path, r: &Reference) -> Result<PlanUnderTest
 
 /// The tensor offsets and arena size a plan file's `text` gives `model`
 /// (`{"tensors": [{"name", "offset"}], "arena_bytes"}`): listed tensors at
-/// their offsets, the others at their `reference` offsets; the arena at
-/// least as large as every placed tensor's end.
+/// their offsets, the others at their `reference` offsets; the arena
+/// `arena_bytes`, which every placed tensor must fit (an error names the
+/// first that does not), or without it the end of the last tensor.
 pub fn placement_from_plan(
     model: &Model,
     reference: &[Option<u64>],
@@ -495,9 +548,28 @@ pub fn placement_from_plan(
                 names[i]
             );
         };
+        if let Some(arena) = file.arena_bytes.filter(|&a| e > a) {
+            bail!(
+                "tensor `{}` at offset {o} + {bytes} bytes ends at byte {e}, beyond the plan's \
+                 \"arena_bytes\": {arena}",
+                names[i]
+            );
+        }
         end = end.max(e);
     }
-    Ok((offsets, file.arena_bytes.unwrap_or(end).max(end)))
+    Ok((offsets, file.arena_bytes.unwrap_or(end)))
+}
+
+/// The kernel library a plan file says it was made for (`"kernels"`), if it
+/// says.
+pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
+    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
+    file.kernels
+        .map(|name| {
+            Kernels::from_name(&name)
+                .ok_or_else(|| failed!("unknown \"kernels\": \"{name}\" (known: tflm, cmsis-nn)"))
+        })
+        .transpose()
 }
 
 /// The planner's placement of `model` with O_s from `traced` or a method.
@@ -589,6 +661,12 @@ pub(crate) fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)
 pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let started = Instant::now();
     let (base, input_data) = load_model(req)?;
+    if base.outputs.is_empty() {
+        bail!(
+            "{}: the model has no graph outputs, so no run can be compared with another",
+            req.model
+        );
+    }
     if let Some(p) = &req.plot {
         check_output(p, &[std::path::Path::new(&req.model)])?;
     }
@@ -626,9 +704,29 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     };
     let (traced, traced_report) = traced_overlaps(source);
     let model = &reference.model;
+    let mut warnings = Vec::new();
     let under_test = match &req.plan {
-        Some(path) => plan_from_file(path, &reference)?,
-        None => plan_from_planner(req, model, &traced)?,
+        Some(path) => plan_from_file(path, &reference, req, &mut warnings)?,
+        None => {
+            let provenance = OverlapProvenance {
+                kernels: req.kernels,
+                source: req.overlap,
+                modelled: match req.overlap {
+                    OverlapChoice::Traced => Some(overlap_kernels),
+                    OverlapChoice::Algorithmic | OverlapChoice::Analytic => Some(Kernels::Tflm),
+                    OverlapChoice::None => None,
+                },
+            };
+            warnings.extend(provenance.warning());
+            let under_test = plan_from_planner(req, model, &traced)?;
+            if let Some((optimized, _)) = &under_test.spill {
+                warnings.extend(crate::spill::target_missed(
+                    req.spill.target_bytes,
+                    optimized.plan.peak_bytes,
+                ));
+            }
+            under_test
+        }
     };
     let plan_model = under_test.model.as_ref().unwrap_or(model);
     let plan_out = execute(
@@ -717,5 +815,6 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             }
             .report()
         }),
+        warnings,
     })
 }

@@ -235,13 +235,41 @@ EXEC_KERNEL int fully_connected(const Op &op) {
                 op.has_bias ? static_cast<const float *>(op.bias.data) : nullptr, out_s,
                 static_cast<float *>(op.out.data));
             return kOk;
-        case PDT_INT8:
+        case PDT_INT8: {
+            // Weights quantised per output unit: TFLM's
+            // reference_integer_ops::FullyConnectedPerChannel (same loop nest
+            // as the per-tensor kernel, one multiplier and shift per unit).
+            const int32_t *mult = channel_array(op, OPW_CHANNEL_MULTIPLIERS);
+            const int32_t *shift = channel_array(op, OPW_CHANNEL_SHIFTS);
+            if (mult && shift) {
+                const int8_t *in = static_cast<const int8_t *>(op.in.data);
+                const int8_t *w = static_cast<const int8_t *>(op.weights.data);
+                const int32_t *bias = op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr;
+                int8_t *out = static_cast<int8_t *>(op.out.data);
+                for (int32_t b = 0; b < batches; ++b) {
+                    for (int32_t u = 0; u < units; ++u) {
+                        int32_t acc = 0;
+                        for (int32_t d = 0; d < depth; ++d) {
+                            acc += (in[b * depth + d] + p.input_offset) *
+                                   (w[u * depth + d] + p.weights_offset);
+                        }
+                        if (bias) acc += bias[u];
+                        acc = tflite::MultiplyByQuantizedMultiplier(acc, mult[u], shift[u]);
+                        acc += p.output_offset;
+                        if (acc < p.quantized_activation_min) acc = p.quantized_activation_min;
+                        if (acc > p.quantized_activation_max) acc = p.quantized_activation_max;
+                        out[b * units + u] = static_cast<int8_t>(acc);
+                    }
+                }
+                return kOk;
+            }
             tflite::reference_integer_ops::FullyConnected(
                 p, in_s, static_cast<const int8_t *>(op.in.data), w_s,
                 static_cast<const int8_t *>(op.weights.data), b_s,
                 op.has_bias ? static_cast<const int32_t *>(op.bias.data) : nullptr, out_s,
                 static_cast<int8_t *>(op.out.data));
             return kOk;
+        }
         case PDT_UINT8:
             tflite::reference_ops::FullyConnected(
                 p, in_s, static_cast<const uint8_t *>(op.in.data), w_s,

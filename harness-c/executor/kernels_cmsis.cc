@@ -142,6 +142,11 @@ Path path(const Op &op) {
             if (!op.has_weights || op.weights.dims[0] <= 0 || fc_shape(op).depth <= 0) {
                 return Path::kUnsupported;
             }
+            // Per-unit weight scales: the reference kernel's per-channel
+            // path (arm_fully_connected_s8 takes one multiplier).
+            if (per_channel) {
+                return Path::kReference;
+            }
             // TFLM runs an output of rank > 2 with a depth divisible by 4 as
             // a 1x1 convolution, which has no filter zero point.
             if (op.out.ndims > 2 && fc_shape(op).depth % 4 == 0) {

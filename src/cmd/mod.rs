@@ -45,3 +45,25 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
         .and_then(|()| out.flush())
         .context("writing to stdout")
 }
+
+/// Ends the process with a malformed-command-line error (exit status 2, as
+/// clap's own): for options that are valid alone but have no effect in the
+/// combination given.
+pub fn usage_error(message: &str) -> ! {
+    clap::Error::raw(
+        clap::error::ErrorKind::ArgumentConflict,
+        format!("{message}\n"),
+    )
+    .exit()
+}
+
+/// `--jobs`: a worker count from 1 to [`MAX_JOBS`](memtrace_driver::common::MAX_JOBS).
+pub fn jobs(text: &str) -> Result<usize, String> {
+    let max = memtrace_driver::common::MAX_JOBS;
+    text.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            format!("`{text}` is not a worker count from 1 to {max} (each worker is an emulator)")
+        })
+}

@@ -47,9 +47,16 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub spill: super::spill_args::SpillArgs,
     /// Where O_s comes from: analytic, algorithmic, traced (runs every layer
-    /// through --suite) or none.
-    #[arg(long, value_enum, default_value_t = OverlapChoice::Analytic)]
-    pub overlap: OverlapChoice,
+    /// through --suite) or none. Default: analytic for --kernels tflm (whose
+    /// loop nests the analytic and algorithmic methods model), traced for
+    /// any other library.
+    #[arg(long, value_enum)]
+    pub overlap: Option<OverlapChoice>,
+    /// Write --emit-offline even when the O_s source models another kernel
+    /// library's loop nests than --kernels (e.g. --overlap analytic with
+    /// --kernels cmsis-nn): such a plan may corrupt data on --kernels.
+    #[arg(long)]
+    pub allow_foreign_overlap: bool,
     /// Kernel library the plan is for: cmsis-nn adds each operator's scratch
     /// buffer (asked of executor-cmsis.elf) and traces suite-cmsis.elf.
     #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
@@ -83,10 +90,13 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
-    let (outcome, emitted) = plan(&PlanRequest {
+    args.spill
+        .check(args.planner.0 == Some(PlannerKind::Tinyseg));
+    let report = plan(&PlanRequest {
         model: args.model,
         planner: args.planner.0,
         overlap: args.overlap,
+        allow_foreign_overlap: args.allow_foreign_overlap,
         kernels: args.kernels,
         suite: args.suite,
         plot: args.plot,
@@ -96,12 +106,15 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         accumulator: args.accumulator,
         runtime: args.runtime,
     })?;
-    if let Some(line) = emitted {
+    for w in &report.warnings {
+        eprintln!("WARNING: {w}");
+    }
+    if let Some(line) = &report.emitted {
         eprintln!("{line}");
     }
     match args.format {
-        Format::Json => super::emit(&outcome.to_json()?)?,
-        Format::Table => super::emit(&outcome.to_table())?,
+        Format::Json => super::emit(&report.to_json()?)?,
+        Format::Table => super::emit(&report.to_table())?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -30,7 +30,7 @@ pub struct RegressArgs {
     #[arg(long, value_name = "REPORT")]
     pub out: Option<PathBuf>,
     /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::jobs)]
     pub jobs: Option<usize>,
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 2_000_000_000, value_name = "N")]

@@ -19,20 +19,27 @@ use memtrace_driver::verify_tflm::{verify_tflm, Runtime};
 pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Planner of the verified plan (tinyseg: the transformed model, see --base).
-    #[arg(long, value_enum, default_value_t = PlannerKind::DmoHeap)]
-    pub planner: PlannerKind,
+    /// Planner of the verified plan (default dmo-heap; tinyseg: the
+    /// transformed model, see --base).
+    #[arg(long, value_enum)]
+    pub planner: Option<PlannerKind>,
     #[command(flatten)]
     pub spill: super::spill_args::SpillArgs,
     /// O_s source of the plan: traced (from the reference run), algorithmic,
-    /// analytic, none.
-    #[arg(long, value_enum, default_value_t = OverlapChoice::Traced)]
-    pub overlap: OverlapChoice,
+    /// analytic, none. Default: traced.
+    #[arg(long, value_enum)]
+    pub overlap: Option<OverlapChoice>,
     /// Verify this placement instead of a planner's: JSON
-    /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N}`
-    /// (tensors not listed keep their reference offsets; model order).
+    /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N,
+    /// "kernels": "tflm"|"cmsis-nn"}` (tensors not listed keep their
+    /// reference offsets; model order; a plan made for another library than
+    /// --kernels is refused).
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<PathBuf>,
+    /// Check a --plan file whose "kernels" names another library than
+    /// --kernels (with a warning) instead of refusing it.
+    #[arg(long)]
+    pub allow_foreign_plan: bool,
     #[command(flatten)]
     pub run: super::executor_args::ExecutorArgs,
     /// Take the traced O_s from this library's run instead (e.g. check a
@@ -64,11 +71,33 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
+    if args.plan.is_some() {
+        for (given, option) in [
+            (args.planner.is_some(), "--planner"),
+            (args.overlap.is_some(), "--overlap"),
+        ] {
+            if given {
+                super::usage_error(&format!(
+                    "{option} has no effect with --plan (the plan file gives the placement)"
+                ));
+            }
+        }
+    }
+    let overlap = args.overlap.unwrap_or(OverlapChoice::Traced);
+    if args.overlap_from.is_some() && overlap != OverlapChoice::Traced {
+        super::usage_error(&format!(
+            "--overlap-from has no effect with --overlap {} (it picks the library whose traces \
+             give traced O_s)",
+            overlap.name()
+        ));
+    }
+    let planner = args.planner.unwrap_or(PlannerKind::DmoHeap);
+    args.spill.check(planner == PlannerKind::Tinyseg);
     let format = args.format;
     let opts = VerifyOptions {
         model: args.model,
-        planner: args.planner,
-        overlap: args.overlap,
+        planner,
+        overlap,
         plan: args.plan,
         seed: args.run.seed,
         input: args.run.input,
@@ -81,6 +110,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         max_instructions: args.max_instructions,
         spill: args.spill.options(),
         accumulator: args.accumulator,
+        allow_foreign_plan: args.allow_foreign_plan,
         runtime: args.runtime,
     };
     if opts.runtime == Runtime::Tflm {
@@ -92,6 +122,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(u8::from(!report.ok())));
     }
     let report = verify(&opts)?;
+    for w in &report.warnings {
+        eprintln!("WARNING: {w}");
+    }
     match format {
         Format::Table => super::emit(&report.to_text())?,
         Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,

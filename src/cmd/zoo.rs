@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use memtrace_analyzer::model::zoo;
+use memtrace_analyzer::model::{tflite, zoo};
 use memtrace_analyzer::output::{write_atomically, write_error};
 use memtrace_analyzer::verify::export::{materialize, to_tflite};
 
@@ -25,6 +25,7 @@ pub enum ZooCommand {
     Export {
         /// Zoo name, e.g. mobilenet_v1_0.25_128_int8 (`zoo:` optional).
         name: String,
+        /// The .tflite file to write, or `-` for stdout.
         out: PathBuf,
         /// Seed of the weights.
         #[arg(long, default_value_t = 1)]
@@ -42,6 +43,30 @@ pub fn run(args: ZooArgs) -> Result<ExitCode> {
         ZooCommand::Export { name, out, seed } => {
             let model = zoo::build(&name)?;
             let bytes = to_tflite(&materialize(&model, seed))?;
+            // A file memtrace itself cannot load is never written.
+            tflite::import_bytes(&model.name, &bytes)
+                .map_err(anyhow::Error::from)
+                .and_then(|m| m.validate().map_err(anyhow::Error::from))
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "zoo model {name} cannot be exported as a loadable .tflite: {e} (it is \
+                         an abstract graph for the planners: use `memtrace plan zoo:{name}`)",
+                        name = model.name
+                    )
+                })?;
+            if out.as_os_str() == "-" {
+                let mut stdout = std::io::stdout().lock();
+                stdout
+                    .write_all(&bytes)
+                    .and_then(|()| stdout.flush())
+                    .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))?;
+                eprintln!(
+                    "wrote {} bytes to stdout ({} operators)",
+                    bytes.len(),
+                    model.ops.len()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             write_atomically(&out, |w| {
                 w.write_all(&bytes).map_err(|e| write_error(&out, e))
             })?;

@@ -215,6 +215,18 @@ impl ElfImage {
         if !bytes.starts_with(b"\x7fELF") {
             return Err(not_elf("no \\x7fELF magic".into()));
         }
+        // Unicorn's ARM and x86-64 guests are little-endian; a big-endian
+        // image would load with every word byte-swapped. EI_DATA (byte 5)
+        // says which, before any field is read in either byte order.
+        const ELFDATA2MSB: u8 = 2;
+        if bytes.get(5) == Some(&ELFDATA2MSB) {
+            return Err(TraceError::UnsupportedElf {
+                path: path.to_owned(),
+                reason: "unsupported: big-endian (memtrace runs little-endian Cortex-M and \
+                         x86-64 executables)"
+                    .into(),
+            });
+        }
         let file = object::File::parse(&*bytes).map_err(|e| TraceError::MalformedElf {
             path: path.to_owned(),
             reason: e.to_string(),
@@ -363,6 +375,11 @@ impl ElfImage {
     /// address.
     pub fn functions(&self) -> impl Iterator<Item = (u64, u64, &str)> {
         self.functions.iter().map(|(a, s, n)| (*a, *s, n.as_str()))
+    }
+
+    /// Names of the image's function symbols, in address order.
+    pub fn function_names(&self) -> impl Iterator<Item = &str> {
+        self.functions().map(|(_, _, name)| name)
     }
 
     /// The function symbol containing `pc`, if any.

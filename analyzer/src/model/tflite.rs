@@ -256,6 +256,19 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
                 let quantized_dimension = q
                     .quantized_dimension()
                     .map_err(fb_err(format!("tensor {i} quantized dimension")))?;
+                // A zero, negative or non-finite scale makes every real
+                // value of the tensor meaningless (and TFLM's multipliers
+                // undefined): refused, not run to arbitrary outputs.
+                if let Some((c, s)) = scale
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| !(s.is_finite() && **s > 0.0))
+                {
+                    return Err(ModelError::Invalid(format!(
+                        "tensor {i} `{tname}`: quantisation scale {s} (channel {c}) is not a \
+                         positive finite number"
+                    )));
+                }
                 if scale.is_empty() && zero_point.is_empty() {
                     None
                 } else {

@@ -362,19 +362,28 @@ fn expand(text: &str) -> Result<Vec<String>, String> {
         _ => inner.split(',').map(|s| s.trim().to_owned()).collect(),
     };
     let rest = expand(&text[close + 1..])?;
+    // Counted before anything is built: three 10 000-wide ranges are 10^12.
+    if choices.len().saturating_mul(rest.len()) > MAX_GRID_CONFIGS {
+        return Err(format!(
+            "`{text}` expands to more than 100 000 configurations"
+        ));
+    }
     let mut out = Vec::with_capacity(choices.len() * rest.len());
     for c in &choices {
         for r in &rest {
             out.push(format!("{}{c}{r}", &text[..open]));
         }
     }
-    if out.len() > 100_000 {
-        return Err(format!(
-            "`{text}` expands to more than 100 000 configurations"
-        ));
-    }
     Ok(out)
 }
+
+/// Most configurations one grid (a `--grid` or a line of a configs file)
+/// may expand to.
+pub const MAX_GRID_CONFIGS: usize = 100_000;
+
+/// Most configurations a whole configs file (all its lines and grids
+/// together) may give: each is held in memory until traced.
+pub const MAX_LISTED_CONFIGS: usize = 250_000;
 
 /// Specs of a configs file: one spec per line (grids allowed), `#` comments
 /// and blank lines ignored. Errors name the line.
@@ -389,7 +398,15 @@ fn parse_lines(text: &str) -> Result<Vec<LayerSpec>, String> {
         if line.is_empty() {
             continue;
         }
-        for t in expand(line).map_err(|e| format!("line {}: {e}", i + 1))? {
+        let texts = expand(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if specs.len() + texts.len() > MAX_LISTED_CONFIGS {
+            return Err(format!(
+                "line {}: the file expands to more than {MAX_LISTED_CONFIGS} configurations in \
+                 all (split it, or sweep random configurations with --op and --configs)",
+                i + 1
+            ));
+        }
+        for t in texts {
             specs.push(LayerSpec::parse(&t).map_err(|e| format!("line {}: `{t}`: {e}", i + 1))?);
         }
     }

@@ -604,6 +604,9 @@ pub fn run(
                 .into(),
         ),
     };
+    if matches!(planner, PlannerKind::DmoHeap | PlannerKind::Reorder) {
+        plan = never_worse_than_without_overlaps(model, planner, overlaps, opts, plan);
+    }
     plan.elapsed = start.elapsed();
     if plan.status != PlanStatus::NotApplicable {
         validate::validate(model, &plan, overlaps).map_err(|v| PlanError::Invalid {
@@ -612,6 +615,56 @@ pub fn run(
         })?;
     }
     Ok(plan)
+}
+
+/// `plan` (from `planner` with `overlaps`), or whichever of the same
+/// planner without overlaps and TFLM's greedy plan has a smaller peak: both
+/// place no tensor over another, so they hold under any O_s, and a heuristic
+/// that may use overlaps must never do worse than either (issue #20: on
+/// MLPerf Tiny's ad01, the heap with overlaps needed 896 B where greedy
+/// needed 768 B). A replacement keeps the planner's name and O_s source; its
+/// note says where the placement came from.
+fn never_worse_than_without_overlaps(
+    model: &Model,
+    planner: PlannerKind,
+    overlaps: &Overlaps,
+    opts: &PlanOptions,
+    plan: Plan,
+) -> Plan {
+    if plan.peak_bytes.is_none() || overlaps.method == "none" {
+        return plan;
+    }
+    let none = Overlaps::none(model);
+    let plain = match planner {
+        PlannerKind::DmoHeap => heap::dmo_heap(model, &none, opts),
+        _ => heap::reorder(model, &none, opts),
+    };
+    let greedy = greedy::tflm_greedy(model, opts);
+    let mut best = plan;
+    for (other, what) in [
+        (plain, "the same planner without overlaps"),
+        (greedy, "tflm-greedy"),
+    ] {
+        if other.peak_bytes.is_none() || other.peak_bytes >= best.peak_bytes {
+            continue;
+        }
+        let offsets: Vec<u64> = other.tensors.iter().map(|t| t.offset).collect();
+        let problem = Problem::new(model, &other.order, overlaps, opts.alignment);
+        let mut replaced = problem.plan(
+            model,
+            planner.name(),
+            &overlaps.method,
+            &other.order_name,
+            &offsets,
+        );
+        replaced.note = Some(format!(
+            "placement of {what} ({} B), smaller than with overlaps ({} B)",
+            other.peak_bytes.unwrap_or(0),
+            best.peak_bytes.unwrap_or(0)
+        ));
+        best = replaced;
+    }
+    best
 }
 
 #[cfg(test)]

@@ -651,3 +651,57 @@ fn a_concatenation_overlaps_its_output_with_its_first_input_only() {
     let e = validate::validate(&m, &place(2000, 100 - 40), &ov).unwrap_err();
     assert!(e.0.contains("`b`") && e.0.contains("`c`"), "{e}");
 }
+
+/// MLPerf Tiny's anomaly-detection autoencoder (`ad01`): fully connected
+/// layers 640 → 128 ×4 → 8 → 128 ×4 → 640, int8.
+fn ad01_like() -> Model {
+    let mut g = GraphBuilder::new("ad01_like", DataType::Int8);
+    let mut x = g.input("input", &[1, 640]);
+    for (i, units) in [128, 128, 128, 128, 8, 128, 128, 128, 128]
+        .iter()
+        .enumerate()
+    {
+        x = g.fully_connected(&format!("fc{i}"), x, *units, crate::model::Activation::Relu);
+    }
+    x = g.fully_connected("out", x, 640, crate::model::Activation::None);
+    g.finish(&[x])
+}
+
+#[test]
+fn planners_with_overlaps_never_need_more_than_without_them_or_than_tflm_greedy() {
+    // Issue #20, item 13: on ad01 the heap with overlaps gave 896 B where
+    // TFLM's greedy plan needs 768 B. Both placements without overlaps hold
+    // under any O_s, so a planner allowed to overlap must never do worse.
+    let mut models = vec![ad01_like()];
+    models.extend(REAL_MODELS.iter().map(|n| real_model(n)));
+    models.extend(
+        [
+            "sakr_cifar10",
+            "mobilenet_v1_0.25_128_int8",
+            "tiny_unet_80x120_int8",
+        ]
+        .iter()
+        .map(|n| zoo::build(n).unwrap()),
+    );
+    for m in &models {
+        let none = Overlaps::none(m);
+        let greedy = run(m, PlannerKind::TflmGreedy, &none, &opts()).unwrap();
+        for method in [OverlapMethod::Analytic, OverlapMethod::Algorithmic] {
+            let overlaps = Overlaps::compute(m, &method);
+            for planner in [PlannerKind::DmoHeap, PlannerKind::Reorder] {
+                let with = run(m, planner, &overlaps, &opts()).unwrap();
+                let without = run(m, planner, &none, &opts()).unwrap();
+                let (w, n, g) = (with.peak_bytes, without.peak_bytes, greedy.peak_bytes);
+                assert!(
+                    w <= n && w <= g,
+                    "{} {} {:?}: {w:?} B with overlaps, {n:?} B without, tflm-greedy {g:?} B",
+                    m.name,
+                    planner.name(),
+                    method
+                );
+                assert_eq!(with.overlap, overlaps.method, "keeps its O_s source");
+                assert_eq!(with.planner, planner.name());
+            }
+        }
+    }
+}

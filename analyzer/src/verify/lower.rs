@@ -411,10 +411,71 @@ pub fn check_placement(
     Ok(())
 }
 
+/// Output channels (units) of a tensor: its last dimension.
+fn out_c_of(t: &Tensor) -> usize {
+    *t.shape.last().unwrap_or(&1) as usize
+}
+
+/// Checks that no operator has two of its arena buffers overlapping, except
+/// an input with the output (what DMO does, and the only overlap the guest
+/// protocol allows between the buffers of one layer, docs/protocol.md §3):
+/// a scratch buffer over an input, or two inputs over each other, is a plan
+/// error naming both tensors, found here before anything runs.
+pub fn check_operator_buffers(model: &Model, offsets: &[Option<u64>]) -> Result<(), LowerError> {
+    let names = tensor_names(model);
+    let placed = |t: usize| -> Option<(u64, u64)> {
+        let o = offsets.get(t).copied().flatten()?;
+        let bytes = model.tensors.get(t)?.bytes;
+        (bytes > 0).then(|| (o, o.saturating_add(bytes)))
+    };
+    for (oi, op) in model.ops.iter().enumerate() {
+        // (tensor, is the output, what it is to the operator)
+        let mut buffers: Vec<(usize, bool, &str)> = Vec::new();
+        for &t in &op.inputs {
+            buffers.push((t, false, "input"));
+        }
+        for &t in &op.outputs {
+            buffers.push((t, true, "output"));
+        }
+        if let Some(t) = op.scratch {
+            buffers.push((t, false, "scratch buffer"));
+        }
+        buffers.dedup_by_key(|b| b.0);
+        for (i, &(a, a_out, a_what)) in buffers.iter().enumerate() {
+            for &(b, b_out, b_what) in &buffers[i + 1..] {
+                let lone_output = a_out != b_out && (a_what == "input" || b_what == "input");
+                if a == b || lone_output {
+                    continue;
+                }
+                let (Some((a0, a1)), Some((b0, b1))) = (placed(a), placed(b)) else {
+                    continue;
+                };
+                if a0 < b1 && b0 < a1 {
+                    return Err(LowerError {
+                        op: oi,
+                        kind: "placement".into(),
+                        reason: format!(
+                            "the plan overlaps two buffers of operator {oi} ({} `{}`): {a_what} \
+                             `{}` at [{a0}, {a1}) and {b_what} `{}` at [{b0}, {b1}); only an \
+                             input may overlap its operator's output",
+                            op.kind.name(),
+                            op.outputs.first().map_or("", |&t| names[t].as_str()),
+                            names[a],
+                            names[b],
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Lowers `model` with tensors at `input.offsets` (after [`materialize`]).
 /// The placement is checked first ([`check_placement`]).
 pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerError> {
     check_placement(model, input.offsets, input.arena_bytes)?;
+    check_operator_buffers(model, input.offsets)?;
     let materialized = materialize(model, input.seed);
     let model = &materialized;
     let names = tensor_names(model);
@@ -520,6 +581,37 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     conv_input_shape = parts.input_shape;
                 }
                 let wt = &model.tensors[wi];
+                // Refused rather than run to outputs TFLM would not give.
+                if xt.dtype == DataType::Float32 && wt.dtype != DataType::Float32 {
+                    return Err(fail(
+                        oi,
+                        format!(
+                            "a hybrid operator (float32 input `{}`, {} weights `{}`): TFLM \
+                             refuses to prepare hybrid models and the executor has no such kernel",
+                            names[op.inputs[0]], wt.dtype, names[wi]
+                        ),
+                    ));
+                }
+                let fc_per_channel = op.kind == OpKind::FullyConnected
+                    && wt
+                        .quantization
+                        .as_ref()
+                        .is_some_and(|q| q.scale.windows(2).any(|w| w[0] != w[1]));
+                if fc_per_channel {
+                    let scales = wt.quantization.as_ref().map_or(&[][..], |q| &q.scale[..]);
+                    if d != ProgramDtype::Int8 || scales.len() != out_c_of(yt) {
+                        return Err(fail(
+                            oi,
+                            format!(
+                                "weights `{}` are quantised per channel ({} scales): the \
+                                 executor's FULLY_CONNECTED takes one scale per output unit \
+                                 of an int8 model",
+                                names[wi],
+                                scales.len()
+                            ),
+                        ));
+                    }
+                }
                 let out_c = *yt.shape.last().unwrap_or(&1) as usize;
                 let k = fan_in(model, op);
                 let depthwise = op.kind == OpKind::DepthwiseConv2d;
@@ -530,7 +622,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     _ => 1.0,
                 };
                 // Weight scales: per output channel (conv, depthwise) or one.
-                let channels = if op.kind == OpKind::FullyConnected {
+                let channels = if op.kind == OpKind::FullyConnected && !fc_per_channel {
                     1
                 } else {
                     out_c
@@ -588,7 +680,9 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         .map(|ws| quantize_multiplier(sx * ws / sy))
                         .collect();
                     (p.output_multiplier, p.output_shift) = ms[0];
-                    if d == ProgramDtype::Int8 && op.kind != OpKind::FullyConnected {
+                    if d == ProgramDtype::Int8
+                        && (op.kind != OpKind::FullyConnected || fc_per_channel)
+                    {
                         per_channel = ms;
                     }
                 }

@@ -137,6 +137,10 @@ pub struct VerifyReport {
     /// plan run ran the transformed model).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tinyseg: Option<crate::tinyseg::report::SpillReport>,
+    /// What the user must know about the plan under test (an O_s source or
+    /// a plan file made for another kernel library); also printed on stderr.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Outputs of one kernel library against TFLM's reference kernels.
