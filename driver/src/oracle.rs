@@ -9,8 +9,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde::Serialize;
-
 use crate::error::Result;
 use crate::{bail, failed};
 
@@ -38,28 +36,7 @@ with open(out, "wb") as f:
 print(importlib.metadata.version("tflite-micro"))
 "#;
 
-/// The emulated outputs against the host's.
-#[derive(Debug, Clone, Serialize)]
-pub struct OracleComparison {
-    /// The Python that ran it.
-    pub python: String,
-    /// The `tflite-micro` package version.
-    pub version: String,
-    /// Why the host TFLM could not run the model, if it could not.
-    pub error: Option<String>,
-    /// Output bytes that differ (a length difference counts).
-    pub mismatched_bytes: u64,
-    /// The outputs are equal byte for byte.
-    pub bit_exact: bool,
-}
-
-impl OracleComparison {
-    /// The host ran the model and agrees (a model the host TFLM refuses is
-    /// no disagreement: the report says why it did not run).
-    pub fn agrees(&self) -> bool {
-        self.error.is_some() || self.bit_exact
-    }
-}
+pub use memtrace_analyzer::verify::OracleComparison;
 
 /// The oracle's Python, if one is configured or installed.
 pub fn python() -> Option<PathBuf> {

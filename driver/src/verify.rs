@@ -167,6 +167,8 @@ pub(crate) struct Outcome {
     /// The access path the run used.
     pub access: memtrace_tracer::AccessPath,
     outputs: Vec<u8>,
+    /// The graph inputs the program carried, concatenated in order.
+    inputs: Vec<u8>,
     /// The storage region after the run (empty when the program spills
     /// nothing) and the shadow map that checked it.
     storage: Vec<u8>,
@@ -197,6 +199,7 @@ pub(crate) fn execute(
             input_data,
         },
     )?;
+    let inputs: Vec<u8> = program.inputs.iter().flat_map(|(_, b)| b.clone()).collect();
     let encoded = program.encode()?;
     let arena = image
         .symbol("memtrace_arena")
@@ -295,6 +298,7 @@ pub(crate) fn execute(
         instructions: summary.instructions,
         access: summary.access,
         outputs: memory.concat(),
+        inputs,
         storage,
         storage_shadow,
     })
@@ -446,6 +450,28 @@ pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapRe
         });
     }
     (traced, report)
+}
+
+/// The reference run's outputs against PyPI `tflite-micro` on the same
+/// model file and inputs, when the host oracle is installed. Not for a model
+/// memtrace changed (an int16 TRANSPOSE_CONV accumulator is no TFLM
+/// arithmetic).
+fn host_oracle(
+    req: &VerifyOptions,
+    model: &Model,
+    reference: &Outcome,
+) -> Result<Option<crate::oracle::OracleComparison>> {
+    if req.accumulator != Accumulator::Int32 || crate::oracle::python().is_none() {
+        return Ok(None);
+    }
+    let bytes = crate::verify_tflm::model_bytes(&req.model, req.seed)?;
+    crate::oracle::compare(
+        &bytes,
+        model.inputs.len(),
+        model.outputs.len(),
+        &reference.inputs,
+        &reference.outputs,
+    )
 }
 
 /// Layers of a reference run that read back their own output.
@@ -758,6 +784,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         }
     });
     let clobbers: Vec<Clobber> = plan_out.shadow.clobbers.clone();
+    let oracle = host_oracle(req, &base, ref_out)?;
     Ok(VerifyReport {
         model: model.name.clone(),
         target: req.target.name().into(),
@@ -797,6 +824,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             seen.iter().filter(|&&x| x).count()
         },
         reference_kernels,
+        oracle,
         traced_overlaps: traced_report,
         seconds: started.elapsed().as_secs_f64(),
         tinyseg: under_test.spill.as_ref().map(|(optimized, seconds)| {

@@ -201,18 +201,7 @@ impl TflmVerifyReport {
             self.mismatched_bytes
         );
         match &self.oracle {
-            Some(o) => {
-                s += &format!(
-                    "host oracle (PyPI tflite-micro {}): {} ({} B differ)\n",
-                    o.version,
-                    if o.bit_exact {
-                        "bit-exact"
-                    } else {
-                        "DIFFERENT"
-                    },
-                    o.mismatched_bytes
-                )
-            }
+            Some(o) => s += &o.to_text(),
             None => {
                 s +=
                     "host oracle: not run (no Python with tflite-micro; set MEMTRACE_TFLM_PYTHON)\n"

@@ -91,6 +91,46 @@ pub struct OpOverlapReport {
     pub reverse_exact_bytes: Option<u64>,
 }
 
+/// Emulated outputs against PyPI `tflite-micro` (real TFLM on the host).
+#[derive(Debug, Clone, Serialize)]
+pub struct OracleComparison {
+    /// The Python that ran it.
+    pub python: String,
+    /// The `tflite-micro` package version.
+    pub version: String,
+    /// Why the host TFLM could not run the model, if it could not.
+    pub error: Option<String>,
+    /// Output bytes that differ (a length difference counts).
+    pub mismatched_bytes: u64,
+    /// The outputs are equal byte for byte.
+    pub bit_exact: bool,
+}
+
+impl OracleComparison {
+    /// The host ran the model and agrees (a model the host TFLM refuses is
+    /// no disagreement: the report says why it did not run).
+    pub fn agrees(&self) -> bool {
+        self.error.is_some() || self.bit_exact
+    }
+
+    /// One line for the text reports.
+    pub fn to_text(&self) -> String {
+        match &self.error {
+            Some(e) => format!("host oracle (PyPI tflite-micro): not run: {e}\n"),
+            None => format!(
+                "host oracle (PyPI tflite-micro {}): {} ({} B differ)\n",
+                self.version,
+                if self.bit_exact {
+                    "bit-exact"
+                } else {
+                    "DIFFERENT"
+                },
+                self.mismatched_bytes
+            ),
+        }
+    }
+}
+
 /// What `memtrace verify` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifyReport {
@@ -128,6 +168,10 @@ pub struct VerifyReport {
     /// (un-overlapped) run with the reference kernels, compared byte for byte
     /// with this library's reference run.
     pub reference_kernels: Option<KernelsComparison>,
+    /// The same model and input in PyPI `tflite-micro` on the host, when it
+    /// is installed: an output that differs from real TFLM fails the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleComparison>,
     /// Traced O_s of every operator from the reference run of
     /// `overlap_kernels`, in execution order.
     pub traced_overlaps: Vec<OpOverlapReport>,
@@ -174,6 +218,7 @@ impl VerifyReport {
             && self.reference.clobbers.is_empty()
             && self.bit_exact
             && self.reference_kernels.as_ref().is_none_or(|k| k.bit_exact)
+            && self.oracle.as_ref().is_none_or(|o| o.agrees())
             && self
                 .tinyseg
                 .as_ref()
@@ -263,6 +308,9 @@ impl VerifyReport {
                 k.mismatched_bytes,
                 k.output_digest
             ));
+        }
+        if let Some(o) = &self.oracle {
+            s.push_str(&o.to_text());
         }
         if let Some(t) = &self.tinyseg {
             s.push_str(&t.to_text());
