@@ -248,7 +248,7 @@ fn one_byte_past_the_traced_overlap_clobbers_on_real_tflm() {
                 {"name": output, "offset": at},
                 {"name": input, "offset": at + ob - overlap},
             ],
-            "arena_bytes": at + ob,
+            "arena_bytes": (at + ob).max(at + ob - overlap + u(&o["input_bytes"])),
         });
         std::fs::write(&path, text.to_string()).unwrap();
         path.display().to_string()
