@@ -17,9 +17,10 @@ DEMO_OUT ?= demo-out
 ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 
 # Debian packages: the emulator build (cmake, libclang for bindgen), the
-# Cortex-M4 cross compiler with its C and C++ libraries, host C/C++.
+# Cortex-M4 cross compiler with its C and C++ libraries, host C/C++, musl's
+# static libc.a (libm without IFUNCs for the x86-64 TFLM runner).
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
-    libstdc++-arm-none-eabi-newlib gcc g++ make python3 python3-venv
+    libstdc++-arm-none-eabi-newlib gcc g++ musl-dev make python3 python3-venv
 
 # Where `make install` links the binary (the usual place of per-user
 # executables; pip and cargo-binstall use it too).

@@ -359,6 +359,37 @@ int __cxa_atexit(void (*)(void *), void *, void *) { return 0; }
 void _init(void) {}
 void _fini(void) {}
 
+#if defined(__x86_64__)
+// errno for musl's libc.a (the x86-64 runner's libm and string routines,
+// tflm.mk). musl keeps errno in the thread descriptor, reached through %fs,
+// which no one sets up in the emulator; defining both names here keeps musl's
+// errno member out of the link. flatbuffers' string-to-integer conversion
+// (strtoll, reached from flexbuffers in custom options) reads errno; musl's
+// math functions never write it.
+static int g_errno;
+int *__errno_location(void) { return &g_errno; }
+int *___errno_location(void) { return &g_errno; }
+
+// The thread pointer. Debian builds musl with -fstack-protector-strong: a few
+// of the members TFLM pulls in (sin, cos, sinf, cosf and their argument
+// reduction, qsort, strtoll) read the stack canary at %fs:0x28, and FS's base
+// is 0 in the emulator (a page fault at 0x28). The runner points FS at a
+// static thread descriptor before any constructor of TFLM's runs: word 0 is
+// the descriptor's own address (musl's and glibc's `self`), word 5 (offset
+// 0x28) the canary, a constant (there is nothing to protect against here).
+// Nothing else of it is read: tflm.mk refuses an ELF with any other %fs
+// access or a system call. WRMSR to IA32_FS_BASE: the guest runs at CPL 0.
+alignas(64) static uint64_t g_thread_descriptor[64];
+__attribute__((constructor(101))) static void set_thread_pointer(void) {
+    const uint64_t base = reinterpret_cast<uint64_t>(g_thread_descriptor);
+    g_thread_descriptor[0] = base;
+    g_thread_descriptor[5] = 0x6d656d7472616365ull;  // "memtrace"
+    __asm__ volatile("wrmsr" ::"c"(0xC0000100u), "a"(static_cast<uint32_t>(base)),
+                     "d"(static_cast<uint32_t>(base >> 32))
+                     : "memory");
+}
+#endif
+
 }  // extern "C"
 
 namespace tflite {

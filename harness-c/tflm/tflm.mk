@@ -36,8 +36,18 @@ TFLM_TREE_FOUND := $(if $(strip $(TFLM_TREE)),$(wildcard $(TFLM_TREE)/tensorflow
 TFLM_CMSIS_NN_DIR ?= $(if $(CMSIS_NN_USER),$(CMSIS_NN_DIR),$(TFLM_TREE)/third_party/cmsis_nn)
 TFLM_CMSIS_NN_FOUND := $(if $(strip $(TFLM_CMSIS_NN_DIR)),$(wildcard $(TFLM_CMSIS_NN_DIR)/Include/arm_nnfunctions.h))
 
-# Targets the runner is built for (x86-64: see ../README.md, "TFLM runner").
-TFLM_TARGETS := cortex-m4
+# x86-64: TFLM's float kernels call libm (expf, tanhf, logf, ...). glibc's
+# libm is IFUNC-resolved at load time, which never happens in a freestanding
+# run, so the x86-64 runner takes libm (and the few string routines
+# rt/libc_shims.c lacks) from musl's static libc.a, which has no IFUNCs
+# (Debian: apt-get install musl-dev). Only the archive members TFLM refers to
+# are linked; musl's start-up code (crt1.o, __libc_start_main) is not, the
+# runner starts in rt/x86_64/start.S like every guest.
+MUSL_LIBC ?= /usr/lib/x86_64-linux-musl/libc.a
+MUSL_FOUND := $(if $(strip $(MUSL_LIBC)),$(wildcard $(MUSL_LIBC)))
+
+# Targets the runner is built for (x86-64 only with musl's libc.a).
+TFLM_TARGETS := cortex-m4 $(if $(MUSL_FOUND),x86_64)
 
 # The flags TFLM is compiled with: the repository's code generation flags,
 # C++17 (TFLM needs it), no exceptions / RTTI / thread-safe statics /
@@ -122,6 +132,7 @@ $(BUILD)/$(1)/$(TFLM_ELF.$(2)): $$(addprefix $(BUILD)/$(1)/obj/rt/,$$(addsuffix 
     $$(TFLM_RUNNER_OBJS.$(1).$(2)) $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a $(TFLM_LDSCRIPT.$(1))
 	$(CXX.$(1)) $(ARCH.$(1)) $(LDFLAGS_ALL) $(LINK.$(1)) -T $(TFLM_LDSCRIPT.$(1)) \
 	    -Wl,-Map=$$(@:.elf=.map) -o $$@ $$(filter %.o %.a,$$^) $(TFLM_LDLIBS.$(1))
+	$(TFLM_CHECK.$(1))
 
 $(1): $(BUILD)/$(1)/$(TFLM_ELF.$(2))
 endef
@@ -138,9 +149,26 @@ TFLM_LDSCRIPT.cortex-m4 := rt/cortex-m4/memtrace-tflm.ld
 # routines rt/libc_shims.c does not define (strcmp, ...); nothing that needs a
 # system call is pulled in (the link fails if something is).
 TFLM_LDLIBS.cortex-m4 := -lm -lc -lgcc
+TFLM_CHECK.cortex-m4 :=
+
+TFLM_LDSCRIPT.x86_64 := rt/x86_64/memtrace-tflm.ld
+# musl's libc.a by its path (not -lc: that would be glibc's), then libgcc.
+TFLM_LDLIBS.x86_64 := -Wl,--start-group $(MUSL_LIBC) -lgcc -Wl,--end-group
+# musl makes system calls with an inline `syscall` instruction and reaches
+# errno and thread data through %fs (the thread pointer): a link that pulled
+# in either would fail only at run time, in the middle of a model. The one
+# %fs access allowed is the stack canary at %fs:0x28 (Debian's musl is built
+# with -fstack-protector-strong), which tflm/platform.cc provides; anything
+# else refuses the ELF now (the map names the musl members taken).
+TFLM_CHECK.x86_64 = @bad=`objdump -d --no-show-raw-insn $$@ | awk '/^[0-9a-f]+ </ { fn = $$$$2 } \
+	    /(^|[[:space:]])syscall([[:space:]]|$$$$)|%fs:/ && !/%fs:0x28,/ { print fn, $$$$0 }'`; \
+	if [ -n "$$$$bad" ]; then echo "$$$$bad" | head -n 10 >&2; \
+	    echo "error: $$@ makes system calls or uses the thread pointer beyond the stack canary (musl members: see $$(@:.elf=.map))" >&2; \
+	    rm -f $$@; exit 1; fi
 
 $(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),$(eval $(call tflm_lib_rules,$(t),$(k)))))
 $(foreach t,$(TFLM_TARGETS),$(eval $(t): $(TFLM_NOTE)))
+$(if $(MUSL_FOUND),,$(eval x86_64: tflm-musl-note))
 
 -include $(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),\
     $(shell test -d '$(TFLM_LIBDIR.$(t).$(k))' && find '$(TFLM_LIBDIR.$(t).$(k))' -name '*.d')))
@@ -149,15 +177,19 @@ else
 $(foreach t,$(TFLM_TARGETS),$(eval $(t): tflm-note))
 endif
 
-.PHONY: tflm-note tflm-cmsis-note print-tflm-tree
+.PHONY: tflm-note tflm-cmsis-note tflm-musl-note print-tflm-tree
 # Not errors: everything else builds.
 tflm-note:
 	@echo "memtrace: TFLM tree not found at $(or $(TFLM_TREE),<empty TFLM_TREE>); set TFLM_TREE=/path/to/tflm-tree to build tflm-runner.elf and tflm-runner-cmsis.elf"
 tflm-cmsis-note:
 	@echo "memtrace: CMSIS-NN for the TFLM runner not found at $(or $(TFLM_CMSIS_NN_DIR),<empty TFLM_CMSIS_NN_DIR>); set TFLM_CMSIS_NN_DIR=/path/to/CMSIS-NN to build tflm-runner-cmsis.elf"
 
+tflm-musl-note:
+	@echo "memtrace: musl's libc.a not found at $(or $(MUSL_LIBC),<empty MUSL_LIBC>); apt-get install musl-dev (or set MUSL_LIBC=/path/to/musl/libc.a) to build the x86-64 tflm-runner.elf and tflm-runner-cmsis.elf"
+
 print-tflm-tree:
 	@echo "TFLM_TREE=$(TFLM_TREE) ($(if $(TFLM_TREE_FOUND),found,not found))"
 	@echo "TFLM_CMSIS_NN_DIR=$(TFLM_CMSIS_NN_DIR) ($(if $(TFLM_CMSIS_NN_FOUND),found,not found))"
 	@echo "TFLM_CACHE=$(TFLM_CACHE)"
+	@echo "MUSL_LIBC=$(MUSL_LIBC) ($(if $(MUSL_FOUND),found,not found: no x86-64 runner))"
 	@$(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),echo "$(t) $(k): $(TFLM_LIBDIR.$(t).$(k))/libtflm.a";))
