@@ -3,7 +3,8 @@
 //! with the reason, instead of passing silently:
 //! * the CMSIS-NN guests, built only when `CMSIS_NN_DIR` points at a
 //!   CMSIS-NN checkout (harness-c's Makefile);
-//! * the TFLM runners, built only when `TFLM_TREE` points at a TFLM tree;
+//! * the TFLM runners, built only when `TFLM_TREE` points at a TFLM tree
+//!   (on x86-64 also only with musl's libm);
 //! * the host oracle, PyPI `tflite-micro` in `MEMTRACE_TFLM_PYTHON`.
 
 fn main() {
@@ -17,6 +18,11 @@ fn main() {
             "no_tflm",
             "harness-c/build/cortex-m4/tflm-runner-cmsis.elf",
             "the TFLM runtime tests will be ignored; set TFLM_TREE=/path/to/tflm and run `make -C harness-c`",
+        ),
+        (
+            "no_tflm_x86",
+            "harness-c/build/x86_64/tflm-runner-cmsis.elf",
+            "the x86-64 TFLM runner tests will be ignored; install musl-dev and run `make -C harness-c`",
         ),
     ];
     for (cfg, probe, what) in optional {

@@ -375,3 +375,41 @@ fn the_int8_zoo_verifies_clean_and_bit_exact_on_real_tflm() {
         }
     }
 }
+
+#[test]
+#[cfg_attr(
+    no_tflm_x86,
+    ignore = "x86-64 TFLM runners not built: install musl-dev"
+)]
+fn the_x86_64_runners_give_the_cortex_m4_outputs_and_plans() {
+    // int8 arithmetic is target-independent: the same outputs and TFLM's
+    // same head on another instruction set; the reference kernels (one C++
+    // loop nest) also walk memory the same way. CMSIS-NN does not: its
+    // Cortex-M4 DSP paths and pure-C x86-64 paths are different kernels.
+    let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
+    for kernels in ["tflm", "cmsis-nn"] {
+        let (ok, m4) = verify_tflm(&model, &["--kernels", kernels]);
+        assert!(ok);
+        let (ok, x86) = verify_tflm(&model, &["--kernels", kernels, "--target", "x86-64"]);
+        assert!(ok, "x86-64 {kernels}: {}", x86["clobbers"]);
+        assert_eq!(x86["target"], "x86-64");
+        assert_eq!(x86["output_digest"], m4["output_digest"], "{kernels}");
+        assert_eq!(
+            x86["reference"]["head_bytes"], m4["reference"]["head_bytes"],
+            "{kernels}"
+        );
+        if kernels == "cmsis-nn" {
+            continue;
+        }
+        let o = |r: &Value| -> Vec<Value> {
+            r["traced_overlaps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["monotone_bytes"].clone())
+                .collect()
+        };
+        assert_eq!(o(&x86), o(&m4));
+        assert_eq!(x86["plan"]["planned_bytes"], m4["plan"]["planned_bytes"]);
+    }
+}
