@@ -10,6 +10,16 @@
 //! file behind. Each target prints its counts and asserts panics = timeouts
 //! = signals = 0.
 //!
+//! Issue #20 added four classes through the binary, each with a rule
+//! beyond "exit 0 or 1": `verify --plan` files mutated from `plan`'s own
+//! placements, judged by a live-overlap oracle written here (a placement
+//! that overlaps two tensors live at once, neither the other's same-operator
+//! input/output, must never verify OK); TinySeg's options, which without
+//! `--planner tinyseg` must be usage errors (exit 2); `--kernels` /
+//! `--executor` / `--runtime` combinations (a guest built with another
+//! library is refused, an accepted report names the library that ran); and
+//! every plan `plan --kernels K` prints, verified clean on K.
+//!
 //! Every input that ever failed is kept under `fixtures/fuzz/<target>/`
 //! (text inputs as they are, binary mutants as a small JSON recipe of edits
 //! to a named seed) and is run first. A failing run writes its inputs there;
@@ -76,7 +86,7 @@ fn repo() -> &'static Path {
 // ---------------------------------------------------------------- tallies
 
 /// Outcome counts of one target.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 struct Tally {
     inputs: usize,
     accepted: usize,
@@ -89,6 +99,19 @@ struct Tally {
     /// Left files behind.
     leftovers: usize,
     replayed: usize,
+    /// Exit 2 where a usage error is a clean outcome (argument combinations).
+    usage_errors: usize,
+    /// Inputs the live-overlap oracle (or another rule of the input's class)
+    /// says must be refused.
+    must_refuse: usize,
+    /// Runs that broke their class's rule: accepted although the oracle said
+    /// it must be refused, not a usage error though an option does nothing,
+    /// a report naming a library whose code did not run.
+    oracle_violations: usize,
+    /// Plans `memtrace plan` made for a library, verified on that library.
+    own_plans: usize,
+    /// ... of which did not verify clean and bit-exact.
+    own_clobbers: usize,
     failures: Vec<String>,
 }
 
@@ -103,17 +126,29 @@ impl Tally {
         self.bad_exits += o.bad_exits;
         self.leftovers += o.leftovers;
         self.replayed += o.replayed;
+        self.usage_errors += o.usage_errors;
+        self.must_refuse += o.must_refuse;
+        self.oracle_violations += o.oracle_violations;
+        self.own_plans += o.own_plans;
+        self.own_clobbers += o.own_clobbers;
         self.failures.extend(o.failures);
     }
 
     fn finish(&self, target: &str, started: Instant) {
         println!(
             "fuzz {target}: {} inputs ({} fixtures replayed), {} accepted, {} clean errors, \
-             {} panics, {} timeouts, {} signals, {} bad exits, {} left files, {:.1} s",
+             {} usage errors, {} oracle violations ({} judged unsafe), {} of {} own-library \
+             plans clobber, {} panics, {} timeouts, {} signals, {} bad exits, {} left files, \
+             {:.1} s",
             self.inputs,
             self.replayed,
             self.accepted,
             self.clean_errors,
+            self.usage_errors,
+            self.oracle_violations,
+            self.must_refuse,
+            self.own_clobbers,
+            self.own_plans,
             self.panics,
             self.timeouts,
             self.signals,
@@ -130,12 +165,17 @@ impl Tally {
                 self.timeouts,
                 self.signals,
                 self.bad_exits,
-                self.leftovers
+                self.leftovers,
+                self.oracle_violations,
+                self.own_clobbers
             ),
-            (0, 0, 0, 0, 0),
-            "fuzz {target}: failures (inputs kept under fixtures/fuzz/{target}/)"
+            (0, 0, 0, 0, 0, 0, 0),
+            "fuzz {target}: failures (inputs kept under fixtures/fuzz/<target>/)"
         );
-        assert_eq!(self.inputs, self.accepted + self.clean_errors);
+        assert_eq!(
+            self.inputs,
+            self.accepted + self.clean_errors + self.usage_errors
+        );
     }
 }
 
@@ -937,6 +977,30 @@ struct Job {
     args: Vec<String>,
     /// What to keep under fixtures/fuzz/<target>/ if it fails.
     keep: (&'static str, Vec<u8>),
+    /// What the run must do beyond exiting 0 or 1.
+    expect: Expect,
+}
+
+/// The rule of an input's class, beyond "exit 0 or 1, in time, no file
+/// left". The default is that rule alone.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    /// Exit 2 (clap's usage error) is a clean outcome too.
+    #[serde(default)]
+    usage_ok: bool,
+    /// Must exit 2, because of this (an option that would do nothing).
+    #[serde(default)]
+    usage: Option<String>,
+    /// Must not exit 0, because of this (the live-overlap oracle's reason).
+    #[serde(default)]
+    refuse: Option<String>,
+    /// Must exit 0 with a JSON report of no clobbers and bit-exact outputs.
+    #[serde(default)]
+    verifies: bool,
+    /// On exit 0, the JSON report's `"kernels"` must be this library.
+    #[serde(default)]
+    kernels: Option<String>,
 }
 
 fn run_job(job: &Job, n: usize) -> Tally {
@@ -955,7 +1019,7 @@ fn run_job(job: &Job, n: usize) -> Tally {
         .current_dir(&dir)
         .env("CI", "1")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("memtrace starts");
@@ -964,6 +1028,12 @@ fn run_job(job: &Job, n: usize) -> Tally {
         let mut s = String::new();
         let _ = stderr.read_to_string(&mut s);
         s
+    });
+    let mut stdout = child.stdout.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stdout.read_to_end(&mut b);
+        b
     });
     let started = Instant::now();
     let status = loop {
@@ -979,8 +1049,16 @@ fn run_job(job: &Job, n: usize) -> Tally {
     };
     let err = reader.join().unwrap_or_default();
     let err: String = err.trim().chars().take(400).collect();
+    let out = out_reader.join().unwrap_or_default();
     let what = format!("{} {:?}", job.target, job.args);
     let mut failed = true;
+    let expect = &job.expect;
+    if expect.refuse.is_some() {
+        t.must_refuse += 1;
+    }
+    if expect.verifies {
+        t.own_plans += 1;
+    }
     match status {
         None => {
             t.timeouts += 1;
@@ -997,6 +1075,10 @@ fn run_job(job: &Job, n: usize) -> Tally {
                 t.clean_errors += 1;
                 failed = false;
             }
+            (Some(2), _) if expect.usage_ok || expect.usage.is_some() => {
+                t.usage_errors += 1;
+                failed = false;
+            }
             (Some(101), _) => {
                 t.panics += 1;
                 t.failures.push(format!("{what}: panic: {err}"));
@@ -1010,6 +1092,49 @@ fn run_job(job: &Job, n: usize) -> Tally {
                 t.failures.push(format!("{what}: signal {sig:?}: {err}"));
             }
         },
+    }
+    let code = status.and_then(|s| s.code());
+    if let (Some(why), Some(c)) = (&expect.usage, code) {
+        if c != 2 {
+            t.oracle_violations += 1;
+            t.failures.push(format!(
+                "{what}: exit {c}, not a usage error ({why}): {err}"
+            ));
+            failed = true;
+        }
+    }
+    if let (Some(why), Some(0)) = (&expect.refuse, code) {
+        t.oracle_violations += 1;
+        t.failures.push(format!("{what}: accepted, although {why}"));
+        failed = true;
+    }
+    let report: Option<Value> = serde_json::from_slice(&out).ok();
+    if let (Some(k), Some(0)) = (&expect.kernels, code) {
+        let said = report.as_ref().map(|r| r["kernels"].clone());
+        if said.as_ref().and_then(Value::as_str) != Some(k.as_str()) {
+            t.oracle_violations += 1;
+            t.failures.push(format!(
+                "{what}: the report's \"kernels\" is {said:?}, the run was for {k}"
+            ));
+            failed = true;
+        }
+    }
+    if expect.verifies {
+        let clean = code == Some(0)
+            && report.as_ref().is_some_and(|r| {
+                r["clobbers"].as_array().is_some_and(Vec::is_empty)
+                    && r["bit_exact"] == Value::Bool(true)
+            });
+        if !clean {
+            t.own_clobbers += 1;
+            let clobbers = report.as_ref().map(|r| r["clobbers"].to_string());
+            let clobbers: String = clobbers.unwrap_or_default().chars().take(300).collect();
+            t.failures.push(format!(
+                "{what}: a plan for its own library does not verify clean \
+                 (exit {code:?}, clobbers {clobbers}): {err}"
+            ));
+            failed = true;
+        }
     }
     // Nothing but the inputs is left in the directory.
     let mut left: Vec<String> = std::fs::read_dir(&dir)
@@ -1061,6 +1186,7 @@ fn fuzz_through_the_binary() {
             args(&["run", "k.elf", "--max-instructions", "2000000"])
         },
         keep: ("json", serde_json::to_vec(r).unwrap()),
+        expect: Expect::default(),
     };
     let model_job = |r: &Recipe, base: &[u8], verify: bool| Job {
         target: if verify { "verify-bin" } else { "plan-bin" },
@@ -1071,6 +1197,7 @@ fn fuzz_through_the_binary() {
             args(&["plan", "m.tflite"])
         },
         keep: ("json", serde_json::to_vec(r).unwrap()),
+        expect: Expect::default(),
     };
     let spec_job = |text: &str| Job {
         target: "job-bin",
@@ -1084,6 +1211,7 @@ fn fuzz_through_the_binary() {
             "5000000".into(),
         ],
         keep: ("txt", text.as_bytes().to_vec()),
+        expect: Expect::default(),
     };
     let plan_job = |text: &str| Job {
         target: "plan-json-bin",
@@ -1093,6 +1221,7 @@ fn fuzz_through_the_binary() {
         ],
         args: args(&["verify", "m.tflite", "--plan", "p.json"]),
         keep: ("json", text.as_bytes().to_vec()),
+        expect: Expect::default(),
     };
     let baseline_job = |text: &str| Job {
         target: "baseline-bin",
@@ -1107,6 +1236,7 @@ fn fuzz_through_the_binary() {
             "1".into(),
         ],
         keep: ("json", text.as_bytes().to_vec()),
+        expect: Expect::default(),
     };
 
     // Kept failures first.
@@ -1210,11 +1340,18 @@ fn fuzz_through_the_binary() {
     for _ in 0..scaled(40) {
         jobs.push(baseline_job(&mutate_json(&mut rng, &baseline_seed)));
     }
+    // Issue #20's classes: plan files against the live-overlap oracle,
+    // TinySeg options, libraries and executors, and every plan `plan` makes
+    // for a library verified on it (slow ones first).
+    let (mut more, more_replayed) = issue20_jobs(&mut seed(6));
+    replayed += more_replayed;
+    more.append(&mut jobs);
+    let jobs = more;
 
     // Two workers (the machine has two cores).
     let next = Mutex::new(0usize);
     let total = Mutex::new(Tally::default());
-    let by_target: Mutex<HashMap<&'static str, (usize, usize)>> = Mutex::new(HashMap::new());
+    let by_target: Mutex<HashMap<&'static str, Tally>> = Mutex::new(HashMap::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| loop {
@@ -1228,8 +1365,7 @@ fn fuzz_through_the_binary() {
                 let t = run_job(job, i);
                 let mut bt = by_target.lock().unwrap();
                 let e = bt.entry(job.target).or_default();
-                e.0 += 1;
-                e.1 += t.clean_errors;
+                e.merge(t.clone());
                 drop(bt);
                 total.lock().unwrap().merge(t);
             });
@@ -1238,9 +1374,869 @@ fn fuzz_through_the_binary() {
     let mut total = total.into_inner().unwrap();
     total.replayed = replayed;
     let mut targets: Vec<_> = by_target.into_inner().unwrap().into_iter().collect();
-    targets.sort();
-    for (target, (n, errors)) in targets {
-        println!("  {target}: {n} runs, {errors} clean errors");
+    targets.sort_by_key(|(target, _)| *target);
+    for (target, t) in targets {
+        let mut line = format!(
+            "  {target}: {} runs, {} accepted, {} clean errors",
+            t.inputs, t.accepted, t.clean_errors
+        );
+        if t.usage_errors > 0 || t.oracle_violations > 0 {
+            line += &format!(", {} usage errors", t.usage_errors);
+        }
+        if t.must_refuse > 0 {
+            line += &format!(", {} judged unsafe by the oracle", t.must_refuse);
+        }
+        if t.own_plans > 0 {
+            line += &format!(
+                ", {} of {} plans clobber on their own library",
+                t.own_clobbers, t.own_plans
+            );
+        }
+        if t.oracle_violations > 0 {
+            line += &format!(", {} ORACLE VIOLATIONS", t.oracle_violations);
+        }
+        println!("{line}");
     }
     total.finish("binary", started);
+}
+
+// ------------------------- issue #20's classes, through the binary as well
+
+/// Small models of `../shared/models/` (each verifies in well under a
+/// second): plan files against the oracle, TinySeg options, libraries.
+const SMALL_MODELS: [&str; 3] = [
+    "mlperf_tiny_ad_fc_autoencoder_int8.tflite",
+    "tflm_simple_add_model.tflite",
+    "tflm_hello_world_int8.tflite",
+];
+/// Larger models for the own-library property (seconds per run).
+const PROPERTY_MODELS: [&str; 2] = ["mlperf_tiny_kws_ds_cnn_int8.tflite", "zoo:sakr_cifar10"];
+const LIBRARIES: [&str; 2] = ["tflm", "cmsis-nn"];
+
+fn shared_dir() -> PathBuf {
+    repo().join("../shared/models")
+}
+
+/// A model argument: a zoo name as it is, a file of `../shared/models/` as
+/// `$SHARED/NAME` (kept inputs name no machine's paths).
+fn model_arg(name: &str) -> String {
+    if name.starts_with("zoo:") {
+        name.into()
+    } else {
+        format!("$SHARED/{name}")
+    }
+}
+
+fn expand(arg: &str) -> String {
+    arg.replace("$SHARED", &shared_dir().display().to_string())
+        .replace("$REPO", &repo().display().to_string())
+}
+
+fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
+    &items[rng.range(0, items.len() as u32 - 1) as usize]
+}
+
+/// A kept input of the classes below: arguments (`$SHARED`, `$REPO` for
+/// the machine's paths), text files, and the class's rule.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    args: Vec<String>,
+    #[serde(default)]
+    files: Vec<(String, String)>,
+    expect: Expect,
+}
+
+fn case_job(target: &'static str, case: Case) -> Job {
+    let keep = ("json", serde_json::to_vec_pretty(&case).unwrap());
+    Job {
+        target,
+        files: case
+            .files
+            .iter()
+            .map(|(n, t)| (n.clone(), t.as_bytes().to_vec()))
+            .collect(),
+        args: case.args.iter().map(|a| expand(a)).collect(),
+        keep,
+        expect: case.expect,
+    }
+}
+
+fn kept_cases(target: &'static str) -> Vec<Job> {
+    kept(target, "json")
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<Case>(b).ok())
+        .map(|c| case_job(target, c))
+        .collect()
+}
+
+/// `memtrace plan MODEL --kernels K --format json EXTRA…`.
+fn plan_report(model: &str, kernels: &str, extra: &[&str]) -> Value {
+    let mut a = vec![
+        "plan".to_string(),
+        expand(&model_arg(model)),
+        "--kernels".into(),
+        kernels.into(),
+        "--format".into(),
+        "json".into(),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let out = common::memtrace(&a);
+    assert!(out.status.success(), "{a:?}: {}", common::stderr(&out));
+    common::json(&out)
+}
+
+/// A plan's order is the model's.
+fn model_order(plan: &Value, ops: usize) -> bool {
+    plan["order"]
+        .as_array()
+        .is_some_and(|o| o.iter().map(Value::as_u64).eq((0..ops as u64).map(Some)))
+}
+
+/// An arena tensor of a model under one library: its bytes (from `plan
+/// --alignment 1`) and the operators, in model order, from the one that
+/// writes it (0 for a graph input) to the last that reads it (one past the
+/// last operator for a graph output, read back after the run), computed
+/// here from the model's operator list, not taken from the planner.
+struct LiveTensor {
+    name: String,
+    bytes: u64,
+    first: usize,
+    last: usize,
+    /// A library's scratch buffer, live during its operator: not certainly
+    /// written in full, so never a certain clobber.
+    scratch: bool,
+}
+
+/// A second method for "does this placement clobber a live tensor": the
+/// live-overlap oracle of one model on one library.
+struct Oracle {
+    model: String,
+    kernels: &'static str,
+    tensors: Vec<LiveTensor>,
+    /// (i, j) of an input and an output of one operator: DMO overlaps them
+    /// up to O_s, so their overlap is never a certain clobber.
+    in_out: std::collections::HashSet<(usize, usize)>,
+    /// memtrace's own plans in model order: offsets and arena.
+    seeds: Vec<(Vec<u64>, u64)>,
+}
+
+impl Oracle {
+    fn new(name: &str, kernels: &'static str, report: &Value) -> Oracle {
+        let model = tflite::import_file(&shared_dir().join(name)).unwrap();
+        let names = tensor_names(&model);
+        let ops = model.ops.len();
+        let sized = plan_report(name, kernels, &["--alignment", "1", "--planner", "linear"]);
+        let mut tensors = Vec::new();
+        let mut index = HashMap::new();
+        for t in sized["plans"][0]["tensors"].as_array().unwrap() {
+            let tname = t["name"].as_str().unwrap().to_owned();
+            let bytes = t["size"].as_u64().unwrap();
+            let (first, last, scratch) = match names.iter().position(|x| *x == tname) {
+                Some(i) => {
+                    let first = if model.inputs.contains(&i) {
+                        0
+                    } else {
+                        model
+                            .ops
+                            .iter()
+                            .position(|o| o.outputs.contains(&i))
+                            .unwrap_or_else(|| panic!("{name}: `{tname}` has no writer"))
+                    };
+                    let read = model.ops.iter().rposition(|o| o.inputs.contains(&i));
+                    let last = if model.outputs.contains(&i) {
+                        ops
+                    } else {
+                        read.unwrap_or(first).max(first)
+                    };
+                    index.insert(i, tensors.len());
+                    (first, last, false)
+                }
+                None => {
+                    let base = tname
+                        .strip_suffix("/scratch")
+                        .unwrap_or_else(|| panic!("{name}: no tensor `{tname}` in the model"));
+                    let op = model
+                        .ops
+                        .iter()
+                        .position(|o| o.outputs.iter().any(|&t| names[t] == base))
+                        .unwrap_or_else(|| panic!("{name}: no operator writes `{base}`"));
+                    (op, op, true)
+                }
+            };
+            tensors.push(LiveTensor {
+                name: tname,
+                bytes,
+                first,
+                last,
+                scratch,
+            });
+        }
+        let mut in_out = std::collections::HashSet::new();
+        for op in &model.ops {
+            for a in &op.inputs {
+                for b in &op.outputs {
+                    if let (Some(&i), Some(&j)) = (index.get(a), index.get(b)) {
+                        in_out.insert((i, j));
+                        in_out.insert((j, i));
+                    }
+                }
+            }
+        }
+        let mut oracle = Oracle {
+            model: name.into(),
+            kernels,
+            tensors,
+            in_out,
+            seeds: Vec::new(),
+        };
+        for p in report["plans"].as_array().unwrap() {
+            let Some(arena) = p["peak_bytes"].as_u64() else {
+                continue;
+            };
+            if !model_order(p, ops) {
+                continue;
+            }
+            let mut offsets = vec![None; oracle.tensors.len()];
+            for t in p["tensors"].as_array().unwrap() {
+                let i = oracle
+                    .tensors
+                    .iter()
+                    .position(|x| t["name"] == x.name.as_str())
+                    .unwrap_or_else(|| panic!("{name}: plan tensor {t} unknown"));
+                offsets[i] = t["offset"].as_u64();
+            }
+            let offsets: Vec<u64> = offsets.into_iter().map(Option::unwrap).collect();
+            // The oracle agrees that memtrace's own plans clobber nothing.
+            if let Some(why) = oracle.certain_clobber(&offsets) {
+                panic!(
+                    "{name} ({kernels}): `plan`'s {} / {} plan: {why}",
+                    p["planner"], p["overlap"]
+                );
+            }
+            oracle.seeds.push((offsets, arena));
+        }
+        assert!(!oracle.seeds.is_empty(), "{name}: no plan in model order");
+        oracle
+    }
+
+    /// Two tensors that are live at once and share a byte, neither one
+    /// operator's input and the other its output: the later one's writer
+    /// overwrites bytes the earlier one's last reader (or the read-back of
+    /// the outputs) still reads.
+    fn certain_clobber(&self, offsets: &[u64]) -> Option<String> {
+        for i in 0..self.tensors.len() {
+            for j in i + 1..self.tensors.len() {
+                let (a, b) = (&self.tensors[i], &self.tensors[j]);
+                if a.scratch || b.scratch || a.bytes == 0 || b.bytes == 0 {
+                    continue;
+                }
+                if self.in_out.contains(&(i, j)) {
+                    continue;
+                }
+                let shared = offsets[i] < offsets[j].saturating_add(b.bytes)
+                    && offsets[j] < offsets[i].saturating_add(a.bytes);
+                let live = a.first <= b.last && b.first <= a.last;
+                if shared && live {
+                    return Some(format!(
+                        "`{}` [{}, +{}) and `{}` [{}, +{}) share bytes while both live \
+                         (operators {}..={})",
+                        a.name,
+                        offsets[i],
+                        a.bytes,
+                        b.name,
+                        offsets[j],
+                        b.bytes,
+                        a.first.max(b.first),
+                        a.last.min(b.last)
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A plan file under construction: one entry per tensor of the oracle.
+struct PlanMutant {
+    offsets: Vec<Value>,
+    arena: Option<Value>,
+    kernels: Option<Value>,
+    arena_key: &'static str,
+    /// An entry whose `"offset"` key is misspelt.
+    offset_typo: Option<usize>,
+    /// An entry left out (the tensor keeps its reference offset) or
+    /// renamed: the oracle has no verdict.
+    dropped: Option<usize>,
+    renamed: Option<usize>,
+}
+
+impl PlanMutant {
+    fn render(&self, o: &Oracle) -> String {
+        let tensors: Vec<Value> = (0..o.tensors.len())
+            .filter(|&i| Some(i) != self.dropped)
+            .map(|i| {
+                let mut e = serde_json::Map::new();
+                let name = &o.tensors[i].name;
+                let name = if Some(i) == self.renamed {
+                    format!("{name} ")
+                } else {
+                    name.clone()
+                };
+                e.insert("name".into(), name.into());
+                let key = if Some(i) == self.offset_typo {
+                    "ofset"
+                } else {
+                    "offset"
+                };
+                e.insert(key.into(), self.offsets[i].clone());
+                Value::Object(e)
+            })
+            .collect();
+        let mut doc = serde_json::Map::new();
+        doc.insert("tensors".into(), Value::Array(tensors));
+        if let Some(a) = &self.arena {
+            doc.insert(self.arena_key.into(), a.clone());
+        }
+        if let Some(k) = &self.kernels {
+            doc.insert("kernels".into(), k.clone());
+        }
+        Value::Object(doc).to_string()
+    }
+
+    /// `None`: no verdict; `Some(None)`: no certain clobber; `Some(Some(why))`:
+    /// `verify` must refuse the plan or report it failed.
+    fn judge(&self, o: &Oracle) -> Option<Option<String>> {
+        if self.dropped.is_some() || self.renamed.is_some() {
+            return None;
+        }
+        if self.offset_typo.is_some() || (self.arena.is_some() && self.arena_key != "arena_bytes") {
+            return Some(Some("the plan has a key the format does not have".into()));
+        }
+        let other = LIBRARIES.iter().find(|&&k| k != o.kernels).unwrap();
+        if self.kernels.as_ref().and_then(Value::as_str) == Some(other) {
+            return Some(Some(format!("the plan was made for {other}")));
+        }
+        let mut offsets = Vec::new();
+        for (i, v) in self.offsets.iter().enumerate() {
+            match v.as_u64() {
+                Some(x) => offsets.push(x),
+                None => {
+                    return Some(Some(format!(
+                        "the offset of `{}` is {v}",
+                        o.tensors[i].name
+                    )))
+                }
+            }
+        }
+        let limit = (1u64 << 31) - 1;
+        let mut end = 0u64;
+        for (t, &x) in o.tensors.iter().zip(&offsets) {
+            match x.checked_add(t.bytes) {
+                Some(e) => end = end.max(e),
+                None => return Some(Some(format!("`{}` ends beyond 2^64", t.name))),
+            }
+        }
+        if end > limit {
+            return Some(Some(format!(
+                "the arena ends at byte {end}, beyond 2^31 - 1"
+            )));
+        }
+        if let Some(a) = self.arena.as_ref().and_then(Value::as_u64) {
+            if a < end {
+                return Some(Some(format!(
+                    "\"arena_bytes\": {a}, but a tensor ends at {end}"
+                )));
+            }
+            if a > limit {
+                return Some(Some(format!("\"arena_bytes\": {a} is beyond 2^31 - 1")));
+            }
+        }
+        Some(o.certain_clobber(&offsets))
+    }
+}
+
+/// 1–3 edits of one of memtrace's own plans: a tensor moved onto another's
+/// bytes (most often), shifted, two swapped, the arena, the library, odd
+/// offsets, misspelt keys, an entry dropped or renamed.
+fn mutate_plan(rng: &mut Rng, o: &Oracle) -> PlanMutant {
+    let (offsets, arena) = pick(rng, &o.seeds).clone();
+    let n = o.tensors.len() as u32;
+    let mut m = PlanMutant {
+        offsets: offsets.iter().map(|&x| Value::from(x)).collect(),
+        arena: Some(Value::from(arena)),
+        kernels: Some(Value::from(o.kernels)),
+        arena_key: "arena_bytes",
+        offset_typo: None,
+        dropped: None,
+        renamed: None,
+    };
+    let end = o
+        .tensors
+        .iter()
+        .zip(&offsets)
+        .map(|(t, &x)| x + t.bytes)
+        .max()
+        .unwrap_or(0);
+    for _ in 0..rng.range(1, 3) {
+        let i = rng.range(0, n - 1) as usize;
+        let j = rng.range(0, n - 1) as usize;
+        let bi = o.tensors[i].bytes as i64;
+        let bj = o.tensors[j].bytes as i64;
+        match rng.weighted(&[
+            (6, 0u8),
+            (2, 1),
+            (2, 2),
+            (2, 3),
+            (1, 4),
+            (1, 5),
+            (1, 6),
+            (1, 7),
+        ]) {
+            0 => {
+                // Onto j's bytes, at a 16-byte step.
+                if let Some(oj) = m.offsets[j].as_u64() {
+                    let d = (rng.next_u64() % (bi + bj).max(1) as u64) as i64 - bi + 1;
+                    let at = (oj as i64 + d.div_euclid(16) * 16).max(0);
+                    m.offsets[i] = Value::from(at as u64);
+                }
+            }
+            1 => {
+                if let Some(oi) = m.offsets[i].as_u64() {
+                    let d = *pick(rng, &[16, -16, 1, -1, bi, -bi, 64]);
+                    m.offsets[i] = Value::from((oi as i64 + d).max(0) as u64);
+                }
+            }
+            2 => m.offsets.swap(i, j),
+            3 => {
+                m.arena = pick(
+                    rng,
+                    &[
+                        Some(Value::from(end.saturating_sub(1))),
+                        Some(Value::from(end.saturating_sub(16))),
+                        Some(Value::from(0)),
+                        Some(Value::from(1)),
+                        None,
+                        Some(Value::from(end)),
+                        Some(Value::from(end + 4096)),
+                        Some(Value::from(u64::MAX)),
+                        Some(Value::from(1u64 << 31)),
+                    ],
+                )
+                .clone()
+            }
+            4 => {
+                let other = LIBRARIES.iter().find(|&&k| k != o.kernels).unwrap();
+                m.kernels = pick(
+                    rng,
+                    &[
+                        Some(Value::from(*other)),
+                        Some(Value::from(*other)),
+                        None,
+                        Some(Value::from("TFLM")),
+                        Some(Value::from("")),
+                        Some(Value::from(7)),
+                        Some(Value::Null),
+                    ],
+                )
+                .clone()
+            }
+            5 => {
+                m.offsets[i] = pick(
+                    rng,
+                    &[
+                        Value::from(-1),
+                        Value::from(u64::MAX),
+                        serde_json::json!(1e308),
+                        Value::from("16"),
+                        Value::Null,
+                        Value::from(1u64 << 31),
+                        Value::from((1u64 << 31) - 16),
+                        serde_json::json!(0.5),
+                    ],
+                )
+                .clone()
+            }
+            6 => {
+                if rng.chance(50) {
+                    m.arena_key = "arena_btes";
+                } else {
+                    m.offset_typo = Some(i);
+                }
+            }
+            _ => {
+                if rng.chance(50) {
+                    m.dropped = Some(i);
+                } else {
+                    m.renamed = Some(i);
+                }
+            }
+        }
+    }
+    m
+}
+
+/// `verify MODEL --kernels K --plan p.json` on a mutant of one of `plan`'s
+/// placements, with the oracle's verdict as the rule.
+fn oracle_case(rng: &mut Rng, o: &Oracle) -> Case {
+    let m = mutate_plan(rng, o);
+    let mut text = m.render(o);
+    let mut refuse = m.judge(o).flatten();
+    if rng.chance(15) {
+        text = mutate_json(rng, &text);
+        refuse = None;
+    }
+    Case {
+        args: vec![
+            "verify".into(),
+            model_arg(&o.model),
+            "--kernels".into(),
+            o.kernels.into(),
+            "--plan".into(),
+            "p.json".into(),
+            "--format".into(),
+            "json".into(),
+        ],
+        files: vec![("p.json".into(), text)],
+        expect: Expect {
+            refuse,
+            kernels: Some(o.kernels.into()),
+            ..Expect::default()
+        },
+    }
+}
+
+/// TinySeg's options with and without `--planner tinyseg`: without it they
+/// would do nothing, which is a usage error (exit 2).
+fn tinyseg_case(rng: &mut Rng) -> Case {
+    let verify = rng.chance(50);
+    let small = SMALL_MODELS.map(model_arg);
+    let model = if verify || rng.chance(50) {
+        pick(rng, &small).clone()
+    } else {
+        pick(rng, &["zoo:sakr_cifar10", "zoo:tiny_unet_80x120_int8"]).to_string()
+    };
+    let planner = *pick(
+        rng,
+        &[
+            Some("tinyseg"),
+            Some("tinyseg"),
+            Some("tinyseg"),
+            None,
+            Some("dmo-heap"),
+            Some("tflm-greedy"),
+            Some("exact"),
+            Some("all"),
+            Some("bogus"),
+        ],
+    );
+    let mut args: Vec<String> = vec![if verify { "verify" } else { "plan" }.into(), model.clone()];
+    if let Some(p) = planner {
+        args.extend(["--planner".into(), p.into()]);
+    }
+    let mut given = Vec::new();
+    let mut opt = |args: &mut Vec<String>, name: &'static str, value: &str| {
+        args.extend([name.to_string(), value.to_string()]);
+        given.push(name);
+    };
+    if rng.chance(50) {
+        let base = *pick(
+            rng,
+            &[
+                "tflm-greedy",
+                "dmo-heap",
+                "reorder",
+                "exact",
+                "linear",
+                "replacement",
+                "tinyseg",
+                "greedy",
+                "",
+            ],
+        );
+        opt(&mut args, "--base", base);
+    }
+    if rng.chance(50) {
+        let v = if rng.chance(50) {
+            pick(rng, &NUMBERS).to_string()
+        } else {
+            pick(rng, &["16", "1000", "20000", "30000", "33000", "1000000"]).to_string()
+        };
+        opt(&mut args, "--target-bytes", &v);
+    }
+    if rng.chance(40) {
+        let v = *pick(rng, &["never", "exact", "always", "sometimes"]);
+        opt(&mut args, "--scratch-int16", v);
+    }
+    if rng.chance(20) && small.contains(&model) {
+        args.extend(["--kernels".into(), "cmsis-nn".into()]);
+    }
+    if rng.chance(20) {
+        args.extend(["--accumulator".into(), "int16".into()]);
+    }
+    args.extend(["--format".into(), "json".into()]);
+    let usage = (planner != Some("tinyseg") && !given.is_empty())
+        .then(|| format!("{} without --planner tinyseg", given.join(", ")));
+    Case {
+        args,
+        files: vec![],
+        expect: Expect {
+            usage_ok: true,
+            usage,
+            ..Expect::default()
+        },
+    }
+}
+
+/// `verify` with `--kernels`, `--executor`, `--runtime`, `--target`,
+/// `--overlap-from`, `--overlap` combined: an executor or TFLM runner built
+/// with another library than `--kernels` is refused, `--overlap-from` with
+/// a method is a usage error, and an accepted run's report names the
+/// library whose code ran.
+fn kernels_case(rng: &mut Rng) -> Case {
+    let small = SMALL_MODELS.map(model_arg);
+    let mut args = vec!["verify".to_string(), pick(rng, &small).clone()];
+    let kernels = *pick(
+        rng,
+        &[
+            None,
+            Some("tflm"),
+            Some("tflm"),
+            Some("cmsis-nn"),
+            Some("cmsis-nn"),
+            Some("cmsis"),
+        ],
+    );
+    let runtime = *pick(
+        rng,
+        &[
+            None,
+            None,
+            None,
+            Some("executor"),
+            Some("tflm"),
+            Some("tflm"),
+        ],
+    );
+    let target = *pick(
+        rng,
+        &[None, None, None, None, Some("x86-64"), Some("cortex-m4")],
+    );
+    let executor = *pick(
+        rng,
+        &[
+            None,
+            None,
+            None,
+            Some("cortex-m4/executor.elf"),
+            Some("cortex-m4/executor-cmsis.elf"),
+            Some("cortex-m4/tflm-runner.elf"),
+            Some("cortex-m4/tflm-runner-cmsis.elf"),
+            Some("cortex-m4/suite.elf"),
+            Some("x86_64/executor.elf"),
+            Some("x86_64/executor-cmsis.elf"),
+            Some("cortex-m4/bad-protocol.elf"),
+            Some("missing/executor.elf"),
+        ],
+    );
+    let overlap_from = *pick(rng, &[None, None, None, Some("tflm"), Some("cmsis-nn")]);
+    let overlap = *pick(
+        rng,
+        &[
+            None,
+            None,
+            None,
+            Some("traced"),
+            Some("analytic"),
+            Some("none"),
+        ],
+    );
+    for (name, v) in [
+        ("--kernels", kernels),
+        ("--runtime", runtime),
+        ("--target", target),
+        ("--overlap-from", overlap_from),
+        ("--overlap", overlap),
+    ] {
+        if let Some(v) = v {
+            args.extend([name.into(), v.into()]);
+        }
+    }
+    if let Some(e) = executor {
+        args.extend(["--executor".into(), format!("$REPO/harness-c/build/{e}")]);
+    }
+    args.extend(["--format".into(), "json".into()]);
+    let lib = kernels.unwrap_or("tflm");
+    let mut expect = Expect {
+        usage_ok: true,
+        kernels: Some(lib.into()),
+        ..Expect::default()
+    };
+    if let (Some(_), Some(m)) = (overlap_from, overlap.filter(|&m| m != "traced")) {
+        expect.usage = Some(format!("--overlap-from with --overlap {m}"));
+    }
+    if let Some(e) = executor {
+        let built = if e.contains("cmsis") {
+            "cmsis-nn"
+        } else {
+            "tflm"
+        };
+        let guest = e.contains("executor") || e.contains("tflm-runner");
+        if guest && built != lib && lib != "cmsis" {
+            expect.refuse = Some(format!("{e} is built with {built}, the run is for {lib}"));
+        }
+    }
+    Case {
+        args,
+        files: vec![],
+        expect,
+    }
+}
+
+/// Every plan `memtrace plan --kernels K` prints, verified on K: with its
+/// placements (`--plan`, model order) or, for a plan in another order, by
+/// its planner with the same O_s source.
+fn own_library_cases(model: &str, kernels: &str, report: &Value, ops: usize) -> Vec<Case> {
+    let mut seen = std::collections::HashSet::new();
+    let mut cases = Vec::new();
+    for p in report["plans"].as_array().unwrap() {
+        let Some(arena) = p["peak_bytes"].as_u64() else {
+            continue;
+        };
+        let planner = p["planner"].as_str().unwrap();
+        let overlap = p["overlap"].as_str().unwrap();
+        let mut args = vec![
+            "verify".to_string(),
+            model_arg(model),
+            "--kernels".into(),
+            kernels.into(),
+            "--format".into(),
+            "json".into(),
+        ];
+        let mut files = Vec::new();
+        if model_order(p, ops) {
+            let tensors: Vec<Value> = p["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| serde_json::json!({"name": t["name"], "offset": t["offset"]}))
+                .collect();
+            let text = serde_json::json!({
+                "tensors": tensors, "arena_bytes": arena, "kernels": kernels, "overlap": overlap,
+            })
+            .to_string();
+            if !seen.insert(serde_json::to_string(&tensors).unwrap()) {
+                continue;
+            }
+            files.push(("p.json".to_string(), text));
+            args.extend(["--plan".into(), "p.json".into()]);
+        } else {
+            args.extend([
+                "--planner".into(),
+                planner.into(),
+                "--overlap".into(),
+                overlap.into(),
+            ]);
+        }
+        cases.push(Case {
+            args,
+            files,
+            expect: Expect {
+                verifies: true,
+                kernels: Some(kernels.into()),
+                ..Expect::default()
+            },
+        });
+    }
+    cases
+}
+
+/// The jobs of the four classes: kept failures first, then new inputs.
+fn issue20_jobs(rng: &mut Rng) -> (Vec<Job>, usize) {
+    let mut jobs = Vec::new();
+    for target in [
+        "plan-oracle-bin",
+        "tinyseg-bin",
+        "kernels-bin",
+        "own-library-bin",
+    ] {
+        jobs.extend(kept_cases(target));
+    }
+    let replayed = jobs.len();
+    let mut oracles = Vec::new();
+    let mut own = Vec::new();
+    for kernels in LIBRARIES {
+        for model in SMALL_MODELS.iter().chain(&PROPERTY_MODELS) {
+            let report = plan_report(model, kernels, &[]);
+            let ops = if let Some(z) = model.strip_prefix("zoo:") {
+                zoo::build(z).unwrap().ops.len()
+            } else {
+                tflite::import_file(&shared_dir().join(model))
+                    .unwrap()
+                    .ops
+                    .len()
+            };
+            own.extend(own_library_cases(model, kernels, &report, ops));
+            if SMALL_MODELS.contains(model) {
+                oracles.push(Oracle::new(model, kernels, &report));
+            }
+        }
+    }
+    for i in 0..scaled(150) {
+        let o = &oracles[i % oracles.len()];
+        jobs.push(case_job("plan-oracle-bin", oracle_case(rng, o)));
+    }
+    for _ in 0..scaled(60) {
+        jobs.push(case_job("tinyseg-bin", tinyseg_case(rng)));
+    }
+    for _ in 0..scaled(60) {
+        jobs.push(case_job("kernels-bin", kernels_case(rng)));
+    }
+    // Every library against every guest build, on both runtimes.
+    for kernels in LIBRARIES {
+        for runtime in ["executor", "tflm"] {
+            for guest in ["executor", "tflm-runner"] {
+                for built in LIBRARIES {
+                    let file = match built {
+                        "tflm" => format!("{guest}.elf"),
+                        _ => format!("{guest}-cmsis.elf"),
+                    };
+                    let mut expect = Expect {
+                        kernels: Some(kernels.into()),
+                        ..Expect::default()
+                    };
+                    if built != kernels {
+                        expect.refuse =
+                            Some(format!("{file} is built with {built}, not {kernels}"));
+                    }
+                    let case = Case {
+                        args: [
+                            "verify",
+                            &model_arg(SMALL_MODELS[2]),
+                            "--kernels",
+                            kernels,
+                            "--runtime",
+                            runtime,
+                            "--executor",
+                            &format!("$REPO/harness-c/build/cortex-m4/{file}"),
+                            "--format",
+                            "json",
+                        ]
+                        .map(String::from)
+                        .to_vec(),
+                        files: vec![],
+                        expect,
+                    };
+                    jobs.push(case_job("kernels-bin", case));
+                }
+            }
+        }
+    }
+    // The slow property runs first, so the two workers end together.
+    let mut property: Vec<Job> = own
+        .into_iter()
+        .map(|c| case_job("own-library-bin", c))
+        .collect();
+    property.append(&mut jobs);
+    (property, replayed)
 }

@@ -2,7 +2,7 @@
 //! real TensorFlow Lite Micro in the emulator, with the model as data.
 //!
 //! The host writes the `.tflite` bytes at `memtrace_model`, the input bytes at
-//! `memtrace_io` and [`TflmJob::words`] at `memtrace_tflm_job`; the runner
+//! `memtrace_io` and [`TflmJob::bytes`] at `memtrace_tflm_job`; the runner
 //! answers in the same mailbox ([`TflmResult`]) and in `memtrace_io` (the
 //! outputs and the tensor table). This module only encodes and decodes; it
 //! knows nothing of the emulator. `docs/protocol.md` ("The TFLM runner") is

@@ -438,7 +438,10 @@ pub fn bench_models(
         let graph = memtrace_analyzer::model::graph::read_graph(&bytes)?;
         let inputs = seeded_inputs(&graph, 1)?;
         for kernels in [Kernels::Tflm, Kernels::CmsisNn] {
-            let image = load_runner(&build_dir.join("cortex-m4").join(kernels.runner_file()))?;
+            let image = load_runner(
+                &build_dir.join("cortex-m4").join(kernels.runner_file()),
+                kernels,
+            )?;
             let run = ModelRun {
                 image: &image,
                 model: &bytes,

@@ -137,8 +137,8 @@ fn model_guest(opts: &RunOptions) -> Result<Guest> {
         }
         None => seeded_inputs(&graph, opts.seed as u64)?,
     };
-    let path = runner_path(m.target, m.kernels, m.runner.as_deref())?;
-    let image = load_runner(&path)?;
+    let path = runner_path(m.target, m.kernels, m.runner.as_deref(), "--runner")?;
+    let image = load_runner(&path, m.kernels)?;
     if image.arch != m.target {
         bail!(
             "{} is a {} runner but --target is {}",

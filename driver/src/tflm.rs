@@ -22,25 +22,48 @@ use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 
 use crate::common::trace_with;
 use crate::error::Result;
-use crate::kernels::{harness_guest, Kernels};
+use crate::kernels::{harness_guest, library_of, Kernels};
 use crate::{bail, failed};
 
-/// The runner guest of `kernels` for `arch`, or the one the user named.
-pub fn runner_path(arch: Arch, kernels: Kernels, explicit: Option<&Path>) -> Result<PathBuf> {
+/// The runner guest of `kernels` for `arch`, or the one the user named
+/// (with `option`, which a missing harness build's error suggests).
+pub fn runner_path(
+    arch: Arch,
+    kernels: Kernels,
+    explicit: Option<&Path>,
+    option: &str,
+) -> Result<PathBuf> {
     match explicit {
         Some(p) => Ok(p.to_path_buf()),
-        None => harness_guest(arch, kernels.runner_file(), "--runner"),
+        None => harness_guest(arch, kernels.runner_file(), option),
     }
 }
 
-/// Loads a runner guest and checks that it is one.
-pub fn load_runner(path: &Path) -> Result<ElfImage> {
+/// Loads a runner guest and checks that it is one, built with `kernels`
+/// (a report would otherwise name a library whose code never ran).
+pub fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {
     let image = ElfImage::load(path)?;
     if image.symbol(symbols::JOB).is_none() {
         bail!(
             "{} is no TFLM runner (it has no `{}`): pass a harness-c/build/*/tflm-runner*.elf",
             path.display(),
             symbols::JOB
+        );
+    }
+    let built_with = library_of(&image);
+    if built_with != kernels {
+        bail!(
+            "{} is a {} runner ({}) but the run is for the {} kernels: pass --kernels {} or \
+             harness-c/build/TARGET/{}",
+            path.display(),
+            built_with.name(),
+            match built_with {
+                Kernels::CmsisNn => "it defines CMSIS-NN's arm_* functions",
+                Kernels::Tflm => "it defines none of CMSIS-NN's arm_* functions",
+            },
+            kernels.name(),
+            built_with.name(),
+            kernels.runner_file()
         );
     }
     Ok(image)
@@ -345,7 +368,10 @@ pub fn plan_inputs(model: &str, ops: usize, kernels: Kernels) -> Result<PlanInpu
     let bytes = crate::verify_tflm::model_bytes(model, 1)?;
     let graph = memtrace_analyzer::model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
-    let image = load_runner(&runner_path(Arch::CortexM4, kernels, None)?)?;
+    let image = load_runner(
+        &runner_path(Arch::CortexM4, kernels, None, "--runtime executor")?,
+        kernels,
+    )?;
     let (result, layers) = trace_layers(&image, &bytes, &inputs, 200_000_000_000)?;
     Ok(PlanInputs {
         scratch: scratch_needs(&result, ops),

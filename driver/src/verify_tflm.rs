@@ -354,8 +354,13 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             .with_context(|| format!("planning {}", req.model))?,
     };
     let inputs = inputs_of(req, &graph)?;
-    let path = runner_path(req.target, req.kernels, req.executor.as_deref())?;
-    let image = load_runner(&path)?;
+    let path = runner_path(
+        req.target,
+        req.kernels,
+        req.executor.as_deref(),
+        "--executor",
+    )?;
+    let image = load_runner(&path, req.kernels)?;
     if image.arch != req.target {
         bail!(
             "{} is a {} runner but --target is {}",
@@ -394,7 +399,10 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let source_layers = if overlap_kernels == req.kernels {
         reference.layers.clone()
     } else {
-        let other = load_runner(&runner_path(req.target, overlap_kernels, None)?)?;
+        let other = load_runner(
+            &runner_path(req.target, overlap_kernels, None, "--executor")?,
+            overlap_kernels,
+        )?;
         trace_layers(&other, &bytes, &inputs, req.max_instructions)?.1
     };
 
