@@ -85,6 +85,27 @@ pub fn library_of(image: &ElfImage) -> Kernels {
     }
 }
 
+/// An error unless `image` (a guest of `kind`, e.g. "runner") was built
+/// with `kernels`; `file` is that library's build of the guest.
+pub fn check_built_with(image: &ElfImage, kernels: Kernels, kind: &str, file: &str) -> Result<()> {
+    let built_with = library_of(image);
+    if built_with != kernels {
+        return Err(failed!(
+            "{} is a {} {kind} ({}) but the run is for the {} kernels: pass --kernels {} or \
+             harness-c/build/TARGET/{file}",
+            image.path.display(),
+            built_with.name(),
+            match built_with {
+                Kernels::CmsisNn => "it defines CMSIS-NN's arm_* functions",
+                Kernels::Tflm => "it defines none of CMSIS-NN's arm_* functions",
+            },
+            kernels.name(),
+            built_with.name(),
+        ));
+    }
+    Ok(())
+}
+
 /// The harness build folder of `arch`.
 pub fn build_dir(arch: Arch) -> &'static str {
     match arch {

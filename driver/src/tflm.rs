@@ -22,7 +22,7 @@ use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 
 use crate::common::trace_with;
 use crate::error::Result;
-use crate::kernels::{harness_guest, library_of, Kernels};
+use crate::kernels::{check_built_with, harness_guest, Kernels};
 use crate::{bail, failed};
 
 /// The runner guest of `kernels` for `arch`, or the one the user named
@@ -50,22 +50,7 @@ pub fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {
             symbols::JOB
         );
     }
-    let built_with = library_of(&image);
-    if built_with != kernels {
-        bail!(
-            "{} is a {} runner ({}) but the run is for the {} kernels: pass --kernels {} or \
-             harness-c/build/TARGET/{}",
-            path.display(),
-            built_with.name(),
-            match built_with {
-                Kernels::CmsisNn => "it defines CMSIS-NN's arm_* functions",
-                Kernels::Tflm => "it defines none of CMSIS-NN's arm_* functions",
-            },
-            kernels.name(),
-            built_with.name(),
-            kernels.runner_file()
-        );
-    }
+    check_built_with(&image, kernels, "runner", kernels.runner_file())?;
     Ok(image)
 }
 
@@ -153,7 +138,26 @@ struct Layout {
     preload: Vec<(u64, Vec<u8>)>,
 }
 
-impl ModelRun<'_> {
+impl<'a> ModelRun<'a> {
+    /// A run of the whole model, one layer per operator, in the arena the
+    /// runner has, weights left undeclared (what O_s and clobbers need).
+    pub fn whole(
+        image: &'a ElfImage,
+        model: &'a [u8],
+        inputs: &'a [u8],
+        max_instructions: u64,
+    ) -> ModelRun<'a> {
+        ModelRun {
+            image,
+            model,
+            inputs,
+            arena_bytes: None,
+            layers: true,
+            weights: false,
+            max_instructions,
+        }
+    }
+
     fn layout(&self) -> Result<Layout> {
         let image = self.image;
         let job = image
@@ -329,16 +333,12 @@ pub fn trace_layers(
     max_instructions: u64,
 ) -> Result<(TflmResult, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
-    let outcome = ModelRun {
-        image,
-        model,
-        inputs,
-        arena_bytes: None,
-        layers: true,
-        weights: false,
-        max_instructions,
-    }
-    .trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
+    let outcome = ModelRun::whole(image, model, inputs, max_instructions).trace(
+        AccessPath::Mmio,
+        None,
+        false,
+        &mut [&mut stats],
+    )?;
     Ok((outcome.result, stats.layers))
 }
 

@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 use crate::common::{check_output, trace_with};
 use crate::error::{Context, Result};
-use crate::kernels::{harness_guest, library_of, Kernels};
+use crate::kernels::{check_built_with, harness_guest, Kernels};
 use crate::placement::{arena_of, greedy, offsets_of};
 use crate::plan::{OverlapChoice, OverlapProvenance};
 use crate::run::access_path;
@@ -121,22 +121,7 @@ pub(crate) fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage
             kernels.executor_file()
         );
     }
-    let built_with = library_of(&image);
-    if built_with != kernels {
-        bail!(
-            "{} is a {} executor ({}) but the run is for the {} kernels: pass --kernels {} or \
-             harness-c/build/TARGET/{}",
-            path.display(),
-            built_with.name(),
-            match built_with {
-                Kernels::CmsisNn => "it defines CMSIS-NN's arm_* functions",
-                Kernels::Tflm => "it defines none of CMSIS-NN's arm_* functions",
-            },
-            kernels.name(),
-            built_with.name(),
-            kernels.executor_file()
-        );
-    }
+    check_built_with(&image, kernels, "executor", kernels.executor_file())?;
     if image.arch != req.target {
         bail!(
             "{} is a {} executor but --target is {}",

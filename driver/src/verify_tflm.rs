@@ -271,15 +271,7 @@ fn shadow_run(
     let started = Instant::now();
     let mut shadow = ShadowMap::new(arena_at, watch).with_output_readers(output_readers.to_vec());
     let mut stats = LayerStats::default();
-    let run = ModelRun {
-        image,
-        model,
-        inputs,
-        arena_bytes: None,
-        layers: true,
-        weights: false,
-        max_instructions,
-    };
+    let run = ModelRun::whole(image, model, inputs, max_instructions);
     let outcome = run.trace(
         AccessPath::Mmio,
         None,
