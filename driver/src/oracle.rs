@@ -55,6 +55,7 @@ pub fn compare(
     n_outputs: usize,
     inputs: &[u8],
     outputs: &[u8],
+    float_outputs: bool,
 ) -> Result<Option<OracleComparison>> {
     let Some(py) = python() else {
         return Ok(None);
@@ -93,6 +94,7 @@ pub fn compare(
             error: Some(last.to_string()),
             mismatched_bytes: 0,
             bit_exact: false,
+            float_outputs,
         }));
     }
     let host = std::fs::read(&o).map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
@@ -104,5 +106,6 @@ pub fn compare(
         error: None,
         mismatched_bytes: mismatched,
         bit_exact: mismatched == 0,
+        float_outputs,
     }))
 }

@@ -456,6 +456,10 @@ fn host_oracle(
         model.outputs.len(),
         &reference.inputs,
         &reference.outputs,
+        model
+            .outputs
+            .iter()
+            .any(|&t| model.tensors[t].dtype == memtrace_analyzer::model::DataType::Float32),
     )
 }
 

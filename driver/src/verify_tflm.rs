@@ -433,7 +433,17 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let b = &planned.result.output_bytes;
     let mismatched = a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
         + (a.len() as i64 - b.len() as i64).unsigned_abs();
-    let oracle = oracle::compare(&bytes, graph.inputs.len(), graph.outputs.len(), &inputs, a)?;
+    let oracle = oracle::compare(
+        &bytes,
+        graph.inputs.len(),
+        graph.outputs.len(),
+        &inputs,
+        a,
+        graph
+            .outputs
+            .iter()
+            .any(|&t| graph.tensors[t].dtype == Some(memtrace_analyzer::model::DataType::Float32)),
+    )?;
     let run_report =
         |r: &ShadowRun, planner: String, overlap: String, planned: u64| TflmRunReport {
             planner,
