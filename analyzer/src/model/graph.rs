@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use super::schema::tflite as fb;
-use super::tflite::{builtin_name, dtype, fb_err};
+use super::tflite::{builtin_name, dtype, fb_err, operator_code};
 use super::{DataType, ModelError};
 
 /// One tensor of subgraph 0.
@@ -137,17 +137,7 @@ pub fn read_graph(bytes: &[u8]) -> Result<TfliteGraph, ModelError> {
     if let Some(list) = graph.operators().map_err(fb_err("subgraph 0 operators"))? {
         for (i, op) in list.iter().enumerate() {
             let op = op.map_err(fb_err(format!("operator {i}")))?;
-            let code_index = op
-                .opcode_index()
-                .map_err(fb_err(format!("operator {i} opcode index")))?;
-            let code = codes
-                .and_then(|c| c.get(code_index as usize))
-                .ok_or_else(|| {
-                    ModelError::Invalid(format!(
-                        "operator {i} uses operator code {code_index}, which the model does not define"
-                    ))
-                })?
-                .map_err(fb_err(format!("operator code {code_index}")))?;
+            let code = operator_code(codes, &op, i)?;
             let name = operator_name(&code);
             let list = |v: Option<planus::Vector<'_, i32>>| -> Vec<i32> {
                 v.map(|v| v.iter().collect()).unwrap_or_default()

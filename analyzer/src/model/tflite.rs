@@ -323,17 +323,7 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
     if let Some(fb_ops) = graph.operators().map_err(fb_err("subgraph 0 operators"))? {
         for (i, op) in fb_ops.iter().enumerate() {
             let op = op.map_err(fb_err(format!("operator {i}")))?;
-            let code_index = op
-                .opcode_index()
-                .map_err(fb_err(format!("operator {i} opcode index")))?;
-            let code = codes
-                .and_then(|c| c.get(code_index as usize))
-                .ok_or_else(|| {
-                    ModelError::Invalid(format!(
-                        "operator {i} uses operator code {code_index}, which the model does not define"
-                    ))
-                })?
-                .map_err(fb_err(format!("operator code {code_index}")))?;
+            let code = operator_code(codes, &op, i)?;
             let kind = match operator_kind(&code, i) {
                 Ok(kind) => kind,
                 Err(_) if opaque => OpKind::Other,
@@ -377,6 +367,26 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
     model.validate()?;
     model.check_shapes()?;
     Ok(model)
+}
+
+/// The operator code operator `i` (`op`) uses, or an error when the model
+/// does not define it.
+pub(super) fn operator_code<'a>(
+    codes: Option<planus::Vector<'a, planus::Result<fb::OperatorCodeRef<'a>>>>,
+    op: &fb::OperatorRef<'_>,
+    i: usize,
+) -> Result<fb::OperatorCodeRef<'a>, ModelError> {
+    let code_index = op
+        .opcode_index()
+        .map_err(fb_err(format!("operator {i} opcode index")))?;
+    codes
+        .and_then(|c| c.get(code_index as usize))
+        .ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "operator {i} uses operator code {code_index}, which the model does not define"
+            ))
+        })?
+        .map_err(fb_err(format!("operator code {code_index}")))
 }
 
 /// The kind of an operator code, or an error naming the operator memtrace
