@@ -10,9 +10,12 @@
 #   $(TFLM_CACHE)/<target>-<kernels>-<key>/libtflm.a
 #
 # <key> is a hash of all of those inputs (the file key.txt next to the library
-# spells them out). Inside one cache directory, make tracks every object's
-# headers (-MMD), so an edited TFLM or CMSIS-NN file is recompiled; another
-# tree, checkout, compiler or flag set gives another directory.
+# spells them out), the sources by content, not by path or timestamp: a tree
+# copied or unpacked afresh (new mtimes, another path) reuses the library,
+# while an edited TFLM or CMSIS-NN file, another compiler or flag set gives
+# another directory. A directory whose libtflm.a exists is therefore never
+# rebuilt; one without it is built object by object (-MMD), so an interrupted
+# build resumes.
 #
 # Variables (see ../Makefile and ../README.md):
 #   TFLM_TREE=/path          a standalone TFLM tree (create_tflm_tree.py output:
@@ -92,10 +95,17 @@ TFLM_NOTE := $(if $(TFLM_CMSIS_NN_FOUND),,tflm-cmsis-note)
 # headers declare other registrations with -DCMSIS_NN).
 TFLM_RUNNER := tflm/runner tflm/ops tflm/platform
 
+# A digest of every C/C++ source and header under a directory (0.1 s for the
+# whole TFLM tree).
+source_digest = $(shell cd $(1) && find . -type f \( -name '*.cc' -o -name '*.c' -o -name '*.h' \) -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+TFLM_TREE_DIGEST := $(call source_digest,$(TFLM_TREE))
+TFLM_CMSIS_NN_DIGEST := $(if $(TFLM_CMSIS_NN_FOUND),$(call source_digest,$(TFLM_CMSIS_NN_DIR)))
+
 # $(1) = target, $(2) = kernel library (reference | cmsis_nn)
 define tflm_lib_rules
-TFLM_KEYTEXT.$(1).$(2) := tree=$(realpath $(TFLM_TREE)) kernels=$(2) \
-    cmsis_nn=$(if $(filter cmsis_nn,$(2)),$(realpath $(TFLM_CMSIS_NN_DIR))) target=$(1) \
+TFLM_KEYTEXT.$(1).$(2) := tree=$(TFLM_TREE_DIGEST) kernels=$(2) \
+    cmsis_nn=$(if $(filter cmsis_nn,$(2)),$(TFLM_CMSIS_NN_DIGEST)) target=$(1) \
     cxx=$(shell command -v $(CXX.$(1))) cc=$(shell command -v $(CC.$(1))) \
     version=$(shell $(CXX.$(1)) -dumpfullversion -dumpmachine 2>/dev/null | tr '\n' ' ') \
     arch=$(ARCH.$(1)) cxxflags=$(TFLM_LIB_CXXFLAGS) cflags=$(TFLM_LIB_CFLAGS) defs=$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2))
@@ -113,12 +123,12 @@ $$(TFLM_LIBDIR.$(1).$(2))/cmsis-nn/%.o: $(TFLM_CMSIS_NN_DIR)/%.c | check-$(1)
 	$(CC.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CFLAGS) $(TFLM_INC.$(2)) -MMD -MP -c $$< -o $$@
 
 # Written to a temporary name and renamed, so a concurrent build never links a
-# half-written archive.
-$$(TFLM_LIBDIR.$(1).$(2))/libtflm.a: $$(TFLM_OBJS.$(1).$(2))
+# half-written archive. An existing archive is current by its key.
+$$(TFLM_LIBDIR.$(1).$(2))/libtflm.a: $$(if $$(wildcard $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a),,$$(TFLM_OBJS.$(1).$(2)))
 	@printf '%s\n' '$$(TFLM_KEYTEXT.$(1).$(2))' > $$(@D)/key.txt
 	@rm -f $$@.tmp
-	@echo "$(AR.$(1)) rcs $$@ <$$(words $$^) objects>"
-	@$(AR.$(1)) rcs $$@.tmp $$^
+	@echo "$(AR.$(1)) rcs $$@ <$$(words $$(TFLM_OBJS.$(1).$(2))) objects>"
+	@$(AR.$(1)) rcs $$@.tmp $$(TFLM_OBJS.$(1).$(2))
 	@mv -f $$@.tmp $$@
 
 TFLM_RUNNER_OBJS.$(1).$(2) := $$(addprefix $(BUILD)/$(1)/obj/,$$(addsuffix -$(2).o,$(TFLM_RUNNER)))
