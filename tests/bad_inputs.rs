@@ -108,7 +108,7 @@ fn special_files_are_refused_as_elf_and_tflite_inputs() {
         &["/dev/zero", "character device"],
     );
     clean_error(
-        &["verify", "/dev/zero"],
+        &["verify", "--runtime", "executor", "/dev/zero"],
         limit,
         &["/dev/zero", "character device"],
     );
@@ -168,7 +168,14 @@ fn plans_with_sizes_near_two_to_the_64_are_clean_errors() {
     for (i, (json, needles)) in cases.iter().enumerate() {
         let plan = dir.join(format!("plan{i}.json"));
         std::fs::write(&plan, json).unwrap();
-        let args = ["verify", path_str(&model), "--plan", path_str(&plan)];
+        let args = [
+            "verify",
+            "--runtime",
+            "executor",
+            path_str(&model),
+            "--plan",
+            path_str(&plan),
+        ];
         let needles: Vec<&str> = needles.iter().map(|s| &**s).collect();
         clean_error(&args, Duration::from_secs(60), &needles);
     }
@@ -180,7 +187,14 @@ fn plans_with_sizes_near_two_to_the_64_are_clean_errors() {
     )
     .unwrap();
     let (out, _) = memtrace_within(
-        &["verify", path_str(&model), "--plan", path_str(&plan)],
+        &[
+            "verify",
+            "--runtime",
+            "executor",
+            path_str(&model),
+            "--plan",
+            path_str(&plan),
+        ],
         Duration::from_secs(60),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

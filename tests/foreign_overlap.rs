@@ -176,6 +176,8 @@ fn verify_plan(model: &Path, plan: &str, args: &[&str]) -> (Option<i32>, String,
     std::fs::write(&path, plan).unwrap();
     let mut all = vec![
         "verify",
+        "--runtime",
+        "executor",
         path_str(model),
         "--plan",
         path_str(&path),
@@ -246,14 +248,18 @@ fn an_executor_of_another_library_than_kernels_is_an_error() {
         ("tflm", &cmsis, "cmsis-nn"),
     ] {
         for cmd in ["verify", "cold"] {
-            let out = memtrace([
-                cmd,
+            let mut args = vec![cmd];
+            if cmd == "verify" {
+                args.extend(["--runtime", "executor"]);
+            }
+            args.extend([
                 path_str(&model),
                 "--kernels",
                 kernels,
                 "--executor",
                 path_str(exe),
             ]);
+            let out = memtrace(&args);
             let err = stderr(&out);
             assert_eq!(out.status.code(), Some(1), "{cmd} {kernels}: {err}");
             assert!(out.stdout.is_empty());
@@ -269,6 +275,8 @@ fn an_executor_of_another_library_than_kernels_is_an_error() {
     for (kernels, exe) in [("tflm", &reference), ("cmsis-nn", &cmsis)] {
         let out = memtrace([
             "verify",
+            "--runtime",
+            "executor",
             path_str(&model),
             "--kernels",
             kernels,
@@ -315,6 +323,8 @@ fn the_plan_printed_for_cmsis_nn_verifies_clean_on_cmsis_nn_and_the_foreign_one_
     let verify = |path: &Path, extra: &[&str]| -> (Option<i32>, Value) {
         let mut all = vec![
             "verify",
+            "--runtime",
+            "executor",
             "zoo:mobilenet_v1_0.25_128_int8",
             "--kernels",
             "cmsis-nn",

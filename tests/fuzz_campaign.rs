@@ -1192,7 +1192,14 @@ fn fuzz_through_the_binary() {
         target: if verify { "verify-bin" } else { "plan-bin" },
         files: vec![("m.tflite".into(), apply(base, &r.edits))],
         args: if verify {
-            args(&["verify", "m.tflite", "--max-instructions", "100000000"])
+            args(&[
+                "verify",
+                "--runtime",
+                "executor",
+                "m.tflite",
+                "--max-instructions",
+                "100000000",
+            ])
         } else {
             args(&["plan", "m.tflite"])
         },
@@ -1219,7 +1226,14 @@ fn fuzz_through_the_binary() {
             ("m.tflite".into(), hello.clone()),
             ("p.json".into(), text.as_bytes().to_vec()),
         ],
-        args: args(&["verify", "m.tflite", "--plan", "p.json"]),
+        args: args(&[
+            "verify",
+            "--runtime",
+            "executor",
+            "m.tflite",
+            "--plan",
+            "p.json",
+        ]),
         keep: ("json", text.as_bytes().to_vec()),
         expect: Expect::default(),
     };
@@ -1889,6 +1903,8 @@ fn oracle_case(rng: &mut Rng, o: &Oracle) -> Case {
     Case {
         args: vec![
             "verify".into(),
+            "--runtime".into(),
+            "executor".into(),
             model_arg(&o.model),
             "--kernels".into(),
             o.kernels.into(),
@@ -1931,6 +1947,9 @@ fn tinyseg_case(rng: &mut Rng) -> Case {
         ],
     );
     let mut args: Vec<String> = vec![if verify { "verify" } else { "plan" }.into(), model.clone()];
+    if verify {
+        args.extend(["--runtime".into(), "executor".into()]);
+    }
     if let Some(p) = planner {
         args.extend(["--planner".into(), p.into()]);
     }
@@ -1995,7 +2014,12 @@ fn tinyseg_case(rng: &mut Rng) -> Case {
 /// library whose code ran.
 fn kernels_case(rng: &mut Rng) -> Case {
     let small = SMALL_MODELS.map(model_arg);
-    let mut args = vec!["verify".to_string(), pick(rng, &small).clone()];
+    let mut args = vec![
+        "verify".to_string(),
+        "--runtime".into(),
+        "executor".into(),
+        pick(rng, &small).clone(),
+    ];
     let kernels = *pick(
         rng,
         &[
@@ -2107,6 +2131,8 @@ fn own_library_cases(model: &str, kernels: &str, report: &Value, ops: usize) -> 
         let overlap = p["overlap"].as_str().unwrap();
         let mut args = vec![
             "verify".to_string(),
+            "--runtime".into(),
+            "executor".into(),
             model_arg(model),
             "--kernels".into(),
             kernels.into(),
@@ -2212,6 +2238,8 @@ fn issue20_jobs(rng: &mut Rng) -> (Vec<Job>, usize) {
                     let case = Case {
                         args: [
                             "verify",
+                            "--runtime",
+                            "executor",
                             &model_arg(SMALL_MODELS[2]),
                             "--kernels",
                             kernels,

@@ -79,7 +79,7 @@ fn verify_of_a_model_without_graph_outputs_is_an_error() {
     model.outputs.clear();
     let path = dir.join("no-outputs.tflite");
     std::fs::write(&path, to_tflite(&model).unwrap()).unwrap();
-    let out = memtrace(["verify", path_str(&path)]);
+    let out = memtrace(["verify", "--runtime", "executor", path_str(&path)]);
     assert_clean_error(&out, &["no graph outputs"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -150,6 +150,8 @@ fn options_that_would_have_no_effect_are_errors_naming_them() {
     }
     let out = memtrace([
         "verify",
+        "--runtime",
+        "executor",
         model,
         "--overlap",
         "analytic",
@@ -161,7 +163,16 @@ fn options_that_would_have_no_effect_are_errors_naming_them() {
     let plan = dir.join("p.json");
     std::fs::write(&plan, r#"{"tensors": []}"#).unwrap();
     for (option, value) in [("--planner", "exact"), ("--overlap", "none")] {
-        let out = memtrace(["verify", model, "--plan", path_str(&plan), option, value]);
+        let out = memtrace([
+            "verify",
+            "--runtime",
+            "executor",
+            model,
+            "--plan",
+            path_str(&plan),
+            option,
+            value,
+        ]);
         assert_usage_error(&out, &[option, "--plan"]);
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -227,8 +238,10 @@ fn nonpositive_or_nonfinite_quantisation_scales_are_refused_at_load() {
         model.tensors[t].quantization.as_mut().unwrap().scale[0] = bad;
         let path = dir.join("bad-scale.tflite");
         std::fs::write(&path, to_tflite(&model).unwrap()).unwrap();
-        for cmd in ["plan", "verify"] {
-            let out = memtrace([cmd, path_str(&path)]);
+        for args in [&["plan"][..], &["verify", "--runtime", "executor"]] {
+            let mut args = args.to_vec();
+            args.push(path_str(&path));
+            let out = memtrace(&args);
             assert_clean_error(&out, &[&model.tensors[t].name, "quantisation scale"]);
         }
     }
@@ -281,7 +294,7 @@ fn a_plan_overlapping_two_buffers_of_one_operator_is_a_plan_error_naming_both() 
     let path = dir.join("two.tflite");
     std::fs::write(&path, to_tflite(&model).unwrap()).unwrap();
     // The model verifies as planned.
-    let out = memtrace(["verify", path_str(&path)]);
+    let out = memtrace(["verify", "--runtime", "executor", path_str(&path)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let plan = dir.join("p.json");
     std::fs::write(
@@ -289,7 +302,14 @@ fn a_plan_overlapping_two_buffers_of_one_operator_is_a_plan_error_naming_both() 
         r#"{"tensors": [{"name": "left", "offset": 0}, {"name": "right", "offset": 0}]}"#,
     )
     .unwrap();
-    let out = memtrace(["verify", path_str(&path), "--plan", path_str(&plan)]);
+    let out = memtrace([
+        "verify",
+        "--runtime",
+        "executor",
+        path_str(&path),
+        "--plan",
+        path_str(&plan),
+    ]);
     assert_clean_error(
         &out,
         &[
@@ -386,7 +406,14 @@ fn per_channel_fully_connected_uses_every_scale_and_hybrids_are_refused() {
         q.zero_point = vec![0; units];
         let path = dir.join(name);
         std::fs::write(&path, to_tflite(&m).unwrap()).unwrap();
-        let out = memtrace(["verify", path_str(&path), "--format", "json"]);
+        let out = memtrace([
+            "verify",
+            "--runtime",
+            "executor",
+            path_str(&path),
+            "--format",
+            "json",
+        ]);
         assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
         json(&out)["output_hex"].as_str().unwrap().to_string()
     };
@@ -424,7 +451,7 @@ fn per_channel_fully_connected_uses_every_scale_and_hybrids_are_refused() {
     });
     let path = dir.join("hybrid.tflite");
     std::fs::write(&path, to_tflite(&hybrid).unwrap()).unwrap();
-    let out = memtrace(["verify", path_str(&path)]);
+    let out = memtrace(["verify", "--runtime", "executor", path_str(&path)]);
     assert_clean_error(&out, &["hybrid", "`dense/weights`"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

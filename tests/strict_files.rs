@@ -29,6 +29,8 @@ fn verify_plan(text: &str) -> (Option<i32>, String, String) {
     let model = tfmicro_model("hello_world");
     let out = memtrace([
         "verify",
+        "--runtime",
+        "executor",
         path_str(&model),
         "--plan",
         path_str(&path),

@@ -149,7 +149,16 @@ fn real_tflm_and_memtraces_executor_trace_the_same_overlaps_on_both_libraries() 
     // and the planned arena must agree.
     let model = "zoo:mobilenet_v1_0.25_128_int8";
     for kernels in ["tflm", "cmsis-nn"] {
-        let out = memtrace(["verify", model, "--kernels", kernels, "--format", "json"]);
+        let out = memtrace([
+            "verify",
+            model,
+            "--runtime",
+            "executor",
+            "--kernels",
+            kernels,
+            "--format",
+            "json",
+        ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let executor = json(&out);
         let (ok, tflm) = verify_tflm(model, &["--kernels", kernels]);
@@ -412,4 +421,58 @@ fn the_x86_64_runners_give_the_cortex_m4_outputs_and_plans() {
         assert_eq!(o(&x86), o(&m4));
         assert_eq!(x86["plan"]["planned_bytes"], m4["plan"]["planned_bytes"]);
     }
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
+    let model = shared_model("tflm_hello_world_int8.tflite");
+    let dir = std::env::temp_dir().join(format!("memtrace-default-runtime-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = dir.join("arena.png");
+    // No --runtime: real TFLM runs the plan, drawn and timed as on the
+    // executor.
+    let out = memtrace([
+        "verify",
+        &model,
+        "--plot",
+        png.to_str().unwrap(),
+        "--baseline",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = json(&out);
+    assert_eq!(r["runtime"], "tflm");
+    assert_eq!(r["bit_exact"], true);
+    assert!(u(&r["plan"]["head_bytes"]) > 0);
+    let untraced = r["plan"]["untraced_seconds"].as_f64().unwrap();
+    assert!(untraced > 0.0, "{}", r["plan"]);
+    let picture = std::fs::read(&png).unwrap();
+    assert_eq!(&picture[1..4], b"PNG");
+    // The same on memtrace's executor, asked for by name.
+    let out = memtrace([
+        "verify",
+        &model,
+        "--runtime",
+        "executor",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["runtime"], "executor");
+    // TinySeg's spill and fetch run only on the executor: chosen without
+    // --runtime, a usage error naming the way out with --runtime tflm.
+    let tinyseg = ["verify", &model, "--planner", "tinyseg", "--format", "json"];
+    let out = memtrace(tinyseg);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["runtime"], "executor");
+    let out = memtrace([&tinyseg[..], &["--runtime", "tflm"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--planner tinyseg") && stderr(&out).contains("--runtime executor"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -240,6 +240,8 @@ fn a_model_with_pad_plans_with_pad_s_o_s_and_runs_clean_under_the_plan() {
         }
         let out = memtrace([
             "verify",
+            "--runtime",
+            "executor",
             PADDED,
             "--planner",
             "dmo-heap",

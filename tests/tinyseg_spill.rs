@@ -37,7 +37,7 @@ fn tflite_file(model: &Model) -> PathBuf {
 
 /// `memtrace verify MODEL ARGS --format json` → (exit code, report).
 fn verify(model: &str, args: &[&str]) -> (i32, Value) {
-    let mut all = vec!["verify", model, "--format", "json"];
+    let mut all = vec!["verify", "--runtime", "executor", model, "--format", "json"];
     all.extend(args);
     let out = memtrace(&all);
     let report: Value = serde_json::from_slice(&out.stdout)

@@ -93,6 +93,8 @@ fn mnist_forecast_verifies_clean_and_bit_exact_under_every_planner() {
     ] {
         let out = memtrace([
             "verify",
+            "--runtime",
+            "executor",
             path_str(&model_path),
             "--planner",
             planner,

@@ -19,6 +19,8 @@ fn verify(model: &str, args: &[&str]) -> (i32, Value) {
     let exe = guest("cortex-m4", "executor");
     let mut all = vec![
         "verify".to_string(),
+        "--runtime".into(),
+        "executor".into(),
         model.to_string(),
         "--executor".into(),
         exe.display().to_string(),
@@ -106,6 +108,8 @@ fn x86_64_executor_verifies_the_example_models_too() {
     for m in ["hello_world", "magic_wand", "micro_speech"] {
         let out = memtrace([
             "verify",
+            "--runtime",
+            "executor",
             &tfmicro_model(m),
             "--target",
             "x86-64",
@@ -272,6 +276,8 @@ fn tempfile_dir() -> PathBuf {
 fn a_missing_executor_or_unknown_planner_is_a_clear_error() {
     let out = memtrace([
         "verify",
+        "--runtime",
+        "executor",
         "zoo:sakr_cifar10",
         "--executor",
         "/nonexistent/executor.elf",
@@ -279,7 +285,14 @@ fn a_missing_executor_or_unknown_planner_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("executor.elf"), "{}", stderr(&out));
     // An unknown planner is a usage error (exit 2) naming the planners there are.
-    let out = memtrace(["verify", "zoo:sakr_cifar10", "--planner", "nope"]);
+    let out = memtrace([
+        "verify",
+        "--runtime",
+        "executor",
+        "zoo:sakr_cifar10",
+        "--planner",
+        "nope",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("'nope'") && err.contains("dmo-heap"), "{err}");

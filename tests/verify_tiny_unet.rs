@@ -16,7 +16,7 @@ const TINY_UNET: &str = "zoo:tiny_unet_80x120_int8";
 
 /// `memtrace verify MODEL ARGS --format json` → (exit code, report).
 fn verify(model: &str, args: &[&str]) -> (i32, Value) {
-    let mut all = vec!["verify", model, "--format", "json"];
+    let mut all = vec!["verify", "--runtime", "executor", model, "--format", "json"];
     all.extend_from_slice(args);
     let out = memtrace(&all);
     let report: Value = serde_json::from_slice(&out.stdout)

@@ -67,7 +67,7 @@ fn run_options(req: &ColdOptions) -> VerifyOptions {
         max_instructions: req.max_instructions,
         accumulator: Default::default(),
         spill: Default::default(),
-        runtime: Default::default(),
+        runtime: crate::verify_tflm::Runtime::Executor,
         allow_foreign_plan: false,
     }
 }

@@ -775,6 +775,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let clobbers: Vec<Clobber> = plan_out.shadow.clobbers.clone();
     let oracle = host_oracle(req, &base, ref_out)?;
     Ok(VerifyReport {
+        runtime: "executor",
         model: model.name.clone(),
         target: req.target.name().into(),
         seed: req.seed,

@@ -20,10 +20,11 @@ use serde::Serialize;
 use memtrace_abi::tflm::{op_index, Placement, TflmResult, LOAD_INPUT};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::model::graph::{read_graph, TfliteGraph};
-use memtrace_analyzer::model::{self, tflite, Model};
-use memtrace_analyzer::planner::{self, Overlaps, PlanOptions};
+use memtrace_analyzer::model::{self, tflite, Accumulator, Model};
+use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_analyzer::report::LayerReport;
 use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{digest, Clobber, ShadowMap};
 use memtrace_tracer::{AccessPath, ElfImage};
 
@@ -42,11 +43,38 @@ pub enum Runtime {
     /// memtrace's executor: operators lowered by memtrace, tensors placed
     /// by memtrace (every memtrace operator, TinySeg's spill and fetch
     /// included).
-    #[default]
     Executor,
     /// Real TensorFlow Lite Micro: its `MicroInterpreter`, allocator and
     /// kernels, the plan given as `OfflineMemoryAllocation`.
+    #[default]
     Tflm,
+}
+
+impl Runtime {
+    /// The runtime `verify` uses: the one asked for, or real TFLM unless
+    /// the verification needs what only memtrace's executor runs. Errs
+    /// (with the reason) when TFLM is asked for such a verification.
+    pub fn for_verify(
+        requested: Option<Runtime>,
+        planner: PlannerKind,
+        accumulator: Accumulator,
+    ) -> std::result::Result<Runtime, String> {
+        let executor_only = if planner == PlannerKind::Tinyseg {
+            Some("--planner tinyseg (TFLM has no spill and fetch operators)")
+        } else if accumulator != Accumulator::Int32 {
+            Some("--accumulator int16 (TFLM's TRANSPOSE_CONV keeps its own int32 accumulator)")
+        } else {
+            None
+        };
+        match (requested, executor_only) {
+            (Some(Runtime::Tflm), Some(why)) => Err(format!(
+                "{why} runs only on memtrace's executor: use --runtime executor"
+            )),
+            (Some(r), _) => Ok(r),
+            (None, Some(_)) => Ok(Runtime::Executor),
+            (None, None) => Ok(Runtime::Tflm),
+        }
+    }
 }
 
 /// One run of TFLM in a verification.
@@ -72,6 +100,10 @@ pub struct TflmRunReport {
     pub instructions: u64,
     /// Wall-clock seconds of the traced run.
     pub seconds: f64,
+    /// Wall-clock seconds of the same run in Unicorn without hooks
+    /// (`--baseline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untraced_seconds: Option<f64>,
 }
 
 /// An operator's O_s as traced on TFLM.
@@ -177,6 +209,17 @@ impl TflmVerifyReport {
                 r.instructions
             );
         }
+        for r in [&self.reference, &self.plan] {
+            if let Some(u) = r.untraced_seconds {
+                s += &format!(
+                    "time    {}: traced {:.2} s, untraced {:.3} s, slowdown {:.1}x\n",
+                    r.planner,
+                    r.seconds,
+                    u,
+                    r.seconds / u.max(1e-9)
+                );
+            }
+        }
         for c in &self.clobbers {
             s += &format!(
                 "CLOBBER: operator `{}` read `{}` at byte {} ({} B), overwritten by {}\n",
@@ -250,34 +293,70 @@ struct ShadowRun {
     result: memtrace_abi::tflm::TflmResult,
     shadow: ShadowMap,
     layers: Vec<LayerReport>,
+    /// The arena-wide access picture (`--plot`).
+    trace: Option<ArenaTrace>,
     instructions: u64,
     seconds: f64,
+    untraced_seconds: Option<f64>,
 }
 
-/// Runs `model` on `image` with a shadow map over the first `watch` bytes
-/// of the arena (TFLM's head starts at the arena's start).
+/// What a shadow run watches besides the shadow map.
+struct Watch<'a> {
+    /// Arena bytes under the shadow map (TFLM's head starts at the arena's
+    /// start).
+    bytes: u64,
+    /// Layers that read the graph outputs.
+    output_readers: &'a [String],
+    /// Title and width in bytes of the arena picture (`--plot`).
+    plot: Option<(String, u64)>,
+    /// Also time the run without hooks (`--baseline`).
+    baseline: bool,
+}
+
+/// Runs `model` on `image` with a shadow map over the arena.
 fn shadow_run(
     image: &ElfImage,
     model: &[u8],
     inputs: &[u8],
-    watch: u64,
-    output_readers: &[String],
+    watch: Watch<'_>,
     max_instructions: u64,
 ) -> Result<ShadowRun> {
     let arena_at = image
         .symbol(memtrace_abi::tflm::symbols::ARENA)
         .ok_or_else(|| failed!("{} has no arena", image.path.display()))?
         .address;
-    let started = Instant::now();
-    let mut shadow = ShadowMap::new(arena_at, watch).with_output_readers(output_readers.to_vec());
-    let mut stats = LayerStats::default();
     let run = ModelRun::whole(image, model, inputs, max_instructions);
-    let outcome = run.trace(
-        AccessPath::Mmio,
-        None,
-        false,
-        &mut [&mut shadow, &mut stats],
-    )?;
+    let untraced_seconds = if watch.baseline {
+        let t = Instant::now();
+        let code = memtrace_tracer::baseline::run_untraced_with(image, None, &run.preload()?)?;
+        if code != 0 {
+            bail!("the untraced TFLM runner exited with code {code}");
+        }
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let mut shadow =
+        ShadowMap::new(arena_at, watch.bytes).with_output_readers(watch.output_readers.to_vec());
+    let mut stats = LayerStats::default();
+    let mut trace = watch
+        .plot
+        .map(|(title, bytes)| ArenaTrace::new(title, arena_at, bytes));
+    // The picture places each access at its exact instruction.
+    let access = if trace.is_some() {
+        AccessPath::Hooks
+    } else {
+        AccessPath::Mmio
+    };
+    let outcome = {
+        let mut analyses: Vec<&mut (dyn memtrace_abi::Analysis + Send)> =
+            vec![&mut shadow, &mut stats];
+        if let Some(t) = trace.as_mut() {
+            analyses.push(t);
+        }
+        run.trace(access, None, false, &mut analyses)?
+    };
     let r = &outcome.result;
     if r.head_offset + r.head_bytes > watch {
         bail!(
@@ -290,8 +369,10 @@ fn shadow_run(
         result: outcome.result,
         shadow,
         layers: stats.layers,
+        trace,
         instructions: outcome.summary.instructions,
         seconds: started.elapsed().as_secs_f64(),
+        untraced_seconds,
     })
 }
 
@@ -326,6 +407,11 @@ fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
 /// Verifies a plan on real TFLM (see the module docs).
 pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let started = Instant::now();
+    Runtime::for_verify(Some(Runtime::Tflm), req.planner, req.accumulator)
+        .map_err(|e| failed!("{e}"))?;
+    if let Some(p) = &req.plot {
+        crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
+    }
     let bytes = model_bytes(&req.model, req.seed)?;
     let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
     if graph.outputs.is_empty() {
@@ -370,8 +456,15 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         &image,
         &bytes,
         &inputs,
-        watch(estimate),
-        &[],
+        Watch {
+            bytes: watch(estimate),
+            output_readers: &[],
+            plot: req
+                .plot
+                .as_ref()
+                .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
+            baseline: false,
+        },
         req.max_instructions,
     )?;
     if !reference.shadow.clobbers.is_empty() {
@@ -425,10 +518,22 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         &image,
         &offline.bytes,
         &inputs,
-        watch(planned_bytes.max(reference.result.head_bytes)),
-        &readers,
+        Watch {
+            bytes: watch(planned_bytes.max(reference.result.head_bytes)),
+            output_readers: &readers,
+            plot: req.plot.as_ref().map(|_| {
+                (
+                    format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),
+                    planned_bytes.max(reference.result.head_bytes),
+                )
+            }),
+            baseline: req.baseline,
+        },
         req.max_instructions,
     )?;
+    if let (Some(path), Some(a), Some(b)) = (&req.plot, &reference.trace, &planned.trace) {
+        memtrace_analyzer::verify::plot::render(&[a, b], path)?;
+    }
     let a = &reference.result.output_bytes;
     let b = &planned.result.output_bytes;
     let mismatched = a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
@@ -455,6 +560,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             clobbers: r.shadow.clobbers.len(),
             instructions: r.instructions,
             seconds: r.seconds,
+            untraced_seconds: r.untraced_seconds,
         };
     let traced_report = op_overlaps(&graph, &source_layers);
     let tensors = (0..graph.tensors.len())

@@ -63,11 +63,13 @@ pub struct VerifyArgs {
     /// quantisation, half the scratch; compare the output digest with int32's).
     #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
     pub accumulator: Accumulator,
-    /// What runs the model: memtrace's executor, or real TensorFlow Lite
-    /// Micro (its interpreter, allocator and kernels; the plan given to it as
-    /// OfflineMemoryAllocation; --executor then names the TFLM runner ELF).
-    #[arg(long, value_enum, default_value_t = Runtime::Executor)]
-    pub runtime: Runtime,
+    /// What runs the model: real TensorFlow Lite Micro (its interpreter,
+    /// allocator and kernels; the plan given to it as
+    /// OfflineMemoryAllocation; --executor then names the TFLM runner ELF),
+    /// or memtrace's executor. Default: tflm, except for what only the
+    /// executor runs (--planner tinyseg, --accumulator int16).
+    #[arg(long, value_enum)]
+    pub runtime: Option<Runtime>,
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
@@ -93,6 +95,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     }
     let planner = args.planner.unwrap_or(PlannerKind::DmoHeap);
     args.spill.check(planner == PlannerKind::Tinyseg);
+    let runtime = Runtime::for_verify(args.runtime, planner, args.accumulator)
+        .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
     let opts = VerifyOptions {
         model: args.model,
@@ -111,7 +115,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         spill: args.spill.options(),
         accumulator: args.accumulator,
         allow_foreign_plan: args.allow_foreign_plan,
-        runtime: args.runtime,
+        runtime,
     };
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;

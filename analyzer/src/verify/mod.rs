@@ -142,6 +142,9 @@ impl OracleComparison {
 pub struct VerifyReport {
     /// Model name.
     pub model: String,
+    /// Always `executor`: the runtime the plan was proven on (memtrace's
+    /// own executor; real TFLM reports `tflm`).
+    pub runtime: &'static str,
     /// Guest architecture of the executor (`cortex-m4`, `x86-64`).
     pub target: String,
     /// Seed of the generated weights and input data.
@@ -235,7 +238,7 @@ impl VerifyReport {
     pub fn to_text(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "model   {}  (target {}, seed {})\n",
+            "model   {}  (memtrace's executor, target {}, seed {})\n",
             self.model, self.target, self.seed
         ));
         if self.kernels != "tflm" || self.overlap_kernels != self.kernels {
