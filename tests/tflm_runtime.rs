@@ -341,9 +341,10 @@ fn every_shared_model_runs_operator_by_operator_on_both_kernel_builds() {
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 fn the_int8_zoo_verifies_clean_and_bit_exact_on_real_tflm() {
-    // MobileNet v1 1.0 224 on the reference kernels (14 G instructions) is
-    // left to `memtrace bench --models`; on CMSIS-NN it is here.
+    // MobileNet v1 1.0 224 on the reference kernels (14 G instructions) has
+    // a test of its own, so that it runs beside the others.
     let cases = [
+        ("mobilenet_v1_0.25_128_int8", &["tflm", "cmsis-nn"][..]),
         (
             "mobilenet_v1_0.25_128_int8_zeropad",
             &["tflm", "cmsis-nn"][..],
@@ -354,33 +355,46 @@ fn the_int8_zoo_verifies_clean_and_bit_exact_on_real_tflm() {
         ("mobilenet_v1_1.0_224_int8", &["cmsis-nn"]),
     ];
     for (name, builds) in cases {
-        let model = format!("zoo:{name}");
-        for kernels in builds {
-            let (ok, r) = verify_tflm(&model, &["--kernels", kernels]);
-            assert!(ok, "{model} on {kernels}: {}", r["clobbers"]);
-            assert_eq!(r["bit_exact"], true);
-            // memtrace's tflm-greedy predicts TFLM's own head.
-            assert_eq!(
-                r["reference"]["planned_bytes"], r["reference"]["head_bytes"],
-                "{model} {kernels}"
-            );
-            // TFLM honours memtrace's plan to the byte.
-            assert_eq!(
-                r["plan"]["planned_bytes"], r["plan"]["head_bytes"],
-                "{model} {kernels}"
-            );
-            for t in r["tensors"].as_array().unwrap() {
-                if t["planned_offset"].is_u64() {
-                    assert_eq!(t["planned_offset"], t["tflm_offset"], "{model}: {t}");
-                }
+        zoo_model_verifies_on_real_tflm(name, builds);
+    }
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn mobilenet_v1_1_0_224_verifies_on_tflms_reference_kernels() {
+    zoo_model_verifies_on_real_tflm("mobilenet_v1_1.0_224_int8", &["tflm"]);
+}
+
+/// `verify zoo:NAME` on each kernel build: clean, bit-exact with TFLM's own
+/// plan and PyPI `tflite-micro`, and TFLM's arena exactly as memtrace
+/// planned it.
+fn zoo_model_verifies_on_real_tflm(name: &str, builds: &[&str]) {
+    let model = format!("zoo:{name}");
+    for kernels in builds {
+        let (ok, r) = verify_tflm(&model, &["--kernels", kernels]);
+        assert!(ok, "{model} on {kernels}: {}", r["clobbers"]);
+        assert_eq!(r["bit_exact"], true);
+        // memtrace's tflm-greedy predicts TFLM's own head.
+        assert_eq!(
+            r["reference"]["planned_bytes"], r["reference"]["head_bytes"],
+            "{model} {kernels}"
+        );
+        // TFLM honours memtrace's plan to the byte.
+        assert_eq!(
+            r["plan"]["planned_bytes"], r["plan"]["head_bytes"],
+            "{model} {kernels}"
+        );
+        for t in r["tensors"].as_array().unwrap() {
+            if t["planned_offset"].is_u64() {
+                assert_eq!(t["planned_offset"], t["tflm_offset"], "{model}: {t}");
             }
-            if cfg!(not(no_oracle)) {
-                assert_eq!(
-                    r["oracle"]["bit_exact"], true,
-                    "{model} {kernels}: {}",
-                    r["oracle"]
-                );
-            }
+        }
+        if cfg!(not(no_oracle)) {
+            assert_eq!(
+                r["oracle"]["bit_exact"], true,
+                "{model} {kernels}: {}",
+                r["oracle"]
+            );
         }
     }
 }
