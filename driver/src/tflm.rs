@@ -342,12 +342,18 @@ pub fn trace_layers(
     Ok((outcome.result, stats.layers))
 }
 
-/// Scratch bytes per operator, as TFLM gave them.
+/// TFLM's buffer alignment (`MicroArenaBufferAlignment()`): every planned
+/// buffer, each scratch buffer on its own, starts and is sized to it.
+const TFLM_BUFFER_ALIGNMENT: u64 = 16;
+
+/// Scratch bytes per operator, as TFLM gave them: an operator with several
+/// scratch buffers (LSTM asks for four) gets one tensor as large as TFLM's
+/// buffers side by side, each rounded up to TFLM's alignment.
 pub fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
     let mut needs = vec![0u64; ops];
     for s in &result.scratch {
         if let Some(n) = needs.get_mut(s.op as usize) {
-            *n += s.bytes;
+            *n += s.bytes.next_multiple_of(TFLM_BUFFER_ALIGNMENT);
         }
     }
     needs

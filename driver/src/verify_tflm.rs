@@ -358,11 +358,12 @@ fn shadow_run(
         run.trace(access, None, false, &mut analyses)?
     };
     let r = &outcome.result;
-    if r.head_offset + r.head_bytes > watch {
+    if r.head_offset + r.head_bytes > watch.bytes {
         bail!(
-            "TFLM's head ({} B at arena offset {}) outgrew the shadow map ({watch} B)",
+            "TFLM's head ({} B at arena offset {}) outgrew the shadow map ({} B)",
             r.head_bytes,
-            r.head_offset
+            r.head_offset,
+            watch.bytes
         );
     }
     Ok(ShadowRun {
