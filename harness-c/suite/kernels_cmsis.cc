@@ -320,12 +320,16 @@ cmsis_nn_transpose_conv_params transpose_conv_params(const Layer &l, const Quant
     p.output_offset = q.output_zero_point;
     p.stride = tile(l.stride_h, l.stride_w);
     p.padding = tile(l.pad_h, l.pad_w);
-    // TFLM: the padding plus the odd remainder of the total padding (v7.0.0
-    // on does not read it; v5.0.0 / v6.0.0 size their column loop with it).
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV == 1
+    // v5.0.0 / v6.0.0 size their column loop with it. TFLM: the padding plus
+    // the odd remainder of the total padding.
     const int32_t total_h = (l.input[1] - 1) * l.stride_h + l.filter[1] - l.output[1];
     const int32_t total_w = (l.input[2] - 1) * l.stride_w + l.filter[2] - l.output[2];
     p.padding_offsets = tile(l.pad_h + (total_h > 0 ? total_h % 2 : 0),
                              l.pad_w + (total_w > 0 ? total_w % 2 : 0));
+#else
+    p.padding_offsets = tile(0, 0);  // unused by the library from v7.0.0 on
+#endif
     p.dilation = tile(1, 1);
     p.activation = activation(q);
     return p;
