@@ -7,9 +7,11 @@
 //! ignored by name (build.rs: `no_cmsis_v4` ...). Each test builds its
 //! release with harness-c's Makefile into its own build directory
 //! (`BUILD=$CARGO_TARGET_TMPDIR/cmsis-releases/<release>`), so the tests run
-//! in parallel and never touch `harness-c/build`. Measured on 2 shared cores:
-//! 25–45 s per release the first time (the suite objects, the library and
-//! the glue, both targets), about 2 s once built.
+//! in parallel and never touch `harness-c/build`. Measured on 2 shared cores
+//! (`cargo test --release --test cmsis_releases`): 175 s the first time for
+//! all five (51–68 s of `make` per release: the suite objects, the library
+//! and the glue of both targets, two releases at a time), about 30 s once
+//! built (1.7 s of `make` per release; the rest is tracing).
 //!
 //! For each release: the probed API forms (cmsis_nn_features.h) are the ones
 //! its headers have; the built-in layers run on both targets with CMSIS-NN
@@ -86,16 +88,17 @@ fn elfs(build: &Path, targets: &[&str], names: &[&str]) -> Vec<String> {
     v
 }
 
-/// The generated cmsis_nn_features.h of the release's build directory.
+/// The generated cmsis_nn_features.h of the checkout the ELFs were last
+/// linked with (`$(BUILD)/cmsis-nn-key`: "<key> <CMSIS_NN_DIR>").
 fn features(build: &Path, target: &str) -> String {
-    let dir = build.join(target);
-    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("cmsis_nn_features.h").exists())
-        .collect();
-    assert_eq!(found.len(), 1, "one CMSIS-NN build directory in {}", dir.display());
-    std::fs::read_to_string(found[0].join("cmsis_nn_features.h")).unwrap()
+    let stamp = std::fs::read_to_string(build.join("cmsis-nn-key")).unwrap();
+    let key = stamp.split_whitespace().next().expect("a key");
+    let header = build
+        .join(target)
+        .join(format!("cmsis-nn-{key}"))
+        .join("cmsis_nn_features.h");
+    std::fs::read_to_string(&header)
+        .unwrap_or_else(|e| panic!("{}: {e}", header.display()))
 }
 
 fn check_release(name: &str, r: &Release) {
@@ -191,15 +194,26 @@ const V7: Release = Release {
 fn v6_0_0_builds_and_runs_and_switching_back_relinks_only() {
     check_release("v6.0.0", &V6);
     // Dependency tracking: another checkout into the same build directory
-    // compiles its own glue (never links objects made for v6.0.0 headers)...
+    // links its own glue, compiled against its own headers, from its own
+    // directory (never objects made for v6.0.0's headers)...
     let build = build_dir("v6.0.0");
+    let key = || {
+        let stamp = std::fs::read_to_string(build.join("cmsis-nn-key")).unwrap();
+        stamp.split_whitespace().next().unwrap().to_owned()
+    };
+    let glue = |k: &str| format!("cmsis-nn-{k}/suite/kernels_cmsis.o");
+    let v6_key = key();
     let suite = elfs(&build, &["x86_64"], &["suite-cmsis.elf"]);
     let v7 = make(&build, &checkout(&V7), &suite);
-    assert!(v7.contains("-c suite/kernels_cmsis.cc"), "v7.0.0 glue compiled:\n{v7}");
+    let v7_key = key();
+    assert_ne!(v6_key, v7_key, "another checkout, another build directory");
+    assert!(v7.contains(&glue(&v7_key)), "v7.0.0 glue linked:\n{v7}");
+    assert!(!v7.contains(&glue(&v6_key)), "no v6.0.0 object linked:\n{v7}");
     // ...and going back to v6.0.0 relinks without compiling anything.
     let back = make(&build, &checkout(&V6), &suite);
+    assert_eq!(key(), v6_key);
     assert!(!back.contains(" -c "), "nothing compiled when switching back:\n{back}");
-    assert!(back.contains("suite-cmsis.elf"), "relinked:\n{back}");
+    assert!(back.contains(&glue(&v6_key)), "relinked with the v6.0.0 glue:\n{back}");
     let l = run_job(Path::new(&suite[0]), PAD);
     assert_eq!(l["library"], "TFLM reference", "the v6.0.0 suite again");
 }
