@@ -24,6 +24,32 @@ fn main() {
             "harness-c/build/x86_64/tflm-runner-cmsis.elf",
             "the x86-64 TFLM runner tests will be ignored; install musl-dev and run `make -C harness-c`",
         ),
+        // CMSIS-NN releases beside the repository (tests/cmsis_releases.rs).
+        (
+            "no_cmsis_v4",
+            "../shared/third_party/cmsis-nn-v4.0.0/Include/arm_nnfunctions.h",
+            "the CMSIS-NN v4.0.0 release test will be ignored",
+        ),
+        (
+            "no_cmsis_v5",
+            "../shared/third_party/cmsis-nn-v5.0.0/Include/arm_nnfunctions.h",
+            "the CMSIS-NN v5.0.0 release test will be ignored",
+        ),
+        (
+            "no_cmsis_v6",
+            "../shared/third_party/cmsis-nn-v6.0.0/Include/arm_nnfunctions.h",
+            "the CMSIS-NN v6.0.0 release test will be ignored",
+        ),
+        (
+            "no_cmsis_v7",
+            "../shared/third_party/cmsis-nn/Include/arm_nnfunctions.h",
+            "the CMSIS-NN v7.0.0 release test will be ignored",
+        ),
+        (
+            "no_cmsis_head",
+            "../shared/third_party/cmsis-nn-main/Include/arm_nnfunctions.h",
+            "the CMSIS-NN development-head release test will be ignored",
+        ),
     ];
     for (cfg, probe, what) in optional {
         println!("cargo:rerun-if-changed={probe}");

@@ -9,11 +9,20 @@
 // broadcast, a transpose conv with TinySeg's int16 accumulator) runs the
 // same TFLM reference kernel as executor.elf (kernels.cc).
 //
+// Releases: the glue builds against every CMSIS-NN release from v4.0.0 to the
+// development head, calling each function in the form the release declares
+// (cmsis_nn_features.h, written by cmsis-nn/probe.sh). An operator whose
+// function the release lacks runs the TFLM reference kernel, as a TFLM build
+// with that release did: PAD before v7.0.0 (arm_pad_s8), TRANSPOSE_CONV on
+// v4.x (arm_transpose_conv_s8). v5.0.0 / v6.0.0 run TRANSPOSE_CONV through
+// arm_transpose_conv_s8 with an int32 output image as its second buffer.
+//
 // The scratch buffer sizes come from the library's plain *_get_buffer_size
 // functions, which follow the compiler flags exactly as the kernels do
 // (ARM_MATH_DSP on Cortex-M4, pure C on x86-64), as in TFLM. The walker
 // (program.cc) passes the program's scratch tensor as op.scratch_buf.
 #include "arm_nnfunctions.h"
+#include "cmsis_nn_features.h"  // generated per checkout by cmsis-nn/probe.sh
 #include "executor.h"
 #include "memtrace_program.h"
 
@@ -120,6 +129,7 @@ bool int8_tensors(const Op &op) {
 Path path(const Op &op) {
     // PAD's weights are its int32 paddings; the data is int8 as elsewhere.
     if (op.kind == PK_PAD) {
+        if (!MEMTRACE_CMSIS_NN_PAD) return Path::kReference;  // not in this release
         const bool int8 = op.dtype == PDT_INT8 && op.in.dtype == PDT_INT8 &&
                           op.out.dtype == PDT_INT8 && op.has_weights &&
                           op.weights.dtype == PDT_INT32 && flat(op.weights) == 8;
@@ -165,7 +175,9 @@ Path path(const Op &op) {
             return Path::kAdd;
         case PK_SOFTMAX: return Path::kSoftmax;
         case PK_TRANSPOSE_CONV:
-            // The library has no int16-accumulator variant (TinySeg's).
+            // Not in this release (v4.x); the library has no int16-accumulator
+            // variant (TinySeg's).
+            if (!MEMTRACE_CMSIS_NN_TRANSPOSE_CONV) return Path::kReference;
             if (op.w[OPW_ACCUMULATOR_BYTES] == 2) return Path::kReference;
             if (!op.has_weights || !per_channel || op.w[OPW_WEIGHTS_OFFSET] != 0) {
                 return Path::kUnsupported;
@@ -270,15 +282,25 @@ EXEC_KERNEL arm_cmsis_nn_status fully_connected_int8(const Op &op) {
     // Non-zero scratch only on Helium (MVE) builds: the library wants the
     // filter's kernel sums there, which TFLM computes with arm_vector_sum_s8
     // (in Prepare for a constant filter, else in Eval; here, in the call).
+#if MEMTRACE_CMSIS_NN_VECTOR_SUM_ARGS != 0
+    // (v4.x has no kernel sums: its Helium kernel takes no buffer.)
     if (ctx.buf) {
-        const arm_cmsis_nn_status st = arm_vector_sum_s8(
-            static_cast<int32_t *>(ctx.buf), s.depth, s.units,
-            static_cast<const int8_t *>(op.weights.data), p.input_offset, p.filter_offset,
-            bias_of(op));
+        int32_t *sums = static_cast<int32_t *>(ctx.buf);
+        const int8_t *weights = static_cast<const int8_t *>(op.weights.data);
+#if MEMTRACE_CMSIS_NN_VECTOR_SUM_ARGS == 7
+        const arm_cmsis_nn_status st = arm_vector_sum_s8(sums, s.depth, s.units, weights,
+                                                         p.input_offset, p.filter_offset, bias_of(op));
+#elif MEMTRACE_CMSIS_NN_VECTOR_SUM_ARGS == 6
+        const arm_cmsis_nn_status st =
+            arm_vector_sum_s8(sums, s.depth, s.units, weights, p.input_offset, bias_of(op));
+#else
+        const arm_cmsis_nn_status st = arm_vector_sum_s8(sums, s.depth, s.units, weights);
+#endif
         if (st != ARM_CMSIS_NN_SUCCESS) {
             return st;
         }
     }
+#endif
     return arm_fully_connected_s8(&ctx, &p, &q, &in, static_cast<const int8_t *>(op.in.data), &f,
                                   static_cast<const int8_t *>(op.weights.data), &bias, bias_of(op),
                                   &out, static_cast<int8_t *>(op.out.data));
@@ -350,10 +372,14 @@ EXEC_KERNEL arm_cmsis_nn_status add_int8(const Op &op) {
 }
 
 // ---- transpose_conv -----------------------------------------------------
-// TFLM requests two scratch buffers (the accumulator rows, and the reversed
-// filter when the wrapper turns the operator into a convolution); the
-// program has one scratch tensor per operator, so both live in it, the
-// second at the first's size rounded up to 16 bytes.
+// TFLM requests two scratch buffers (v7.0.0 on: the accumulator rows, and
+// the reversed filter when the wrapper turns the operator into a
+// convolution; v5.0.0 / v6.0.0: arm_transpose_conv_s8's column buffer and an
+// int32 image of one output batch); the program has one scratch tensor per
+// operator, so both live in it, the second at the first's size rounded up to
+// 16 bytes.
+
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
 
 cmsis_nn_transpose_conv_params transpose_conv_params(const Op &op) {
     cmsis_nn_transpose_conv_params p;
@@ -382,8 +408,14 @@ cmsis_nn_dims transpose_conv_filter(const Op &op) {
 void transpose_conv_buffers(const Op &op, int32_t *acc, int32_t *reversed) {
     const cmsis_nn_transpose_conv_params p = transpose_conv_params(op);
     const cmsis_nn_dims in = nhwc(op.in), f = transpose_conv_filter(op), out = nhwc(op.out);
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV == 2
     *acc = arm_transpose_conv_s8_get_buffer_size(&p, &in, &f, &out);
     *reversed = arm_transpose_conv_s8_get_reverse_conv_buffer_size(&p, &in, &f);
+#else
+    (void)p;
+    *acc = arm_transpose_conv_s8_get_buffer_size(&in, &f, &out);
+    *reversed = out.h * out.w * out.c * static_cast<int32_t>(sizeof(int32_t));
+#endif
 }
 
 int32_t align16(int32_t v) { return (v + 15) & ~15; }
@@ -402,11 +434,19 @@ EXEC_KERNEL arm_cmsis_nn_status transpose_conv_int8(const Op &op) {
     const cmsis_nn_per_channel_quant_params q = per_channel(op);
     const cmsis_nn_dims in = nhwc(op.in), f = transpose_conv_filter(op), out = nhwc(op.out);
     const cmsis_nn_dims bias = dims(1, 1, 1, out.c);
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV == 2
     return arm_transpose_conv_wrapper_s8(&ctx, &reversed_ctx, &p, &q, &in,
                                          static_cast<const int8_t *>(op.in.data), &f,
                                          static_cast<const int8_t *>(op.weights.data), &bias,
                                          bias_of(op), &out, static_cast<int8_t *>(op.out.data));
+#else
+    return arm_transpose_conv_s8(&ctx, &reversed_ctx, &p, &q, &in,
+                                 static_cast<const int8_t *>(op.in.data), &f,
+                                 static_cast<const int8_t *>(op.weights.data), &bias, bias_of(op),
+                                 &out, static_cast<int8_t *>(op.out.data));
+#endif
 }
+#endif  // MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
 
 // ---- concatenation ------------------------------------------------------
 // The library counts extents from the innermost dimension: x, y, z, w are
@@ -463,6 +503,7 @@ EXEC_KERNEL arm_cmsis_nn_status softmax_int8(const Op &op) {
 // TFLM (cmsis_nn/pad.cc): the output zero point as the value, the paddings
 // of the NHWC dimensions as pre/post pads.
 
+#if MEMTRACE_CMSIS_NN_PAD
 EXEC_KERNEL arm_cmsis_nn_status pad_int8(const Op &op) {
     const int32_t *a = static_cast<const int32_t *>(op.weights.data);
     const cmsis_nn_dims in = nhwc(op.in);
@@ -470,6 +511,7 @@ EXEC_KERNEL arm_cmsis_nn_status pad_int8(const Op &op) {
     return arm_pad_s8(static_cast<const int8_t *>(op.in.data), static_cast<int8_t *>(op.out.data),
                       static_cast<int8_t>(op.out.zero_point), &in, &pre, &post);
 }
+#endif
 
 }  // namespace
 
@@ -505,12 +547,14 @@ int32_t library_scratch_bytes(const Op &op) {
             bytes = arm_avgpool_s8_get_buffer_size(out.w, in.c);
             break;
         }
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
         case Path::kTransposeConv: {
             int32_t acc = 0, reversed = 0;
             transpose_conv_buffers(op, &acc, &reversed);
             bytes = reversed > 0 ? align16(acc) + reversed : acc;
             break;
         }
+#endif
         case Path::kReference: bytes = reference_scratch_bytes(op); break;
         default: break;  // max_pool, add, softmax, concatenation need none
     }
@@ -550,9 +594,14 @@ int library_run(const Op &op) {
         case Path::kAveragePool: s = average_pool_int8(op); break;
         case Path::kAdd: s = add_int8(op); break;
         case Path::kSoftmax: s = softmax_int8(op); break;
+#if MEMTRACE_CMSIS_NN_PAD
         case Path::kPad: s = pad_int8(op); break;
+#endif
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
         case Path::kTransposeConv: s = transpose_conv_int8(op); break;
+#endif
         case Path::kConcatenation: s = concatenation_int8(op); break;
+        default: return reference_run(op);  // path() never picks a function the release lacks
     }
     return s == ARM_CMSIS_NN_SUCCESS ? kOk : kLibraryError;
 }

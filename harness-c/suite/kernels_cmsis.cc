@@ -18,7 +18,9 @@
 //   average_pool      arm_avgpool_s8
 //   add               arm_elementwise_add_s8
 //   transpose_conv    arm_transpose_conv_wrapper_s8 (two scratch buffers, as
-//                     TFLM's CMSIS-NN TRANSPOSE_CONV requests them)
+//                     TFLM's CMSIS-NN TRANSPOSE_CONV requests them); on
+//                     v5.0.0 / v6.0.0 arm_transpose_conv_s8 (its scratch and
+//                     an int32 output image, as TFLM requested them then)
 //   pad               arm_pad_s8 (TFLM's CMSIS-NN PAD)
 //   concatenation     arm_concatenation_s8_{x,y,z,w}, once per input, as the
 //                     library documents (TFLM has no CMSIS-NN CONCATENATION:
@@ -28,10 +30,20 @@
 // too), relu (TFLM has no CMSIS-NN activation kernel) and matmul (written for
 // memtrace, not a TFLM op). The suite has no softmax layer.
 //
+// Releases: every CMSIS-NN release from v4.0.0 to the development head builds.
+// The Makefile probes the headers (cmsis-nn/probe.sh) and the glue calls each
+// function in the form that release declares (cmsis_nn_features.h). A layer
+// whose function the release does not have runs the TFLM reference kernel, as
+// a TFLM build with that release did, and the trace names that kernel
+// (library `TFLM reference`) instead of a CMSIS-NN one:
+//   arm_pad_s8                     not in v4.0.0, v5.0.0, v6.0.0 (pad)
+//   arm_transpose_conv_s8          not in v4.0.0 (transpose_conv)
+//
 // Each CMSIS-NN layer has its own non-inlined function, so a traced PC in the
 // call resolves to a readable name; the library's own functions (arm_*) keep
 // their names and file:line from their objects' DWARF.
 #include "arm_nnfunctions.h"
+#include "cmsis_nn_features.h"  // generated per checkout by cmsis-nn/probe.sh
 #include "suite.h"
 
 #define MEMTRACE_KERNEL __attribute__((noinline))
@@ -50,9 +62,13 @@ bool int8_library_op(const Layer &l) {
         case OP_MAX_POOL:
         case OP_AVERAGE_POOL:
         case OP_ADD:
-        case OP_TRANSPOSE_CONV:
-        case OP_PAD:
             return true;
+        case OP_TRANSPOSE_CONV:
+            // Not in this release (v4.x): the reference kernel runs.
+            return MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0;
+        case OP_PAD:
+            // arm_pad_s8 is not in releases before v7.0.0.
+            return MEMTRACE_CMSIS_NN_PAD != 0;
         case OP_CONCATENATION:
             // The library takes every dimension as uint16_t.
             for (int i = 0; i < 4; ++i) {
@@ -211,14 +227,26 @@ MEMTRACE_KERNEL arm_cmsis_nn_status fully_connected_int8(const Layer &l, const B
     quant.shift = q.output_shift;
     const cmsis_nn_dims in = dims(batches, 1, 1, depth), f = fc_filter_dims(l);
     const cmsis_nn_dims bias = dims(1, 1, 1, units), out = dims(batches, 1, 1, units);
+#if MEMTRACE_CMSIS_NN_VECTOR_SUM_ARGS != 0
+    // (v4.x has no kernel sums: its Helium kernel takes no buffer.)
     if (b.scratch) {
-        const arm_cmsis_nn_status s = arm_vector_sum_s8(
-            static_cast<int32_t *>(b.scratch), depth, units, static_cast<const int8_t *>(b.filter),
-            p.input_offset, p.filter_offset, static_cast<const int32_t *>(b.bias));
+        int32_t *sums = static_cast<int32_t *>(b.scratch);
+        const int8_t *filter = static_cast<const int8_t *>(b.filter);
+#if MEMTRACE_CMSIS_NN_VECTOR_SUM_ARGS == 7
+        const arm_cmsis_nn_status s =
+            arm_vector_sum_s8(sums, depth, units, filter, p.input_offset, p.filter_offset,
+                              static_cast<const int32_t *>(b.bias));
+#elif MEMTRACE_CMSIS_NN_VECTOR_SUM_ARGS == 6
+        const arm_cmsis_nn_status s = arm_vector_sum_s8(sums, depth, units, filter, p.input_offset,
+                                                        static_cast<const int32_t *>(b.bias));
+#else
+        const arm_cmsis_nn_status s = arm_vector_sum_s8(sums, depth, units, filter);
+#endif
         if (s != ARM_CMSIS_NN_SUCCESS) {
             return s;
         }
     }
+#endif
     return arm_fully_connected_s8(&ctx, &p, &quant, &in, static_cast<const int8_t *>(b.input), &f,
                                   static_cast<const int8_t *>(b.filter), &bias,
                                   static_cast<const int32_t *>(b.bias), &out,
@@ -277,17 +305,31 @@ MEMTRACE_KERNEL arm_cmsis_nn_status add_int8(const Layer &l, const Buffers &b, c
 // ---- transpose_conv -----------------------------------------------------
 // TFLM: filter dims [C_out, KH, KW, C_in], padding from the output back to
 // the input (the suite's pad_h/pad_w), no activation (the int8 range), two
-// scratch buffers: `ctx` (the rolling int32 accumulator rows, or the reverse
-// path's convolution buffer) and the reversed filter of the reverse path
-// (arm_transpose_conv_s8_get_reverse_conv_buffer_size; 0 on the other path).
+// scratch buffers. v7.0.0 on (MEMTRACE_CMSIS_NN_TRANSPOSE_CONV 2):
+// arm_transpose_conv_wrapper_s8 with `ctx` (the rolling int32 accumulator
+// rows, or the reverse path's convolution buffer) and the reversed filter of
+// the reverse path (arm_transpose_conv_s8_get_reverse_conv_buffer_size; 0 on
+// the other path). v5.0.0 / v6.0.0 (1): arm_transpose_conv_s8 with its
+// column buffer (arm_transpose_conv_s8_get_buffer_size(input, filter,
+// output)) and, as output_ctx, an int32 image of one output batch.
 
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
 cmsis_nn_transpose_conv_params transpose_conv_params(const Layer &l, const Quant &q) {
     cmsis_nn_transpose_conv_params p;
     p.input_offset = -q.input_zero_point;
     p.output_offset = q.output_zero_point;
     p.stride = tile(l.stride_h, l.stride_w);
     p.padding = tile(l.pad_h, l.pad_w);
-    p.padding_offsets = tile(0, 0);  // unused by the library
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV == 1
+    // v5.0.0 / v6.0.0 size their column loop with it. TFLM: the padding plus
+    // the odd remainder of the total padding.
+    const int32_t total_h = (l.input[1] - 1) * l.stride_h + l.filter[1] - l.output[1];
+    const int32_t total_w = (l.input[2] - 1) * l.stride_w + l.filter[2] - l.output[2];
+    p.padding_offsets = tile(l.pad_h + (total_h > 0 ? total_h % 2 : 0),
+                             l.pad_w + (total_w > 0 ? total_w % 2 : 0));
+#else
+    p.padding_offsets = tile(0, 0);  // unused by the library from v7.0.0 on
+#endif
     p.dilation = tile(1, 1);
     p.activation = activation(q);
     return p;
@@ -297,28 +339,43 @@ int32_t transpose_conv_scratch(const Layer &l, int which) {
     const Quant q = {};
     const cmsis_nn_transpose_conv_params p = transpose_conv_params(l, q);
     const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV == 2
     return which == 0 ? arm_transpose_conv_s8_get_buffer_size(&p, &in, &f, &out)
                       : arm_transpose_conv_s8_get_reverse_conv_buffer_size(&p, &in, &f);
+#else
+    (void)p;
+    return which == 0 ? arm_transpose_conv_s8_get_buffer_size(&in, &f, &out)
+                      : out.h * out.w * out.c * static_cast<int32_t>(sizeof(int32_t));
+#endif
 }
 
 MEMTRACE_KERNEL arm_cmsis_nn_status transpose_conv_int8(const Layer &l, const Buffers &b,
                                                         const Quant &q) {
     const cmsis_nn_context ctx = context(b);
-    cmsis_nn_context reverse_ctx;
-    reverse_ctx.buf = b.scratch2;
-    reverse_ctx.size = static_cast<int32_t>(b.scratch2_bytes);
+    cmsis_nn_context second_ctx;
+    second_ctx.buf = b.scratch2;
+    second_ctx.size = static_cast<int32_t>(b.scratch2_bytes);
     const cmsis_nn_transpose_conv_params p = transpose_conv_params(l, q);
     cmsis_nn_per_channel_quant_params quant;
     quant.multiplier = const_cast<int32_t *>(q.channel_multiplier);
     quant.shift = const_cast<int32_t *>(q.channel_shift);
     const cmsis_nn_dims in = dims4(l.input), f = dims4(l.filter), out = dims4(l.output);
     const cmsis_nn_dims bias = dims(1, 1, 1, l.output[3]);
-    return arm_transpose_conv_wrapper_s8(&ctx, &reverse_ctx, &p, &quant, &in,
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV == 2
+    return arm_transpose_conv_wrapper_s8(&ctx, &second_ctx, &p, &quant, &in,
                                          static_cast<const int8_t *>(b.input), &f,
                                          static_cast<const int8_t *>(b.filter), &bias,
                                          static_cast<const int32_t *>(b.bias), &out,
                                          static_cast<int8_t *>(b.output));
+#else
+    return arm_transpose_conv_s8(&ctx, &second_ctx, &p, &quant, &in,
+                                 static_cast<const int8_t *>(b.input), &f,
+                                 static_cast<const int8_t *>(b.filter), &bias,
+                                 static_cast<const int32_t *>(b.bias), &out,
+                                 static_cast<int8_t *>(b.output));
+#endif
 }
+#endif  // MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
 
 // ---- concatenation ------------------------------------------------------
 // The library's concatenation functions copy one input into its place in the
@@ -360,11 +417,13 @@ MEMTRACE_KERNEL arm_cmsis_nn_status concatenation_int8(const Layer &l, const Buf
 // TFLM: the output zero point as the pad value, pre/post padding per NHWC
 // dimension.
 
+#if MEMTRACE_CMSIS_NN_PAD
 MEMTRACE_KERNEL arm_cmsis_nn_status pad_int8(const Layer &l, const Buffers &b, const Quant &q) {
     const cmsis_nn_dims in = dims4(l.input), pre = dims4(l.pad_before), post = dims4(l.pad_after);
     return arm_pad_s8(static_cast<const int8_t *>(b.input), static_cast<int8_t *>(b.output),
                       static_cast<int8_t>(q.output_zero_point), &in, &pre, &post);
 }
+#endif
 
 }  // namespace
 
@@ -381,7 +440,9 @@ uint32_t library_scratch_bytes(const Layer &l, int which) {
         case OP_DEPTHWISE_CONV2D: bytes = which == 0 ? depthwise_conv2d_scratch(l) : 0; break;
         case OP_FULLY_CONNECTED: bytes = which == 0 ? fully_connected_scratch(l) : 0; break;
         case OP_AVERAGE_POOL: bytes = which == 0 ? average_pool_scratch(l) : 0; break;
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
         case OP_TRANSPOSE_CONV: bytes = transpose_conv_scratch(l, which); break;
+#endif
         default: break;  // max_pool, add, pad and concatenation need none
     }
     return bytes > 0 ? static_cast<uint32_t>(bytes) : 0;
@@ -400,9 +461,13 @@ int run_kernel(const Layer &l, const Buffers &b, const Quant &q) {
         case OP_MAX_POOL: s = max_pool_int8(l, b, q); break;
         case OP_AVERAGE_POOL: s = average_pool_int8(l, b, q); break;
         case OP_ADD: s = add_int8(l, b, q); break;
+#if MEMTRACE_CMSIS_NN_TRANSPOSE_CONV != 0
         case OP_TRANSPOSE_CONV: s = transpose_conv_int8(l, b, q); break;
+#endif
         case OP_CONCATENATION: s = concatenation_int8(l, b, q); break;
+#if MEMTRACE_CMSIS_NN_PAD
         case OP_PAD: s = pad_int8(l, b, q); break;
+#endif
         default: break;
     }
     return s == ARM_CMSIS_NN_SUCCESS ? kExitOk : kExitLibraryError;
