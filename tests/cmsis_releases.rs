@@ -74,7 +74,11 @@ fn make(build: &Path, cmsis: &Path, elfs: &[String]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "make failed for {}:\n{text}", cmsis.display());
+    assert!(
+        out.status.success(),
+        "make failed for {}:\n{text}",
+        cmsis.display()
+    );
     text
 }
 
@@ -97,8 +101,7 @@ fn features(build: &Path, target: &str) -> String {
         .join(target)
         .join(format!("cmsis-nn-{key}"))
         .join("cmsis_nn_features.h");
-    std::fs::read_to_string(&header)
-        .unwrap_or_else(|e| panic!("{}: {e}", header.display()))
+    std::fs::read_to_string(&header).unwrap_or_else(|e| panic!("{}: {e}", header.display()))
 }
 
 fn check_release(name: &str, r: &Release) {
@@ -109,7 +112,10 @@ fn check_release(name: &str, r: &Release) {
         &checkout(r),
         &elfs(&build, &TARGETS, &["suite-cmsis.elf", "executor-cmsis.elf"]),
     );
-    eprintln!("{name}: built both targets in {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "{name}: built both targets in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     for target in TARGETS {
         let f = features(&build, target);
         for (macro_name, want) in [
@@ -147,7 +153,10 @@ fn check_release(name: &str, r: &Release) {
 }
 
 #[test]
-#[cfg_attr(no_cmsis_v4, ignore = "CMSIS-NN v4.0.0 not at ../shared/third_party/cmsis-nn-v4.0.0")]
+#[cfg_attr(
+    no_cmsis_v4,
+    ignore = "CMSIS-NN v4.0.0 not at ../shared/third_party/cmsis-nn-v4.0.0"
+)]
 fn v4_0_0_builds_and_runs() {
     check_release(
         "v4.0.0",
@@ -161,7 +170,10 @@ fn v4_0_0_builds_and_runs() {
 }
 
 #[test]
-#[cfg_attr(no_cmsis_v5, ignore = "CMSIS-NN v5.0.0 not at ../shared/third_party/cmsis-nn-v5.0.0")]
+#[cfg_attr(
+    no_cmsis_v5,
+    ignore = "CMSIS-NN v5.0.0 not at ../shared/third_party/cmsis-nn-v5.0.0"
+)]
 fn v5_0_0_builds_and_runs() {
     check_release(
         "v5.0.0",
@@ -189,8 +201,14 @@ const V7: Release = Release {
 };
 
 #[test]
-#[cfg_attr(no_cmsis_v6, ignore = "CMSIS-NN v6.0.0 not at ../shared/third_party/cmsis-nn-v6.0.0")]
-#[cfg_attr(no_cmsis_v7, ignore = "CMSIS-NN v7.0.0 not at ../shared/third_party/cmsis-nn")]
+#[cfg_attr(
+    no_cmsis_v6,
+    ignore = "CMSIS-NN v6.0.0 not at ../shared/third_party/cmsis-nn-v6.0.0"
+)]
+#[cfg_attr(
+    no_cmsis_v7,
+    ignore = "CMSIS-NN v7.0.0 not at ../shared/third_party/cmsis-nn"
+)]
 fn v6_0_0_builds_and_runs_and_switching_back_relinks_only() {
     check_release("v6.0.0", &V6);
     // Dependency tracking: another checkout into the same build directory
@@ -208,24 +226,39 @@ fn v6_0_0_builds_and_runs_and_switching_back_relinks_only() {
     let v7_key = key();
     assert_ne!(v6_key, v7_key, "another checkout, another build directory");
     assert!(v7.contains(&glue(&v7_key)), "v7.0.0 glue linked:\n{v7}");
-    assert!(!v7.contains(&glue(&v6_key)), "no v6.0.0 object linked:\n{v7}");
+    assert!(
+        !v7.contains(&glue(&v6_key)),
+        "no v6.0.0 object linked:\n{v7}"
+    );
     // ...and going back to v6.0.0 relinks without compiling anything.
     let back = make(&build, &checkout(&V6), &suite);
     assert_eq!(key(), v6_key);
-    assert!(!back.contains(" -c "), "nothing compiled when switching back:\n{back}");
-    assert!(back.contains(&glue(&v6_key)), "relinked with the v6.0.0 glue:\n{back}");
+    assert!(
+        !back.contains(" -c "),
+        "nothing compiled when switching back:\n{back}"
+    );
+    assert!(
+        back.contains(&glue(&v6_key)),
+        "relinked with the v6.0.0 glue:\n{back}"
+    );
     let l = run_job(Path::new(&suite[0]), PAD);
     assert_eq!(l["library"], "TFLM reference", "the v6.0.0 suite again");
 }
 
 #[test]
-#[cfg_attr(no_cmsis_v7, ignore = "CMSIS-NN v7.0.0 not at ../shared/third_party/cmsis-nn")]
+#[cfg_attr(
+    no_cmsis_v7,
+    ignore = "CMSIS-NN v7.0.0 not at ../shared/third_party/cmsis-nn"
+)]
 fn v7_0_0_builds_and_runs() {
     check_release("v7.0.0", &V7);
 }
 
 #[test]
-#[cfg_attr(no_cmsis_head, ignore = "CMSIS-NN head not at ../shared/third_party/cmsis-nn-main")]
+#[cfg_attr(
+    no_cmsis_head,
+    ignore = "CMSIS-NN head not at ../shared/third_party/cmsis-nn-main"
+)]
 fn development_head_builds_and_runs() {
     check_release(
         "head",

@@ -306,32 +306,54 @@ fn tflms_own_failures_are_clear_errors() {
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 fn every_shared_model_runs_operator_by_operator_on_both_kernel_builds() {
     for model in shared_models() {
-        for kernels in ["tflm", "cmsis-nn"] {
-            let r = run_model(&model, &["--kernels", kernels]);
-            let ops = op_layers(&r);
-            assert_eq!(
-                ops.len() as u64,
-                u(&r["tflm"]["operators"]),
-                "{model} {kernels}"
-            );
-            for l in &ops {
-                let c = &l["contract"];
-                if kernels == "tflm" {
-                    // TFLM's reference kernels are what the host methods
-                    // model, and they keep the contract.
-                    assert_eq!(c["ok"], true, "{model} {}: {c}", l["name"]);
-                    assert_eq!(l["overlap"]["flags"].as_array().map_or(0, |f| f.len()), 0);
-                } else {
-                    // CMSIS-NN's known finding: im2col scratch rounded up
-                    // and never written to its end (docs/kernels.md).
-                    for rule in [
-                        "stray_write",
-                        "output_read_before_write",
-                        "input_write",
-                        "weights_write",
-                    ] {
-                        assert_eq!(c[rule]["ok"], true, "{model} {} {rule}: {c}", l["name"]);
-                    }
+        runs_operator_by_operator(&model);
+    }
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn the_int8_zoo_runs_operator_by_operator_on_both_kernel_builds() {
+    for name in [
+        "mobilenet_v1_0.25_128_int8",
+        "mobilenet_v1_0.25_128_int8_zeropad",
+        "sakr_cifar10",
+        "tiny_unet_80x120_int8",
+        "hourglass_64x64_int8",
+        "mobilenet_v1_1.0_224_int8",
+    ] {
+        runs_operator_by_operator(&format!("zoo:{name}"));
+    }
+}
+
+/// `run MODEL` on both kernel builds: one layer per operator TFLM ran, and
+/// each kernel keeps the memory contract (CMSIS-NN all but its known
+/// scratch finding).
+fn runs_operator_by_operator(model: &str) {
+    for kernels in ["tflm", "cmsis-nn"] {
+        let r = run_model(model, &["--kernels", kernels]);
+        let ops = op_layers(&r);
+        assert_eq!(
+            ops.len() as u64,
+            u(&r["tflm"]["operators"]),
+            "{model} {kernels}"
+        );
+        for l in &ops {
+            let c = &l["contract"];
+            if kernels == "tflm" {
+                // TFLM's reference kernels are what the host methods
+                // model, and they keep the contract.
+                assert_eq!(c["ok"], true, "{model} {}: {c}", l["name"]);
+                assert_eq!(l["overlap"]["flags"].as_array().map_or(0, |f| f.len()), 0);
+            } else {
+                // CMSIS-NN's known finding: im2col scratch rounded up
+                // and never written to its end (docs/kernels.md).
+                for rule in [
+                    "stray_write",
+                    "output_read_before_write",
+                    "input_write",
+                    "weights_write",
+                ] {
+                    assert_eq!(c[rule]["ok"], true, "{model} {} {rule}: {c}", l["name"]);
                 }
             }
         }

@@ -79,6 +79,13 @@ impl Default for ModelOptions {
     }
 }
 
+/// Whether `path` names a model: `zoo:NAME` (when no file has that name)
+/// or a file that holds a `.tflite` ([`is_tflite`]).
+pub fn is_model(path: &std::path::Path) -> bool {
+    let zoo = path.to_str().is_some_and(|p| p.starts_with("zoo:")) && !path.exists();
+    zoo || is_tflite(path)
+}
+
 /// Whether `path` holds a `.tflite` model (the flatbuffer identifier
 /// `TFL3` at byte 4), rather than an ELF.
 pub fn is_tflite(path: &std::path::Path) -> bool {
@@ -117,10 +124,16 @@ impl Guest {
     }
 }
 
-/// Loads a `.tflite`, its inputs (`--input` or seeded) and its runner.
+/// Loads a `.tflite` or `zoo:NAME` (its weights from `--seed`, as
+/// `verify`'s), its inputs (`--input` or seeded) and its runner.
 fn model_guest(opts: &RunOptions) -> Result<Guest> {
     let m = &opts.model;
-    let model = read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?;
+    let model = match opts.elf.to_str().filter(|_| !opts.elf.exists()) {
+        Some(zoo) if zoo.starts_with("zoo:") => {
+            crate::verify_tflm::model_bytes(zoo, opts.seed as u64)?
+        }
+        _ => read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?,
+    };
     let graph = read_graph(&model).with_context(|| format!("reading {}", opts.elf.display()))?;
     let inputs = match &m.input {
         Some(p) => {
@@ -172,7 +185,7 @@ pub fn access_path(exact_time: bool) -> AccessPath {
 
 /// Traces the selected layers and writes the requested files.
 pub fn run(opts: &RunOptions) -> Result<RunReport> {
-    let tflite = is_tflite(&opts.elf);
+    let tflite = is_model(&opts.elf);
     if tflite && opts.job.is_some() {
         bail!(
             "--job is for kernel-suite ELFs; {} is a .tflite model",

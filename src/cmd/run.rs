@@ -16,7 +16,8 @@ use memtrace_tracer::Arch;
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Kernel binary (ELF for Cortex-M4 or x86-64) built with memtrace.h, or
-    /// a .tflite model: it then runs on real TensorFlow Lite Micro in the
+    /// a model (MODEL.tflite or zoo:NAME, whose weights --seed draws as
+    /// verify's): it then runs on real TensorFlow Lite Micro in the
     /// emulator, one layer per operator.
     pub elf: PathBuf,
     /// Trace only this layer (repeatable); all layers when absent.
