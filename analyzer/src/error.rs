@@ -26,25 +26,18 @@ pub enum Error {
     Program(#[from] ProgramError),
     /// An input file could not be read.
     #[error(transparent)]
-    Read(#[from] crate::input::ReadError),
+    Read(#[from] memtrace_io::ReadError),
+    /// An output file could not be written.
+    #[error(transparent)]
+    Write(#[from] memtrace_io::WriteError),
     /// No random configuration fits the instruction budget.
     #[error(transparent)]
     Budget(#[from] crate::overlap::configs::BudgetError),
     /// A table could not be built or written.
     #[error(transparent)]
     Table(#[from] polars::error::PolarsError),
-    /// A file could not be written.
-    #[error("cannot {action} {path}: {source}")]
-    Io {
-        /// `create` or `write`.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
     /// An OS error without a path yet (a writer's `?`); the atomic writers
-    /// turn it into [`Error::Io`] naming their file.
+    /// turn it into [`memtrace_io::WriteError::Io`] naming their file.
     #[error("{0}")]
     Os(#[from] std::io::Error),
     /// A picture could not be drawn.
@@ -61,6 +54,15 @@ pub enum Error {
     /// The input cannot be analysed, for the reason given.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl memtrace_io::output::WriterError for Error {
+    fn into_os(self) -> std::result::Result<std::io::Error, Self> {
+        match self {
+            Error::Os(e) | Error::Write(memtrace_io::WriteError::Os(e)) => Ok(e),
+            other => Err(other),
+        }
+    }
 }
 
 /// Result of the analyzer's operations.

@@ -13,6 +13,12 @@ pub enum Error {
     /// An analysis, model, planner or plot failed.
     #[error(transparent)]
     Analyzer(#[from] memtrace_analyzer::Error),
+    /// An input file could not be read.
+    #[error(transparent)]
+    Read(#[from] memtrace_io::ReadError),
+    /// An output file could not be written.
+    #[error(transparent)]
+    Write(#[from] memtrace_io::WriteError),
     /// A file could not be read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {
@@ -56,12 +62,6 @@ impl From<memtrace_abi::program::ProgramError> for Error {
 
 impl From<memtrace_analyzer::model::ModelError> for Error {
     fn from(e: memtrace_analyzer::model::ModelError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
-
-impl From<memtrace_analyzer::input::ReadError> for Error {
-    fn from(e: memtrace_analyzer::input::ReadError) -> Self {
         Error::Analyzer(e.into())
     }
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use memtrace_abi::spec::{Dtype, Op};
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
 use memtrace_analyzer::overlap::configs::{
@@ -22,6 +21,7 @@ use memtrace_analyzer::overlap::configs::{
 };
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::report::LayerReport;
+use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 use serde::Serialize;
 

@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
-use memtrace_analyzer::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
 use memtrace_analyzer::model::{self, Accumulator, Model};
 use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
@@ -24,6 +23,7 @@ use memtrace_analyzer::verify::{
     digest, lower, Clobber, KernelsComparison, LowerInput, OpOverlapReport, PlacedTensorReport,
     PlanRunReport, ShadowMap, UsedOverlapReport, VerifyReport,
 };
+use memtrace_io::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
 use memtrace_tracer::{Arch, ElfImage, TraceOptions};
 use serde::Deserialize;
 

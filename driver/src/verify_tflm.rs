@@ -220,9 +220,9 @@ pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
             let m = model::load(arg).with_context(|| format!("loading {arg}"))?;
             to_tflite(&materialize(&m, seed))?
         }
-        None => memtrace_analyzer::input::read_limited(
+        None => memtrace_io::input::read_limited(
             std::path::Path::new(arg),
-            memtrace_analyzer::input::MAX_TFLITE_FILE,
+            memtrace_io::input::MAX_TFLITE_FILE,
             ".tflite models",
         )?,
     })
@@ -305,9 +305,9 @@ fn greedy_prediction(model: &Model) -> Result<u64> {
 fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
     match &req.input {
         Some(p) => {
-            let data = memtrace_analyzer::input::read_limited(
+            let data = memtrace_io::input::read_limited(
                 p,
-                memtrace_analyzer::input::MAX_INPUT_FILE,
+                memtrace_io::input::MAX_INPUT_FILE,
                 "--input files",
             )?;
             let want = input_bytes(graph)?;
@@ -519,9 +519,9 @@ fn plan_from_file(
     model: &Model,
     reference: &[Option<u64>],
 ) -> Result<UnderTest> {
-    let text = memtrace_analyzer::input::read_text_limited(
+    let text = memtrace_io::input::read_text_limited(
         path,
-        memtrace_analyzer::input::MAX_TEXT_FILE,
+        memtrace_io::input::MAX_TEXT_FILE,
         "plan files",
     )?;
     let (offsets, arena) = crate::verify::placement_from_plan(model, reference, &text)

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use memtrace_analyzer::model::{tflite, zoo};
-use memtrace_analyzer::output::{write_atomically, write_error};
 use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_io::output::{write_atomically, write_error};
 
 #[derive(Args, Debug)]
 pub struct ZooArgs {

@@ -484,6 +484,9 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
+    /// An output file could not be written.
+    #[error(transparent)]
+    Write(#[from] memtrace_io::WriteError),
 }
 
 impl Model {

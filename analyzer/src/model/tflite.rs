@@ -19,7 +19,7 @@ pub(super) fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -
 }
 
 /// Reads a `.tflite` file: a regular file of at most
-/// [`MAX_TFLITE_FILE`](crate::input::MAX_TFLITE_FILE) bytes. The model is
+/// [`MAX_TFLITE_FILE`](memtrace_io::input::MAX_TFLITE_FILE) bytes. The model is
 /// named after the file stem.
 pub fn import_file(path: &Path) -> Result<Model, ModelError> {
     let bytes = read_model_file(path)?;
@@ -30,9 +30,9 @@ pub fn import_file(path: &Path) -> Result<Model, ModelError> {
     import_bytes(&name, &bytes)
 }
 
-/// The bytes of a `.tflite` file, bounded (see [`crate::input::read_limited`]).
+/// The bytes of a `.tflite` file, bounded (see [`memtrace_io::input::read_limited`]).
 fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
-    use crate::input::{read_limited, ReadError, MAX_TFLITE_FILE};
+    use memtrace_io::input::{read_limited, ReadError, MAX_TFLITE_FILE};
     read_limited(path, MAX_TFLITE_FILE, ".tflite models").map_err(|e| match e {
         ReadError::Io { path, source } => ModelError::Io { path, source },
         other => ModelError::Invalid(other.to_string()),
@@ -738,13 +738,18 @@ fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
 }
 
 /// [`emit_offline`] from file to file, written through
-/// [`crate::output::write_atomically`] (a temporary file renamed into place;
-/// FIFOs and character devices written through).
-pub fn write_offline(source: &Path, offsets: &[i64], dest: &Path) -> crate::Result<EmitReport> {
+/// [`memtrace_io::output::write_atomically`] (a temporary file renamed into
+/// place; FIFOs and character devices written through).
+pub fn write_offline(
+    source: &Path,
+    offsets: &[i64],
+    dest: &Path,
+) -> Result<EmitReport, ModelError> {
+    use memtrace_io::output::{write_atomically, write_error};
     let original = read_model_file(source)?;
     let report = emit_offline(&original, offsets)?;
-    crate::output::write_atomically(dest, |w| {
-        std::io::Write::write_all(w, &report.bytes).map_err(|e| crate::output::write_error(dest, e))
+    write_atomically(dest, |w| {
+        std::io::Write::write_all(w, &report.bytes).map_err(|e| write_error(dest, e))
     })?;
     Ok(report)
 }

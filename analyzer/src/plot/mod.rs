@@ -13,7 +13,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::output::write_atomically;
+use memtrace_io::output::write_atomically;
 
 /// The font family every memtrace plot uses, registered on first use.
 pub fn font() -> &'static str {

@@ -29,11 +29,52 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 
-use crate::error::{Error, Result};
+/// Why an output was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The operating system refused an operation on the file.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// `create`, `write`, ...
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An OS error without a path yet (a writer's `?`); the atomic writers
+    /// turn it into [`WriteError::Io`] naming their file.
+    #[error("{0}")]
+    Os(#[from] std::io::Error),
+    /// The path cannot be written (a directory, a socket, a dangling link,
+    /// one of the inputs); the message says why.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The error type of a writer passed to [`write_atomically`] or
+/// [`render_atomically`]: it holds a [`WriteError`], and it may be a
+/// path-less OS error, which the writers name after their file.
+pub trait WriterError: From<WriteError> {
+    /// The error as a path-less OS error, if it is one; otherwise itself.
+    fn into_os(self) -> Result<std::io::Error, Self>;
+}
+
+impl WriterError for WriteError {
+    fn into_os(self) -> Result<std::io::Error, Self> {
+        match self {
+            WriteError::Os(e) => Ok(e),
+            other => Err(other),
+        }
+    }
+}
+
+/// Result of the output functions.
+pub type Result<T, E = WriteError> = std::result::Result<T, E>;
 
 /// The error of a failed write of `path`.
-pub fn write_error(path: &Path, source: std::io::Error) -> Error {
-    Error::Io {
+pub fn write_error(path: &Path, source: std::io::Error) -> WriteError {
+    WriteError::Io {
         action: "write",
         path: path.to_owned(),
         source,
@@ -41,21 +82,21 @@ pub fn write_error(path: &Path, source: std::io::Error) -> Error {
 }
 
 /// A writer's path-less OS error, named after the file it was writing.
-fn name_file(e: Error, path: &Path) -> Error {
-    match e {
-        Error::Os(source) => write_error(path, source),
-        other => other,
+fn name_file<E: WriterError>(e: E, path: &Path) -> E {
+    match e.into_os() {
+        Ok(source) => E::from(write_error(path, source)),
+        Err(other) => other,
     }
 }
 
-/// An OS error while doing `action` to `path`, as the crate's error.
+/// An OS error while doing `action` to `path`, as a [`WriteError`].
 trait PathContext<T> {
     fn with_path(self, action: &'static str, path: &Path) -> Result<T>;
 }
 
 impl<T> PathContext<T> for std::io::Result<T> {
     fn with_path(self, action: &'static str, path: &Path) -> Result<T> {
-        self.map_err(|source| Error::Io {
+        self.map_err(|source| WriteError::Io {
             action,
             path: path.to_owned(),
             source,
@@ -95,7 +136,7 @@ fn is_device_path(path: &Path) -> bool {
 /// directory, block device, socket or dangling symbolic link.
 pub fn output_target(path: &Path) -> Result<OutputTarget> {
     let refuse = |kind: &str| {
-        Error::Invalid(format!(
+        WriteError::Refused(format!(
             "cannot write {}: it is {kind}; memtrace writes regular files, FIFOs and character devices",
             path.display()
         ))
@@ -125,7 +166,7 @@ pub fn output_target(path: &Path) -> Result<OutputTarget> {
             let to = std::fs::read_link(path)
                 .map(|t| t.display().to_string())
                 .unwrap_or_else(|_| "?".into());
-            return Err(Error::Invalid(format!(
+            return Err(WriteError::Refused(format!(
                 "cannot write {}: it is a symbolic link to {to}, which does not exist",
                 path.display()
             )));
@@ -149,10 +190,10 @@ pub fn output_target(path: &Path) -> Result<OutputTarget> {
 /// Writes `path` (see the module docs): through a temporary sibling renamed
 /// into place only when `write` succeeds, or straight into a FIFO or
 /// character device.
-pub fn write_atomically(
+pub fn write_atomically<E: WriterError>(
     path: &Path,
-    write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
-) -> Result<()> {
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
+) -> Result<(), E> {
     let finish = |out: BufWriter<File>| -> Result<File> {
         out.into_inner()
             .map_err(|e| e.into_error())
@@ -172,7 +213,7 @@ pub fn write_atomically(
             write(&mut out).map_err(|e| name_file(e, path))?;
             let file = finish(out)?;
             file.sync_all().ok();
-            tmp.persist(&dest).with_path("write", path)
+            Ok(tmp.persist(&dest).with_path("write", path)?)
         }
     }
 }
@@ -234,12 +275,15 @@ impl AtomicFile {
 /// character device the finished temporary file (in the system's temporary
 /// directory) is copied into it. The temporary file keeps the path's
 /// extension: image encoders choose the format by it.
-pub fn render_atomically(path: &Path, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+pub fn render_atomically<E: WriterError>(
+    path: &Path,
+    render: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
     match output_target(path)? {
         OutputTarget::Replace(dest) => {
             let tmp = TempFile::new(temporary_sibling(&dest));
             render(tmp.path()).map_err(|e| name_file(e, path))?;
-            tmp.persist(&dest).with_path("write", path)
+            Ok(tmp.persist(&dest).with_path("write", path)?)
         }
         OutputTarget::Stream(dest) => {
             let name = temporary_sibling(&dest);
@@ -290,7 +334,7 @@ fn open_stream(path: &Path) -> Result<File> {
 pub fn ensure_distinct(output: &Path, inputs: &[&Path]) -> Result<()> {
     for &input in inputs {
         if same_file(output, input) {
-            return Err(Error::Invalid(format!(
+            return Err(WriteError::Refused(format!(
                 "the output {} is the input {}: refusing to overwrite it",
                 output.display(),
                 input.display()

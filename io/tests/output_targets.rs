@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use memtrace_analyzer::output::{
+use memtrace_io::output::{
     ensure_distinct, output_target, registered_temporaries, render_atomically, same_file,
     write_atomically, OutputTarget,
 };
-use memtrace_analyzer::Error;
+use memtrace_io::WriteError;
 
 /// A fresh directory for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -46,9 +46,12 @@ fn dev_null_stays_a_character_device() {
         output_target(Path::new("/dev/null")).unwrap(),
         OutputTarget::Stream("/dev/null".into())
     );
-    write_atomically(Path::new("/dev/null"), |w| Ok(w.write_all(b"results\n")?)).unwrap();
+    write_atomically(Path::new("/dev/null"), |w| {
+        Ok::<_, WriteError>(w.write_all(b"results\n")?)
+    })
+    .unwrap();
     render_atomically(Path::new("/dev/null"), |tmp| {
-        Ok(std::fs::write(tmp, b"picture bytes")?)
+        Ok::<_, WriteError>(std::fs::write(tmp, b"picture bytes")?)
     })
     .unwrap();
     let meta = std::fs::symlink_metadata("/dev/null").unwrap();
@@ -68,7 +71,7 @@ fn a_symbolic_link_is_written_through_and_stays_a_link() {
     std::fs::write(&real, "old").unwrap();
     let link = dir.join("latest.json");
     std::os::unix::fs::symlink("real.json", &link).unwrap();
-    write_atomically(&link, |w| Ok(w.write_all(b"new")?)).unwrap();
+    write_atomically(&link, |w| Ok::<_, WriteError>(w.write_all(b"new")?)).unwrap();
     assert!(std::fs::symlink_metadata(&link)
         .unwrap()
         .file_type()
@@ -78,7 +81,7 @@ fn a_symbolic_link_is_written_through_and_stays_a_link() {
     // A dangling link is an error naming the link and its target.
     let dangling = dir.join("dangling.json");
     std::os::unix::fs::symlink("missing.json", &dangling).unwrap();
-    let e = write_atomically(&dangling, |w| Ok(w.write_all(b"x")?))
+    let e = write_atomically(&dangling, |w| Ok::<_, WriteError>(w.write_all(b"x")?))
         .unwrap_err()
         .to_string();
     assert!(
@@ -107,7 +110,10 @@ fn a_fifo_is_opened_and_written_not_replaced() {
             s
         })
     };
-    write_atomically(&fifo, |w| Ok(w.write_all(b"through the pipe")?)).unwrap();
+    write_atomically(&fifo, |w| {
+        Ok::<_, WriteError>(w.write_all(b"through the pipe")?)
+    })
+    .unwrap();
     assert_eq!(reader.join().unwrap(), "through the pipe");
     assert!(std::fs::symlink_metadata(&fifo)
         .unwrap()
@@ -125,7 +131,10 @@ fn a_fifo_is_opened_and_written_not_replaced() {
             b
         })
     };
-    render_atomically(&fifo, |tmp| Ok(std::fs::write(tmp, b"\x89PNG")?)).unwrap();
+    render_atomically(&fifo, |tmp| {
+        Ok::<_, WriteError>(std::fs::write(tmp, b"\x89PNG")?)
+    })
+    .unwrap();
     assert_eq!(reader.join().unwrap(), b"\x89PNG");
     assert_eq!(listing(&dir), ["pipe"]);
     no_temporaries_under(&dir);
@@ -135,13 +144,13 @@ fn a_fifo_is_opened_and_written_not_replaced() {
 #[test]
 fn directories_and_sockets_are_refused_by_name() {
     let dir = scratch("refuse");
-    let e = write_atomically(&dir, |w| Ok(w.write_all(b"x")?))
+    let e = write_atomically(&dir, |w| Ok::<_, WriteError>(w.write_all(b"x")?))
         .unwrap_err()
         .to_string();
     assert!(e.contains("a directory"), "{e}");
     let sock = dir.join("sock");
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    let e = write_atomically(&sock, |w| Ok(w.write_all(b"x")?))
+    let e = write_atomically(&sock, |w| Ok::<_, WriteError>(w.write_all(b"x")?))
         .unwrap_err()
         .to_string();
     assert!(e.contains("a socket") && e.contains("sock"), "{e}");
@@ -155,7 +164,7 @@ fn an_error_or_panic_mid_write_leaves_no_temporary_file() {
     let out = dir.join("table.csv");
     let e = write_atomically(&out, |w| {
         w.write_all(&[b'x'; 100_000])?; // past the BufWriter: on disk
-        Err(Error::Invalid("the writer failed half-way".into()))
+        Err(WriteError::Refused("the writer failed half-way".into()))
     })
     .unwrap_err();
     assert!(e.to_string().contains("half-way"));
@@ -164,11 +173,11 @@ fn an_error_or_panic_mid_write_leaves_no_temporary_file() {
     std::fs::write(&out, "previous").unwrap();
     let _ = write_atomically(&out, |w| {
         w.write_all(&[b'y'; 100_000])?;
-        Err(Error::Invalid("again".into()))
+        Err(WriteError::Refused("again".into()))
     });
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous");
     let r = std::panic::catch_unwind(|| {
-        let _ = write_atomically(&out, |w| {
+        let _ = write_atomically::<WriteError>(&out, |w| {
             w.write_all(&[b'z'; 100_000]).unwrap();
             panic!("writer panicked");
         });
@@ -176,13 +185,13 @@ fn an_error_or_panic_mid_write_leaves_no_temporary_file() {
     assert!(r.is_err());
     let _ = render_atomically(&dir.join("p.png"), |tmp| {
         std::fs::write(tmp, [0u8; 10])?;
-        Err(Error::Invalid("render failed".into()))
+        Err(WriteError::Refused("render failed".into()))
     });
     assert_eq!(listing(&dir), ["table.csv"]);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous");
     no_temporaries_under(&dir);
     // And a successful write replaces it.
-    write_atomically(&out, |w| Ok(w.write_all(b"done")?)).unwrap();
+    write_atomically(&out, |w| Ok::<_, WriteError>(w.write_all(b"done")?)).unwrap();
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "done");
     assert_eq!(listing(&dir), ["table.csv"]);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -195,7 +204,7 @@ fn child_writer_that_hangs() {
     let Some(out) = std::env::var_os("MEMTRACE_CHILD_OUT") else {
         return; // only meaningful as a child
     };
-    let _ = write_atomically(Path::new(&out), |w| {
+    let _ = write_atomically::<WriteError>(Path::new(&out), |w| {
         w.write_all(b"partial")?;
         w.flush()?;
         std::thread::sleep(Duration::from_secs(60));
@@ -210,7 +219,7 @@ fn child_writer_to_dev_stdout() {
         return;
     }
     write_atomically(Path::new("/dev/stdout"), |w| {
-        Ok(w.write_all(b"@@through stdout@@")?)
+        Ok::<_, WriteError>(w.write_all(b"@@through stdout@@")?)
     })
     .unwrap();
 }

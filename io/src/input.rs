@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::path::Path;
 
-/// Largest `.tflite` model [`crate::model::tflite::import_file`] reads.
+/// Largest `.tflite` model the model import reads.
 pub const MAX_TFLITE_FILE: u64 = 256 << 20;
 
 /// Largest `verify --input` file: a graph input is one tensor, which
