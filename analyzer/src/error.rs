@@ -32,7 +32,7 @@ pub enum Error {
     Write(#[from] memtrace_io::WriteError),
     /// No random configuration fits the instruction budget.
     #[error(transparent)]
-    Budget(#[from] crate::overlap::configs::BudgetError),
+    Budget(#[from] memtrace_overlap::configs::BudgetError),
     /// A table could not be built or written.
     #[error(transparent)]
     Table(#[from] polars::error::PolarsError),

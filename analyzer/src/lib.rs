@@ -10,12 +10,10 @@ pub mod event_table;
 pub mod kernel;
 pub mod layer_stats;
 pub mod model;
-pub mod overlap;
 pub mod pc_counts;
 pub mod planner;
 pub mod plot;
 pub mod report;
-pub mod rng;
 pub mod tinyseg;
 pub mod verify;
 

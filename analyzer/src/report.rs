@@ -4,7 +4,7 @@
 use memtrace_abi::{LayerSpec, Role};
 use serde::Serialize;
 
-use crate::overlap::check::Flag;
+use memtrace_overlap::check::Flag;
 
 /// One buffer of a traced layer with its access counts.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -66,8 +66,8 @@ impl From<memtrace_analyzer::model::ModelError> for Error {
     }
 }
 
-impl From<memtrace_analyzer::overlap::configs::BudgetError> for Error {
-    fn from(e: memtrace_analyzer::overlap::configs::BudgetError) -> Self {
+impl From<memtrace_overlap::configs::BudgetError> for Error {
+    fn from(e: memtrace_overlap::configs::BudgetError) -> Self {
         Error::Analyzer(e.into())
     }
 }

@@ -11,13 +11,13 @@ use memtrace_analyzer::contract::{contract_frame, ContractCheck};
 use memtrace_analyzer::event_table::EventTable;
 use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
 use memtrace_analyzer::model::graph::read_graph;
-use memtrace_analyzer::overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{
     buffers_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
 };
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
+use memtrace_overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};

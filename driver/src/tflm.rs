@@ -16,8 +16,8 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::model::graph::TfliteGraph;
 use memtrace_analyzer::planner::TracedOverlaps;
 use memtrace_analyzer::report::LayerReport;
-use memtrace_analyzer::rng::Rng;
 use memtrace_analyzer::verify::lower::synth_values;
+use memtrace_overlap::rng::Rng;
 use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 
 use crate::common::trace_with;

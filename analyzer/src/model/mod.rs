@@ -6,7 +6,7 @@
 //!
 //! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
 //! describes one operator as a [`LayerSpec`], so the O_s methods of
-//! [`crate::overlap`] apply to it.
+//! [`memtrace_overlap`] apply to it.
 
 pub mod graph;
 pub mod order;

@@ -9,7 +9,7 @@
 //! ([`crate::model::Op::overlap_inputs`]).
 //!
 //! Built-in sources ([`OverlapMethod`]) use the analytic or algorithmic method
-//! of [`crate::overlap`] on the operator's [`LayerSpec`]
+//! of [`memtrace_overlap`] on the operator's [`LayerSpec`]
 //! ([`Model::layer_spec`]: the kernel suite's operators, two-input
 //! CONCATENATION and PAD with constant paddings included). Operators the
 //! kernel suite does not run follow
@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use memtrace_abi::spec::LayerSpec;
 
 use crate::model::{Model, OpKind};
-use crate::overlap::{algorithmic, analytic};
+use memtrace_overlap::{algorithmic, analytic};
 
 /// A source of per-operator O_s values.
 pub trait OverlapSource {

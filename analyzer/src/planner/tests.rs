@@ -620,7 +620,7 @@ fn a_concatenation_overlaps_its_output_with_its_first_input_only() {
     let spec = m.layer_spec(0).unwrap();
     assert_eq!(ov.get(0), 60, "the first input's O_s");
     assert_eq!(
-        crate::overlap::algorithmic::algorithmic_overlap_of_input(&spec, 1),
+        memtrace_overlap::algorithmic::algorithmic_overlap_of_input(&spec, 1),
         Some(40)
     );
     let problem = Problem::new(&m, &[0, 1], &ov, 1);

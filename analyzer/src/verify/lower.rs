@@ -17,7 +17,7 @@ use memtrace_abi::program::{
 
 use crate::model::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
 
-use crate::rng::Rng;
+use memtrace_overlap::rng::Rng;
 
 /// Verifier streams start from the seed mixed with the SplitMix64 increment,
 /// so that seed 0 is not the all-zero state.

@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use memtrace_abi::{Buffer, Event, LayerInfo, Role};
 use serde::Serialize;
 
-use crate::overlap::empirical::{EmpiricalOverlap, OverlapAccumulator};
 use memtrace_abi::Analysis;
+use memtrace_overlap::empirical::{EmpiricalOverlap, OverlapAccumulator};
 
 /// Who wrote a byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -101,7 +101,7 @@ impl StepClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::overlap::algorithmic::algorithmic_curves;
+    use crate::algorithmic::algorithmic_curves;
     use memtrace_abi::LayerSpec;
 
     fn ev(t: u64, buffer: u32, offset: u32, size: u32, kind: AccessKind) -> Event {

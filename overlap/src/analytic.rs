@@ -555,8 +555,8 @@ pub fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::overlap::algorithmic::tests::{random_spec, Rng};
-    use crate::overlap::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
+    use crate::algorithmic::tests::{random_spec, Rng};
+    use crate::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
     use memtrace_abi::spec::Dtype;
 
     fn spec(text: &str) -> LayerSpec {
@@ -865,7 +865,7 @@ mod tests {
         let ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
         let t0 = Instant::now();
         for _ in 0..reps {
-            let c = crate::overlap::algorithmic::algorithmic_curves(&s, 1000).unwrap();
+            let c = crate::algorithmic::algorithmic_curves(&s, 1000).unwrap();
             acc = acc.wrapping_add(c.overlap);
         }
         let ms_curves = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
