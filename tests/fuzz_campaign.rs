@@ -40,11 +40,11 @@ use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use memtrace_abi::spec::{Dtype, LayerSpec, Op};
-use memtrace_analyzer::model::{tflite, zoo, Model};
-use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
-use memtrace_analyzer::verify::lower::{check_placement, lower, tensor_names, LowerInput};
 use memtrace_driver::verify::placement_from_plan;
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::lower::{check_placement, lower, tensor_names, LowerInput};
+use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::{tflite, zoo, Model};
 use memtrace_overlap::configs::{estimated_instructions, try_random_configs};
 use memtrace_overlap::rng::Rng;
 use memtrace_tracer::ElfImage;

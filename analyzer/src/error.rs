@@ -1,38 +1,18 @@
-//! The analyzer's error: every failure of a model, planner, lowering, table
-//! or picture, as one type with a [`Result`] alias. The module errors stay
-//! typed and pass through unchanged.
+//! The analyzer's error: every failure of a table, report or picture, as one
+//! type with a [`Result`] alias. The I/O errors stay typed and pass through
+//! unchanged.
 
 use std::path::PathBuf;
-
-use crate::model::ModelError;
-use crate::planner::PlanError;
-use crate::verify::LowerError;
-use memtrace_abi::program::ProgramError;
 
 /// Errors of the analyzer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A model could not be loaded, built or written.
-    #[error(transparent)]
-    Model(#[from] ModelError),
-    /// A planner failed or produced an invalid plan.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// A model could not be lowered to an executor program.
-    #[error(transparent)]
-    Lower(#[from] LowerError),
-    /// A program the executor format cannot express.
-    #[error(transparent)]
-    Program(#[from] ProgramError),
     /// An input file could not be read.
     #[error(transparent)]
     Read(#[from] memtrace_io::ReadError),
     /// An output file could not be written.
     #[error(transparent)]
     Write(#[from] memtrace_io::WriteError),
-    /// No random configuration fits the instruction budget.
-    #[error(transparent)]
-    Budget(#[from] memtrace_overlap::configs::BudgetError),
     /// A table could not be built or written.
     #[error(transparent)]
     Table(#[from] polars::error::PolarsError),

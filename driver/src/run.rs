@@ -10,13 +10,13 @@ use memtrace_abi::LayerSpec;
 use memtrace_analyzer::contract::{contract_frame, ContractCheck};
 use memtrace_analyzer::event_table::EventTable;
 use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
-use memtrace_analyzer::model::graph::read_graph;
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{
     buffers_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
 };
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
+use memtrace_model::graph::read_graph;
 use memtrace_overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
@@ -324,7 +324,7 @@ fn attach_model_specs(path: &std::path::Path, model: &[u8], layers: &mut [LayerR
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let Ok(model) = memtrace_analyzer::model::tflite::import_for_tflm(&name, model) else {
+    let Ok(model) = memtrace_model::tflite::import_for_tflm(&name, model) else {
         return;
     };
     for layer in layers {

@@ -16,14 +16,15 @@ use std::time::Instant;
 
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
-use memtrace_analyzer::model::{self, Accumulator, Model};
-use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_analyzer::verify::plot::ArenaTrace;
 use memtrace_analyzer::verify::{
-    digest, lower, Clobber, KernelsComparison, LowerInput, OpOverlapReport, PlacedTensorReport,
-    PlanRunReport, ShadowMap, UsedOverlapReport, VerifyReport,
+    digest, Clobber, KernelsComparison, OpOverlapReport, PlacedTensorReport, PlanRunReport,
+    ShadowMap, UsedOverlapReport, VerifyReport,
 };
 use memtrace_io::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
+use memtrace_model::lower::{lower, LowerInput};
+use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
+use memtrace_model::{self as model, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage, TraceOptions};
 use serde::Deserialize;
 
@@ -323,7 +324,7 @@ fn run_report(
     plan: Option<&Plan>,
     outcome: &Outcome,
 ) -> PlanRunReport {
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let names = memtrace_model::lower::tensor_names(model);
     PlanRunReport {
         seconds: outcome.seconds,
         untraced_seconds: outcome.untraced_seconds,
@@ -408,7 +409,7 @@ pub(crate) fn reference_run(
 /// `load_input` windows, one per operator in execution order).
 pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let names = memtrace_model::lower::tensor_names(model);
     let op_layers =
         &r.outcome.shadow.layers[model.inputs.len().min(r.outcome.shadow.layers.len())..];
     let mut traced = TracedOverlaps::default();
@@ -459,7 +460,7 @@ fn host_oracle(
         model
             .outputs
             .iter()
-            .any(|&t| model.tensors[t].dtype == memtrace_analyzer::model::DataType::Float32),
+            .any(|&t| model.tensors[t].dtype == memtrace_model::DataType::Float32),
     )
 }
 
@@ -479,7 +480,7 @@ struct PlanUnderTest {
     /// transforms it).
     model: Option<Model>,
     /// TinySeg's transformation and its planning time.
-    spill: Option<(memtrace_analyzer::tinyseg::Optimized, f64)>,
+    spill: Option<(memtrace_model::tinyseg::Optimized, f64)>,
     plan: Option<Plan>,
     offsets: Vec<Option<u64>>,
     arena: u64,
@@ -540,7 +541,7 @@ pub fn placement_from_plan(
     reference: &[Option<u64>],
     text: &str,
 ) -> Result<(Vec<Option<u64>>, u64)> {
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let names = memtrace_model::lower::tensor_names(model);
     let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
     let mut offsets = reference.to_vec();
     for t in &file.tensors {

@@ -19,12 +19,12 @@ use serde::Serialize;
 
 use memtrace_abi::tflm::{op_index, Placement, TflmResult, LOAD_INPUT};
 use memtrace_analyzer::layer_stats::LayerStats;
-use memtrace_analyzer::model::graph::{read_graph, TfliteGraph};
-use memtrace_analyzer::model::{self, tflite, Model};
-use memtrace_analyzer::planner::{self, Overlaps, PlanOptions};
 use memtrace_analyzer::report::LayerReport;
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
 use memtrace_analyzer::verify::{digest, Clobber, ShadowMap};
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::graph::{read_graph, TfliteGraph};
+use memtrace_model::planner::{self, Overlaps, PlanOptions};
+use memtrace_model::{self as model, tflite, Model};
 use memtrace_tracer::{AccessPath, ElfImage};
 
 use crate::error::{Context, Result};
@@ -442,7 +442,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         graph
             .outputs
             .iter()
-            .any(|&t| graph.tensors[t].dtype == Some(memtrace_analyzer::model::DataType::Float32)),
+            .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::DataType::Float32)),
     )?;
     let run_report =
         |r: &ShadowRun, planner: String, overlap: String, planned: u64| TflmRunReport {
@@ -538,7 +538,7 @@ fn plan_from_file(
 fn plan_from_planner(
     req: &VerifyOptions,
     model: &Model,
-    traced: &memtrace_analyzer::planner::TracedOverlaps,
+    traced: &memtrace_model::planner::TracedOverlaps,
 ) -> Result<UnderTest> {
     let overlaps = match req.overlap.method() {
         None => Overlaps::compute(model, traced),

@@ -1,19 +1,16 @@
 //! Plan verification (docs/verify.md, `memtrace verify`): a model is lowered to
-//! the guest executor's program ([`lower`](mod@self::lower)) with its tensors at a plan's
-//! offsets, run in the emulator, and checked byte by byte by the arena
+//! the guest executor's program (`memtrace_model::lower`) with its tensors at a
+//! plan's offsets, run in the emulator, and checked byte by byte by the arena
 //! [`shadow`] map; its outputs are compared with an un-overlapped run.
 //!
 //! This module knows nothing of the emulator: the CLI runs the tracer and
 //! feeds the [`shadow::ShadowMap`] analysis.
 
-pub mod export;
-pub mod lower;
 pub mod plot;
 pub mod shadow;
 
 use serde::Serialize;
 
-pub use lower::{lower, LowerError, LowerInput};
 pub use shadow::{Clobber, LayerOverlap, ShadowMap, Writer};
 
 /// One run of the model under a placement.
@@ -186,7 +183,7 @@ pub struct VerifyReport {
     /// With `--planner tinyseg`: the transformation's steps and costs (the
     /// plan run ran the transformed model).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tinyseg: Option<crate::tinyseg::report::SpillReport>,
+    pub tinyseg: Option<crate::tinyseg::SpillReport>,
     /// What the user must know about the plan under test (an O_s source or
     /// a plan file made for another kernel library); also printed on stderr.
     #[serde(skip_serializing_if = "Vec::is_empty")]

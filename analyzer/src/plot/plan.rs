@@ -15,9 +15,9 @@ use crate::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{Comparison, Plan, PlanStatus};
-use crate::model::Model;
 use crate::plot::{font, render_picture, Picture};
+use memtrace_model::planner::{Comparison, Plan, PlanStatus};
+use memtrace_model::Model;
 
 /// How a plan picture lays out its axes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -418,6 +418,22 @@ fn hatch(a: (f64, f64), b: (f64, f64), ux: f64, uy: f64) -> Vec<((f64, f64), (f6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memtrace_model::planner::{report, OverlapMethod, Overlaps, PlanOptions};
+    use memtrace_model::zoo;
+
+    fn analytic(model: &Model) -> Overlaps {
+        Overlaps::compute(model, &OverlapMethod::Analytic)
+    }
+
+    /// The paper's Table III MobileNet models.
+    const TABLE_III: [&str; 6] = [
+        "mobilenet_v1_1.0_224",
+        "mobilenet_v1_1.0_224_int8",
+        "mobilenet_v1_0.25_224",
+        "mobilenet_v1_0.25_128_int8",
+        "mobilenet_v2_0.35_224",
+        "mobilenet_v2_1.0_224",
+    ];
 
     /// Every hatching segment lies inside its rectangle and runs at 45° in
     /// pixels; a 70 × 70 pixel square gets 2·70/7 − 1 = 19 lines.
@@ -431,6 +447,47 @@ mod tests {
                 assert!((-1e-9..=35.0 + 1e-9).contains(&x) && (-1e-9..=140.0 + 1e-9).contains(&y));
             }
             assert!(((x1 - x0) / ux - (y1 - y0) / uy).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn arena_plots_are_drawn() {
+        let m = zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
+        let c = report::compare_all(&m, &analytic(&m), &PlanOptions::default()).unwrap();
+        let dir = std::env::temp_dir().join(format!("memtrace-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg = dir.join("arena.svg");
+        plot_plan(&m, c.plan("dmo-heap", "analytic").unwrap(), &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("<rect") && text.contains("conv_pw_1"));
+        let png = dir.join("all.png");
+        plot_comparison(&m, &c, &png).unwrap();
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000);
+        assert!(plot_plan(&m, &c.plans[0], &dir.join("x.txt")).is_err());
+        let peak = peak_defining(c.plan("dmo-heap", "none").unwrap());
+        let names: Vec<&str> = peak
+            .iter()
+            .map(|&i| c.plan("dmo-heap", "none").unwrap().tensors[i].name.as_str())
+            .collect();
+        assert!(
+            names.contains(&"conv_pw_1") && names.contains(&"conv_dw_1"),
+            "{names:?}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    #[ignore]
+    fn print_table_three_algorithmic() {
+        for name in TABLE_III {
+            let m = zoo::build(name).unwrap();
+            let t = std::time::Instant::now();
+            let al = Overlaps::compute(&m, &OverlapMethod::Algorithmic);
+            let secs = t.elapsed().as_secs_f64();
+            let c = report::compare_all(&m, &al, &PlanOptions::default()).unwrap();
+            eprintln!("algorithmic O_s in {secs:.2} s\n{}", c.to_table());
+            let dir = std::env::temp_dir();
+            plot_comparison(&m, &c, &dir.join(format!("{name}.png"))).unwrap();
         }
     }
 }

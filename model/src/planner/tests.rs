@@ -1,11 +1,12 @@
 //! Planner tests: Table III, the real models, reordering, exact vs heuristics,
-//! the validator, offline export, JSON and plots.
+//! the validator, offline export and JSON (the plan pictures are tested with
+//! them, in the analyzer's `plot::plan`).
 
 use super::*;
-use crate::model::order::{self as ord, OrderKind};
-use crate::model::tests::{real_model, tfmicro_models, REAL_MODELS};
-use crate::model::zoo::{self, GraphBuilder};
-use crate::model::{tflite, DataType, OpKind, OpOptions};
+use crate::order::{self as ord, OrderKind};
+use crate::tests::{real_model, tfmicro_models, REAL_MODELS};
+use crate::zoo::{self, GraphBuilder};
+use crate::{tflite, DataType, OpKind, OpOptions};
 
 fn analytic(model: &Model) -> Overlaps {
     Overlaps::compute(model, &OverlapMethod::Analytic)
@@ -492,32 +493,6 @@ fn comparisons_serialise_with_the_documented_keys() {
 }
 
 #[test]
-fn arena_plots_are_drawn() {
-    let m = zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
-    let c = report::compare_all(&m, &analytic(&m), &opts()).unwrap();
-    let dir = std::env::temp_dir().join(format!("memtrace-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let svg = dir.join("arena.svg");
-    plot::plot_plan(&m, c.plan("dmo-heap", "analytic").unwrap(), &svg).unwrap();
-    let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(text.contains("<rect") && text.contains("conv_pw_1"));
-    let png = dir.join("all.png");
-    plot::plot_comparison(&m, &c, &png).unwrap();
-    assert!(std::fs::metadata(&png).unwrap().len() > 1000);
-    assert!(plot::plot_plan(&m, &c.plans[0], &dir.join("x.txt")).is_err());
-    let peak = plot::peak_defining(c.plan("dmo-heap", "none").unwrap());
-    let names: Vec<&str> = peak
-        .iter()
-        .map(|&i| c.plan("dmo-heap", "none").unwrap().tensors[i].name.as_str())
-        .collect();
-    assert!(
-        names.contains(&"conv_pw_1") && names.contains(&"conv_dw_1"),
-        "{names:?}"
-    );
-    std::fs::remove_dir_all(&dir).ok();
-}
-
-#[test]
 fn synthetic_graphs_plan_and_validate() {
     let m = bench::synthetic_graph(2000);
     assert_eq!(m.ops.len(), 2000);
@@ -551,21 +526,6 @@ fn print_planning_times() {
                 t.planner, t.seconds, t.peak_bytes, t.status
             );
         }
-    }
-}
-
-#[test]
-#[ignore]
-fn print_table_three_algorithmic() {
-    for (name, _, _) in TABLE_III {
-        let m = zoo::build(name).unwrap();
-        let t = std::time::Instant::now();
-        let al = Overlaps::compute(&m, &OverlapMethod::Algorithmic);
-        let secs = t.elapsed().as_secs_f64();
-        let c = report::compare_all(&m, &al, &opts()).unwrap();
-        eprintln!("algorithmic O_s in {secs:.2} s\n{}", c.to_table());
-        let dir = std::env::temp_dir();
-        plot::plot_comparison(&m, &c, &dir.join(format!("{name}.png"))).unwrap();
     }
 }
 
@@ -661,9 +621,9 @@ fn ad01_like() -> Model {
         .iter()
         .enumerate()
     {
-        x = g.fully_connected(&format!("fc{i}"), x, *units, crate::model::Activation::Relu);
+        x = g.fully_connected(&format!("fc{i}"), x, *units, crate::Activation::Relu);
     }
-    x = g.fully_connected("out", x, 640, crate::model::Activation::None);
+    x = g.fully_connected("out", x, 640, crate::Activation::None);
     g.finish(&[x])
 }
 

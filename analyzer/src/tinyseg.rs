@@ -1,11 +1,12 @@
-//! The per-step table of a TinySeg run.
+//! TinySeg's reports: the per-step table of a run (`plan --planner
+//! tinyseg`) and what a verified run says of it.
 
 use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::Step;
 use crate::verify::Clobber;
+use memtrace_model::tinyseg::{Optimized, Step};
 
 /// Percent change from `from` to `to` (negative: lower).
 pub fn change_percent(from: u64, to: u64) -> f64 {
@@ -133,12 +134,12 @@ pub struct TinysegPlan {
     /// (`KIND output`).
     pub ops: Vec<String>,
     /// The base planner's plan of the transformed model.
-    pub plan: crate::planner::Plan,
+    pub plan: memtrace_model::planner::Plan,
 }
 
 impl TinysegPlan {
     /// The report of `optimized`, which took `seconds`.
-    pub fn new(optimized: &super::Optimized, target_bytes: Option<u64>, seconds: f64) -> Self {
+    pub fn new(optimized: &Optimized, target_bytes: Option<u64>, seconds: f64) -> Self {
         let m = &optimized.graph.model;
         TinysegPlan {
             model: m.name.clone(),

@@ -18,8 +18,8 @@ use super::transform::{
     fuse_next, narrow_scratch, spill, tail_rows, Graph, NarrowScratch, SpillEdit,
 };
 use crate::cold::{graph_cold_ranges, GraphColdRange};
-use crate::model::Model;
 use crate::planner::{self, Overlaps, Plan, PlanError, PlanOptions, PlannerKind};
+use crate::Model;
 
 /// How to run TinySeg.
 #[derive(Clone, Debug)]

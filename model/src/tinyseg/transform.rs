@@ -8,7 +8,7 @@
 //! carried over.
 
 use crate::cold::GraphColdRange;
-use crate::model::{Accumulator, DataType, Model, Op, OpKind, OpOptions, Tensor};
+use crate::{Accumulator, DataType, Model, Op, OpKind, OpOptions, Tensor};
 
 /// A model in execution order and where its operators came from.
 #[derive(Clone, Debug)]

@@ -10,9 +10,9 @@
 //! Linear: every buffer at the end of the previous one, in the order added.
 
 use super::{Plan, PlanOptions, Problem};
-use crate::model::order::{self, OrderKind};
-use crate::model::Model;
+use crate::order::{self, OrderKind};
 use crate::planner::Overlaps;
+use crate::Model;
 
 /// One buffer request as TFLM's `AddBuffer(size, first_time_used,
 /// last_time_used)` receives it.

@@ -24,9 +24,9 @@ use std::time::Instant;
 use super::greedy::{greedy_offsets, Request};
 use super::heap::{heap_offsets, peak_seeds, Direction};
 use super::{candidate_orders, Plan, PlanOptions, PlanStatus, Problem};
-use crate::model::order::{self, OrderKind};
-use crate::model::Model;
+use crate::order::{self, OrderKind};
 use crate::planner::Overlaps;
+use crate::Model;
 
 /// Searches stop being attempted beyond this many colliding pairs (the
 /// depth of the search's recursion).

@@ -1,4 +1,5 @@
-//! Models: a graph of operators over tensors, as the planners see it.
+//! memtrace's model world: a graph of operators over tensors, and what is
+//! done to it before anything runs.
 //!
 //! A [`Model`] comes from a `.tflite` file ([`tflite::import_file`]) or from
 //! the built-in zoo ([`zoo::build`], `zoo:NAME`). Operators are kept in the
@@ -7,12 +8,23 @@
 //! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
 //! describes one operator as a [`LayerSpec`], so the O_s methods of
 //! [`memtrace_overlap`] apply to it.
+//!
+//! Around the graph: the arena [`planner`]s and the lower bound, TinySeg's
+//! graph transformation ([`tinyseg`]), the graph-level cold ranges
+//! ([`cold`]), lowering a model and a plan to an executor program
+//! ([`mod@lower`]) and `.tflite` export of zoo models ([`export`]). No
+//! events, no emulator, no pictures: the analyzer and the driver do those.
 
+pub mod cold;
+pub mod export;
 pub mod graph;
+pub mod lower;
 pub mod order;
+pub mod planner;
 pub mod schema;
 pub mod spill_ops;
 pub mod tflite;
+pub mod tinyseg;
 pub mod zoo;
 
 use std::collections::HashSet;

@@ -6,7 +6,7 @@
 //! that operator, paired with its first output — except for a
 //! CONCATENATION, whose inputs each have their own O_s: its value is its
 //! first input's, and only that input may overlap the output
-//! ([`crate::model::Op::overlap_inputs`]).
+//! ([`crate::Op::overlap_inputs`]).
 //!
 //! Built-in sources ([`OverlapMethod`]) use the analytic or algorithmic method
 //! of [`memtrace_overlap`] on the operator's [`LayerSpec`]
@@ -26,7 +26,7 @@ use std::collections::HashMap;
 
 use memtrace_abi::spec::LayerSpec;
 
-use crate::model::{Model, OpKind};
+use crate::{Model, OpKind};
 use memtrace_overlap::{algorithmic, analytic};
 
 /// A source of per-operator O_s values.

@@ -6,8 +6,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::{run, Overlaps, PlanError, PlanOptions, PlannerKind};
-use crate::model::zoo::GraphBuilder;
-use crate::model::{Activation, DataType, Model, OpKind, OpOptions};
+use crate::zoo::GraphBuilder;
+use crate::{Activation, DataType, Model, OpKind, OpOptions};
 
 /// Wall-clock time of one planner on one model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

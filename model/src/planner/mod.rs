@@ -24,7 +24,6 @@ pub mod exact;
 pub mod greedy;
 pub mod heap;
 pub mod overlap;
-pub mod plot;
 pub mod replacement;
 pub mod report;
 pub mod validate;
@@ -34,8 +33,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::order::{self, OrderKind};
-use crate::model::Model;
+use crate::order::{self, OrderKind};
+use crate::Model;
 pub use overlap::{FnOverlap, OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
 pub use report::Comparison;
 

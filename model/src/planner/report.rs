@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{run, Overlaps, Plan, PlanError, PlanOptions, PlannerKind, Problem};
-use crate::model::order::{self, OrderKind};
-use crate::model::Model;
+use crate::order::{self, OrderKind};
+use crate::Model;
 
 /// All plans of one model, side by side. Serialises to
 /// `{"model", "lower_bound_bytes", "plans": [{"planner", "overlap",

@@ -3,10 +3,10 @@
 //! flatbuffer code). Zoo models are first [`materialize`]d: the seeded
 //! weights, biases and int8 quantisation `memtrace verify` runs them with.
 
-use crate::model::schema::tflite as fb;
-use crate::model::{Activation, DataType, Model, OpKind, Padding, Quantization};
+use crate::schema::tflite as fb;
+use crate::{Activation, DataType, Model, OpKind, Padding, Quantization};
 
-pub use super::lower::materialize;
+pub use crate::lower::materialize;
 
 fn tensor_type(d: DataType) -> fb::TensorType {
     match d {
@@ -87,8 +87,8 @@ fn quant(q: &Quantization) -> fb::QuantizationParameters {
 }
 
 /// Serialises `model` (its first subgraph only; constants need data).
-pub fn to_tflite(model: &Model) -> Result<Vec<u8>, crate::model::ModelError> {
-    serialise(model).map_err(crate::model::ModelError::Invalid)
+pub fn to_tflite(model: &Model) -> Result<Vec<u8>, crate::ModelError> {
+    serialise(model).map_err(crate::ModelError::Invalid)
 }
 
 fn serialise(model: &Model) -> Result<Vec<u8>, String> {
@@ -251,7 +251,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{tflite, zoo};
+    use crate::{tflite, zoo};
 
     #[test]
     fn exported_zoo_models_import_back_with_their_data_and_quantisation() {

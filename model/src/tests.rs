@@ -272,8 +272,8 @@ fn with_shape(bytes: &[u8], tensor: usize, shape: &[i32]) -> Vec<u8> {
 fn real_tflite(name: &str) -> Vec<u8> {
     match name.strip_prefix("zoo:") {
         Some(zoo_name) => {
-            let m = crate::verify::export::materialize(&zoo::build(zoo_name).unwrap(), 1);
-            crate::verify::export::to_tflite(&m).unwrap()
+            let m = crate::export::materialize(&zoo::build(zoo_name).unwrap(), 1);
+            crate::export::to_tflite(&m).unwrap()
         }
         None => std::fs::read(tfmicro_models().join(format!("{name}.tflite"))).unwrap(),
     }
@@ -536,7 +536,7 @@ fn tiny_unet_scratch_is_tflm_s_int32_accumulator_and_int16_halves_it() {
 
 #[test]
 fn transpose_conv_operands_that_disagree_are_named() {
-    let base = crate::verify::export::materialize(&zoo::build("tiny_unet_80x120_int8").unwrap(), 1);
+    let base = crate::export::materialize(&zoo::build("tiny_unet_80x120_int8").unwrap(), 1);
     let op = base
         .ops
         .iter()

@@ -3,9 +3,9 @@
 use super::transform::{fuse_next, spill, split_axis, tail_rows, Fusion, Graph};
 use super::*;
 use crate::cold::graph_cold_ranges;
-use crate::model::zoo::GraphBuilder;
-use crate::model::{Activation, DataType, Model, OpKind};
 use crate::planner::Overlaps;
+use crate::zoo::GraphBuilder;
+use crate::{Activation, DataType, Model, OpKind};
 
 /// A long skip connection around wider layers: `a` (32×32×8) waits while
 /// three 32×32×16 convolutions run, then an ADD with the narrowed result.

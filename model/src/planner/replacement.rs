@@ -17,9 +17,9 @@
 //! plan is "not applicable" with the reason.
 
 use super::{not_applicable, Plan, PlanOptions, Problem};
-use crate::model::order::{self, OrderKind};
-use crate::model::Model;
+use crate::order::{self, OrderKind};
 use crate::planner::Overlaps;
+use crate::Model;
 
 /// Sakr et al.'s single-buffer plan in the model's order; "not applicable"
 /// unless the model is sequential.

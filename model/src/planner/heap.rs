@@ -25,9 +25,9 @@ use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use super::{candidate_orders, Plan, PlanOptions, Problem};
-use crate::model::order::{self, OrderKind};
-use crate::model::Model;
+use crate::order::{self, OrderKind};
 use crate::planner::Overlaps;
+use crate::Model;
 
 /// Where the heap allocation starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! `.tflite` import and `OfflineMemoryAllocation` export, through the Rust
-//! code that `analyzer/build.rs` generates with planus from TensorFlow's
+//! code that `model/build.rs` generates with planus from TensorFlow's
 //! official schema (no hand-written flatbuffer access).
 //!
 //! planus verifies every offset, length and enum tag as it reads, so a

@@ -15,7 +15,7 @@ use memtrace_abi::program::{
     OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
 };
 
-use crate::model::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
+use crate::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
 
 use memtrace_overlap::rng::Rng;
 
@@ -696,9 +696,9 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     };
                 } else if op.kind != OpKind::FullyConnected {
                     let (i4, f4, o4) = (
-                        crate::model::shape4(&conv_input_shape),
-                        crate::model::shape4(&wt.shape),
-                        crate::model::shape4(&yt.shape),
+                        crate::shape4(&conv_input_shape),
+                        crate::shape4(&wt.shape),
+                        crate::shape4(&yt.shape),
                     );
                     let (Some(i4), Some(f4), Some(o4)) = (i4, f4, o4) else {
                         return Err(fail(oi, "tensors of rank > 4".into()));
@@ -763,10 +763,8 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 ProgramOpKind::Concatenation
             }
             OpKind::MaxPool2d | OpKind::AveragePool2d => {
-                let (Some(i4), Some(o4)) = (
-                    crate::model::shape4(&xt.shape),
-                    crate::model::shape4(&yt.shape),
-                ) else {
+                let (Some(i4), Some(o4)) = (crate::shape4(&xt.shape), crate::shape4(&yt.shape))
+                else {
                     return Err(fail(oi, "tensors of rank > 4".into()));
                 };
                 let (fh, fw) = op.options.filter;
@@ -1026,17 +1024,14 @@ fn transpose_conv_padding(
     w: &Tensor,
     y: &Tensor,
 ) -> Option<(i32, i32, i32, i32)> {
-    crate::model::shape4(&x.shape)?;
-    let (f4, o4) = (
-        crate::model::shape4(&w.shape)?,
-        crate::model::shape4(&y.shape)?,
-    );
+    crate::shape4(&x.shape)?;
+    let (f4, o4) = (crate::shape4(&w.shape)?, crate::shape4(&y.shape)?);
     let (sh, sw) = (op.options.stride.0, op.options.stride.1);
     let forward = |size: u32, filter: u32, stride: u32| -> u32 {
         let stride = stride.max(1);
         match op.options.padding {
-            crate::model::Padding::Same => size.div_ceil(stride),
-            crate::model::Padding::Valid => (size + stride).saturating_sub(filter) / stride,
+            crate::Padding::Same => size.div_ceil(stride),
+            crate::Padding::Valid => (size + stride).saturating_sub(filter) / stride,
         }
     };
     Some((
@@ -1163,7 +1158,7 @@ mod tests {
 
     #[test]
     fn placements_beyond_any_arena_are_refused_naming_the_tensor() {
-        let model = crate::model::zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
+        let model = crate::zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
         let arena = model.arena_tensors();
         let first = arena[0];
         let name = tensor_names(&model)[first].clone();
@@ -1214,7 +1209,7 @@ mod tests {
         // padding) with the forward window's output size; by hand:
         // total = (forward - 1) * stride + filter - output, padding total / 2.
         let tconv = |padding, k: u32, s: u32, input: u32, output: u32| {
-            let mut g = crate::model::zoo::GraphBuilder::new("t", DataType::Int8);
+            let mut g = crate::zoo::GraphBuilder::new("t", DataType::Int8);
             let x = g.input("x", &[1, input, input, 4]);
             let y = g.transpose_conv("y", x, 8, k, s);
             let mut m = g.finish(&[y]);
@@ -1224,7 +1219,7 @@ mod tests {
             let op = &m.ops[0];
             transpose_conv_padding(op, &t[op.inputs[2]], &t[op.inputs[1]], &t[y]).unwrap()
         };
-        use crate::model::Padding::{Same, Valid};
+        use crate::Padding::{Same, Valid};
         // Tiny U-Net's 2x2 stride 2: forward 10, total (10-1)*2+2-20 = 0.
         assert_eq!(tconv(Valid, 2, 2, 10, 20), (0, 0, 2, 2));
         // 3x3 stride 2 SAME to 20: forward 10, total 1: padding 0.
@@ -1238,7 +1233,7 @@ mod tests {
     /// Tiny U-Net's int8 lowering at a side-by-side placement, with `edit`
     /// applied to the model first.
     fn lower_tiny_unet(edit: impl Fn(&mut Model)) -> Result<Program, LowerError> {
-        let mut model = crate::model::zoo::build("tiny_unet_80x120_int8")
+        let mut model = crate::zoo::build("tiny_unet_80x120_int8")
             .unwrap()
             .with_reference_scratch();
         edit(&mut model);
@@ -1288,7 +1283,7 @@ mod tests {
         // TinySeg's int16 accumulator: the flag and half the scratch.
         let p16 = lower_tiny_unet(|m| {
             *m = m
-                .with_transpose_conv_accumulator(crate::model::Accumulator::Int16)
+                .with_transpose_conv_accumulator(crate::Accumulator::Int16)
                 .with_reference_scratch()
         })
         .unwrap();
@@ -1320,7 +1315,7 @@ mod tests {
             .to_string();
         assert!(e.contains("axis 4"), "{e}");
         // Float: tfmicro 0.1.0 has no freestanding float TRANSPOSE_CONV.
-        let float = crate::model::zoo::build("tiny_unet_80x120").unwrap();
+        let float = crate::zoo::build("tiny_unet_80x120").unwrap();
         let mut offsets = vec![None; float.tensors.len()];
         let mut end = 0u64;
         for t in float.arena_tensors() {

@@ -1,5 +1,5 @@
 //! Rust flatbuffers code generated at build time from TensorFlow's official
-//! TFLite schema (see `analyzer/build.rs`). Never edited by hand.
+//! TFLite schema (see `model/build.rs`). Never edited by hand.
 #![allow(
     clippy::all,
     clippy::pedantic,

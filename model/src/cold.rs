@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::model::Model;
+use crate::Model;
 
 /// One arena tensor's lifetime and longest cold range, in positions of the
 /// execution order.
@@ -111,9 +111,9 @@ pub fn access_positions(model: &Model, order: &[usize]) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::order::{self, OrderKind};
-    use crate::model::zoo::{self, GraphBuilder};
-    use crate::model::{Activation, DataType, OpKind, OpOptions};
+    use crate::order::{self, OrderKind};
+    use crate::zoo::{self, GraphBuilder};
+    use crate::{Activation, DataType, OpKind, OpOptions};
 
     /// Every position at which `order` accesses tensor `t`, sorted.
     fn accesses(model: &Model, order: &[usize], t: usize) -> Vec<usize> {

@@ -7,8 +7,10 @@
 //! * [`mod@optimize`]: the loop of Algorithms 1 and 3 around a base planner
 //!   (`memtrace plan --planner tinyseg --base PLANNER`);
 //! * [`compress`]: the paper's tensor compression, to measure what spilled
-//!   bytes would cost compressed;
-//! * [`report`]: the per-step table.
+//!   bytes would cost compressed.
+//!
+//! The per-step table and the reports are the analyzer's
+//! (`memtrace_analyzer::tinyseg`).
 //!
 //! The executor runs the transformed model (`memtrace verify --planner
 //! tinyseg`): storage tensors live in a storage region outside the arena
@@ -17,7 +19,6 @@
 pub mod bench;
 pub mod compress;
 pub mod optimize;
-pub mod report;
 pub mod transform;
 
 pub use optimize::{optimize, Optimized, Step, TinysegOptions};

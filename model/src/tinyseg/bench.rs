@@ -6,8 +6,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{optimize, TinysegOptions};
-use crate::model::Model;
 use crate::planner::{Overlaps, PlanError};
+use crate::Model;
 
 /// Wall-clock time of one TinySeg optimisation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
