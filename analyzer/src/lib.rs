@@ -17,6 +17,7 @@ pub mod layer_stats;
 pub mod pc_counts;
 pub mod plot;
 pub mod report;
+pub mod shadow;
 pub mod tinyseg;
 pub mod verify;
 

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::verify::Clobber;
+use crate::shadow::Clobber;
 use memtrace_model::tinyseg::{Optimized, Step};
 
 /// Percent change from `from` to `to` (negative: lower).

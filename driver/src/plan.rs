@@ -285,7 +285,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let model = match req.runtime {
         Runtime::Tflm => crate::verify_tflm::load_for_tflm(&req.model)?,
         Runtime::Executor => {
-            model::load(&req.model).with_context(|| format!("loading {}", req.model))?
+            model::source::load(&req.model).with_context(|| format!("loading {}", req.model))?
         }
     }
     .with_transpose_conv_accumulator(req.accumulator);

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::contract::{contract_frame, ContractCheck};
+use memtrace_analyzer::contract::ContractCheck;
 use memtrace_analyzer::event_table::EventTable;
 use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{
-    buffers_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
+    buffers_frame, contract_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
 };
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
 use memtrace_model::graph::read_graph;

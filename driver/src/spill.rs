@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
+use memtrace_analyzer::shadow::{Clobber, LayerOverlap};
 use memtrace_analyzer::tinyseg::SpillReport;
-use memtrace_analyzer::verify::{Clobber, LayerOverlap};
 use memtrace_model::lower::{materialize, storage_layout};
 use memtrace_model::planner::{Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::tinyseg::compress::compress;
@@ -147,7 +147,7 @@ pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Wri
         "model", "base", "int16", "seconds", "steps", "peak B", "after B"
     )?;
     for name in models {
-        let model = memtrace_model::load(name)?.with_reference_scratch();
+        let model = memtrace_model::source::load(name)?.with_reference_scratch();
         let model = materialize(&model, 1);
         let overlaps = Overlaps::compute(&model, &OverlapMethod::Analytic);
         for base in [PlannerKind::TflmGreedy, PlannerKind::DmoHeap] {

@@ -16,10 +16,11 @@ use std::time::Instant;
 
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
-use memtrace_analyzer::verify::plot::ArenaTrace;
+use memtrace_analyzer::plot::arena::ArenaTrace;
+use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::{
-    digest, Clobber, KernelsComparison, OpOverlapReport, PlacedTensorReport, PlanRunReport,
-    ShadowMap, UsedOverlapReport, VerifyReport,
+    digest, KernelsComparison, OpOverlapReport, PlacedTensorReport, PlanRunReport,
+    UsedOverlapReport, VerifyReport,
 };
 use memtrace_io::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
 use memtrace_model::lower::{lower, LowerInput};
@@ -647,7 +648,7 @@ fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
 
 /// The model and the first graph input's bytes (`--input`), checked.
 pub(crate) fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::load(&req.model)
+    let model = model::source::load(&req.model)
         .with_context(|| format!("loading {}", req.model))?
         .with_transpose_conv_accumulator(req.accumulator);
     model.validate()?;
@@ -761,7 +762,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     )?;
     let ref_out = &reference.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {
-        memtrace_analyzer::verify::plot::render(&[a, b], path)?;
+        memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }
     let mismatched = mismatched_bytes(&ref_out.outputs, &plan_out.outputs);
     let reference_kernels = tflm.as_ref().map(|t| {

@@ -20,7 +20,8 @@ use serde::Serialize;
 use memtrace_abi::tflm::{op_index, Placement, TflmResult, LOAD_INPUT};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
-use memtrace_analyzer::verify::{digest, Clobber, ShadowMap};
+use memtrace_analyzer::shadow::{Clobber, ShadowMap};
+use memtrace_analyzer::verify::digest;
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{self, Overlaps, PlanOptions};
@@ -217,7 +218,7 @@ impl TflmVerifyReport {
 pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
     Ok(match arg.strip_prefix("zoo:") {
         Some(_) => {
-            let m = model::load(arg).with_context(|| format!("loading {arg}"))?;
+            let m = model::source::load(arg).with_context(|| format!("loading {arg}"))?;
             to_tflite(&materialize(&m, seed))?
         }
         None => memtrace_io::input::read_limited(
@@ -233,7 +234,7 @@ pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
 /// ([`tflite::import_for_tflm`]).
 pub fn load_for_tflm(arg: &str) -> Result<Model> {
     Ok(match arg.strip_prefix("zoo:") {
-        Some(_) => model::load(arg)?,
+        Some(_) => model::source::load(arg)?,
         None => {
             let bytes = model_bytes(arg, 1)?;
             let name = std::path::Path::new(arg)
@@ -341,7 +342,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         .unwrap_or(&req.model)
         .to_string();
     let model = match req.model.strip_prefix("zoo:") {
-        Some(_) => model::load(&req.model)?,
+        Some(_) => model::source::load(&req.model)?,
         None => tflite::import_for_tflm(&name, &bytes)
             .with_context(|| format!("planning {}", req.model))?,
     };

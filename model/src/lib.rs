@@ -22,6 +22,7 @@ pub mod lower;
 pub mod order;
 pub mod planner;
 pub mod schema;
+pub mod source;
 pub mod spill_ops;
 pub mod tflite;
 pub mod tinyseg;
@@ -1260,14 +1261,6 @@ impl Model {
             m.ops[op].scratch = Some(m.tensors.len() - 1);
         }
         m
-    }
-}
-
-/// Loads `MODEL.tflite` or `zoo:NAME` (the CLI's model argument).
-pub fn load(arg: &str) -> Result<Model, ModelError> {
-    match arg.strip_prefix("zoo:") {
-        Some(name) => zoo::build(name),
-        None => tflite::import_file(std::path::Path::new(arg)),
     }
 }
 

@@ -371,7 +371,9 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
         // Through a file, as `memtrace verify/plan` load it.
         let path = dir.join(format!("{op}-{}.tflite", kind.name()));
         std::fs::write(&path, &copy).unwrap();
-        let e2 = load(path.to_str().unwrap()).unwrap_err().to_string();
+        let e2 = crate::source::load(path.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert_eq!(e2, e);
         // The same copy with the shape put back loads again.
         let fixed: Vec<i32> = model.tensors[out].shape.iter().map(|&d| d as i32).collect();

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::bytes::{ByteClass, ByteColdRun, ByteGap, ByteRuns, OpWindow, LOAD_INPUT};
 use crate::error::Result;
-use crate::verify::Clobber;
+use crate::shadow::Clobber;
 use memtrace_model::cold::{access_positions, graph_cold_ranges};
 use memtrace_model::lower::tensor_names;
 use memtrace_model::Model;

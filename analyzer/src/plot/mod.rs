@@ -1,6 +1,7 @@
 //! Pictures drawn by memtrace. Text uses an embedded DejaVu Sans, so no
 //! system font or fontconfig is needed at run time.
 
+pub mod arena;
 pub mod plan;
 pub mod trace;
 

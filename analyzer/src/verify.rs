@@ -1,17 +1,15 @@
-//! Plan verification (docs/verify.md, `memtrace verify`): a model is lowered to
-//! the guest executor's program (`memtrace_model::lower`) with its tensors at a
-//! plan's offsets, run in the emulator, and checked byte by byte by the arena
-//! [`shadow`] map; its outputs are compared with an un-overlapped run.
+//! The reports of plan verification (docs/verify.md, `memtrace verify`): a
+//! model is lowered to the guest executor's program (`memtrace_model::lower`)
+//! with its tensors at a plan's offsets, run in the emulator, and checked
+//! byte by byte by the arena shadow map ([`crate::shadow`]); its outputs are
+//! compared with an un-overlapped run.
 //!
-//! This module knows nothing of the emulator: the CLI runs the tracer and
-//! feeds the [`shadow::ShadowMap`] analysis.
-
-pub mod plot;
-pub mod shadow;
+//! This module knows nothing of the emulator: the driver runs the tracer and
+//! feeds the [`ShadowMap`](crate::shadow::ShadowMap) analysis.
 
 use serde::Serialize;
 
-pub use shadow::{Clobber, LayerOverlap, ShadowMap, Writer};
+use crate::shadow::Clobber;
 
 /// One run of the model under a placement.
 #[derive(Clone, Debug, Serialize)]
