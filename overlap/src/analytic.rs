@@ -805,7 +805,7 @@ mod tests {
     }
 
     /// Prints all readings for some well-known layers; run with
-    /// `cargo test --release -p memtrace-analyzer readings_table -- --ignored --nocapture`.
+    /// `cargo test --release -p memtrace-overlap readings_table -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn readings_table() {
@@ -838,7 +838,7 @@ mod tests {
         }
     }
 
-    /// Prints timings; run with `cargo test --release -p memtrace-analyzer
+    /// Prints timings; run with `cargo test --release -p memtrace-overlap
     /// timing -- --ignored --nocapture`.
     #[test]
     #[ignore]

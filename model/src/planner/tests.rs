@@ -503,7 +503,7 @@ fn synthetic_graphs_plan_and_validate() {
     assert_eq!(reorder.status, "heuristic");
 }
 
-/// Planning times (`cargo test --release -p memtrace-analyzer -- --ignored
+/// Planning times (`cargo test --release -p memtrace-model -- --ignored
 /// planning_times --nocapture`); the CLI's bench subcommand calls
 /// [`bench::time_planners`] the same way.
 #[test]
