@@ -1,15 +1,12 @@
 //! The analyzer's error: every failure of a table, report or picture, as one
-//! type with a [`Result`] alias. The I/O errors stay typed and pass through
-//! unchanged.
+//! type with a [`Result`] alias. Write errors stay typed
+//! ([`memtrace_io::WriteError`]) and pass through unchanged.
 
 use std::path::PathBuf;
 
 /// Errors of the analyzer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An input file could not be read.
-    #[error(transparent)]
-    Read(#[from] memtrace_io::ReadError),
     /// An output file could not be written.
     #[error(transparent)]
     Write(#[from] memtrace_io::WriteError),
