@@ -16,9 +16,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use common::{json, memtrace, path_str, stderr, u};
-use memtrace_analyzer::model::zoo::GraphBuilder;
-use memtrace_analyzer::model::{Activation, DataType, Model, OpKind};
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::zoo::GraphBuilder;
+use memtrace_model::{Activation, DataType, Model, OpKind};
 use serde_json::Value;
 
 /// A scratch directory for this test process.

@@ -12,13 +12,13 @@ mod common;
 use std::path::PathBuf;
 
 use common::{memtrace, stderr};
-use memtrace_analyzer::model::zoo::GraphBuilder;
-use memtrace_analyzer::model::{Activation, DataType, Model, OpKind};
-use memtrace_analyzer::planner::validate::validate;
-use memtrace_analyzer::planner::{Overlaps, PlannerKind};
-use memtrace_analyzer::tinyseg::compress::compress;
-use memtrace_analyzer::tinyseg::{optimize, NarrowScratch, TinysegOptions};
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::planner::validate::validate;
+use memtrace_model::planner::{Overlaps, PlannerKind};
+use memtrace_model::tinyseg::compress::compress;
+use memtrace_model::tinyseg::{optimize, NarrowScratch, TinysegOptions};
+use memtrace_model::zoo::GraphBuilder;
+use memtrace_model::{Activation, DataType, Model, OpKind};
 use serde_json::Value;
 
 /// `model` as a `.tflite` file (seeded weights, int8 quantisation) in a
@@ -140,10 +140,10 @@ fn live_peak(model: &Model) -> u64 {
 
 #[test]
 fn every_step_keeps_the_model_valid_and_its_peak_is_checked_independently() {
-    let tiny = memtrace_analyzer::model::zoo::build("tiny_unet_80x120_int8")
+    let tiny = memtrace_model::zoo::build("tiny_unet_80x120_int8")
         .unwrap()
         .with_reference_scratch();
-    let hourglass = memtrace_analyzer::model::zoo::build("hourglass_64x64_int8")
+    let hourglass = memtrace_model::zoo::build("hourglass_64x64_int8")
         .unwrap()
         .with_reference_scratch();
     for model in [skip_add(), concat_conv(), tiny, hourglass] {

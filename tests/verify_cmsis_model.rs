@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{json, memtrace, path_str, stderr, u};
-use memtrace_analyzer::model::{tflite, OpKind};
-use memtrace_analyzer::verify::lower::tensor_names;
+use memtrace_model::lower::tensor_names;
+use memtrace_model::{tflite, OpKind};
 use serde_json::Value;
 
 /// `examples/mnist_forecast_model.tflite` of the registry copy of

@@ -7,9 +7,9 @@
 mod common;
 
 use common::{memtrace, stderr, u};
-use memtrace_analyzer::model::zoo::GraphBuilder;
-use memtrace_analyzer::model::DataType;
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::zoo::GraphBuilder;
+use memtrace_model::DataType;
 use serde_json::{json, Value};
 
 const TINY_UNET: &str = "zoo:tiny_unet_80x120_int8";

@@ -196,57 +196,6 @@ impl ContractReport {
     }
 }
 
-/// The contract table of a run: one row per layer that has a contract, with
-/// `ok` or the broken rules, the first violation of each, and the scratch
-/// use (`high-water/declared` bytes per scratch buffer).
-pub fn contract_frame(
-    report: &crate::report::RunReport,
-) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
-    use polars::prelude::*;
-    let rows: Vec<(&str, &ContractReport)> = report
-        .layers
-        .iter()
-        .filter_map(|l| l.contract.as_ref().map(|c| (l.name.as_str(), c)))
-        .collect();
-    let verdict = |c: &ContractReport| {
-        let broken: Vec<&str> = c
-            .rules()
-            .iter()
-            .filter(|(_, r)| !r.ok)
-            .map(|(name, _)| *name)
-            .collect();
-        if broken.is_empty() {
-            "ok".to_owned()
-        } else {
-            format!("!! {}", broken.join(" "))
-        }
-    };
-    let first = |c: &ContractReport| {
-        c.rules()
-            .iter()
-            .filter_map(|(name, r)| {
-                r.first
-                    .as_ref()
-                    .map(|v| format!("{name}: {}", v.describe()))
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let scratch = |c: &ContractReport| {
-        c.scratch
-            .iter()
-            .map(|s| format!("{}/{}", s.high_water_bytes, s.declared_bytes))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    df!(
-        "layer" => rows.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        "contract" => rows.iter().map(|(_, c)| verdict(c)).collect::<Vec<_>>(),
-        "scratch used/declared B" => rows.iter().map(|(_, c)| scratch(c)).collect::<Vec<_>>(),
-        "first violation" => rows.iter().map(|(_, c)| first(c)).collect::<Vec<_>>(),
-    )
-}
-
 /// A set of byte offsets.
 #[derive(Default)]
 struct Bits(Vec<u64>);

@@ -1,50 +1,20 @@
-//! The analyzer's error: every failure of a model, planner, lowering, table
-//! or picture, as one type with a [`Result`] alias. The module errors stay
-//! typed and pass through unchanged.
+//! The analyzer's error: every failure of a table, report or picture, as one
+//! type with a [`Result`] alias. Write errors stay typed
+//! ([`memtrace_io::WriteError`]) and pass through unchanged.
 
 use std::path::PathBuf;
-
-use crate::model::ModelError;
-use crate::planner::PlanError;
-use crate::verify::LowerError;
-use memtrace_abi::program::ProgramError;
 
 /// Errors of the analyzer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A model could not be loaded, built or written.
+    /// An output file could not be written.
     #[error(transparent)]
-    Model(#[from] ModelError),
-    /// A planner failed or produced an invalid plan.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// A model could not be lowered to an executor program.
-    #[error(transparent)]
-    Lower(#[from] LowerError),
-    /// A program the executor format cannot express.
-    #[error(transparent)]
-    Program(#[from] ProgramError),
-    /// An input file could not be read.
-    #[error(transparent)]
-    Read(#[from] crate::input::ReadError),
-    /// No random configuration fits the instruction budget.
-    #[error(transparent)]
-    Budget(#[from] crate::overlap::configs::BudgetError),
+    Write(#[from] memtrace_io::WriteError),
     /// A table could not be built or written.
     #[error(transparent)]
     Table(#[from] polars::error::PolarsError),
-    /// A file could not be written.
-    #[error("cannot {action} {path}: {source}")]
-    Io {
-        /// `create` or `write`.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
     /// An OS error without a path yet (a writer's `?`); the atomic writers
-    /// turn it into [`Error::Io`] naming their file.
+    /// turn it into [`memtrace_io::WriteError::Io`] naming their file.
     #[error("{0}")]
     Os(#[from] std::io::Error),
     /// A picture could not be drawn.
@@ -61,6 +31,15 @@ pub enum Error {
     /// The input cannot be analysed, for the reason given.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl memtrace_io::output::WriterError for Error {
+    fn into_os(self) -> std::result::Result<std::io::Error, Self> {
+        match self {
+            Error::Os(e) | Error::Write(memtrace_io::WriteError::Os(e)) => Ok(e),
+            other => Err(other),
+        }
+    }
 }
 
 /// Result of the analyzer's operations.

@@ -9,8 +9,8 @@ use crate::error::Result;
 use memtrace_abi::{Event, LayerInfo};
 use polars::prelude::*;
 
-use crate::output::{write_atomically, AtomicFile};
 use memtrace_abi::Analysis;
+use memtrace_io::output::{write_atomically, AtomicFile};
 
 /// Events per Parquet row group: the most [`EventTable`] holds at once.
 pub const ROW_GROUP_EVENTS: usize = 1 << 18;
@@ -178,7 +178,7 @@ impl EventTable {
             return Err(named(e));
         }
         sink.writer.finish().map_err(|e| named(e.into()))?;
-        sink.file.commit()
+        Ok(sink.file.commit()?)
     }
 
     /// The collected events as a frame (in-memory tables).

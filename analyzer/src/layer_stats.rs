@@ -2,10 +2,10 @@
 
 use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, LayerSpec, Role};
 
-use crate::overlap::check::{check, method_values_of_input, MethodValues};
-use crate::overlap::empirical::OverlapAccumulator;
 use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
 use memtrace_abi::Analysis;
+use memtrace_overlap::check::{check, method_values_of_input, MethodValues};
+use memtrace_overlap::empirical::OverlapAccumulator;
 
 /// Builds a [`LayerReport`] for every traced layer.
 #[derive(Default)]

@@ -130,8 +130,8 @@ impl Analysis for PcCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::Rng;
     use memtrace_abi::AccessKind;
+    use memtrace_overlap::rng::Rng;
 
     fn event(pc: u64) -> Event {
         Event {

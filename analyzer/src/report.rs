@@ -4,7 +4,9 @@
 use memtrace_abi::{LayerSpec, Role};
 use serde::Serialize;
 
-use crate::overlap::check::Flag;
+use memtrace_overlap::check::Flag;
+
+use crate::contract::ContractReport;
 
 /// One buffer of a traced layer with its access counts.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -93,7 +95,7 @@ pub struct LayerReport {
     pub input2_overlap: Option<OverlapReport>,
     /// The kernel memory contract (`memtrace run`; absent elsewhere).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub contract: Option<crate::contract::ContractReport>,
+    pub contract: Option<ContractReport>,
     /// Which kernel made the layer's buffer accesses: the `library`,
     /// `kernel` and `functions` fields (docs/kernels.md); absent when the
     /// run did not attribute them.
@@ -241,6 +243,57 @@ pub fn overlap_frame(
         "reverse exact B" => rows.iter().map(|(_, o)| o.reverse_exact_bytes).collect::<Vec<_>>(),
         "check" => rows.iter().map(|(_, o)| flag_marker(&o.flags)).collect::<Vec<_>>(),
         "kernel (library)" => rows.iter().map(|(l, _)| l.attribution.as_ref().map(|a| format!("{} ({})", unqualified(&a.kernel), a.library))).collect::<Vec<_>>(),
+    )
+}
+
+/// The contract table of a run: one row per layer that has a contract, with
+/// `ok` or the broken rules, the first violation of each, and the scratch
+/// use (`high-water/declared` bytes per scratch buffer).
+pub fn contract_frame(
+    report: &RunReport,
+) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
+    use polars::prelude::*;
+    let rows: Vec<(&str, &ContractReport)> = report
+        .layers
+        .iter()
+        .filter_map(|l| l.contract.as_ref().map(|c| (l.name.as_str(), c)))
+        .collect();
+    let verdict = |c: &ContractReport| {
+        let broken: Vec<&str> = c
+            .rules()
+            .iter()
+            .filter(|(_, r)| !r.ok)
+            .map(|(name, _)| *name)
+            .collect();
+        if broken.is_empty() {
+            "ok".to_owned()
+        } else {
+            format!("!! {}", broken.join(" "))
+        }
+    };
+    let first = |c: &ContractReport| {
+        c.rules()
+            .iter()
+            .filter_map(|(name, r)| {
+                r.first
+                    .as_ref()
+                    .map(|v| format!("{name}: {}", v.describe()))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let scratch = |c: &ContractReport| {
+        c.scratch
+            .iter()
+            .map(|s| format!("{}/{}", s.high_water_bytes, s.declared_bytes))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    df!(
+        "layer" => rows.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        "contract" => rows.iter().map(|(_, c)| verdict(c)).collect::<Vec<_>>(),
+        "scratch used/declared B" => rows.iter().map(|(_, c)| scratch(c)).collect::<Vec<_>>(),
+        "first violation" => rows.iter().map(|(_, c)| first(c)).collect::<Vec<_>>(),
     )
 }
 

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use memtrace_analyzer::input::{read_text_limited, MAX_TEXT_FILE};
-use memtrace_analyzer::output::write_atomically;
+use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
+use memtrace_io::output::write_atomically;
 use memtrace_tracer::ElfImage;
 use serde::{Deserialize, Serialize};
 
@@ -204,7 +204,7 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     let text = serde_json::to_string_pretty(&baseline)? + "\n";
     write_atomically(&opts.out, |w| {
         std::io::Write::write_all(w, text.as_bytes())
-            .map_err(|e| memtrace_analyzer::output::write_error(&opts.out, e))
+            .map_err(|e| memtrace_io::output::write_error(&opts.out, e))
     })?;
     Ok(Tabulated {
         baseline,

@@ -435,7 +435,7 @@ pub fn bench_models(
     )?;
     for model in models {
         let bytes = crate::verify_tflm::model_bytes(model, 1)?;
-        let graph = memtrace_analyzer::model::graph::read_graph(&bytes)?;
+        let graph = memtrace_model::graph::read_graph(&bytes)?;
         let inputs = seeded_inputs(&graph, 1)?;
         for kernels in [Kernels::Tflm, Kernels::CmsisNn] {
             let image = load_runner(

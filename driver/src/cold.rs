@@ -53,7 +53,7 @@ pub struct ColdOptions {
 fn run_options(req: &ColdOptions) -> VerifyOptions {
     VerifyOptions {
         model: req.model.clone(),
-        planner: memtrace_analyzer::planner::PlannerKind::TflmGreedy,
+        planner: memtrace_model::planner::PlannerKind::TflmGreedy,
         overlap: OverlapChoice::None,
         plan: None,
         seed: req.seed,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use memtrace_abi::Analysis;
-use memtrace_analyzer::output::{output_target, OutputTarget};
+use memtrace_io::output::{output_target, OutputTarget};
 use memtrace_tracer::{ElfImage, Progress, RunSummary, TraceOptions};
 
 use crate::error::{Error, Result};
@@ -70,7 +70,7 @@ pub fn progress_bar(len: u64, unit: &str) -> Option<ProgressBar> {
 /// Fails early, before a long trace, when `path` cannot be written or is one
 /// of the `inputs` (the same file, whatever the spelling).
 pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
-    memtrace_analyzer::output::ensure_distinct(path, inputs)?;
+    memtrace_io::output::ensure_distinct(path, inputs)?;
     // FIFOs and devices are written through; their directory (`/dev`) need
     // not take a probe file.
     if let OutputTarget::Stream(_) = output_target(path)? {

@@ -1,6 +1,7 @@
 //! The driver's error: what a workflow could not do, with the context it was
-//! doing it in. Library errors of the tracer and the analyzer pass through
-//! unchanged; the workflows add words, never a second copy of a cause.
+//! doing it in. Library errors of the tracer, io, overlap, model and
+//! analyzer crates pass through unchanged; the workflows add words, never a
+//! second copy of a cause.
 
 use std::path::PathBuf;
 
@@ -10,9 +11,30 @@ pub enum Error {
     /// Loading or tracing a guest failed.
     #[error(transparent)]
     Trace(#[from] memtrace_tracer::TraceError),
-    /// An analysis, model, planner or plot failed.
+    /// An analysis, report or plot failed.
     #[error(transparent)]
     Analyzer(#[from] memtrace_analyzer::Error),
+    /// A model could not be loaded, built or written.
+    #[error(transparent)]
+    Model(#[from] memtrace_model::ModelError),
+    /// A planner failed or produced an invalid plan.
+    #[error(transparent)]
+    Plan(#[from] memtrace_model::planner::PlanError),
+    /// A model could not be lowered to an executor program.
+    #[error(transparent)]
+    Lower(#[from] memtrace_model::lower::LowerError),
+    /// A program the executor format cannot express.
+    #[error(transparent)]
+    Program(#[from] memtrace_abi::program::ProgramError),
+    /// No random configuration fits the instruction budget.
+    #[error(transparent)]
+    Budget(#[from] memtrace_overlap::configs::BudgetError),
+    /// An input file could not be read.
+    #[error(transparent)]
+    Read(#[from] memtrace_io::ReadError),
+    /// An output file could not be written.
+    #[error(transparent)]
+    Write(#[from] memtrace_io::WriteError),
     /// A file could not be read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {
@@ -47,42 +69,6 @@ pub enum Error {
 
 /// Result of the workflows.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl From<memtrace_abi::program::ProgramError> for Error {
-    fn from(e: memtrace_abi::program::ProgramError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
-
-impl From<memtrace_analyzer::model::ModelError> for Error {
-    fn from(e: memtrace_analyzer::model::ModelError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
-
-impl From<memtrace_analyzer::input::ReadError> for Error {
-    fn from(e: memtrace_analyzer::input::ReadError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
-
-impl From<memtrace_analyzer::overlap::configs::BudgetError> for Error {
-    fn from(e: memtrace_analyzer::overlap::configs::BudgetError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
-
-impl From<memtrace_analyzer::planner::PlanError> for Error {
-    fn from(e: memtrace_analyzer::planner::PlanError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
-
-impl From<memtrace_analyzer::verify::LowerError> for Error {
-    fn from(e: memtrace_analyzer::verify::LowerError) -> Self {
-        Error::Analyzer(e.into())
-    }
-}
 
 /// Adds what the workflow was doing to an error.
 pub trait Context<T> {

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use memtrace_abi::spec::{Dtype, Op};
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::overlap::algorithmic::algorithmic_overlap;
-use memtrace_analyzer::overlap::analytic::{analytic_overlap, analytic_overlap_as_printed};
-use memtrace_analyzer::overlap::configs::{try_random_configs, DEFAULT_BUDGET};
+use memtrace_overlap::algorithmic::algorithmic_overlap;
+use memtrace_overlap::analytic::{analytic_overlap, analytic_overlap_as_printed};
+use memtrace_overlap::configs::{try_random_configs, DEFAULT_BUDGET};
 use memtrace_tracer::ElfImage;
 
 use crate::common::show;

@@ -1,8 +1,8 @@
 //! Plans as the executor needs them: TFLM's greedy, un-overlapped plan, and
 //! any plan as per-tensor offsets and an arena size.
 
-use memtrace_analyzer::model::Model;
-use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind};
+use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind};
+use memtrace_model::Model;
 
 use crate::error::Result;
 

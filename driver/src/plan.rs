@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::model::{self, tflite, Accumulator, Model};
-use memtrace_analyzer::planner::overlap::{OverlapMethod, TracedOverlaps};
-use memtrace_analyzer::planner::plot::{plot_comparison, plot_plan};
-use memtrace_analyzer::planner::report::{compare, compare_all, Comparison};
-use memtrace_analyzer::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
-use memtrace_analyzer::tinyseg::report::TinysegPlan;
+use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
+use memtrace_analyzer::tinyseg::TinysegPlan;
+use memtrace_model::planner::overlap::{OverlapMethod, TracedOverlaps};
+use memtrace_model::planner::report::{compare, compare_all, Comparison};
+use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};
@@ -285,7 +285,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let model = match req.runtime {
         Runtime::Tflm => crate::verify_tflm::load_for_tflm(&req.model)?,
         Runtime::Executor => {
-            model::load(&req.model).with_context(|| format!("loading {}", req.model))?
+            model::source::load(&req.model).with_context(|| format!("loading {}", req.model))?
         }
     }
     .with_transpose_conv_accumulator(req.accumulator);
@@ -390,9 +390,9 @@ fn traced_like_verify(base: &Model, model: &Model, kernels: Kernels) -> Result<T
     let image = ElfImage::load(&exe)?;
     let greedy = crate::placement::greedy(model)?;
     let offsets = crate::placement::offsets_of(model, &greedy);
-    let runnable = memtrace_analyzer::verify::lower(
+    let runnable = memtrace_model::lower::lower(
         model,
-        &memtrace_analyzer::verify::LowerInput {
+        &memtrace_model::lower::LowerInput {
             order: &greedy.order,
             offsets: &offsets,
             arena_bytes: crate::placement::arena_of(&greedy, model),

@@ -7,17 +7,17 @@ use std::path::PathBuf;
 
 use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::contract::{contract_frame, ContractCheck};
+use memtrace_analyzer::contract::ContractCheck;
 use memtrace_analyzer::event_table::EventTable;
-use memtrace_analyzer::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
 use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
-use memtrace_analyzer::model::graph::read_graph;
-use memtrace_analyzer::overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{
-    buffers_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
+    buffers_frame, contract_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
 };
+use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
+use memtrace_model::graph::read_graph;
+use memtrace_overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
@@ -337,7 +337,7 @@ fn attach_model_specs(path: &std::path::Path, model: &[u8], layers: &mut [LayerR
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let Ok(model) = memtrace_analyzer::model::tflite::import_for_tflm(&name, model) else {
+    let Ok(model) = memtrace_model::tflite::import_for_tflm(&name, model) else {
         return;
     };
     for layer in layers {

@@ -4,8 +4,8 @@
 //! (`OPW_SCRATCH_BYTES`, docs/protocol.md §13). TFLM places these buffers in
 //! the arena, so they become tensors of the plan ([`Model::with_scratch`]).
 
-use memtrace_analyzer::model::Model;
-use memtrace_analyzer::verify::{lower, LowerInput};
+use memtrace_model::lower::{lower, LowerInput};
+use memtrace_model::Model;
 use memtrace_tracer::{AccessPath, ElfImage, TraceOptions};
 
 use crate::bail;

@@ -5,13 +5,13 @@
 
 use std::time::Instant;
 
-use memtrace_analyzer::model::Model;
-use memtrace_analyzer::planner::{Overlaps, PlanOptions, PlannerKind};
-use memtrace_analyzer::tinyseg::compress::compress;
-use memtrace_analyzer::tinyseg::report::SpillReport;
-use memtrace_analyzer::tinyseg::{optimize, NarrowScratch, Optimized, TinysegOptions};
-use memtrace_analyzer::verify::lower::{materialize, storage_layout};
-use memtrace_analyzer::verify::{Clobber, LayerOverlap};
+use memtrace_analyzer::shadow::{Clobber, LayerOverlap};
+use memtrace_analyzer::tinyseg::SpillReport;
+use memtrace_model::lower::{materialize, storage_layout};
+use memtrace_model::planner::{Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::tinyseg::compress::compress;
+use memtrace_model::tinyseg::{optimize, NarrowScratch, Optimized, TinysegOptions};
+use memtrace_model::Model;
 
 use crate::error::Result;
 
@@ -135,8 +135,8 @@ impl SpillRun<'_> {
 /// with each base planner and every scratch policy's step, written to `out`
 /// with the target the issue sets (< 1 s on Tiny U-Net).
 pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Write) -> Result<()> {
-    use memtrace_analyzer::planner::OverlapMethod;
-    use memtrace_analyzer::tinyseg::bench::time_tinyseg;
+    use memtrace_model::planner::OverlapMethod;
+    use memtrace_model::tinyseg::bench::time_tinyseg;
     writeln!(
         out,
         "[tinyseg] planning time (fastest of {repeat}; transformations, re-plans and validation included)"
@@ -147,7 +147,7 @@ pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Wri
         "model", "base", "int16", "seconds", "steps", "peak B", "after B"
     )?;
     for name in models {
-        let model = memtrace_analyzer::model::load(name)?.with_reference_scratch();
+        let model = memtrace_model::source::load(name)?.with_reference_scratch();
         let model = materialize(&model, 1);
         let overlaps = Overlaps::compute(&model, &OverlapMethod::Analytic);
         for base in [PlannerKind::TflmGreedy, PlannerKind::DmoHeap] {

@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 
 use memtrace_abi::spec::{Dtype, Op};
 use memtrace_abi::LayerSpec;
-use memtrace_analyzer::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_analyzer::layer_stats::LayerStats;
-use memtrace_analyzer::overlap::check::{analytic_error_percent, Flag};
-use memtrace_analyzer::overlap::configs::{
+use memtrace_analyzer::pc_counts::PcCounts;
+use memtrace_analyzer::report::LayerReport;
+use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
+use memtrace_overlap::check::{analytic_error_percent, Flag};
+use memtrace_overlap::configs::{
     expand_grid, parse_configs_file, random_config_iter, short_text, try_random_configs,
     RandomConfigs, MAX_LISTED_CONFIGS,
 };
-use memtrace_analyzer::pc_counts::PcCounts;
-use memtrace_analyzer::report::LayerReport;
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 use serde::Serialize;
 
@@ -719,7 +719,7 @@ mod tests {
             seed: 7,
             configs_file: None,
             grid: vec!["op=max_pool,input=1x{7,8}x5x3,filter=3x3,stride=1".into()],
-            budget: memtrace_analyzer::overlap::configs::DEFAULT_BUDGET,
+            budget: memtrace_overlap::configs::DEFAULT_BUDGET,
             jobs: Some(1),
             max_instructions: 1,
         };

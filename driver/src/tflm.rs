@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use memtrace_abi::tflm::{self, op_index, symbols, TflmJob, TflmResult};
 use memtrace_abi::{Analysis, Role};
 use memtrace_analyzer::layer_stats::LayerStats;
-use memtrace_analyzer::model::graph::TfliteGraph;
-use memtrace_analyzer::planner::TracedOverlaps;
 use memtrace_analyzer::report::LayerReport;
-use memtrace_analyzer::rng::Rng;
-use memtrace_analyzer::verify::lower::synth_values;
+use memtrace_model::graph::TfliteGraph;
+use memtrace_model::lower::synth_values;
+use memtrace_model::planner::TracedOverlaps;
+use memtrace_overlap::rng::Rng;
 use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 
 use crate::common::trace_with;
@@ -372,7 +372,7 @@ pub struct PlanInputs {
 /// Cortex-M4 runner of `kernels` with seeded inputs (seed 1).
 pub fn plan_inputs(model: &str, ops: usize, kernels: Kernels) -> Result<PlanInputs> {
     let bytes = crate::verify_tflm::model_bytes(model, 1)?;
-    let graph = memtrace_analyzer::model::graph::read_graph(&bytes)?;
+    let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
     let image = load_runner(
         &runner_path(Arch::CortexM4, kernels, None, "--runtime executor")?,

@@ -16,14 +16,16 @@ use std::time::Instant;
 
 use memtrace_abi::program::TensorData;
 use memtrace_abi::Analysis;
-use memtrace_analyzer::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
-use memtrace_analyzer::model::{self, Accumulator, Model};
-use memtrace_analyzer::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
-use memtrace_analyzer::verify::plot::ArenaTrace;
+use memtrace_analyzer::plot::arena::ArenaTrace;
+use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::{
-    digest, lower, Clobber, KernelsComparison, LowerInput, OpOverlapReport, PlacedTensorReport,
-    PlanRunReport, ShadowMap, UsedOverlapReport, VerifyReport,
+    digest, KernelsComparison, OpOverlapReport, PlacedTensorReport, PlanRunReport,
+    UsedOverlapReport, VerifyReport,
 };
+use memtrace_io::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
+use memtrace_model::lower::{lower, LowerInput};
+use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
+use memtrace_model::{self as model, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage, TraceOptions};
 use serde::Deserialize;
 
@@ -323,7 +325,7 @@ fn run_report(
     plan: Option<&Plan>,
     outcome: &Outcome,
 ) -> PlanRunReport {
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let names = memtrace_model::lower::tensor_names(model);
     PlanRunReport {
         seconds: outcome.seconds,
         untraced_seconds: outcome.untraced_seconds,
@@ -408,7 +410,7 @@ pub(crate) fn reference_run(
 /// `load_input` windows, one per operator in execution order).
 pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let names = memtrace_model::lower::tensor_names(model);
     let op_layers =
         &r.outcome.shadow.layers[model.inputs.len().min(r.outcome.shadow.layers.len())..];
     let mut traced = TracedOverlaps::default();
@@ -459,7 +461,7 @@ fn host_oracle(
         model
             .outputs
             .iter()
-            .any(|&t| model.tensors[t].dtype == memtrace_analyzer::model::DataType::Float32),
+            .any(|&t| model.tensors[t].dtype == memtrace_model::DataType::Float32),
     )
 }
 
@@ -479,7 +481,7 @@ struct PlanUnderTest {
     /// transforms it).
     model: Option<Model>,
     /// TinySeg's transformation and its planning time.
-    spill: Option<(memtrace_analyzer::tinyseg::Optimized, f64)>,
+    spill: Option<(memtrace_model::tinyseg::Optimized, f64)>,
     plan: Option<Plan>,
     offsets: Vec<Option<u64>>,
     arena: u64,
@@ -540,7 +542,7 @@ pub fn placement_from_plan(
     reference: &[Option<u64>],
     text: &str,
 ) -> Result<(Vec<Option<u64>>, u64)> {
-    let names = memtrace_analyzer::verify::lower::tensor_names(model);
+    let names = memtrace_model::lower::tensor_names(model);
     let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
     let mut offsets = reference.to_vec();
     for t in &file.tensors {
@@ -646,7 +648,7 @@ fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
 
 /// The model and the first graph input's bytes (`--input`), checked.
 pub(crate) fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::load(&req.model)
+    let model = model::source::load(&req.model)
         .with_context(|| format!("loading {}", req.model))?
         .with_transpose_conv_accumulator(req.accumulator);
     model.validate()?;
@@ -760,7 +762,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     )?;
     let ref_out = &reference.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {
-        memtrace_analyzer::verify::plot::render(&[a, b], path)?;
+        memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }
     let mismatched = mismatched_bytes(&ref_out.outputs, &plan_out.outputs);
     let reference_kernels = tflm.as_ref().map(|t| {

@@ -19,13 +19,14 @@ use serde::Serialize;
 
 use memtrace_abi::tflm::{op_index, Placement, TflmResult, LOAD_INPUT};
 use memtrace_analyzer::layer_stats::LayerStats;
-use memtrace_analyzer::model::graph::{read_graph, TfliteGraph};
-use memtrace_analyzer::model::{self, tflite, Accumulator, Model};
-use memtrace_analyzer::planner::{self, Overlaps, PlanOptions, PlannerKind};
+use memtrace_analyzer::plot::arena::ArenaTrace;
 use memtrace_analyzer::report::LayerReport;
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
-use memtrace_analyzer::verify::plot::ArenaTrace;
-use memtrace_analyzer::verify::{digest, Clobber, ShadowMap};
+use memtrace_analyzer::shadow::{Clobber, ShadowMap};
+use memtrace_analyzer::verify::digest;
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::graph::{read_graph, TfliteGraph};
+use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{AccessPath, ElfImage};
 
 use crate::error::{Context, Result};
@@ -260,12 +261,12 @@ impl TflmVerifyReport {
 pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
     Ok(match arg.strip_prefix("zoo:") {
         Some(_) => {
-            let m = model::load(arg).with_context(|| format!("loading {arg}"))?;
+            let m = model::source::load(arg).with_context(|| format!("loading {arg}"))?;
             to_tflite(&materialize(&m, seed))?
         }
-        None => memtrace_analyzer::input::read_limited(
+        None => memtrace_io::input::read_limited(
             std::path::Path::new(arg),
-            memtrace_analyzer::input::MAX_TFLITE_FILE,
+            memtrace_io::input::MAX_TFLITE_FILE,
             ".tflite models",
         )?,
     })
@@ -276,7 +277,7 @@ pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
 /// ([`tflite::import_for_tflm`]).
 pub fn load_for_tflm(arg: &str) -> Result<Model> {
     Ok(match arg.strip_prefix("zoo:") {
-        Some(_) => model::load(arg)?,
+        Some(_) => model::source::load(arg)?,
         None => {
             let bytes = model_bytes(arg, 1)?;
             let name = std::path::Path::new(arg)
@@ -387,9 +388,9 @@ fn greedy_prediction(model: &Model) -> Result<u64> {
 fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
     match &req.input {
         Some(p) => {
-            let data = memtrace_analyzer::input::read_limited(
+            let data = memtrace_io::input::read_limited(
                 p,
-                memtrace_analyzer::input::MAX_INPUT_FILE,
+                memtrace_io::input::MAX_INPUT_FILE,
                 "--input files",
             )?;
             let want = input_bytes(graph)?;
@@ -428,7 +429,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         .unwrap_or(&req.model)
         .to_string();
     let model = match req.model.strip_prefix("zoo:") {
-        Some(_) => model::load(&req.model)?,
+        Some(_) => model::source::load(&req.model)?,
         None => tflite::import_for_tflm(&name, &bytes)
             .with_context(|| format!("planning {}", req.model))?,
     };
@@ -533,7 +534,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         req.max_instructions,
     )?;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &reference.trace, &planned.trace) {
-        memtrace_analyzer::verify::plot::render(&[a, b], path)?;
+        memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }
     let a = &reference.result.output_bytes;
     let b = &planned.result.output_bytes;
@@ -548,7 +549,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         graph
             .outputs
             .iter()
-            .any(|&t| graph.tensors[t].dtype == Some(memtrace_analyzer::model::DataType::Float32)),
+            .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::DataType::Float32)),
     )?;
     let run_report =
         |r: &ShadowRun, planner: String, overlap: String, planned: u64| TflmRunReport {
@@ -626,9 +627,9 @@ fn plan_from_file(
     model: &Model,
     reference: &[Option<u64>],
 ) -> Result<UnderTest> {
-    let text = memtrace_analyzer::input::read_text_limited(
+    let text = memtrace_io::input::read_text_limited(
         path,
-        memtrace_analyzer::input::MAX_TEXT_FILE,
+        memtrace_io::input::MAX_TEXT_FILE,
         "plan files",
     )?;
     let (offsets, arena) = crate::verify::placement_from_plan(model, reference, &text)
@@ -645,7 +646,7 @@ fn plan_from_file(
 fn plan_from_planner(
     req: &VerifyOptions,
     model: &Model,
-    traced: &memtrace_analyzer::planner::TracedOverlaps,
+    traced: &memtrace_model::planner::TracedOverlaps,
 ) -> Result<UnderTest> {
     let overlaps = match req.overlap.method() {
         None => Overlaps::compute(model, traced),

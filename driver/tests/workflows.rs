@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 
-use memtrace_analyzer::overlap::algorithmic::algorithmic_overlap;
-use memtrace_analyzer::overlap::configs::DEFAULT_BUDGET;
 use memtrace_driver::baseline::{tabulate, TableOptions};
 use memtrace_driver::regress::{regress, RegressOptions, Status};
 use memtrace_driver::run::{run, RunOptions};
 use memtrace_driver::sweep::ConfigSelection;
+use memtrace_overlap::algorithmic::algorithmic_overlap;
+use memtrace_overlap::configs::DEFAULT_BUDGET;
 
 fn guest(name: &str) -> PathBuf {
     let elf = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

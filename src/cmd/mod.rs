@@ -26,9 +26,9 @@ pub enum Format {
 /// Writes `text` to `out` atomically, or to stdout.
 pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
     match out {
-        Some(path) => memtrace_analyzer::output::write_atomically(path, |w| {
+        Some(path) => memtrace_io::output::write_atomically(path, |w| {
             std::io::Write::write_all(w, text.as_bytes())
-                .map_err(|e| memtrace_analyzer::output::write_error(path, e))
+                .map_err(|e| memtrace_io::output::write_error(path, e))
         })?,
         None => emit(text)?,
     }

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_analyzer::model::Accumulator;
-use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
 use memtrace_driver::verify_tflm::Runtime;
+use memtrace_model::planner::PlannerKind;
+use memtrace_model::Accumulator;
 
 /// `all` (`None`), or one planner.
 #[derive(Clone, Copy, Debug)]

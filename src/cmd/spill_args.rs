@@ -1,9 +1,9 @@
 //! The TinySeg arguments `plan` and `verify` share (`--planner tinyseg`).
 
 use clap::Args;
-use memtrace_analyzer::planner::PlannerKind;
-use memtrace_analyzer::tinyseg::NarrowScratch;
 use memtrace_driver::spill::SpillOptions;
+use memtrace_model::planner::PlannerKind;
+use memtrace_model::tinyseg::NarrowScratch;
 
 /// TinySeg's base planner and target peak.
 #[derive(Args, Debug, Clone)]

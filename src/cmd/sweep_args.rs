@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use memtrace_analyzer::overlap::configs::DEFAULT_BUDGET;
 use memtrace_driver::sweep::ConfigSelection;
+use memtrace_overlap::configs::DEFAULT_BUDGET;
 
 /// Which configurations to sweep.
 #[derive(Args, Debug, Clone)]

@@ -8,12 +8,12 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::Args;
-use memtrace_analyzer::model::Accumulator;
-use memtrace_analyzer::planner::PlannerKind;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::OverlapChoice;
 use memtrace_driver::verify::{verify, VerifyOptions};
 use memtrace_driver::verify_tflm::{verify_tflm, Runtime};
+use memtrace_model::planner::PlannerKind;
+use memtrace_model::Accumulator;
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {

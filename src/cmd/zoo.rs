@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use memtrace_analyzer::model::{tflite, zoo};
-use memtrace_analyzer::output::{write_atomically, write_error};
-use memtrace_analyzer::verify::export::{materialize, to_tflite};
+use memtrace_io::output::{write_atomically, write_error};
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::{tflite, zoo};
 
 #[derive(Args, Debug)]
 pub struct ZooArgs {

@@ -49,61 +49,25 @@ pub const MAX_GUEST_MEMORY: u64 = 1 << 30;
 /// Largest ELF file [`ElfImage::load`] reads.
 pub const MAX_ELF_FILE: u64 = 1 << 30;
 
-/// Reads the regular file `path`, refusing anything else (a FIFO or a device
-/// such as `/dev/zero` would never end, or end anywhere) and files larger
-/// than `limit` bytes, before reading more than `limit + 1` bytes.
+/// Reads the ELF file `path` through the bounded reader
+/// ([`memtrace_io::input::read_limited`]: regular files only, never more than
+/// `limit + 1` bytes), with its refusals said as ELF errors.
 fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, TraceError> {
-    use std::io::Read;
-    let io = |source: std::io::Error| TraceError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    use memtrace_io::ReadError;
     let refuse = |reason: String| TraceError::NotElf {
         path: path.to_owned(),
         reason,
     };
-    let too_large = || refuse(format!("larger than the {limit}-byte limit for ELF files"));
-    // Checked before opening: opening a FIFO for reading blocks until a
-    // writer appears.
-    let kind = std::fs::metadata(path).map_err(io)?.file_type();
-    if !kind.is_file() {
-        return Err(refuse(format!(
-            "it is {}, not a regular file",
-            file_kind(&kind)
-        )));
-    }
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(refuse("it is no longer a regular file".into()));
-    }
-    if meta.len() > limit {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large());
-    }
-    Ok(bytes)
-}
-
-/// What a non-regular file is, for error messages.
-fn file_kind(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    }
+    memtrace_io::input::read_limited(path, limit, "ELF files").map_err(|e| match e {
+        ReadError::Io { source, .. } => TraceError::Io {
+            path: path.to_owned(),
+            source,
+        },
+        ReadError::NotRegular { kind, .. } => refuse(format!("it is {kind}, not a regular file")),
+        ReadError::TooLarge { limit, what, .. } => {
+            refuse(format!("larger than the {limit}-byte limit for {what}"))
+        }
+    })
 }
 
 /// Checks the loadable segments `(p_vaddr, p_memsz)` against the guest

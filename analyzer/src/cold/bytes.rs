@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use memtrace_abi::{Analysis, Buffer, Event, LayerInfo, Role};
 use serde::Serialize;
 
-use super::graph::graph_cold_ranges;
-use crate::model::Model;
-use crate::verify::lower::tensor_names;
+use memtrace_model::cold::graph_cold_ranges;
+use memtrace_model::lower::tensor_names;
+use memtrace_model::Model;
 
 /// Name the executor gives the windows that copy graph inputs into the arena.
 pub const LOAD_INPUT: &str = "load_input";

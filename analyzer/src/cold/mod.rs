@@ -3,16 +3,14 @@
 //! fetch it back before its next use, lowering the arena peak at the price of
 //! the bytes moved.
 //!
-//! [`graph`] measures them in operators from the graph alone (TinySeg's
-//! Algorithm 2); [`bytes`] measures them per byte, in operators and in
+//! `memtrace_model::cold` measures them in operators from the graph alone
+//! (TinySeg's Algorithm 2); [`bytes`] measures them per byte, in operators and in
 //! instructions, from a trace of the executor; [`report`] puts the two side
 //! by side (`memtrace cold`) and [`plot`] draws them over the arena.
 
 pub mod bytes;
-pub mod graph;
 pub mod plot;
 pub mod report;
 
 pub use bytes::{ByteCold, ByteColdRun};
-pub use graph::{graph_cold_ranges, GraphColdRange};
 pub use report::{tensor_colds, ColdReport, TensorCold};

@@ -1,7 +1,7 @@
 //! The TinySeg Fig. 12-style picture of `memtrace cold --plot`: the traced
 //! plan's arena over time (x = operator position, y = arena offset), each
 //! tensor a box over its lifetime at its offset (the planner picture turned
-//! a quarter, [`crate::planner::plot`]), its graph-level cold range hatched,
+//! a quarter, [`crate::plot::plan`]), its graph-level cold range hatched,
 //! and in red the bytes the trace shows idle while their tensor is not
 //! (bytes some accessing operator never touches).
 
@@ -12,9 +12,9 @@ use plotters::style::RGBColor;
 use super::bytes::{ByteRuns, LOAD_INPUT};
 use super::report::{ColdReport, TensorCold};
 use crate::error::Result;
-use crate::model::Model;
-use crate::planner::plot::{plot_marked, Axes, Mark, MarkStyle, Marked};
-use crate::planner::Plan;
+use crate::plot::plan::{plot_marked, Axes, Mark, MarkStyle, Marked};
+use memtrace_model::planner::Plan;
+use memtrace_model::Model;
 
 const GRAPH_COLD: RGBColor = RGBColor(40, 40, 40);
 const BYTE_COLD: RGBColor = RGBColor(214, 39, 40);

@@ -5,11 +5,11 @@
 use serde::Serialize;
 
 use super::bytes::{ByteClass, ByteColdRun, ByteGap, ByteRuns, OpWindow, LOAD_INPUT};
-use super::graph::{access_positions, graph_cold_ranges};
 use crate::error::Result;
-use crate::model::Model;
-use crate::verify::lower::tensor_names;
-use crate::verify::Clobber;
+use crate::shadow::Clobber;
+use memtrace_model::cold::{access_positions, graph_cold_ranges};
+use memtrace_model::lower::tensor_names;
+use memtrace_model::Model;
 
 /// A tensor's graph-level cold range, from the graph alone.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -1,6 +1,8 @@
 //! Pictures drawn by memtrace. Text uses an embedded DejaVu Sans, so no
 //! system font or fontconfig is needed at run time.
 
+pub mod arena;
+pub mod plan;
 pub mod trace;
 
 use std::path::Path;
@@ -13,7 +15,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::output::write_atomically;
+use memtrace_io::output::write_atomically;
 
 /// The font family every memtrace plot uses, registered on first use.
 pub fn font() -> &'static str {

@@ -19,11 +19,11 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{render_picture, swatch_legend, Picture};
-use crate::overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
-use crate::overlap::analytic::windowed_safe_detail;
-use crate::overlap::timeline::{StepClock, StepMapping};
 use crate::plot::font;
 use memtrace_abi::Analysis;
+use memtrace_overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
+use memtrace_overlap::analytic::windowed_safe_detail;
+use memtrace_overlap::timeline::{StepClock, StepMapping};
 
 const COLUMNS: usize = 640;
 const ROWS: usize = 256;

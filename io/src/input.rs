@@ -1,0 +1,156 @@
+//! Reading input files with a bound: only regular files, and never more than
+//! a stated number of bytes. A FIFO, `/dev/zero` or any other special file
+//! would otherwise be read until memory runs out (or block forever).
+
+use std::io::Read;
+use std::path::Path;
+
+/// Largest `.tflite` model the model import reads.
+pub const MAX_TFLITE_FILE: u64 = 256 << 20;
+
+/// Largest `verify --input` file: a graph input is one tensor, which
+/// [`MAX_TFLITE_FILE`] already bounds in practice.
+pub const MAX_INPUT_FILE: u64 = 256 << 20;
+
+/// Largest text file (plan JSON, baseline JSON, configs file) the commands
+/// read.
+pub const MAX_TEXT_FILE: u64 = 64 << 20;
+
+/// Why a file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The operating system refused (missing file, permissions, ...).
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory, FIFO, device or socket.
+    #[error("cannot read {path}: it is {kind}, not a regular file")]
+    NotRegular {
+        /// The path.
+        path: String,
+        /// What it is (`a directory`, `a FIFO`, ...).
+        kind: &'static str,
+    },
+    /// Larger than the limit for this kind of file.
+    #[error("cannot read {path}: it is larger than the {limit}-byte limit for {what}")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// The limit in bytes.
+        limit: u64,
+        /// What kind of input it was read as.
+        what: String,
+    },
+}
+
+/// What a non-regular file is, for error messages.
+pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+/// Reads the regular file `path` (symbolic links followed) of at most
+/// `limit` bytes; `what` names the kind of file in the error ("`.tflite`
+/// models"). Never reads more than `limit + 1` bytes, and refuses a FIFO
+/// before opening it (opening one for reading would wait for a writer).
+pub fn read_limited(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>, ReadError> {
+    let shown = || path.display().to_string();
+    let io = |source: std::io::Error| ReadError::Io {
+        path: shown(),
+        source,
+    };
+    let not_regular = |kind: &std::fs::FileType| ReadError::NotRegular {
+        path: shown(),
+        kind: file_kind(kind),
+    };
+    let too_large = || ReadError::TooLarge {
+        path: shown(),
+        limit,
+        what: what.to_string(),
+    };
+    let kind = std::fs::metadata(path).map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(not_regular(&kind));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    // The file may have been replaced between the two looks.
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta.file_type()));
+    }
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// [`read_limited`] for UTF-8 text.
+pub fn read_text_limited(path: &Path, limit: u64, what: &str) -> Result<String, ReadError> {
+    let bytes = read_limited(path, limit, what)?;
+    String::from_utf8(bytes).map_err(|e| ReadError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_files_are_refused_without_reading() {
+        let e = read_limited(Path::new("/dev/zero"), 1 << 20, "models").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ReadError::NotRegular {
+                    kind: "a character device",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("/dev/zero"), "{e}");
+        let dir = std::env::temp_dir();
+        let e = read_limited(&dir, 1 << 20, "models").unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn the_limit_is_exact() {
+        let dir = std::env::temp_dir().join(format!("memtrace-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("ten");
+        std::fs::write(&f, [7u8; 10]).unwrap();
+        assert_eq!(read_limited(&f, 10, "x").unwrap(), vec![7u8; 10]);
+        let e = read_limited(&f, 9, "test files").unwrap_err();
+        assert!(e.to_string().contains("9-byte limit for test files"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,12 @@
+//! memtrace's file I/O, one copy for every crate: bounded reads of regular
+//! files only ([`input`]) and atomic writes of outputs ([`output`]).
+//!
+//! It knows files, and nothing of ELF images, models or events: the tracer
+//! reads guests through it, the model crate `.tflite` files, the analyzer and
+//! the driver their tables, pictures and reports.
+
+pub mod input;
+pub mod output;
+
+pub use input::ReadError;
+pub use output::WriteError;

@@ -1,0 +1,451 @@
+//! Writing result files atomically: a reader never sees half a file, and a
+//! failed or interrupted run leaves no file behind.
+//!
+//! Every output goes through [`write_atomically`] or [`render_atomically`].
+//! What happens depends on what the path is ([`output_target`]):
+//!
+//! - a regular file, or no file yet: the data go to a temporary sibling
+//!   (`.NAME.PID.N.tmp.EXT`) that is renamed over the path only on success.
+//!   The temporary file is removed on every error, on a panic in the writer,
+//!   and on SIGINT, SIGTERM or SIGHUP (a handler removes every temporary file
+//!   still registered, then lets the signal end the process as it would
+//!   have);
+//! - a FIFO or a character device (`/dev/null`, a terminal), or any path under
+//!   `/dev/` or `/proc/` (`/dev/stdout`, `/proc/self/fd/1`, whatever they
+//!   point to): opened and written through (appending; the process's own
+//!   standard output and error are duplicated, so that a redirected file
+//!   keeps one position), never replaced;
+//! - a symbolic link to a regular file: the link's final target is written
+//!   atomically as above, and the link stays a link; a dangling link is an
+//!   error;
+//! - a directory, block device or socket: an error naming what it is.
+//!
+//! [`ensure_distinct`] tells whether an output path is one of the inputs
+//! (the same file by device and inode, or the same canonical path).
+
+use std::fs::{File, OpenOptions};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+/// Why an output was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The operating system refused an operation on the file.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// `create`, `write`, ...
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An OS error without a path yet (a writer's `?`); the atomic writers
+    /// turn it into [`WriteError::Io`] naming their file.
+    #[error("{0}")]
+    Os(#[from] std::io::Error),
+    /// The path cannot be written (a directory, a socket, a dangling link,
+    /// one of the inputs); the message says why.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The error type of a writer passed to [`write_atomically`] or
+/// [`render_atomically`]: it holds a [`WriteError`], and it may be a
+/// path-less OS error, which the writers name after their file.
+pub trait WriterError: From<WriteError> {
+    /// The error as a path-less OS error, if it is one; otherwise itself.
+    fn into_os(self) -> Result<std::io::Error, Self>;
+}
+
+impl WriterError for WriteError {
+    fn into_os(self) -> Result<std::io::Error, Self> {
+        match self {
+            WriteError::Os(e) => Ok(e),
+            other => Err(other),
+        }
+    }
+}
+
+/// Result of the output functions.
+pub type Result<T, E = WriteError> = std::result::Result<T, E>;
+
+/// The error of a failed write of `path`.
+pub fn write_error(path: &Path, source: std::io::Error) -> WriteError {
+    WriteError::Io {
+        action: "write",
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A writer's path-less OS error, named after the file it was writing.
+fn name_file<E: WriterError>(e: E, path: &Path) -> E {
+    match e.into_os() {
+        Ok(source) => E::from(write_error(path, source)),
+        Err(other) => other,
+    }
+}
+
+/// An OS error while doing `action` to `path`, as a [`WriteError`].
+trait PathContext<T> {
+    fn with_path(self, action: &'static str, path: &Path) -> Result<T>;
+}
+
+impl<T> PathContext<T> for std::io::Result<T> {
+    fn with_path(self, action: &'static str, path: &Path) -> Result<T> {
+        self.map_err(|source| WriteError::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// How an output path is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Written to a temporary sibling of this path, renamed over it on
+    /// success (a regular file, a new file, or a symbolic link's target).
+    Replace(PathBuf),
+    /// Opened and written through: a FIFO, a character device, or a path
+    /// under `/dev/` or `/proc/`.
+    Stream(PathBuf),
+}
+
+/// What `kind` is, for error messages.
+fn kind_name(kind: &std::fs::FileType) -> &'static str {
+    crate::input::file_kind(kind)
+}
+
+fn is_streamable(kind: &std::fs::FileType) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    kind.is_fifo() || kind.is_char_device()
+}
+
+/// Paths the kernel makes up (`/dev/stdout`, `/proc/self/fd/1`): whatever
+/// they resolve to belongs to someone else (the shell's redirection), so it
+/// is written through, not replaced.
+fn is_device_path(path: &Path) -> bool {
+    path.starts_with("/dev") || path.starts_with("/proc")
+}
+
+/// Decides how `path` is written (see the module docs); errors for a
+/// directory, block device, socket or dangling symbolic link.
+pub fn output_target(path: &Path) -> Result<OutputTarget> {
+    let refuse = |kind: &str| {
+        WriteError::Refused(format!(
+            "cannot write {}: it is {kind}; memtrace writes regular files, FIFOs and character devices",
+            path.display()
+        ))
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(OutputTarget::Replace(path.to_path_buf()))
+        }
+        Err(e) => return Err(e).with_path("write", path),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return Ok(OutputTarget::Replace(path.to_path_buf()));
+    }
+    if !kind.is_symlink() {
+        return if is_streamable(&kind) {
+            Ok(OutputTarget::Stream(path.to_path_buf()))
+        } else {
+            Err(refuse(kind_name(&kind)))
+        };
+    }
+    // A symbolic link: what it finally points to decides.
+    let target = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let to = std::fs::read_link(path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            return Err(WriteError::Refused(format!(
+                "cannot write {}: it is a symbolic link to {to}, which does not exist",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(e).with_path("write", path),
+    };
+    let tkind = target.file_type();
+    if is_device_path(path) || is_streamable(&tkind) {
+        if tkind.is_file() || is_streamable(&tkind) {
+            return Ok(OutputTarget::Stream(path.to_path_buf()));
+        }
+        return Err(refuse(kind_name(&tkind)));
+    }
+    if tkind.is_file() {
+        let real = std::fs::canonicalize(path).with_path("resolve", path)?;
+        return Ok(OutputTarget::Replace(real));
+    }
+    Err(refuse(&format!("a symbolic link to {}", kind_name(&tkind))))
+}
+
+/// Writes `path` (see the module docs): through a temporary sibling renamed
+/// into place only when `write` succeeds, or straight into a FIFO or
+/// character device.
+pub fn write_atomically<E: WriterError>(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
+) -> Result<(), E> {
+    let finish = |out: BufWriter<File>| -> Result<File> {
+        out.into_inner()
+            .map_err(|e| e.into_error())
+            .with_path("write", path)
+    };
+    match output_target(path)? {
+        OutputTarget::Stream(dest) => {
+            let mut out = BufWriter::new(open_stream(&dest)?);
+            write(&mut out).map_err(|e| name_file(e, path))?;
+            finish(out)?;
+            Ok(())
+        }
+        OutputTarget::Replace(dest) => {
+            let tmp = TempFile::new(temporary_sibling(&dest));
+            let file = File::create(tmp.path()).with_path("create", path)?;
+            let mut out = BufWriter::new(file);
+            write(&mut out).map_err(|e| name_file(e, path))?;
+            let file = finish(out)?;
+            file.sync_all().ok();
+            Ok(tmp.persist(&dest).with_path("write", path)?)
+        }
+    }
+}
+
+/// An output file written piece by piece (a table streamed while a trace
+/// runs) and put in place only by [`AtomicFile::commit`], with the same
+/// rules as [`write_atomically`]: a temporary sibling renamed over the path,
+/// or a FIFO / character device written through. Dropped without a commit,
+/// the temporary file is removed.
+pub struct AtomicFile {
+    path: PathBuf,
+    file: File,
+    tmp: Option<(TempFile, PathBuf)>,
+}
+
+impl AtomicFile {
+    /// Opens the temporary file (or the stream) for `path`.
+    pub fn create(path: &Path) -> Result<AtomicFile> {
+        let (file, tmp) = match output_target(path)? {
+            OutputTarget::Stream(dest) => (open_stream(&dest)?, None),
+            OutputTarget::Replace(dest) => {
+                let tmp = TempFile::new(temporary_sibling(&dest));
+                let file = File::create(tmp.path()).with_path("create", path)?;
+                (file, Some((tmp, dest)))
+            }
+        };
+        Ok(AtomicFile {
+            path: path.to_owned(),
+            file,
+            tmp,
+        })
+    }
+
+    /// The path the file is for.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A second, unbuffered handle of the open file, for a writer that
+    /// takes ownership of its output.
+    pub fn handle(&self) -> Result<File> {
+        self.file.try_clone().with_path("write", &self.path)
+    }
+
+    /// Puts the written file in place.
+    pub fn commit(self) -> Result<()> {
+        match self.tmp {
+            None => Ok(()),
+            Some((tmp, dest)) => {
+                self.file.sync_all().ok();
+                tmp.persist(&dest).with_path("write", &self.path)
+            }
+        }
+    }
+}
+
+/// Renders through a temporary file (for writers that want a path, such as
+/// plotters' backends), renamed into place only on success; for a FIFO or
+/// character device the finished temporary file (in the system's temporary
+/// directory) is copied into it. The temporary file keeps the path's
+/// extension: image encoders choose the format by it.
+pub fn render_atomically<E: WriterError>(
+    path: &Path,
+    render: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
+    match output_target(path)? {
+        OutputTarget::Replace(dest) => {
+            let tmp = TempFile::new(temporary_sibling(&dest));
+            render(tmp.path()).map_err(|e| name_file(e, path))?;
+            Ok(tmp.persist(&dest).with_path("write", path)?)
+        }
+        OutputTarget::Stream(dest) => {
+            let name = temporary_sibling(&dest);
+            let name = name.file_name().unwrap_or_default();
+            let tmp = TempFile::new(std::env::temp_dir().join(name));
+            render(tmp.path()).map_err(|e| name_file(e, path))?;
+            let mut from = File::open(tmp.path()).with_path("read back", tmp.path())?;
+            let mut to = open_stream(&dest)?;
+            std::io::copy(&mut from, &mut to).with_path("write", path)?;
+            Ok(())
+        }
+    }
+}
+
+/// Opens a FIFO, character device or `/dev/...` path for writing. The
+/// process's own standard output and error (`/dev/stdout`, `/dev/fd/1`,
+/// `/proc/self/fd/1`, and the same for 2) are duplicated rather than opened
+/// again, so that what memtrace prints and the file share one position in a
+/// redirected file.
+fn open_stream(path: &Path) -> Result<File> {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let own = match path.to_str() {
+        Some("/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1") => {
+            let _ = std::io::stdout().flush();
+            Some(std::io::stdout().as_fd().try_clone_to_owned())
+        }
+        Some("/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2") => {
+            Some(std::io::stderr().as_fd().try_clone_to_owned())
+        }
+        _ => None,
+    };
+    if let Some(fd) = own {
+        let fd = fd.with_path("write", path)?;
+        return Ok(File::from(fd));
+    }
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_path("open for writing", path)
+}
+
+/// Fails when `output` is the same file as one of `inputs` (same device and
+/// inode, following symbolic links, or the same canonical path), so that a
+/// command never overwrites what it reads. Inputs that do not exist (or are
+/// not files, such as `zoo:NAME`) are skipped; so is an output that does
+/// not exist yet.
+pub fn ensure_distinct(output: &Path, inputs: &[&Path]) -> Result<()> {
+    for &input in inputs {
+        if same_file(output, input) {
+            return Err(WriteError::Refused(format!(
+                "the output {} is the input {}: refusing to overwrite it",
+                output.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` name the same existing file (device and inode, or
+/// canonical path).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        if ma.dev() == mb.dev() && ma.ino() == mb.ino() {
+            return true;
+        }
+    }
+    matches!(
+        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+        (Ok(ca), Ok(cb)) if ca == cb
+    )
+}
+
+/// Temporary files that exist right now, removed by the signal handler.
+static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Temporary files still registered (for tests of the clean-up).
+pub fn registered_temporaries() -> Vec<PathBuf> {
+    temporaries().clone()
+}
+
+/// Installs, once, a thread that on SIGINT, SIGTERM or SIGHUP removes every
+/// registered temporary file and then ends the process the way the signal
+/// would have. If the handler cannot be installed, outputs are still
+/// written; only an interrupted run may leave its temporary file.
+fn install_signal_cleanup() {
+    HANDLER.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        let _ = std::thread::Builder::new()
+            .name("memtrace-cleanup".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    for path in temporaries().drain(..) {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    let _ = signal_hook::low_level::emulate_default_handler(signal);
+                    // A signal whose default is not to terminate: exit as
+                    // the shell would report it.
+                    std::process::exit(128 + signal);
+                }
+            });
+    });
+}
+
+/// A registered temporary file, removed when dropped unless persisted.
+struct TempFile {
+    path: PathBuf,
+    persisted: bool,
+}
+
+impl TempFile {
+    fn new(path: PathBuf) -> TempFile {
+        install_signal_cleanup();
+        temporaries().push(path.clone());
+        TempFile {
+            path,
+            persisted: false,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames it over `dest`.
+    fn persist(mut self, dest: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, dest)?;
+        self.persisted = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.persisted {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        temporaries().retain(|p| p != &self.path);
+    }
+}
+
+fn temporary_sibling(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // Keep the real extension last: image encoders choose the format by it.
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.{}.{n}.tmp{ext}", std::process::id()))
+}

@@ -1,0 +1,295 @@
+//! `memtrace zoo export`: a [`Model`] as a `.tflite` flatbuffer, written with
+//! the code generated from TensorFlow's official schema (no hand-written
+//! flatbuffer code). Zoo models are first [`materialize`]d: the seeded
+//! weights, biases and int8 quantisation `memtrace verify` runs them with.
+
+use crate::schema::tflite as fb;
+use crate::{Activation, DataType, Model, OpKind, Padding, Quantization};
+
+pub use crate::lower::materialize;
+
+fn tensor_type(d: DataType) -> fb::TensorType {
+    match d {
+        DataType::Float32 => fb::TensorType::Float32,
+        DataType::Int8 => fb::TensorType::Int8,
+        DataType::Uint8 => fb::TensorType::Uint8,
+        DataType::Int16 => fb::TensorType::Int16,
+        DataType::Int32 => fb::TensorType::Int32,
+        DataType::Int64 => fb::TensorType::Int64,
+        DataType::Bool => fb::TensorType::Bool,
+        DataType::Float16 => fb::TensorType::Float16,
+    }
+}
+
+/// The TFLite builtin of `k`; `None` for TinySeg's operators, which have
+/// none, and for `Other`, whose builtin memtrace does not keep (only the TFLM
+/// runtime runs such a model, from its own file).
+fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
+    use fb::BuiltinOperator as B;
+    Some(match k {
+        OpKind::Conv2d => B::Conv2d,
+        OpKind::DepthwiseConv2d => B::DepthwiseConv2d,
+        OpKind::FullyConnected => B::FullyConnected,
+        OpKind::MaxPool2d => B::MaxPool2d,
+        OpKind::AveragePool2d => B::AveragePool2d,
+        OpKind::Add => B::Add,
+        OpKind::Sub => B::Sub,
+        OpKind::Mul => B::Mul,
+        OpKind::Relu => B::Relu,
+        OpKind::Relu6 => B::Relu6,
+        OpKind::ReluN1To1 => B::ReluN1To1,
+        OpKind::Logistic => B::Logistic,
+        OpKind::Tanh => B::Tanh,
+        OpKind::Softmax => B::Softmax,
+        OpKind::Reshape => B::Reshape,
+        OpKind::Squeeze => B::Squeeze,
+        OpKind::Quantize => B::Quantize,
+        OpKind::Dequantize => B::Dequantize,
+        OpKind::Concatenation => B::Concatenation,
+        OpKind::Pad => B::Pad,
+        OpKind::Mean => B::Mean,
+        OpKind::TransposeConv => B::TransposeConv,
+        OpKind::Spill
+        | OpKind::SpillKeep
+        | OpKind::Fetch
+        | OpKind::FetchConcat
+        | OpKind::FetchConv2d
+        | OpKind::Other => return None,
+    })
+}
+
+fn act(a: Activation) -> fb::ActivationFunctionType {
+    use fb::ActivationFunctionType as A;
+    match a {
+        Activation::None => A::None,
+        Activation::Relu => A::Relu,
+        Activation::ReluN1To1 => A::ReluN1To1,
+        Activation::Relu6 => A::Relu6,
+        Activation::Tanh => A::Tanh,
+        Activation::SignBit => A::SignBit,
+    }
+}
+
+fn padding(p: Padding) -> fb::Padding {
+    match p {
+        Padding::Same => fb::Padding::Same,
+        Padding::Valid => fb::Padding::Valid,
+    }
+}
+
+fn quant(q: &Quantization) -> fb::QuantizationParameters {
+    fb::QuantizationParameters {
+        scale: Some(q.scale.clone()),
+        zero_point: Some(q.zero_point.clone()),
+        quantized_dimension: q.quantized_dimension,
+        ..Default::default()
+    }
+}
+
+/// Serialises `model` (its first subgraph only; constants need data).
+pub fn to_tflite(model: &Model) -> Result<Vec<u8>, crate::ModelError> {
+    serialise(model).map_err(crate::ModelError::Invalid)
+}
+
+fn serialise(model: &Model) -> Result<Vec<u8>, String> {
+    // Buffer 0 is TFLite's empty sentinel; every constant gets its own.
+    let mut buffers = vec![fb::Buffer { data: None }];
+    let mut tensors = Vec::new();
+    for t in &model.tensors {
+        let buffer = if t.is_constant {
+            let data = t
+                .data
+                .clone()
+                .ok_or_else(|| format!("constant tensor `{}` has no data", t.name))?;
+            buffers.push(fb::Buffer { data: Some(data) });
+            buffers.len() as u32 - 1
+        } else {
+            0
+        };
+        tensors.push(fb::Tensor {
+            shape: Some(t.shape.iter().map(|&d| d as i32).collect()),
+            type_: tensor_type(t.dtype),
+            buffer,
+            name: Some(t.name.clone()),
+            quantization: t.quantization.as_ref().map(|q| Box::new(quant(q))),
+            is_variable: t.is_variable,
+            ..Default::default()
+        });
+    }
+    let mut codes: Vec<fb::BuiltinOperator> = Vec::new();
+    let mut operators = Vec::new();
+    for (i, op) in model.ops.iter().enumerate() {
+        let code = builtin(op.kind).ok_or_else(|| {
+            format!(
+                "operator {i} ({}) is a TinySeg operator with no TFLite builtin",
+                op.kind
+            )
+        })?;
+        let index = match codes.iter().position(|&c| c == code) {
+            Some(i) => i,
+            None => {
+                codes.push(code);
+                codes.len() - 1
+            }
+        };
+        let o = &op.options;
+        let options = match op.kind {
+            OpKind::Conv2d => Some(fb::BuiltinOptions::Conv2DOptions(Box::new(
+                fb::Conv2DOptions {
+                    padding: padding(o.padding),
+                    stride_w: o.stride.1 as i32,
+                    stride_h: o.stride.0 as i32,
+                    fused_activation_function: act(o.activation),
+                    dilation_w_factor: o.dilation.1 as i32,
+                    dilation_h_factor: o.dilation.0 as i32,
+                },
+            ))),
+            OpKind::DepthwiseConv2d => Some(fb::BuiltinOptions::DepthwiseConv2DOptions(Box::new(
+                fb::DepthwiseConv2DOptions {
+                    padding: padding(o.padding),
+                    stride_w: o.stride.1 as i32,
+                    stride_h: o.stride.0 as i32,
+                    depth_multiplier: o.depth_multiplier as i32,
+                    fused_activation_function: act(o.activation),
+                    dilation_w_factor: o.dilation.1 as i32,
+                    dilation_h_factor: o.dilation.0 as i32,
+                },
+            ))),
+            OpKind::MaxPool2d | OpKind::AveragePool2d => Some(fb::BuiltinOptions::Pool2DOptions(
+                Box::new(fb::Pool2DOptions {
+                    padding: padding(o.padding),
+                    stride_w: o.stride.1 as i32,
+                    stride_h: o.stride.0 as i32,
+                    filter_width: o.filter.1 as i32,
+                    filter_height: o.filter.0 as i32,
+                    fused_activation_function: act(o.activation),
+                }),
+            )),
+            OpKind::FullyConnected => Some(fb::BuiltinOptions::FullyConnectedOptions(Box::new(
+                fb::FullyConnectedOptions {
+                    fused_activation_function: act(o.activation),
+                    ..Default::default()
+                },
+            ))),
+            OpKind::Softmax => Some(fb::BuiltinOptions::SoftmaxOptions(Box::new(
+                fb::SoftmaxOptions { beta: 1.0 },
+            ))),
+            OpKind::Reshape => {
+                let y = &model.tensors[op.outputs[0]];
+                Some(fb::BuiltinOptions::ReshapeOptions(Box::new(
+                    fb::ReshapeOptions {
+                        new_shape: Some(y.shape.iter().map(|&d| d as i32).collect()),
+                    },
+                )))
+            }
+            OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
+                fb::TransposeConvOptions {
+                    padding: padding(o.padding),
+                    stride_w: o.stride.1 as i32,
+                    stride_h: o.stride.0 as i32,
+                    fused_activation_function: act(o.activation),
+                },
+            ))),
+            OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
+                fb::ConcatenationOptions {
+                    axis: o.axis.unwrap_or(-1),
+                    fused_activation_function: act(o.activation),
+                },
+            ))),
+            OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
+                fused_activation_function: act(o.activation),
+                ..Default::default()
+            }))),
+            _ => None,
+        };
+        operators.push(fb::Operator {
+            opcode_index: index as u32,
+            inputs: Some(op.inputs.iter().map(|&t| t as i32).collect()),
+            outputs: Some(op.outputs.iter().map(|&t| t as i32).collect()),
+            builtin_options: options,
+            ..Default::default()
+        });
+    }
+    let operator_codes = codes
+        .into_iter()
+        .map(|c| fb::OperatorCode {
+            deprecated_builtin_code: (c as i32).min(127) as i8,
+            version: 1,
+            builtin_code: c,
+            ..Default::default()
+        })
+        .collect();
+    let m = fb::Model {
+        version: 3,
+        operator_codes: Some(operator_codes),
+        subgraphs: Some(vec![fb::SubGraph {
+            tensors: Some(tensors),
+            inputs: Some(model.inputs.iter().map(|&t| t as i32).collect()),
+            outputs: Some(model.outputs.iter().map(|&t| t as i32).collect()),
+            operators: Some(operators),
+            name: Some("main".into()),
+        }]),
+        description: Some(format!("{} (exported by memtrace)", model.name)),
+        buffers: Some(buffers),
+        ..Default::default()
+    };
+    let mut builder = planus::Builder::new();
+    let mut bytes = builder.finish(&m, Some(*b"TFL3")).to_vec();
+    // planus (1.x) builds back to front and writes the file identifier
+    // *after* the root offset, so the identifier lands in bytes 0..4 and the
+    // root offset (relative to its own position, 4) in 4..8. The standard
+    // layout is the offset at 0, then the identifier: swap the two words
+    // and make the offset relative to position 0.
+    if bytes.len() >= 8 && &bytes[0..4] == b"TFL3" {
+        let off = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) + 4;
+        bytes[0..4].copy_from_slice(&off.to_le_bytes());
+        bytes[4..8].copy_from_slice(b"TFL3");
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{tflite, zoo};
+
+    #[test]
+    fn exported_zoo_models_import_back_with_their_data_and_quantisation() {
+        for name in [
+            "mobilenet_v1_0.25_128_int8",
+            "sakr_cifar10",
+            "mobilenet_v1_0.25_128",
+            "tiny_unet_80x120_int8",
+        ] {
+            let m = materialize(&zoo::build(name).unwrap(), 7);
+            let bytes = to_tflite(&m).unwrap();
+            assert_eq!(&bytes[4..8], b"TFL3");
+            let back = tflite::import_bytes(name, &bytes).unwrap();
+            assert_eq!(back.ops.len(), m.ops.len(), "{name}");
+            assert_eq!(back.inputs, m.inputs);
+            assert_eq!(back.outputs, m.outputs);
+            for (a, b) in back.ops.iter().zip(&m.ops) {
+                assert_eq!(
+                    (a.kind, &a.inputs, &a.outputs),
+                    (b.kind, &b.inputs, &b.outputs)
+                );
+                assert_eq!(a.options.stride, b.options.stride);
+                assert_eq!(a.options.activation, b.options.activation);
+                assert_eq!(a.options.padding, b.options.padding);
+                // Concatenation keeps its axis (TFLite's default would be 0).
+                assert_eq!(a.options.axis, b.options.axis);
+            }
+            for (a, b) in back.tensors.iter().zip(&m.tensors) {
+                assert_eq!((&a.name, &a.shape, a.dtype), (&b.name, &b.shape, b.dtype));
+                assert_eq!(a.is_constant, b.is_constant, "{}", a.name);
+                assert_eq!(a.data, b.data, "{}", a.name);
+                assert_eq!(
+                    a.quantization.as_ref().map(|q| (&q.scale, &q.zero_point)),
+                    b.quantization.as_ref().map(|q| (&q.scale, &q.zero_point)),
+                    "{}",
+                    a.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,1343 @@
+//! memtrace's model world: a graph of operators over tensors, and what is
+//! done to it before anything runs.
+//!
+//! A [`Model`] comes from a `.tflite` file ([`tflite::import_file`]) or from
+//! the built-in zoo ([`zoo::build`], `zoo:NAME`). Operators are kept in the
+//! file's order; [`order`] derives other valid execution orders.
+//!
+//! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
+//! describes one operator as a [`LayerSpec`], so the O_s methods of
+//! [`memtrace_overlap`] apply to it.
+//!
+//! Around the graph: the arena [`planner`]s and the lower bound, TinySeg's
+//! graph transformation ([`tinyseg`]), the graph-level cold ranges
+//! ([`cold`]), lowering a model and a plan to an executor program
+//! ([`mod@lower`]) and `.tflite` export of zoo models ([`export`]). No
+//! events, no emulator, no pictures: the analyzer and the driver do those.
+
+pub mod cold;
+pub mod export;
+pub mod graph;
+pub mod lower;
+pub mod order;
+pub mod planner;
+pub mod schema;
+pub mod source;
+pub mod spill_ops;
+pub mod tflite;
+pub mod tinyseg;
+pub mod zoo;
+
+use std::collections::HashSet;
+use std::fmt;
+
+use memtrace_abi::spec::{self, LayerSpec, LayerSpecBuilder};
+use serde::{Deserialize, Serialize};
+
+/// Element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataType {
+    /// 32-bit float.
+    Float32,
+    /// Signed 8-bit integer.
+    Int8,
+    /// Unsigned 8-bit integer.
+    Uint8,
+    /// Signed 16-bit integer.
+    Int16,
+    /// Signed 32-bit integer.
+    Int32,
+    /// Signed 64-bit integer.
+    Int64,
+    /// Boolean, one byte per element.
+    Bool,
+    /// 16-bit float.
+    Float16,
+}
+
+impl DataType {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            DataType::Int8 | DataType::Uint8 | DataType::Bool => 1,
+            DataType::Int16 | DataType::Float16 => 2,
+            DataType::Float32 | DataType::Int32 => 4,
+            DataType::Int64 => 8,
+        }
+    }
+
+    /// Lower-case name used in reports (`float32`, `int8`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Float32 => "float32",
+            DataType::Int8 => "int8",
+            DataType::Uint8 => "uint8",
+            DataType::Int16 => "int16",
+            DataType::Int32 => "int32",
+            DataType::Int64 => "int64",
+            DataType::Bool => "bool",
+            DataType::Float16 => "float16",
+        }
+    }
+
+    /// The kernel-suite dtype whose O_s applies. `uint8` maps to `int8`: same
+    /// element size, and TFLite's uint8 reference kernels (Conv, DepthwiseConv,
+    /// pools, FullyConnected) walk exactly the loop nests of the int8 ones, so
+    /// their load/store order — the only thing O_s depends on — is the same.
+    pub fn spec_dtype(self) -> Option<spec::Dtype> {
+        match self {
+            DataType::Float32 => Some(spec::Dtype::F32),
+            DataType::Int8 | DataType::Uint8 => Some(spec::Dtype::Int8),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Affine quantisation parameters (`real = scale · (q − zero_point)`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantization {
+    /// Scale per channel, or a single per-tensor scale.
+    pub scale: Vec<f32>,
+    /// Zero point per channel, or a single per-tensor zero point.
+    pub zero_point: Vec<i64>,
+    /// Axis of per-channel parameters (0 when per-tensor).
+    pub quantized_dimension: i32,
+}
+
+/// One tensor of the graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tensor {
+    /// Tensor name from the model (or the builder).
+    pub name: String,
+    /// Dimensions, outermost first (empty for a scalar).
+    pub shape: Vec<u32>,
+    /// Element type.
+    pub dtype: DataType,
+    /// Bytes of its data: elements × element size.
+    pub bytes: u64,
+    /// Holds constant data (weights, biases, shape operands): it lives in
+    /// flash, never in the arena.
+    pub is_constant: bool,
+    /// TFLite variable tensor: allocated persistently by TFLM, not planned.
+    pub is_variable: bool,
+    /// Quantisation parameters, if the tensor is quantised.
+    pub quantization: Option<Quantization>,
+    /// The constant's bytes when the model carries them (imported models do;
+    /// zoo models only know sizes).
+    #[serde(skip)]
+    pub data: Option<Vec<u8>>,
+    /// A spilled copy held in storage outside the arena (written by a
+    /// TinySeg `Spill`, read by a `Fetch`): never placed in the arena.
+    #[serde(default)]
+    pub in_storage: bool,
+}
+
+impl Tensor {
+    /// Number of elements: the product of the dimensions.
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+
+    /// Whether an arena planner must place it.
+    pub fn needs_arena(&self) -> bool {
+        !self.is_constant && !self.is_variable && !self.in_storage
+    }
+}
+
+/// Operator kinds memtrace can plan. Anything else is rejected on import with
+/// the operator's name and index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// TFLite `CONV_2D`.
+    Conv2d,
+    /// TFLite `DEPTHWISE_CONV_2D`.
+    DepthwiseConv2d,
+    /// TFLite `FULLY_CONNECTED`.
+    FullyConnected,
+    /// TFLite `MAX_POOL_2D`.
+    MaxPool2d,
+    /// TFLite `AVERAGE_POOL_2D`.
+    AveragePool2d,
+    /// TFLite `ADD`.
+    Add,
+    /// TFLite `SUB`.
+    Sub,
+    /// TFLite `MUL`.
+    Mul,
+    /// TFLite `RELU`.
+    Relu,
+    /// TFLite `RELU6`.
+    Relu6,
+    /// TFLite `RELU_N1_TO_1`.
+    ReluN1To1,
+    /// TFLite `LOGISTIC` (sigmoid).
+    Logistic,
+    /// TFLite `TANH`.
+    Tanh,
+    /// TFLite `SOFTMAX`.
+    Softmax,
+    /// TFLite `RESHAPE`.
+    Reshape,
+    /// TFLite `SQUEEZE`.
+    Squeeze,
+    /// TFLite `QUANTIZE`.
+    Quantize,
+    /// TFLite `DEQUANTIZE`.
+    Dequantize,
+    /// TFLite `CONCATENATION`.
+    Concatenation,
+    /// TFLite `PAD`.
+    Pad,
+    /// TFLite `MEAN`.
+    Mean,
+    /// TFLite `TRANSPOSE_CONV`. Inputs in TFLite's order: the constant
+    /// int32 output shape, the weights `[O, KH, KW, I]`, the activation
+    /// input and an optional bias (see [`Op::data_input`]).
+    TransposeConv,
+    /// TinySeg `Spill` (no TFLite builtin): copies the last `output.bytes`
+    /// bytes of its input (all of it, or the tail of a partial spill) into its
+    /// output, a storage tensor ([`Tensor::in_storage`]).
+    Spill,
+    /// The part of a partially spilled tensor that stays in memory: copies
+    /// the first `output.bytes` bytes of its input into a new arena tensor,
+    /// so that the input (and with it the spilled tail's arena bytes) dies.
+    /// It plays the role of TinySeg's `Split` without materialising the tail.
+    SpillKeep,
+    /// TinySeg `Fetching`: copies a storage tensor back into the arena.
+    Fetch,
+    /// TinySeg `Fetching` fused with a `CONCATENATION`: concatenates its
+    /// inputs along `axis`, at least one of which is a storage tensor.
+    FetchConcat,
+    /// Any other TFLite operator (builtin or custom), imported for real TFLM
+    /// only ([`tflite::import_for_tflm`]): planned from its tensors'
+    /// lifetimes, overlapped only where a trace on TFLM proves it, never
+    /// lowered to memtrace's executor. Its TFLite name is the graph's
+    /// ([`graph::GraphOp::name`]).
+    Other,
+    /// TinySeg `FetchingConv2D`: a `CONV_2D` whose input is the
+    /// concatenation along `axis` of its leading non-constant inputs (one or
+    /// two, at least one in storage), read in place and never materialised;
+    /// the filter and bias follow as in `CONV_2D`.
+    FetchConv2d,
+}
+
+impl OpKind {
+    /// TFLite's name of the builtin operator.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Conv2d => "CONV_2D",
+            OpKind::DepthwiseConv2d => "DEPTHWISE_CONV_2D",
+            OpKind::FullyConnected => "FULLY_CONNECTED",
+            OpKind::MaxPool2d => "MAX_POOL_2D",
+            OpKind::AveragePool2d => "AVERAGE_POOL_2D",
+            OpKind::Add => "ADD",
+            OpKind::Sub => "SUB",
+            OpKind::Mul => "MUL",
+            OpKind::Relu => "RELU",
+            OpKind::Relu6 => "RELU6",
+            OpKind::ReluN1To1 => "RELU_N1_TO_1",
+            OpKind::Logistic => "LOGISTIC",
+            OpKind::Tanh => "TANH",
+            OpKind::Softmax => "SOFTMAX",
+            OpKind::Reshape => "RESHAPE",
+            OpKind::Squeeze => "SQUEEZE",
+            OpKind::Quantize => "QUANTIZE",
+            OpKind::Dequantize => "DEQUANTIZE",
+            OpKind::Concatenation => "CONCATENATION",
+            OpKind::Pad => "PAD",
+            OpKind::Mean => "MEAN",
+            OpKind::TransposeConv => "TRANSPOSE_CONV",
+            OpKind::Spill => "SPILL",
+            OpKind::SpillKeep => "SPILL_KEEP",
+            OpKind::Fetch => "FETCH",
+            OpKind::FetchConcat => "FETCH_CONCAT",
+            OpKind::FetchConv2d => "FETCH_CONV_2D",
+            OpKind::Other => "OTHER",
+        }
+    }
+
+    /// Whether the operator's O_s belongs to its first input alone. A
+    /// concatenation's inputs each have an O_s of their own
+    /// (docs/overlap.md §6) and cannot all sit at the output's end at once,
+    /// so the planners overlap its output with its first input only; for
+    /// every other operator the O_s applies to each input that dies there
+    /// (ADD reads both inputs at the same step).
+    pub fn overlaps_first_input_only(self) -> bool {
+        matches!(self, OpKind::Concatenation)
+    }
+
+    /// Unary ops whose TFLite reference kernel is one flat loop
+    /// `out[i] = f(in[i])` over same-sized elements: every output write
+    /// follows the read of the same index and no later read goes backwards, so
+    /// O_s = OB exactly as for ReLU (which the kernel suite traces).
+    pub fn is_flat_unary(self) -> bool {
+        matches!(self, OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1)
+    }
+
+    /// The operators TinySeg's graph transformation inserts: they have no
+    /// TFLite builtin and move tensors between the arena and storage.
+    pub fn is_tinyseg(self) -> bool {
+        matches!(
+            self,
+            OpKind::Spill
+                | OpKind::SpillKeep
+                | OpKind::Fetch
+                | OpKind::FetchConcat
+                | OpKind::FetchConv2d
+        )
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Fused activation of an operator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// No activation.
+    #[default]
+    None,
+    /// Clamps outputs below 0 to 0.
+    Relu,
+    /// Clamps outputs to `[-1, 1]`.
+    ReluN1To1,
+    /// Clamps outputs to `[0, 6]`.
+    Relu6,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// TFLite `SIGN_BIT`.
+    SignBit,
+}
+
+/// TFLite padding scheme.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Padding {
+    /// Output size `ceil(input / stride)`, input padded as needed.
+    #[default]
+    Same,
+    /// No padding: the window stays inside the input.
+    Valid,
+}
+
+/// Operator options (only the fields that matter for the op's kind are set).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpOptions {
+    /// (height, width)
+    pub stride: (u32, u32),
+    /// (height, width)
+    pub dilation: (u32, u32),
+    /// Padding scheme of convolutions and pools.
+    pub padding: Padding,
+    /// Output channels per input channel of a depthwise convolution.
+    pub depth_multiplier: u32,
+    /// Fused activation.
+    pub activation: Activation,
+    /// Pool window (height, width).
+    pub filter: (u32, u32),
+    /// Concatenation / softmax axis etc.
+    pub axis: Option<i32>,
+    /// Width of the accumulator scratch buffer of a quantised
+    /// TRANSPOSE_CONV (TinySeg's "temporary tensor quantisation" narrows it
+    /// to int16, halving the scratch). Not part of the `.tflite` format.
+    #[serde(default)]
+    pub accumulator: Accumulator,
+}
+
+/// Element type of the accumulator scratch buffer of an operator that keeps
+/// its partial sums in the arena (TFLM's int8 TRANSPOSE_CONV).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum Accumulator {
+    /// 32-bit, as TFLM's reference kernel (`int32_t* scratch_buffer`).
+    #[default]
+    Int32,
+    /// 16-bit: half the bytes; partial sums wrap modulo 2^16, so an output
+    /// is exact exactly when its final sum fits in int16.
+    Int16,
+}
+
+impl Accumulator {
+    /// Bytes per accumulator element.
+    pub fn size(self) -> u64 {
+        match self {
+            Accumulator::Int32 => 4,
+            Accumulator::Int16 => 2,
+        }
+    }
+}
+
+impl Default for OpOptions {
+    fn default() -> Self {
+        OpOptions {
+            stride: (1, 1),
+            dilation: (1, 1),
+            padding: Padding::Same,
+            depth_multiplier: 1,
+            activation: Activation::None,
+            filter: (1, 1),
+            axis: None,
+            accumulator: Accumulator::Int32,
+        }
+    }
+}
+
+/// One operator: tensor indices in TFLite's positional order (conv: input,
+/// filter, bias). Absent optional inputs (`-1` in TFLite) are dropped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    /// Operator kind.
+    pub kind: OpKind,
+    /// Input tensor indices.
+    pub inputs: Vec<usize>,
+    /// Output tensor indices.
+    pub outputs: Vec<usize>,
+    /// Options of the operator.
+    pub options: OpOptions,
+    /// Arena tensor the kernel library uses as scratch memory during this
+    /// operator (TFLM places scratch buffers in the arena too), if any.
+    #[serde(default)]
+    pub scratch: Option<usize>,
+}
+
+impl Op {
+    /// The inputs the operator's O_s may apply to: the first only for a
+    /// concatenation ([`OpKind::overlaps_first_input_only`]), else all.
+    pub fn overlap_inputs(&self) -> &[usize] {
+        if self.kind.overlaps_first_input_only() {
+            &self.inputs[..self.inputs.len().min(1)]
+        } else {
+            &self.inputs
+        }
+    }
+    /// Index into [`Op::inputs`] of the activation the operator transforms:
+    /// the third operand of TRANSPOSE_CONV (after the output shape and the
+    /// weights), the first of every other kind.
+    pub fn data_position(&self) -> usize {
+        match self.kind {
+            OpKind::TransposeConv => 2,
+            _ => 0,
+        }
+    }
+
+    /// The tensor of [`Op::data_position`], if the operator has it.
+    pub fn data_input(&self) -> Option<usize> {
+        self.inputs.get(self.data_position()).copied()
+    }
+}
+
+/// A graph of operators over tensors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    /// Model name (the file stem of an imported model, the zoo name otherwise).
+    pub name: String,
+    /// All tensors; operators and graph inputs/outputs refer to them by index.
+    pub tensors: Vec<Tensor>,
+    /// In the file's (or builder's) execution order.
+    pub ops: Vec<Op>,
+    /// Graph input tensor indices.
+    pub inputs: Vec<usize>,
+    /// Graph output tensor indices.
+    pub outputs: Vec<usize>,
+}
+
+/// A model that is not a well-formed graph, or a feature memtrace does not
+/// support.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The graph is malformed or uses something unsupported; the message says what.
+    #[error("{0}")]
+    Invalid(String),
+    /// A TFLite operator memtrace cannot plan.
+    #[error("operator {index}: unsupported operator {name}")]
+    UnsupportedOp {
+        /// Index of the operator in the model.
+        index: usize,
+        /// TFLite name of the operator (or what is known of it).
+        name: String,
+    },
+    /// A tensor element type memtrace does not support.
+    #[error("tensor {index} `{name}`: unsupported element type {dtype}")]
+    UnsupportedType {
+        /// Index of the tensor.
+        index: usize,
+        /// Name of the tensor.
+        name: String,
+        /// The element type, as TFLite names it.
+        dtype: String,
+    },
+    /// The `.tflite` flatbuffer could not be read.
+    #[error("malformed .tflite flatbuffer ({context}): {source}")]
+    Flatbuffer {
+        /// The table or field being read.
+        context: String,
+        /// Underlying planus error.
+        #[source]
+        source: planus::Error,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path of the file.
+        path: String,
+        /// Underlying I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output file could not be written.
+    #[error(transparent)]
+    Write(#[from] memtrace_io::WriteError),
+}
+
+impl Model {
+    /// For each tensor, the operator that writes it (at most one).
+    pub fn producers(&self) -> Vec<Option<usize>> {
+        let mut p = vec![None; self.tensors.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                p[t] = Some(i);
+            }
+        }
+        p
+    }
+
+    /// For each tensor, the operators that read it (each at most once, in
+    /// op order).
+    pub fn consumers(&self) -> Vec<Vec<usize>> {
+        let mut c: Vec<Vec<usize>> = vec![Vec::new(); self.tensors.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in &op.inputs {
+                if c[t].last() != Some(&i) {
+                    c[t].push(i);
+                }
+            }
+        }
+        c
+    }
+
+    /// Operators whose outputs op `i` reads (deduplicated, sorted).
+    pub fn predecessors(&self) -> Vec<Vec<usize>> {
+        let producers = self.producers();
+        self.ops
+            .iter()
+            .map(|op| {
+                let mut p: Vec<usize> = op.inputs.iter().filter_map(|&t| producers[t]).collect();
+                p.sort_unstable();
+                p.dedup();
+                p
+            })
+            .collect()
+    }
+
+    /// Operators that read op `i`'s outputs (deduplicated, sorted).
+    pub fn successors(&self) -> Vec<Vec<usize>> {
+        let mut s: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
+        for (i, preds) in self.predecessors().into_iter().enumerate() {
+            for p in preds {
+                s[p].push(i);
+            }
+        }
+        for v in &mut s {
+            v.sort_unstable();
+            v.dedup();
+        }
+        s
+    }
+
+    /// Checks indices, single producers, that graph inputs are not produced,
+    /// that the operator order is a valid execution order, and that every
+    /// activation an operator reads exists by then.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let n = self.tensors.len();
+        let bad = |what: String| Err(ModelError::Invalid(what));
+        for (list, what) in [
+            (&self.inputs, "graph input"),
+            (&self.outputs, "graph output"),
+        ] {
+            if let Some(&t) = list.iter().find(|&&t| t >= n) {
+                return bad(format!("{what} tensor {t} does not exist ({n} tensors)"));
+            }
+        }
+        let mut produced: Vec<Option<usize>> = vec![None; n];
+        let mut available: Vec<bool> = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.is_constant || t.is_variable || self.inputs.contains(&i))
+            .collect();
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in op.inputs.iter().chain(&op.outputs) {
+                if t >= n {
+                    return bad(format!(
+                        "operator {i} ({}) uses tensor {t}, but there are {n} tensors",
+                        op.kind
+                    ));
+                }
+            }
+            if op.outputs.is_empty() {
+                return bad(format!("operator {i} ({}) has no output", op.kind));
+            }
+            for &t in &op.inputs {
+                if !available[t] {
+                    return bad(format!(
+                        "operator {i} ({}) reads tensor {t} `{}` before any operator writes it",
+                        op.kind, self.tensors[t].name
+                    ));
+                }
+            }
+            for &t in &op.outputs {
+                if let Some(p) = produced[t] {
+                    return bad(format!(
+                        "tensor {t} `{}` is written by operators {p} and {i}",
+                        self.tensors[t].name
+                    ));
+                }
+                if self.tensors[t].is_constant {
+                    return bad(format!(
+                        "operator {i} ({}) writes constant tensor {t} `{}`",
+                        op.kind, self.tensors[t].name
+                    ));
+                }
+                if self.inputs.contains(&t) {
+                    return bad(format!(
+                        "operator {i} ({}) writes graph input tensor {t} `{}`",
+                        op.kind, self.tensors[t].name
+                    ));
+                }
+                produced[t] = Some(i);
+                available[t] = true;
+            }
+        }
+        for &t in &self.outputs {
+            if !available[t] {
+                return bad(format!(
+                    "graph output tensor {t} `{}` is never written",
+                    self.tensors[t].name
+                ));
+            }
+        }
+        self.check_storage().map_err(ModelError::Invalid)
+    }
+
+    /// Checks that every operator's tensor shapes agree with each other and
+    /// with its options, by TFLite's shape rules: CONV_2D and
+    /// DEPTHWISE_CONV_2D output N×H×W×C from input, filter, stride, dilation
+    /// and padding (and the bias length); pools likewise from the window;
+    /// FULLY_CONNECTED rows and units; ADD/SUB/MUL NumPy broadcasting;
+    /// element-wise ops, SOFTMAX, QUANTIZE/DEQUANTIZE same shape; RESHAPE and
+    /// SQUEEZE the same element count; CONCATENATION along its axis; PAD no
+    /// smaller than its input; TRANSPOSE_CONV as `check_transpose_conv` says. The error names the operator index, its TFLite
+    /// name and the offending tensor.
+    pub fn check_shapes(&self) -> Result<(), ModelError> {
+        for (i, op) in self.ops.iter().enumerate() {
+            self.check_op_shapes(op).map_err(|reason| {
+                ModelError::Invalid(format!("operator {i} ({}): {reason}", op.kind))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn check_op_shapes(&self, op: &Op) -> Result<(), String> {
+        let n = self.tensors.len();
+        let tensor = |list: &[usize], k: usize, what: &str| -> Result<&Tensor, String> {
+            let &t = list
+                .get(k)
+                .ok_or_else(|| format!("has no {what} (operand {k})"))?;
+            self.tensors
+                .get(t)
+                .ok_or_else(|| format!("{what} is tensor {t}, but there are {n} tensors"))
+        };
+        let input = |k: usize, what: &str| tensor(&op.inputs, k, what);
+        let x = input(op.data_position(), "input")?;
+        let y = tensor(&op.outputs, 0, "output")?;
+        let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
+        let rank4 = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
+            match t.shape[..] {
+                [a, b, c, d] => Ok([a as u64, b as u64, c as u64, d as u64]),
+                _ => Err(format!("{what} {} is not 4-D", show(t))),
+            }
+        };
+        let expect = |got: &[u64], want: &[u64], why: String| -> Result<(), String> {
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("output {} should be {want:?} ({why})", show(y)))
+            }
+        };
+        let dims = |t: &Tensor| t.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+        let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
+        let (dh, dw) = (op.options.dilation.0 as u64, op.options.dilation.1 as u64);
+        let padding = op.options.padding;
+        let out = |size: u64, filter: u64, stride: u64, dilation: u64| -> Result<u64, String> {
+            out_size(padding, size, filter, stride, dilation).ok_or_else(|| {
+                format!(
+                    "a window of {filter} (dilation {dilation}) does not fit an input extent of {size} with {padding:?} padding"
+                )
+            })
+        };
+        match op.kind {
+            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
+                let i4 = rank4(x, "input")?;
+                let w = input(1, "filter")?;
+                let f4 = rank4(w, "filter")?;
+                let [nb, h, wd, c] = i4;
+                let oh = out(h, f4[1], sh, dh)?;
+                let ow = out(wd, f4[2], sw, dw)?;
+                let oc = if op.kind == OpKind::Conv2d {
+                    if f4[3] == 0 || c % f4[3] != 0 {
+                        return Err(format!(
+                            "filter {} depth {} does not divide input {} depth {c}",
+                            show(w),
+                            f4[3],
+                            show(x)
+                        ));
+                    }
+                    f4[0]
+                } else {
+                    let m = op.options.depth_multiplier as u64;
+                    if f4[0] != 1 || c == 0 || f4[3] % c != 0 || (m > 1 && f4[3] != c * m) {
+                        return Err(format!(
+                            "depthwise filter {} must be 1xKHxKWx(C·M) for input {} and depth_multiplier {m}",
+                            show(w),
+                            show(x)
+                        ));
+                    }
+                    f4[3]
+                };
+                if let Ok(b) = input(2, "bias") {
+                    if b.elements() != oc {
+                        return Err(format!(
+                            "bias {} has {} elements, the operator has {oc} output channels",
+                            show(b),
+                            b.elements()
+                        ));
+                    }
+                }
+                expect(
+                    &dims(y),
+                    &[nb, oh, ow, oc],
+                    format!(
+                        "input {}, filter {}, stride {sh}x{sw}, dilation {dh}x{dw}, {padding:?} padding",
+                        show(x),
+                        show(w)
+                    ),
+                )
+            }
+            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+                let [nb, h, wd, c] = rank4(x, "input")?;
+                let (fh, fw) = (op.options.filter.0 as u64, op.options.filter.1 as u64);
+                let oh = out(h, fh, sh, 1)?;
+                let ow = out(wd, fw, sw, 1)?;
+                expect(
+                    &dims(y),
+                    &[nb, oh, ow, c],
+                    format!(
+                        "input {}, window {fh}x{fw}, stride {sh}x{sw}, {padding:?} padding",
+                        show(x)
+                    ),
+                )
+            }
+            OpKind::FullyConnected => {
+                let w = input(1, "weights")?;
+                let [units, depth] = w.shape[..] else {
+                    return Err(format!("weights {} are not 2-D", show(w)));
+                };
+                let (units, depth) = (units as u64, depth as u64);
+                if depth == 0 || x.elements() % depth != 0 {
+                    return Err(format!(
+                        "input {} has {} elements, not a multiple of the weights' depth {depth} ({})",
+                        show(x),
+                        x.elements(),
+                        show(w)
+                    ));
+                }
+                if let Ok(b) = input(2, "bias") {
+                    if b.elements() != units {
+                        return Err(format!(
+                            "bias {} has {} elements, the weights {} have {units} units",
+                            show(b),
+                            b.elements(),
+                            show(w)
+                        ));
+                    }
+                }
+                let rows = x.elements() / depth;
+                if y.shape.last().map(|&d| d as u64) != Some(units) || y.elements() != rows * units
+                {
+                    return Err(format!(
+                        "output {} should hold {rows} rows of {units} units (input {}, weights {})",
+                        show(y),
+                        show(x),
+                        show(w)
+                    ));
+                }
+                Ok(())
+            }
+            OpKind::Add | OpKind::Sub | OpKind::Mul => {
+                let x2 = input(1, "second input")?;
+                let want = broadcast(&dims(x), &dims(x2)).ok_or_else(|| {
+                    format!("inputs {} and {} do not broadcast", show(x), show(x2))
+                })?;
+                expect(
+                    &dims(y),
+                    &want,
+                    format!("inputs {} and {} broadcast", show(x), show(x2)),
+                )
+            }
+            OpKind::Relu
+            | OpKind::Relu6
+            | OpKind::ReluN1To1
+            | OpKind::Logistic
+            | OpKind::Tanh
+            | OpKind::Softmax
+            | OpKind::Quantize
+            | OpKind::Dequantize => expect(&dims(y), &dims(x), format!("input {}", show(x))),
+            OpKind::Reshape | OpKind::Squeeze => {
+                if x.elements() != y.elements() {
+                    return Err(format!(
+                        "output {} has {} elements, input {} has {}",
+                        show(y),
+                        y.elements(),
+                        show(x),
+                        x.elements()
+                    ));
+                }
+                Ok(())
+            }
+            OpKind::Spill
+            | OpKind::SpillKeep
+            | OpKind::Fetch
+            | OpKind::FetchConcat
+            | OpKind::FetchConv2d => self.check_tinyseg_op(op),
+            // TFLM prepares it and says what it rejects.
+            OpKind::Other => Ok(()),
+            OpKind::Concatenation => {
+                let inputs = (0..op.inputs.len())
+                    .map(|k| input(k, "input"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (axis, want) = concat_dims(&inputs, op.options.axis)?;
+                expect(&dims(y), &want, format!("concatenation along axis {axis}"))
+            }
+            OpKind::Pad => {
+                let (dx, dy) = (dims(x), dims(y));
+                if dx.len() != dy.len() || dx.iter().zip(&dy).any(|(a, b)| b < a) {
+                    return Err(format!(
+                        "output {} is smaller than input {}",
+                        show(y),
+                        show(x)
+                    ));
+                }
+                Ok(())
+            }
+            OpKind::TransposeConv => self.check_transpose_conv(op, x, y),
+            OpKind::Mean => {
+                if y.elements() > x.elements() {
+                    return Err(format!(
+                        "output {} has more elements than input {}",
+                        show(y),
+                        show(x)
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// TRANSPOSE_CONV: the output shape operand is a 4-element int32 vector
+    /// (equal to the output's dimensions when it holds data), the weights
+    /// are `[O, KH, KW, I]` for an input `[N, H, W, I]` and an output
+    /// `[N, OH, OW, O]`, the bias (if any) has O elements, and the input is
+    /// what a convolution with the same window, stride and padding makes of
+    /// the output (TensorFlow's `conv2d_transpose` shape rule, which TFLM's
+    /// `ComputePaddingHeightWidth` call relies on).
+    fn check_transpose_conv(&self, op: &Op, x: &Tensor, y: &Tensor) -> Result<(), String> {
+        let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
+        let operand = |k: usize, what: &str| -> Result<&Tensor, String> {
+            op.inputs
+                .get(k)
+                .and_then(|&t| self.tensors.get(t))
+                .ok_or_else(|| format!("has no {what} (operand {k})"))
+        };
+        let four = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
+            match t.shape[..] {
+                [a, b, c, d] => Ok([a as u64, b as u64, c as u64, d as u64]),
+                _ => Err(format!("{what} {} is not 4-D", show(t))),
+            }
+        };
+        let shape_t = operand(0, "output shape")?;
+        if shape_t.dtype != DataType::Int32 || shape_t.elements() != 4 {
+            return Err(format!(
+                "output shape operand {} must be 4 int32 values",
+                show(shape_t)
+            ));
+        }
+        let w = operand(1, "weights")?;
+        let [o, kh, kw, wi] = four(w, "weights")?;
+        let [n, h, wd, c] = four(x, "input")?;
+        let [yn, oh, ow, yc] = four(y, "output")?;
+        if let Some(data) = &shape_t.data {
+            let declared: Vec<u64> = data
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+                .collect();
+            if declared != [yn, oh, ow, yc] {
+                return Err(format!(
+                    "output {} differs from the output shape operand {declared:?}",
+                    show(y)
+                ));
+            }
+        }
+        if wi != c || o != yc || n != yn {
+            return Err(format!(
+                "weights {} must be [output channels, KH, KW, input channels] for input {} and output {}",
+                show(w),
+                show(x),
+                show(y)
+            ));
+        }
+        if let Some(b) = op.inputs.get(3).and_then(|&t| self.tensors.get(t)) {
+            if b.elements() != o {
+                return Err(format!(
+                    "bias {} has {} elements, the operator has {o} output channels",
+                    show(b),
+                    b.elements()
+                ));
+            }
+        }
+        let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
+        let padding = op.options.padding;
+        let fits = out_size(padding, oh, kh, sh, 1) == Some(h)
+            && out_size(padding, ow, kw, sw, 1) == Some(wd);
+        if !fits {
+            return Err(format!(
+                "input {} is not what a {kh}x{kw} window with stride {sh}x{sw} and {padding:?} padding makes of output {}",
+                show(x),
+                show(y)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Operators that carry a non-constant input into a non-constant output
+    /// and form a single chain: every op reads exactly the previous op's
+    /// output (or the graph input) and every intermediate tensor has one
+    /// reader. `Err` names the first reason it is not.
+    pub fn sequential_chain(&self) -> Result<(), ModelError> {
+        self.chain_break()
+            .map_or(Ok(()), |reason| Err(ModelError::Invalid(reason)))
+    }
+
+    /// Why the model is not a sequential chain, if it is not.
+    fn chain_break(&self) -> Option<String> {
+        self.chain_check().err()
+    }
+
+    fn chain_check(&self) -> Result<(), String> {
+        let consumers = self.consumers();
+        let mut prev: Option<usize> = None;
+        for (i, op) in self.ops.iter().enumerate() {
+            let acts: Vec<usize> = op
+                .inputs
+                .iter()
+                .copied()
+                .filter(|&t| self.tensors[t].needs_arena())
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let outs: Vec<usize> = op
+                .outputs
+                .iter()
+                .copied()
+                .filter(|&t| self.tensors[t].needs_arena())
+                .collect();
+            if outs.len() != 1 {
+                return Err(format!(
+                    "operator {i} ({}) has {} activation outputs",
+                    op.kind,
+                    outs.len()
+                ));
+            }
+            if acts.len() != 1 {
+                return Err(format!(
+                    "operator {i} ({}) reads {} activation tensors",
+                    op.kind,
+                    acts.len()
+                ));
+            }
+            let input = acts[0];
+            match prev {
+                Some(p) if p != input => {
+                    return Err(format!(
+                        "operator {i} ({}) does not read the previous operator's output",
+                        op.kind
+                    ))
+                }
+                None if !self.inputs.contains(&input) => {
+                    return Err(format!(
+                        "operator {i} ({}) does not read a graph input",
+                        op.kind
+                    ))
+                }
+                _ => {}
+            }
+            if consumers[input].len() > 1 || (prev.is_some() && self.outputs.contains(&input)) {
+                return Err(format!(
+                    "tensor `{}` is read by {} operators",
+                    self.tensors[input].name,
+                    consumers[input].len() + usize::from(self.outputs.contains(&input))
+                ));
+            }
+            prev = Some(outs[0]);
+        }
+        Ok(())
+    }
+
+    /// The layer specification of operator `op` for the O_s methods, if the
+    /// kernel suite runs this kind of operator in this configuration.
+    pub fn layer_spec(&self, op: usize) -> Option<LayerSpec> {
+        let o = self.ops.get(op)?;
+        let input = self.tensors.get(o.data_input()?)?;
+        let output = self.tensors.get(*o.outputs.first()?)?;
+        let dtype = input.dtype.spec_dtype()?;
+        if output.dtype.spec_dtype()? != dtype || input.dtype.size() != output.dtype.size() {
+            return None;
+        }
+        let activation = match o.options.activation {
+            Activation::None => spec::Activation::None,
+            Activation::Relu => spec::Activation::Relu,
+            Activation::Relu6 => spec::Activation::Relu6,
+            _ => return None,
+        };
+        let padding = match o.options.padding {
+            Padding::Same => spec::Padding::Same,
+            Padding::Valid => spec::Padding::Valid,
+        };
+        let (sh, sw) = o.options.stride;
+        let (dh, dw) = o.options.dilation;
+        let builder = match o.kind {
+            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
+                let filter = self.tensors.get(*o.inputs.get(1)?)?;
+                let f = shape4(&filter.shape)?;
+                let in4 = shape4(&input.shape)?;
+                let op_kind = if o.kind == OpKind::Conv2d {
+                    spec::Op::Conv2d
+                } else {
+                    spec::Op::DepthwiseConv2d
+                };
+                let mut b = LayerSpecBuilder::new(op_kind, dtype, in4)
+                    .filter(f)
+                    .stride(sh, sw)
+                    .dilation(dh, dw)
+                    .padding(padding)
+                    .activation(activation);
+                if o.kind == OpKind::DepthwiseConv2d {
+                    if in4[3] == 0 || f[3] % in4[3] != 0 {
+                        return None;
+                    }
+                    b = b.depth_multiplier(f[3] / in4[3]);
+                }
+                b
+            }
+            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+                let op_kind = if o.kind == OpKind::MaxPool2d {
+                    spec::Op::MaxPool
+                } else {
+                    spec::Op::AveragePool
+                };
+                let (fh, fw) = o.options.filter;
+                LayerSpecBuilder::new(op_kind, dtype, shape4(&input.shape)?)
+                    .filter([1, fh, fw, 1])
+                    .stride(sh, sw)
+                    .padding(padding)
+                    .activation(activation)
+            }
+            OpKind::FullyConnected => {
+                let weights = self.tensors.get(*o.inputs.get(1)?)?;
+                if weights.shape.len() != 2 {
+                    return None;
+                }
+                let (units, depth) = (weights.shape[0], weights.shape[1]);
+                if depth == 0 || input.elements() % depth as u64 != 0 {
+                    return None;
+                }
+                let rows = u32::try_from(input.elements() / depth as u64).ok()?;
+                LayerSpecBuilder::new(spec::Op::FullyConnected, dtype, [1, 1, rows, depth])
+                    .filter([1, 1, units, depth])
+                    .activation(activation)
+            }
+            OpKind::Add => {
+                let other = self.tensors.get(*o.inputs.get(1)?)?;
+                if o.inputs.len() != 2
+                    || other.shape != input.shape
+                    || output.shape != input.shape
+                    || other.dtype != input.dtype
+                {
+                    return None;
+                }
+                LayerSpecBuilder::new(spec::Op::Add, dtype, shape4(&input.shape)?)
+                    .activation(activation)
+            }
+            OpKind::Relu => {
+                if output.shape != input.shape {
+                    return None;
+                }
+                LayerSpecBuilder::new(spec::Op::Relu, dtype, shape4(&input.shape)?)
+            }
+            OpKind::Concatenation => self.concatenation_builder(o, dtype)?,
+            OpKind::Pad => self.pad_builder(o, dtype)?,
+            OpKind::TransposeConv => {
+                // Operands: output shape, weights [OC, KH, KW, IC], input,
+                // optional bias; the output is given, as TFLite gives it.
+                let weights = self.tensors.get(*o.inputs.get(1)?)?;
+                LayerSpecBuilder::new(spec::Op::TransposeConv, dtype, shape4(&input.shape)?)
+                    .filter(shape4(&weights.shape)?)
+                    .output(shape4(&output.shape)?)
+                    .stride(sh, sw)
+                    .padding(padding)
+                    .activation(activation)
+            }
+            _ => return None,
+        };
+        let built = builder.build().ok()?;
+        // The spec must describe this operator's real output.
+        if built.output_bytes() != output.bytes || built.input_bytes() != input.bytes {
+            return None;
+        }
+        Some(built)
+    }
+
+    /// The kernel-suite layer of a two-input CONCATENATION: both inputs of
+    /// the output's type, rank at most 4, the axis (negative counts from
+    /// the end) moved to NHWC by the left-padding to 4-D. Inputs of other
+    /// counts have no suite layer.
+    fn concatenation_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
+        let [a, b] = o.inputs[..] else {
+            return None;
+        };
+        // TFLM's reference CONCATENATION applies no fused activation.
+        if o.options.activation != Activation::None {
+            return None;
+        }
+        let (x, y) = (self.tensors.get(a)?, self.tensors.get(b)?);
+        if x.dtype != y.dtype || x.shape.len() != y.shape.len() {
+            return None;
+        }
+        let rank = x.shape.len() as i32;
+        let axis = o.options.axis.unwrap_or(0);
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if !(0..rank).contains(&axis) {
+            return None;
+        }
+        let axis4 = (axis + 4 - rank) as u32;
+        Some(
+            LayerSpecBuilder::new(spec::Op::Concatenation, dtype, shape4(&x.shape)?)
+                .concat(shape4(&y.shape)?, axis4),
+        )
+    }
+
+    /// The kernel-suite layer of a PAD: the constant `[rank, 2]` int32
+    /// paddings tensor read as before/after amounts, left-padded with zeros
+    /// to NHWC as TFLM does. A PAD whose paddings are not constant (or are
+    /// negative) has no suite layer.
+    fn pad_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
+        let input = self.tensors.get(*o.inputs.first()?)?;
+        let paddings = self.tensors.get(*o.inputs.get(1)?)?;
+        let rank = input.shape.len();
+        let data = paddings.data.as_ref()?;
+        if paddings.dtype != DataType::Int32 || rank > 4 || data.len() != rank * 2 * 4 {
+            return None;
+        }
+        let word = |i: usize| {
+            let v = i32::from_le_bytes(data[i * 4..i * 4 + 4].try_into().ok()?);
+            u32::try_from(v).ok()
+        };
+        let (mut before, mut after) = ([0u32; 4], [0u32; 4]);
+        for d in 0..rank {
+            before[4 - rank + d] = word(2 * d)?;
+            after[4 - rank + d] = word(2 * d + 1)?;
+        }
+        Some(
+            LayerSpecBuilder::new(spec::Op::Pad, dtype, shape4(&input.shape)?)
+                .paddings(before, after),
+        )
+    }
+
+    /// Non-constant, non-variable tensors that some operator touches or that
+    /// are graph inputs/outputs: the tensors an arena planner places.
+    pub fn arena_tensors(&self) -> Vec<usize> {
+        let mut used = vec![false; self.tensors.len()];
+        for op in &self.ops {
+            for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
+                used[t] = true;
+            }
+        }
+        for &t in self.inputs.iter().chain(&self.outputs) {
+            used[t] = true;
+        }
+        (0..self.tensors.len())
+            .filter(|&t| used[t] && self.tensors[t].needs_arena())
+            .collect()
+    }
+}
+
+impl Model {
+    /// Scratch bytes TFLM's reference kernels request in the arena for each
+    /// operator (`RequestScratchBufferInArena` in the kernel's `Prepare`):
+    /// an int8 TRANSPOSE_CONV asks for one int32 accumulator per output
+    /// element (`GetTensorShape(output).FlatSize() * sizeof(int32_t)`,
+    /// tflite-micro `kernels/transpose_conv.cc`), or int16 when the operator's
+    /// [`OpOptions::accumulator`] says so; every other operator memtrace
+    /// runs, and the float TRANSPOSE_CONV, asks for none.
+    pub fn reference_scratch_needs(&self) -> Vec<u64> {
+        self.ops
+            .iter()
+            .map(|op| {
+                let input = op.data_input().and_then(|t| self.tensors.get(t));
+                let output = op.outputs.first().and_then(|&t| self.tensors.get(t));
+                match (op.kind, input, output) {
+                    (OpKind::TransposeConv, Some(x), Some(y)) if x.dtype == DataType::Int8 => {
+                        y.elements() * op.options.accumulator.size()
+                    }
+                    _ => 0,
+                }
+            })
+            .collect()
+    }
+
+    /// This model with every TRANSPOSE_CONV accumulating in `accumulator`
+    /// (TinySeg's temporary tensor quantisation when [`Accumulator::Int16`]).
+    pub fn with_transpose_conv_accumulator(&self, accumulator: Accumulator) -> Model {
+        let mut m = self.clone();
+        for op in m.ops.iter_mut().filter(|o| o.kind == OpKind::TransposeConv) {
+            op.options.accumulator = accumulator;
+        }
+        m
+    }
+
+    /// This model with the scratch tensors of TFLM's reference kernels
+    /// ([`Model::reference_scratch_needs`]), as TFLM's planner sees them.
+    pub fn with_reference_scratch(&self) -> Model {
+        self.with_scratch(&self.reference_scratch_needs())
+    }
+
+    /// This model with a scratch tensor of `needs[op]` bytes for every
+    /// operator that needs one (int8, shape `[bytes]`, named after the
+    /// operator's output), replacing any scratch tensors it had.
+    pub fn with_scratch(&self, needs: &[u64]) -> Model {
+        let mut m = self.clone();
+        for (op, &bytes) in needs.iter().enumerate().take(m.ops.len()) {
+            m.ops[op].scratch = None;
+            if bytes == 0 {
+                continue;
+            }
+            let owner = m.ops[op]
+                .outputs
+                .first()
+                .map(|&t| m.tensors[t].name.clone());
+            m.tensors.push(Tensor {
+                name: format!("{}/scratch", owner.unwrap_or_else(|| format!("op{op}"))),
+                shape: vec![bytes as u32],
+                dtype: DataType::Int8,
+                bytes,
+                is_constant: false,
+                is_variable: false,
+                quantization: None,
+                data: None,
+                in_storage: false,
+            });
+            m.ops[op].scratch = Some(m.tensors.len() - 1);
+        }
+        m
+    }
+}
+
+/// TFLite `ComputeOutSize`: output extent of a window `filter` (dilated by
+/// `dilation`) over `size` with `stride`; `None` when it is not positive.
+fn out_size(padding: Padding, size: u64, filter: u64, stride: u64, dilation: u64) -> Option<u64> {
+    if stride == 0 || filter == 0 || dilation == 0 {
+        return None;
+    }
+    let effective = (filter - 1).checked_mul(dilation)?.checked_add(1)?;
+    let out = match padding {
+        Padding::Same => size.div_ceil(stride),
+        Padding::Valid => (size + stride).saturating_sub(effective) / stride,
+    };
+    (out > 0).then_some(out)
+}
+
+/// The axis (made non-negative) and the output dimensions of a
+/// concatenation of `inputs` along `axis` (TFLite's default: the last), or
+/// why the inputs do not concatenate.
+pub(crate) fn concat_dims(
+    inputs: &[&Tensor],
+    axis: Option<i32>,
+) -> Result<(usize, Vec<u64>), String> {
+    let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
+    let dims = |t: &Tensor| t.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let x = inputs.first().ok_or("has no input")?;
+    let rank = x.shape.len() as i64;
+    let axis = axis.unwrap_or(-1) as i64;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(format!("axis {axis} is outside input {}", show(x)));
+    }
+    let axis = axis as usize;
+    let mut want = dims(x);
+    for t in &inputs[1..] {
+        let d = dims(t);
+        let agrees = d.len() == want.len()
+            && d.iter()
+                .zip(&want)
+                .enumerate()
+                .all(|(j, (a, b))| j == axis || a == b);
+        if !agrees {
+            return Err(format!(
+                "input {} does not match input {} outside axis {axis}",
+                show(t),
+                show(x)
+            ));
+        }
+        want[axis] += d[axis];
+    }
+    Ok((axis, want))
+}
+
+/// NumPy broadcasting of two shapes (aligned at the last dimension).
+fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[u64], k: usize| (k + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
+    (0..rank)
+        .map(|k| match (dim(a, k), dim(b, k)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A shape as 4-D NHWC (rank ≤ 4, left-padded with 1s).
+pub fn shape4(shape: &[u32]) -> Option<[u32; 4]> {
+    if shape.len() > 4 {
+        return None;
+    }
+    let mut s = [1u32; 4];
+    s[4 - shape.len()..].copy_from_slice(shape);
+    Some(s)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

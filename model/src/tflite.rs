@@ -1,0 +1,760 @@
+//! `.tflite` import and `OfflineMemoryAllocation` export, through the Rust
+//! code that `model/build.rs` generates with planus from TensorFlow's
+//! official schema (no hand-written flatbuffer access).
+//!
+//! planus verifies every offset, length and enum tag as it reads, so a
+//! truncated or corrupted file is an error naming what was being read, never
+//! a panic or an out-of-bounds read.
+
+use std::path::Path;
+
+use super::schema::tflite as fb;
+use super::{
+    Activation, DataType, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
+};
+
+pub(super) fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelError {
+    let context = context.into();
+    move |source| ModelError::Flatbuffer { context, source }
+}
+
+/// Reads a `.tflite` file: a regular file of at most
+/// [`MAX_TFLITE_FILE`](memtrace_io::input::MAX_TFLITE_FILE) bytes. The model is
+/// named after the file stem.
+pub fn import_file(path: &Path) -> Result<Model, ModelError> {
+    let bytes = read_model_file(path)?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    import_bytes(&name, &bytes)
+}
+
+/// The bytes of a `.tflite` file, bounded (see [`memtrace_io::input::read_limited`]).
+fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
+    use memtrace_io::input::{read_limited, ReadError, MAX_TFLITE_FILE};
+    read_limited(path, MAX_TFLITE_FILE, ".tflite models").map_err(|e| match e {
+        ReadError::Io { path, source } => ModelError::Io { path, source },
+        other => ModelError::Invalid(other.to_string()),
+    })
+}
+
+/// Maps TFLite's builtin operator to the kinds memtrace plans.
+fn op_kind(code: fb::BuiltinOperator) -> Option<OpKind> {
+    use fb::BuiltinOperator as B;
+    Some(match code {
+        B::Conv2d => OpKind::Conv2d,
+        B::DepthwiseConv2d => OpKind::DepthwiseConv2d,
+        B::FullyConnected => OpKind::FullyConnected,
+        B::MaxPool2d => OpKind::MaxPool2d,
+        B::AveragePool2d => OpKind::AveragePool2d,
+        B::Add => OpKind::Add,
+        B::Sub => OpKind::Sub,
+        B::Mul => OpKind::Mul,
+        B::Relu => OpKind::Relu,
+        B::Relu6 => OpKind::Relu6,
+        B::ReluN1To1 => OpKind::ReluN1To1,
+        B::Logistic => OpKind::Logistic,
+        B::Tanh => OpKind::Tanh,
+        B::Softmax => OpKind::Softmax,
+        B::Reshape => OpKind::Reshape,
+        B::Squeeze => OpKind::Squeeze,
+        B::Quantize => OpKind::Quantize,
+        B::Dequantize => OpKind::Dequantize,
+        B::Concatenation => OpKind::Concatenation,
+        B::Pad => OpKind::Pad,
+        B::Mean => OpKind::Mean,
+        B::TransposeConv => OpKind::TransposeConv,
+        _ => return None,
+    })
+}
+
+/// TFLite's name of a builtin operator (`CONV_2D`) or type (`UINT32`) from
+/// planus' variant name (`Conv2d`, `Uint32`).
+pub(super) fn builtin_name(debug: &str) -> String {
+    let mut out = String::new();
+    let mut prev: Option<char> = None;
+    for c in debug.chars() {
+        if let Some(p) = prev {
+            let boundary = (c.is_ascii_uppercase()
+                && (p.is_ascii_lowercase() || p.is_ascii_digit()))
+                || (c.is_ascii_digit() && p.is_ascii_alphabetic());
+            if boundary {
+                out.push('_');
+            }
+        }
+        out.push(c.to_ascii_uppercase());
+        prev = Some(c);
+    }
+    out
+}
+
+pub(super) fn dtype(t: fb::TensorType) -> Option<DataType> {
+    use fb::TensorType as T;
+    Some(match t {
+        T::Float32 => DataType::Float32,
+        T::Int8 => DataType::Int8,
+        T::Uint8 => DataType::Uint8,
+        T::Int16 => DataType::Int16,
+        T::Int32 => DataType::Int32,
+        T::Int64 => DataType::Int64,
+        T::Bool => DataType::Bool,
+        T::Float16 => DataType::Float16,
+        _ => return None,
+    })
+}
+
+fn activation(a: fb::ActivationFunctionType) -> Activation {
+    use fb::ActivationFunctionType as A;
+    match a {
+        A::None => Activation::None,
+        A::Relu => Activation::Relu,
+        A::ReluN1To1 => Activation::ReluN1To1,
+        A::Relu6 => Activation::Relu6,
+        A::Tanh => Activation::Tanh,
+        A::SignBit => Activation::SignBit,
+    }
+}
+
+fn padding(p: fb::Padding) -> Padding {
+    match p {
+        fb::Padding::Same => Padding::Same,
+        fb::Padding::Valid => Padding::Valid,
+    }
+}
+
+fn positive(v: i32, what: &str, op: usize) -> Result<u32, ModelError> {
+    if v >= 1 {
+        Ok(v as u32)
+    } else {
+        Err(ModelError::Invalid(format!(
+            "operator {op}: {what} is {v}, must be at least 1"
+        )))
+    }
+}
+
+/// Parses `.tflite` bytes (subgraph 0, the main graph); an operator memtrace
+/// does not model is an error naming it.
+pub fn import_bytes(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
+    import_with(name, bytes, false)
+}
+
+/// Parses `.tflite` bytes for planning on real TFLM: an operator memtrace
+/// does not model becomes an [`OpKind::Other`] node (TFLM runs it; the
+/// planners need only its tensors' lifetimes, and a trace on TFLM its O_s).
+pub fn import_for_tflm(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
+    import_with(name, bytes, true)
+}
+
+fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelError> {
+    let model =
+        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
+    // Decode everything once, including parts memtrace does not use (other
+    // subgraphs, metadata, signatures): a truncated or corrupted file is
+    // rejected as a whole instead of only where it is read.
+    fb::Model::try_from(model).map_err(fb_err("verifying the whole file"))?;
+    let subgraphs = model
+        .subgraphs()
+        .map_err(fb_err("model.subgraphs"))?
+        .ok_or_else(|| ModelError::Invalid("the model has no subgraphs".into()))?;
+    let graph = subgraphs
+        .get(0)
+        .ok_or_else(|| ModelError::Invalid("the model has no subgraphs".into()))?
+        .map_err(fb_err("subgraph 0"))?;
+    let buffers = model.buffers().map_err(fb_err("model.buffers"))?;
+    let codes = model
+        .operator_codes()
+        .map_err(fb_err("model.operator_codes"))?;
+
+    // Tensors.
+    let fb_tensors = graph
+        .tensors()
+        .map_err(fb_err("subgraph 0 tensors"))?
+        .ok_or_else(|| ModelError::Invalid("subgraph 0 has no tensors".into()))?;
+    let mut tensors = Vec::with_capacity(fb_tensors.len());
+    for (i, t) in fb_tensors.iter().enumerate() {
+        let t = t.map_err(fb_err(format!("tensor {i}")))?;
+        let tname = t
+            .name()
+            .map_err(fb_err(format!("tensor {i} name")))?
+            .unwrap_or("")
+            .to_string();
+        let ty = t
+            .type_()
+            .map_err(fb_err(format!("tensor {i} `{tname}` type")))?;
+        let dt = dtype(ty).ok_or_else(|| ModelError::UnsupportedType {
+            index: i,
+            name: tname.clone(),
+            dtype: format!("{ty:?}"),
+        })?;
+        let mut shape = Vec::new();
+        if let Some(dims) = t
+            .shape()
+            .map_err(fb_err(format!("tensor {i} `{tname}` shape")))?
+        {
+            for d in dims.iter() {
+                if d < 0 {
+                    return Err(ModelError::Invalid(format!(
+                        "tensor {i} `{tname}` has a dynamic dimension ({d}); memtrace plans static shapes only"
+                    )));
+                }
+                shape.push(d as u32);
+            }
+        }
+        let bytes_needed = shape
+            .iter()
+            .try_fold(dt.size(), |acc, &d| acc.checked_mul(d as u64))
+            .ok_or_else(|| {
+                ModelError::Invalid(format!("tensor {i} `{tname}` is larger than 2^64 bytes"))
+            })?;
+        let buffer = t.buffer().map_err(fb_err(format!("tensor {i} buffer")))?;
+        let mut data = None;
+        if buffer != 0 {
+            let bufs = buffers.ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "tensor {i} `{tname}` refers to buffer {buffer}, but the model has no buffers"
+                ))
+            })?;
+            let b = bufs
+                .get(buffer as usize)
+                .ok_or_else(|| {
+                    ModelError::Invalid(format!(
+                        "tensor {i} `{tname}` refers to buffer {buffer}, but there are {} buffers",
+                        bufs.len()
+                    ))
+                })?
+                .map_err(fb_err(format!("buffer {buffer}")))?;
+            if let Some(d) = b.data().map_err(fb_err(format!("buffer {buffer} data")))? {
+                if !d.is_empty() {
+                    data = Some(d.to_vec());
+                }
+            }
+        }
+        if let Some(d) = &data {
+            if d.len() as u64 != bytes_needed {
+                return Err(ModelError::Invalid(format!(
+                    "tensor {i} `{tname}`: constant buffer {buffer} holds {} bytes, its shape needs {bytes_needed}",
+                    d.len()
+                )));
+            }
+        }
+        let quantization = match t
+            .quantization()
+            .map_err(fb_err(format!("tensor {i} quantization")))?
+        {
+            Some(q) => {
+                let scale: Vec<f32> = q
+                    .scale()
+                    .map_err(fb_err(format!("tensor {i} quantization scale")))?
+                    .map(|v| v.iter().collect())
+                    .unwrap_or_default();
+                let zero_point: Vec<i64> = q
+                    .zero_point()
+                    .map_err(fb_err(format!("tensor {i} quantization zero point")))?
+                    .map(|v| v.iter().collect())
+                    .unwrap_or_default();
+                let quantized_dimension = q
+                    .quantized_dimension()
+                    .map_err(fb_err(format!("tensor {i} quantized dimension")))?;
+                // A zero, negative or non-finite scale makes every real
+                // value of the tensor meaningless (and TFLM's multipliers
+                // undefined): refused, not run to arbitrary outputs.
+                if let Some((c, s)) = scale
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| !(s.is_finite() && **s > 0.0))
+                {
+                    return Err(ModelError::Invalid(format!(
+                        "tensor {i} `{tname}`: quantisation scale {s} (channel {c}) is not a \
+                         positive finite number"
+                    )));
+                }
+                if scale.is_empty() && zero_point.is_empty() {
+                    None
+                } else {
+                    Some(Quantization {
+                        scale,
+                        zero_point,
+                        quantized_dimension,
+                    })
+                }
+            }
+            None => None,
+        };
+        let is_variable = t
+            .is_variable()
+            .map_err(fb_err(format!("tensor {i} is_variable")))?;
+        tensors.push(Tensor {
+            name: if tname.is_empty() {
+                format!("tensor_{i}")
+            } else {
+                tname
+            },
+            shape,
+            dtype: dt,
+            bytes: bytes_needed,
+            is_constant: data.is_some(),
+            is_variable,
+            quantization,
+            data,
+            in_storage: false,
+        });
+    }
+    let n_tensors = tensors.len();
+    let index_list =
+        |v: Option<planus::Vector<'_, i32>>, what: &str| -> Result<Vec<usize>, ModelError> {
+            let mut out = Vec::new();
+            for t in v.into_iter().flat_map(|v| v.iter()) {
+                if t == -1 {
+                    continue; // absent optional operand
+                }
+                if t < 0 || t as usize >= n_tensors {
+                    return Err(ModelError::Invalid(format!(
+                        "{what} refers to tensor {t}, but there are {n_tensors} tensors"
+                    )));
+                }
+                out.push(t as usize);
+            }
+            Ok(out)
+        };
+
+    // Operators.
+    let mut ops = Vec::new();
+    if let Some(fb_ops) = graph.operators().map_err(fb_err("subgraph 0 operators"))? {
+        for (i, op) in fb_ops.iter().enumerate() {
+            let op = op.map_err(fb_err(format!("operator {i}")))?;
+            let code = operator_code(codes, &op, i)?;
+            let kind = match operator_kind(&code, i) {
+                Ok(kind) => kind,
+                Err(_) if opaque => OpKind::Other,
+                Err(e) => return Err(e),
+            };
+            let inputs = index_list(
+                op.inputs()
+                    .map_err(fb_err(format!("operator {i} inputs")))?,
+                &format!("operator {i} ({kind}) input"),
+            )?;
+            let outputs = index_list(
+                op.outputs()
+                    .map_err(fb_err(format!("operator {i} outputs")))?,
+                &format!("operator {i} ({kind}) output"),
+            )?;
+            let options = read_options(&op, i, kind)?;
+            ops.push(Op {
+                kind,
+                inputs,
+                outputs,
+                options,
+                scratch: None,
+            });
+        }
+    }
+    let inputs = index_list(
+        graph.inputs().map_err(fb_err("subgraph inputs"))?,
+        "graph input",
+    )?;
+    let outputs = index_list(
+        graph.outputs().map_err(fb_err("subgraph outputs"))?,
+        "graph output",
+    )?;
+    let model = Model {
+        name: name.to_string(),
+        tensors,
+        ops,
+        inputs,
+        outputs,
+    };
+    model.validate()?;
+    model.check_shapes()?;
+    Ok(model)
+}
+
+/// The operator code operator `i` (`op`) uses, or an error when the model
+/// does not define it.
+pub(super) fn operator_code<'a>(
+    codes: Option<planus::Vector<'a, planus::Result<fb::OperatorCodeRef<'a>>>>,
+    op: &fb::OperatorRef<'_>,
+    i: usize,
+) -> Result<fb::OperatorCodeRef<'a>, ModelError> {
+    let code_index = op
+        .opcode_index()
+        .map_err(fb_err(format!("operator {i} opcode index")))?;
+    codes
+        .and_then(|c| c.get(code_index as usize))
+        .ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "operator {i} uses operator code {code_index}, which the model does not define"
+            ))
+        })?
+        .map_err(fb_err(format!("operator code {code_index}")))
+}
+
+/// The kind of an operator code, or an error naming the operator memtrace
+/// does not model.
+fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, ModelError> {
+    // TFLM's GetBuiltinCode: the larger of the two fields (files from
+    // before schema 3a only set the deprecated byte).
+    let deprecated = code
+        .deprecated_builtin_code()
+        .map_err(fb_err(format!("operator {i} code")))?;
+    let builtin = match code.builtin_code() {
+        Ok(b) => b as i32,
+        Err(e) => {
+            return Err(ModelError::UnsupportedOp {
+                index: i,
+                name: format!("with an unknown builtin code ({e})"),
+            })
+        }
+    };
+    let raw = builtin.max(deprecated as i32);
+    let builtin = fb::BuiltinOperator::try_from(raw).map_err(|_| ModelError::UnsupportedOp {
+        index: i,
+        name: format!("with unknown builtin code {raw}"),
+    })?;
+    if builtin == fb::BuiltinOperator::Custom {
+        let custom = code.custom_code().ok().flatten().unwrap_or("?");
+        return Err(ModelError::UnsupportedOp {
+            index: i,
+            name: format!("CUSTOM `{custom}`"),
+        });
+    }
+    op_kind(builtin).ok_or_else(|| ModelError::UnsupportedOp {
+        index: i,
+        name: format!(
+            "{} (builtin code {raw})",
+            builtin_name(&format!("{builtin:?}"))
+        ),
+    })
+}
+
+fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOptions, ModelError> {
+    use fb::BuiltinOptionsRef as O;
+    let ctx = || format!("operator {i} ({kind}) options");
+    let mut o = OpOptions::default();
+    let opts = op.builtin_options().map_err(fb_err(ctx()))?;
+    let needs =
+        |what: &str| ModelError::Invalid(format!("operator {i} ({kind}) has no {what} options"));
+    match kind {
+        OpKind::Conv2d => match opts {
+            Some(O::Conv2DOptions(c)) => {
+                let e = fb_err(ctx());
+                let r = (|| -> planus::Result<_> {
+                    Ok((
+                        c.padding()?,
+                        c.stride_h()?,
+                        c.stride_w()?,
+                        c.dilation_h_factor()?,
+                        c.dilation_w_factor()?,
+                        c.fused_activation_function()?,
+                    ))
+                })()
+                .map_err(e)?;
+                o.padding = padding(r.0);
+                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
+                o.dilation = (
+                    positive(r.3, "dilation_h", i)?,
+                    positive(r.4, "dilation_w", i)?,
+                );
+                o.activation = activation(r.5);
+            }
+            _ => return Err(needs("Conv2D")),
+        },
+        OpKind::DepthwiseConv2d => match opts {
+            Some(O::DepthwiseConv2DOptions(c)) => {
+                let r = (|| -> planus::Result<_> {
+                    Ok((
+                        c.padding()?,
+                        c.stride_h()?,
+                        c.stride_w()?,
+                        c.dilation_h_factor()?,
+                        c.dilation_w_factor()?,
+                        c.fused_activation_function()?,
+                        c.depth_multiplier()?,
+                    ))
+                })()
+                .map_err(fb_err(ctx()))?;
+                o.padding = padding(r.0);
+                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
+                o.dilation = (
+                    positive(r.3, "dilation_h", i)?,
+                    positive(r.4, "dilation_w", i)?,
+                );
+                o.activation = activation(r.5);
+                // Some converters write 0; the filter shape is authoritative.
+                o.depth_multiplier = r.6.max(1) as u32;
+            }
+            _ => return Err(needs("DepthwiseConv2D")),
+        },
+        OpKind::MaxPool2d | OpKind::AveragePool2d => match opts {
+            Some(O::Pool2DOptions(p)) => {
+                let r = (|| -> planus::Result<_> {
+                    Ok((
+                        p.padding()?,
+                        p.stride_h()?,
+                        p.stride_w()?,
+                        p.filter_height()?,
+                        p.filter_width()?,
+                        p.fused_activation_function()?,
+                    ))
+                })()
+                .map_err(fb_err(ctx()))?;
+                o.padding = padding(r.0);
+                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
+                o.filter = (
+                    positive(r.3, "filter_height", i)?,
+                    positive(r.4, "filter_width", i)?,
+                );
+                o.activation = activation(r.5);
+            }
+            _ => return Err(needs("Pool2D")),
+        },
+        OpKind::FullyConnected => {
+            if let Some(O::FullyConnectedOptions(f)) = opts {
+                o.activation = activation(f.fused_activation_function().map_err(fb_err(ctx()))?);
+            }
+        }
+        OpKind::Add => {
+            if let Some(O::AddOptions(a)) = opts {
+                o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
+            }
+        }
+        OpKind::Sub => {
+            if let Some(O::SubOptions(a)) = opts {
+                o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
+            }
+        }
+        OpKind::Mul => {
+            if let Some(O::MulOptions(a)) = opts {
+                o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
+            }
+        }
+        OpKind::TransposeConv => match opts {
+            Some(O::TransposeConvOptions(t)) => {
+                let r = (|| -> planus::Result<_> {
+                    Ok((
+                        t.padding()?,
+                        t.stride_h()?,
+                        t.stride_w()?,
+                        t.fused_activation_function()?,
+                    ))
+                })()
+                .map_err(fb_err(ctx()))?;
+                o.padding = padding(r.0);
+                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
+                o.activation = activation(r.3);
+            }
+            _ => return Err(needs("TransposeConv")),
+        },
+        OpKind::Concatenation => {
+            if let Some(O::ConcatenationOptions(c)) = opts {
+                o.axis = Some(c.axis().map_err(fb_err(ctx()))?);
+                o.activation = activation(c.fused_activation_function().map_err(fb_err(ctx()))?);
+            }
+        }
+        _ => {}
+    }
+    Ok(o)
+}
+
+/// Name of the TFLM metadata entry that carries an offline arena plan.
+pub const OFFLINE_METADATA: &str = "OfflineMemoryAllocation";
+
+/// Writes `offsets` (one per tensor of subgraph 0: a byte offset into the
+/// arena's head section, or -1 to leave the tensor to TFLM's own planner) as
+/// TFLM `OfflineMemoryAllocation` metadata into a copy of the `.tflite`
+/// `original`: a new buffer holding the int32 words `[version 1, subgraph
+/// count 1, n, offset_0, …, offset_{n-1}]` and a `Metadata` entry naming it.
+/// An existing entry of that name is replaced (its old buffer is left
+/// unreferenced but kept, so buffer indices stay valid).
+///
+/// The file is decoded into planus' owned types and serialised again with
+/// the generated builders. planus 1.1 ignores the schema's
+/// `force_align: 16` on buffer data, so buffers come out 4-byte aligned
+/// (enough for TFLM's reference kernels, which read at most 32-bit elements
+/// from flash); [`emit_offline`] reports the alignment it achieved.
+pub fn emit_offline(original: &[u8], offsets: &[i64]) -> Result<EmitReport, ModelError> {
+    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
+        .map_err(fb_err("model root"))?;
+    let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
+    let n_tensors = model
+        .subgraphs
+        .as_ref()
+        .and_then(|s| s.first())
+        .and_then(|g| g.tensors.as_ref())
+        .map_or(0, |t| t.len());
+    if offsets.len() != n_tensors {
+        return Err(ModelError::Invalid(format!(
+            "the plan has {} offsets, subgraph 0 has {n_tensors} tensors",
+            offsets.len()
+        )));
+    }
+    let mut words: Vec<i32> = vec![1, 1, n_tensors as i32];
+    for (i, &o) in offsets.iter().enumerate() {
+        let w = i32::try_from(o).map_err(|_| {
+            ModelError::Invalid(format!(
+                "offset {o} of tensor {i} does not fit TFLM's int32"
+            ))
+        })?;
+        words.push(w);
+    }
+    let data: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let buffers = model.buffers.get_or_insert_with(Vec::new);
+    if buffers.is_empty() {
+        // Buffer 0 is the empty sentinel by convention.
+        buffers.push(fb::Buffer { data: None });
+    }
+    buffers.push(fb::Buffer { data: Some(data) });
+    let buffer_index = (buffers.len() - 1) as u32;
+    let metadata = model.metadata.get_or_insert_with(Vec::new);
+    metadata.retain(|m| m.name.as_deref() != Some(OFFLINE_METADATA));
+    metadata.push(fb::Metadata {
+        name: Some(OFFLINE_METADATA.to_string()),
+        buffer: buffer_index,
+    });
+    let bytes = serialize(&model);
+    // Read it back through the same code: the plan must round-trip.
+    let check = read_offline(&bytes)?.ok_or_else(|| {
+        ModelError::Invalid("the written model has no OfflineMemoryAllocation entry".into())
+    })?;
+    if check != offsets {
+        return Err(ModelError::Invalid(
+            "the written OfflineMemoryAllocation does not read back as written".into(),
+        ));
+    }
+    let min_alignment = buffer_alignment(&bytes)?;
+    Ok(EmitReport {
+        bytes,
+        buffer_index,
+        min_buffer_alignment: min_alignment,
+    })
+}
+
+/// Serialises a model with TFLite's file identifier `TFL3`.
+///
+/// planus 1.1.1's `Builder::finish` writes the identifier and the root
+/// offset in swapped order when given an identifier (the root offset must
+/// come first), and a file without the identifier is rejected by TFLite's
+/// verifier. So the final 8-byte header is written here with the builder's
+/// own low-level `write_with`, in the right order; everything else is the
+/// generated serialiser.
+fn serialize(model: &fb::Model) -> Vec<u8> {
+    let mut builder = planus::Builder::new();
+    let _root = planus::WriteAsOffset::prepare(model, &mut builder);
+    // Right after `prepare`, the root table starts `len()` bytes from the end.
+    let root_from_end = builder.len() as u32;
+    // SAFETY: the closure initialises all 8 bytes of the block it is given.
+    unsafe {
+        builder.write_with(8, 15, |block_from_end, bytes| {
+            // The block is the start of the file, so the root's position is
+            // the distance between the two.
+            let root = (block_from_end - root_from_end).to_le_bytes();
+            for (dst, src) in bytes.iter_mut().zip(root.iter().chain(b"TFL3")) {
+                dst.write(*src);
+            }
+        });
+    }
+    builder.as_slice().to_vec()
+}
+
+/// A serialised model with an offline plan.
+#[derive(Debug, Clone)]
+pub struct EmitReport {
+    /// The whole `.tflite` file with the plan in its metadata.
+    pub bytes: Vec<u8>,
+    /// Index of the buffer holding the plan.
+    pub buffer_index: u32,
+    /// Largest power of two (≤ 16) dividing the file offset of every
+    /// non-empty buffer's data.
+    pub min_buffer_alignment: usize,
+}
+
+/// The `OfflineMemoryAllocation` offsets of a `.tflite`, if it has any.
+pub fn read_offline(bytes: &[u8]) -> Result<Option<Vec<i64>>, ModelError> {
+    let root =
+        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
+    let Some(metadata) = root.metadata().map_err(fb_err("model.metadata"))? else {
+        return Ok(None);
+    };
+    for m in metadata.iter() {
+        let m = m.map_err(fb_err("metadata entry"))?;
+        if m.name().map_err(fb_err("metadata name"))? != Some(OFFLINE_METADATA) {
+            continue;
+        }
+        let index = m.buffer().map_err(fb_err("metadata buffer"))? as usize;
+        let data = root
+            .buffers()
+            .map_err(fb_err("model.buffers"))?
+            .and_then(|b| b.get(index))
+            .ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "{OFFLINE_METADATA} refers to missing buffer {index}"
+                ))
+            })?
+            .map_err(fb_err(format!("buffer {index}")))?
+            .data()
+            .map_err(fb_err(format!("buffer {index} data")))?
+            .unwrap_or(&[]);
+        if data.len() % 4 != 0 || data.len() < 12 {
+            return Err(ModelError::Invalid(format!(
+                "{OFFLINE_METADATA} buffer holds {} bytes, not a list of int32 words with a 3-word header",
+                data.len()
+            )));
+        }
+        let words: Vec<i32> = data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let n = words[2].max(0) as usize;
+        if words.len() != 3 + n {
+            return Err(ModelError::Invalid(format!(
+                "{OFFLINE_METADATA} says {n} offsets but holds {}",
+                words.len() - 3
+            )));
+        }
+        return Ok(Some(words[3..].iter().map(|&w| w as i64).collect()));
+    }
+    Ok(None)
+}
+
+fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
+    let root =
+        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
+    let base = bytes.as_ptr() as usize;
+    let mut align = 16usize;
+    if let Some(buffers) = root.buffers().map_err(fb_err("model.buffers"))? {
+        for b in buffers.iter() {
+            let b = b.map_err(fb_err("buffer"))?;
+            if let Some(d) = b.data().map_err(fb_err("buffer data"))? {
+                if !d.is_empty() {
+                    let off = d.as_ptr() as usize - base;
+                    while align > 1 && !off.is_multiple_of(align) {
+                        align /= 2;
+                    }
+                }
+            }
+        }
+    }
+    Ok(align)
+}
+
+/// [`emit_offline`] from file to file, written through
+/// [`memtrace_io::output::write_atomically`] (a temporary file renamed into
+/// place; FIFOs and character devices written through).
+pub fn write_offline(
+    source: &Path,
+    offsets: &[i64],
+    dest: &Path,
+) -> Result<EmitReport, ModelError> {
+    use memtrace_io::output::{write_atomically, write_error};
+    let original = read_model_file(source)?;
+    let report = emit_offline(&original, offsets)?;
+    write_atomically(dest, |w| {
+        std::io::Write::write_all(w, &report.bytes).map_err(|e| write_error(dest, e))
+    })?;
+    Ok(report)
+}
+
+#[cfg(test)]
+pub(crate) fn serialize_for_tests(model: &fb::Model) -> Vec<u8> {
+    serialize(model)
+}
