@@ -2014,12 +2014,7 @@ fn tinyseg_case(rng: &mut Rng) -> Case {
 /// library whose code ran.
 fn kernels_case(rng: &mut Rng) -> Case {
     let small = SMALL_MODELS.map(model_arg);
-    let mut args = vec![
-        "verify".to_string(),
-        "--runtime".into(),
-        "executor".into(),
-        pick(rng, &small).clone(),
-    ];
+    let mut args = vec!["verify".to_string(), pick(rng, &small).clone()];
     let kernels = *pick(
         rng,
         &[
@@ -2238,8 +2233,6 @@ fn issue20_jobs(rng: &mut Rng) -> (Vec<Job>, usize) {
                     let case = Case {
                         args: [
                             "verify",
-                            "--runtime",
-                            "executor",
                             &model_arg(SMALL_MODELS[2]),
                             "--kernels",
                             kernels,
