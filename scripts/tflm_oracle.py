@@ -47,6 +47,11 @@ def arena_head_bytes(interp):
     return int(m.group(1)) if m else None
 
 
+def planned(run):
+    """The arena memtrace planned for one run of a `verify` report."""
+    return run["arena_bytes"] if "arena_bytes" in run else run["planned_bytes"]
+
+
 def main():
     memtrace, model = sys.argv[1], sys.argv[2]
     seed = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 3
@@ -86,8 +91,10 @@ def main():
         "memtrace_hex": mine.hex(),
         "memtrace_ok": report["clobbers"] == [] and report["bit_exact"],
         "tflm_arena_head_bytes": head,
-        "memtrace_greedy_bytes": report["reference"]["arena_bytes"],
-        "memtrace_plan_bytes": report["plan"]["arena_bytes"],
+        # The executor's report calls the planned arena `arena_bytes`, real
+        # TFLM's `planned_bytes` (next to the head TFLM used).
+        "memtrace_greedy_bytes": planned(report["reference"]),
+        "memtrace_plan_bytes": planned(report["plan"]),
     }
     if y.dtype == np.float32 and len(mine) == len(theirs):
         a = np.frombuffer(mine, np.int32).astype(np.int64)

@@ -23,13 +23,15 @@ fn oracle(py: &PathBuf, model: &str) -> (i32, Value) {
     oracle_with(py, model, &[])
 }
 
-/// The oracle with `verify_args` passed on to `memtrace verify`.
+/// The oracle with `verify_args` passed on to `memtrace verify` on
+/// memtrace's executor (the runtime these tests hold to real TFLM).
 fn oracle_with(py: &PathBuf, model: &str, verify_args: &[&str]) -> (i32, Value) {
     let out = Command::new(py)
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
         .arg(env!("CARGO_BIN_EXE_memtrace"))
         .arg(model)
         .arg("--")
+        .args(["--runtime", "executor"])
         .args(verify_args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
