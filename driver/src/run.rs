@@ -82,8 +82,13 @@ impl Default for ModelOptions {
 /// Whether `path` names a model: `zoo:NAME` (when no file has that name)
 /// or a file that holds a `.tflite` ([`is_tflite`]).
 pub fn is_model(path: &std::path::Path) -> bool {
-    let zoo = path.to_str().is_some_and(|p| p.starts_with("zoo:")) && !path.exists();
-    zoo || is_tflite(path)
+    zoo_model(path).is_some() || is_tflite(path)
+}
+
+/// `zoo:NAME` when `path` is one (and no file has that name).
+fn zoo_model(path: &std::path::Path) -> Option<&str> {
+    path.to_str()
+        .filter(|p| p.starts_with("zoo:") && !path.exists())
 }
 
 /// Whether `path` holds a `.tflite` model (the flatbuffer identifier
@@ -128,11 +133,9 @@ impl Guest {
 /// `verify`'s), its inputs (`--input` or seeded) and its runner.
 fn model_guest(opts: &RunOptions) -> Result<Guest> {
     let m = &opts.model;
-    let model = match opts.elf.to_str().filter(|_| !opts.elf.exists()) {
-        Some(zoo) if zoo.starts_with("zoo:") => {
-            crate::verify_tflm::model_bytes(zoo, opts.seed as u64)?
-        }
-        _ => read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?,
+    let model = match zoo_model(&opts.elf) {
+        Some(zoo) => crate::verify_tflm::model_bytes(zoo, opts.seed as u64)?,
+        None => read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?,
     };
     let graph = read_graph(&model).with_context(|| format!("reading {}", opts.elf.display()))?;
     let inputs = match &m.input {

@@ -27,7 +27,7 @@ use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::{self as model, tflite, Accumulator, Model};
-use memtrace_tracer::{AccessPath, ElfImage};
+use memtrace_tracer::ElfImage;
 
 use crate::error::{Context, Result};
 use crate::oracle::{self, OracleComparison};
@@ -345,11 +345,7 @@ fn shadow_run(
         .plot
         .map(|(title, bytes)| ArenaTrace::new(title, arena_at, bytes));
     // The picture places each access at its exact instruction.
-    let access = if trace.is_some() {
-        AccessPath::Hooks
-    } else {
-        AccessPath::Mmio
-    };
+    let access = crate::run::access_path(trace.is_some());
     let outcome = {
         let mut analyses: Vec<&mut (dyn memtrace_abi::Analysis + Send)> =
             vec![&mut shadow, &mut stats];
