@@ -116,14 +116,31 @@ fn regress_from_the_reference_kernels_to_cmsis_nn_names_every_layer_whose_o_s_sh
             .nth(1)
             .and_then(|s| s.split("\n## ").next())
             .expect("a Shrank section");
+        let kernels = md
+            .split("## Kernels and specs")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("a Kernels section");
         for name in &named {
-            let row = shrank
+            assert!(
+                shrank
+                    .lines()
+                    .any(|l| l.starts_with(&format!("| {name} |"))),
+                "{name} not in Shrank:\n{md}"
+            );
+            // Each names the kernel change, from the TFLM reference to
+            // CMSIS-NN, in its section and on its stderr line.
+            let row = kernels
                 .lines()
                 .find(|l| l.starts_with(&format!("| {name} |")))
-                .unwrap_or_else(|| panic!("{name} not in Shrank:\n{md}"));
-            // Each names the kernel change, from the TFLM reference to CMSIS-NN.
+                .unwrap_or_else(|| panic!("{name} not in Kernels:\n{md}"));
             assert!(row.contains("(TFLM reference) → `arm_"), "{row}");
             assert!(row.contains("(CMSIS-NN)"), "{row}");
+            let line = err
+                .lines()
+                .find(|l| l.starts_with(&format!("SHRANK {name} (")))
+                .unwrap();
+            assert!(line.contains("(TFLM reference) → `arm_"), "{line}");
         }
         assert!(
             shrank.contains("| conv2 |") && shrank.contains("32761 → 2 |"),

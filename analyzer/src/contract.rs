@@ -124,6 +124,23 @@ pub struct ScratchUse {
     pub high_water_bytes: u64,
     /// Distinct bytes written.
     pub written_bytes: u64,
+    /// Bytes written past the declared end by stray writes that continue
+    /// the buffer (within its declared size again): the scratch the kernel
+    /// used beyond what its size function declared.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub overrun_bytes: u64,
+}
+
+impl ScratchUse {
+    /// The bytes the kernel used: its high-water mark, or the declared size
+    /// plus the overrun past it.
+    pub fn used_bytes(&self) -> u64 {
+        if self.overrun_bytes > 0 {
+            self.declared_bytes + self.overrun_bytes
+        } else {
+            self.high_water_bytes
+        }
+    }
 }
 
 /// The memory contract of one layer.
@@ -228,6 +245,8 @@ struct Tracked {
     /// input/output pair: exempt from rules (b) and (c).
     shared: Vec<(u64, u64)>,
     high_water: u64,
+    /// Scratch: one past the highest byte written beyond the declared end.
+    overrun: u64,
 }
 
 impl Tracked {
@@ -306,6 +325,19 @@ impl Current {
         }
     }
 
+    /// Counts a stray write that continues a scratch buffer past its
+    /// declared end as that buffer's overrun.
+    fn note_overrun(&mut self, w: &StrayWrite) {
+        for t in self.buffers.iter_mut() {
+            let b = &t.buffer;
+            let end = b.base + b.size as u64;
+            let window = (b.size as u64).max(16);
+            if b.role == Role::Scratch && w.address >= end && w.address < end + window {
+                t.overrun = t.overrun.max(w.address + w.size as u64 - end);
+            }
+        }
+    }
+
     /// Recomputes which bytes inputs and outputs share.
     fn share(&mut self) {
         let io = |r: Role| matches!(r, Role::Input | Role::Output);
@@ -369,6 +401,7 @@ impl Analysis for ContractCheck {
             buffer: buffer.clone(),
             shared: Vec::new(),
             high_water: 0,
+            overrun: 0,
         });
         cur.share();
     }
@@ -389,6 +422,7 @@ impl Analysis for ContractCheck {
                 cur.report.runtime_writes += 1;
                 return;
             }
+            cur.note_overrun(w);
             cur.report.stray_write.add(|| Violation {
                 pc: Some(w.pc),
                 t: Some(w.t),
@@ -415,6 +449,7 @@ impl Analysis for ContractCheck {
                 declared_bytes: declared,
                 high_water_bytes: t.high_water,
                 written_bytes: t.bytes.count(),
+                overrun_bytes: t.overrun,
             });
             if t.high_water < declared {
                 cur.report.scratch_unused.add(|| Violation {
@@ -605,5 +640,35 @@ mod tests {
         assert_eq!(r.runtime_writes, 2);
         assert_eq!(r.stray_write.violations, 1, "0x200 is past the range");
         assert_eq!(r.stray_write.first.as_ref().unwrap().pc, Some(0x200));
+    }
+
+    #[test]
+    fn stray_writes_continuing_a_scratch_buffer_are_its_overrun() {
+        let mut c = ContractCheck::default();
+        c.layer_begin(&LayerInfo {
+            index: 0,
+            name: "l".into(),
+            op: "conv2d".into(),
+            params: String::new(),
+            spec: None,
+        });
+        // 32 B declared at 0x1000; the kernel fills it and 16 B more, then
+        // writes somewhere unrelated (0x5000), which is no overrun.
+        c.buffer(&buffer(0, Role::Scratch, 0x1000, 32));
+        c.events(&[event(0, 0, 32, AccessKind::Store)]);
+        for (address, size) in [(0x1020, 8), (0x1028, 8), (0x5000, 4)] {
+            c.stray_write(&StrayWrite {
+                t: 1,
+                pc: 0x10,
+                address,
+                size,
+            });
+        }
+        c.layer_end(0);
+        let r = &c.layers[0];
+        assert_eq!(r.stray_write.violations, 3);
+        let s = &r.scratch[0];
+        assert_eq!((s.declared_bytes, s.high_water_bytes), (32, 32));
+        assert_eq!((s.overrun_bytes, s.used_bytes()), (16, 48));
     }
 }

@@ -14,12 +14,15 @@ use crate::bail;
 use crate::common::check_output;
 use crate::error::Result;
 use crate::sweep::{
-    require_job_mailbox, start, summarise, trace_builtin, trace_stream, ConfigSelection, Row,
-    SpecStream,
+    require_job_mailbox, start, summarise, ConfigSelection, Depth, Row, RowContract, SpecStream,
+    Sweep,
 };
 
 /// Format tag of baseline files.
 pub const FORMAT: &str = "memtrace-os-table/1";
+
+/// [`Baseline::access`] of a baseline traced on the exact (hook) path.
+pub const EXACT_ACCESS: &str = "hooks";
 
 /// One row of a baseline.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -42,6 +45,12 @@ pub struct BaselineRow {
     pub exact_bytes: Option<u64>,
     /// Traced monotone O_s.
     pub monotone_bytes: Option<u64>,
+    /// Traced exact O_s of the reverse sweep (input below the output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_exact_bytes: Option<u64>,
+    /// Traced monotone O_s of the reverse sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_monotone_bytes: Option<u64>,
     /// Algorithmic O_s of the spec.
     pub algorithmic_bytes: Option<u64>,
     /// Analytic O_s of the spec.
@@ -60,6 +69,13 @@ pub struct BaselineRow {
     /// Traced monotone O_s of the second input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input2_monotone_bytes: Option<u64>,
+    /// Instructions retired inside the layer window (absent in baselines
+    /// written before memtrace recorded the whole memory behaviour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<u64>,
+    /// The layer's memory contract (absent like `instructions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<RowContract>,
 }
 
 /// A baseline file.
@@ -76,6 +92,11 @@ pub struct Baseline {
     pub memtrace_version: String,
     /// Seed the guest's data generator got for job rows.
     pub seed: u64,
+    /// The access path the rows were traced on: `hooks` (exact). Absent in
+    /// baselines written on the fast path, whose CMSIS-NN values can be a
+    /// few bytes small where the kernel loads unaligned words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
     /// One row per layer or configuration.
     pub rows: Vec<BaselineRow>,
 }
@@ -92,12 +113,16 @@ impl BaselineRow {
             spec: row.spec.clone(),
             exact_bytes: row.exact_bytes,
             monotone_bytes: row.monotone_bytes,
+            reverse_exact_bytes: row.reverse_exact_bytes,
+            reverse_monotone_bytes: row.reverse_monotone_bytes,
             algorithmic_bytes: row.algorithmic_bytes,
             analytic_bytes: row.analytic_bytes,
             library: row.library.clone(),
             kernel: row.kernel.clone(),
             input2_exact_bytes: row.input2.as_ref().map(|i| i.exact_bytes),
             input2_monotone_bytes: row.input2.as_ref().map(|i| i.monotone_bytes),
+            instructions: Some(row.instructions),
+            contract: row.contract.clone(),
         }
     }
 }
@@ -162,20 +187,21 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
         require_job_mailbox(&image)?;
     }
     let threads = opts.configs.threads();
+    let sweep = Sweep {
+        image: &image,
+        depth: Depth::Baseline,
+        seed: opts.configs.seed as u32,
+        threads,
+        max_instructions: opts.configs.max_instructions,
+    };
     let t0 = start();
     let mut rows = Vec::new();
     if !opts.no_builtin {
-        rows.extend(trace_builtin(&image, opts.configs.max_instructions)?);
+        rows.extend(sweep.builtin()?);
     }
     let configs = specs.as_ref().map_or(0, SpecStream::len);
     if let Some(specs) = specs {
-        rows.extend(trace_stream(
-            &image,
-            specs,
-            opts.configs.seed as u32,
-            threads,
-            opts.configs.max_instructions,
-        )?);
+        rows.extend(sweep.stream(specs)?);
     }
     let summary = summarise(&rows, t0.elapsed(), threads);
     let failed: Vec<String> = rows
@@ -199,6 +225,7 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
         arch: image.arch.name().to_owned(),
         memtrace_version: env!("CARGO_PKG_VERSION").to_owned(),
         seed: opts.configs.seed,
+        access: Some(EXACT_ACCESS.to_owned()),
         rows: rows.iter().map(BaselineRow::of).collect(),
     };
     let text = serde_json::to_string_pretty(&baseline)? + "\n";

@@ -15,7 +15,7 @@ use memtrace_tracer::ElfImage;
 
 use crate::common::show;
 use crate::error::Result;
-use crate::sweep::{config_names, trace_specs};
+use crate::sweep::{config_names, Depth, Sweep};
 use crate::{bail, failed};
 
 /// The Table I layer: MobileNet v2's second depthwise convolution.
@@ -61,14 +61,14 @@ pub fn ladder(
     let algorithmic_ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
 
     let t0 = Instant::now();
-    let rows = trace_specs(
-        &image,
-        std::slice::from_ref(&spec),
-        &config_names(1),
-        1,
-        1,
-        20_000_000_000,
-    );
+    let rows = Sweep {
+        image: &image,
+        depth: Depth::Overlap,
+        seed: 1,
+        threads: 1,
+        max_instructions: 20_000_000_000,
+    }
+    .specs(std::slice::from_ref(&spec), &config_names(1));
     let traced_s = t0.elapsed().as_secs_f64();
     let row = &rows[0];
     if let Some(e) = &row.error {
@@ -120,14 +120,14 @@ pub fn ladder(
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let t0 = Instant::now();
-    let rows = trace_specs(
-        &image,
-        &specs,
-        &config_names(specs.len()),
-        1,
+    let rows = Sweep {
+        image: &image,
+        depth: Depth::Overlap,
+        seed: 1,
         threads,
-        2_000_000_000,
-    );
+        max_instructions: 2_000_000_000,
+    }
+    .specs(&specs, &config_names(specs.len()));
     let secs = t0.elapsed().as_secs_f64();
     let instructions: u64 = rows.iter().map(|r| r.instructions).sum();
     let bad = rows

@@ -18,7 +18,7 @@ use crate::error::{Context, Result};
 use crate::kernels::{harness_guest, library_of, Kernels};
 use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions};
-use crate::sweep::trace_specs;
+use crate::sweep::{Depth, Sweep};
 use crate::verify_tflm::Runtime;
 use crate::{bail, failed};
 
@@ -441,7 +441,14 @@ pub fn traced(model: &Model, suite: &Path) -> Result<TracedOverlaps> {
         }
     }
     let names: Vec<String> = (0..specs.len()).map(|i| format!("layer {i}")).collect();
-    let rows = trace_specs(&image, &specs, &names, 1, threads(None), 20_000_000_000);
+    let rows = Sweep {
+        image: &image,
+        depth: Depth::Overlap,
+        seed: 1,
+        threads: threads(None),
+        max_instructions: 20_000_000_000,
+    }
+    .specs(&specs, &names);
     let mut by_spec = HashMap::new();
     for (spec, row) in specs.iter().zip(rows) {
         let Some(bytes) = row.monotone_bytes else {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use memtrace_abi::spec::{Dtype, Op};
 use memtrace_abi::LayerSpec;
+use memtrace_analyzer::contract::{ContractCheck, ContractReport};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::report::LayerReport;
@@ -23,7 +24,7 @@ use memtrace_overlap::configs::{
     RandomConfigs, MAX_LISTED_CONFIGS,
 };
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::attribution::{other_than_reference, KernelResolver};
 use crate::common::progress_bar;
@@ -230,6 +231,13 @@ pub struct Row {
     pub exact_bytes: Option<u64>,
     /// Traced monotone O_s, in bytes.
     pub monotone_bytes: Option<u64>,
+    /// Traced exact O_s with the input placed below the output (the
+    /// reverse sweep, docs/overlap.md §10), in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverse_exact_bytes: Option<u64>,
+    /// Traced monotone O_s of the reverse sweep, in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverse_monotone_bytes: Option<u64>,
     /// Algorithmic O_s of the spec, in bytes.
     pub algorithmic_bytes: Option<u64>,
     /// memtrace's safe analytic O_s bound, in bytes.
@@ -256,6 +264,73 @@ pub struct Row {
     /// its failed checks are also in [`Row::flags`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input2: Option<InputOverlap>,
+    /// The layer's memory contract ([`Depth::Baseline`] sweeps only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract: Option<RowContract>,
+}
+
+/// A layer's memory contract as a baseline keeps it: which rules broke and
+/// how much of each declared scratch buffer the kernel used.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RowContract {
+    /// Every rule held.
+    pub ok: bool,
+    /// The broken rules, in the contract's order (a) to (e).
+    pub broken: Vec<BrokenRule>,
+    /// Each declared scratch buffer.
+    pub scratch: Vec<ScratchRecord>,
+}
+
+/// A broken rule of the memory contract.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BrokenRule {
+    /// The rule's JSON name (`stray_write`, `scratch_unused`, …).
+    pub rule: String,
+    /// Violating accesses.
+    pub violations: u64,
+    /// The first violation, described with its function and file:line.
+    pub first: String,
+}
+
+/// Declared and used bytes of a scratch buffer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ScratchRecord {
+    /// Buffer name.
+    pub buffer: String,
+    /// The size the library's size function declared.
+    pub declared_bytes: u64,
+    /// The bytes the kernel used (its high-water mark, or past the end).
+    pub used_bytes: u64,
+}
+
+impl RowContract {
+    fn of(c: &ContractReport) -> RowContract {
+        RowContract {
+            ok: c.ok,
+            broken: c
+                .rules()
+                .into_iter()
+                .filter(|(_, r)| !r.ok)
+                .map(|(rule, r)| BrokenRule {
+                    rule: rule.to_owned(),
+                    violations: r.violations,
+                    first: r.first.as_ref().map_or_else(String::new, |v| v.describe()),
+                })
+                .collect(),
+            scratch: c
+                .scratch
+                .iter()
+                .map(|s| ScratchRecord {
+                    buffer: s.buffer.clone(),
+                    declared_bytes: s.declared_bytes,
+                    used_bytes: s.used_bytes(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The O_s values and checks of a layer's second input.
@@ -329,6 +404,8 @@ impl Row {
             output_bytes: o.map(|o| o.output_bytes),
             exact_bytes: o.map(|o| o.exact_bytes),
             monotone_bytes: monotone,
+            reverse_exact_bytes: o.map(|o| o.reverse_exact_bytes),
+            reverse_monotone_bytes: o.map(|o| o.reverse_monotone_bytes),
             algorithmic_bytes: o.and_then(|o| o.algorithmic_bytes),
             analytic_bytes: o.and_then(|o| o.analytic_bytes),
             analytic_printed_bytes: o.and_then(|o| o.analytic_printed_bytes),
@@ -349,6 +426,7 @@ impl Row {
             library: l.attribution.as_ref().map(|a| a.library.clone()),
             kernel: l.attribution.as_ref().map(|a| a.kernel.clone()),
             input2,
+            contract: l.contract.as_ref().map(RowContract::of),
         }
     }
 
@@ -367,6 +445,8 @@ impl Row {
             output_bytes: None,
             exact_bytes: None,
             monotone_bytes: None,
+            reverse_exact_bytes: None,
+            reverse_monotone_bytes: None,
             algorithmic_bytes: None,
             analytic_bytes: None,
             analytic_printed_bytes: None,
@@ -378,44 +458,85 @@ impl Row {
             library: None,
             kernel: None,
             input2: None,
+            contract: None,
         }
     }
 }
 
-/// Traces with the O_s analyses, without a spinner: the exit code, the
-/// guest's reason for it, and the layers.
+/// How much of a layer's memory behaviour a sweep records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// O_s on the fast (MMIO) access path: `validate`, `plan --overlap
+    /// traced`, the ladder. An unaligned multi-byte load from a traced
+    /// buffer is seen there as the aligned words around it, so a CMSIS-NN
+    /// layer's O_s can come out a few bytes small (safe, not exact).
+    Overlap,
+    /// The library's whole memory behaviour, exactly: O_s on the hook path
+    /// (every access as the instruction made it) and the memory contract
+    /// with stray writes watched. `table` and `regress`, whose values are
+    /// compared between builds, so an artefact of the access path would be
+    /// a false change.
+    Baseline,
+}
+
+impl Depth {
+    fn access(self) -> AccessPath {
+        match self {
+            Depth::Overlap => AccessPath::Mmio,
+            Depth::Baseline => AccessPath::Hooks,
+        }
+    }
+}
+
+/// Traces with the O_s analyses (and at [`Depth::Baseline`] the memory
+/// contract), without a spinner: the exit code, the guest's reason for it,
+/// and the layers.
 fn trace_layers(
-    image: &ElfImage,
+    sweep: &Sweep<'_>,
     job: Option<Job>,
-    max_instructions: u64,
     kernels: &KernelResolver<'_>,
 ) -> Result<(i32, Option<String>, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
     let mut pcs = PcCounts::default();
+    let mut contract = ContractCheck::default();
+    let baseline = sweep.depth == Depth::Baseline;
     let options = TraceOptions {
         job,
-        max_instructions,
-        access: AccessPath::Mmio,
+        max_instructions: sweep.max_instructions,
+        access: sweep.depth.access(),
+        stray_writes: baseline,
         ..TraceOptions::default()
     };
-    let summary = memtrace_tracer::trace(image, options, &mut [&mut stats, &mut pcs])?;
+    let summary = if baseline {
+        memtrace_tracer::trace(
+            sweep.image,
+            options,
+            &mut [&mut stats, &mut pcs, &mut contract],
+        )?
+    } else {
+        memtrace_tracer::trace(sweep.image, options, &mut [&mut stats, &mut pcs])?
+    };
     kernels.attribute(&mut stats.layers, &pcs);
+    crate::contract::locate(sweep.image, &mut contract.layers);
+    for c in contract.layers {
+        if let Some(layer) = stats.layers.iter_mut().find(|l| l.index == c.index) {
+            layer.contract = Some(c);
+        }
+    }
     Ok((summary.exit_code, summary.exit_reason, stats.layers))
 }
 
 /// Traces `spec` as a job; the job's single layer or an error text.
 fn trace_job(
-    image: &ElfImage,
+    sweep: &Sweep<'_>,
     spec: &LayerSpec,
-    seed: u32,
-    max_instructions: u64,
     kernels: &KernelResolver<'_>,
 ) -> Result<LayerReport, String> {
     let job = Job {
         spec: spec.clone(),
-        seed,
+        seed: sweep.seed,
     };
-    match trace_layers(image, Some(job), max_instructions, kernels) {
+    match trace_layers(sweep, Some(job), kernels) {
         Ok((0, _, mut layers)) if layers.len() == 1 => Ok(layers.remove(0)),
         Ok((0, _, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
         Ok((2, None, _)) => Err("the guest rejected the configuration (exit 2)".into()),
@@ -425,25 +546,6 @@ fn trace_job(
         )),
         Err(e) => Err(e.to_string()),
     }
-}
-
-/// Traces the ELF's built-in layers (no job) and returns one row each.
-pub fn trace_builtin(image: &ElfImage, max_instructions: u64) -> Result<Vec<Row>> {
-    let (code, reason, layers) =
-        trace_layers(image, None, max_instructions, &KernelResolver::new(image))
-            .with_context(|| format!("tracing {}", image.path.display()))?;
-    if code != 0 {
-        bail!(
-            "{} {} running its built-in layers",
-            image.path.display(),
-            crate::common::exit_text(code, reason.as_deref(), "")
-        );
-    }
-    let arch = image.arch.name();
-    Ok(layers
-        .iter()
-        .map(|l| Row::from_layer(l.name.clone(), "builtin", arch, l))
-        .collect())
 }
 
 /// Fails early when `image` has no job mailbox (it is not a kernel suite).
@@ -457,59 +559,60 @@ pub fn require_job_mailbox(image: &ElfImage) -> Result<()> {
     Ok(())
 }
 
-/// Traces every spec as a job on `threads` workers. Rows come back in the
-/// order of `specs`, named by `names`.
-pub fn trace_specs(
-    image: &ElfImage,
-    specs: &[LayerSpec],
-    names: &[String],
-    seed: u32,
-    threads: usize,
-    max_instructions: u64,
-) -> Vec<Row> {
-    let stream = specs.iter().cloned().map(Ok);
-    let name_of = |i: usize| names[i].clone();
-    let sweep = Sweep {
-        image,
-        seed,
-        threads,
-        max_instructions,
-    };
-    // The items are all `Ok`, so the stream cannot fail.
-    sweep
-        .trace(stream, specs.len(), &name_of)
-        .unwrap_or_default()
-}
-
-/// Traces a [`SpecStream`], drawing each configuration only when a worker is
-/// free; rows are named `config I` and come back in stream order. Memory
-/// grows with the rows traced, never with the configurations still to come.
-pub fn trace_stream(
-    image: &ElfImage,
-    stream: SpecStream,
-    seed: u32,
-    threads: usize,
-    max_instructions: u64,
-) -> Result<Vec<Row>> {
-    let count = stream.len();
-    let sweep = Sweep {
-        image,
-        seed,
-        threads,
-        max_instructions,
-    };
-    sweep.trace(stream, count, &|i| format!("config {}", i + 1))
-}
-
-/// One sweep's fixed settings.
-struct Sweep<'a> {
-    image: &'a ElfImage,
-    seed: u32,
-    threads: usize,
-    max_instructions: u64,
+/// One sweep's fixed settings: the kernel binary, how deeply each layer is
+/// traced, and on how many workers.
+pub struct Sweep<'a> {
+    /// The kernel binary.
+    pub image: &'a ElfImage,
+    /// What each trace records.
+    pub depth: Depth,
+    /// Seed of the guest's data generator for job rows.
+    pub seed: u32,
+    /// Worker threads.
+    pub threads: usize,
+    /// Stop a guest that runs longer than this many instructions.
+    pub max_instructions: u64,
 }
 
 impl Sweep<'_> {
+    /// Traces the ELF's built-in layers (no job) and returns one row each.
+    pub fn builtin(&self) -> Result<Vec<Row>> {
+        let image = self.image;
+        let (code, reason, layers) = trace_layers(self, None, &KernelResolver::new(image))
+            .with_context(|| format!("tracing {}", image.path.display()))?;
+        if code != 0 {
+            bail!(
+                "{} {} running its built-in layers",
+                image.path.display(),
+                crate::common::exit_text(code, reason.as_deref(), "")
+            );
+        }
+        let arch = image.arch.name();
+        Ok(layers
+            .iter()
+            .map(|l| Row::from_layer(l.name.clone(), "builtin", arch, l))
+            .collect())
+    }
+
+    /// Traces every spec as a job. Rows come back in the order of `specs`,
+    /// named by `names`.
+    pub fn specs(&self, specs: &[LayerSpec], names: &[String]) -> Vec<Row> {
+        let stream = specs.iter().cloned().map(Ok);
+        let name_of = |i: usize| names[i].clone();
+        // The items are all `Ok`, so the stream cannot fail.
+        self.trace(stream, specs.len(), &name_of)
+            .unwrap_or_default()
+    }
+
+    /// Traces a [`SpecStream`], drawing each configuration only when a
+    /// worker is free; rows are named `config I` and come back in stream
+    /// order. Memory grows with the rows traced, never with the
+    /// configurations still to come.
+    pub fn stream(&self, stream: SpecStream) -> Result<Vec<Row>> {
+        let count = stream.len();
+        self.trace(stream, count, &|i| format!("config {}", i + 1))
+    }
+
     /// Traces `count` specs drawn from `specs` on the workers; the first
     /// spec the stream fails to give ends the sweep with its error.
     fn trace(
@@ -541,13 +644,7 @@ impl Sweep<'_> {
                 scope.spawn(|| {
                     while let Some((i, spec)) = draw() {
                         let name = name_of(i);
-                        let row = match trace_job(
-                            self.image,
-                            &spec,
-                            self.seed,
-                            self.max_instructions,
-                            &kernels,
-                        ) {
+                        let row = match trace_job(self, &spec, &kernels) {
                             Ok(layer) => Row::from_layer(name, "job", arch, &layer),
                             Err(e) => Row::failed(name, &spec, arch, e),
                         };
@@ -671,6 +768,8 @@ mod tests {
             output_bytes: Some(400),
             exact_bytes: monotone,
             monotone_bytes: monotone,
+            reverse_exact_bytes: None,
+            reverse_monotone_bytes: None,
             algorithmic_bytes: monotone,
             analytic_bytes: analytic,
             analytic_printed_bytes: None,
@@ -688,6 +787,7 @@ mod tests {
             library: None,
             kernel: None,
             input2: None,
+            contract: None,
         }
     }
 

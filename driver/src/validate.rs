@@ -16,7 +16,7 @@ use crate::bail;
 use crate::common::{check_output, configure_table_printing, show};
 use crate::error::Result;
 use crate::sweep::{
-    require_job_mailbox, start, summarise, trace_stream, ConfigSelection, Row, Summary,
+    require_job_mailbox, start, summarise, ConfigSelection, Depth, Row, Summary, Sweep,
 };
 use memtrace_analyzer::report::unqualified;
 
@@ -60,13 +60,14 @@ pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
     require_job_mailbox(&image)?;
     let threads = opts.configs.threads();
     let t0 = start();
-    let rows = trace_stream(
-        &image,
-        specs,
-        opts.configs.seed as u32,
+    let rows = Sweep {
+        image: &image,
+        depth: Depth::Overlap,
+        seed: opts.configs.seed as u32,
         threads,
-        opts.configs.max_instructions,
-    )?;
+        max_instructions: opts.configs.max_instructions,
+    }
+    .stream(specs)?;
     Ok(ValidateReport {
         elf: opts.elf.display().to_string(),
         arch: image.arch.name(),

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use memtrace_driver::baseline::{tabulate, TableOptions};
-use memtrace_driver::regress::{regress, RegressOptions, Status};
+use memtrace_driver::regress::{regress, RegressOptions, Status, DEFAULT_INSTRUCTION_THRESHOLD};
 use memtrace_driver::run::{run, RunOptions};
 use memtrace_driver::sweep::ConfigSelection;
 use memtrace_overlap::algorithmic::algorithmic_overlap;
@@ -88,6 +88,7 @@ fn a_baseline_regresses_clean_against_itself_and_fails_on_the_reordered_kernel()
         elf: guest(elf),
         jobs: Some(1),
         max_instructions: 2_000_000_000,
+        instruction_threshold: DEFAULT_INSTRUCTION_THRESHOLD,
     };
     let same = regress(&options("suite.elf")).unwrap();
     assert!(same.passed, "{}", same.to_markdown());

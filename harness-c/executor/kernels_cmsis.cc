@@ -23,6 +23,7 @@
 // (program.cc) passes the program's scratch tensor as op.scratch_buf.
 #include "arm_nnfunctions.h"
 #include "cmsis_nn_features.h"  // generated per checkout by cmsis-nn/probe.sh
+#include "../cmsis-nn/pool_batches.h"
 #include "executor.h"
 #include "memtrace_program.h"
 
@@ -346,8 +347,11 @@ EXEC_KERNEL arm_cmsis_nn_status max_pool_int8(const Op &op) {
     const cmsis_nn_pool_params p = pool_params(op);
     const cmsis_nn_dims in = nhwc(op.in), out = nhwc(op.out);
     const cmsis_nn_dims f = dims(1, op.w[OPW_FILTER_H], op.w[OPW_FILTER_W], 1);
-    return arm_max_pool_s8(&ctx, &p, &in, static_cast<const int8_t *>(op.in.data), &f, &out,
-                           static_cast<int8_t *>(op.out.data));
+    return pool_batches(
+        [&](const cmsis_nn_dims &i, const int8_t *src, const cmsis_nn_dims &o, int8_t *dst) {
+            return arm_max_pool_s8(&ctx, &p, &i, src, &f, &o, dst);
+        },
+        in, static_cast<const int8_t *>(op.in.data), out, static_cast<int8_t *>(op.out.data));
 }
 
 EXEC_KERNEL arm_cmsis_nn_status average_pool_int8(const Op &op) {
@@ -355,8 +359,11 @@ EXEC_KERNEL arm_cmsis_nn_status average_pool_int8(const Op &op) {
     const cmsis_nn_pool_params p = pool_params(op);
     const cmsis_nn_dims in = nhwc(op.in), out = nhwc(op.out);
     const cmsis_nn_dims f = dims(1, op.w[OPW_FILTER_H], op.w[OPW_FILTER_W], 1);
-    return arm_avgpool_s8(&ctx, &p, &in, static_cast<const int8_t *>(op.in.data), &f, &out,
-                          static_cast<int8_t *>(op.out.data));
+    return pool_batches(
+        [&](const cmsis_nn_dims &i, const int8_t *src, const cmsis_nn_dims &o, int8_t *dst) {
+            return arm_avgpool_s8(&ctx, &p, &i, src, &f, &o, dst);
+        },
+        in, static_cast<const int8_t *>(op.in.data), out, static_cast<int8_t *>(op.out.data));
 }
 
 // ---- add ----------------------------------------------------------------

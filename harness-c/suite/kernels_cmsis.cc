@@ -44,6 +44,7 @@
 // their names and file:line from their objects' DWARF.
 #include "arm_nnfunctions.h"
 #include "cmsis_nn_features.h"  // generated per checkout by cmsis-nn/probe.sh
+#include "../cmsis-nn/pool_batches.h"
 #include "suite.h"
 
 #define MEMTRACE_KERNEL __attribute__((noinline))
@@ -275,8 +276,11 @@ MEMTRACE_KERNEL arm_cmsis_nn_status max_pool_int8(const Layer &l, const Buffers 
     const cmsis_nn_pool_params p = pool_params(l, q);
     const cmsis_nn_dims in = dims4(l.input), out = dims4(l.output);
     const cmsis_nn_dims f = dims(1, l.filter[1], l.filter[2], 1);
-    return arm_max_pool_s8(&ctx, &p, &in, static_cast<const int8_t *>(b.input), &f, &out,
-                           static_cast<int8_t *>(b.output));
+    return pool_batches(
+        [&](const cmsis_nn_dims &i, const int8_t *src, const cmsis_nn_dims &o, int8_t *dst) {
+            return arm_max_pool_s8(&ctx, &p, &i, src, &f, &o, dst);
+        },
+        in, static_cast<const int8_t *>(b.input), out, static_cast<int8_t *>(b.output));
 }
 
 MEMTRACE_KERNEL arm_cmsis_nn_status average_pool_int8(const Layer &l, const Buffers &b,
@@ -285,8 +289,11 @@ MEMTRACE_KERNEL arm_cmsis_nn_status average_pool_int8(const Layer &l, const Buff
     const cmsis_nn_pool_params p = pool_params(l, q);
     const cmsis_nn_dims in = dims4(l.input), out = dims4(l.output);
     const cmsis_nn_dims f = dims(1, l.filter[1], l.filter[2], 1);
-    return arm_avgpool_s8(&ctx, &p, &in, static_cast<const int8_t *>(b.input), &f, &out,
-                          static_cast<int8_t *>(b.output));
+    return pool_batches(
+        [&](const cmsis_nn_dims &i, const int8_t *src, const cmsis_nn_dims &o, int8_t *dst) {
+            return arm_avgpool_s8(&ctx, &p, &i, src, &f, &o, dst);
+        },
+        in, static_cast<const int8_t *>(b.input), out, static_cast<int8_t *>(b.output));
 }
 
 // ---- add ----------------------------------------------------------------

@@ -1,14 +1,14 @@
-//! `memtrace regress`: re-trace an O_s baseline with another build of the
-//! kernel library; exit 1 when any layer's safe overlap shrank (plans built
-//! on the baseline are unsafe for it), or a baseline layer is missing or
-//! cannot be traced.
+//! `memtrace regress`: re-trace a baseline with another build of the kernel
+//! library; exit 1 when any layer's safe overlap shrank (plans built on the
+//! baseline are unsafe for it), its memory contract broke, or a baseline
+//! layer is missing or cannot be traced.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::regress::{regress, RegressOptions};
+use memtrace_driver::regress::{regress, RegressOptions, DEFAULT_INSTRUCTION_THRESHOLD};
 
 use super::write_report;
 
@@ -35,6 +35,17 @@ pub struct RegressArgs {
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 2_000_000_000, value_name = "N")]
     pub max_instructions: u64,
+    /// Report a layer's instruction count as a speed regression or gain
+    /// when it changed by more than this many percent.
+    #[arg(long, default_value_t = DEFAULT_INSTRUCTION_THRESHOLD, value_name = "PERCENT", value_parser = percent)]
+    pub instruction_threshold: f64,
+}
+
+fn percent(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if p.is_finite() && p >= 0.0 => Ok(p),
+        _ => Err(format!("`{text}` is not a percentage (a number ≥ 0)")),
+    }
 }
 
 pub fn run(args: RegressArgs) -> Result<ExitCode> {
@@ -46,8 +57,9 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         elf: args.elf,
         jobs: args.jobs,
         max_instructions: args.max_instructions,
+        instruction_threshold: args.instruction_threshold,
     })?;
-    if let Some(w) = report.arch_warning() {
+    for w in report.warnings() {
         eprintln!("{w}");
     }
     let text = match args.format {

@@ -1,16 +1,20 @@
-//! Regression of O_s between kernel-library builds (`memtrace regress`):
-//! re-trace the layers and configurations of an O_s
-//! baseline (`memtrace table`) with another build of the kernel library and
-//! report, per row, whether its safe overlap shrank, grew or stayed.
+//! Regression of a kernel library's memory behaviour between builds
+//! (`memtrace regress`): re-trace the layers and configurations of a
+//! baseline (`memtrace table`) with another build and name, per row, every
+//! change with its direction ([`change`]).
 //!
-//! A shrunk traced O_s (monotone or exact) means a memory plan built on the
-//! baseline value now overlaps buffers the new kernel still reads: the run
-//! exits with status 1 and names every such layer. A baseline layer the new
-//! binary no longer runs, or a configuration it can no longer trace, also
-//! fails (its safety is unknown).
+//! A change that can break a user fails the run (exit 1) and is named on
+//! stderr: a smaller traced O_s (a memory plan built on the baseline value
+//! now overlaps bytes the kernel still reads), a newly broken rule of the
+//! memory contract, a scratch buffer used beyond its declared size. A
+//! baseline layer the new binary no longer runs, or a configuration it can
+//! no longer trace, also fails (its safety is unknown). Instruction counts
+//! that moved beyond a threshold are reported as speed regressions or gains.
+
+mod change;
+mod render;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use memtrace_abi::LayerSpec;
@@ -18,11 +22,15 @@ use memtrace_tracer::ElfImage;
 use serde::Serialize;
 
 use crate::attribution::kernel_text;
-use crate::baseline::{Baseline, BaselineRow};
-use crate::common::{show, threads};
+use crate::baseline::{Baseline, BaselineRow, EXACT_ACCESS};
+use crate::common::threads;
 use crate::error::Result;
 use crate::failed;
-use crate::sweep::{require_job_mailbox, trace_builtin, trace_specs, Row};
+use crate::sweep::{require_job_mailbox, Depth, Row, Sweep};
+pub use change::Change;
+
+/// Instruction-count changes up to this many percent are not reported.
+pub const DEFAULT_INSTRUCTION_THRESHOLD: f64 = 2.0;
 
 /// What to compare.
 #[derive(Debug, Clone)]
@@ -35,17 +43,19 @@ pub struct RegressOptions {
     pub jobs: Option<usize>,
     /// Stop a guest that runs longer than this many instructions.
     pub max_instructions: u64,
+    /// Report instruction-count changes beyond this many percent.
+    pub instruction_threshold: f64,
 }
 
-/// What happened to one baseline row.
+/// What happened to one baseline row's traced O_s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
-    /// Traced monotone or exact O_s is smaller: plans on the old value are unsafe.
+    /// Some traced O_s is smaller: plans on the old value are unsafe.
     Shrank,
     /// Larger (and nothing smaller): old plans stay safe, memory is left unused.
     Grew,
-    /// Traced monotone and exact O_s are unchanged.
+    /// Every traced O_s is unchanged.
     Same,
     /// A built-in layer the new binary does not run.
     Missing,
@@ -54,10 +64,6 @@ pub enum Status {
 }
 
 impl Status {
-    /// Whether this row fails the regression.
-    pub fn fails(self) -> bool {
-        matches!(self, Status::Shrank | Status::Missing | Status::Error)
-    }
     /// The status as the reports print it.
     pub fn name(self) -> &'static str {
         match self {
@@ -83,6 +89,9 @@ pub struct Values {
     /// Monotone O_s of the second input.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input2_monotone_bytes: Option<u64>,
+    /// Instructions retired inside the layer window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<u64>,
 }
 
 /// One baseline row against the new build.
@@ -96,8 +105,12 @@ pub struct RowChange {
     pub op: String,
     /// Canonical spec.
     pub spec: String,
-    /// What happened.
+    /// What happened to its traced O_s.
     pub status: Status,
+    /// Some change can break a user (or the row is missing or failed).
+    pub fails: bool,
+    /// Every change, each with its direction.
+    pub changes: Vec<Change>,
     /// The baseline's values.
     pub old: Values,
     /// The new build's values, when it traced the row.
@@ -106,9 +119,10 @@ pub struct RowChange {
     pub monotone_delta: Option<i64>,
     /// new − old exact O_s, bytes.
     pub exact_delta: Option<i64>,
-    /// The analytic bound of the spec exceeds the new traced monotone value.
+    /// The analytic bound of the spec now exceeds the traced monotone value
+    /// and did not in the baseline.
     pub analytic_now_unsafe: bool,
-    /// Why a row is missing or failed, or how its spec changed.
+    /// Why a row is missing or failed.
     pub note: Option<String>,
     /// The kernel that ran the row in the baseline, `` `function` (library) ``
     /// (`None` for a baseline written before memtrace attributed kernels).
@@ -117,18 +131,7 @@ pub struct RowChange {
     pub kernel_after: Option<String>,
 }
 
-impl RowChange {
-    /// `` kernel `A` (TFLM reference) → `B` (CMSIS-NN) `` when the row ran
-    /// another kernel in the new build.
-    pub fn kernel_change(&self) -> Option<String> {
-        match (&self.kernel_before, &self.kernel_after) {
-            (Some(a), Some(b)) if a != b => Some(format!("kernel {a} → {b}")),
-            _ => None,
-        }
-    }
-}
-
-/// Rows per status.
+/// Rows per outcome.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Counts {
     /// All rows.
@@ -137,12 +140,18 @@ pub struct Counts {
     pub shrank: usize,
     /// Rows whose O_s grew.
     pub grew: usize,
-    /// Unchanged rows.
+    /// Rows whose O_s is unchanged.
     pub same: usize,
     /// Built-in layers the new build no longer runs.
     pub missing: usize,
     /// Rows that could not be traced.
     pub errors: usize,
+    /// Rows whose memory contract changed in a way that can break a user.
+    pub contract_broken: usize,
+    /// Rows with more instructions than the threshold allows.
+    pub slower: usize,
+    /// Rows with fewer instructions beyond the threshold.
+    pub faster: usize,
 }
 
 /// The outcome of `memtrace regress`.
@@ -154,13 +163,18 @@ pub struct RegressReport {
     pub baseline_elf: String,
     /// Its architecture.
     pub baseline_arch: String,
+    /// The access path of the baseline's values (`None`: the fast path of
+    /// an older memtrace).
+    pub baseline_access: Option<String>,
     /// The new build.
     pub elf: String,
     /// Its architecture.
     pub arch: String,
+    /// Instruction-count changes up to this many percent are not reported.
+    pub instruction_threshold: f64,
     /// No row failed.
     pub passed: bool,
-    /// Rows per status.
+    /// Rows per outcome.
     pub counts: Counts,
     /// One entry per baseline row, in baseline order.
     pub rows: Vec<RowChange>,
@@ -174,19 +188,31 @@ fn delta(new: Option<u64>, old: Option<u64>) -> Option<i64> {
     Some(new? as i64 - old? as i64)
 }
 
-fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
+fn values(old: &BaselineRow) -> Values {
+    Values {
+        exact_bytes: old.exact_bytes,
+        monotone_bytes: old.monotone_bytes,
+        input2_exact_bytes: old.input2_exact_bytes,
+        input2_monotone_bytes: old.input2_monotone_bytes,
+        instructions: old.instructions,
+    }
+}
+
+/// The analytic bound exceeds the traced monotone value.
+fn analytic_above(analytic: Option<u64>, monotone: Option<u64>) -> bool {
+    matches!((analytic, monotone), (Some(a), Some(m)) if a > m)
+}
+
+fn compare(old: &BaselineRow, new: Option<&Row>, threshold: f64) -> RowChange {
     let mut c = RowChange {
         name: old.name.clone(),
         source: old.source.clone(),
         op: old.op.clone(),
         spec: old.spec.clone(),
         status: Status::Same,
-        old: Values {
-            exact_bytes: old.exact_bytes,
-            monotone_bytes: old.monotone_bytes,
-            input2_exact_bytes: old.input2_exact_bytes,
-            input2_monotone_bytes: old.input2_monotone_bytes,
-        },
+        fails: false,
+        changes: Vec::new(),
+        old: values(old),
         new: None,
         monotone_delta: None,
         exact_delta: None,
@@ -197,11 +223,13 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
     };
     let Some(new) = new else {
         c.status = Status::Missing;
+        c.fails = true;
         c.note = Some("the new binary does not run this layer".into());
         return c;
     };
     if let Some(e) = &new.error {
         c.status = Status::Error;
+        c.fails = true;
         c.note = Some(e.clone());
         return c;
     }
@@ -212,42 +240,45 @@ fn compare(old: &BaselineRow, new: Option<&Row>) -> RowChange {
         monotone_bytes: new.monotone_bytes,
         input2_exact_bytes: input2.map(|i| i.exact_bytes),
         input2_monotone_bytes: input2.map(|i| i.monotone_bytes),
+        instructions: Some(new.instructions),
     });
     c.monotone_delta = delta(new.monotone_bytes, old.monotone_bytes);
     c.exact_delta = delta(new.exact_bytes, old.exact_bytes);
-    // A second input's O_s shrinking makes plans on it unsafe just the same.
-    let input2_deltas = [
-        delta(input2.map(|i| i.monotone_bytes), old.input2_monotone_bytes),
-        delta(input2.map(|i| i.exact_bytes), old.input2_exact_bytes),
-    ];
-    let deltas = [
-        c.monotone_delta,
-        c.exact_delta,
-        input2_deltas[0],
-        input2_deltas[1],
-    ];
-    c.status = if deltas.iter().flatten().any(|&d| d < 0) {
+    let overlap = change::overlap_changes(old, new);
+    c.status = if overlap.iter().any(Change::breaks) {
         Status::Shrank
-    } else if deltas.iter().flatten().any(|&d| d > 0) {
-        Status::Grew
-    } else {
+    } else if overlap.is_empty() {
         Status::Same
+    } else {
+        Status::Grew
     };
+    c.changes = overlap;
     if new.spec != old.spec {
-        c.note = Some(format!("the layer's spec changed to `{}`", new.spec));
-    } else if input2_deltas.iter().flatten().any(|&d| d != 0) {
-        c.note = Some(format!(
-            "input2: monotone {} -> {}, exact {} -> {}",
-            show(old.input2_monotone_bytes),
-            show(input2.map(|i| i.monotone_bytes)),
-            show(old.input2_exact_bytes),
-            show(input2.map(|i| i.exact_bytes))
+        c.changes.push(Change::Spec {
+            new: new.spec.clone(),
+        });
+    }
+    if let (Some(before), Some(after)) = (&c.kernel_before, &c.kernel_after) {
+        if before != after {
+            c.changes.push(Change::Kernel {
+                before: before.clone(),
+                after: after.clone(),
+            });
+        }
+    }
+    if let (Some(before), Some(after)) = (&old.contract, &new.contract) {
+        c.changes.extend(change::contract_changes(before, after));
+    }
+    if let Some(before) = old.instructions {
+        c.changes.extend(change::instruction_change(
+            before,
+            new.instructions,
+            threshold,
         ));
     }
-    c.analytic_now_unsafe = matches!(
-        (new.analytic_bytes, new.monotone_bytes),
-        (Some(a), Some(m)) if a > m
-    );
+    c.fails = c.changes.iter().any(Change::breaks);
+    c.analytic_now_unsafe = analytic_above(new.analytic_bytes, new.monotone_bytes)
+        && !analytic_above(old.analytic_bytes, old.monotone_bytes);
     c
 }
 
@@ -271,10 +302,17 @@ pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
             image.arch.name()
         );
     }
-    let threads = threads(opts.jobs);
+    let sweep = Sweep {
+        image: &image,
+        depth: Depth::Baseline,
+        seed: baseline.seed as u32,
+        threads: threads(opts.jobs),
+        max_instructions: opts.max_instructions,
+    };
     // Built-in layers: one run of the binary without a job.
     let builtin: HashMap<String, Row> = if baseline.rows.iter().any(|r| r.source == "builtin") {
-        trace_builtin(&image, opts.max_instructions)?
+        sweep
+            .builtin()?
             .into_iter()
             .map(|r| (r.name.clone(), r))
             .collect()
@@ -294,14 +332,7 @@ pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
         require_job_mailbox(&image)?;
     }
     let names: Vec<String> = jobs.iter().map(|r| r.name.clone()).collect();
-    let traced = trace_specs(
-        &image,
-        &specs,
-        &names,
-        baseline.seed as u32,
-        threads,
-        opts.max_instructions,
-    );
+    let traced = sweep.specs(&specs, &names);
     let traced: HashMap<&str, &Row> = jobs
         .iter()
         .map(|r| r.name.as_str())
@@ -316,172 +347,79 @@ pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
             } else {
                 traced.get(old.name.as_str()).copied()
             };
-            compare(old, new)
+            compare(old, new, opts.instruction_threshold)
         })
         .collect();
+    Ok(RegressReport {
+        baseline: opts.baseline.display().to_string(),
+        baseline_elf: baseline.elf.clone(),
+        baseline_arch: baseline.arch.clone(),
+        baseline_access: baseline.access.clone(),
+        elf: opts.elf.display().to_string(),
+        arch: image.arch.name().to_owned(),
+        instruction_threshold: opts.instruction_threshold,
+        passed: !rows.iter().any(|r| r.fails),
+        counts: counts(&rows),
+        rows,
+    })
+}
+
+fn counts(rows: &[RowChange]) -> Counts {
     let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
-    let counts = Counts {
+    let with =
+        |f: &dyn Fn(&Change) -> bool| rows.iter().filter(|r| r.changes.iter().any(f)).count();
+    let instructions = |c: &Change, slower: bool| matches!(c, Change::Instructions { old, new, .. } if (new > old) == slower);
+    Counts {
         rows: rows.len(),
         shrank: count(Status::Shrank),
         grew: count(Status::Grew),
         same: count(Status::Same),
         missing: count(Status::Missing),
         errors: count(Status::Error),
-    };
-    Ok(RegressReport {
-        baseline: opts.baseline.display().to_string(),
-        baseline_elf: baseline.elf.clone(),
-        baseline_arch: baseline.arch.clone(),
-        elf: opts.elf.display().to_string(),
-        arch: image.arch.name().to_owned(),
-        passed: !rows.iter().any(|r| r.status.fails()),
-        counts,
-        rows,
-    })
+        contract_broken: with(&|c| c.is_contract() && c.breaks()),
+        slower: with(&|c| instructions(c, true)),
+        faster: with(&|c| instructions(c, false)),
+    }
 }
 
 impl RegressReport {
-    /// A warning when the baseline and the new build differ in architecture.
-    pub fn arch_warning(&self) -> Option<String> {
-        (self.arch != self.baseline_arch).then(|| {
-            format!(
+    /// Warnings about the comparison itself: another architecture, or a
+    /// baseline written before `table` traced exactly and kept the contract.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.arch != self.baseline_arch {
+            lines.push(format!(
                 "WARNING: the baseline was traced on {} and {} is {}",
                 self.baseline_arch, self.elf, self.arch
-            )
-        })
-    }
-
-    /// One line per failing row, for stderr.
-    pub fn failure_lines(&self) -> Vec<String> {
-        self.rows
-            .iter()
-            .filter(|r| r.status.fails())
-            .map(|r| {
-                format!(
-                    "{} {} ({}): monotone {} -> {}, exact {} -> {}{}",
-                    r.status.name(),
-                    r.name,
-                    r.spec,
-                    show(r.old.monotone_bytes),
-                    show(r.new.as_ref().and_then(|v| v.monotone_bytes)),
-                    show(r.old.exact_bytes),
-                    show(r.new.as_ref().and_then(|v| v.exact_bytes)),
-                    r.note
-                        .iter()
-                        .cloned()
-                        .chain(r.kernel_change())
-                        .map(|n| format!(" — {n}"))
-                        .collect::<String>()
-                )
-            })
-            .collect()
-    }
-
-    /// The closing summary line.
-    pub fn summary_line(&self) -> String {
-        let c = &self.counts;
-        format!(
-            "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors — {}",
-            c.rows,
-            c.shrank,
-            c.grew,
-            c.same,
-            c.missing,
-            c.errors,
-            if self.passed { "PASS" } else { "FAIL" }
-        )
-    }
-
-    /// The report as Markdown.
-    pub fn to_markdown(&self) -> String {
-        markdown(self)
-    }
-}
-
-fn signed(v: Option<i64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| format!("{v:+}"))
-}
-
-fn markdown(r: &RegressReport) -> String {
-    let mut s = String::new();
-    let c = &r.counts;
-    let _ = writeln!(s, "# memtrace regress: O_s of `{}`\n", r.elf);
-    let _ = writeln!(
-        s,
-        "Baseline `{}` (traced from `{}`, {}); new binary `{}` ({}).\n",
-        r.baseline, r.baseline_elf, r.baseline_arch, r.elf, r.arch
-    );
-    if r.passed {
-        let _ = writeln!(
-            s,
-            "**PASS** — no safe overlap shrank: {} rows, {} grew, {} same.\n",
-            c.rows, c.grew, c.same
-        );
-    } else {
-        let _ = writeln!(
-            s,
-            "**FAIL** — {} of {} rows shrank (memory plans built on the baseline O_s are unsafe for them), {} missing, {} could not be traced; {} grew, {} same.\n",
-            c.shrank, c.rows, c.missing, c.errors, c.grew, c.same
-        );
-    }
-    let section = |s: &mut String, title: &str, rows: Vec<&RowChange>| {
-        if rows.is_empty() {
-            return;
+            ));
         }
-        let _ = writeln!(s, "## {title} ({})\n", rows.len());
-        let _ = writeln!(
-            s,
-            "| layer / config | spec | monotone O_s B (old → new) | Δ | exact O_s B (old → new) | Δ | note |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-        for r in rows {
-            let new = r.new.as_ref();
-            let mut note = r.note.clone().unwrap_or_default();
-            if let Some(change) = r.kernel_change() {
-                if !note.is_empty() {
-                    note.push_str("; ");
-                }
-                note.push_str(&change);
-            }
-            if r.analytic_now_unsafe {
-                if !note.is_empty() {
-                    note.push_str("; ");
-                }
-                note.push_str("analytic bound now above the traced value");
-            }
-            let _ = writeln!(
-                s,
-                "| {} | `{}` | {} → {} | {} | {} → {} | {} | {} |",
-                r.name,
-                r.spec,
-                show(r.old.monotone_bytes),
-                show(new.and_then(|v| v.monotone_bytes)),
-                signed(r.monotone_delta),
-                show(r.old.exact_bytes),
-                show(new.and_then(|v| v.exact_bytes)),
-                signed(r.exact_delta),
-                note
-            );
+        if self.baseline_access.as_deref() != Some(EXACT_ACCESS) {
+            lines.push(format!(
+                "WARNING: {} was written by an older memtrace on the fast access path, without \
+                 the memory contract or instruction counts: its O_s can be a few bytes small \
+                 where a kernel loads unaligned words; write it again with `memtrace table`",
+                self.baseline
+            ));
         }
-        let _ = writeln!(s);
-    };
-    let of = |st: Status| r.rows.iter().filter(|x| x.status == st).collect::<Vec<_>>();
-    section(
-        &mut s,
-        "Shrank — unsafe for existing plans",
-        of(Status::Shrank),
-    );
-    section(&mut s, "Missing from the new binary", of(Status::Missing));
-    section(&mut s, "Could not be traced", of(Status::Error));
-    section(&mut s, "Grew", of(Status::Grew));
-    section(&mut s, "Unchanged", of(Status::Same));
-    s
+        lines
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sweep::Verdict;
+
+    fn compare_(old: &BaselineRow, new: Option<&Row>) -> RowChange {
+        compare(old, new, DEFAULT_INSTRUCTION_THRESHOLD)
+    }
+
+    fn kernel_change(c: &RowChange) -> Option<String> {
+        c.changes
+            .iter()
+            .find(|c| matches!(c, Change::Kernel { .. }))
+            .map(Change::describe)
+    }
 
     fn old(monotone: u64, exact: u64) -> BaselineRow {
         BaselineRow {
@@ -493,12 +431,16 @@ mod tests {
             spec: "op=depthwise_conv2d".into(),
             exact_bytes: Some(exact),
             monotone_bytes: Some(monotone),
+            reverse_exact_bytes: None,
+            reverse_monotone_bytes: None,
             algorithmic_bytes: None,
             analytic_bytes: None,
             library: Some("TFLM reference".into()),
             kernel: Some("tflite::reference_integer_ops::DepthwiseConvPerChannel".into()),
             input2_exact_bytes: None,
             input2_monotone_bytes: None,
+            instructions: Some(1),
+            contract: None,
         }
     }
 
@@ -517,6 +459,8 @@ mod tests {
             output_bytes: Some(100),
             exact_bytes: Some(exact),
             monotone_bytes: Some(monotone),
+            reverse_exact_bytes: None,
+            reverse_monotone_bytes: None,
             algorithmic_bytes: None,
             analytic_bytes: Some(monotone + 1),
             analytic_printed_bytes: None,
@@ -528,6 +472,7 @@ mod tests {
             library: Some("CMSIS-NN".into()),
             kernel: Some("arm_depthwise_conv_3x3_s8".into()),
             input2: None,
+            contract: None,
         }
     }
 
@@ -548,65 +493,76 @@ mod tests {
             analytic_bytes: Some(40),
             flags: Vec::new(),
         });
-        let c = compare(&before, Some(&after));
+        let c = compare_(&before, Some(&after));
         assert_eq!(c.status, Status::Shrank);
         assert_eq!((c.monotone_delta, c.exact_delta), (Some(0), Some(0)));
-        let note = c.note.unwrap();
-        assert!(
-            note.contains("input2: monotone 40 -> 2, exact 40 -> 2"),
-            "{note}"
+        assert_eq!(
+            c.changes[..2],
+            [
+                Change::Overlap {
+                    value: "input2 monotone",
+                    old: 40,
+                    new: 2
+                },
+                Change::Overlap {
+                    value: "input2 exact",
+                    old: 40,
+                    new: 2
+                },
+            ]
         );
+        assert!(c.fails);
         // Unchanged second input: the row is the same.
         after.input2.as_mut().unwrap().monotone_bytes = 40;
         after.input2.as_mut().unwrap().exact_bytes = 40;
-        assert_eq!(compare(&before, Some(&after)).status, Status::Same);
+        assert_eq!(compare_(&before, Some(&after)).status, Status::Same);
     }
 
     #[test]
     fn a_smaller_monotone_or_exact_value_is_a_shrink_and_fails() {
-        let c = compare(&old(64, 80), Some(&new(48, 80, None)));
+        let c = compare_(&old(64, 80), Some(&new(48, 80, None)));
         assert_eq!(c.status, Status::Shrank);
         assert_eq!(c.monotone_delta, Some(-16));
-        assert!(c.status.fails());
+        assert!(c.fails);
         // Exact alone shrinking is a shrink too.
         assert_eq!(
-            compare(&old(64, 80), Some(&new(64, 72, None))).status,
+            compare_(&old(64, 80), Some(&new(64, 72, None))).status,
             Status::Shrank
         );
     }
 
     #[test]
     fn growth_and_equality_pass() {
-        let grew = compare(&old(64, 80), Some(&new(96, 80, None)));
+        let grew = compare_(&old(64, 80), Some(&new(96, 80, None)));
         assert_eq!((grew.status, grew.monotone_delta), (Status::Grew, Some(32)));
-        assert!(!grew.status.fails());
-        let same = compare(&old(64, 80), Some(&new(64, 80, None)));
+        assert!(!grew.fails);
+        let same = compare_(&old(64, 80), Some(&new(64, 80, None)));
         assert_eq!(same.status, Status::Same);
     }
 
     #[test]
     fn missing_and_untraceable_rows_fail_with_a_note() {
-        let missing = compare(&old(64, 80), None);
+        let missing = compare_(&old(64, 80), None);
         assert_eq!(missing.status, Status::Missing);
-        assert!(missing.note.is_some() && missing.status.fails());
-        let failed = compare(&old(64, 80), Some(&new(0, 0, Some("exit 2"))));
+        assert!(missing.note.is_some() && missing.fails);
+        let failed = compare_(&old(64, 80), Some(&new(0, 0, Some("exit 2"))));
         assert_eq!(failed.status, Status::Error);
         assert_eq!(failed.note.as_deref(), Some("exit 2"));
     }
 
     #[test]
     fn a_row_that_ran_another_kernel_names_both() {
-        let c = compare(&old(64, 80), Some(&new(48, 80, None)));
+        let c = compare_(&old(64, 80), Some(&new(48, 80, None)));
         assert_eq!(
-            c.kernel_change().as_deref(),
+            kernel_change(&c).as_deref(),
             Some("kernel `tflite::reference_integer_ops::DepthwiseConvPerChannel` (TFLM reference) → `arm_depthwise_conv_3x3_s8` (CMSIS-NN)")
         );
         // A baseline from before kernel attribution has no `kernel_before`.
         let mut legacy = old(64, 80);
         (legacy.library, legacy.kernel) = (None, None);
-        let c = compare(&legacy, Some(&new(64, 80, None)));
+        let c = compare_(&legacy, Some(&new(64, 80, None)));
         assert_eq!(
-            (c.kernel_before.as_deref(), c.kernel_change()),
+            (c.kernel_before.as_deref(), kernel_change(&c)),
             (None, None)
         );
     }
@@ -621,8 +577,58 @@ mod tests {
     }
 
     #[test]
-    fn an_analytic_bound_above_the_new_trace_is_flagged() {
+    fn an_analytic_bound_newly_above_the_trace_is_flagged_once() {
         // `new` puts the analytic value one byte above the traced monotone.
-        assert!(compare(&old(64, 80), Some(&new(64, 80, None))).analytic_now_unsafe);
+        assert!(compare_(&old(64, 80), Some(&new(64, 80, None))).analytic_now_unsafe);
+        // Above it in the baseline already: not a change, not flagged.
+        let mut before = old(64, 80);
+        before.analytic_bytes = Some(65);
+        assert!(!compare_(&before, Some(&new(64, 80, None))).analytic_now_unsafe);
+    }
+
+    #[test]
+    fn a_new_contract_violation_fails_a_row_whose_o_s_is_unchanged() {
+        use crate::sweep::{BrokenRule, RowContract};
+        let clean = RowContract {
+            ok: true,
+            broken: Vec::new(),
+            scratch: Vec::new(),
+        };
+        let mut before = old(64, 80);
+        before.contract = Some(clean.clone());
+        let mut after = new(64, 80, None);
+        after.contract = Some(RowContract {
+            ok: false,
+            broken: vec![BrokenRule {
+                rule: "stray_write".into(),
+                violations: 1,
+                first: "4 B store at 0x20001000".into(),
+            }],
+            scratch: Vec::new(),
+        });
+        let c = compare_(&before, Some(&after));
+        assert_eq!(c.status, Status::Same);
+        assert!(c.fails);
+        assert_eq!(counts(std::slice::from_ref(&c)).contract_broken, 1);
+        // A baseline without a contract compares none.
+        before.contract = None;
+        assert!(!compare_(&before, Some(&after)).fails);
+    }
+
+    #[test]
+    fn instruction_changes_are_reported_and_never_fail() {
+        let mut after = new(64, 80, None);
+        after.instructions = 2;
+        let c = compare_(&old(64, 80), Some(&after));
+        assert_eq!(
+            c.changes.last(),
+            Some(&Change::Instructions {
+                old: 1,
+                new: 2,
+                percent: 100.0
+            })
+        );
+        assert!(!c.fails);
+        assert_eq!(counts(std::slice::from_ref(&c)).slower, 1);
     }
 }
