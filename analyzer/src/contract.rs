@@ -573,6 +573,7 @@ mod tests {
                 pc,
                 address: 0x2000,
                 size: 4,
+                callers: Vec::new(),
             });
         }
         c.layer_end(0);
@@ -598,6 +599,7 @@ mod tests {
                 pc,
                 address: 0x2000,
                 size: 4,
+                callers: Vec::new(),
             });
         }
         c.layer_end(0);
