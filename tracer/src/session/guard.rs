@@ -143,6 +143,17 @@ impl Session<'_> {
         stray.map(|(s, e)| (s, (e - s) as u32))
     }
 
+    /// Whether `[address, address + size)` lies inside one declared buffer
+    /// of the open layer.
+    fn in_buffers(&self, address: u64, size: u64) -> bool {
+        self.layer.as_ref().is_some_and(|l| {
+            l.buffers.iter().any(|b| {
+                let base = b.buffer.base;
+                address >= base && address + size <= base + b.buffer.size as u64
+            })
+        })
+    }
+
     /// Reports a stray write made by the instruction at `pc`, called
     /// through `callers` (return addresses, innermost first).
     pub(super) fn stray_write(&mut self, pc: u64, address: u64, size: u32, callers: Vec<u64>) {
@@ -279,7 +290,9 @@ pub(super) fn on_write_prot(
         .stack
         .as_ref()
         .map_or((false, false), |w| (w.in_zone(address), address < w.bottom));
-    if below_bottom {
+    // A store into a declared buffer (every one passes here on the hook
+    // path) is the kernel's: no need to ask where the stack pointer is.
+    if below_bottom && !uc.get_data().in_buffers(address, size as u64) {
         let sp = arch.stack_pointer(uc);
         let below = uc
             .get_data()
