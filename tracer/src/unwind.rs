@@ -237,3 +237,48 @@ fn collect<S: UnwindSection<Reader>>(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A harness guest (built by `make -C harness-c`, as the tracer's
+    /// integration tests need too).
+    fn image(target: &str) -> ElfImage {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../harness-c/build")
+            .join(target)
+            .join("stack-overflow.elf");
+        assert!(path.exists(), "build the guests first: make -C harness-c");
+        ElfImage::load(&path).unwrap()
+    }
+
+    #[test]
+    fn unreadable_or_endless_stacks_end_the_chain_without_a_panic() {
+        for target in ["cortex-m4", "x86_64"] {
+            let image = image(target);
+            let arch = image.arch;
+            let mut unwinder = Unwinder::for_image(&image).expect("the guest has CFI");
+            let descend = image.symbol("descend").unwrap().address & !1;
+            let mut regs = Registers::default();
+            regs.set(arch.dwarf_pc(), Some(descend));
+            regs.set(arch.dwarf_sp(), Some(0x2000_0000));
+            // Nothing readable, no LR: no caller.
+            let none = unwinder.callers(&image, regs.clone(), |_, _| false, 100);
+            assert!(none.is_empty(), "{target}: {none:x?}");
+            // A stack that returns into `descend` forever: bounded by `max`.
+            let ra = (descend + 8).to_le_bytes();
+            let endless = |_: u64, out: &mut [u8]| {
+                out.copy_from_slice(&ra[..out.len()]);
+                true
+            };
+            regs.set(14, Some(descend + 8)); // Cortex-M4's LR (x86-64: rsi, unused)
+            let chain = unwinder.callers(&image, regs.clone(), endless, 100);
+            assert_eq!(chain.len(), 100, "{target}");
+            assert!(chain.iter().all(|&a| a == descend + 8), "{target}");
+            // A PC that no FDE covers: no caller.
+            regs.set(arch.dwarf_pc(), Some(0x10));
+            assert!(unwinder.callers(&image, regs, endless, 100).is_empty());
+        }
+    }
+}
