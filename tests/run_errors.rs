@@ -83,6 +83,8 @@ fn a_guest_fault_names_address_pc_function_and_line() {
         assert!(err.contains("guest fault in layer `fault`"), "{err}");
         assert!(err.contains("unmapped address 0x70000000"), "{err}");
         assert!(err.contains("`read_unmapped`"), "{err}");
+        // The calls that led there, unwound from the guest's stack.
+        assert!(err.contains("called from `main` (guests/fault.c:"), "{err}");
         assert!(err.contains("guests/fault.c:"), "{err}");
     }
 }

@@ -131,7 +131,7 @@ pub struct LayerInfo {
 /// "Stray writes"). Only the tracer can see these: they touch no buffer, so
 /// they are no [`Event`]. Sent only when the trace asked for them
 /// (`TraceOptions::stray_writes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StrayWrite {
     /// Retired-instruction index since layer begin of the storing instruction.
     pub t: u64,
@@ -144,7 +144,19 @@ pub struct StrayWrite {
     /// Bytes written outside the buffers, from `address` on (an access that
     /// also writes buffer bytes is clipped to the bytes outside them).
     pub size: u32,
+    /// The return addresses of the calls that led to the store, innermost
+    /// caller first (Thumb bit cleared), unwound from the guest's stack with
+    /// the ELF's call-frame information. Empty when the ELF has none, on the
+    /// MMIO access path (its callbacks do not see the registers; `memtrace
+    /// run` re-traces such layers on the hook path), and after the first
+    /// [`STRAY_WRITES_UNWOUND`] stray writes of a layer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<u64>,
 }
+
+/// Stray writes per layer whose callers the tracer unwinds
+/// ([`StrayWrite::callers`]); later ones carry none.
+pub const STRAY_WRITES_UNWOUND: u32 = 256;
 
 /// Messages in the order the guest produced them.
 #[derive(Clone, Debug, PartialEq)]

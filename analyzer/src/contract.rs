@@ -21,12 +21,118 @@
 //!   around it), while stores are on both paths.
 //!
 //! [`ContractCheck`] reports, per rule, the number of violating accesses and
-//! the first one (PC, buffer, offset, size). It knows PCs, not source lines:
-//! the driver, which has the ELF, fills in function and file:line, and names
-//! the memory of a stray write after the guest's symbols.
+//! the first one (PC, buffer, offset, size). A stray write also says which
+//! declared buffer it lies nearest to and how far past its end or before its
+//! start it reaches ([`Nearest`]; per layer, the farthest reach of all its
+//! stray writes), and carries the return addresses the tracer unwound. It
+//! knows PCs, not source lines: the driver, which has the ELF, fills in
+//! function and file:line of the PC and of each caller, and names the memory
+//! of a stray write after the guest's symbols.
 
 use memtrace_abi::{AccessKind, Analysis, Buffer, Event, LayerInfo, Role, StrayWrite};
 use serde::Serialize;
+
+use crate::kernel::Library;
+
+/// Where a stray write lies next to a declared buffer of its layer.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// At or after the buffer's end.
+    AfterEnd,
+    /// Before the buffer's start.
+    BeforeStart,
+}
+
+/// The declared buffer a stray write lies nearest to.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Nearest {
+    /// The buffer's name.
+    pub buffer: String,
+    /// Which side of it the write lies on.
+    pub side: Side,
+    /// How far the write reaches beyond the buffer: past its end, from the
+    /// end to the last stray byte (a one-byte store just after the buffer
+    /// reaches 1 B past its end); before its start, from the first stray
+    /// byte to the start.
+    pub bytes: u64,
+}
+
+impl Nearest {
+    /// The declared buffer of `buffers` nearest to the stray bytes
+    /// `[address, address + size)`, by the gap between them (a tie goes to
+    /// the buffer the bytes follow); `None` without buffers.
+    pub fn of<'a>(
+        buffers: impl IntoIterator<Item = &'a Buffer>,
+        address: u64,
+        size: u64,
+    ) -> Option<Nearest> {
+        let end = address + size;
+        buffers
+            .into_iter()
+            .map(|b| {
+                let (start, stop) = (b.base, b.base + b.size as u64);
+                if address >= stop {
+                    (address - stop, Side::AfterEnd, end - stop, b)
+                } else {
+                    (
+                        start.saturating_sub(end),
+                        Side::BeforeStart,
+                        start - address,
+                        b,
+                    )
+                }
+            })
+            .min_by_key(|&(gap, side, _, _)| (gap, side))
+            .map(|(_, side, bytes, b)| Nearest {
+                buffer: b.name.clone(),
+                side,
+                bytes,
+            })
+    }
+
+    /// "1 B past the end of `fc_out`", "16 B before the start of `x`".
+    pub fn describe(&self) -> String {
+        let side = match self.side {
+            Side::AfterEnd => "past the end of",
+            Side::BeforeStart => "before the start of",
+        };
+        format!("{} B {side} `{}`", self.bytes, self.buffer)
+    }
+}
+
+/// One function on the way to a violation, from DWARF.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct CallSite {
+    /// The function, demangled.
+    pub function: Option<String>,
+    /// Its source file (the last two path components).
+    pub file: Option<String>,
+    /// The line of the call (or of the inlined code) in `file`.
+    pub line: Option<u32>,
+    /// Full path of `file`, to tell library code from the user's.
+    #[serde(skip)]
+    pub path: Option<String>,
+}
+
+impl CallSite {
+    /// Whether this is code of a kernel library (CMSIS-NN, the TFLM
+    /// reference kernels) or of memtrace's run-time (`harness-c/rt/`: the
+    /// libc shims, start-up code), rather than the program's own.
+    pub fn is_library(&self) -> bool {
+        let path = self.path.as_deref().or(self.file.as_deref());
+        Library::of_path(path).is_kernel_library()
+            || path.is_some_and(|p| p.replace('\\', "/").contains("harness-c/rt/"))
+    }
+
+    fn describe(&self) -> String {
+        let name = self.function.as_deref().unwrap_or("?");
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => format!("`{name}` ({file}:{line})"),
+            _ => format!("`{name}`"),
+        }
+    }
+}
 
 /// One access that breaks a rule, or the unused part of a scratch buffer.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
@@ -52,17 +158,60 @@ pub struct Violation {
     pub size: u64,
     /// What the access did (`null` for `scratch_unused`).
     pub access: Option<AccessKind>,
+    /// For a stray write: the layer's declared buffer nearest to it.
+    pub nearest: Option<Nearest>,
+    /// The return addresses of the calls that led to the access, innermost
+    /// first, as the tracer unwound them (stray writes only).
+    #[serde(skip)]
+    pub return_addresses: Vec<u64>,
+    /// The calls that led to the access, innermost caller first: the
+    /// functions the PC's code is inlined into, then each caller at its
+    /// call (with the functions inlined there); filled in from DWARF.
+    pub callers: Vec<CallSite>,
 }
 
+/// Callers [`Violation::describe`] names at most.
+const DESCRIBED_CALLERS: usize = 8;
+
 impl Violation {
-    /// One line for warnings and tables, e.g. "4 B store to `contract_stray`+0
-    /// (0x20100000) at 0x8001304 kernel_global_write (guests/contract.c:60)".
+    /// One line for warnings, e.g. "1 B store to 0x2010102a, 1 B past the
+    /// end of `fc_out`, at 0x8001304 fc_clamp (examples/net.c:60), called
+    /// from `main` (examples/net.c:90)": [`Violation::summary`] and the
+    /// callers up to the first one in the program's own code (not a kernel
+    /// library, not memtrace's run-time).
     pub fn describe(&self) -> String {
-        let what = match (&self.buffer, self.address) {
-            (Some(b), Some(a)) => format!("`{b}`+{} ({a:#x})", self.offset),
-            (Some(b), None) => format!("`{b}`+{}", self.offset),
-            (None, Some(a)) => format!("{a:#x} (no symbol)"),
-            (None, None) => "?".to_owned(),
+        let mut text = self.summary();
+        let user = self.callers.iter().position(|c| !c.is_library());
+        let shown = user.map_or(self.callers.len(), |i| i + 1);
+        let shown = shown.min(DESCRIBED_CALLERS);
+        if shown > 0 {
+            let chain: Vec<String> = self.callers[..shown]
+                .iter()
+                .map(CallSite::describe)
+                .collect();
+            text.push_str(", called from ");
+            text.push_str(&chain.join(", from "));
+            if shown < self.callers.len() && user.is_none_or(|u| u >= shown) {
+                text.push_str(", …");
+            }
+        }
+        text
+    }
+
+    /// One line for tables, without callers, e.g. "4 B store to
+    /// `contract_stray`+0 (0x20100000) at 0x8001304 kernel_global_write
+    /// (guests/contract.c:60)".
+    pub fn summary(&self) -> String {
+        let what = match (&self.buffer, self.address, &self.nearest) {
+            (Some(b), Some(a), _) => format!("`{b}`+{} ({a:#x})", self.offset),
+            (Some(b), None, _) => format!("`{b}`+{}", self.offset),
+            (None, Some(a), Some(_)) => format!("{a:#x}"),
+            (None, Some(a), None) => format!("{a:#x} (no symbol)"),
+            (None, None, _) => "?".to_owned(),
+        };
+        let what = match &self.nearest {
+            Some(n) => format!("{what}, {},", n.describe()),
+            None => what,
         };
         let Some(pc) = self.pc else {
             return format!("{} B never written from {what} on", self.size);
@@ -163,6 +312,11 @@ pub struct ContractReport {
     pub scratch_unused: RuleReport,
     /// Use of each declared scratch buffer.
     pub scratch: Vec<ScratchUse>,
+    /// How far the layer's stray writes reach beyond the declared buffers
+    /// they lie nearest to: per buffer and side, the farthest of all of
+    /// them (so "16 B past the end of `scratch`" for a scratch buffer
+    /// declared 16 B smaller than the kernel uses).
+    pub stray_reach: Vec<Nearest>,
     /// Writes outside the declared buffers made by the runtime around the
     /// kernel (e.g. TFLM's interpreter resetting its temporary allocations
     /// between operators): not the kernel's, so no violation.
@@ -375,6 +529,7 @@ impl Analysis for ContractCheck {
                 weights_write: RuleReport::clean(),
                 scratch_unused: RuleReport::clean(),
                 scratch: Vec::new(),
+                stray_reach: Vec::new(),
                 runtime_writes: 0,
             },
             buffers: Vec::new(),
@@ -423,12 +578,26 @@ impl Analysis for ContractCheck {
                 return;
             }
             cur.note_overrun(w);
+            let declared = cur.buffers.iter().map(|t| &t.buffer);
+            let nearest = Nearest::of(declared, w.address, w.size as u64);
+            if let Some(n) = &nearest {
+                let reach = &mut cur.report.stray_reach;
+                match reach
+                    .iter_mut()
+                    .find(|r| r.buffer == n.buffer && r.side == n.side)
+                {
+                    Some(r) => r.bytes = r.bytes.max(n.bytes),
+                    None => reach.push(n.clone()),
+                }
+            }
             cur.report.stray_write.add(|| Violation {
                 pc: Some(w.pc),
                 t: Some(w.t),
                 address: Some(w.address),
                 size: w.size as u64,
                 access: Some(AccessKind::Store),
+                nearest,
+                return_addresses: w.callers.clone(),
                 ..Violation::default()
             });
         }
@@ -608,6 +777,7 @@ mod tests {
                 pc,
                 address: 0x2000,
                 size: 4,
+                callers: Vec::new(),
             });
         }
         c.layer_end(0);
@@ -615,6 +785,109 @@ mod tests {
         assert_eq!((r.index, r.stray_write.violations), (3, 2));
         let v = r.stray_write.first.as_ref().unwrap();
         assert_eq!((v.pc, v.address, v.size), (Some(0x10), Some(0x2000), 4));
+    }
+
+    #[test]
+    fn a_stray_write_names_the_nearest_buffer_and_how_far_it_reaches() {
+        let buffers = [
+            buffer(0, Role::Input, 0x100, 0x40),
+            buffer(1, Role::Output, 0x200, 10),
+            buffer(2, Role::Scratch, 0x300, 128),
+        ];
+        let near = |address, size| Nearest::of(&buffers, address, size).unwrap().describe();
+        // One byte just after the output: the classic off-by-one.
+        assert_eq!(near(0x20a, 1), "1 B past the end of `b1`");
+        // A word 12 B after the scratch: it reaches 16 B past its end.
+        assert_eq!(near(0x38c, 4), "16 B past the end of `b2`");
+        // Before the input's start, and nearer to it than to anything else.
+        assert_eq!(near(0xf0, 4), "16 B before the start of `b0`");
+        // Between two buffers: the nearer one (the output ends 6 B before).
+        assert_eq!(near(0x210, 2), "8 B past the end of `b1`");
+        assert!(Nearest::of(&[], 0, 1).is_none());
+    }
+
+    #[test]
+    fn the_layer_keeps_the_farthest_reach_of_its_stray_writes() {
+        let mut c = ContractCheck::default();
+        c.layer_begin(&LayerInfo {
+            index: 0,
+            name: "conv".into(),
+            op: "conv2d".into(),
+            params: String::new(),
+            spec: None,
+        });
+        c.buffer(&buffer(4, Role::Scratch, 0x1000, 128));
+        for offset in [0, 4, 8, 12] {
+            c.stray_write(&StrayWrite {
+                t: offset,
+                pc: 0x10,
+                address: 0x1080 + offset,
+                size: 4,
+                callers: vec![0x2000, 0x3000],
+            });
+        }
+        c.layer_end(0);
+        let r = &c.layers[0];
+        let first = r.stray_write.first.as_ref().unwrap();
+        assert_eq!(
+            first.nearest.as_ref().unwrap().describe(),
+            "4 B past the end of `b4`"
+        );
+        assert_eq!(first.return_addresses, vec![0x2000, 0x3000]);
+        assert_eq!(r.stray_write.violations, 4);
+        assert_eq!(r.stray_reach.len(), 1);
+        assert_eq!(r.stray_reach[0].describe(), "16 B past the end of `b4`");
+    }
+
+    #[test]
+    fn described_callers_stop_at_the_first_frame_of_the_program() {
+        let site = |function: &str, path: &str, line| {
+            let mut short: Vec<&str> = path.rsplit('/').take(2).collect();
+            short.reverse();
+            CallSite {
+                function: Some(function.into()),
+                file: Some(short.join("/")),
+                line: Some(line),
+                path: Some(path.into()),
+            }
+        };
+        let v = Violation {
+            pc: Some(0x80),
+            function: Some("memcpy".into()),
+            file: Some("rt/libc_shims.c".into()),
+            line: Some(26),
+            address: Some(0x20101000),
+            size: 4,
+            access: Some(AccessKind::Store),
+            nearest: Some(Nearest {
+                buffer: "scratch".into(),
+                side: Side::AfterEnd,
+                bytes: 4,
+            }),
+            callers: vec![
+                site(
+                    "arm_memcpy_s8",
+                    "/x/cmsis-nn/Include/arm_nnsupportfunctions.h",
+                    1635,
+                ),
+                site(
+                    "arm_convolve_s8",
+                    "/x/cmsis-nn/Source/arm_convolve_s8.c",
+                    202,
+                ),
+                site("run_conv", "/home/me/net/net.c", 61),
+                site("main", "/home/me/net/net.c", 99),
+            ],
+            ..Violation::default()
+        };
+        assert_eq!(
+            v.describe(),
+            "4 B store to 0x20101000, 4 B past the end of `scratch`, at 0x80 memcpy \
+             (rt/libc_shims.c:26), called from `arm_memcpy_s8` (Include/arm_nnsupportfunctions.h:1635), \
+             from `arm_convolve_s8` (Source/arm_convolve_s8.c:202), from `run_conv` (net/net.c:61)"
+        );
+        // The table's summary leaves the callers out.
+        assert!(!v.summary().contains("called from"));
     }
 
     #[test]
@@ -633,6 +906,7 @@ mod tests {
                 pc,
                 address: 0x2000,
                 size: 4,
+                callers: Vec::new(),
             });
         }
         c.layer_end(0);

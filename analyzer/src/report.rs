@@ -274,11 +274,7 @@ pub fn contract_frame(
     let first = |c: &ContractReport| {
         c.rules()
             .iter()
-            .filter_map(|(name, r)| {
-                r.first
-                    .as_ref()
-                    .map(|v| format!("{name}: {}", v.describe()))
-            })
+            .filter_map(|(name, r)| r.first.as_ref().map(|v| format!("{name}: {}", v.summary())))
             .collect::<Vec<_>>()
             .join("; ")
     };

@@ -8,9 +8,9 @@
 //! the hook path, which gives every access its instruction; clean layers,
 //! and runs without violations, cost nothing extra.
 
-use memtrace_analyzer::contract::{ContractCheck, ContractReport};
+use memtrace_analyzer::contract::{CallSite, ContractCheck, ContractReport};
 use memtrace_analyzer::report::RunReport;
-use memtrace_tracer::debuginfo::DebugInfo;
+use memtrace_tracer::debuginfo::{short_path, DebugInfo, Frame};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
 use crate::common::trace_with;
@@ -82,8 +82,9 @@ fn retrace(rerun: &Rerun<'_>, indices: &[usize]) -> Result<Vec<ContractReport>> 
         .collect())
 }
 
-/// Fills in function and file:line of every violation's PC, and the symbol
-/// (and offset into it) that each stray write hit.
+/// Fills in function and file:line of every violation's PC and of the calls
+/// that led to it, and the symbol (and offset into it) that each stray write
+/// hit.
 pub fn locate(image: &ElfImage, contracts: &mut [ContractReport]) {
     let mut debug: Option<DebugInfo> = None;
     for c in contracts {
@@ -95,12 +96,34 @@ pub fn locate(image: &ElfImage, contracts: &mut [ContractReport]) {
         }
         for v in c.violations_with_pc_mut() {
             let debug = debug.get_or_insert_with(|| DebugInfo::load(image));
-            let at = debug.locate(image, v.pc.unwrap_or(0));
+            let pc = v.pc.unwrap_or(0);
+            let at = debug.locate(image, pc);
             v.function = at.function;
             v.file = at.file;
             v.line = at.line;
+            v.callers = call_sites(debug, image, pc, &v.return_addresses);
         }
     }
+}
+
+/// The calls that led to `pc` (inlined functions, then the unwound
+/// callers at their calls), with the full source paths that tell library
+/// code from the program's.
+fn call_sites(debug: &DebugInfo, image: &ElfImage, pc: u64, returns: &[u64]) -> Vec<CallSite> {
+    let mut sites = Vec::new();
+    let mut push = |frames: Vec<Frame>| {
+        sites.extend(frames.into_iter().map(|f| CallSite {
+            function: f.function,
+            file: f.file.as_deref().map(short_path),
+            line: f.line,
+            path: f.file,
+        }))
+    };
+    push(debug.frames(image, pc).into_iter().skip(1).collect());
+    for &ra in returns {
+        push(debug.frames(image, ra.saturating_sub(1)));
+    }
+    sites
 }
 
 /// One warning per broken rule of each layer.
@@ -110,8 +133,21 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
         let Some(c) = &layer.contract else { continue };
         for (rule, r) in c.rules() {
             if let Some(v) = &r.first {
+                // Where all of a layer's stray writes reach, when the first
+                // does not say it alone.
+                let reach: Vec<String> = c
+                    .stray_reach
+                    .iter()
+                    .filter(|n| rule == "stray_write" && v.nearest.as_ref() != Some(*n))
+                    .map(|n| n.describe())
+                    .collect();
+                let reach = if reach.is_empty() {
+                    String::new()
+                } else {
+                    format!("; in all they reach {}", reach.join(" and "))
+                };
                 lines.push(format!(
-                    "WARNING: layer `{}`: memory contract: {rule}: {} ({} violation(s))",
+                    "WARNING: layer `{}`: memory contract: {rule}: {} ({} violation(s){reach})",
                     layer.name,
                     v.describe(),
                     r.violations

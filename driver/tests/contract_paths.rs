@@ -1,8 +1,9 @@
 //! The memory contract as each access path sees it, before `memtrace run`
 //! re-traces violating layers for exact PCs: the MMIO path finds the same
-//! violations as the hook path — same rules, counts, buffers, offsets, sizes
-//! and scratch use — with the PC and time of the block that made them, in
-//! the same function.
+//! violations as the hook path — same rules, counts, buffers, offsets, sizes,
+//! nearest buffers and scratch use — with the PC and time of the block that
+//! made them, in the same function, and without the callers (its callbacks
+//! see no registers to unwind).
 
 use std::path::PathBuf;
 
@@ -34,11 +35,12 @@ fn contract(image: &ElfImage, access: AccessPath) -> Vec<ContractReport> {
     check.layers
 }
 
-/// The report without PCs and times.
+/// The report without PCs, times and callers.
 fn placeless(mut c: ContractReport) -> ContractReport {
     for v in c.violations_with_pc_mut() {
         v.pc = Some(0);
         v.t = Some(0);
+        v.return_addresses.clear();
     }
     c
 }

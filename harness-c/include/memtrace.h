@@ -43,9 +43,10 @@ extern "C" {
 
 #define MEMTRACE_MAX_STRING 256u
 
-/* Defined exactly once, by the translation unit that defines MEMTRACE_IMPLEMENTATION
- * before including this header. It lives in its own section so a linker script
- * can give it a page of its own. */
+/* Defined exactly once: by libmemtrace_rt.a (harness-c/rt/port.c, docs/protocol.md
+ * section 11), or, in a program linked without it, by the translation unit that
+ * defines MEMTRACE_IMPLEMENTATION before including this header. It lives in its
+ * own section so a linker script can give it a page of its own. */
 extern volatile uint32_t memtrace_port[2];
 
 #ifdef MEMTRACE_IMPLEMENTATION

@@ -1,9 +1,9 @@
 /*
- * Exit path for programs that speak the memtrace protocol. This is also the
- * one translation unit that defines `memtrace_port` (in section .memtrace,
- * which the linker scripts put alone on its own 4 KiB page).
+ * Exit path for programs that speak the memtrace protocol: main's return
+ * value (and abort()'s 134) goes to the tracer as MEMTRACE_CMD_EXIT. The
+ * port itself is defined in rt/port.c (or by the program, when it defines
+ * MEMTRACE_IMPLEMENTATION), so linking this never defines it twice.
  */
-#define MEMTRACE_IMPLEMENTATION
 #include "memtrace.h"
 
 #include "memtrace_rt.h"

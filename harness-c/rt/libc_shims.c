@@ -3,9 +3,16 @@
  * library is linked: glibc's IFUNC-resolved string routines do not work in a
  * freestanding emulator run, and one set of shims keeps both targets alike.
  *
- * Built with -fno-tree-loop-distribute-patterns (see the Makefile) so GCC does
- * not turn these loops back into calls to themselves.
+ * GCC turns a byte-copy loop into a call to memcpy (and a fill loop into
+ * memset) at -O2, also inside memcpy itself, which then calls itself until
+ * the stack overflows. The pragma below keeps it from doing so whatever flags
+ * this file is compiled with; the Makefile also passes
+ * -fno-tree-loop-distribute-patterns, and checks the built object.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 

@@ -8,6 +8,7 @@ use unicorn_engine::{Arch as UcArch, ArmCpuModel, Mode, RegisterARM, RegisterX86
 use crate::clock::BlockClock;
 use crate::elf::Arch;
 use crate::error::TraceError;
+use crate::unwind::Registers;
 
 impl Arch {
     /// A bare Unicorn engine of this architecture carrying `data`.
@@ -75,6 +76,70 @@ impl Arch {
             Arch::X86_64 => uc.reg_read(RegisterX86::RSP),
         }
         .unwrap_or(0)
+    }
+
+    /// The integer registers by DWARF register number, for unwinding
+    /// (`unwind.rs`): r0–r15 on Cortex-M4; on x86-64 rax, rdx, rcx, rbx,
+    /// rsi, rdi, rbp, rsp, r8–r15 (0–15) and the return-address column 16,
+    /// which holds RIP. `pc` is the current instruction, as the hook that
+    /// asks knows it.
+    pub(crate) fn registers<D>(self, uc: &Unicorn<'_, D>, pc: u64) -> Registers {
+        let mut regs = Registers::default();
+        match self {
+            Arch::CortexM4 => {
+                use RegisterARM::*;
+                let all = [
+                    R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, SP, LR,
+                ];
+                for (n, reg) in all.into_iter().enumerate() {
+                    regs.set(n as u16, uc.reg_read(reg).ok());
+                }
+            }
+            Arch::X86_64 => {
+                use RegisterX86::*;
+                let all = [
+                    RAX, RDX, RCX, RBX, RSI, RDI, RBP, RSP, R8, R9, R10, R11, R12, R13, R14, R15,
+                ];
+                for (n, reg) in all.into_iter().enumerate() {
+                    regs.set(n as u16, uc.reg_read(reg).ok());
+                }
+            }
+        }
+        regs.set(self.dwarf_pc(), Some(pc));
+        regs
+    }
+
+    /// The DWARF number of the stack pointer (r13, rsp).
+    pub(crate) fn dwarf_sp(self) -> u16 {
+        match self {
+            Arch::CortexM4 => 13,
+            Arch::X86_64 => 7,
+        }
+    }
+
+    /// The DWARF column that holds the program counter while unwinding (r15;
+    /// on x86-64 the return-address column 16).
+    pub(crate) fn dwarf_pc(self) -> u16 {
+        match self {
+            Arch::CortexM4 => 15,
+            Arch::X86_64 => 16,
+        }
+    }
+
+    /// Bytes of a saved register on the stack.
+    pub(crate) fn word_bytes(self) -> usize {
+        match self {
+            Arch::CortexM4 => 4,
+            Arch::X86_64 => 8,
+        }
+    }
+
+    /// A code address without mode bits (the Thumb bit of a return address).
+    pub(crate) fn code_address(self, address: u64) -> u64 {
+        match self {
+            Arch::CortexM4 => address & !1,
+            Arch::X86_64 => address,
+        }
     }
 
     /// Whether memory hooks leave stale Thumb IT state behind that must be

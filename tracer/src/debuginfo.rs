@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection};
 
-use crate::elf::{Arch, ElfImage};
+use crate::elf::ElfImage;
 use crate::error::CodeLocation;
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
@@ -41,10 +41,7 @@ impl DebugInfo {
     /// Resolves `pc` (on Cortex-M4 the Thumb bit is ignored; x86-64
     /// instructions may start at odd addresses).
     pub fn locate(&self, image: &ElfImage, pc: u64) -> CodeLocation {
-        let pc = match image.arch {
-            Arch::CortexM4 => pc & !1,
-            Arch::X86_64 => pc,
-        };
+        let pc = image.arch.code_address(pc);
         let mut loc = CodeLocation {
             pc,
             function: image.function_at(pc).map(str::to_owned),
@@ -92,13 +89,53 @@ impl DebugInfo {
 }
 
 impl DebugInfo {
-    /// The chain of functions at `pc` (Thumb bit ignored), innermost first:
+    /// The calls that led to the instruction at `pc`, innermost first, as
+    /// code locations (function, short file path, line): the functions its
+    /// code is inlined into, then for each of `return_addresses` (the
+    /// physical callers the tracer unwound, [`crate::TraceError`]'s
+    /// `callers`) the call instruction just before it, with the functions
+    /// inlined there. Each location's `pc` is the return address of its
+    /// physical frame (`pc` itself for the first ones).
+    pub fn call_chain(
+        &self,
+        image: &ElfImage,
+        pc: u64,
+        return_addresses: &[u64],
+    ) -> Vec<CodeLocation> {
+        let at = |pc: u64, frames: Vec<Frame>| -> Vec<CodeLocation> {
+            frames
+                .into_iter()
+                .map(|f| CodeLocation {
+                    pc,
+                    function: f.function,
+                    file: f.file.as_deref().map(short_path),
+                    line: f.line,
+                    inlined_into: None,
+                })
+                .collect()
+        };
+        let mut chain = at(pc, self.frames(image, pc));
+        if !chain.is_empty() {
+            chain.remove(0);
+        }
+        let mut seen: std::collections::HashMap<u64, Vec<CodeLocation>> = Default::default();
+        for &ra in return_addresses {
+            let sites = seen
+                .entry(ra)
+                .or_insert_with(|| at(ra, self.frames(image, ra.saturating_sub(1))));
+            chain.extend(sites.iter().cloned());
+        }
+        chain
+    }
+
+    /// The chain of functions at `pc` (on Cortex-M4 the Thumb bit ignored),
+    /// innermost first:
     /// the inlined function the PC is really in, then each function it was
     /// inlined into, ending with the function that owns the code. Without
     /// DWARF for the PC, the one frame of the symbol containing it (no file);
     /// empty when no symbol contains it either.
     pub fn frames(&self, image: &ElfImage, pc: u64) -> Vec<Frame> {
-        let pc = pc & !1;
+        let pc = image.arch.code_address(pc);
         let mut out = Vec::new();
         if let Some(ctx) = &self.context {
             if let Ok(mut frames) = ctx.find_frames(pc).skip_all_loads() {
@@ -132,7 +169,7 @@ impl DebugInfo {
 }
 
 /// The last two path components keep messages short but unambiguous.
-fn short_path(path: &str) -> String {
+pub fn short_path(path: &str) -> String {
     let parts: Vec<&str> = path.rsplitn(3, '/').collect();
     match parts.as_slice() {
         [file, dir, _] => format!("{dir}/{file}"),

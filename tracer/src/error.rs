@@ -45,6 +45,11 @@ pub struct GuestContext {
     pub location: CodeLocation,
     /// Name of the open layer, if any.
     pub layer: Option<String>,
+    /// The calls that led there, innermost caller first, each at its call
+    /// instruction (unwound from the stack with the ELF's call-frame
+    /// information; empty when it has none, or for errors the tracer does
+    /// not unwind).
+    pub callers: Vec<CodeLocation>,
 }
 
 impl fmt::Display for GuestContext {
@@ -52,8 +57,59 @@ impl fmt::Display for GuestContext {
         if let Some(layer) = &self.layer {
             write!(f, "in layer `{layer}`, ")?;
         }
-        write!(f, "at {}", self.location)
+        write!(f, "at {}", self.location)?;
+        if !self.callers.is_empty() {
+            write!(f, ", called from {}", chain_text(&self.callers))?;
+        }
+        Ok(())
     }
+}
+
+/// Caller groups [`chain_text`] names before it says how many frames remain.
+const CHAIN_GROUPS: usize = 8;
+
+/// A call chain in words, innermost caller first: consecutive frames at the
+/// same call site as one (`` `descend` (stack.c:20) × 8190 ``), up to
+/// `main`, at most eight of them.
+pub fn chain_text(callers: &[CodeLocation]) -> String {
+    let site = |l: &CodeLocation| {
+        let name = l.function.as_deref().unwrap_or("?");
+        match (&l.file, l.line) {
+            (Some(file), Some(line)) => format!("`{name}` ({file}:{line})"),
+            _ => format!("`{name}` ({:#x})", l.pc),
+        }
+    };
+    let mut groups: Vec<(String, usize, bool)> = Vec::new();
+    let mut shown = 0;
+    for l in callers {
+        let text = site(l);
+        match groups.last_mut() {
+            Some((last, n, _)) if *last == text => *n += 1,
+            _ => {
+                if groups.len() == CHAIN_GROUPS {
+                    break;
+                }
+                groups.push((text, 1, l.function.as_deref() == Some("main")));
+            }
+        }
+        shown += 1;
+        if groups.last().is_some_and(|g| g.2) {
+            break;
+        }
+    }
+    let mut text = groups
+        .iter()
+        .map(|(site, n, _)| match n {
+            1 => site.clone(),
+            n => format!("{site} × {n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", from ");
+    let reached_main = groups.last().is_some_and(|g| g.2);
+    if shown < callers.len() && !reached_main {
+        text.push_str(&format!(", … ({} more frames)", callers.len() - shown));
+    }
+    text
 }
 
 /// Errors of the tracer.
@@ -134,6 +190,26 @@ pub enum TraceError {
         /// Layer and guest PC at the fault.
         context: Box<GuestContext>,
     },
+    /// The guest's stack grew below `__stack_bottom` (docs/protocol.md,
+    /// section 11): a recursion without end, a frame too large for the
+    /// stack, or a function that calls itself (a `memcpy` compiled into a
+    /// call to `memcpy`).
+    #[error(
+        "stack overflow: {below} B below the stack bottom, at {address:#x} (the stack is {stack_bytes} B; {frames} frames deep), {context}"
+    )]
+    StackOverflow {
+        /// Bytes between the access and the stack bottom.
+        below: u64,
+        /// Guest address of the access.
+        address: u64,
+        /// `__stack_top - __stack_bottom`.
+        stack_bytes: u64,
+        /// Frames on the stack: the faulting function and its callers (as
+        /// far as they could be unwound).
+        frames: usize,
+        /// Layer, guest PC and call chain at the access.
+        context: Box<GuestContext>,
+    },
     /// The guest retired more instructions than `max_instructions` allows.
     #[error(
         "instruction budget of {budget} exceeded {context} (raise it with --max-instructions)"
@@ -163,3 +239,41 @@ pub enum TraceError {
 
 /// Result of the tracer's operations.
 pub type Result<T, E = TraceError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(function: &str, line: u32) -> CodeLocation {
+        CodeLocation {
+            pc: 0x100,
+            function: Some(function.into()),
+            file: Some("guests/x.c".into()),
+            line: Some(line),
+            inlined_into: None,
+        }
+    }
+
+    #[test]
+    fn a_chain_groups_repeated_call_sites_and_stops_at_main() {
+        let mut chain = vec![site("descend", 9); 5000];
+        chain.extend([site("main", 20), site("memtrace_rt_start", 3)]);
+        assert_eq!(
+            chain_text(&chain),
+            "`descend` (guests/x.c:9) × 5000, from `main` (guests/x.c:20)"
+        );
+    }
+
+    #[test]
+    fn a_long_chain_without_main_says_how_many_frames_it_leaves_out() {
+        let chain: Vec<CodeLocation> = (0..20).map(|i| site("f", i)).collect();
+        let text = chain_text(&chain);
+        assert_eq!(text.matches(", from ").count(), CHAIN_GROUPS - 1, "{text}");
+        assert!(text.ends_with(", … (12 more frames)"), "{text}");
+        let unknown = CodeLocation {
+            pc: 0x8001234,
+            ..CodeLocation::default()
+        };
+        assert_eq!(chain_text(&[unknown]), "`?` (0x8001234)");
+    }
+}

@@ -16,6 +16,7 @@ pub mod error;
 mod machine;
 pub mod session;
 mod stream;
+mod unwind;
 
 pub use elf::{Arch, ElfImage};
 pub use error::{Result, TraceError};

@@ -12,13 +12,15 @@
 //! Here: the public options and summary, the machine and the hooks that every
 //! run has. `commands` applies the protocol, `events` turns accesses into
 //! events, `mmio` is the hook-free access path, `ram` the host memory behind
-//! guest RAM, `guard` the stray-write watch.
+//! guest RAM, `guard` the stray-write watch, `stack` the stack-overflow
+//! watch.
 
 mod commands;
 mod events;
 mod guard;
 mod mmio;
 mod ram;
+mod stack;
 
 use commands::{guest_read, on_port_write, port_store};
 
@@ -39,6 +41,7 @@ use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, PAGE};
 use crate::machine::{load_segments, write_inputs, GuestInputs, Job};
+use crate::unwind::{Registers, Unwinder};
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
 /// early so accesses that begin before the buffer and reach into it are seen.
@@ -190,6 +193,8 @@ struct OpenLayer {
     t0: u64,
     seq: u64,
     buffers: Vec<TracedBuffer>,
+    /// Stray writes whose callers were unwound.
+    unwound: u32,
 }
 
 /// How the run stopped, as seen from inside a hook.
@@ -221,6 +226,11 @@ struct Session<'a> {
     served: Option<mmio::Served>,
     /// State of the stray-write watch; `None` when not asked for.
     guard: Option<guard::Guard>,
+    /// The stack's bounds and guard pages; `None` without stack symbols.
+    stack: Option<stack::StackWatch>,
+    /// The image's call-frame information, read at the first unwind
+    /// (`Some(None)`: it has none).
+    unwinder: Option<Option<Unwinder>>,
     /// Address of the block now running.
     block_address: u64,
 }
@@ -285,6 +295,8 @@ pub(crate) fn run(
         guard: options
             .stray_writes
             .then(|| guard::Guard::for_image(image, port.address & !(PAGE - 1))),
+        stack: stack::StackWatch::for_image(image),
+        unwinder: None,
         block_address: 0,
     };
     let mut uc = new_machine(image, session)?;
@@ -298,6 +310,7 @@ pub(crate) fn run(
     )?;
     let readback = options.readback;
     install_hooks(&mut uc, port.address)?;
+    stack::protect(&mut uc).map_err(TraceError::Emulator)?;
     let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
     let pc = uc.pc_read().unwrap_or(0);
     let session = uc.get_data_mut();
@@ -343,19 +356,30 @@ fn context_at(pc: u64, layer: Option<String>) -> Box<GuestContext> {
             ..CodeLocation::default()
         },
         layer,
+        callers: Vec::new(),
     })
 }
 
-/// Fills function and file:line into the error's guest context.
+/// Fills function and file:line into the error's guest context, for the
+/// PC and for each caller (at its call instruction, just before the return
+/// address; with the functions inlined there).
 fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceError {
     let ctx = match &mut err {
         TraceError::Protocol { context, .. }
         | TraceError::GuestFault { context, .. }
+        | TraceError::StackOverflow { context, .. }
         | TraceError::BudgetExceeded { context, .. }
         | TraceError::NoExit { context } => context,
         _ => return err,
     };
-    ctx.location = DebugInfo::load(image).locate(image, ctx.location.pc);
+    let debug = DebugInfo::load(image);
+    ctx.location = debug.locate(image, ctx.location.pc);
+    let returns: Vec<u64> = ctx.callers.iter().map(|c| c.pc).collect();
+    if !returns.is_empty() {
+        ctx.callers = debug.call_chain(image, ctx.location.pc, &returns);
+        // The chain starts with the functions the PC is inlined into.
+        ctx.location.inlined_into = None;
+    }
     err
 }
 
@@ -380,7 +404,7 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
         )
         .map_err(hook_err)?;
     }
-    if uc.get_data().guard.is_some() {
+    if uc.get_data().guard.is_some() || uc.get_data().stack.is_some() {
         uc.add_mem_hook(HookType::MEM_WRITE_PROT, 1, 0, guard::on_write_prot)
             .map_err(hook_err)?;
     }
@@ -477,15 +501,39 @@ fn on_unmapped(
         MemType::FETCH_UNMAPPED => "instruction fetch from",
         _ => "read of",
     };
+    let arch = uc.get_data().image.arch;
+    if kind != MemType::FETCH_UNMAPPED {
+        // A frame larger than the guard pages lands below them.
+        let sp = arch.stack_pointer(uc);
+        let below = uc
+            .get_data()
+            .stack
+            .as_ref()
+            .and_then(|w| w.overflow(address, sp));
+        if let Some(below) = below {
+            stack::report(uc, pc, address, below);
+            return false;
+        }
+    }
+    let regs = arch.registers(uc, pc);
     let s = uc.get_data_mut();
     let layer = s.layer.as_ref().map(|l| l.name.clone());
+    let callers = s.callers(regs, FAULT_FRAMES);
     s.fail_guest(
         format!("{what} unmapped address {address:#x} ({size} bytes)"),
         pc,
         layer,
     );
+    if let Some(Stop::Error(TraceError::GuestFault { context, .. })) = s.stop.as_mut() {
+        if context.callers.is_empty() {
+            context.callers = Session::caller_locations(&callers);
+        }
+    }
     false
 }
+
+/// Most caller frames unwound for a guest fault.
+const FAULT_FRAMES: usize = 64;
 
 fn on_interrupt(uc: &mut HookUc<'_, '_>, number: u32) {
     let pc = uc.pc_read().unwrap_or(0);
@@ -498,6 +546,33 @@ fn on_interrupt(uc: &mut HookUc<'_, '_>, number: u32) {
 }
 
 impl Session<'_> {
+    /// The return addresses of the calls that led to the instruction whose
+    /// registers are `regs`, innermost first, at most `max` (none when the
+    /// image has no call-frame information).
+    fn callers(&mut self, regs: Registers, max: usize) -> Vec<u64> {
+        let image = self.image;
+        let unwinder = self
+            .unwinder
+            .get_or_insert_with(|| Unwinder::for_image(image));
+        let Some(unwinder) = unwinder.as_mut() else {
+            return Vec::new();
+        };
+        let ram = &self.ram;
+        unwinder.callers(image, regs, |a, out| ram.read(a, out), max)
+    }
+
+    /// Return addresses as code locations still to be resolved
+    /// (`with_locations`).
+    fn caller_locations(callers: &[u64]) -> Vec<CodeLocation> {
+        callers
+            .iter()
+            .map(|&pc| CodeLocation {
+                pc,
+                ..CodeLocation::default()
+            })
+            .collect()
+    }
+
     fn fail_protocol(&mut self, message: String, pc: u64) {
         if self.stop.is_none() {
             let layer = self.layer.as_ref().map(|l| l.name.clone());

@@ -17,7 +17,7 @@ fn strays_by_layer(messages: &[Message]) -> Vec<(String, Vec<StrayWrite>)> {
     for m in messages {
         match m {
             Message::LayerBegin(l) => layers.push((l.name.clone(), Vec::new())),
-            Message::StrayWrite(w) => layers.last_mut().expect("inside a layer").1.push(*w),
+            Message::StrayWrite(w) => layers.last_mut().expect("inside a layer").1.push(w.clone()),
             _ => {}
         }
     }
@@ -49,7 +49,7 @@ fn the_store_to_an_undeclared_global_is_the_only_stray_write() {
                     continue;
                 }
                 assert_eq!(writes.len(), 1, "{target} {access:?}: {writes:x?}");
-                let w = writes[0];
+                let w = writes[0].clone();
                 assert_eq!(
                     (w.address, w.size),
                     (stray.address, 4),
@@ -62,12 +62,23 @@ fn the_store_to_an_undeclared_global_is_the_only_stray_write() {
                 );
                 assert!(w.pc >= kernel.address);
                 match access {
-                    AccessPath::Hooks => exact = Some(w),
+                    AccessPath::Hooks => {
+                        // Unwound from the stack: the kernel was called by
+                        // the guest's `layer` (or `main`, if inlined there).
+                        let caller = w.callers.first().and_then(|&ra| image.function_at(ra - 1));
+                        assert!(
+                            matches!(caller, Some("layer" | "main")),
+                            "{target}: {w:x?} called from {caller:?}"
+                        );
+                        exact = Some(w)
+                    }
                     // MMIO: the stray bytes share a served page with the
-                    // buffers; the PC and time are those of the block.
+                    // buffers; the PC and time are those of the block, and
+                    // no registers are at hand to unwind.
                     AccessPath::Mmio => {
-                        let e = exact.unwrap();
+                        let e = exact.as_ref().unwrap();
                         assert!(w.pc <= e.pc && w.t <= e.t, "{w:x?} vs exact {e:x?}");
+                        assert!(w.callers.is_empty(), "{w:x?}");
                     }
                 }
             }

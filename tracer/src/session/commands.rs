@@ -93,6 +93,7 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
                 t0,
                 seq: 0,
                 buffers: Vec::new(),
+                unwound: 0,
             });
             if selected {
                 s.send(Message::LayerBegin(LayerInfo {

@@ -34,9 +34,9 @@
 
 use unicorn_engine::{MemType, Prot};
 
-use memtrace_abi::event::{Message, StrayWrite};
+use memtrace_abi::event::{Message, StrayWrite, STRAY_WRITES_UNWOUND};
 
-use super::{clear_stale_it_state, page_ranges, HookUc, Session, PAGE};
+use super::{clear_stale_it_state, page_ranges, stack, HookUc, Session, PAGE};
 use crate::elf::ElfImage;
 
 /// Stack assumed below the stack pointer without stack symbols.
@@ -143,8 +143,20 @@ impl Session<'_> {
         stray.map(|(s, e)| (s, (e - s) as u32))
     }
 
-    /// Reports a stray write made by the instruction at `pc`.
-    pub(super) fn stray_write(&mut self, pc: u64, address: u64, size: u32) {
+    /// Whether `[address, address + size)` lies inside one declared buffer
+    /// of the open layer.
+    fn in_buffers(&self, address: u64, size: u64) -> bool {
+        self.layer.as_ref().is_some_and(|l| {
+            l.buffers.iter().any(|b| {
+                let base = b.buffer.base;
+                address >= base && address + size <= base + b.buffer.size as u64
+            })
+        })
+    }
+
+    /// Reports a stray write made by the instruction at `pc`, called
+    /// through `callers` (return addresses, innermost first).
+    pub(super) fn stray_write(&mut self, pc: u64, address: u64, size: u32, callers: Vec<u64>) {
         let Some(layer) = self.layer.as_ref() else {
             return;
         };
@@ -154,7 +166,20 @@ impl Session<'_> {
             pc,
             address,
             size,
+            callers,
         }));
+    }
+
+    /// Whether the next stray write of the open layer still gets its callers
+    /// unwound (counts it).
+    fn unwind_next(&mut self) -> bool {
+        match self.layer.as_mut() {
+            Some(l) if l.unwound < STRAY_WRITES_UNWOUND => {
+                l.unwound += 1;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -243,11 +268,13 @@ fn restore(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
         uc.mem_protect(start, end - start, Prot::ALL)
             .map_err(|e| format!("restoring guest pages {start:#x}..{end:#x}: {e:?}"))?;
     }
-    Ok(())
+    // The stack's guard pages stay watched for the whole run.
+    stack::protect(uc)
 }
 
-/// A store to a write-protected page: stores it, and reports the bytes
-/// outside the layer's buffers and the stack.
+/// A store to a write-protected page: a stack overflow when it is the
+/// stack's, below its bottom (`stack.rs`); otherwise it stores it, and
+/// reports the bytes outside the layer's buffers and the stack.
 pub(super) fn on_write_prot(
     uc: &mut HookUc<'_, '_>,
     _kind: MemType,
@@ -257,9 +284,30 @@ pub(super) fn on_write_prot(
 ) -> bool {
     let pc = uc.pc_read().unwrap_or(0);
     clear_stale_it_state(uc);
+    let arch = uc.get_data().image.arch;
+    let (in_zone, below_bottom) = uc
+        .get_data()
+        .stack
+        .as_ref()
+        .map_or((false, false), |w| (w.in_zone(address), address < w.bottom));
+    // A store into a declared buffer (every one passes here on the hook
+    // path) is the kernel's: no need to ask where the stack pointer is.
+    if below_bottom && !uc.get_data().in_buffers(address, size as u64) {
+        let sp = arch.stack_pointer(uc);
+        let below = uc
+            .get_data()
+            .stack
+            .as_ref()
+            .and_then(|w| w.overflow(address, sp));
+        if let Some(below) = below {
+            stack::report(uc, pc, address, below);
+            return false;
+        }
+    }
     let s = uc.get_data_mut();
-    if s.guard.as_ref().and_then(Guard::stack).is_none() {
-        // Not a page this watch protected: the guest's own fault.
+    let watching = s.guard.as_ref().and_then(Guard::stack).is_some();
+    if !watching && !in_zone {
+        // Not a page this tracer protected: the guest's own fault.
         return false;
     }
     let n = size.min(8);
@@ -269,11 +317,20 @@ pub(super) fn on_write_prot(
     }
     // A misaligned store comes back byte by byte (Unicorn splits it after
     // this hook): those calls report it.
-    if n > 1 && !address.is_multiple_of(n as u64) {
+    if !watching || (n > 1 && !address.is_multiple_of(n as u64)) {
         return true;
     }
     if let Some((first, len)) = s.stray_part(address, n as u64) {
-        s.stray_write(pc, first, len);
+        let callers = if s.unwind_next() {
+            let regs = arch.registers(uc, pc);
+            uc.get_data_mut().callers(regs, STRAY_FRAMES)
+        } else {
+            Vec::new()
+        };
+        uc.get_data_mut().stray_write(pc, first, len, callers);
     }
     true
 }
+
+/// Most caller frames unwound for a stray write.
+const STRAY_FRAMES: usize = 64;

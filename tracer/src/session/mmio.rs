@@ -191,6 +191,14 @@ pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String>
         // SAFETY: as in `ram::map`; `ptr` is inside the same allocation.
         unsafe { uc.mem_map_ptr(base, len, Prot::ALL, ptr as *mut c_void) }
             .map_err(|e| format!("remapping guest pages {range}: {e:?}"))?;
+        if uc
+            .get_data()
+            .stack
+            .as_ref()
+            .is_some_and(|w| w.meets(base, base + len))
+        {
+            super::stack::protect(uc)?;
+        }
     }
     Ok(())
 }
@@ -236,7 +244,8 @@ fn on_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, valu
     }
     s.record_access(true, address, n as u64);
     if let Some((first, len)) = s.stray_part(address, n as u64) {
+        // No registers here: the hook path's re-trace unwinds the callers.
         let pc = s.block_address;
-        s.stray_write(pc, first, len);
+        s.stray_write(pc, first, len, Vec::new());
     }
 }

@@ -32,7 +32,7 @@ impl Analysis for MessageLog {
         self.0.push(Message::Events(events.to_vec()));
     }
     fn stray_write(&mut self, write: &StrayWrite) {
-        self.0.push(Message::StrayWrite(*write));
+        self.0.push(Message::StrayWrite(write.clone()));
     }
     fn layer_end(&mut self, instructions: u64) {
         self.0.push(Message::LayerEnd { instructions });
