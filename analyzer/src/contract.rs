@@ -936,6 +936,7 @@ mod tests {
                 pc: 0x10,
                 address,
                 size,
+                callers: Vec::new(),
             });
         }
         c.layer_end(0);
