@@ -69,6 +69,12 @@ pub struct BaselineRow {
     /// Traced monotone O_s of the second input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input2_monotone_bytes: Option<u64>,
+    /// Traced exact O_s of the second input's reverse sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input2_reverse_exact_bytes: Option<u64>,
+    /// Traced monotone O_s of the second input's reverse sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input2_reverse_monotone_bytes: Option<u64>,
     /// Instructions retired inside the layer window (absent in baselines
     /// written before memtrace recorded the whole memory behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +127,8 @@ impl BaselineRow {
             kernel: row.kernel.clone(),
             input2_exact_bytes: row.input2.as_ref().map(|i| i.exact_bytes),
             input2_monotone_bytes: row.input2.as_ref().map(|i| i.monotone_bytes),
+            input2_reverse_exact_bytes: row.input2.as_ref().map(|i| i.reverse_exact_bytes),
+            input2_reverse_monotone_bytes: row.input2.as_ref().map(|i| i.reverse_monotone_bytes),
             instructions: Some(row.instructions),
             contract: row.contract.clone(),
         }

@@ -342,6 +342,10 @@ pub struct InputOverlap {
     pub exact_bytes: u64,
     /// Traced monotone O_s, in bytes.
     pub monotone_bytes: u64,
+    /// Traced exact O_s of the reverse sweep, in bytes.
+    pub reverse_exact_bytes: u64,
+    /// Traced monotone O_s of the reverse sweep, in bytes.
+    pub reverse_monotone_bytes: u64,
     /// Algorithmic O_s of the spec for this input, in bytes.
     pub algorithmic_bytes: Option<u64>,
     /// The closed-form O_s of the spec for this input, in bytes.
@@ -356,6 +360,8 @@ impl InputOverlap {
             input_bytes: o.input_bytes,
             exact_bytes: o.exact_bytes,
             monotone_bytes: o.monotone_bytes,
+            reverse_exact_bytes: o.reverse_exact_bytes,
+            reverse_monotone_bytes: o.reverse_monotone_bytes,
             algorithmic_bytes: o.algorithmic_bytes,
             analytic_bytes: o.analytic_bytes,
             flags: o.flags.clone(),

@@ -135,7 +135,7 @@ impl Change {
 }
 
 /// The O_s values of a baseline row and of a new row, by name.
-fn overlap_values(old: &BaselineRow, new: &Row) -> [(&'static str, Option<u64>, Option<u64>); 6] {
+fn overlap_values(old: &BaselineRow, new: &Row) -> [(&'static str, Option<u64>, Option<u64>); 8] {
     let input2 = new.input2.as_ref();
     [
         ("monotone", old.monotone_bytes, new.monotone_bytes),
@@ -159,6 +159,16 @@ fn overlap_values(old: &BaselineRow, new: &Row) -> [(&'static str, Option<u64>, 
             "input2 exact",
             old.input2_exact_bytes,
             input2.map(|i| i.exact_bytes),
+        ),
+        (
+            "input2 reverse monotone",
+            old.input2_reverse_monotone_bytes,
+            input2.map(|i| i.reverse_monotone_bytes),
+        ),
+        (
+            "input2 reverse exact",
+            old.input2_reverse_exact_bytes,
+            input2.map(|i| i.reverse_exact_bytes),
         ),
     ]
 }

@@ -439,6 +439,8 @@ mod tests {
             kernel: Some("tflite::reference_integer_ops::DepthwiseConvPerChannel".into()),
             input2_exact_bytes: None,
             input2_monotone_bytes: None,
+            input2_reverse_exact_bytes: None,
+            input2_reverse_monotone_bytes: None,
             instructions: Some(1),
             contract: None,
         }
@@ -489,6 +491,8 @@ mod tests {
             input_bytes: 40,
             exact_bytes: 2,
             monotone_bytes: 2,
+            reverse_exact_bytes: 0,
+            reverse_monotone_bytes: 0,
             algorithmic_bytes: Some(40),
             analytic_bytes: Some(40),
             flags: Vec::new(),
