@@ -292,3 +292,30 @@ fn development_head_builds_and_runs() {
         },
     );
 }
+
+#[test]
+#[cfg_attr(
+    no_cmsis_v7,
+    ignore = "CMSIS-NN v7.0.0 not at ../shared/third_party/cmsis-nn"
+)]
+fn the_same_checkout_seen_from_a_path_that_is_gone_still_builds() {
+    // A CI clone, a copied tree: the build directory is named by content, so
+    // the same checkout at another path reuses it. The old path's dependency
+    // files must not make a source that no longer exists a prerequisite.
+    let build = build_dir("v7.0.0-moved");
+    let suite = elfs(&build, &["x86_64"], &["suite-cmsis.elf"]);
+    let gone = tempfile::tempdir().unwrap();
+    let link = gone.path().join("cmsis-nn");
+    std::os::unix::fs::symlink(checkout(&V7), &link).unwrap();
+    make(&build, &link, &suite);
+    let first = std::fs::read_to_string(build.join("cmsis-nn-key")).unwrap();
+    drop(gone);
+    assert!(!link.exists());
+    make(&build, &checkout(&V7), &suite);
+    let second = std::fs::read_to_string(build.join("cmsis-nn-key")).unwrap();
+    assert_eq!(
+        first.split_whitespace().next(),
+        second.split_whitespace().next(),
+        "the same content, the same build directory"
+    );
+}
