@@ -1,7 +1,7 @@
 //! Regression of a kernel library's memory behaviour between builds
 //! (`memtrace regress`): re-trace the layers and configurations of a
 //! baseline (`memtrace table`) with another build and name, per row, every
-//! change with its direction ([`change`]).
+//! change with its direction ([`Change`]).
 //!
 //! A change that can break a user fails the run (exit 1) and is named on
 //! stderr: a smaller traced O_s (a memory plan built on the baseline value
