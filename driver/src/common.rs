@@ -141,3 +141,16 @@ pub fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
         None => format!("exited with code {code} ({hint})"),
     }
 }
+
+/// Wall seconds of one run of `image` in Unicorn without hooks, with
+/// `preload` written first: the baseline a traced run's slowdown is
+/// measured against (`--baseline`). `what` names the guest in the error
+/// when it does not exit 0.
+pub fn untraced_seconds(image: &ElfImage, preload: &[(u64, Vec<u8>)], what: &str) -> Result<f64> {
+    let t = std::time::Instant::now();
+    let code = memtrace_tracer::baseline::run_untraced_with(image, None, preload)?;
+    if code != 0 {
+        crate::bail!("the untraced {what} exited with code {code}");
+    }
+    Ok(t.elapsed().as_secs_f64())
+}

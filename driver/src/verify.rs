@@ -221,12 +221,9 @@ pub(crate) fn execute(
     }
     let preload = vec![(arena.address, encoded.bytes)];
     let untraced_seconds = if opts.baseline {
-        let t = Instant::now();
-        let code = memtrace_tracer::baseline::run_untraced_with(image, None, &preload)?;
-        if code != 0 {
-            bail!("the untraced executor exited with code {code}");
-        }
-        Some(t.elapsed().as_secs_f64())
+        Some(crate::common::untraced_seconds(
+            image, &preload, "executor",
+        )?)
     } else {
         None
     };

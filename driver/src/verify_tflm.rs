@@ -328,12 +328,11 @@ fn shadow_run(
         .address;
     let run = ModelRun::whole(image, model, inputs, max_instructions);
     let untraced_seconds = if watch.baseline {
-        let t = Instant::now();
-        let code = memtrace_tracer::baseline::run_untraced_with(image, None, &run.preload()?)?;
-        if code != 0 {
-            bail!("the untraced TFLM runner exited with code {code}");
-        }
-        Some(t.elapsed().as_secs_f64())
+        Some(crate::common::untraced_seconds(
+            image,
+            &run.preload()?,
+            "TFLM runner",
+        )?)
     } else {
         None
     };
