@@ -425,16 +425,6 @@ mod tests {
         Overlaps::compute(model, &OverlapMethod::Analytic)
     }
 
-    /// The paper's Table III MobileNet models.
-    const TABLE_III: [&str; 6] = [
-        "mobilenet_v1_1.0_224",
-        "mobilenet_v1_1.0_224_int8",
-        "mobilenet_v1_0.25_224",
-        "mobilenet_v1_0.25_128_int8",
-        "mobilenet_v2_0.35_224",
-        "mobilenet_v2_1.0_224",
-    ];
-
     /// Every hatching segment lies inside its rectangle and runs at 45° in
     /// pixels; a 70 × 70 pixel square gets 2·70/7 − 1 = 19 lines.
     #[test]
@@ -474,20 +464,5 @@ mod tests {
             "{names:?}"
         );
         std::fs::remove_dir_all(&dir).ok();
-    }
-
-    #[test]
-    #[ignore]
-    fn print_table_three_algorithmic() {
-        for name in TABLE_III {
-            let m = zoo::build(name).unwrap();
-            let t = std::time::Instant::now();
-            let al = Overlaps::compute(&m, &OverlapMethod::Algorithmic);
-            let secs = t.elapsed().as_secs_f64();
-            let c = report::compare_all(&m, &al, &PlanOptions::default()).unwrap();
-            eprintln!("algorithmic O_s in {secs:.2} s\n{}", c.to_table());
-            let dir = std::env::temp_dir();
-            plot_comparison(&m, &c, &dir.join(format!("{name}.png"))).unwrap();
-        }
     }
 }
