@@ -479,16 +479,20 @@ impl Current {
         }
     }
 
-    /// Counts a stray write that continues a scratch buffer past its
-    /// declared end as that buffer's overrun.
-    fn note_overrun(&mut self, w: &StrayWrite) {
-        for t in self.buffers.iter_mut() {
-            let b = &t.buffer;
-            let end = b.base + b.size as u64;
-            let window = (b.size as u64).max(16);
-            if b.role == Role::Scratch && w.address >= end && w.address < end + window {
-                t.overrun = t.overrun.max(w.address + w.size as u64 - end);
-            }
+    /// Counts a stray write whose nearest buffer is a scratch buffer it
+    /// follows, within that buffer's declared size again, as its overrun: the
+    /// kernel using more scratch than declared. A write farther away is not.
+    fn note_overrun(&mut self, nearest: &Nearest) {
+        let Some(t) = self
+            .buffers
+            .iter_mut()
+            .find(|t| t.buffer.role == Role::Scratch && t.buffer.name == nearest.buffer)
+        else {
+            return;
+        };
+        let window = (t.buffer.size as u64).max(16);
+        if nearest.side == Side::AfterEnd && nearest.bytes <= window {
+            t.overrun = t.overrun.max(nearest.bytes);
         }
     }
 
@@ -577,10 +581,10 @@ impl Analysis for ContractCheck {
                 cur.report.runtime_writes += 1;
                 return;
             }
-            cur.note_overrun(w);
             let declared = cur.buffers.iter().map(|t| &t.buffer);
             let nearest = Nearest::of(declared, w.address, w.size as u64);
             if let Some(n) = &nearest {
+                cur.note_overrun(n);
                 let reach = &mut cur.report.stray_reach;
                 match reach
                     .iter_mut()
