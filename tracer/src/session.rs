@@ -502,18 +502,9 @@ fn on_unmapped(
         _ => "read of",
     };
     let arch = uc.get_data().image.arch;
-    if kind != MemType::FETCH_UNMAPPED {
-        // A frame larger than the guard pages lands below them.
-        let sp = arch.stack_pointer(uc);
-        let below = uc
-            .get_data()
-            .stack
-            .as_ref()
-            .and_then(|w| w.overflow(address, sp));
-        if let Some(below) = below {
-            stack::report(uc, pc, address, below);
-            return false;
-        }
+    // A frame larger than the guard pages lands below them.
+    if kind != MemType::FETCH_UNMAPPED && stack::stop_on_overflow(uc, pc, address) {
+        return false;
     }
     let regs = arch.registers(uc, pc);
     let s = uc.get_data_mut();

@@ -292,17 +292,11 @@ pub(super) fn on_write_prot(
         .map_or((false, false), |w| (w.in_zone(address), address < w.bottom));
     // A store into a declared buffer (every one passes here on the hook
     // path) is the kernel's: no need to ask where the stack pointer is.
-    if below_bottom && !uc.get_data().in_buffers(address, size as u64) {
-        let sp = arch.stack_pointer(uc);
-        let below = uc
-            .get_data()
-            .stack
-            .as_ref()
-            .and_then(|w| w.overflow(address, sp));
-        if let Some(below) = below {
-            stack::report(uc, pc, address, below);
-            return false;
-        }
+    if below_bottom
+        && !uc.get_data().in_buffers(address, size as u64)
+        && stack::stop_on_overflow(uc, pc, address)
+    {
+        return false;
     }
     let s = uc.get_data_mut();
     let watching = s.guard.as_ref().and_then(Guard::stack).is_some();

@@ -98,9 +98,28 @@ pub(super) fn protect(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
         .map_err(|e| format!("write-protecting the stack guard {start:#x}..{end:#x}: {e:?}"))
 }
 
+/// Stops the run with a stack overflow when the access at `address`, made by
+/// the instruction at `pc`, is the stack's and lies below its bottom;
+/// whether it did.
+pub(super) fn stop_on_overflow(uc: &mut HookUc<'_, '_>, pc: u64, address: u64) -> bool {
+    let sp = uc.get_data().image.arch.stack_pointer(uc);
+    let below = uc
+        .get_data()
+        .stack
+        .as_ref()
+        .and_then(|w| w.overflow(address, sp));
+    match below {
+        Some(below) => {
+            report(uc, pc, address, below);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Stops the run with a stack overflow: the access at `address`, `below`
 /// bytes under the stack bottom, made by the instruction at `pc`.
-pub(super) fn report(uc: &mut HookUc<'_, '_>, pc: u64, address: u64, below: u64) {
+fn report(uc: &mut HookUc<'_, '_>, pc: u64, address: u64, below: u64) {
     let regs = uc.get_data().image.arch.registers(uc, pc);
     let s = uc.get_data_mut();
     if s.stop.is_some() {
