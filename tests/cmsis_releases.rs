@@ -25,7 +25,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 
@@ -46,10 +45,6 @@ struct Release {
     pool_batches: u32,
 }
 
-fn harness() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("harness-c")
-}
-
 fn checkout(r: &Release) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/third_party")
@@ -64,26 +59,13 @@ fn build_dir(name: &str) -> PathBuf {
 
 /// `make -C harness-c BUILD=... CMSIS_NN_DIR=... <elfs>`; its output.
 fn make(build: &Path, cmsis: &Path, elfs: &[String]) -> String {
-    let out = Command::new("make")
-        .arg("-C")
-        .arg(harness())
-        .arg("-j2")
-        .arg(format!("BUILD={}", build.display()))
-        .arg(format!("CMSIS_NN_DIR={}", cmsis.display()))
-        .args(elfs)
-        .output()
-        .expect("make runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "make failed for {}:\n{text}",
-        cmsis.display()
-    );
-    text
+    let mut args = vec![
+        "-j2".to_owned(),
+        format!("BUILD={}", build.display()),
+        format!("CMSIS_NN_DIR={}", cmsis.display()),
+    ];
+    args.extend_from_slice(elfs);
+    make_harness(&args)
 }
 
 fn elfs(build: &Path, targets: &[&str], names: &[&str]) -> Vec<String> {

@@ -24,7 +24,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
 
 use common::*;
@@ -47,21 +46,12 @@ fn suite_of(release: &str, dir: &str, target: &str) -> PathBuf {
         .join(release);
     let elf = build.join(target).join("suite-cmsis.elf");
     let _guard = MAKE.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new("make")
-        .arg("-C")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("harness-c"))
-        .arg("-j2")
-        .arg(format!("BUILD={}", build.display()))
-        .arg(format!("CMSIS_NN_DIR={}", checkout(dir).display()))
-        .arg(&elf)
-        .output()
-        .expect("make runs");
-    assert!(
-        out.status.success(),
-        "make {release} {target}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    make_harness(&[
+        "-j2".to_owned(),
+        format!("BUILD={}", build.display()),
+        format!("CMSIS_NN_DIR={}", checkout(dir).display()),
+        elf.display().to_string(),
+    ]);
     elf
 }
 

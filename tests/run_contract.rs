@@ -98,15 +98,6 @@ fn marked_line(marker: &str) -> u64 {
     lines[0] as u64
 }
 
-fn layer<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == name)
-        .unwrap_or_else(|| panic!("no layer `{name}`"))
-}
-
 /// The rules a layer's contract reports as broken.
 fn broken_rules(contract: &Value) -> Vec<&'static str> {
     RULES

@@ -43,19 +43,7 @@ fn harness() -> PathBuf {
 
 /// `make -C harness-c ARGS`, which must succeed; its output.
 fn make(args: &[&str]) -> String {
-    let out = Command::new("make")
-        .arg("-C")
-        .arg(harness())
-        .args(args)
-        .output()
-        .expect("make runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "make {args:?} failed:\n{text}");
-    text
+    make_harness(args)
 }
 
 /// The run-time library and the two user programs, built once through
@@ -383,15 +371,6 @@ fn a_memcpy_that_calls_itself_is_reported_as_a_stack_overflow() {
 /// layer.
 fn suite_layer(target: &str, spec: &str) -> Value {
     run_job(&suite_cmsis(target), spec)
-}
-
-fn layer<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == name)
-        .unwrap_or_else(|| panic!("no layer `{name}`: {report}"))
 }
 
 #[test]

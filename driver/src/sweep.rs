@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use memtrace_abi::spec::{Dtype, Op};
-use memtrace_abi::LayerSpec;
+use memtrace_abi::{Analysis, LayerSpec};
 use memtrace_analyzer::contract::{ContractCheck, ContractReport};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::pc_counts::PcCounts;
@@ -513,15 +513,11 @@ fn trace_layers(
         stray_writes: baseline,
         ..TraceOptions::default()
     };
-    let summary = if baseline {
-        memtrace_tracer::trace(
-            sweep.image,
-            options,
-            &mut [&mut stats, &mut pcs, &mut contract],
-        )?
-    } else {
-        memtrace_tracer::trace(sweep.image, options, &mut [&mut stats, &mut pcs])?
-    };
+    let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut stats, &mut pcs];
+    if baseline {
+        analyses.push(&mut contract);
+    }
+    let summary = memtrace_tracer::trace(sweep.image, options, &mut analyses)?;
     kernels.attribute(&mut stats.layers, &pcs);
     crate::contract::locate(sweep.image, &mut contract.layers);
     for c in contract.layers {

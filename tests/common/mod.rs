@@ -149,3 +149,31 @@ pub fn tfmicro_model(name: &str) -> PathBuf {
         .join("examples/models")
         .join(format!("{name}.tflite"))
 }
+
+/// `make -C harness-c ARGS`, which must succeed; its stdout and stderr.
+pub fn make_harness<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("harness-c"))
+        .args(args)
+        .output()
+        .expect("make runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let args: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(out.status.success(), "make {args:?} failed:\n{text}");
+    text
+}
+
+/// A layer of a `run` report by name.
+pub fn layer<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .unwrap_or_else(|| panic!("no layer `{name}`: {report}"))
+}
