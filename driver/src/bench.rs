@@ -430,8 +430,8 @@ pub fn bench_models(
     )?;
     writeln!(
         out,
-        "{:<44} {:<9} {:>14} {:>10} {:>10} {:>7} {:>9}",
-        "model", "kernels", "instructions", "traced s", "raw s", "ratio", "M instr/s"
+        "{:<44} {:<9} {:>14} {:>11} {:>10} {:>10} {:>7} {:>9}",
+        "model", "kernels", "instructions", "events", "traced s", "raw s", "ratio", "M instr/s"
     )?;
     for model in models {
         let bytes = crate::verify_tflm::model_bytes(model, 1)?;
@@ -442,19 +442,17 @@ pub fn bench_models(
                 &build_dir.join("cortex-m4").join(kernels.runner_file()),
                 kernels,
             )?;
-            let run = ModelRun {
-                image: &image,
-                model: &bytes,
-                inputs: &inputs,
-                arena_bytes: None,
-                layers: true,
-                weights: false,
-                max_instructions: 200_000_000_000,
-            };
-            let (traced, instructions) = fastest(repeat, || {
+            let run = ModelRun::overlaps_only(&image, &bytes, &inputs, 200_000_000_000);
+            let (traced, (instructions, events)) = fastest(repeat, || {
                 let mut stats = LayerStats::default();
                 let o = run.trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
-                Ok(o.summary.instructions)
+                let events: u64 = stats
+                    .layers
+                    .iter()
+                    .flat_map(|l| &l.buffers)
+                    .map(|b| b.loads + b.stores + b.updates)
+                    .sum();
+                Ok((o.summary.instructions, events))
             })?;
             let preload = run.preload()?;
             let (raw, _) = fastest(repeat, || {
@@ -465,10 +463,11 @@ pub fn bench_models(
             let name = model.rsplit('/').next().unwrap_or(model);
             writeln!(
                 out,
-                "{:<44} {:<9} {:>14} {:>10.3} {:>10.3} {:>6.2}x {:>9.0}",
+                "{:<44} {:<9} {:>14} {:>11} {:>10.3} {:>10.3} {:>6.2}x {:>9.0}",
                 name,
                 kernels.name(),
                 instructions,
+                events,
                 traced.as_secs_f64(),
                 raw.as_secs_f64(),
                 traced.as_secs_f64() / raw.as_secs_f64().max(1e-9),

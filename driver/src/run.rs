@@ -388,6 +388,7 @@ fn trace_guest(
                 arena_bytes: opts.model.arena_bytes,
                 layers: true,
                 weights: true,
+                scratch: true,
                 max_instructions: opts.max_instructions,
             };
             let outcome = run.trace(access, layers, true, analyses)?;

@@ -92,6 +92,9 @@ pub struct ModelRun<'a> {
     pub layers: bool,
     /// Declare constant tensors as buffers of their operators.
     pub weights: bool,
+    /// Trace the operators' scratch buffers (declared either way). O_s
+    /// needs only inputs and outputs; a shadow map needs scratch too.
+    pub scratch: bool,
     /// Instruction budget.
     pub max_instructions: u64,
 }
@@ -140,7 +143,8 @@ struct Layout {
 
 impl<'a> ModelRun<'a> {
     /// A run of the whole model, one layer per operator, in the arena the
-    /// runner has, weights left undeclared (what O_s and clobbers need).
+    /// runner has, weights left undeclared, scratch traced (what O_s and
+    /// clobbers need).
     pub fn whole(
         image: &'a ElfImage,
         model: &'a [u8],
@@ -154,7 +158,22 @@ impl<'a> ModelRun<'a> {
             arena_bytes: None,
             layers: true,
             weights: false,
+            scratch: true,
             max_instructions,
+        }
+    }
+
+    /// [`ModelRun::whole`] without the scratch buffers' events: what O_s
+    /// needs.
+    pub fn overlaps_only(
+        image: &'a ElfImage,
+        model: &'a [u8],
+        inputs: &'a [u8],
+        max_instructions: u64,
+    ) -> ModelRun<'a> {
+        ModelRun {
+            scratch: false,
+            ..ModelRun::whole(image, model, inputs, max_instructions)
         }
     }
 
@@ -226,6 +245,11 @@ impl<'a> ModelRun<'a> {
                 preload: layout.preload,
                 readback: vec![(layout.job_at, mailbox_len), (layout.io.at, layout.io.len)],
                 stray_writes,
+                untraced_roles: if self.scratch {
+                    Vec::new()
+                } else {
+                    vec![memtrace_abi::event::Role::Scratch]
+                },
                 ..TraceOptions::default()
             },
             analyses,
@@ -325,7 +349,7 @@ pub fn traced_overlaps(layers: &[LayerReport]) -> TracedOverlaps {
 }
 
 /// Every operator of `model` traced on `image` (O_s, counts; no weights
-/// declared): the runner's answer and the layers.
+/// declared, scratch untraced): the runner's answer and the layers.
 pub fn trace_layers(
     image: &ElfImage,
     model: &[u8],
@@ -333,7 +357,7 @@ pub fn trace_layers(
     max_instructions: u64,
 ) -> Result<(TflmResult, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
-    let outcome = ModelRun::whole(image, model, inputs, max_instructions).trace(
+    let outcome = ModelRun::overlaps_only(image, model, inputs, max_instructions).trace(
         AccessPath::Mmio,
         None,
         false,

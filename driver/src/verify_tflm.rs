@@ -312,6 +312,9 @@ struct Watch<'a> {
     plot: Option<(String, u64)>,
     /// Also time the run without hooks (`--baseline`).
     baseline: bool,
+    /// Trace the scratch buffers: the plan under test may place them over a
+    /// live tensor; TFLM's own plan, traced for O_s, does not.
+    scratch: bool,
 }
 
 /// Runs `model` on `image` with a shadow map over the arena.
@@ -326,7 +329,10 @@ fn shadow_run(
         .symbol(memtrace_abi::tflm::symbols::ARENA)
         .ok_or_else(|| failed!("{} has no arena", image.path.display()))?
         .address;
-    let run = ModelRun::whole(image, model, inputs, max_instructions);
+    let run = ModelRun {
+        scratch: watch.scratch,
+        ..ModelRun::whole(image, model, inputs, max_instructions)
+    };
     let untraced_seconds = if watch.baseline {
         Some(crate::common::untraced_seconds(
             image,
@@ -461,6 +467,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
                 .as_ref()
                 .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
             baseline: false,
+            scratch: false,
         },
         req.max_instructions,
     )?;
@@ -525,6 +532,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
                 )
             }),
             baseline: req.baseline,
+            scratch: true,
         },
         req.max_instructions,
     )?;

@@ -75,14 +75,35 @@ pub struct BlockClock {
     layout: LayoutFn,
     /// Block address -> index into `layouts`.
     blocks: AddressMap<u32>,
-    /// (block address, index) by low address bits: most block starts hit here
-    /// and skip the hash map, which matters at millions of blocks per second.
-    cache: Box<[(u64, u32)]>,
+    /// Blocks by low address bits: most block starts hit here and skip the
+    /// hash map, which matters at tens of millions of blocks per second.
+    cache: Box<[Cached]>,
     layouts: Vec<BlockLayout>,
     /// Instructions retired before the current block.
     retired: u64,
     current_start: u64,
     current: Option<u32>,
+    /// Instructions of the current block, when it ends in no `rep`
+    /// instruction (`u32::MAX` otherwise: the next block start decides).
+    current_len: u32,
+}
+
+/// A slot of [`BlockClock`]'s direct-mapped cache.
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    address: u64,
+    index: u32,
+    /// The block's instruction count, or `u32::MAX` for a block ending in a
+    /// `rep` instruction.
+    len: u32,
+}
+
+impl Cached {
+    const EMPTY: Cached = Cached {
+        address: u64::MAX,
+        index: 0,
+        len: 0,
+    };
 }
 
 /// True when a Thumb halfword starts a 32-bit instruction.
@@ -181,11 +202,12 @@ impl BlockClock {
         BlockClock {
             layout,
             blocks: AddressMap::default(),
-            cache: vec![(u64::MAX, 0); CACHE_SLOTS].into_boxed_slice(),
+            cache: vec![Cached::EMPTY; CACHE_SLOTS].into_boxed_slice(),
             layouts: Vec::new(),
             retired: 0,
             current_start: 0,
             current: None,
+            current_len: 0,
         }
     }
 
@@ -201,6 +223,23 @@ impl BlockClock {
 
     fn slot(address: u64) -> usize {
         (address as usize >> 1) & (CACHE_SLOTS - 1)
+    }
+
+    /// The block at `address` starts, if it is in the cache and the block
+    /// before it ends in no `rep` instruction: the hot path of every block
+    /// start, with no decoding and no hashing. False (and nothing changed)
+    /// otherwise; then [`BlockClock::block_start`] must be called.
+    #[inline]
+    pub fn enter_cached(&mut self, address: u64) -> bool {
+        let hit = self.cache[Self::slot(address)];
+        if hit.address != address || self.current_len == u32::MAX {
+            return false;
+        }
+        self.retired += self.current_len as u64;
+        self.current_start = address;
+        self.current = Some(hit.index);
+        self.current_len = hit.len;
+        true
     }
 
     /// A block of `size` bytes at `address` starts; `code` reads its bytes
@@ -219,29 +258,40 @@ impl BlockClock {
             self.retired += n;
         }
         let slot = Self::slot(address);
-        let index = match self.cache[slot] {
-            (a, i) if a == address => i,
-            _ => {
-                let (layouts, layout) = (&mut self.layouts, self.layout);
-                let i = *self.blocks.entry(address).or_insert_with(|| {
-                    let bytes = code();
-                    let n = (size as usize).min(bytes.len());
-                    layouts.push(layout(address, &bytes[..n]));
-                    (layouts.len() - 1) as u32
-                });
-                self.cache[slot] = (address, i);
-                i
-            }
+        let hit = self.cache[slot];
+        let index = if hit.address == address {
+            hit.index
+        } else {
+            let (layouts, layout) = (&mut self.layouts, self.layout);
+            let i = *self.blocks.entry(address).or_insert_with(|| {
+                let bytes = code();
+                let n = (size as usize).min(bytes.len());
+                layouts.push(layout(address, &bytes[..n]));
+                (layouts.len() - 1) as u32
+            });
+            let l = &self.layouts[i as usize];
+            self.cache[slot] = Cached {
+                address,
+                index: i,
+                len: match l.repeats_at {
+                    Some(_) => u32::MAX,
+                    None => l.starts.len() as u32,
+                },
+            };
+            i
         };
         self.current_start = address;
         self.current = Some(index);
+        self.current_len = self.cache[slot].len;
     }
 
     /// Index, since the start of the run, of the instruction at `pc` in the
     /// current block.
     pub fn now(&self, pc: u64) -> u64 {
         let within = match self.current {
-            Some(i) if pc >= self.current_start => {
+            // The MMIO path's events carry the block start.
+            _ if pc == self.current_start => 0,
+            Some(i) if pc > self.current_start => {
                 let off = (pc - self.current_start) as u16;
                 self.layouts[i as usize]
                     .starts
@@ -254,7 +304,7 @@ impl BlockClock {
 
     /// True when the block at `address` has been decoded before.
     pub fn knows(&self, address: u64) -> bool {
-        self.cache[Self::slot(address)].0 == address || self.blocks.contains_key(&address)
+        self.cache[Self::slot(address)].address == address || self.blocks.contains_key(&address)
     }
 
     /// Instructions retired before the current block.

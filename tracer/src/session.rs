@@ -15,6 +15,7 @@
 //! guest RAM, `guard` the stray-write watch, `stack` the stack-overflow
 //! watch.
 
+mod blocks;
 mod commands;
 mod events;
 mod guard;
@@ -119,6 +120,12 @@ pub struct TraceOptions<'a> {
     /// one page-protection change per selected layer on the MMIO path; on
     /// the hook path each store to a buffer page also passes a hook.
     pub stray_writes: bool,
+    /// Buffers of these roles are declared (their writes are not stray) but
+    /// not traced: no events, and the analyses are not told of them. An
+    /// O_s-only run needs neither weights nor scratch, and a kernel's
+    /// scratch (an im2col column re-read once per output channel) can make
+    /// most of a layer's events.
+    pub untraced_roles: Vec<Role>,
 }
 
 impl Default for TraceOptions<'_> {
@@ -134,6 +141,7 @@ impl Default for TraceOptions<'_> {
             preload: Vec::new(),
             readback: Vec::new(),
             stray_writes: false,
+            untraced_roles: Vec::new(),
         }
     }
 }
@@ -184,6 +192,8 @@ struct TracedBuffer {
     buffer: Buffer,
     written: Vec<u64>,
     hook: Option<unicorn_engine::UcHookId>,
+    /// Its accesses become events ([`TraceOptions::untraced_roles`]).
+    traced: bool,
 }
 
 struct OpenLayer {
@@ -233,6 +243,7 @@ struct Session<'a> {
     unwinder: Option<Option<Unwinder>>,
     /// Address of the block now running.
     block_address: u64,
+    untraced_roles: Vec<Role>,
 }
 
 type Uc<'a> = Unicorn<'a, Session<'a>>;
@@ -298,6 +309,7 @@ pub(crate) fn run(
         stack: stack::StackWatch::for_image(image),
         unwinder: None,
         block_address: 0,
+        untraced_roles: options.untraced_roles,
     };
     let mut uc = new_machine(image, session)?;
     write_inputs(
@@ -310,6 +322,8 @@ pub(crate) fn run(
     )?;
     let readback = options.readback;
     install_hooks(&mut uc, port.address)?;
+    // Lives until the run has ended: Unicorn calls into it.
+    let _blocks = blocks::BlockHook::install(&mut uc)?;
     stack::protect(&mut uc).map_err(TraceError::Emulator)?;
     let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
     let pc = uc.pc_read().unwrap_or(0);
@@ -418,74 +432,11 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
     uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
     // Budget and progress are checked per block in both modes; the counting
     // hook, where needed, does nothing else.
-    uc.add_block_hook(1, 0, on_block).map_err(hook_err)?;
     if matches!(uc.get_data().clock, Clock::Counted(_)) {
-        uc.add_code_hook(1, 0, on_instruction).map_err(hook_err)?;
+        uc.add_code_hook(1, 0, blocks::on_instruction)
+            .map_err(hook_err)?;
     }
     Ok(())
-}
-
-fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
-    uc.get_data_mut().block_address = address;
-    if guard::pending(uc.get_data()) {
-        if let Err(e) = guard::apply(uc) {
-            uc.get_data_mut().fail_guest(e, address, None);
-            let _ = uc.emu_stop();
-            return;
-        }
-    }
-    let known = match &uc.get_data().clock {
-        Clock::Blocks(c) => c.knows(address),
-        Clock::Counted(n) => {
-            // The block's first instruction has not been counted yet.
-            let retired = *n;
-            after_instructions(uc, retired, address);
-            return;
-        }
-    };
-    // Code bytes are read only the first time a block is seen.
-    let mut code = Vec::new();
-    if !known {
-        code.resize(size as usize, 0);
-        let _ = uc.mem_read(address, &mut code);
-    }
-    let Clock::Blocks(clock) = &mut uc.get_data_mut().clock else {
-        return;
-    };
-    clock.block_start(address, size, move || code);
-    let retired = clock.retired_before_block();
-    after_instructions(uc, retired, address);
-}
-
-fn on_instruction(uc: &mut HookUc<'_, '_>, _address: u64, _size: u32) {
-    if let Clock::Counted(n) = &mut uc.get_data_mut().clock {
-        *n += 1;
-    }
-}
-
-/// Budget and progress checks, at block or instruction granularity.
-fn after_instructions(uc: &mut HookUc<'_, '_>, retired: u64, pc: u64) {
-    let s = uc.get_data_mut();
-    if retired > s.budget && s.stop.is_none() {
-        let budget = s.budget;
-        let layer = s.layer.as_ref().map(|l| l.name.clone());
-        s.stop = Some(Stop::Error(TraceError::BudgetExceeded {
-            budget,
-            context: context_at(pc, layer),
-        }));
-        let _ = uc.emu_stop();
-        return;
-    }
-    if retired >= s.next_progress {
-        s.next_progress = retired + (1 << 24);
-        let events = s.events + s.batch.len() as u64;
-        if let Some(p) = s.progress.as_mut() {
-            p(Progress {
-                instructions: retired,
-                events,
-            });
-        }
-    }
 }
 
 fn on_unmapped(

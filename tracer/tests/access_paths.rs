@@ -144,3 +144,57 @@ fn code_pages_are_told_apart_from_data_pages() {
         assert!(image.is_executable(signal.address, signal.size), "{target}");
     }
 }
+
+/// Untraced roles: the buffers of those roles give no events and are not
+/// announced, and every other buffer's accesses are exactly the ones of a
+/// run that traces everything, on both paths and both targets.
+#[test]
+fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
+    use memtrace_abi::Role;
+    let spec = SPECS[0]; // a conv: input, output, weights and bias
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
+        let job = Job {
+            spec: LayerSpec::parse(spec).unwrap(),
+            seed: 5,
+        };
+        for access in [AccessPath::Hooks, AccessPath::Mmio] {
+            let run = |untraced: Vec<Role>| {
+                let options = TraceOptions {
+                    job: Some(job.clone()),
+                    access,
+                    untraced_roles: untraced,
+                    ..TraceOptions::default()
+                };
+                split(trace_messages(&image, options).1)
+            };
+            let (all, all_rest) = run(Vec::new());
+            let (some, some_rest) = run(vec![Role::Weights, Role::Bias]);
+            let ids = |rest: &[Message], keep: &dyn Fn(Role) -> bool| -> Vec<u32> {
+                rest.iter()
+                    .filter_map(|m| match m {
+                        Message::BufferDeclared(b) if keep(b.role) => Some(b.id),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let constant = |r: Role| matches!(r, Role::Weights | Role::Bias);
+            let dropped = ids(&all_rest, &constant);
+            assert_eq!(dropped.len(), 2, "{target} {access:?}: weights and bias");
+            assert!(ids(&some_rest, &constant).is_empty(), "not announced");
+            assert_eq!(
+                ids(&some_rest, &|r| !constant(r)),
+                ids(&all_rest, &|r| !constant(r)),
+                "{target} {access:?}: the other buffers are"
+            );
+            let kept: Vec<Event> = all
+                .iter()
+                .filter(|e| !dropped.contains(&e.buffer))
+                .map(|e| Event { seq: 0, ..*e })
+                .collect();
+            assert!(kept.len() < all.len(), "{target}: the weights were read");
+            let some: Vec<Event> = some.iter().map(|e| Event { seq: 0, ..*e }).collect();
+            assert_eq!(some, kept, "{target} {access:?}");
+        }
+    }
+}

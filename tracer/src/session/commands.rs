@@ -200,12 +200,12 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
             "buffer `{name}` [{base:#x}, {end:#x}) is not inside the guest's loaded memory"
         ));
     }
-    let selected = layer.selected;
+    let traced = layer.selected && !uc.get_data().untraced_roles.contains(&role);
     let index = layer.buffers.len();
-    let hook = if selected && uc.get_data().served.is_some() {
+    let hook = if traced && uc.get_data().served.is_some() {
         mmio::serve_range(uc, base, end)?;
         None
-    } else if selected {
+    } else if traced {
         let hook = uc
             .add_mem_hook(
                 HookType::MEM_READ | HookType::MEM_WRITE,
@@ -234,7 +234,7 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
         elem_size,
     };
     let s = uc.get_data_mut();
-    if selected {
+    if traced {
         s.send(Message::BufferDeclared(buffer.clone()));
     }
     let layer = s.layer.as_mut().expect("checked above");
@@ -242,6 +242,7 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
         written: vec![0; (size as usize).div_ceil(64)],
         buffer,
         hook,
+        traced,
     });
     Ok(())
 }

@@ -43,6 +43,9 @@ impl Session<'_> {
             return;
         };
         let b = &mut layer.buffers[index];
+        if !b.traced {
+            return;
+        }
         let base = b.buffer.base;
         let start = address.max(base);
         let end = (address + size).min(base + b.buffer.size as u64);
