@@ -26,6 +26,7 @@ pub mod scratch;
 pub mod spill;
 pub mod sweep;
 pub mod tflm;
+pub mod trace_cache;
 pub mod validate;
 pub mod verify;
 pub mod verify_tflm;

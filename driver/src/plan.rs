@@ -19,6 +19,7 @@ use crate::kernels::{harness_guest, library_of, Kernels};
 use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
+use crate::trace_cache::{CachedOverlaps, TraceCache};
 use crate::verify_tflm::Runtime;
 use crate::{bail, failed};
 
@@ -141,6 +142,8 @@ pub struct PlanRequest {
     /// The runtime the plan is for: with real TFLM, the scratch buffers and
     /// traced O_s come from a run of the model itself on TFLM's runner.
     pub runtime: Runtime,
+    /// Traced O_s kept from earlier runs ([`TraceCache`]).
+    pub cache: TraceCache,
 }
 
 /// What `memtrace plan` found, and for which library and O_s source.
@@ -294,7 +297,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         // The model itself traced on real TFLM: its scratch buffers, and
         // with a traced source every operator's O_s.
         Runtime::Tflm => {
-            let traced = crate::tflm::plan_inputs(&req.model, model.ops.len(), req.kernels)?;
+            let traced =
+                crate::tflm::plan_inputs(&req.model, model.ops.len(), req.kernels, &req.cache)?;
             let model = model.with_scratch(&traced.scratch);
             let overlaps = match provenance.source.method() {
                 None => Overlaps::compute(&model, &traced.overlaps),
@@ -307,10 +311,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             let model = library_model(model, req.kernels)?;
             let overlaps = match (provenance.source.method(), &suite) {
                 (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
-                (None, Some(suite)) => Overlaps::compute(&model, &traced(&model, suite)?),
-                (None, None) => {
-                    Overlaps::compute(&model, &traced_like_verify(&base, &model, req.kernels)?)
+                (None, Some(suite)) => {
+                    Overlaps::compute(&model, &traced(&model, suite, &req.cache)?)
                 }
+                (None, None) => Overlaps::compute(
+                    &model,
+                    &traced_like_verify(&base, &model, req.kernels, &req.cache)?,
+                ),
             };
             (model, overlaps)
         }
@@ -385,9 +392,22 @@ fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
 /// QUANTIZE and DEQUANTIZE included, which have no kernel-suite layer. A
 /// model the executor cannot run (an operator it has no kernel for) is
 /// traced layer by layer through the library's kernel suite instead.
-fn traced_like_verify(base: &Model, model: &Model, kernels: Kernels) -> Result<TracedOverlaps> {
+fn traced_like_verify(
+    base: &Model,
+    model: &Model,
+    kernels: Kernels,
+    cache: &TraceCache,
+) -> Result<TracedOverlaps> {
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--suite")?;
     let image = ElfImage::load(&exe)?;
+    let json = |m: &Model| serde_json::to_vec(m).unwrap_or_default();
+    let key = TraceCache::key(
+        "executor-reference-os-v1",
+        &[&image.bytes, &json(base), &json(model)],
+    );
+    if let Some(c) = cache.get::<CachedOverlaps>(&key) {
+        return Ok(c.into());
+    }
     let greedy = crate::placement::greedy(model)?;
     let offsets = crate::placement::offsets_of(model, &greedy);
     let runnable = memtrace_model::lower::lower(
@@ -403,7 +423,7 @@ fn traced_like_verify(base: &Model, model: &Model, kernels: Kernels) -> Result<T
     .is_ok();
     if !runnable {
         let suite = harness_guest(Arch::CortexM4, kernels.suite_file(), "--suite")?;
-        return traced(model, &suite);
+        return traced(model, &suite, cache);
     }
     let opts = crate::verify::VerifyOptions {
         model: base.name.clone(),
@@ -425,19 +445,36 @@ fn traced_like_verify(base: &Model, model: &Model, kernels: Kernels) -> Result<T
         runtime: Runtime::Executor,
     };
     let reference = crate::verify::reference_run(&image, base, &opts, None, None)?;
-    Ok(crate::verify::traced_overlaps(&reference).0)
+    let overlaps = crate::verify::traced_overlaps(&reference).0;
+    cache.put(&key, &CachedOverlaps::from(&overlaps));
+    Ok(overlaps)
 }
 
 /// Traces each distinct layer configuration of the model through the
-/// compiled kernel suite and keeps its monotone O_s.
-pub fn traced(model: &Model, suite: &Path) -> Result<TracedOverlaps> {
+/// compiled kernel suite and keeps its monotone O_s; a configuration
+/// traced before through the same suite comes from `cache`.
+pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedOverlaps> {
     let image = ElfImage::load(suite)?;
+    let key = |spec: &LayerSpec| {
+        TraceCache::key(
+            "suite-monotone-os-v1",
+            &[&image.bytes, spec.to_string().as_bytes()],
+        )
+    };
+    let mut by_spec = HashMap::new();
     let mut specs: Vec<LayerSpec> = Vec::new();
     for op in 0..model.ops.len() {
-        if let Some(spec) = model.layer_spec(op) {
-            if !specs.contains(&spec) {
-                specs.push(spec);
+        let Some(spec) = model.layer_spec(op) else {
+            continue;
+        };
+        if by_spec.contains_key(&spec.to_string()) || specs.contains(&spec) {
+            continue;
+        }
+        match cache.get::<u64>(&key(&spec)) {
+            Some(bytes) => {
+                by_spec.insert(spec.to_string(), bytes);
             }
+            None => specs.push(spec),
         }
     }
     let names: Vec<String> = (0..specs.len()).map(|i| format!("layer {i}")).collect();
@@ -449,7 +486,6 @@ pub fn traced(model: &Model, suite: &Path) -> Result<TracedOverlaps> {
         max_instructions: 20_000_000_000,
     }
     .specs(&specs, &names);
-    let mut by_spec = HashMap::new();
     for (spec, row) in specs.iter().zip(rows) {
         let Some(bytes) = row.monotone_bytes else {
             bail!(
@@ -458,6 +494,7 @@ pub fn traced(model: &Model, suite: &Path) -> Result<TracedOverlaps> {
                 row.error.unwrap_or_else(|| "no O_s".into())
             );
         };
+        cache.put(&key(spec), &bytes);
         by_spec.insert(spec.to_string(), bytes);
     }
     Ok(TracedOverlaps {

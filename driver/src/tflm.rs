@@ -23,6 +23,7 @@ use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 use crate::common::trace_with;
 use crate::error::Result;
 use crate::kernels::{check_built_with, harness_guest, Kernels};
+use crate::trace_cache::{CachedOverlaps, TraceCache};
 use crate::{bail, failed};
 
 /// The runner guest of `kernels` for `arch`, or the one the user named
@@ -392,9 +393,22 @@ pub struct PlanInputs {
     pub overlaps: TracedOverlaps,
 }
 
+/// [`PlanInputs`] as the trace cache keeps them.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CachedPlanInputs {
+    scratch: Vec<u64>,
+    overlaps: CachedOverlaps,
+}
+
 /// Traces `model` (a `.tflite` or `zoo:NAME`, `ops` operators) on the
-/// Cortex-M4 runner of `kernels` with seeded inputs (seed 1).
-pub fn plan_inputs(model: &str, ops: usize, kernels: Kernels) -> Result<PlanInputs> {
+/// Cortex-M4 runner of `kernels` with seeded inputs (seed 1), or takes the
+/// result from `cache` when the runner, model and inputs were traced before.
+pub fn plan_inputs(
+    model: &str,
+    ops: usize,
+    kernels: Kernels,
+    cache: &TraceCache,
+) -> Result<PlanInputs> {
     let bytes = crate::verify_tflm::model_bytes(model, 1)?;
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
@@ -402,9 +416,27 @@ pub fn plan_inputs(model: &str, ops: usize, kernels: Kernels) -> Result<PlanInpu
         &runner_path(Arch::CortexM4, kernels, None, "--runtime executor")?,
         kernels,
     )?;
+    let key = TraceCache::key(
+        "tflm-plan-inputs-v1",
+        &[&image.bytes, &bytes, &inputs, &(ops as u64).to_le_bytes()],
+    );
+    if let Some(c) = cache.get::<CachedPlanInputs>(&key) {
+        return Ok(PlanInputs {
+            scratch: c.scratch,
+            overlaps: c.overlaps.into(),
+        });
+    }
     let (result, layers) = trace_layers(&image, &bytes, &inputs, 200_000_000_000)?;
-    Ok(PlanInputs {
+    let fresh = PlanInputs {
         scratch: scratch_needs(&result, ops),
         overlaps: traced_overlaps(&layers),
-    })
+    };
+    cache.put(
+        &key,
+        &CachedPlanInputs {
+            scratch: fresh.scratch.clone(),
+            overlaps: (&fresh.overlaps).into(),
+        },
+    );
+    Ok(fresh)
 }

@@ -517,43 +517,53 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let planned_bytes = under_test.arena;
     let offline = tflite::emit_offline(&bytes, &offsets)?;
 
-    // 3. TFLM runs memtrace's plan.
-    let planned = shadow_run(
-        &image,
-        &offline.bytes,
-        &inputs,
-        Watch {
-            bytes: watch(planned_bytes.max(reference.result.head_bytes)),
-            output_readers: &readers,
-            plot: req.plot.as_ref().map(|_| {
-                (
-                    format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),
-                    planned_bytes.max(reference.result.head_bytes),
-                )
-            }),
-            baseline: req.baseline,
-            scratch: true,
-        },
-        req.max_instructions,
-    )?;
+    // 3. TFLM runs memtrace's plan, while the host oracle runs the model
+    // on the other core.
+    let a = &reference.result.output_bytes;
+    let (planned, oracle) = std::thread::scope(|scope| {
+        let oracle = scope.spawn(|| {
+            oracle::compare(
+                &bytes,
+                graph.inputs.len(),
+                graph.outputs.len(),
+                &inputs,
+                a,
+                graph
+                    .outputs
+                    .iter()
+                    .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::DataType::Float32)),
+            )
+        });
+        let planned = shadow_run(
+            &image,
+            &offline.bytes,
+            &inputs,
+            Watch {
+                bytes: watch(planned_bytes.max(reference.result.head_bytes)),
+                output_readers: &readers,
+                plot: req.plot.as_ref().map(|_| {
+                    (
+                        format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),
+                        planned_bytes.max(reference.result.head_bytes),
+                    )
+                }),
+                baseline: req.baseline,
+                scratch: true,
+            },
+            req.max_instructions,
+        );
+        let oracle = oracle
+            .join()
+            .unwrap_or_else(|_| Err(failed!("the host oracle's thread panicked")));
+        (planned, oracle)
+    });
+    let (planned, oracle) = (planned?, oracle?);
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &reference.trace, &planned.trace) {
         memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }
-    let a = &reference.result.output_bytes;
     let b = &planned.result.output_bytes;
     let mismatched = a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
         + (a.len() as i64 - b.len() as i64).unsigned_abs();
-    let oracle = oracle::compare(
-        &bytes,
-        graph.inputs.len(),
-        graph.outputs.len(),
-        &inputs,
-        a,
-        graph
-            .outputs
-            .iter()
-            .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::DataType::Float32)),
-    )?;
     let run_report =
         |r: &ShadowRun, planner: String, overlap: String, planned: u64| TflmRunReport {
             planner,

@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
+use memtrace_driver::trace_cache::TraceCache;
 use memtrace_driver::verify_tflm::Runtime;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::Accumulator;
@@ -87,6 +88,11 @@ pub struct PlanArgs {
     /// for every operator's scratch buffers and, with --overlap traced, O_s.
     #[arg(long, value_enum, default_value_t = Runtime::Executor)]
     pub runtime: Runtime,
+    /// Trace every layer again instead of taking O_s traced by an earlier
+    /// run of the same guest ELF (the cache: $MEMTRACE_CACHE_DIR, else
+    /// ~/.cache/memtrace/traces)
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
@@ -105,6 +111,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         spill: args.spill.options(),
         accumulator: args.accumulator,
         runtime: args.runtime,
+        cache: TraceCache::new(!args.no_cache),
     })?;
     for w in &report.warnings {
         eprintln!("WARNING: {w}");

@@ -1,0 +1,144 @@
+//! The trace cache: a second `plan` of the same model traces nothing it
+//! traced before, and what it reads back is what a fresh trace gives.
+//! `--no-cache` traces again. A damaged entry is a miss, never an error.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::{path_str, stderr, suite};
+
+fn shared_model(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models")
+        .join(name);
+    assert!(p.exists(), "{} is missing", p.display());
+    p.display().to_string()
+}
+
+fn plan_with_cache(cache: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .arg("plan")
+        .args(args)
+        .args(["--overlap", "traced", "--format", "json"])
+        .env("CI", "1")
+        .env("MEMTRACE_CACHE_DIR", cache)
+        .output()
+        .expect("memtrace runs")
+}
+
+fn plan_json(cache: &Path, args: &[&str]) -> String {
+    let out = plan_with_cache(cache, args);
+    assert!(out.status.success(), "plan {args:?}: {}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn entries(cache: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(cache)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Every entry rewritten by `f` (the JSON text of the record).
+fn rewrite_entries(cache: &Path, f: impl Fn(&str) -> String) {
+    for p in entries(cache) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, f(&text)).unwrap();
+    }
+}
+
+fn cached_equals_fresh(args: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path();
+    let fresh = plan_json(cache, &[args, &["--no-cache"]].concat());
+    assert!(entries(cache).is_empty(), "--no-cache writes no entry");
+    let first = plan_json(cache, args);
+    let written = entries(cache);
+    assert!(!written.is_empty(), "the first plan fills the cache");
+    let second = plan_json(cache, args);
+    assert_eq!(first, fresh, "{args:?}: a filling run plans as a fresh one");
+    assert_eq!(second, fresh, "{args:?}: cached O_s equal a fresh trace");
+    assert_eq!(
+        entries(cache),
+        written,
+        "the second plan traced nothing new"
+    );
+
+    // The second plan really reads the cache: entries whose O_s were all
+    // set to zero give a plan without overlaps ...
+    rewrite_entries(cache, zero_overlaps);
+    let zeroed = plan_json(cache, args);
+    assert_ne!(zeroed, fresh, "{args:?}: the cache was not read");
+    // ... while --no-cache traces again.
+    assert_eq!(plan_json(cache, &[args, &["--no-cache"]].concat()), fresh);
+
+    // Damaged entries are misses: traced again, and written back whole.
+    rewrite_entries(cache, |_| "{ truncated".into());
+    assert_eq!(plan_json(cache, args), fresh, "{args:?}");
+    for p in entries(cache) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+    }
+}
+
+/// A record's O_s set to zero: a bare number (one layer configuration), or
+/// the second element of every `[key, bytes]` pair.
+fn zero_overlaps(text: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Array(a) if a.len() == 2 && a[1].is_u64() => a[1] = 0.into(),
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            serde_json::Value::Object(o) => o
+                .iter_mut()
+                .filter(|(k, _)| k.as_str() != "scratch")
+                .for_each(|(_, v)| walk(v)),
+            _ => {}
+        }
+    }
+    if v.is_u64() {
+        return "0".into();
+    }
+    walk(&mut v);
+    v.to_string()
+}
+
+#[test]
+fn layer_configurations_traced_through_a_suite_are_cached() {
+    let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
+    let s = suite("cortex-m4");
+    cached_equals_fresh(&[&model, "--suite", path_str(&s)]);
+}
+
+#[test]
+fn the_executor_reference_run_is_cached() {
+    cached_equals_fresh(&[&shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite")]);
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_model_traced_on_real_tflm_is_cached() {
+    let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
+    for kernels in ["tflm", "cmsis-nn"] {
+        cached_equals_fresh(&[&model, "--runtime", "tflm", "--kernels", kernels]);
+    }
+}
+
+#[test]
+fn a_cache_that_cannot_be_written_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocked = dir.path().join("file");
+    std::fs::write(&blocked, b"not a folder").unwrap();
+    let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
+    let s = suite("cortex-m4");
+    let args = [model.as_str(), "--suite", path_str(&s)];
+    let out = plan_with_cache(&blocked, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        plan_json(dir.path(), &[&args[..], &["--no-cache"]].concat())
+    );
+}
