@@ -84,17 +84,26 @@ fn cached_equals_fresh(args: &[&str]) {
     }
 }
 
-/// A record's O_s set to zero: a bare number (one layer configuration), or
-/// the second element of every `[key, bytes]` pair.
+/// A record's O_s set to zero: a bare number (one layer configuration), the
+/// second element of every `[key, bytes]` pair, and every `*_bytes` of the
+/// per-operator report.
 fn zero_overlaps(text: &str) -> String {
     let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
     fn walk(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Array(a) if a.len() == 2 && a[1].is_u64() => a[1] = 0.into(),
+            serde_json::Value::Object(o) if o.contains_key("monotone_bytes") => {
+                for k in ["monotone_bytes", "exact_bytes"] {
+                    if o[k].is_u64() {
+                        o[k] = 0.into();
+                    }
+                }
+            }
             serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            // Scratch sizes and the runner's answer are not O_s.
             serde_json::Value::Object(o) => o
                 .iter_mut()
-                .filter(|(k, _)| k.as_str() != "scratch")
+                .filter(|(k, _)| !matches!(k.as_str(), "scratch" | "result"))
                 .for_each(|(_, v)| walk(v)),
             _ => {}
         }
@@ -141,4 +150,69 @@ fn a_cache_that_cannot_be_written_is_skipped() {
         String::from_utf8(out.stdout).unwrap(),
         plan_json(dir.path(), &[&args[..], &["--no-cache"]].concat())
     );
+}
+
+fn verify_json(cache: &Path, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .arg("verify")
+        .args(args)
+        .args(["--format", "json"])
+        .env("CI", "1")
+        .env("MEMTRACE_CACHE_DIR", cache)
+        .output()
+        .expect("memtrace runs");
+    assert!(out.status.success(), "verify {args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A verify report without its timings and cache marks.
+fn untimed(mut v: serde_json::Value) -> serde_json::Value {
+    let o = v.as_object_mut().unwrap();
+    o.remove("seconds");
+    for run in ["reference", "plan"] {
+        let r = o[run].as_object_mut().unwrap();
+        r.remove("seconds");
+        r.remove("cached");
+    }
+    v
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_second_verify_takes_tflms_own_plan_from_the_cache() {
+    let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
+    for kernels in ["tflm", "cmsis-nn"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path();
+        let args = [model.as_str(), "--kernels", kernels];
+        let fresh = verify_json(cache, &[&args[..], &["--no-cache"]].concat());
+        assert!(entries(cache).is_empty(), "--no-cache writes no entry");
+        let first = verify_json(cache, &args);
+        assert_eq!(first["reference"].get("cached"), None, "{kernels}");
+        let second = verify_json(cache, &args);
+        assert_eq!(second["reference"]["cached"], true, "{kernels}");
+        assert_eq!(untimed(first), untimed(fresh.clone()), "{kernels}");
+        assert_eq!(untimed(second), untimed(fresh.clone()), "{kernels}");
+        // The plan under test is always run: its trace is the check. With
+        // the cached O_s zeroed, verify reports and plans with zero O_s.
+        rewrite_entries(cache, zero_overlaps);
+        let zeroed = verify_json(cache, &args);
+        let total = |v: &serde_json::Value| -> u64 {
+            v["traced_overlaps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|o| o["monotone_bytes"].as_u64())
+                .sum()
+        };
+        assert!(total(&fresh) > 0, "{kernels}");
+        assert_eq!(
+            total(&zeroed),
+            0,
+            "{kernels}: the cached reference was not read"
+        );
+        assert!(
+            zeroed["plan"]["planned_bytes"].as_u64() >= fresh["plan"]["planned_bytes"].as_u64()
+        );
+    }
 }

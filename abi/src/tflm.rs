@@ -8,7 +8,7 @@
 //! knows nothing of the emulator. `docs/protocol.md` ("The TFLM runner") is
 //! the written specification.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 c_constants! {
     /// Magic and size of the mailbox.
@@ -121,7 +121,7 @@ impl TflmJob {
 }
 
 /// Where TFLM put one tensor of subgraph 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "location")]
 pub enum Placement {
     /// No data (an optional input, or not allocated).
@@ -141,7 +141,7 @@ pub enum Placement {
 }
 
 /// One tensor of the runner's tensor table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorPlace {
     /// Where its data is.
     #[serde(flatten)]
@@ -151,7 +151,7 @@ pub struct TensorPlace {
 }
 
 /// One scratch buffer TFLM gave an operator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScratchPlace {
     /// Operator index in subgraph 0.
     pub op: u32,

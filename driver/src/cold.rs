@@ -69,6 +69,7 @@ fn run_options(req: &ColdOptions) -> VerifyOptions {
         spill: Default::default(),
         runtime: crate::verify_tflm::Runtime::Executor,
         allow_foreign_plan: false,
+        cache: crate::trace_cache::TraceCache::new(false),
     }
 }
 

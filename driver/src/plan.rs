@@ -443,6 +443,7 @@ fn traced_like_verify(
         accumulator: Accumulator::default(),
         allow_foreign_plan: false,
         runtime: Runtime::Executor,
+        cache: cache.clone(),
     };
     let reference = crate::verify::reference_run(&image, base, &opts, None, None)?;
     let overlaps = crate::verify::traced_overlaps(&reference).0;

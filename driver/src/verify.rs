@@ -79,6 +79,8 @@ pub struct VerifyOptions {
     /// Check a `plan` file made for another kernel library than `kernels`
     /// (with a warning) instead of refusing it.
     pub allow_foreign_plan: bool,
+    /// Runs kept from earlier verifies ([`crate::trace_cache::TraceCache`]).
+    pub cache: crate::trace_cache::TraceCache,
 }
 
 /// A `--plan` file. Unknown keys are errors that name them (a misspelt

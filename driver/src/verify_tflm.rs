@@ -25,7 +25,7 @@ use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::digest;
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::{read_graph, TfliteGraph};
-use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::ElfImage;
 
@@ -34,6 +34,7 @@ use crate::oracle::{self, OracleComparison};
 use crate::tflm::{
     input_bytes, load_runner, runner_path, scratch_needs, seeded_inputs, trace_layers, ModelRun,
 };
+use crate::trace_cache::{CachedOverlaps, TraceCache};
 use crate::verify::VerifyOptions;
 use crate::{bail, failed};
 
@@ -105,10 +106,14 @@ pub struct TflmRunReport {
     /// (`--baseline`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untraced_seconds: Option<f64>,
+    /// Taken from the trace cache: `seconds` is the time the run took when
+    /// it was traced.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
 }
 
 /// An operator's O_s as traced on TFLM.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TflmOpOverlap {
     /// Operator index in the model.
     pub index: usize,
@@ -210,6 +215,9 @@ impl TflmVerifyReport {
                 r.instructions
             );
         }
+        if self.reference.cached {
+            s += "reference: TFLM's own plan from the trace cache (--no-cache runs it again)\n";
+        }
         for r in [&self.reference, &self.plan] {
             if let Some(u) = r.untraced_seconds {
                 s += &format!(
@@ -292,8 +300,13 @@ pub fn load_for_tflm(arg: &str) -> Result<Model> {
 /// A traced TFLM run with the shadow map and per-operator O_s.
 struct ShadowRun {
     result: memtrace_abi::tflm::TflmResult,
-    shadow: ShadowMap,
+    /// The shadow map's clobbered reads.
+    clobbers: Vec<Clobber>,
+    /// Layers that read the graph outputs.
+    readers: Vec<String>,
     layers: Vec<LayerReport>,
+    /// Taken from the trace cache (then `layers` is empty and `trace` none).
+    cached: bool,
     /// The arena-wide access picture (`--plot`).
     trace: Option<ArenaTrace>,
     instructions: u64,
@@ -370,13 +383,102 @@ fn shadow_run(
     }
     Ok(ShadowRun {
         result: outcome.result,
-        shadow,
+        readers: shadow
+            .layers
+            .iter()
+            .filter(|l| l.reads_output)
+            .map(|l| l.name.clone())
+            .collect(),
+        clobbers: shadow.clobbers,
         layers: stats.layers,
+        cached: false,
         trace,
         instructions: outcome.summary.instructions,
         seconds: started.elapsed().as_secs_f64(),
         untraced_seconds,
     })
+}
+
+/// The run of TFLM's own plan as the trace cache keeps it: what the rest of
+/// `verify` reads of it.
+#[derive(Serialize, serde::Deserialize)]
+struct CachedReference {
+    result: CachedResult,
+    readers: Vec<String>,
+    overlaps: CachedOverlaps,
+    op_overlaps: Vec<TflmOpOverlap>,
+    instructions: u64,
+    seconds: f64,
+}
+
+/// [`TflmResult`] with the fields its report leaves out.
+#[derive(Serialize, serde::Deserialize)]
+struct CachedResult {
+    stage: u32,
+    arena_used_bytes: u64,
+    head_bytes: u64,
+    tail_bytes: u64,
+    head_offset: u64,
+    ops: u32,
+    inputs: u32,
+    outputs: u32,
+    output_bytes: Vec<u8>,
+    tensors: Vec<memtrace_abi::tflm::TensorPlace>,
+    scratch: Vec<memtrace_abi::tflm::ScratchPlace>,
+}
+
+impl CachedReference {
+    fn new(run: &ShadowRun, overlaps: &TracedOverlaps, report: &[TflmOpOverlap]) -> Self {
+        let r = &run.result;
+        CachedReference {
+            result: CachedResult {
+                stage: r.stage,
+                arena_used_bytes: r.arena_used_bytes,
+                head_bytes: r.head_bytes,
+                tail_bytes: r.tail_bytes,
+                head_offset: r.head_offset,
+                ops: r.ops,
+                inputs: r.inputs,
+                outputs: r.outputs,
+                output_bytes: r.output_bytes.clone(),
+                tensors: r.tensors.clone(),
+                scratch: r.scratch.clone(),
+            },
+            readers: run.readers.clone(),
+            overlaps: overlaps.into(),
+            op_overlaps: report.to_vec(),
+            instructions: run.instructions,
+            seconds: run.seconds,
+        }
+    }
+
+    fn into_parts(self) -> (ShadowRun, TracedOverlaps, Vec<TflmOpOverlap>) {
+        let r = self.result;
+        let run = ShadowRun {
+            result: TflmResult {
+                stage: r.stage,
+                arena_used_bytes: r.arena_used_bytes,
+                head_bytes: r.head_bytes,
+                tail_bytes: r.tail_bytes,
+                head_offset: r.head_offset,
+                ops: r.ops,
+                inputs: r.inputs,
+                outputs: r.outputs,
+                output_bytes: r.output_bytes,
+                tensors: r.tensors,
+                scratch: r.scratch,
+            },
+            clobbers: Vec::new(),
+            readers: self.readers,
+            layers: Vec::new(),
+            cached: true,
+            trace: None,
+            instructions: self.instructions,
+            seconds: self.seconds,
+            untraced_seconds: None,
+        };
+        (run, self.overlaps.into(), self.op_overlaps)
+    }
 }
 
 /// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
@@ -455,44 +557,71 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     // The shadow map's extent, before TFLM has said what its scratch is.
     let estimate = greedy_prediction(&model.with_reference_scratch())?;
     let watch = |planned: u64| (planned * 2 + (1 << 20)).next_multiple_of(4096);
-    let reference = shadow_run(
-        &image,
-        &bytes,
-        &inputs,
-        Watch {
-            bytes: watch(estimate),
-            output_readers: &[],
-            plot: req
-                .plot
-                .as_ref()
-                .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
-            baseline: false,
-            scratch: false,
-        },
-        req.max_instructions,
-    )?;
-    if !reference.shadow.clobbers.is_empty() {
-        bail!(
-            "TFLM's own plan clobbers ({} reads): the shadow map or the runner is wrong",
-            reference.shadow.clobbers.len()
-        );
-    }
-    let readers: Vec<String> = reference
-        .shadow
-        .layers
-        .iter()
-        .filter(|l| l.reads_output)
-        .map(|l| l.name.clone())
-        .collect();
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
-    let source_layers = if overlap_kernels == req.kernels {
-        reference.layers.clone()
+    // The run of TFLM's own plan depends on nothing but the runner, the
+    // model, the inputs and the shadow map's extent: a second verify takes
+    // it from the trace cache (not with --plot, which draws it).
+    let key = TraceCache::key(
+        "tflm-verify-reference-v1",
+        &[
+            &image.bytes,
+            &bytes,
+            &inputs,
+            &watch(estimate).to_le_bytes(),
+        ],
+    );
+    let cacheable = req.plot.is_none();
+    let cached = match cacheable {
+        true => req.cache.get::<CachedReference>(&key),
+        false => None,
+    };
+    let (reference, own_overlaps, own_report) = match cached {
+        Some(c) => c.into_parts(),
+        None => {
+            let run = shadow_run(
+                &image,
+                &bytes,
+                &inputs,
+                Watch {
+                    bytes: watch(estimate),
+                    output_readers: &[],
+                    plot: req
+                        .plot
+                        .as_ref()
+                        .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
+                    baseline: false,
+                    scratch: false,
+                },
+                req.max_instructions,
+            )?;
+            if !run.clobbers.is_empty() {
+                bail!(
+                    "TFLM's own plan clobbers ({} reads): the shadow map or the runner is wrong",
+                    run.clobbers.len()
+                );
+            }
+            let overlaps = crate::tflm::traced_overlaps(&run.layers);
+            let report = op_overlaps(&graph, &run.layers);
+            if cacheable {
+                req.cache
+                    .put(&key, &CachedReference::new(&run, &overlaps, &report));
+            }
+            (run, overlaps, report)
+        }
+    };
+    let readers = reference.readers.clone();
+    let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
+        (own_overlaps, own_report)
     } else {
         let other = load_runner(
             &runner_path(req.target, overlap_kernels, None, "--executor")?,
             overlap_kernels,
         )?;
-        trace_layers(&other, &bytes, &inputs, req.max_instructions)?.1
+        let layers = trace_layers(&other, &bytes, &inputs, req.max_instructions)?.1;
+        (
+            crate::tflm::traced_overlaps(&layers),
+            op_overlaps(&graph, &layers),
+        )
     };
 
     // 2. memtrace's plan, with TFLM's scratch buffers as tensors.
@@ -506,11 +635,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
                 .collect();
             plan_from_file(path, &planned_model, &reference_offsets)?
         }
-        None => plan_from_planner(
-            req,
-            &planned_model,
-            &crate::tflm::traced_overlaps(&source_layers),
-        )?,
+        None => plan_from_planner(req, &planned_model, &source_overlaps)?,
     };
     let mut offsets = under_test.offsets;
     offsets.truncate(graph.tensors.len());
@@ -572,12 +697,12 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             arena_used_bytes: r.result.arena_used_bytes,
             head_bytes: r.result.head_bytes,
             tail_bytes: r.result.tail_bytes,
-            clobbers: r.shadow.clobbers.len(),
+            clobbers: r.clobbers.len(),
             instructions: r.instructions,
             seconds: r.seconds,
             untraced_seconds: r.untraced_seconds,
+            cached: r.cached,
         };
-    let traced_report = op_overlaps(&graph, &source_layers);
     let tensors = (0..graph.tensors.len())
         .filter(|&t| offsets[t] >= 0 || head_offset(&reference.result, t).is_some())
         .map(|t| TensorPlacement {
@@ -602,7 +727,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             under_test.overlap,
             planned_bytes,
         ),
-        clobbers: planned.shadow.clobbers.clone(),
+        clobbers: planned.clobbers.clone(),
         bit_exact: mismatched == 0,
         mismatched_bytes: mismatched,
         output_bytes: a.len() as u64,

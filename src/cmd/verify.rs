@@ -56,6 +56,12 @@ pub struct VerifyArgs {
     /// tracing slowdown against it.
     #[arg(long)]
     pub baseline: bool,
+    /// Run TFLM's own plan again instead of taking it (its outputs, scratch
+    /// and traced O_s) from an earlier verify of the same runner, model and
+    /// input (the trace cache: $MEMTRACE_CACHE_DIR, else
+    /// ~/.cache/memtrace/traces)
+    #[arg(long)]
+    pub no_cache: bool,
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 200_000_000_000)]
     pub max_instructions: u64,
@@ -116,6 +122,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         accumulator: args.accumulator,
         allow_foreign_plan: args.allow_foreign_plan,
         runtime,
+        cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
     };
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;
