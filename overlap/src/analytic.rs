@@ -31,6 +31,11 @@
 //! `concatenation` (each input), `pad` and int8 `transpose_conv`: IB; float
 //! `transpose_conv`: the offset of its first input read
 //! ([`transpose_conv_overlap`]) — all exact, derived in docs/overlap.md §6.
+//!
+//! Two examples print what these readings give and cost:
+//! `cargo run --release -p memtrace-overlap --example analytic_readings`
+//! (every reading, with the algorithmic value, for well-known layers) and
+//! `--example method_timing` (each method's time on the Table I layer).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -802,75 +807,5 @@ mod tests {
         assert_eq!(alg(&s), 27);
         assert_eq!(analytic_overlap_as_printed(&s), Some(29));
         assert!(analytic_overlap(&s).unwrap() <= 27);
-    }
-
-    /// Prints all readings for some well-known layers; run with
-    /// `cargo test --release -p memtrace-overlap readings_table -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn readings_table() {
-        for text in [
-            "op=depthwise_conv2d,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same",
-            "op=depthwise_conv2d,input=1x112x112x32,filter=1x3x3x32,stride=1,padding=same",
-            "op=depthwise_conv2d,input=1x56x56x144,filter=1x3x3x144,stride=2,padding=same",
-            "op=depthwise_conv2d,input=1x16x16x8,filter=1x3x3x16,depth_multiplier=2,stride=1,padding=same",
-            "op=conv2d,input=1x224x224x3,filter=32x3x3x3,stride=2,padding=same",
-            "op=conv2d,input=1x112x112x32,filter=64x1x1x32,stride=1,padding=same",
-            "op=conv2d,input=1x56x56x144,filter=24x1x1x144,stride=1,padding=same",
-            "op=conv2d,input=1x56x56x64,filter=128x1x1x64,stride=2,padding=same",
-            "op=max_pool,input=1x112x112x64,filter=3x3,stride=2,padding=same",
-            "op=max_pool,input=1x224x224x32,filter=3x3,stride=2,padding=same",
-            "op=average_pool,input=1x7x7x1024,filter=7x7,stride=1,padding=valid",
-            "op=fully_connected,input=1x1x1x1024,filter=1x1x1000x1024",
-        ] {
-            for dt in ["f32", "int8"] {
-                let s = spec(&format!("{text},dtype={dt}"));
-                println!(
-                    "| {s} | {} | {} | {} | {} | {} | {} |",
-                    alg(&s),
-                    analytic_overlap_as_printed(&s).map_or("-".into(), |v| v.to_string()),
-                    analytic_overlap_table_reading(&s).map_or("-".into(), |v| v.to_string()),
-                    analytic_overlap(&s).unwrap(),
-                    analytic_overlap_best(&s).unwrap(),
-                    s.output_bytes()
-                );
-            }
-        }
-    }
-
-    /// Prints timings; run with `cargo test --release -p memtrace-overlap
-    /// timing -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn timing_report() {
-        use std::time::Instant;
-        let s = table_one();
-        let n = 200_000;
-        let t0 = Instant::now();
-        let mut acc = 0u64;
-        for _ in 0..n {
-            acc = acc.wrapping_add(analytic_overlap(std::hint::black_box(&s)).unwrap());
-        }
-        let per = t0.elapsed().as_nanos() as f64 / n as f64;
-        let t0 = Instant::now();
-        for _ in 0..n {
-            acc = acc.wrapping_add(analytic_overlap_best(std::hint::black_box(&s)).unwrap());
-        }
-        let per_best = t0.elapsed().as_nanos() as f64 / n as f64;
-        let reps = 50;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            acc = acc.wrapping_add(algorithmic_overlap(std::hint::black_box(&s)).unwrap());
-        }
-        let ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            let c = crate::algorithmic::algorithmic_curves(&s, 1000).unwrap();
-            acc = acc.wrapping_add(c.overlap);
-        }
-        let ms_curves = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
-        println!(
-            "analytic {per:.0} ns/layer, analytic_best {per_best:.0} ns/layer, algorithmic {ms:.3} ms, curves(1000) {ms_curves:.3} ms on Table I ({acc})"
-        );
     }
 }
