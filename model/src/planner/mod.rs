@@ -18,8 +18,12 @@
 //! step of its producer to the step of its last reader. Sizes are rounded up
 //! to the plan's alignment (TFLM's `kBufferAlignment` is 16) and O_s credits
 //! are rounded down to it.
+//!
+//! `memtrace plan MODEL --overlap analytic` (or `algorithmic`) compares them
+//! all on one model ([`report::compare_all`]); the example `planning_times`
+//! (`cargo run --release -p memtrace-model --example planning_times`) times
+//! each on a real model and on [`crate::zoo::synthetic_graph`].
 
-pub mod bench;
 pub mod exact;
 pub mod greedy;
 pub mod heap;
