@@ -3,7 +3,7 @@
 //!
 //! A [`Model`] comes from a `.tflite` file ([`tflite::import_file`]) or from
 //! the built-in zoo ([`zoo::build`], `zoo:NAME`). Operators are kept in the
-//! file's order; [`order`] derives other valid execution orders.
+//! file's order; the planners derive other valid execution orders from it.
 //!
 //! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
 //! describes one operator as a [`LayerSpec`], so the O_s methods of
@@ -19,11 +19,11 @@ pub mod cold;
 pub mod export;
 pub mod graph;
 pub mod lower;
-pub mod order;
+pub(crate) mod order;
 pub mod planner;
-pub mod schema;
+pub(crate) mod schema;
 pub mod source;
-pub mod spill_ops;
+pub(crate) mod spill_ops;
 pub mod tflite;
 pub mod tinyseg;
 pub mod zoo;

@@ -24,11 +24,11 @@
 //! (`cargo run --release -p memtrace-model --example planning_times`) times
 //! each on a real model and on [`crate::zoo::synthetic_graph`].
 
-pub mod exact;
-pub mod greedy;
-pub mod heap;
+pub(crate) mod exact;
+pub(crate) mod greedy;
+pub(crate) mod heap;
 pub mod overlap;
-pub mod replacement;
+pub(crate) mod replacement;
 pub mod report;
 pub mod validate;
 

@@ -314,7 +314,7 @@ pub enum NarrowScratch {
     /// Never: scratch tensors stay int32.
     Never,
     /// Where the weights prove that no output's sum can leave the int16
-    /// range for any int8 input ([`int16_accumulator_is_exact`]): the outputs
+    /// range for any int8 input (`int16_accumulator_is_exact`): the outputs
     /// stay bit-exact.
     #[default]
     Exact,
