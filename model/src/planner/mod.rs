@@ -89,14 +89,6 @@ impl PlannerKind {
         }
     }
 
-    /// The planner called `s` (see [`PlannerKind::name`]), if any.
-    pub fn parse(s: &str) -> Option<PlannerKind> {
-        PlannerKind::ALL
-            .into_iter()
-            .chain([PlannerKind::Tinyseg])
-            .find(|p| p.name() == s)
-    }
-
     /// Whether the planner can use O_s at all (linear and greedy are TFLM's
     /// and never overlap tensors that are live together).
     pub fn uses_overlap(self) -> bool {
@@ -319,7 +311,12 @@ pub(crate) fn align_up(v: u64, a: u64) -> u64 {
 impl Problem {
     /// Buffers in tensor-index order (TFLM's `AddBuffer` order) with
     /// TFLM-style lifetimes for `order`, and the DMO pairs `overlaps` allows.
-    pub fn new(model: &Model, order: &[usize], overlaps: &Overlaps, alignment: u64) -> Problem {
+    pub(crate) fn new(
+        model: &Model,
+        order: &[usize],
+        overlaps: &Overlaps,
+        alignment: u64,
+    ) -> Problem {
         let alignment = alignment.max(1);
         let steps = order.len();
         let last_step = steps.saturating_sub(1);
@@ -408,13 +405,14 @@ impl Problem {
     }
 
     /// Whether two buffers are live at a common step.
-    pub fn conflict(&self, a: usize, b: usize) -> bool {
+    pub(crate) fn conflict(&self, a: usize, b: usize) -> bool {
         let (x, y) = (&self.buffers[a], &self.buffers[b]);
         x.first <= y.last && y.first <= x.last
     }
 
     /// The DMO credit if `input` may overlap `output`.
-    pub fn pair_credit(&self, input: usize, output: usize) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn pair_credit(&self, input: usize, output: usize) -> Option<u64> {
         self.pairs
             .iter()
             .find(|p| p.input == input && p.output == output)
@@ -424,7 +422,7 @@ impl Problem {
     /// Max over steps of the live (planned) bytes, minus at each step the
     /// most its DMO pairs can overlap: `min(credit, output size, sum of the
     /// paired inputs' sizes)`. No placement of this order can do better.
-    pub fn lower_bound(&self) -> u64 {
+    pub(crate) fn lower_bound(&self) -> u64 {
         if self.buffers.is_empty() {
             return 0;
         }
@@ -512,7 +510,7 @@ impl Problem {
     }
 
     /// Peak of an offset assignment.
-    pub fn peak(&self, offsets: &[u64]) -> u64 {
+    pub(crate) fn peak(&self, offsets: &[u64]) -> u64 {
         self.buffers
             .iter()
             .zip(offsets)
