@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::order::{self, OrderKind};
 use crate::Model;
-pub use overlap::{FnOverlap, OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
+pub use overlap::{OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
 pub use report::Comparison;
 
 /// The planners.
@@ -257,7 +257,7 @@ pub enum PlanError {
 
 /// One tensor to place in the arena, with its planned size and lifetime.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArenaBuffer {
+pub(crate) struct ArenaBuffer {
     /// Index in `Model::tensors`.
     pub tensor: usize,
     /// Planned size (data bytes rounded up to the alignment, at least one
@@ -273,7 +273,7 @@ pub struct ArenaBuffer {
 /// A DMO pair: `input` dies at step `step`, where `output` is created; the
 /// input may start at `output.offset + output.size - credit` or higher.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DmoPair {
+pub(crate) struct DmoPair {
     /// Step at which the input dies and the output is created.
     pub step: usize,
     /// Operator index.
@@ -291,7 +291,7 @@ pub struct DmoPair {
 
 /// The placement problem of one execution order.
 #[derive(Clone, Debug)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// Operator index executed at each step.
     pub order: Vec<usize>,
     /// Tensors to place, in tensor-index order.

@@ -37,18 +37,6 @@ pub trait OverlapSource {
     fn overlap(&self, model: &Model, op: usize) -> Option<u64>;
 }
 
-/// Any closure is a source: `FnOverlap("mine".into(), |m, op| ...)`.
-pub struct FnOverlap<F>(pub String, pub F);
-
-impl<F: Fn(&Model, usize) -> Option<u64>> OverlapSource for FnOverlap<F> {
-    fn name(&self) -> String {
-        self.0.clone()
-    }
-    fn overlap(&self, model: &Model, op: usize) -> Option<u64> {
-        (self.1)(model, op)
-    }
-}
-
 /// The built-in methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OverlapMethod {

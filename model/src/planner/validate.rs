@@ -1,6 +1,6 @@
 //! The independent plan validator.
 //!
-//! It does not reuse the planners' [`super::Problem`]: it recomputes every
+//! It does not reuse the planners' `Problem`: it recomputes every
 //! tensor's lifetime from the model and the plan's order, and checks the
 //! plan's data ranges `[offset, offset + bytes)` directly:
 //!
