@@ -22,7 +22,7 @@ pub struct Graph {
 impl Graph {
     /// `model` with its operators permuted into `order` (a valid execution
     /// order of it).
-    pub fn in_order(model: &Model, order: &[usize]) -> Graph {
+    pub(crate) fn in_order(model: &Model, order: &[usize]) -> Graph {
         let mut m = model.clone();
         m.ops = order.iter().map(|&i| model.ops[i].clone()).collect();
         Graph {
