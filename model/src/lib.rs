@@ -14,6 +14,9 @@
 //! ([`cold`]), lowering a model and a plan to an executor program
 //! ([`mod@lower`]) and `.tflite` export of zoo models ([`export`]). No
 //! events, no emulator, no pictures: the analyzer and the driver do those.
+//!
+//! The example `planning_times` (`cargo run --release -p memtrace-model
+//! --example planning_times`) times the heuristic planners.
 
 pub mod cold;
 pub mod export;
