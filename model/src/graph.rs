@@ -69,7 +69,8 @@ impl TfliteGraph {
     }
 
     /// Distinct operator names, in first-use order.
-    pub fn op_names(&self) -> Vec<&str> {
+    #[cfg(test)]
+    pub(crate) fn op_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
         for op in &self.ops {
             if !names.contains(&op.name.as_str()) {

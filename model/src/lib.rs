@@ -3,7 +3,7 @@
 //!
 //! A [`Model`] comes from a `.tflite` file ([`tflite::import_file`]) or from
 //! the built-in zoo ([`zoo::build`], `zoo:NAME`). Operators are kept in the
-//! file's order; [`order`] derives other valid execution orders.
+//! file's order; the planners derive other valid execution orders from it.
 //!
 //! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
 //! describes one operator as a [`LayerSpec`], so the O_s methods of
@@ -14,16 +14,19 @@
 //! ([`cold`]), lowering a model and a plan to an executor program
 //! ([`mod@lower`]) and `.tflite` export of zoo models ([`export`]). No
 //! events, no emulator, no pictures: the analyzer and the driver do those.
+//!
+//! The example `planning_times` (`cargo run --release -p memtrace-model
+//! --example planning_times`) times the heuristic planners.
 
 pub mod cold;
 pub mod export;
 pub mod graph;
 pub mod lower;
-pub mod order;
+pub(crate) mod order;
 pub mod planner;
-pub mod schema;
+pub(crate) mod schema;
 pub mod source;
-pub mod spill_ops;
+pub(crate) mod spill_ops;
 pub mod tflite;
 pub mod tinyseg;
 pub mod zoo;
@@ -68,7 +71,7 @@ impl DataType {
     }
 
     /// Lower-case name used in reports (`float32`, `int8`, ...).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DataType::Float32 => "float32",
             DataType::Int8 => "int8",
@@ -85,7 +88,7 @@ impl DataType {
     /// element size, and TFLite's uint8 reference kernels (Conv, DepthwiseConv,
     /// pools, FullyConnected) walk exactly the loop nests of the int8 ones, so
     /// their load/store order — the only thing O_s depends on — is the same.
-    pub fn spec_dtype(self) -> Option<spec::Dtype> {
+    pub(crate) fn spec_dtype(self) -> Option<spec::Dtype> {
         match self {
             DataType::Float32 => Some(spec::Dtype::F32),
             DataType::Int8 | DataType::Uint8 => Some(spec::Dtype::Int8),
@@ -141,12 +144,12 @@ pub struct Tensor {
 
 impl Tensor {
     /// Number of elements: the product of the dimensions.
-    pub fn elements(&self) -> u64 {
+    pub(crate) fn elements(&self) -> u64 {
         self.shape.iter().map(|&d| d as u64).product()
     }
 
     /// Whether an arena planner must place it.
-    pub fn needs_arena(&self) -> bool {
+    pub(crate) fn needs_arena(&self) -> bool {
         !self.is_constant && !self.is_variable && !self.in_storage
     }
 }
@@ -231,7 +234,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// TFLite's name of the builtin operator.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             OpKind::Conv2d => "CONV_2D",
             OpKind::DepthwiseConv2d => "DEPTHWISE_CONV_2D",
@@ -270,21 +273,13 @@ impl OpKind {
     /// so the planners overlap its output with its first input only; for
     /// every other operator the O_s applies to each input that dies there
     /// (ADD reads both inputs at the same step).
-    pub fn overlaps_first_input_only(self) -> bool {
+    pub(crate) fn overlaps_first_input_only(self) -> bool {
         matches!(self, OpKind::Concatenation)
-    }
-
-    /// Unary ops whose TFLite reference kernel is one flat loop
-    /// `out[i] = f(in[i])` over same-sized elements: every output write
-    /// follows the read of the same index and no later read goes backwards, so
-    /// O_s = OB exactly as for ReLU (which the kernel suite traces).
-    pub fn is_flat_unary(self) -> bool {
-        matches!(self, OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1)
     }
 
     /// The operators TinySeg's graph transformation inserts: they have no
     /// TFLite builtin and move tensors between the arena and storage.
-    pub fn is_tinyseg(self) -> bool {
+    pub(crate) fn is_tinyseg(self) -> bool {
         matches!(
             self,
             OpKind::Spill
@@ -372,7 +367,7 @@ pub enum Accumulator {
 
 impl Accumulator {
     /// Bytes per accumulator element.
-    pub fn size(self) -> u64 {
+    pub(crate) fn size(self) -> u64 {
         match self {
             Accumulator::Int32 => 4,
             Accumulator::Int16 => 2,
@@ -416,7 +411,7 @@ pub struct Op {
 impl Op {
     /// The inputs the operator's O_s may apply to: the first only for a
     /// concatenation ([`OpKind::overlaps_first_input_only`]), else all.
-    pub fn overlap_inputs(&self) -> &[usize] {
+    pub(crate) fn overlap_inputs(&self) -> &[usize] {
         if self.kind.overlaps_first_input_only() {
             &self.inputs[..self.inputs.len().min(1)]
         } else {
@@ -426,14 +421,14 @@ impl Op {
     /// Index into [`Op::inputs`] of the activation the operator transforms:
     /// the third operand of TRANSPOSE_CONV (after the output shape and the
     /// weights), the first of every other kind.
-    pub fn data_position(&self) -> usize {
+    pub(crate) fn data_position(&self) -> usize {
         match self.kind {
             OpKind::TransposeConv => 2,
             _ => 0,
         }
     }
 
-    /// The tensor of [`Op::data_position`], if the operator has it.
+    /// The tensor of `Op::data_position`, if the operator has it.
     pub fn data_input(&self) -> Option<usize> {
         self.inputs.get(self.data_position()).copied()
     }
@@ -504,7 +499,7 @@ pub enum ModelError {
 
 impl Model {
     /// For each tensor, the operator that writes it (at most one).
-    pub fn producers(&self) -> Vec<Option<usize>> {
+    pub(crate) fn producers(&self) -> Vec<Option<usize>> {
         let mut p = vec![None; self.tensors.len()];
         for (i, op) in self.ops.iter().enumerate() {
             for &t in &op.outputs {
@@ -516,7 +511,7 @@ impl Model {
 
     /// For each tensor, the operators that read it (each at most once, in
     /// op order).
-    pub fn consumers(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn consumers(&self) -> Vec<Vec<usize>> {
         let mut c: Vec<Vec<usize>> = vec![Vec::new(); self.tensors.len()];
         for (i, op) in self.ops.iter().enumerate() {
             for &t in &op.inputs {
@@ -529,7 +524,7 @@ impl Model {
     }
 
     /// Operators whose outputs op `i` reads (deduplicated, sorted).
-    pub fn predecessors(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn predecessors(&self) -> Vec<Vec<usize>> {
         let producers = self.producers();
         self.ops
             .iter()
@@ -543,7 +538,7 @@ impl Model {
     }
 
     /// Operators that read op `i`'s outputs (deduplicated, sorted).
-    pub fn successors(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn successors(&self) -> Vec<Vec<usize>> {
         let mut s: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
         for (i, preds) in self.predecessors().into_iter().enumerate() {
             for p in preds {
@@ -935,7 +930,7 @@ impl Model {
     /// and form a single chain: every op reads exactly the previous op's
     /// output (or the graph input) and every intermediate tensor has one
     /// reader. `Err` names the first reason it is not.
-    pub fn sequential_chain(&self) -> Result<(), ModelError> {
+    pub(crate) fn sequential_chain(&self) -> Result<(), ModelError> {
         self.chain_break()
             .map_or(Ok(()), |reason| Err(ModelError::Invalid(reason)))
     }
@@ -1177,7 +1172,7 @@ impl Model {
 
     /// Non-constant, non-variable tensors that some operator touches or that
     /// are graph inputs/outputs: the tensors an arena planner places.
-    pub fn arena_tensors(&self) -> Vec<usize> {
+    pub(crate) fn arena_tensors(&self) -> Vec<usize> {
         let mut used = vec![false; self.tensors.len()];
         for op in &self.ops {
             for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
@@ -1201,7 +1196,7 @@ impl Model {
     /// tflite-micro `kernels/transpose_conv.cc`), or int16 when the operator's
     /// [`OpOptions::accumulator`] says so; every other operator memtrace
     /// runs, and the float TRANSPOSE_CONV, asks for none.
-    pub fn reference_scratch_needs(&self) -> Vec<u64> {
+    pub(crate) fn reference_scratch_needs(&self) -> Vec<u64> {
         self.ops
             .iter()
             .map(|op| {
@@ -1228,7 +1223,7 @@ impl Model {
     }
 
     /// This model with the scratch tensors of TFLM's reference kernels
-    /// ([`Model::reference_scratch_needs`]), as TFLM's planner sees them.
+    /// (`Model::reference_scratch_needs`), as TFLM's planner sees them.
     pub fn with_reference_scratch(&self) -> Model {
         self.with_scratch(&self.reference_scratch_needs())
     }
@@ -1330,7 +1325,7 @@ fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
 }
 
 /// A shape as 4-D NHWC (rank ≤ 4, left-padded with 1s).
-pub fn shape4(shape: &[u32]) -> Option<[u32; 4]> {
+pub(crate) fn shape4(shape: &[u32]) -> Option<[u32; 4]> {
     if shape.len() > 4 {
         return None;
     }

@@ -26,7 +26,7 @@ fn stream(seed: u64) -> Rng {
 }
 
 /// TFLite `QuantizeMultiplier`: `m ≈ q · 2^(shift − 31)`, q in [2^30, 2^31).
-pub fn quantize_multiplier(m: f64) -> (i32, i32) {
+pub(crate) fn quantize_multiplier(m: f64) -> (i32, i32) {
     if m == 0.0 || !m.is_finite() {
         return (0, 0);
     }
@@ -203,10 +203,10 @@ fn conv_operands(model: &Model, op: &Op) -> Option<(usize, usize, Option<usize>)
 }
 
 /// Alignment of storage tensors in the storage region.
-pub const STORAGE_ALIGN: u64 = 16;
+pub(crate) const STORAGE_ALIGN: u64 = 16;
 
 /// Where each storage tensor ([`Tensor::in_storage`]) lies in the storage
-/// region — every one in its own slot, [`STORAGE_ALIGN`]-aligned, in tensor
+/// region — every one in its own slot, `STORAGE_ALIGN`-aligned, in tensor
 /// order — and the bytes the region needs.
 pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
     let mut end = 0u64;
@@ -366,10 +366,10 @@ fn fan_in(model: &Model, op: &Op) -> usize {
 
 /// Largest arena a program can describe: the executor's program format
 /// holds arena sizes and offsets as 32-bit signed words.
-pub const MAX_ARENA_BYTES: u64 = i32::MAX as u64;
+pub(crate) const MAX_ARENA_BYTES: u64 = i32::MAX as u64;
 
 /// Checks a placement before anything is sized from it: the arena fits the
-/// program format ([`MAX_ARENA_BYTES`]), and every placed tensor's
+/// program format (`MAX_ARENA_BYTES`), and every placed tensor's
 /// `offset + bytes` is computed without overflow and lies inside the arena.
 /// Errors name the tensor.
 pub fn check_placement(
@@ -421,7 +421,10 @@ fn out_c_of(t: &Tensor) -> usize {
 /// protocol allows between the buffers of one layer, docs/protocol.md §3):
 /// a scratch buffer over an input, or two inputs over each other, is a plan
 /// error naming both tensors, found here before anything runs.
-pub fn check_operator_buffers(model: &Model, offsets: &[Option<u64>]) -> Result<(), LowerError> {
+pub(crate) fn check_operator_buffers(
+    model: &Model,
+    offsets: &[Option<u64>],
+) -> Result<(), LowerError> {
     let names = tensor_names(model);
     let placed = |t: usize| -> Option<(u64, u64)> {
         let o = offsets.get(t).copied().flatten()?;
@@ -1111,7 +1114,7 @@ fn synth_bias(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
 }
 
 /// Seeded graph input: the whole int8/uint8 range, or floats in [−1, 1).
-pub fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
+pub(crate) fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
     synth_values(rng, t.dtype, t.elements() as usize)
 }
 

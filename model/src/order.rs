@@ -201,7 +201,13 @@ impl WorkingSetModel {
 
 /// Peak working set (sum of live arena bytes while an operator runs, minus
 /// the DMO overlap `overlap(op)` where its input dies there) of `order`.
-pub fn working_set_peak(model: &Model, order: &[usize], overlap: &dyn Fn(usize) -> u64) -> u64 {
+/// The tests compare orders with it.
+#[cfg(test)]
+pub(crate) fn working_set_peak(
+    model: &Model,
+    order: &[usize],
+    overlap: &dyn Fn(usize) -> u64,
+) -> u64 {
     let ws = WorkingSetModel::new(model, overlap);
     let mut done = vec![false; model.ops.len()];
     let mut live = ws.initial_live;

@@ -557,7 +557,7 @@ fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOp
 }
 
 /// Name of the TFLM metadata entry that carries an offline arena plan.
-pub const OFFLINE_METADATA: &str = "OfflineMemoryAllocation";
+pub(crate) const OFFLINE_METADATA: &str = "OfflineMemoryAllocation";
 
 /// Writes `offsets` (one per tensor of subgraph 0: a byte offset into the
 /// arena's head section, or -1 to leave the tensor to TFLM's own planner) as

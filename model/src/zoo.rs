@@ -16,7 +16,7 @@
 //!   `ZeroPadding2D(((0, 1), (0, 1)))` (a TFLite PAD) followed by a `valid`
 //!   convolution — a model with PAD operators.
 //! * `tiny_unet_80x120[_int8|_float32]`: TinySeg's Tiny U-Net (its Table 2:
-//!   80×120×3 in, 80×120×1 out, 109 725 parameters), see [`tiny_unet`].
+//!   80×120×3 in, 80×120×1 out, 109 725 parameters), see `tiny_unet`.
 //!
 //! Keras pads the stride-2 convolutions explicitly
 //! (`ZeroPadding2D(((0, 1), (0, 1)))` then `padding='valid'`, or `'same'` in
@@ -51,7 +51,7 @@ impl GraphBuilder {
     }
 
     /// Adds a tensor and returns its index; `constant` tensors are never placed in the arena.
-    pub fn tensor(
+    pub(crate) fn tensor(
         &mut self,
         name: impl Into<String>,
         shape: &[u32],
@@ -81,12 +81,12 @@ impl GraphBuilder {
     }
 
     /// Shape of tensor `t`.
-    pub fn shape(&self, t: usize) -> &[u32] {
+    pub(crate) fn shape(&self, t: usize) -> &[u32] {
         &self.model.tensors[t].shape
     }
 
     /// Adds an operator writing a new activation tensor `out` of `shape`.
-    pub fn op(
+    pub(crate) fn op(
         &mut self,
         kind: OpKind,
         inputs: Vec<usize>,
@@ -142,7 +142,13 @@ impl GraphBuilder {
     }
 
     /// `DepthwiseConv2D` 3×3 (SAME), depth multiplier 1.
-    pub fn depthwise(&mut self, name: &str, x: usize, stride: u32, act: Activation) -> usize {
+    pub(crate) fn depthwise(
+        &mut self,
+        name: &str,
+        x: usize,
+        stride: u32,
+        act: Activation,
+    ) -> usize {
         let [n, h, w, c] = four(self.shape(x));
         let dt = self.dtype;
         let bt = self.bias_type();
@@ -257,14 +263,14 @@ impl GraphBuilder {
     }
 
     /// `Softmax` of `x`; returns the output tensor.
-    pub fn softmax(&mut self, name: &str, x: usize) -> usize {
+    pub(crate) fn softmax(&mut self, name: &str, x: usize) -> usize {
         let shape = self.shape(x).to_vec();
         self.op(OpKind::Softmax, vec![x], name, &shape, OpOptions::default())
     }
 
     /// `Reshape` of `x` to `shape`, with a constant int32 shape operand; returns
     /// the output tensor.
-    pub fn reshape(&mut self, name: &str, x: usize, shape: &[u32]) -> usize {
+    pub(crate) fn reshape(&mut self, name: &str, x: usize, shape: &[u32]) -> usize {
         let s = self.tensor(
             format!("{name}/shape"),
             &[shape.len() as u32],
@@ -282,7 +288,7 @@ impl GraphBuilder {
 
     /// `ZeroPadding2D`: a PAD of `x` by `before` / `after` rows and columns,
     /// with its constant `[4, 2]` int32 paddings; returns the output tensor.
-    pub fn zero_pad(
+    pub(crate) fn zero_pad(
         &mut self,
         name: &str,
         x: usize,
@@ -394,14 +400,14 @@ fn build_named(name: &str) -> Result<Model, String> {
 /// counts `int(filters · alpha)`; every conv/depthwise fuses BN and ReLU6;
 /// the top is global average pooling, a 1×1 conv to 1000 classes, reshape
 /// and softmax.
-pub fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+pub(crate) fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
     mobilenet_v1_with(name, alpha, res, dtype, false)
 }
 
 /// [`mobilenet_v1`] as older Keras releases export it: each stride-2
 /// convolution is `ZeroPadding2D(((0, 1), (0, 1)))` (a PAD) and a `valid`
 /// convolution, which for even sizes computes exactly what SAME does.
-pub fn mobilenet_v1_zeropad(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+pub(crate) fn mobilenet_v1_zeropad(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
     mobilenet_v1_with(name, alpha, res, dtype, true)
 }
 
@@ -506,7 +512,7 @@ fn make_divisible(v: f64, divisor: u32) -> u32 {
 /// project, residual ADD when the block keeps stride 1 and its channel count),
 /// a last 1×1 conv to 1280 (more for alpha > 1), global average pooling, dense
 /// and softmax.
-pub fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+pub(crate) fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
     let mut g = GraphBuilder::new(name, dtype);
     let mut x = g.input("input", &[1, res, res, 3]);
     x = g.conv2d(
@@ -592,7 +598,7 @@ pub fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model 
 /// sizes (int8 bytes): input 1568, t1 3136, t2 1568, t3 512, t4 512, t5 256,
 /// t6 256, concat 512. Default order peak 5216 B (at op 3), best order
 /// 1, 4, 6, 2, 3, 5, 7 peak 4960 B (at op 2).
-pub fn liberis_fig1() -> Model {
+pub(crate) fn liberis_fig1() -> Model {
     let mut g = GraphBuilder::new("liberis_fig1", DataType::Int8);
     let opts = OpOptions::default;
     let x = g.input("input", &[1, 14, 14, 8]);
@@ -618,7 +624,7 @@ pub fn liberis_fig1() -> Model {
 /// Sakr et al.'s CIFAR-10 CNN (their Table II), int8: three 5×5 SAME convs
 /// (32, 32, 64 filters) each followed by a 2×2 stride-2 max pool, then a dense
 /// layer to 10 classes.
-pub fn sakr_cifar10() -> Model {
+pub(crate) fn sakr_cifar10() -> Model {
     let mut g = GraphBuilder::new("sakr_cifar10", DataType::Int8);
     let mut x = g.input("input", &[1, 32, 32, 3]);
     for (i, filters) in [32u32, 32, 64].into_iter().enumerate() {
@@ -646,7 +652,7 @@ pub fn sakr_cifar10() -> Model {
 /// `concat([x2, x1])`; the spatial sizes already match, so its zero `pad`
 /// is a no-op and no PAD operator remains) and `DoubleConv(C)`; then a 1×1
 /// convolution with bias to one channel, no activation.
-pub fn tiny_unet(name: &str, dtype: DataType) -> Model {
+pub(crate) fn tiny_unet(name: &str, dtype: DataType) -> Model {
     let mut g = GraphBuilder::new(name, dtype);
     let x = g.input("input", &[1, 80, 120, 3]);
     let double_conv = |g: &mut GraphBuilder, name: &str, x: usize, c: u32| {
@@ -682,7 +688,7 @@ pub fn tiny_unet(name: &str, dtype: DataType) -> Model {
 /// skip's width, an ADD with the skip (instead of U-Net's concatenation) and
 /// a 3×3 conv; a 1×1 conv to one channel. Every conv fuses ReLU except the
 /// last.
-pub fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
+pub(crate) fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
     let mut g = GraphBuilder::new(name, DataType::Int8);
     let x = g.input("input", &[1, res, res, 3]);
     let mut h = g.conv2d("stem", x, widths[0], 3, 1, Activation::Relu);
@@ -701,4 +707,55 @@ pub fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
     }
     let out = g.conv2d("head", h, 1, 1, 1, Activation::None);
     g.finish(&[out])
+}
+
+/// A deterministic synthetic int8 network of about `ops` operators on
+/// 16×16×16 activations: alternating residual blocks (1×1 conv, 3×3
+/// depthwise, 1×1 conv, ADD with the block input) and two-branch blocks
+/// (two conv/depthwise/conv branches joined by a CONCATENATION and a 1×1 conv
+/// back to 16 channels), so the graph branches like Inception/ResNet cells.
+/// Not a `zoo:NAME`: the large graph of the planners' tests and of the
+/// `planning_times` example.
+pub fn synthetic_graph(ops: usize) -> Model {
+    let mut g = GraphBuilder::new(format!("synthetic_{ops}"), DataType::Int8);
+    let mut x = g.input("input", &[1, 16, 16, 16]);
+    let mut count = 0usize;
+    let mut block = 0usize;
+    while count + 4 <= ops {
+        if block.is_multiple_of(2) {
+            let a = g.conv2d(&format!("b{block}_expand"), x, 16, 1, 1, Activation::Relu6);
+            let b = g.depthwise(&format!("b{block}_dw"), a, 1, Activation::Relu6);
+            let c = g.conv2d(&format!("b{block}_project"), b, 16, 1, 1, Activation::None);
+            x = g.add(&format!("b{block}_add"), x, c);
+            count += 4;
+        } else if count + 8 <= ops {
+            let mut branches = Vec::new();
+            for br in 0..2 {
+                let a = g.conv2d(&format!("b{block}_{br}_a"), x, 8, 1, 1, Activation::Relu6);
+                let b = g.depthwise(&format!("b{block}_{br}_dw"), a, 1, Activation::Relu6);
+                branches.push(b);
+            }
+            let cat = g.op(
+                OpKind::Concatenation,
+                branches,
+                &format!("b{block}_concat"),
+                &[1, 16, 16, 16],
+                OpOptions {
+                    axis: Some(3),
+                    ..OpOptions::default()
+                },
+            );
+            x = g.conv2d(&format!("b{block}_mix"), cat, 16, 1, 1, Activation::Relu6);
+            count += 6;
+        } else {
+            x = g.conv2d(&format!("b{block}_tail"), x, 16, 1, 1, Activation::Relu6);
+            count += 1;
+        }
+        block += 1;
+    }
+    while count < ops {
+        x = g.conv2d(&format!("tail{count}"), x, 16, 1, 1, Activation::Relu6);
+        count += 1;
+    }
+    g.finish(&[x])
 }

@@ -108,13 +108,6 @@ pub struct CurvePoint {
     pub min_future_read: u64,
 }
 
-impl Curves {
-    /// The term `OB - M_k + m_k` of a point (may be negative).
-    pub fn term(&self, p: &CurvePoint) -> i64 {
-        self.output_bytes as i64 - p.max_write_end as i64 + p.min_future_read as i64
-    }
-}
-
 /// Monotone O_s in bytes of `spec` run through the TFLM reference kernel it
 /// models (memtrace's own kernel for `matmul`). `None` for an op without a
 /// method (all current ops have one).
@@ -142,7 +135,7 @@ pub fn algorithmic_curves(spec: &LayerSpec, max_points: usize) -> Option<Curves>
 }
 
 /// Number of output writes (steps) the modelled kernel performs.
-pub fn step_count(spec: &LayerSpec) -> Option<u64> {
+pub(crate) fn step_count(spec: &LayerSpec) -> Option<u64> {
     let out: u64 = spec.output.iter().map(|&d| d as u64).product();
     Some(match spec.op {
         Op::Matmul => {

@@ -27,10 +27,15 @@
 //! both Table I and Table II row 2 (see `docs/overlap.md` §7–8).
 //!
 //! Element-wise ops (`relu`, `add`): O_s = OB. `fully_connected`: an exact
-//! closed form derived here ([`fully_connected_overlap`]). `matmul`: 0.
+//! closed form derived here (`fully_connected_overlap`). `matmul`: 0.
 //! `concatenation` (each input), `pad` and int8 `transpose_conv`: IB; float
 //! `transpose_conv`: the offset of its first input read
-//! ([`transpose_conv_overlap`]) — all exact, derived in docs/overlap.md §6.
+//! (`transpose_conv_overlap`) — all exact, derived in docs/overlap.md §6.
+//!
+//! Two examples print what these readings give and cost:
+//! `cargo run --release -p memtrace-overlap --example analytic_readings`
+//! (every reading, with the algorithmic value, for well-known layers) and
+//! `--example method_timing` (each method's time on the Table I layer).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -60,7 +65,7 @@ fn gcd(mut a: i128, mut b: i128) -> i128 {
 
 impl Ratio {
     /// `num / den`; panics on a zero denominator (callers never pass one).
-    pub fn new(num: i128, den: i128) -> Ratio {
+    pub(crate) fn new(num: i128, den: i128) -> Ratio {
         assert!(den != 0, "zero denominator");
         let s = if den < 0 { -1 } else { 1 };
         let g = gcd(num, den).max(1);
@@ -70,11 +75,11 @@ impl Ratio {
         }
     }
     /// The integer `v` as a ratio.
-    pub fn int(v: i128) -> Ratio {
+    pub(crate) fn int(v: i128) -> Ratio {
         Ratio { num: v, den: 1 }
     }
     /// Largest integer `<=` self.
-    pub fn floor(self) -> i128 {
+    pub(crate) fn floor(self) -> i128 {
         self.num.div_euclid(self.den)
     }
     /// The value as an `f64` (rounded; for plots).
@@ -141,27 +146,19 @@ pub struct Line {
 /// Eqs. (5)/(6): `P = floor((O·S − S + K·D − D − I + 1) / 2)` for one axis,
 /// exactly as printed. For `same` padding this is TFLite's before-padding; for
 /// `valid` padding with a remainder it is negative where TFLite uses 0.
-pub fn eq5_6_padding(output: i64, stride: i64, kernel: i64, dilation: i64, input: i64) -> i64 {
+pub(crate) fn eq5_6_padding(
+    output: i64,
+    stride: i64,
+    kernel: i64,
+    dilation: i64,
+    input: i64,
+) -> i64 {
     (output * stride - stride + kernel * dilation - dilation - input + 1).div_euclid(2)
-}
-
-/// Eq. (4): `Offset(r, c, d) = (r·I_w + c)·I_d + d`, the NHWC element offset.
-pub fn eq4_offset(r: i64, c: i64, d: i64, iw: i64, id: i64) -> i64 {
-    (r * iw + c) * id + d
-}
-
-/// The common slope `a` of eqs. (7), (12) and (14): the read offset advances
-/// `S_h·I_w·I_d` elements per output row, which takes `O_w·Q` steps, where `Q`
-/// is the number of steps per output pixel (`O_d`). For depthwise
-/// `Q = I_d·K_c` gives eq. 7 (`S_h·I_w / (O_w·K_c)`, `K_c` = depth multiplier),
-/// for conv `Q = O_d` gives eq. 12, for pools `Q = I_d` gives eq. 14.
-pub fn common_slope(g: &Geometry) -> Ratio {
-    Ratio::new((g.sh * g.iw * g.id) as i128, (g.ow * g.od) as i128)
 }
 
 /// Eqs. (7)/(8), reference depthwise convolution, as printed:
 /// `a = S_h·I_w / (O_w·K_c)`, `b = (O_w·S_w − P_h·I_w − S_h·I_w − S_w − P_w + 1)·I_d`.
-pub fn eq7_8_depthwise(g: &Geometry, ph: i64, pw: i64) -> Line {
+pub(crate) fn eq7_8_depthwise(g: &Geometry, ph: i64, pw: i64) -> Line {
     let a = Ratio::new((g.sh * g.iw) as i128, (g.ow * g.mult) as i128);
     let b = (g.ow * g.sw - ph * g.iw - g.sh * g.iw - g.sw - pw + 1) * g.id;
     Line {
@@ -172,7 +169,7 @@ pub fn eq7_8_depthwise(g: &Geometry, ph: i64, pw: i64) -> Line {
 
 /// Eqs. (12)/(13), reference 2-D convolution, as printed:
 /// `a = S_h·I_w·I_d / (O_w·O_d)`, `b = (O_w·S_w − P_h·I_w − S_h·I_w − S_w − P_w)·I_d + 1`.
-pub fn eq12_13_conv(g: &Geometry, ph: i64, pw: i64) -> Line {
+pub(crate) fn eq12_13_conv(g: &Geometry, ph: i64, pw: i64) -> Line {
     let a = Ratio::new((g.sh * g.iw * g.id) as i128, (g.ow * g.od) as i128);
     let b = (g.ow * g.sw - ph * g.iw - g.sh * g.iw - g.sw - pw) * g.id + 1;
     Line {
@@ -183,7 +180,7 @@ pub fn eq12_13_conv(g: &Geometry, ph: i64, pw: i64) -> Line {
 
 /// Eqs. (14)/(15), reference pooling (all types), as printed:
 /// `a = S_h·I_w / O_w`, `b = (O_w·S_w − P_h·I_w − S_h·I_w − S_w − P_w)·I_d + 1`.
-pub fn eq14_15_pool(g: &Geometry, ph: i64, pw: i64) -> Line {
+pub(crate) fn eq14_15_pool(g: &Geometry, ph: i64, pw: i64) -> Line {
     let a = Ratio::new((g.sh * g.iw) as i128, g.ow as i128);
     let b = (g.ow * g.sw - ph * g.iw - g.sh * g.iw - g.sw - pw) * g.id + 1;
     Line {
@@ -192,30 +189,20 @@ pub fn eq14_15_pool(g: &Geometry, ph: i64, pw: i64) -> Line {
     }
 }
 
-/// Eq. (9): `minR(i) = max(0, a·i + b)`.
-pub fn eq9_min_r(line: &Line, i: i128) -> Ratio {
-    line.a.mul(Ratio::int(i)).add(line.b).max(Ratio::int(0))
-}
-
-/// Eq. (10): `maxW(i) = i` — one output element per step, written in order.
-pub fn eq10_max_w(i: i128) -> i128 {
-    i
-}
-
 /// The minimum of eq. (11): `min{ b/a, a·i_c + b − i_c }` (elements).
 ///
 /// This is a lower bound of `min_{0 <= i <= i_c} (max(0, a·i + b) − i)` for any
 /// `a > 0` and any sign of `b` (for `b <= 0` the two terms are the corners of
 /// the truncated line, Fig. 7 cases A and B; for `b > 0` and `a >= 1`, `b/a <=
 /// b`; for `b > 0` and `a < 1` the second term is the minimum).
-pub fn eq11_min_term(line: &Line, ic: i128) -> Ratio {
+pub(crate) fn eq11_min_term(line: &Line, ic: i128) -> Ratio {
     let t1 = line.b.div(line.a);
     let t2 = line.a.mul(Ratio::int(ic)).add(line.b).sub(Ratio::int(ic));
     t1.min(t2)
 }
 
 /// Eqs. (1)/(11): `O_s = OB_s + min{…}·T_s` (bytes, exact rational).
-pub fn eq1_11_overlap(output_bytes: u64, elem_size: u64, min_term: Ratio) -> Ratio {
+pub(crate) fn eq1_11_overlap(output_bytes: u64, elem_size: u64, min_term: Ratio) -> Ratio {
     Ratio::int(output_bytes as i128).add(min_term.mul(Ratio::int(elem_size as i128)))
 }
 
@@ -230,7 +217,7 @@ fn printed_line(op: Op, g: &Geometry, ph: i64, pw: i64) -> Option<Line> {
 }
 
 /// Padding (P_h, P_w) of eqs. (5)/(6) as printed.
-pub fn printed_padding(spec: &LayerSpec) -> (i64, i64) {
+pub(crate) fn printed_padding(spec: &LayerSpec) -> (i64, i64) {
     let g = Geometry::of(spec);
     (
         eq5_6_padding(g.oh, g.sh, g.kh, g.dh, g.ih),
@@ -296,7 +283,7 @@ pub fn analytic_overlap_table_reading(spec: &LayerSpec) -> Option<i64> {
 /// at a corner of the loop ranges. With the paper's slope `α = a` (eqs. 7, 12,
 /// 14) the `y` term vanishes (`a·O_w·Q = S_h·I_w·I_d`) and this is the intercept
 /// of a line through the worst read of every output row.
-pub fn derived_intercept(op: Op, g: &Geometry, alpha: Ratio) -> Option<Ratio> {
+pub(crate) fn derived_intercept(op: Op, g: &Geometry, alpha: Ratio) -> Option<Ratio> {
     let zero = Ratio::int(0);
     let r = |v: i64| Ratio::int(v as i128);
     let q = r(g.od);
@@ -363,7 +350,7 @@ fn bound_from_line(spec: &LayerSpec, g: &Geometry, line: Line) -> SafeDetail {
 /// The safe reading of the paper's bound for conv2d / depthwise_conv2d / pools:
 /// the printed slope `a` (eqs. 7, 12, 14) and the intercept
 /// `b = min(printed b, derived b)` — the printed eqs. 8/13/15 evaluated with
-/// TFLite's padding, and [`derived_intercept`] at slope `a` — so that the line
+/// TFLite's padding, and `derived_intercept` at slope `a` — so that the line
 /// is always valid and the printed intercept is kept wherever it is the more
 /// conservative one (Table I is reproduced). Eq. 11 is evaluated over the
 /// steps `[0, i_c − 1]` that exist, which makes up for the "+1" of eqs. 13/15
@@ -385,7 +372,7 @@ pub fn windowed_safe_detail(spec: &LayerSpec) -> Option<SafeDetail> {
 /// `maxW`), `S_w·I_d / Q` (reads along a row) and `1 / K_c` (depthwise
 /// channels), each with its [`derived_intercept`]. Every candidate is a valid
 /// lower bound, so is their maximum. `None` for other ops.
-pub fn windowed_best_detail(spec: &LayerSpec) -> Option<SafeDetail> {
+pub(crate) fn windowed_best_detail(spec: &LayerSpec) -> Option<SafeDetail> {
     let g = Geometry::of(spec);
     let mut best = windowed_safe_detail(spec)?;
     let mut slopes = vec![
@@ -417,8 +404,8 @@ pub fn windowed_best_detail(spec: &LayerSpec) -> Option<SafeDetail> {
 /// `O_s = T_s · min(B·D, t(b) for b in {0 if U >= 2, 1, B − 1 if B >= 2})`.
 ///
 /// A simpler bound, `T_s·((B − 1)·min(D, U) + 1)`, is `t` minimised over all
-/// `b` in `[0, B)` (see [`fully_connected_simple_bound`]).
-pub fn fully_connected_overlap(batches: u64, units: u64, depth: u64, elem_size: u64) -> u64 {
+/// `b` in `[0, B)` (the tests hold the two against each other).
+pub(crate) fn fully_connected_overlap(batches: u64, units: u64, depth: u64, elem_size: u64) -> u64 {
     let (b, u, d) = (batches as i128, units as i128, depth as i128);
     let t = |k: i128| b * u + k * (d - u) - u + 1;
     let mut best = b * d;
@@ -429,12 +416,6 @@ pub fn fully_connected_overlap(batches: u64, units: u64, depth: u64, elem_size: 
         best = best.min(t(1)).min(t(b - 1));
     }
     best.max(0) as u64 * elem_size
-}
-
-/// `T_s·min(B·D, (B − 1)·min(D, U) + 1)`: a lower bound of
-/// [`fully_connected_overlap`] (equal to it whenever `U >= 2`).
-pub fn fully_connected_simple_bound(batches: u64, units: u64, depth: u64, elem_size: u64) -> u64 {
-    ((batches - 1) * depth.min(units) + 1).min(batches * depth) * elem_size
 }
 
 fn fc_dims(spec: &LayerSpec) -> (u64, u64, u64) {
@@ -449,7 +430,7 @@ fn fc_dims(spec: &LayerSpec) -> (u64, u64, u64) {
 ///   steps of one batch, plus a batch term, rounded down and capped to
 ///   `[0, IB]` ([`windowed_safe_detail`]); reproduces Table I;
 /// * relu / add: OB (exact);
-/// * fully_connected: [`fully_connected_overlap`] (exact);
+/// * fully_connected: `fully_connected_overlap` (exact);
 /// * matmul: 0 (exact: the zeroing pass writes all of C before A is read).
 pub fn analytic_overlap(spec: &LayerSpec) -> Option<u64> {
     match spec.op {
@@ -461,7 +442,7 @@ pub fn analytic_overlap(spec: &LayerSpec) -> Option<u64> {
 }
 
 /// Like [`analytic_overlap`] but for windowed ops the best of several valid
-/// lines ([`windowed_best_detail`]); never below [`analytic_overlap`], still
+/// lines (`windowed_best_detail`); never below [`analytic_overlap`], still
 /// never above the monotone value. Gives the exact 1 204 224 B on Table I.
 pub fn analytic_overlap_best(spec: &LayerSpec) -> Option<u64> {
     match spec.op {
@@ -483,7 +464,7 @@ fn non_windowed(spec: &LayerSpec) -> Option<u64> {
 /// pad ([`pad_overlap`]), transpose_conv ([`transpose_conv_overlap`]).
 /// `None` for the windowed ops (use [`analytic_overlap`]) and for an input
 /// the op does not have.
-pub fn analytic_overlap_of_input(spec: &LayerSpec, input: usize) -> Option<u64> {
+pub(crate) fn analytic_overlap_of_input(spec: &LayerSpec, input: usize) -> Option<u64> {
     let ib = spec.input_bytes_of(input)?;
     match spec.op {
         Op::Relu | Op::Add => Some(spec.output_bytes().min(ib)),
@@ -508,7 +489,7 @@ pub fn analytic_overlap_of_input(spec: &LayerSpec, input: usize) -> Option<u64> 
 /// c_1`; input 1's element `k·c_1 + j` after `0 .. k(c_0 + c_1) + c_0 + j`,
 /// a term of `OB − (k + 1)·c_0 ≥ K·c_1`. Neither is below the last write's
 /// term `IB_k`.
-pub fn concatenation_overlap(input_bytes: u64) -> u64 {
+pub(crate) fn concatenation_overlap(input_bytes: u64) -> u64 {
     input_bytes
 }
 
@@ -517,7 +498,7 @@ pub fn concatenation_overlap(input_bytes: u64) -> u64 {
 /// `N_out − (j − i)`; `j − i` is the number of padding elements before
 /// `j`, at most `N_out − N_in` minus those after the last interior element,
 /// so every term is at least `N_in`, the last write's.
-pub fn pad_overlap(input_bytes: u64) -> u64 {
+pub(crate) fn pad_overlap(input_bytes: u64) -> u64 {
     input_bytes
 }
 
@@ -530,7 +511,7 @@ pub fn pad_overlap(input_bytes: u64) -> u64 {
 /// element read — the first input pixel, in row-major order, with a filter
 /// tap inside the output, channel 0 — or IB when no input element reaches the
 /// output. With TFLite's padding that pixel is `(0, 0)`: O_s = 0.
-pub fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
+pub(crate) fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
     if spec.dtype == memtrace_abi::spec::Dtype::Int8 {
         return spec.input_bytes();
     }
@@ -565,6 +546,21 @@ mod tests {
 
     fn alg(s: &LayerSpec) -> u64 {
         algorithmic_overlap(s).unwrap()
+    }
+
+    /// The common slope `a` of eqs. (7), (12) and (14): the read offset advances
+    /// `S_h·I_w·I_d` elements per output row, which takes `O_w·Q` steps, where `Q`
+    /// is the number of steps per output pixel (`O_d`). For depthwise
+    /// `Q = I_d·K_c` gives eq. 7 (`S_h·I_w / (O_w·K_c)`, `K_c` = depth multiplier),
+    /// for conv `Q = O_d` gives eq. 12, for pools `Q = I_d` gives eq. 14.
+    fn common_slope(g: &Geometry) -> Ratio {
+        Ratio::new((g.sh * g.iw * g.id) as i128, (g.ow * g.od) as i128)
+    }
+
+    /// `T_s·min(B·D, (B − 1)·min(D, U) + 1)`: a lower bound of
+    /// `fully_connected_overlap` (equal to it whenever `U >= 2`).
+    fn fully_connected_simple_bound(batches: u64, units: u64, depth: u64, elem_size: u64) -> u64 {
+        ((batches - 1) * depth.min(units) + 1).min(batches * depth) * elem_size
     }
 
     /// Table I: MobileNet v2 1.0 224's second depthwise convolution.
@@ -802,75 +798,5 @@ mod tests {
         assert_eq!(alg(&s), 27);
         assert_eq!(analytic_overlap_as_printed(&s), Some(29));
         assert!(analytic_overlap(&s).unwrap() <= 27);
-    }
-
-    /// Prints all readings for some well-known layers; run with
-    /// `cargo test --release -p memtrace-overlap readings_table -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn readings_table() {
-        for text in [
-            "op=depthwise_conv2d,input=1x112x112x96,filter=1x3x3x96,stride=2,padding=same",
-            "op=depthwise_conv2d,input=1x112x112x32,filter=1x3x3x32,stride=1,padding=same",
-            "op=depthwise_conv2d,input=1x56x56x144,filter=1x3x3x144,stride=2,padding=same",
-            "op=depthwise_conv2d,input=1x16x16x8,filter=1x3x3x16,depth_multiplier=2,stride=1,padding=same",
-            "op=conv2d,input=1x224x224x3,filter=32x3x3x3,stride=2,padding=same",
-            "op=conv2d,input=1x112x112x32,filter=64x1x1x32,stride=1,padding=same",
-            "op=conv2d,input=1x56x56x144,filter=24x1x1x144,stride=1,padding=same",
-            "op=conv2d,input=1x56x56x64,filter=128x1x1x64,stride=2,padding=same",
-            "op=max_pool,input=1x112x112x64,filter=3x3,stride=2,padding=same",
-            "op=max_pool,input=1x224x224x32,filter=3x3,stride=2,padding=same",
-            "op=average_pool,input=1x7x7x1024,filter=7x7,stride=1,padding=valid",
-            "op=fully_connected,input=1x1x1x1024,filter=1x1x1000x1024",
-        ] {
-            for dt in ["f32", "int8"] {
-                let s = spec(&format!("{text},dtype={dt}"));
-                println!(
-                    "| {s} | {} | {} | {} | {} | {} | {} |",
-                    alg(&s),
-                    analytic_overlap_as_printed(&s).map_or("-".into(), |v| v.to_string()),
-                    analytic_overlap_table_reading(&s).map_or("-".into(), |v| v.to_string()),
-                    analytic_overlap(&s).unwrap(),
-                    analytic_overlap_best(&s).unwrap(),
-                    s.output_bytes()
-                );
-            }
-        }
-    }
-
-    /// Prints timings; run with `cargo test --release -p memtrace-overlap
-    /// timing -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn timing_report() {
-        use std::time::Instant;
-        let s = table_one();
-        let n = 200_000;
-        let t0 = Instant::now();
-        let mut acc = 0u64;
-        for _ in 0..n {
-            acc = acc.wrapping_add(analytic_overlap(std::hint::black_box(&s)).unwrap());
-        }
-        let per = t0.elapsed().as_nanos() as f64 / n as f64;
-        let t0 = Instant::now();
-        for _ in 0..n {
-            acc = acc.wrapping_add(analytic_overlap_best(std::hint::black_box(&s)).unwrap());
-        }
-        let per_best = t0.elapsed().as_nanos() as f64 / n as f64;
-        let reps = 50;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            acc = acc.wrapping_add(algorithmic_overlap(std::hint::black_box(&s)).unwrap());
-        }
-        let ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            let c = crate::algorithmic::algorithmic_curves(&s, 1000).unwrap();
-            acc = acc.wrapping_add(c.overlap);
-        }
-        let ms_curves = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
-        println!(
-            "analytic {per:.0} ns/layer, analytic_best {per_best:.0} ns/layer, algorithmic {ms:.3} ms, curves(1000) {ms_curves:.3} ms on Table I ({acc})"
-        );
     }
 }

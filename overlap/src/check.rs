@@ -70,7 +70,7 @@ pub struct MethodValues {
 /// Evaluates the algorithmic and analytic methods for `spec`, but only when
 /// the traced buffers are the ones the spec describes (`input_bytes`,
 /// `output_bytes`); otherwise every value is `None`.
-pub fn method_values(spec: &LayerSpec, input_bytes: u64, output_bytes: u64) -> MethodValues {
+pub(crate) fn method_values(spec: &LayerSpec, input_bytes: u64, output_bytes: u64) -> MethodValues {
     if spec.input_bytes() != input_bytes || spec.output_bytes() != output_bytes {
         return MethodValues::default();
     }
@@ -81,8 +81,8 @@ pub fn method_values(spec: &LayerSpec, input_bytes: u64, output_bytes: u64) -> M
     }
 }
 
-/// [`method_values`] for activation input `input` of `spec` against its
-/// output (input 0 is [`method_values`] itself). The paper prints no
+/// `method_values` for activation input `input` of `spec` against its
+/// output (input 0 is `method_values` itself). The paper prints no
 /// equation for a second input, so `analytic_printed` is `None` for it.
 pub fn method_values_of_input(
     spec: &LayerSpec,

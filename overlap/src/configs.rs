@@ -18,7 +18,7 @@ use memtrace_abi::spec::{Activation, Dtype, LayerSpec, LayerSpecBuilder, Op, Pad
 /// Default cap on [`estimated_instructions`] of a random configuration.
 pub const DEFAULT_BUDGET: u64 = 3_000_000;
 
-pub use crate::rng::Rng;
+use crate::rng::Rng;
 
 /// A spatial extent: mostly small, sometimes 1, sometimes larger.
 fn extent(rng: &mut Rng, max: u32) -> u32 {
@@ -68,7 +68,7 @@ pub fn estimated_instructions(spec: &LayerSpec) -> u64 {
 /// Most draws [`random_config`] makes for one configuration before it gives
 /// up. The default budget needs a handful; a budget below the cheapest
 /// configuration of the op can never be met.
-pub const MAX_DRAWS: u32 = 100_000;
+pub(crate) const MAX_DRAWS: u32 = 100_000;
 
 /// No random configuration fitted the instruction budget.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -92,7 +92,7 @@ pub struct BudgetError {
 
 /// One random configuration of `op` whose [`estimated_instructions`] is at
 /// most `budget`, in at most [`MAX_DRAWS`] draws.
-pub fn random_config(
+pub(crate) fn random_config(
     rng: &mut Rng,
     op: Op,
     dtype: Dtype,
@@ -245,7 +245,7 @@ fn draw_transpose_conv(rng: &mut Rng, dtype: Dtype, n: u32, padding: Padding) ->
 /// The random configurations of the (seed, op, dtype) stream, drawn one at
 /// a time as they are asked for (take as many as needed: the stream never
 /// ends by itself). It yields `Err` once, and then ends, when a configuration
-/// cannot be found within the budget ([`random_config`]).
+/// cannot be found within the budget (`random_config`).
 #[derive(Clone, Debug)]
 pub struct RandomConfigs {
     rng: Rng,
@@ -297,24 +297,6 @@ pub fn try_random_configs(
     random_config_iter(op, dtype, seed, budget)
         .take(count)
         .collect()
-}
-
-/// The `count` first random configurations of the (seed, op, dtype) stream:
-/// [`try_random_configs`] for callers that have no error path. Prefer
-/// [`try_random_configs`] (or [`random_config_iter`], which does not hold
-/// all configurations at once).
-///
-/// # Panics
-///
-/// When no configuration fits `budget` ([`BudgetError`]).
-pub fn random_configs(
-    op: Op,
-    dtype: Dtype,
-    count: usize,
-    seed: u64,
-    budget: u64,
-) -> Vec<LayerSpec> {
-    try_random_configs(op, dtype, count, seed, budget).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A configuration source that cannot be understood.
@@ -379,7 +361,7 @@ fn expand(text: &str) -> Result<Vec<String>, String> {
 
 /// Most configurations one grid (a `--grid` or a line of a configs file)
 /// may expand to.
-pub const MAX_GRID_CONFIGS: usize = 100_000;
+pub(crate) const MAX_GRID_CONFIGS: usize = 100_000;
 
 /// Most configurations a whole configs file (all its lines and grids
 /// together) may give: each is held in memory until traced.
@@ -478,6 +460,18 @@ pub fn short_text(spec: &LayerSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `count` first random configurations of the (seed, op, dtype)
+    /// stream; panics when no configuration fits `budget`.
+    fn random_configs(
+        op: Op,
+        dtype: Dtype,
+        count: usize,
+        seed: u64,
+        budget: u64,
+    ) -> Vec<LayerSpec> {
+        try_random_configs(op, dtype, count, seed, budget).unwrap_or_else(|e| panic!("{e}"))
+    }
 
     #[test]
     fn random_configs_are_valid_small_and_prefix_stable() {

@@ -124,7 +124,7 @@ impl OverlapAccumulator {
     }
 
     /// Monotone O_s in bytes.
-    pub fn monotone(&self) -> u64 {
+    pub(crate) fn monotone(&self) -> u64 {
         if self.write_front.is_empty() {
             // Nothing written: nothing can be clobbered.
             return self.input_bytes;
@@ -136,7 +136,7 @@ impl OverlapAccumulator {
     }
 
     /// Exact O_s in bytes.
-    pub fn exact(&self) -> u64 {
+    pub(crate) fn exact(&self) -> u64 {
         if self.write_front.is_empty() {
             return self.input_bytes;
         }
@@ -157,7 +157,7 @@ impl OverlapAccumulator {
     }
 
     /// Monotone O_s of the reverse sweep, in bytes.
-    pub fn reverse_monotone(&self) -> u64 {
+    pub(crate) fn reverse_monotone(&self) -> u64 {
         let Some(cap) = self.reverse_cap() else {
             return self.input_bytes;
         };
@@ -166,7 +166,7 @@ impl OverlapAccumulator {
     }
 
     /// Exact O_s of the reverse sweep, in bytes.
-    pub fn reverse_exact(&self) -> u64 {
+    pub(crate) fn reverse_exact(&self) -> u64 {
         let Some(mut best) = self.reverse_cap() else {
             return self.input_bytes;
         };

@@ -12,6 +12,11 @@
 //!
 //! It knows layer specifications and events (`memtrace_abi`), nothing of
 //! models, files or the emulator.
+//!
+//! Two examples print what the methods give and cost (`cargo run --release
+//! -p memtrace-overlap --example NAME`): `analytic_readings` (every analytic
+//! reading beside the algorithmic value, for well-known layers) and
+//! `method_timing` (each method's time on the Table I layer).
 
 pub mod algorithmic;
 pub mod analytic;

@@ -78,11 +78,6 @@ impl StepClock {
         }
     }
 
-    /// Output write events seen.
-    pub fn writes(&self) -> u64 {
-        self.writes
-    }
-
     /// Instruction time of every sampled step, and the mapping used: by count
     /// when the trace has exactly `total_steps` output writes, else by front.
     /// Samples the trace never reached get the last write's time.

@@ -62,16 +62,6 @@ pub fn greedy_offsets(requests: &[Request]) -> Vec<u64> {
     offsets
 }
 
-/// Peak of TFLM's `GetMaximumMemorySize`: the largest end offset.
-pub fn max_memory(requests: &[Request], offsets: &[u64]) -> u64 {
-    requests
-        .iter()
-        .zip(offsets)
-        .map(|(r, &o)| o + r.size)
-        .max()
-        .unwrap_or(0)
-}
-
 /// Offsets of TFLM's linear planner.
 pub fn linear_offsets(requests: &[Request]) -> Vec<u64> {
     let mut next = 0;
@@ -119,6 +109,16 @@ mod tests {
     //! `linear_memory_planner_test.cc` (tfmicro 0.1.0), with their expected
     //! offsets and sizes.
     use super::*;
+
+    /// Peak of TFLM's `GetMaximumMemorySize`: the largest end offset.
+    fn max_memory(requests: &[Request], offsets: &[u64]) -> u64 {
+        requests
+            .iter()
+            .zip(offsets)
+            .map(|(r, &o)| o + r.size)
+            .max()
+            .unwrap_or(0)
+    }
 
     fn req(size: u64, first: usize, last: usize) -> Request {
         Request { size, first, last }

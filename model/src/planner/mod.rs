@@ -18,13 +18,17 @@
 //! step of its producer to the step of its last reader. Sizes are rounded up
 //! to the plan's alignment (TFLM's `kBufferAlignment` is 16) and O_s credits
 //! are rounded down to it.
+//!
+//! `memtrace plan MODEL --overlap analytic` (or `algorithmic`) compares them
+//! all on one model ([`report::compare_all`]); the example `planning_times`
+//! (`cargo run --release -p memtrace-model --example planning_times`) times
+//! each on a real model and on [`crate::zoo::synthetic_graph`].
 
-pub mod bench;
-pub mod exact;
-pub mod greedy;
-pub mod heap;
+pub(crate) mod exact;
+pub(crate) mod greedy;
+pub(crate) mod heap;
 pub mod overlap;
-pub mod replacement;
+pub(crate) mod replacement;
 pub mod report;
 pub mod validate;
 
@@ -35,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::order::{self, OrderKind};
 use crate::Model;
-pub use overlap::{FnOverlap, OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
+pub use overlap::{OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
 pub use report::Comparison;
 
 /// The planners.
@@ -83,14 +87,6 @@ impl PlannerKind {
             PlannerKind::Exact => "exact",
             PlannerKind::Tinyseg => "tinyseg",
         }
-    }
-
-    /// The planner called `s` (see [`PlannerKind::name`]), if any.
-    pub fn parse(s: &str) -> Option<PlannerKind> {
-        PlannerKind::ALL
-            .into_iter()
-            .chain([PlannerKind::Tinyseg])
-            .find(|p| p.name() == s)
     }
 
     /// Whether the planner can use O_s at all (linear and greedy are TFLM's
@@ -261,7 +257,7 @@ pub enum PlanError {
 
 /// One tensor to place in the arena, with its planned size and lifetime.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArenaBuffer {
+pub(crate) struct ArenaBuffer {
     /// Index in `Model::tensors`.
     pub tensor: usize,
     /// Planned size (data bytes rounded up to the alignment, at least one
@@ -277,7 +273,7 @@ pub struct ArenaBuffer {
 /// A DMO pair: `input` dies at step `step`, where `output` is created; the
 /// input may start at `output.offset + output.size - credit` or higher.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DmoPair {
+pub(crate) struct DmoPair {
     /// Step at which the input dies and the output is created.
     pub step: usize,
     /// Operator index.
@@ -295,7 +291,7 @@ pub struct DmoPair {
 
 /// The placement problem of one execution order.
 #[derive(Clone, Debug)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// Operator index executed at each step.
     pub order: Vec<usize>,
     /// Tensors to place, in tensor-index order.
@@ -315,7 +311,12 @@ pub(crate) fn align_up(v: u64, a: u64) -> u64 {
 impl Problem {
     /// Buffers in tensor-index order (TFLM's `AddBuffer` order) with
     /// TFLM-style lifetimes for `order`, and the DMO pairs `overlaps` allows.
-    pub fn new(model: &Model, order: &[usize], overlaps: &Overlaps, alignment: u64) -> Problem {
+    pub(crate) fn new(
+        model: &Model,
+        order: &[usize],
+        overlaps: &Overlaps,
+        alignment: u64,
+    ) -> Problem {
         let alignment = alignment.max(1);
         let steps = order.len();
         let last_step = steps.saturating_sub(1);
@@ -404,13 +405,14 @@ impl Problem {
     }
 
     /// Whether two buffers are live at a common step.
-    pub fn conflict(&self, a: usize, b: usize) -> bool {
+    pub(crate) fn conflict(&self, a: usize, b: usize) -> bool {
         let (x, y) = (&self.buffers[a], &self.buffers[b]);
         x.first <= y.last && y.first <= x.last
     }
 
     /// The DMO credit if `input` may overlap `output`.
-    pub fn pair_credit(&self, input: usize, output: usize) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn pair_credit(&self, input: usize, output: usize) -> Option<u64> {
         self.pairs
             .iter()
             .find(|p| p.input == input && p.output == output)
@@ -420,7 +422,7 @@ impl Problem {
     /// Max over steps of the live (planned) bytes, minus at each step the
     /// most its DMO pairs can overlap: `min(credit, output size, sum of the
     /// paired inputs' sizes)`. No placement of this order can do better.
-    pub fn lower_bound(&self) -> u64 {
+    pub(crate) fn lower_bound(&self) -> u64 {
         if self.buffers.is_empty() {
             return 0;
         }
@@ -508,7 +510,7 @@ impl Problem {
     }
 
     /// Peak of an offset assignment.
-    pub fn peak(&self, offsets: &[u64]) -> u64 {
+    pub(crate) fn peak(&self, offsets: &[u64]) -> u64 {
         self.buffers
             .iter()
             .zip(offsets)

@@ -6,14 +6,14 @@
 //! that operator, paired with its first output — except for a
 //! CONCATENATION, whose inputs each have their own O_s: its value is its
 //! first input's, and only that input may overlap the output
-//! ([`crate::Op::overlap_inputs`]).
+//! (`Op::overlap_inputs`).
 //!
 //! Built-in sources ([`OverlapMethod`]) use the analytic or algorithmic method
 //! of [`memtrace_overlap`] on the operator's [`LayerSpec`]
 //! ([`Model::layer_spec`]: the kernel suite's operators, two-input
 //! CONCATENATION and PAD with constant paddings included). Operators the
 //! kernel suite does not run follow
-//! one documented policy ([`structural_overlap`]): the flat unary activations
+//! one documented policy (`structural_overlap`): the flat unary activations
 //! RELU6 / RELU_N1_TO_1 get O_s = OB (the loop of RELU, which is traced);
 //! everything else — SOFTMAX (three passes over each row), RESHAPE / SQUEEZE
 //! (a `memcpy`, safe only fully in place or not at all, so not monotone),
@@ -37,41 +37,17 @@ pub trait OverlapSource {
     fn overlap(&self, model: &Model, op: usize) -> Option<u64>;
 }
 
-/// Any closure is a source: `FnOverlap("mine".into(), |m, op| ...)`.
-pub struct FnOverlap<F>(pub String, pub F);
-
-impl<F: Fn(&Model, usize) -> Option<u64>> OverlapSource for FnOverlap<F> {
-    fn name(&self) -> String {
-        self.0.clone()
-    }
-    fn overlap(&self, model: &Model, op: usize) -> Option<u64> {
-        (self.1)(model, op)
-    }
-}
-
 /// The built-in methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OverlapMethod {
     /// No overlap anywhere (classic planning).
     None,
     /// [`analytic::analytic_overlap`] (the safe reading of the paper's
-    /// equations), plus [`structural_overlap`].
+    /// equations), plus `structural_overlap`.
     Analytic,
     /// [`algorithmic::algorithmic_overlap`] (monotone O_s of the reference
-    /// kernel's loop nest), plus [`structural_overlap`].
+    /// kernel's loop nest), plus `structural_overlap`.
     Algorithmic,
-}
-
-impl OverlapMethod {
-    /// The method called `s` (`none`, `analytic`, `algorithmic`), if any.
-    pub fn parse(s: &str) -> Option<OverlapMethod> {
-        match s {
-            "none" => Some(OverlapMethod::None),
-            "analytic" => Some(OverlapMethod::Analytic),
-            "algorithmic" => Some(OverlapMethod::Algorithmic),
-            _ => None,
-        }
-    }
 }
 
 impl OverlapSource for OverlapMethod {
@@ -98,7 +74,7 @@ impl OverlapSource for OverlapMethod {
 
 /// O_s of operators without a [`LayerSpec`] (see the module docs): OB for
 /// RELU6 and RELU_N1_TO_1 on same-shaped, same-typed tensors, else 0.
-pub fn structural_overlap(model: &Model, op: usize) -> Option<u64> {
+pub(crate) fn structural_overlap(model: &Model, op: usize) -> Option<u64> {
     let o = model.ops.get(op)?;
     let input = model.tensors.get(*o.inputs.first()?)?;
     let output = model.tensors.get(*o.outputs.first()?)?;
@@ -161,12 +137,7 @@ impl Overlaps {
     }
 
     /// O_s in bytes of operator `op` (0 if unknown).
-    pub fn get(&self, op: usize) -> u64 {
+    pub(crate) fn get(&self, op: usize) -> u64 {
         self.per_op.get(op).copied().unwrap_or(0)
-    }
-
-    /// Whether no operator has a non-zero O_s.
-    pub fn is_none(&self) -> bool {
-        self.per_op.iter().all(|&v| v == 0)
     }
 }

@@ -30,7 +30,7 @@ pub struct Comparison {
 /// The rows of a full comparison: TFLM's planners (never overlapping), the
 /// DMO heap without overlaps (the paper's "original" column), then every
 /// DMO-capable planner with `overlaps`.
-pub fn default_rows(overlaps: &Overlaps) -> Vec<(PlannerKind, bool)> {
+pub(crate) fn default_rows(overlaps: &Overlaps) -> Vec<(PlannerKind, bool)> {
     let mut rows = vec![
         (PlannerKind::Linear, false),
         (PlannerKind::TflmGreedy, false),
@@ -80,7 +80,7 @@ pub fn compare(
     })
 }
 
-/// [`compare`] with [`default_rows`].
+/// [`compare`] with `default_rows`.
 pub fn compare_all(
     model: &Model,
     overlaps: &Overlaps,

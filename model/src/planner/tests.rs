@@ -18,6 +18,18 @@ fn opts() -> PlanOptions {
 
 const KIB: u64 = 1024;
 
+/// Any closure is a source: `FnOverlap("mine".into(), |m, op| ...)`.
+struct FnOverlap<F>(String, F);
+
+impl<F: Fn(&Model, usize) -> Option<u64>> OverlapSource for FnOverlap<F> {
+    fn name(&self) -> String {
+        self.0.clone()
+    }
+    fn overlap(&self, model: &Model, op: usize) -> Option<u64> {
+        (self.1)(model, op)
+    }
+}
+
 /// The paper's Table III MobileNet rows: (zoo name, original KB, optimised KB).
 const TABLE_III: [(&str, u64, u64); 6] = [
     ("mobilenet_v1_1.0_224", 4704, 3136),
@@ -494,67 +506,25 @@ fn comparisons_serialise_with_the_documented_keys() {
 
 #[test]
 fn synthetic_graphs_plan_and_validate() {
-    let m = bench::synthetic_graph(2000);
+    let m = zoo::synthetic_graph(2000);
     assert_eq!(m.ops.len(), 2000);
     m.validate().unwrap();
-    let t = bench::time_planners(&m, &analytic(&m), &bench::HEURISTIC_PLANNERS, &opts()).unwrap();
-    assert_eq!(t.len(), 5);
-    let reorder = t.iter().find(|t| t.planner == "reorder").unwrap();
-    assert_eq!(reorder.status, "heuristic");
-}
-
-/// Planning times (`cargo test --release -p memtrace-model -- --ignored
-/// planning_times --nocapture`); the CLI's bench subcommand calls
-/// [`bench::time_planners`] the same way.
-#[test]
-#[ignore]
-fn print_planning_times() {
-    let pd = real_model("person_detection_grayscale");
-    let syn = bench::synthetic_graph(2000);
-    for m in [&pd, &syn] {
-        let t0 = std::time::Instant::now();
-        let ov = analytic(m);
-        eprintln!(
-            "{}: {} ops, analytic O_s in {:.3} s",
-            m.name,
-            m.ops.len(),
-            t0.elapsed().as_secs_f64()
-        );
-        for t in bench::time_planners(m, &ov, &bench::HEURISTIC_PLANNERS, &opts()).unwrap() {
-            eprintln!(
-                "  {:<12} {:>8.4} s  peak {:?} {}",
-                t.planner, t.seconds, t.peak_bytes, t.status
-            );
-        }
-    }
-}
-
-#[test]
-#[ignore]
-fn print_markdown_rows() {
-    let mut models: Vec<Model> = TABLE_III.iter().map(|r| zoo::build(r.0).unwrap()).collect();
-    models.extend(REAL_MODELS.iter().map(|n| real_model(n)));
-    for m in &models {
-        for method in [OverlapMethod::Analytic, OverlapMethod::Algorithmic] {
-            let ov = Overlaps::compute(m, &method);
-            let c = report::compare_all(m, &ov, &opts()).unwrap();
-            let cells: Vec<String> = c
-                .plans
-                .iter()
-                .map(|p| match p.peak_bytes {
-                    Some(b) => format!("{b}"),
-                    None => "n/a".into(),
-                })
-                .collect();
-            eprintln!(
-                "| {} | {} | {} | {} |",
-                m.name,
-                ov.method,
-                c.lower_bound_bytes,
-                cells.join(" | ")
-            );
-        }
-    }
+    let ov = analytic(&m);
+    let heuristic: Vec<PlannerKind> = PlannerKind::ALL
+        .into_iter()
+        .filter(|&p| p != PlannerKind::Exact)
+        .collect();
+    assert_eq!(heuristic.len(), 5);
+    // `run` validates every plan it returns.
+    let plans: Vec<Plan> = heuristic
+        .iter()
+        .map(|&p| run(&m, p, &ov, &opts()).unwrap())
+        .collect();
+    let reorder = &plans[heuristic
+        .iter()
+        .position(|&p| p == PlannerKind::Reorder)
+        .unwrap()];
+    assert_eq!(reorder.status.to_string(), "heuristic");
 }
 
 /// A concatenation's inputs each have their own O_s (docs/overlap.md §6) but

@@ -1,6 +1,6 @@
 //! The independent plan validator.
 //!
-//! It does not reuse the planners' [`super::Problem`]: it recomputes every
+//! It does not reuse the planners' `Problem`: it recomputes every
 //! tensor's lifetime from the model and the plan's order, and checks the
 //! plan's data ranges `[offset, offset + bytes)` directly:
 //!
@@ -10,7 +10,7 @@
 //! * the plan's lifetimes and peak are the ones recomputed here;
 //! * no two tensors live at a common step share a byte, except an input of
 //!   an operator that dies at that operator (its first input only, for a
-//!   concatenation: [`crate::Op::overlap_inputs`]) and the operator's
+//!   concatenation: `Op::overlap_inputs`) and the operator's
 //!   first output,
 //!   when the input starts no lower than `output start + output bytes − O_s`
 //!   (the input's start overlaps the output's end by at most O_s, the

@@ -28,7 +28,8 @@ impl Compressed {
     }
 
     /// Elements equal to the representative.
-    pub fn representative_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn representative_count(&self) -> usize {
         self.elements - self.others.len() / self.element_bytes.max(1)
     }
 

@@ -2,9 +2,9 @@
 //! by spilling tensors to storage through their cold ranges and fetching
 //! them back fused with their reader.
 //!
-//! * [`transform`]: the graph edits — spill (whole, or the tail after a
+//! * `transform`: the graph edits — spill (whole, or the tail after a
 //!   split), fuse a fetch into the following `CONCATENATION` / `CONV_2D`;
-//! * [`mod@optimize`]: the loop of Algorithms 1 and 3 around a base planner
+//! * `optimize` ([`optimize()`]): the loop of Algorithms 1 and 3 around a base planner
 //!   (`memtrace plan --planner tinyseg --base PLANNER`);
 //! * [`compress`]: the paper's tensor compression, to measure what spilled
 //!   bytes would cost compressed.
@@ -18,8 +18,8 @@
 
 pub mod bench;
 pub mod compress;
-pub mod optimize;
-pub mod transform;
+pub(crate) mod optimize;
+pub(crate) mod transform;
 
 pub use optimize::{optimize, Optimized, Step, TinysegOptions};
 pub use transform::{Graph, NarrowScratch};

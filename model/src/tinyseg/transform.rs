@@ -22,7 +22,7 @@ pub struct Graph {
 impl Graph {
     /// `model` with its operators permuted into `order` (a valid execution
     /// order of it).
-    pub fn in_order(model: &Model, order: &[usize]) -> Graph {
+    pub(crate) fn in_order(model: &Model, order: &[usize]) -> Graph {
         let mut m = model.clone();
         m.ops = order.iter().map(|&i| model.ops[i].clone()).collect();
         Graph {
@@ -314,7 +314,7 @@ pub enum NarrowScratch {
     /// Never: scratch tensors stay int32.
     Never,
     /// Where the weights prove that no output's sum can leave the int16
-    /// range for any int8 input ([`int16_accumulator_is_exact`]): the outputs
+    /// range for any int8 input (`int16_accumulator_is_exact`): the outputs
     /// stay bit-exact.
     #[default]
     Exact,
