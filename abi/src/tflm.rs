@@ -162,7 +162,7 @@ pub struct ScratchPlace {
 }
 
 /// What the runner wrote back: the mailbox words and the io region.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TflmResult {
     /// The last stage reached (`TFLM_STAGE_*`).
     pub stage: u32,

@@ -442,7 +442,7 @@ pub fn bench_models(
                 &build_dir.join("cortex-m4").join(kernels.runner_file()),
                 kernels,
             )?;
-            let run = ModelRun::overlaps_only(&image, &bytes, &inputs, 200_000_000_000);
+            let run = ModelRun::whole(&image, &bytes, &inputs, 200_000_000_000).without_scratch();
             let (traced, (instructions, events)) = fastest(repeat, || {
                 let mut stats = LayerStats::default();
                 let o = run.trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;

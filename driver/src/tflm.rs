@@ -164,17 +164,11 @@ impl<'a> ModelRun<'a> {
         }
     }
 
-    /// [`ModelRun::whole`] without the scratch buffers' events: what O_s
-    /// needs.
-    pub fn overlaps_only(
-        image: &'a ElfImage,
-        model: &'a [u8],
-        inputs: &'a [u8],
-        max_instructions: u64,
-    ) -> ModelRun<'a> {
+    /// This run without the scratch buffers' events: what O_s needs.
+    pub fn without_scratch(self) -> ModelRun<'a> {
         ModelRun {
             scratch: false,
-            ..ModelRun::whole(image, model, inputs, max_instructions)
+            ..self
         }
     }
 
@@ -358,12 +352,9 @@ pub fn trace_layers(
     max_instructions: u64,
 ) -> Result<(TflmResult, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
-    let outcome = ModelRun::overlaps_only(image, model, inputs, max_instructions).trace(
-        AccessPath::Mmio,
-        None,
-        false,
-        &mut [&mut stats],
-    )?;
+    let outcome = ModelRun::whole(image, model, inputs, max_instructions)
+        .without_scratch()
+        .trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
     Ok((outcome.result, stats.layers))
 }
 

@@ -414,14 +414,8 @@ struct CachedReference {
 /// [`TflmResult`] with the fields its report leaves out.
 #[derive(Serialize, serde::Deserialize)]
 struct CachedResult {
-    stage: u32,
-    arena_used_bytes: u64,
-    head_bytes: u64,
-    tail_bytes: u64,
-    head_offset: u64,
-    ops: u32,
-    inputs: u32,
-    outputs: u32,
+    #[serde(flatten)]
+    reported: TflmResult,
     output_bytes: Vec<u8>,
     tensors: Vec<memtrace_abi::tflm::TensorPlace>,
     scratch: Vec<memtrace_abi::tflm::ScratchPlace>,
@@ -432,14 +426,7 @@ impl CachedReference {
         let r = &run.result;
         CachedReference {
             result: CachedResult {
-                stage: r.stage,
-                arena_used_bytes: r.arena_used_bytes,
-                head_bytes: r.head_bytes,
-                tail_bytes: r.tail_bytes,
-                head_offset: r.head_offset,
-                ops: r.ops,
-                inputs: r.inputs,
-                outputs: r.outputs,
+                reported: r.clone(),
                 output_bytes: r.output_bytes.clone(),
                 tensors: r.tensors.clone(),
                 scratch: r.scratch.clone(),
@@ -456,17 +443,10 @@ impl CachedReference {
         let r = self.result;
         let run = ShadowRun {
             result: TflmResult {
-                stage: r.stage,
-                arena_used_bytes: r.arena_used_bytes,
-                head_bytes: r.head_bytes,
-                tail_bytes: r.tail_bytes,
-                head_offset: r.head_offset,
-                ops: r.ops,
-                inputs: r.inputs,
-                outputs: r.outputs,
                 output_bytes: r.output_bytes,
                 tensors: r.tensors,
                 scratch: r.scratch,
+                ..r.reported
             },
             clobbers: Vec::new(),
             readers: self.readers,

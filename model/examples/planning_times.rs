@@ -1,61 +1,31 @@
 //! How long each heuristic planner takes (every planner but `exact`, whose
 //! budget is a time limit), validation included, with analytic O_s:
-//! on each model given (a `.tflite` file or `zoo:NAME`; by default the
-//! `tfmicro` crate's person_detection_grayscale, located with `cargo
-//! metadata` on `harness-c/tfmicro-locator/Cargo.toml` as the tests do) and
+//! on each model given (a `.tflite` file or `zoo:NAME`; by default TFLM's
+//! person-detection model of `../shared/models`) and
 //! on a synthetic graph of 2000 operators ([`zoo::synthetic_graph`]).
 //!
 //! ```text
 //! cargo run --release -p memtrace-model --example planning_times [-- MODEL...]
 //! ```
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use memtrace_model::planner::{self, OverlapMethod, Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::{source, zoo, Model};
 
-/// `examples/models/person_detection_grayscale.tflite` of the tfmicro crate.
-fn person_detection() -> PathBuf {
-    let manifest = concat!(
+/// TFLM's person-detection model in `../shared/models` (beside the repository).
+fn person_detect() -> String {
+    concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../harness-c/tfmicro-locator/Cargo.toml"
-    );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = [true, false]
-        .into_iter()
-        .find_map(|offline| {
-            let mut cmd = Command::new(&cargo);
-            cmd.args([
-                "metadata",
-                "--format-version",
-                "1",
-                "--manifest-path",
-                manifest,
-            ]);
-            if offline {
-                cmd.arg("--offline");
-            }
-            cmd.output().ok().filter(|o| o.status.success())
-        })
-        .expect("cargo metadata on tfmicro-locator");
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
-    let tfmicro = meta["packages"]
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == "tfmicro"))
-        .and_then(|p| p["manifest_path"].as_str())
-        .expect("tfmicro in cargo metadata");
-    PathBuf::from(tfmicro)
-        .parent()
-        .expect("a manifest's folder")
-        .join("examples/models/person_detection_grayscale.tflite")
+        "/../../shared/models/tflm_person_detect.tflite"
+    )
+    .to_string()
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let names = if args.is_empty() {
-        vec![person_detection().display().to_string()]
+        vec![person_detect()]
     } else {
         args
     };
