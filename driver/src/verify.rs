@@ -688,6 +688,30 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     }
     let input = input_data.as_deref();
     let image = executor(req, req.kernels)?;
+    let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
+    let other = |k: Kernels| -> Result<Reference> {
+        reference_run(&executor(req, k)?, &base, req, input, None)
+    };
+    // TFLM's reference kernels, when another library is under test: for the
+    // outputs, and for the O_s when the plan is to be certified on them. The
+    // run depends on nothing the library's own runs make, so it runs on the
+    // other core beside them, and is waited for where it is first needed.
+    let mut tflm_pending = (req.kernels != Kernels::Tflm).then(|| {
+        let (req, base, input) = (req.clone(), base.clone(), input_data.clone());
+        std::thread::spawn(move || {
+            reference_run(
+                &executor(&req, Kernels::Tflm)?,
+                &base,
+                &req,
+                input.as_deref(),
+                None,
+            )
+        })
+    });
+    let finish = |h: std::thread::JoinHandle<Result<Reference>>| {
+        h.join()
+            .unwrap_or_else(|_| Err(failed!("the reference-kernel run's thread panicked")))
+    };
     let reference = reference_run(
         &image,
         &base,
@@ -697,16 +721,10 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             .as_ref()
             .map(|_| "reference (tflm-greedy)".to_string()),
     )?;
-    // TFLM's reference kernels, when another library is under test: for the
-    // outputs, and for the O_s when the plan is to be certified on them.
-    let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
-    let other = |k: Kernels| -> Result<Reference> {
-        reference_run(&executor(req, k)?, &base, req, input, None)
-    };
-    let tflm = match req.kernels {
-        Kernels::Tflm => None,
-        _ => Some(other(Kernels::Tflm)?),
-    };
+    let mut tflm = None;
+    if overlap_kernels == Kernels::Tflm {
+        tflm = tflm_pending.take().map(finish).transpose()?;
+    }
     let overlap_source = match overlap_kernels {
         k if k == req.kernels => None,
         Kernels::Tflm => None,
@@ -759,6 +777,9 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         &output_readers(&reference),
         Extra::default(),
     )?;
+    if let Some(h) = tflm_pending.take() {
+        tflm = Some(finish(h)?);
+    }
     let ref_out = &reference.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {
         memtrace_analyzer::plot::arena::render(&[a, b], path)?;
