@@ -194,14 +194,8 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     if specs.as_ref().is_some_and(|s| !s.is_empty()) {
         require_job_mailbox(&image)?;
     }
-    let threads = opts.configs.threads();
-    let sweep = Sweep {
-        image: &image,
-        depth: Depth::Baseline,
-        seed: opts.configs.seed as u32,
-        threads,
-        max_instructions: opts.configs.max_instructions,
-    };
+    let sweep = Sweep::configured(&image, Depth::Baseline, &opts.configs);
+    let threads = sweep.threads;
     let t0 = start();
     let mut rows = Vec::new();
     if !opts.no_builtin {

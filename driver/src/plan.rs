@@ -19,7 +19,7 @@ use crate::kernels::{harness_guest, library_of, Kernels};
 use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
-use crate::trace_cache::{CachedOverlaps, TraceCache};
+use crate::trace_cache::TraceCache;
 use crate::verify_tflm::Runtime;
 use crate::{bail, failed};
 
@@ -405,9 +405,19 @@ fn traced_like_verify(
         "executor-reference-os-v1",
         &[&image.bytes, &json(base), &json(model)],
     );
-    if let Some(c) = cache.get::<CachedOverlaps>(&key) {
-        return Ok(c.into());
-    }
+    cache.fetch(&key, || {
+        reference_overlaps(&image, base, model, kernels, cache)
+    })
+}
+
+/// [`traced_like_verify`] without the cache.
+fn reference_overlaps(
+    image: &ElfImage,
+    base: &Model,
+    model: &Model,
+    kernels: Kernels,
+    cache: &TraceCache,
+) -> Result<TracedOverlaps> {
     let greedy = crate::placement::greedy(model)?;
     let offsets = crate::placement::offsets_of(model, &greedy);
     let runnable = memtrace_model::lower::lower(
@@ -445,10 +455,8 @@ fn traced_like_verify(
         runtime: Runtime::Executor,
         cache: cache.clone(),
     };
-    let reference = crate::verify::reference_run(&image, base, &opts, None, None)?;
-    let overlaps = crate::verify::traced_overlaps(&reference).0;
-    cache.put(&key, &CachedOverlaps::from(&overlaps));
-    Ok(overlaps)
+    let reference = crate::verify::reference_run(image, base, &opts, None, None)?;
+    Ok(crate::verify::traced_overlaps(&reference).0)
 }
 
 /// Traces each distinct layer configuration of the model through the

@@ -576,7 +576,19 @@ pub struct Sweep<'a> {
     pub max_instructions: u64,
 }
 
-impl Sweep<'_> {
+impl<'a> Sweep<'a> {
+    /// A sweep of `image` at `depth` with the seed, workers and instruction
+    /// budget of `configs`.
+    pub fn configured(image: &'a ElfImage, depth: Depth, configs: &ConfigSelection) -> Self {
+        Sweep {
+            image,
+            depth,
+            seed: configs.seed as u32,
+            threads: configs.threads(),
+            max_instructions: configs.max_instructions,
+        }
+    }
+
     /// Traces the ELF's built-in layers (no job) and returns one row each.
     pub fn builtin(&self) -> Result<Vec<Row>> {
         let image = self.image;

@@ -23,7 +23,7 @@ use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 use crate::common::trace_with;
 use crate::error::Result;
 use crate::kernels::{check_built_with, harness_guest, Kernels};
-use crate::trace_cache::{CachedOverlaps, TraceCache};
+use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
 
 /// The runner guest of `kernels` for `arch`, or the one the user named
@@ -377,18 +377,12 @@ pub fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
 
 /// What a plan for real TFLM takes from one traced run of the model: the
 /// scratch bytes TFLM gave each operator and each operator's traced O_s.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct PlanInputs {
     /// Scratch bytes per operator.
     pub scratch: Vec<u64>,
     /// Monotone O_s per operator.
     pub overlaps: TracedOverlaps,
-}
-
-/// [`PlanInputs`] as the trace cache keeps them.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct CachedPlanInputs {
-    scratch: Vec<u64>,
-    overlaps: CachedOverlaps,
 }
 
 /// Traces `model` (a `.tflite` or `zoo:NAME`, `ops` operators) on the
@@ -411,23 +405,11 @@ pub fn plan_inputs(
         "tflm-plan-inputs-v1",
         &[&image.bytes, &bytes, &inputs, &(ops as u64).to_le_bytes()],
     );
-    if let Some(c) = cache.get::<CachedPlanInputs>(&key) {
-        return Ok(PlanInputs {
-            scratch: c.scratch,
-            overlaps: c.overlaps.into(),
-        });
-    }
-    let (result, layers) = trace_layers(&image, &bytes, &inputs, 200_000_000_000)?;
-    let fresh = PlanInputs {
-        scratch: scratch_needs(&result, ops),
-        overlaps: traced_overlaps(&layers),
-    };
-    cache.put(
-        &key,
-        &CachedPlanInputs {
-            scratch: fresh.scratch.clone(),
-            overlaps: (&fresh.overlaps).into(),
-        },
-    );
-    Ok(fresh)
+    cache.fetch(&key, || {
+        let (result, layers) = trace_layers(&image, &bytes, &inputs, 200_000_000_000)?;
+        Ok(PlanInputs {
+            scratch: scratch_needs(&result, ops),
+            overlaps: traced_overlaps(&layers),
+        })
+    })
 }

@@ -21,37 +21,9 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use memtrace_model::planner::TracedOverlaps;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-
-/// [`TracedOverlaps`] as the cache keeps them.
-#[derive(Serialize, serde::Deserialize)]
-pub struct CachedOverlaps {
-    by_op: Vec<(usize, u64)>,
-    by_spec: Vec<(String, u64)>,
-}
-
-impl From<&TracedOverlaps> for CachedOverlaps {
-    fn from(t: &TracedOverlaps) -> Self {
-        let mut by_op: Vec<(usize, u64)> = t.by_op.iter().map(|(&k, &v)| (k, v)).collect();
-        let mut by_spec: Vec<(String, u64)> =
-            t.by_spec.iter().map(|(k, &v)| (k.clone(), v)).collect();
-        by_op.sort();
-        by_spec.sort();
-        CachedOverlaps { by_op, by_spec }
-    }
-}
-
-impl From<CachedOverlaps> for TracedOverlaps {
-    fn from(c: CachedOverlaps) -> Self {
-        TracedOverlaps {
-            by_op: c.by_op.into_iter().collect(),
-            by_spec: c.by_spec.into_iter().collect(),
-        }
-    }
-}
 
 /// Size bound of the cache folder.
 pub const MAX_BYTES: u64 = 256 << 20;
@@ -78,8 +50,7 @@ impl TraceCache {
     /// The key of a record of `kind` computed from `parts`.
     pub fn key(kind: &str, parts: &[&[u8]]) -> String {
         let mut h = Sha256::new();
-        let build = this_build();
-        let head = [kind.as_bytes(), build.as_bytes()];
+        let head = [kind.as_bytes(), this_build().as_bytes()];
         for part in head.into_iter().chain(parts.iter().copied()) {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part);
@@ -101,6 +72,20 @@ impl TraceCache {
             let _ = f.set_modified(SystemTime::now());
         }
         Some(value)
+    }
+
+    /// The record under `key`, or `compute`'s value, stored under `key`.
+    pub fn fetch<T: Serialize + DeserializeOwned>(
+        &self,
+        key: &str,
+        compute: impl FnOnce() -> crate::error::Result<T>,
+    ) -> crate::error::Result<T> {
+        if let Some(value) = self.get(key) {
+            return Ok(value);
+        }
+        let value = compute()?;
+        self.put(key, &value);
+        Ok(value)
     }
 
     /// Stores `value` under `key` (best effort), then trims the folder.
@@ -125,8 +110,13 @@ impl TraceCache {
 }
 
 /// This memtrace build: version, and the size and modification time of the
-/// running executable.
-fn this_build() -> String {
+/// running executable (read once per process).
+fn this_build() -> &'static str {
+    static BUILD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUILD.get_or_init(read_build)
+}
+
+fn read_build() -> String {
     let exe = std::env::current_exe()
         .ok()
         .and_then(|p| std::fs::metadata(p).ok());

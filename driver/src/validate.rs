@@ -58,16 +58,10 @@ pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
     }
     let image = ElfImage::load(&opts.elf)?;
     require_job_mailbox(&image)?;
-    let threads = opts.configs.threads();
+    let sweep = Sweep::configured(&image, Depth::Overlap, &opts.configs);
     let t0 = start();
-    let rows = Sweep {
-        image: &image,
-        depth: Depth::Overlap,
-        seed: opts.configs.seed as u32,
-        threads,
-        max_instructions: opts.configs.max_instructions,
-    }
-    .stream(specs)?;
+    let rows = sweep.stream(specs)?;
+    let threads = sweep.threads;
     Ok(ValidateReport {
         elf: opts.elf.display().to_string(),
         arch: image.arch.name(),

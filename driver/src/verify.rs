@@ -405,6 +405,17 @@ pub(crate) fn reference_run(
     })
 }
 
+/// The reference run of `kernels`' executor (another library's than the
+/// one under test).
+fn library_reference(
+    req: &VerifyOptions,
+    kernels: Kernels,
+    base: &Model,
+    input: Option<&[u8]>,
+) -> Result<Reference> {
+    reference_run(&executor(req, kernels)?, base, req, input, None)
+}
+
 /// Traced O_s per operator of a reference run, from its layers (after the
 /// `load_input` windows, one per operator in execution order).
 pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
@@ -689,24 +700,13 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let input = input_data.as_deref();
     let image = executor(req, req.kernels)?;
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
-    let other = |k: Kernels| -> Result<Reference> {
-        reference_run(&executor(req, k)?, &base, req, input, None)
-    };
     // TFLM's reference kernels, when another library is under test: for the
     // outputs, and for the O_s when the plan is to be certified on them. The
     // run depends on nothing the library's own runs make, so it runs on the
     // other core beside them, and is waited for where it is first needed.
     let mut tflm_pending = (req.kernels != Kernels::Tflm).then(|| {
         let (req, base, input) = (req.clone(), base.clone(), input_data.clone());
-        std::thread::spawn(move || {
-            reference_run(
-                &executor(&req, Kernels::Tflm)?,
-                &base,
-                &req,
-                input.as_deref(),
-                None,
-            )
-        })
+        std::thread::spawn(move || library_reference(&req, Kernels::Tflm, &base, input.as_deref()))
     });
     let finish = |h: std::thread::JoinHandle<Result<Reference>>| {
         h.join()
@@ -728,7 +728,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let overlap_source = match overlap_kernels {
         k if k == req.kernels => None,
         Kernels::Tflm => None,
-        k => Some(other(k)?),
+        k => Some(library_reference(req, k, &base, input)?),
     };
     let source = match (overlap_kernels, &tflm, &overlap_source) {
         (k, _, _) if k == req.kernels => &reference,

@@ -34,7 +34,7 @@ use crate::oracle::{self, OracleComparison};
 use crate::tflm::{
     input_bytes, load_runner, runner_path, scratch_needs, seeded_inputs, trace_layers, ModelRun,
 };
-use crate::trace_cache::{CachedOverlaps, TraceCache};
+use crate::trace_cache::TraceCache;
 use crate::verify::VerifyOptions;
 use crate::{bail, failed};
 
@@ -405,7 +405,7 @@ fn shadow_run(
 struct CachedReference {
     result: CachedResult,
     readers: Vec<String>,
-    overlaps: CachedOverlaps,
+    overlaps: TracedOverlaps,
     op_overlaps: Vec<TflmOpOverlap>,
     instructions: u64,
     seconds: f64,
@@ -432,7 +432,7 @@ impl CachedReference {
                 scratch: r.scratch.clone(),
             },
             readers: run.readers.clone(),
-            overlaps: overlaps.into(),
+            overlaps: overlaps.clone(),
             op_overlaps: report.to_vec(),
             instructions: run.instructions,
             seconds: run.seconds,
@@ -457,7 +457,7 @@ impl CachedReference {
             seconds: self.seconds,
             untraced_seconds: None,
         };
-        (run, self.overlaps.into(), self.op_overlaps)
+        (run, self.overlaps, self.op_overlaps)
     }
 }
 
@@ -589,7 +589,6 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             (run, overlaps, report)
         }
     };
-    let readers = reference.readers.clone();
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)
     } else {
@@ -645,7 +644,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             &inputs,
             Watch {
                 bytes: watch(planned_bytes.max(reference.result.head_bytes)),
-                output_readers: &readers,
+                output_readers: &reference.readers,
                 plot: req.plot.as_ref().map(|_| {
                     (
                         format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),

@@ -87,7 +87,7 @@ pub(crate) fn structural_overlap(model: &Model, op: usize) -> Option<u64> {
 /// Traced O_s values, keyed by operator index or by the canonical
 /// [`LayerSpec`] text (what `memtrace run` prints). Operators with no entry
 /// get no overlap.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TracedOverlaps {
     /// O_s in bytes by operator index.
     pub by_op: HashMap<usize, u64>,
