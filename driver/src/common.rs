@@ -148,7 +148,14 @@ pub fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
 /// when it does not exit 0.
 pub fn untraced_seconds(image: &ElfImage, preload: &[(u64, Vec<u8>)], what: &str) -> Result<f64> {
     let t = std::time::Instant::now();
-    let code = memtrace_tracer::baseline::run_untraced_with(image, None, preload)?;
+    let code = memtrace_tracer::baseline::run_untraced(
+        image,
+        memtrace_tracer::baseline::UntracedOptions {
+            preload,
+            ..Default::default()
+        },
+    )?
+    .exit_code;
     if code != 0 {
         crate::bail!("the untraced {what} exited with code {code}");
     }

@@ -9,14 +9,14 @@ use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
 use memtrace_analyzer::tinyseg::TinysegPlan;
 use memtrace_model::planner::overlap::{OverlapMethod, TracedOverlaps};
 use memtrace_model::planner::report::{compare, compare_all, Comparison};
-use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::planner::{OverlapSource, Overlaps, Plan, PlanOptions, PlannerKind};
 use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};
 use crate::error::{Context, Result};
+use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::{harness_guest, library_of, Kernels};
-use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
 use crate::trace_cache::TraceCache;
@@ -382,7 +382,14 @@ fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
         return Ok(model.with_reference_scratch());
     }
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--kernels tflm")?;
-    with_library_scratch(&ElfImage::load(&exe)?, &model, 1)
+    let image = ElfImage::load(&exe)?;
+    ExecutorRun {
+        image: &image,
+        seed: 1,
+        max_instructions: 200_000_000_000,
+        input: None,
+    }
+    .with_scratch(&model)
 }
 
 /// Traced O_s of every operator of `model` (`base` with the library's
@@ -400,10 +407,13 @@ fn traced_like_verify(
 ) -> Result<TracedOverlaps> {
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--suite")?;
     let image = ElfImage::load(&exe)?;
-    let json = |m: &Model| serde_json::to_vec(m).unwrap_or_default();
     let key = TraceCache::key(
-        "executor-reference-os-v1",
-        &[&image.bytes, &json(base), &json(model)],
+        "executor-reference-os-v2",
+        &[
+            &image.bytes,
+            &TraceCache::model_part(base),
+            &TraceCache::model_part(model),
+        ],
     );
     cache.fetch(&key, || {
         reference_overlaps(&image, base, model, kernels, cache)
@@ -418,14 +428,13 @@ fn reference_overlaps(
     kernels: Kernels,
     cache: &TraceCache,
 ) -> Result<TracedOverlaps> {
-    let greedy = crate::placement::greedy(model)?;
-    let offsets = crate::placement::offsets_of(model, &greedy);
+    let greedy = Plan::tflm_greedy(model)?;
     let runnable = memtrace_model::lower::lower(
         model,
         &memtrace_model::lower::LowerInput {
             order: &greedy.order,
-            offsets: &offsets,
-            arena_bytes: crate::placement::arena_of(&greedy, model),
+            offsets: &greedy.offsets(model),
+            arena_bytes: greedy.arena_bytes(model),
             seed: 1,
             input_data: None,
         },
@@ -435,27 +444,13 @@ fn reference_overlaps(
         let suite = harness_guest(Arch::CortexM4, kernels.suite_file(), "--suite")?;
         return traced(model, &suite, cache);
     }
-    let opts = crate::verify::VerifyOptions {
-        model: base.name.clone(),
-        planner: PlannerKind::TflmGreedy,
-        overlap: OverlapChoice::None,
-        plan: None,
+    let run = ExecutorRun {
+        image,
         seed: 1,
-        input: None,
-        target: Arch::CortexM4,
-        kernels,
-        overlap_kernels: None,
-        executor: None,
-        plot: None,
-        baseline: false,
         max_instructions: 200_000_000_000,
-        spill: SpillOptions::default(),
-        accumulator: Accumulator::default(),
-        allow_foreign_plan: false,
-        runtime: Runtime::Executor,
-        cache: cache.clone(),
+        input: None,
     };
-    let reference = crate::verify::reference_run(image, base, &opts, None, None)?;
+    let reference = crate::verify::reference_run(&run, base, Watch::default())?;
     Ok(crate::verify::traced_overlaps(&reference).0)
 }
 

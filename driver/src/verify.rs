@@ -11,32 +11,27 @@
 //! plan certified for one library does on another. A library other than
 //! TFLM's reference kernels is also compared, output for output, with them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use memtrace_abi::program::TensorData;
-use memtrace_abi::Analysis;
-use memtrace_analyzer::plot::arena::ArenaTrace;
-use memtrace_analyzer::shadow::{Clobber, ShadowMap};
+use memtrace_analyzer::shadow::Clobber;
 use memtrace_analyzer::verify::{
     digest, KernelsComparison, OpOverlapReport, PlacedTensorReport, PlanRunReport,
     UsedOverlapReport, VerifyReport,
 };
 use memtrace_io::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
-use memtrace_model::lower::{lower, LowerInput};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{self as model, Accumulator, Model};
-use memtrace_tracer::{Arch, ElfImage, TraceOptions};
-use serde::Deserialize;
+use memtrace_tracer::{Arch, ElfImage};
+use serde::{Deserialize, Serialize};
 
-use crate::common::{check_output, trace_with};
+use crate::common::check_output;
 use crate::error::{Context, Result};
+use crate::executor_run::{ExecutorRun, Outcome, Placement, Watch};
 use crate::kernels::{check_built_with, harness_guest, Kernels};
-use crate::placement::{arena_of, greedy, offsets_of};
 use crate::plan::{OverlapChoice, OverlapProvenance};
-use crate::run::access_path;
-use crate::scratch::with_library_scratch;
 use crate::spill::{transform, SpillOptions, SpillRun};
+use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
 
 /// What to verify, and how.
@@ -104,12 +99,12 @@ struct PlanFileTensor {
     offset: u64,
 }
 
-/// The executor of `kernels`: `--executor` for the library under test, the
-/// harness build otherwise.
-pub(crate) fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
-    let path = match &req.executor {
-        Some(p) if kernels == req.kernels => p.clone(),
-        _ => harness_guest(req.target, kernels.executor_file(), "--executor")?,
+/// The executor of `kernels` for `target`: the ELF at `path` when given,
+/// the harness build otherwise.
+pub(crate) fn executor(target: Arch, kernels: Kernels, path: Option<&Path>) -> Result<ElfImage> {
+    let path = match path {
+        Some(p) => p.to_path_buf(),
+        None => harness_guest(target, kernels.executor_file(), "--executor")?,
     };
     let image = ElfImage::load(&path)?;
     // A kernel suite would ignore the program and report nonsense.
@@ -126,214 +121,51 @@ pub(crate) fn executor(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage
         );
     }
     check_built_with(&image, kernels, "executor", kernels.executor_file())?;
-    if image.arch != req.target {
+    if image.arch != target {
         bail!(
             "{} is a {} executor but --target is {}",
             path.display(),
             image.arch.name(),
-            req.target.name()
+            target.name()
         );
     }
     Ok(image)
 }
 
-/// Analyses another workflow adds to a run, and whether they need each
-/// access's exact instruction (the hook access path).
-#[derive(Default)]
-pub(crate) struct Extra<'a> {
-    pub analyses: Vec<&'a mut (dyn Analysis + Send)>,
-    pub exact_time: bool,
+/// The executor of `kernels` for `req`: `--executor` for the library under
+/// test, the harness build for any other.
+fn executor_for(req: &VerifyOptions, kernels: Kernels) -> Result<ElfImage> {
+    let path = req.executor.as_deref().filter(|_| kernels == req.kernels);
+    executor(req.target, kernels, path)
 }
 
-/// Result of one emulated run.
-pub(crate) struct Outcome {
-    seconds: f64,
-    /// Wall-clock seconds of the same program without hooks (--baseline).
-    untraced_seconds: Option<f64>,
-    pub shadow: ShadowMap,
-    trace: Option<ArenaTrace>,
-    pub instructions: u64,
-    /// The access path the run used.
-    pub access: memtrace_tracer::AccessPath,
-    outputs: Vec<u8>,
-    /// The graph inputs the program carried, concatenated in order.
-    inputs: Vec<u8>,
-    /// The storage region after the run (empty when the program spills
-    /// nothing) and the shadow map that checked it.
-    storage: Vec<u8>,
-    storage_shadow: Option<ShadowMap>,
+/// How `req` runs `image`.
+fn runner<'a>(
+    req: &VerifyOptions,
+    image: &'a ElfImage,
+    input: Option<&'a [u8]>,
+) -> ExecutorRun<'a> {
+    ExecutorRun {
+        image,
+        seed: req.seed,
+        max_instructions: req.max_instructions,
+        input,
+    }
 }
 
-/// Lowers and runs `model` with tensors at `offsets`, executing `order`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn execute(
-    image: &ElfImage,
-    model: &Model,
-    order: &[usize],
-    offsets: &[Option<u64>],
-    arena_bytes: u64,
-    opts: &VerifyOptions,
-    input_data: Option<&[u8]>,
-    plot_title: Option<String>,
-    output_readers: &[String],
-    mut extra: Extra<'_>,
-) -> Result<Outcome> {
-    let program = lower(
-        model,
-        &LowerInput {
-            order,
-            offsets,
-            arena_bytes,
-            seed: opts.seed,
-            input_data,
-        },
-    )?;
-    let inputs: Vec<u8> = program.inputs.iter().flat_map(|(_, b)| b.clone()).collect();
-    let encoded = program.encode()?;
-    let arena = image
-        .symbol("memtrace_arena")
-        .ok_or_else(|| failed!("{} has no memtrace_arena symbol", image.path.display()))?;
-    let arena_end = image.symbol("memtrace_arena_end").map(|s| s.address);
-    let base = arena.address + encoded.arena_offset;
-    if let Some(end) = arena_end {
-        if base + arena_bytes > end {
-            bail!(
-                "program ({} bytes) and arena ({arena_bytes} bytes) do not fit the executor's arena ({} bytes)",
-                encoded.arena_offset,
-                end - arena.address
-            );
-        }
-    }
-    let readback: Vec<(u64, u64)> = program
-        .outputs
-        .iter()
-        .map(|&o| {
-            let t = &program.tensors[o as usize];
-            let off = match t.data {
-                TensorData::Arena { offset } => offset,
-                _ => 0,
-            };
-            (base + off, t.bytes())
-        })
-        .collect();
-    let storage_at = storage_region(image, program.storage_bytes)?;
-    let mut readback = readback;
-    if let Some(at) = storage_at {
-        readback.push((at, program.storage_bytes));
-    }
-    let preload = vec![(arena.address, encoded.bytes)];
-    let untraced_seconds = if opts.baseline {
-        Some(crate::common::untraced_seconds(
-            image, &preload, "executor",
-        )?)
-    } else {
-        None
-    };
-    let started = Instant::now();
-    let mut shadow = ShadowMap::new(base, arena_bytes).with_output_readers(output_readers.to_vec());
-    let mut trace = plot_title.map(|t| ArenaTrace::new(t, base, arena_bytes));
-    let mut storage_shadow = storage_at.map(|at| ShadowMap::new(at, program.storage_bytes));
-    // Only the arena plot (or an extra analysis) needs each access's exact
-    // instruction.
-    let access = access_path(trace.is_some() || extra.exact_time);
-    let summary = {
-        let mut analyses: Vec<&mut (dyn Analysis + Send)> = vec![&mut shadow];
-        if let Some(t) = trace.as_mut() {
-            analyses.push(t);
-        }
-        if let Some(t) = storage_shadow.as_mut() {
-            analyses.push(t);
-        }
-        for a in extra.analyses.iter_mut() {
-            analyses.push(&mut **a);
-        }
-        trace_with(
-            image,
-            TraceOptions {
-                max_instructions: opts.max_instructions,
-                preload,
-                readback,
-                access,
-                ..TraceOptions::default()
-            },
-            &mut analyses,
-        )?
-    };
-    if summary.exit_code != 0 {
-        bail!(
-            "{} {}",
-            image.path.display(),
-            crate::common::exit_text(
-                summary.exit_code,
-                summary.exit_reason.as_deref(),
-                "3: no program, 4: unsupported operator, 6: scratch missing, 7: the kernel \
-                 library reported an error; docs/protocol.md §9"
-            )
-        );
-    }
-    let mut memory = summary.memory;
-    let storage = match storage_at {
-        Some(_) => memory.pop().unwrap_or_default(),
-        None => Vec::new(),
-    };
-    Ok(Outcome {
-        seconds: started.elapsed().as_secs_f64(),
-        untraced_seconds,
-        shadow,
-        trace,
-        instructions: summary.instructions,
-        access: summary.access,
-        outputs: memory.concat(),
-        inputs,
-        storage,
-        storage_shadow,
-    })
-}
-
-/// Guest address of the executor's storage region when a program needs
-/// `bytes` of it (`None` for none); an error when it has no such region or
-/// the region is too small.
-fn storage_region(image: &ElfImage, bytes: u64) -> Result<Option<u64>> {
-    if bytes == 0 {
-        return Ok(None);
-    }
-    let (Some(start), Some(end)) = (
-        image.symbol("memtrace_storage"),
-        image.symbol("memtrace_storage_end"),
-    ) else {
-        bail!(
-            "{} has no storage region (memtrace_storage): rebuild it with harness-c's linker scripts",
-            image.path.display()
-        );
-    };
-    if start.address + bytes > end.address {
-        bail!(
-            "the program spills {bytes} bytes, more than the executor's storage region ({} bytes)",
-            end.address - start.address
-        );
-    }
-    Ok(Some(start.address))
-}
-
-fn run_report(
-    model: &Model,
-    planner: &str,
-    overlap: &str,
-    offsets: &[Option<u64>],
-    arena_bytes: u64,
-    plan: Option<&Plan>,
-    outcome: &Outcome,
-) -> PlanRunReport {
+fn run_report(model: &Model, under: &PlanUnderTest, outcome: &Outcome) -> PlanRunReport {
     let names = memtrace_model::lower::tensor_names(model);
     PlanRunReport {
         seconds: outcome.seconds,
         untraced_seconds: outcome.untraced_seconds,
-        planner: planner.into(),
-        overlap: overlap.into(),
-        arena_bytes,
+        planner: under.planner.clone(),
+        overlap: under.overlap.clone(),
+        arena_bytes: under.placement.arena_bytes,
         instructions: outcome.instructions,
-        clobbers: outcome.shadow.clobbers.clone(),
-        tensors: offsets
+        clobbers: outcome.clobbers.clone(),
+        tensors: under
+            .placement
+            .offsets
             .iter()
             .enumerate()
             .filter_map(|(i, o)| {
@@ -345,7 +177,10 @@ fn run_report(
                 })
             })
             .collect(),
-        overlaps_used: plan
+        cached: under.cached,
+        overlaps_used: under
+            .plan
+            .as_ref()
             .map(|p| {
                 p.overlaps_used
                     .iter()
@@ -367,42 +202,89 @@ fn run_report(
 pub(crate) struct Reference {
     model: Model,
     plan: Plan,
-    offsets: Vec<Option<u64>>,
-    arena: u64,
+    placement: Placement,
+    outcome: Outcome,
+    /// Taken from the trace cache, not run.
+    cached: bool,
+}
+
+/// What the trace cache keeps of a reference run: the rest is computed
+/// from it.
+#[derive(Serialize, Deserialize)]
+struct CachedReference {
+    /// Scratch bytes per operator, as the library answered.
+    scratch: Vec<u64>,
     outcome: Outcome,
 }
 
-/// Adds `image`'s scratch tensors to `base` and runs it under the greedy plan.
+impl Reference {
+    /// The reference of `base` with `scratch` tensors, whose run left
+    /// `outcome`.
+    fn new(base: &Model, scratch: &[u64], outcome: Outcome, cached: bool) -> Result<Reference> {
+        let model = base.with_scratch(scratch);
+        let plan = Plan::tflm_greedy(&model)?;
+        Ok(Reference {
+            placement: Placement::of(&plan, &model),
+            model,
+            plan,
+            outcome,
+            cached,
+        })
+    }
+}
+
+/// Adds `run`'s scratch tensors to `base` and runs it under the greedy plan.
 pub(crate) fn reference_run(
-    image: &ElfImage,
+    run: &ExecutorRun<'_>,
     base: &Model,
-    req: &VerifyOptions,
-    input_data: Option<&[u8]>,
-    plot_title: Option<String>,
+    watch: Watch<'_>,
 ) -> Result<Reference> {
-    let model = with_library_scratch(image, base, req.seed)?;
-    let plan = greedy(&model)?;
-    let offsets = offsets_of(&model, &plan);
-    let arena = arena_of(&plan, &model);
-    let outcome = execute(
-        image,
-        &model,
-        &plan.order,
-        &offsets,
-        arena,
-        req,
-        input_data,
-        plot_title,
-        &[],
-        Extra::default(),
-    )?;
-    Ok(Reference {
-        model,
-        plan,
-        offsets,
-        arena,
-        outcome,
-    })
+    Ok(scratch_and_reference(run, base, watch)?.1)
+}
+
+/// The scratch bytes per operator `run`'s library needs, and the reference
+/// run of `base` with them.
+fn scratch_and_reference(
+    run: &ExecutorRun<'_>,
+    base: &Model,
+    watch: Watch<'_>,
+) -> Result<(Vec<u64>, Reference)> {
+    let scratch = run.scratch_needs(base)?;
+    let model = base.with_scratch(&scratch);
+    let plan = Plan::tflm_greedy(&model)?;
+    let outcome = run.traced(&model, &Placement::of(&plan, &model), watch)?;
+    let reference = Reference::new(base, &scratch, outcome, false)?;
+    Ok((scratch, reference))
+}
+
+/// [`reference_run`], taken from `cache` when an earlier run had the same
+/// executor, model, input and budget. A run that draws its picture or is
+/// timed against Unicorn without hooks (`--baseline`) is always run.
+pub(crate) fn cached_reference_run(
+    run: &ExecutorRun<'_>,
+    base: &Model,
+    watch: Watch<'_>,
+    cache: &TraceCache,
+) -> Result<Reference> {
+    if watch.plot_title.is_some() || watch.baseline || !watch.analyses.is_empty() {
+        return reference_run(run, base, watch);
+    }
+    let key = run.cache_key("executor-verify-reference-v1", base);
+    if let Some(c) = cache.get::<CachedReference>(&key) {
+        return Reference::new(base, &c.scratch, c.outcome, true);
+    }
+    let (scratch, r) = scratch_and_reference(run, base, watch)?;
+    // A clean run only: a clobber in the reference is a finding to show
+    // again, not a result to keep.
+    if !r.outcome.clobbers.is_empty() {
+        return Ok(r);
+    }
+    let kept = CachedReference {
+        scratch,
+        outcome: r.outcome,
+    };
+    cache.put(&key, &kept);
+    Reference::new(base, &kept.scratch, kept.outcome, false)
 }
 
 /// The reference run of `kernels`' executor (another library's than the
@@ -413,7 +295,59 @@ fn library_reference(
     base: &Model,
     input: Option<&[u8]>,
 ) -> Result<Reference> {
-    reference_run(&executor(req, kernels)?, base, req, input, None)
+    let image = executor_for(req, kernels)?;
+    let watch = Watch {
+        baseline: req.baseline,
+        ..Watch::default()
+    };
+    cached_reference_run(&runner(req, &image, input), base, watch, &req.cache)
+}
+
+/// The outputs of `kernels`' executor under TFLM's greedy plan, run without
+/// hooks: all a library comparison needs. Kept in the trace cache like a
+/// reference run.
+fn library_outputs(
+    req: &VerifyOptions,
+    kernels: Kernels,
+    base: &Model,
+    input: Option<&[u8]>,
+) -> Result<Vec<u8>> {
+    let image = executor_for(req, kernels)?;
+    let run = runner(req, &image, input);
+    req.cache
+        .fetch(&run.cache_key("executor-greedy-outputs-v1", base), || {
+            let model = run.with_scratch(base)?;
+            let plan = Plan::tflm_greedy(&model)?;
+            run.outputs(&model, &Placement::of(&plan, &model))
+        })
+}
+
+/// TFLM's reference kernels beside another library: their outputs, and
+/// their traced reference run when the plan's O_s come from them.
+struct ReferenceKernels {
+    outputs: Vec<u8>,
+    traced: Option<Reference>,
+}
+
+/// Runs TFLM's reference kernels on `base`: traced when their O_s are
+/// needed, otherwise without hooks.
+fn reference_kernels(
+    req: &VerifyOptions,
+    base: &Model,
+    input: Option<&[u8]>,
+    traced: bool,
+) -> Result<ReferenceKernels> {
+    if traced {
+        let r = library_reference(req, Kernels::Tflm, base, input)?;
+        return Ok(ReferenceKernels {
+            outputs: r.outcome.outputs.clone(),
+            traced: Some(r),
+        });
+    }
+    Ok(ReferenceKernels {
+        outputs: library_outputs(req, Kernels::Tflm, base, input)?,
+        traced: None,
+    })
 }
 
 /// Traced O_s per operator of a reference run, from its layers (after the
@@ -421,8 +355,7 @@ fn library_reference(
 pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
     let names = memtrace_model::lower::tensor_names(model);
-    let op_layers =
-        &r.outcome.shadow.layers[model.inputs.len().min(r.outcome.shadow.layers.len())..];
+    let op_layers = &r.outcome.layers[model.inputs.len().min(r.outcome.layers.len())..];
     let mut traced = TracedOverlaps::default();
     let mut report = Vec::new();
     for (step, &op) in r.plan.order.iter().enumerate() {
@@ -477,7 +410,7 @@ fn host_oracle(
 
 /// Layers of a reference run that read back their own output.
 fn output_readers(r: &Reference) -> Vec<String> {
-    let layers = &r.outcome.shadow.layers;
+    let layers = &r.outcome.layers;
     layers
         .iter()
         .filter(|l| l.reads_output)
@@ -485,7 +418,7 @@ fn output_readers(r: &Reference) -> Vec<String> {
         .collect()
 }
 
-/// The placement under test.
+/// The placement under test (or the reference's, for its report).
 struct PlanUnderTest {
     /// The model the plan is for, when it is not the reference's (TinySeg
     /// transforms it).
@@ -493,11 +426,26 @@ struct PlanUnderTest {
     /// TinySeg's transformation and its planning time.
     spill: Option<(memtrace_model::tinyseg::Optimized, f64)>,
     plan: Option<Plan>,
-    offsets: Vec<Option<u64>>,
-    arena: u64,
-    order: Vec<usize>,
+    placement: Placement,
     planner: String,
     overlap: String,
+    /// Its run was taken from the trace cache.
+    cached: bool,
+}
+
+impl PlanUnderTest {
+    /// The reference run's own plan: TFLM's greedy, without overlaps.
+    fn reference(r: &Reference) -> PlanUnderTest {
+        PlanUnderTest {
+            model: None,
+            spill: None,
+            plan: Some(r.plan.clone()),
+            placement: r.placement.clone(),
+            planner: "tflm-greedy".into(),
+            overlap: "none".into(),
+            cached: r.cached,
+        }
+    }
 }
 
 /// The placement of `--plan FILE`: listed tensors moved, the others at their
@@ -509,7 +457,7 @@ fn plan_from_file(
     warnings: &mut Vec<String>,
 ) -> Result<PlanUnderTest> {
     let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
-    let (offsets, arena) = placement_from_plan(&r.model, &r.offsets, &text)
+    let (offsets, arena_bytes) = placement_from_plan(&r.model, &r.placement.offsets, &text)
         .with_context(|| path.display().to_string())?;
     if let Some(made_for) = plan_kernels(&text).with_context(|| path.display().to_string())? {
         if made_for != req.kernels {
@@ -534,10 +482,13 @@ fn plan_from_file(
         model: None,
         spill: None,
         plan: None,
-        offsets,
-        arena,
-        order: (0..r.model.ops.len()).collect(),
+        placement: Placement {
+            order: (0..r.model.ops.len()).collect(),
+            offsets,
+            arena_bytes,
+        },
         planner: "file".to_string(),
+        cached: false,
         overlap: path.display().to_string(),
     })
 }
@@ -620,10 +571,9 @@ fn plan_from_planner(
         )?;
         let m = &optimized.graph.model;
         return Ok(PlanUnderTest {
-            offsets: offsets_of(m, &optimized.plan),
-            arena: arena_of(&optimized.plan, m),
-            order: optimized.plan.order.clone(),
+            placement: Placement::of(&optimized.plan, m),
             planner: format!("tinyseg+{}", req.spill.base.name()),
+            cached: false,
             overlap: optimized.plan.overlap.clone(),
             plan: Some(optimized.plan.clone()),
             model: Some(m.clone()),
@@ -639,10 +589,9 @@ fn plan_from_planner(
         );
     }
     Ok(PlanUnderTest {
-        offsets: offsets_of(model, &plan),
-        arena: arena_of(&plan, model),
-        order: plan.order.clone(),
+        placement: Placement::of(&plan, model),
         planner: kind.name().to_string(),
+        cached: false,
         overlap: plan.overlap.clone(),
         plan: Some(plan),
         model: None,
@@ -656,15 +605,18 @@ fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
         + (a.len() as i64 - b.len() as i64).unsigned_abs()
 }
 
-/// The model and the first graph input's bytes (`--input`), checked.
-pub(crate) fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::source::load(&req.model)
-        .with_context(|| format!("loading {}", req.model))?
-        .with_transpose_conv_accumulator(req.accumulator);
+/// The model at `source` (`MODEL.tflite` or `zoo:NAME`) and the first
+/// graph input's bytes (`--input`), checked.
+pub(crate) fn load_model(
+    source: &str,
+    input: Option<&Path>,
+    accumulator: Accumulator,
+) -> Result<(Model, Option<Vec<u8>>)> {
+    let model = model::source::load(source)
+        .with_context(|| format!("loading {source}"))?
+        .with_transpose_conv_accumulator(accumulator);
     model.validate()?;
-    let input_data = req
-        .input
-        .as_ref()
+    let input_data = input
         .map(|p| read_limited(p, MAX_INPUT_FILE, "--input files"))
         .transpose()?;
     if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
@@ -687,7 +639,7 @@ pub(crate) fn load_model(req: &VerifyOptions) -> Result<(Model, Option<Vec<u8>>)
 /// reports clobbers, bit-exactness and the O_s each operator traced.
 pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let started = Instant::now();
-    let (base, input_data) = load_model(req)?;
+    let (base, input_data) = load_model(&req.model, req.input.as_deref(), req.accumulator)?;
     if base.outputs.is_empty() {
         bail!(
             "{}: the model has no graph outputs, so no run can be compared with another",
@@ -695,45 +647,54 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         );
     }
     if let Some(p) = &req.plot {
-        check_output(p, &[std::path::Path::new(&req.model)])?;
+        check_output(p, &[Path::new(&req.model)])?;
     }
     let input = input_data.as_deref();
-    let image = executor(req, req.kernels)?;
+    let image = executor_for(req, req.kernels)?;
+    let run = runner(req, &image, input);
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
     // TFLM's reference kernels, when another library is under test: for the
-    // outputs, and for the O_s when the plan is to be certified on them. The
-    // run depends on nothing the library's own runs make, so it runs on the
-    // other core beside them, and is waited for where it is first needed.
+    // outputs (without hooks), and traced when the plan is to be certified
+    // on them. The run depends on nothing the library's own runs make, so
+    // it runs on the other core beside them, and is waited for where it is
+    // first needed.
     let mut tflm_pending = (req.kernels != Kernels::Tflm).then(|| {
         let (req, base, input) = (req.clone(), base.clone(), input_data.clone());
-        std::thread::spawn(move || library_reference(&req, Kernels::Tflm, &base, input.as_deref()))
+        let traced = overlap_kernels == Kernels::Tflm;
+        std::thread::spawn(move || reference_kernels(&req, &base, input.as_deref(), traced))
     });
-    let finish = |h: std::thread::JoinHandle<Result<Reference>>| {
+    let finish = |h: std::thread::JoinHandle<Result<ReferenceKernels>>| {
         h.join()
             .unwrap_or_else(|_| Err(failed!("the reference-kernel run's thread panicked")))
     };
-    let reference = reference_run(
-        &image,
+    let watch = |title: Option<String>| Watch {
+        plot_title: req.plot.as_ref().and(title),
+        baseline: req.baseline,
+        ..Watch::default()
+    };
+    let reference = cached_reference_run(
+        &run,
         &base,
-        req,
-        input,
-        req.plot
-            .as_ref()
-            .map(|_| "reference (tflm-greedy)".to_string()),
+        watch(Some("reference (tflm-greedy)".into())),
+        &req.cache,
     )?;
     let mut tflm = None;
     if overlap_kernels == Kernels::Tflm {
         tflm = tflm_pending.take().map(finish).transpose()?;
     }
     let overlap_source = match overlap_kernels {
-        k if k == req.kernels => None,
-        Kernels::Tflm => None,
+        k if k == req.kernels || k == Kernels::Tflm => None,
         k => Some(library_reference(req, k, &base, input)?),
     };
-    let source = match (overlap_kernels, &tflm, &overlap_source) {
-        (k, _, _) if k == req.kernels => &reference,
-        (Kernels::Tflm, Some(t), _) => t,
-        (_, _, Some(o)) => o,
+    let source = match (&tflm, &overlap_source) {
+        _ if overlap_kernels == req.kernels => &reference,
+        (
+            Some(ReferenceKernels {
+                traced: Some(t), ..
+            }),
+            _,
+        ) => t,
+        (_, Some(o)) => o,
         _ => &reference,
     };
     let (traced, traced_report) = traced_overlaps(source);
@@ -763,19 +724,14 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         }
     };
     let plan_model = under_test.model.as_ref().unwrap_or(model);
-    let plan_out = execute(
-        &image,
+    let title = format!("{} ({})", under_test.planner, under_test.overlap);
+    let plan_out = run.traced(
         plan_model,
-        &under_test.order,
-        &under_test.offsets,
-        under_test.arena,
-        req,
-        input,
-        req.plot
-            .as_ref()
-            .map(|_| format!("{} ({})", under_test.planner, under_test.overlap)),
-        &output_readers(&reference),
-        Extra::default(),
+        &under_test.placement,
+        Watch {
+            output_readers: output_readers(&reference),
+            ..watch(Some(title))
+        },
     )?;
     if let Some(h) = tflm_pending.take() {
         tflm = Some(finish(h)?);
@@ -786,15 +742,15 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     }
     let mismatched = mismatched_bytes(&ref_out.outputs, &plan_out.outputs);
     let reference_kernels = tflm.as_ref().map(|t| {
-        let m = mismatched_bytes(&t.outcome.outputs, &ref_out.outputs);
+        let m = mismatched_bytes(&t.outputs, &ref_out.outputs);
         KernelsComparison {
             against: Kernels::Tflm.name().into(),
             mismatched_bytes: m,
             bit_exact: m == 0,
-            output_digest: digest(&t.outcome.outputs),
+            output_digest: digest(&t.outputs),
         }
     });
-    let clobbers: Vec<Clobber> = plan_out.shadow.clobbers.clone();
+    let clobbers: Vec<Clobber> = plan_out.clobbers.clone();
     let oracle = host_oracle(req, &base, ref_out)?;
     Ok(VerifyReport {
         runtime: "executor",
@@ -803,24 +759,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         seed: req.seed,
         kernels: req.kernels.name().into(),
         overlap_kernels: overlap_kernels.name().into(),
-        reference: run_report(
-            model,
-            "tflm-greedy",
-            "none",
-            &reference.offsets,
-            reference.arena,
-            Some(&reference.plan),
-            ref_out,
-        ),
-        plan: run_report(
-            plan_model,
-            &under_test.planner,
-            &under_test.overlap,
-            &under_test.offsets,
-            under_test.arena,
-            under_test.plan.as_ref(),
-            &plan_out,
-        ),
+        reference: run_report(model, &PlanUnderTest::reference(&reference), ref_out),
+        plan: run_report(plan_model, &under_test, &plan_out),
         clobbers,
         bit_exact: mismatched == 0,
         mismatched_bytes: mismatched,
@@ -844,12 +784,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
                 optimized,
                 options: req.spill,
                 storage: &plan_out.storage,
-                storage_clobbers: plan_out
-                    .storage_shadow
-                    .as_ref()
-                    .map(|s| s.clobbers.clone())
-                    .unwrap_or_default(),
-                layers: &plan_out.shadow.layers,
+                storage_clobbers: plan_out.storage_clobbers.clone(),
+                layers: &plan_out.layers,
                 instructions: (plan_out.instructions, ref_out.instructions),
                 planning_seconds: *seconds,
             }

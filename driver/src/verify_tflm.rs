@@ -25,7 +25,7 @@ use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::digest;
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::{read_graph, TfliteGraph};
-use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind, TracedOverlaps};
+use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::ElfImage;
 
@@ -463,8 +463,8 @@ impl CachedReference {
 
 /// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
 fn greedy_prediction(model: &Model) -> Result<u64> {
-    let plan = crate::placement::greedy(model)?;
-    Ok(crate::placement::arena_of(&plan, model))
+    let plan = Plan::tflm_greedy(model)?;
+    Ok(plan.arena_bytes(model))
 }
 
 /// The graph inputs' bytes: `--input` (all inputs, concatenated) or seeded.
@@ -550,7 +550,8 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             &watch(estimate).to_le_bytes(),
         ],
     );
-    let cacheable = req.plot.is_none();
+    // Nor with --baseline, which times the run itself.
+    let cacheable = req.plot.is_none() && !req.baseline;
     let cached = match cacheable {
         true => req.cache.get::<CachedReference>(&key),
         false => None,
@@ -569,7 +570,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
                         .plot
                         .as_ref()
                         .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
-                    baseline: false,
+                    baseline: req.baseline,
                     scratch: false,
                 },
                 req.max_instructions,
@@ -790,7 +791,7 @@ fn plan_from_planner(
     }
     Ok(UnderTest {
         offsets: plan.offline_offsets(model),
-        arena: crate::placement::arena_of(&plan, model),
+        arena: plan.arena_bytes(model),
         planner: req.planner.name().into(),
         overlap: plan.overlap.clone(),
     })
