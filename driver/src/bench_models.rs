@@ -21,11 +21,12 @@ use memtrace_tracer::{AccessPath, Arch};
 use crate::bench::fastest;
 use crate::error::Result;
 use crate::kernels::Kernels;
-use crate::plan::OverlapChoice;
-use crate::tflm::{load_runner, seeded_inputs, ModelRun};
+use crate::kernels::Runtime;
+use crate::provenance::OverlapChoice;
+use crate::tflm::{load_runner, model_bytes, seeded_inputs, ModelRun};
 use crate::trace_cache::TraceCache;
+use crate::verify::tflm::{verify_tflm, TflmVerifyReport};
 use crate::verify::VerifyOptions;
-use crate::verify_tflm::{model_bytes, verify_tflm, Runtime, TflmVerifyReport};
 
 /// One row of the table.
 struct Phase {

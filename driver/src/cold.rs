@@ -14,11 +14,10 @@ use memtrace_analyzer::cold::{tensor_colds, ByteCold, ColdReport};
 use memtrace_model::planner::Plan;
 use memtrace_tracer::Arch;
 
-use crate::common::check_output;
+use crate::common::{check_output, load_model};
 use crate::error::Result;
-use crate::executor_run::{ExecutorRun, Placement, Watch};
+use crate::executor_run::{executor, ExecutorRun, Placement, Watch};
 use crate::kernels::Kernels;
-use crate::verify::{executor, load_model};
 
 /// What to analyse, and how.
 #[derive(Debug, Clone)]

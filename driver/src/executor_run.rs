@@ -4,6 +4,7 @@
 //! the run left. `verify`, `cold`, the scratch query and `plan`'s reference
 //! run all go through [`ExecutorRun`].
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use memtrace_abi::program::{EncodedProgram, Program, TensorData};
@@ -14,12 +15,13 @@ use memtrace_model::lower::{lower, LowerInput};
 use memtrace_model::planner::Plan;
 use memtrace_model::Model;
 use memtrace_tracer::baseline::{run_untraced, UntracedOptions};
-use memtrace_tracer::{AccessPath, ElfImage, TraceOptions};
+use memtrace_tracer::{AccessPath, Arch, ElfImage, TraceOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::common::access_path;
 use crate::common::{exit_text, trace_with};
 use crate::error::Result;
-use crate::run::access_path;
+use crate::kernels::{check_built_with, harness_guest, Kernels};
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
 
@@ -402,4 +404,37 @@ fn storage_region(image: &ElfImage, bytes: u64) -> Result<Option<u64>> {
         );
     }
     Ok(Some(start.address))
+}
+
+/// The executor of `kernels` for `target`: the ELF at `path` when given,
+/// the harness build otherwise.
+pub(crate) fn executor(target: Arch, kernels: Kernels, path: Option<&Path>) -> Result<ElfImage> {
+    let path = match path {
+        Some(p) => p.to_path_buf(),
+        None => harness_guest(target, kernels.executor_file(), "--executor")?,
+    };
+    let image = ElfImage::load(&path)?;
+    // A kernel suite would ignore the program and report nonsense.
+    if image.symbol("memtrace_job").is_some() || image.symbol("memtrace_arena").is_none() {
+        bail!(
+            "{} is not a model executor (it has {}): pass harness-c/build/TARGET/{}",
+            path.display(),
+            if image.symbol("memtrace_job").is_some() {
+                "a kernel suite's memtrace_job mailbox"
+            } else {
+                "no memtrace_arena to load a model program into"
+            },
+            kernels.executor_file()
+        );
+    }
+    check_built_with(&image, kernels, "executor", kernels.executor_file())?;
+    if image.arch != target {
+        bail!(
+            "{} is a {} executor but --target is {}",
+            path.display(),
+            image.arch.name(),
+            target.name()
+        );
+    }
+    Ok(image)
 }

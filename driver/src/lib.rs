@@ -21,6 +21,8 @@ pub mod kernels;
 pub mod ladder;
 pub mod oracle;
 pub mod plan;
+pub mod provenance;
+pub(crate) mod reference;
 pub mod regress;
 pub mod run;
 pub mod spill;
@@ -29,6 +31,5 @@ pub mod tflm;
 pub mod trace_cache;
 pub mod validate;
 pub mod verify;
-pub mod verify_tflm;
 
 pub use error::{Context, Error, Result};

@@ -11,126 +11,27 @@
 //! plan certified for one library does on another. A library other than
 //! TFLM's reference kernels is also compared, output for output, with them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use memtrace_analyzer::shadow::Clobber;
 use memtrace_analyzer::verify::{
-    digest, KernelsComparison, OpOverlapReport, PlacedTensorReport, PlanRunReport,
-    UsedOverlapReport, VerifyReport,
+    digest, KernelsComparison, PlacedTensorReport, PlanRunReport, UsedOverlapReport, VerifyReport,
 };
-use memtrace_io::input::{read_limited, read_text_limited, MAX_INPUT_FILE, MAX_TEXT_FILE};
+use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
-use memtrace_model::{self as model, Accumulator, Model};
-use memtrace_tracer::{Arch, ElfImage};
-use serde::{Deserialize, Serialize};
+use memtrace_model::{Accumulator, Model};
+use memtrace_tracer::ElfImage;
 
-use crate::common::check_output;
+use super::{placement_from_plan, plan_kernels, VerifyOptions};
+use crate::common::{check_output, load_model};
 use crate::error::{Context, Result};
-use crate::executor_run::{ExecutorRun, Outcome, Placement, Watch};
-use crate::kernels::{check_built_with, harness_guest, Kernels};
-use crate::plan::{OverlapChoice, OverlapProvenance};
-use crate::spill::{transform, SpillOptions, SpillRun};
-use crate::trace_cache::TraceCache;
+use crate::executor_run::{executor, ExecutorRun, Outcome, Placement, Watch};
+use crate::kernels::Kernels;
+use crate::provenance::{OverlapChoice, OverlapProvenance};
+use crate::reference::{cached_reference_run, traced_overlaps, Reference};
+use crate::spill::{transform, SpillRun};
 use crate::{bail, failed};
-
-/// What to verify, and how.
-#[derive(Debug, Clone)]
-pub struct VerifyOptions {
-    /// `MODEL.tflite` or `zoo:NAME`.
-    pub model: String,
-    /// Planner of the verified plan.
-    pub planner: PlannerKind,
-    /// O_s source of the plan.
-    pub overlap: OverlapChoice,
-    /// A placement file to verify instead of a planner's plan.
-    pub plan: Option<PathBuf>,
-    /// Seed of the generated input (and of zoo weights).
-    pub seed: u64,
-    /// Raw bytes of the first graph input.
-    pub input: Option<PathBuf>,
-    /// Architecture of the executor.
-    pub target: Arch,
-    /// Kernel library of the executor.
-    pub kernels: Kernels,
-    /// Library whose traces give the plan's traced O_s (default: `kernels`).
-    pub overlap_kernels: Option<Kernels>,
-    /// The executor ELF (default: `harness-c/build/TARGET/` and the
-    /// library's executor file).
-    pub executor: Option<PathBuf>,
-    /// Arena-wide trace picture of both runs.
-    pub plot: Option<PathBuf>,
-    /// Also time the plan's program without hooks.
-    pub baseline: bool,
-    /// Instruction budget of each run.
-    pub max_instructions: u64,
-    /// TinySeg's base planner and target (with `planner` = `tinyseg`).
-    pub spill: SpillOptions,
-    /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
-    /// temporary tensor quantisation).
-    pub accumulator: Accumulator,
-    /// What runs the model: memtrace's executor or real TFLM.
-    pub runtime: crate::verify_tflm::Runtime,
-    /// Check a `plan` file made for another kernel library than `kernels`
-    /// (with a warning) instead of refusing it.
-    pub allow_foreign_plan: bool,
-    /// Runs kept from earlier verifies ([`crate::trace_cache::TraceCache`]).
-    pub cache: crate::trace_cache::TraceCache,
-}
-
-/// A `--plan` file. Unknown keys are errors that name them (a misspelt
-/// `"arena_btes"` must not be ignored).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanFile {
-    tensors: Vec<PlanFileTensor>,
-    arena_bytes: Option<u64>,
-    /// The kernel library the plan was made for (`tflm`, `cmsis-nn`).
-    kernels: Option<String>,
-    /// The O_s source the plan was made with (`traced`, `analytic`, ...).
-    #[allow(dead_code)]
-    overlap: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanFileTensor {
-    name: String,
-    offset: u64,
-}
-
-/// The executor of `kernels` for `target`: the ELF at `path` when given,
-/// the harness build otherwise.
-pub(crate) fn executor(target: Arch, kernels: Kernels, path: Option<&Path>) -> Result<ElfImage> {
-    let path = match path {
-        Some(p) => p.to_path_buf(),
-        None => harness_guest(target, kernels.executor_file(), "--executor")?,
-    };
-    let image = ElfImage::load(&path)?;
-    // A kernel suite would ignore the program and report nonsense.
-    if image.symbol("memtrace_job").is_some() || image.symbol("memtrace_arena").is_none() {
-        bail!(
-            "{} is not a model executor (it has {}): pass harness-c/build/TARGET/{}",
-            path.display(),
-            if image.symbol("memtrace_job").is_some() {
-                "a kernel suite's memtrace_job mailbox"
-            } else {
-                "no memtrace_arena to load a model program into"
-            },
-            kernels.executor_file()
-        );
-    }
-    check_built_with(&image, kernels, "executor", kernels.executor_file())?;
-    if image.arch != target {
-        bail!(
-            "{} is a {} executor but --target is {}",
-            path.display(),
-            image.arch.name(),
-            target.name()
-        );
-    }
-    Ok(image)
-}
 
 /// The executor of `kernels` for `req`: `--executor` for the library under
 /// test, the harness build for any other.
@@ -197,96 +98,6 @@ fn run_report(model: &Model, under: &PlanUnderTest, outcome: &Outcome) -> PlanRu
     }
 }
 
-/// One library's model (with its scratch tensors) and its un-overlapped
-/// reference run under TFLM's greedy plan.
-pub(crate) struct Reference {
-    model: Model,
-    plan: Plan,
-    placement: Placement,
-    outcome: Outcome,
-    /// Taken from the trace cache, not run.
-    cached: bool,
-}
-
-/// What the trace cache keeps of a reference run: the rest is computed
-/// from it.
-#[derive(Serialize, Deserialize)]
-struct CachedReference {
-    /// Scratch bytes per operator, as the library answered.
-    scratch: Vec<u64>,
-    outcome: Outcome,
-}
-
-impl Reference {
-    /// The reference of `base` with `scratch` tensors, whose run left
-    /// `outcome`.
-    fn new(base: &Model, scratch: &[u64], outcome: Outcome, cached: bool) -> Result<Reference> {
-        let model = base.with_scratch(scratch);
-        let plan = Plan::tflm_greedy(&model)?;
-        Ok(Reference {
-            placement: Placement::of(&plan, &model),
-            model,
-            plan,
-            outcome,
-            cached,
-        })
-    }
-}
-
-/// Adds `run`'s scratch tensors to `base` and runs it under the greedy plan.
-pub(crate) fn reference_run(
-    run: &ExecutorRun<'_>,
-    base: &Model,
-    watch: Watch<'_>,
-) -> Result<Reference> {
-    Ok(scratch_and_reference(run, base, watch)?.1)
-}
-
-/// The scratch bytes per operator `run`'s library needs, and the reference
-/// run of `base` with them.
-fn scratch_and_reference(
-    run: &ExecutorRun<'_>,
-    base: &Model,
-    watch: Watch<'_>,
-) -> Result<(Vec<u64>, Reference)> {
-    let scratch = run.scratch_needs(base)?;
-    let model = base.with_scratch(&scratch);
-    let plan = Plan::tflm_greedy(&model)?;
-    let outcome = run.traced(&model, &Placement::of(&plan, &model), watch)?;
-    let reference = Reference::new(base, &scratch, outcome, false)?;
-    Ok((scratch, reference))
-}
-
-/// [`reference_run`], taken from `cache` when an earlier run had the same
-/// executor, model, input and budget. A run that draws its picture or is
-/// timed against Unicorn without hooks (`--baseline`) is always run.
-pub(crate) fn cached_reference_run(
-    run: &ExecutorRun<'_>,
-    base: &Model,
-    watch: Watch<'_>,
-    cache: &TraceCache,
-) -> Result<Reference> {
-    if watch.plot_title.is_some() || watch.baseline || !watch.analyses.is_empty() {
-        return reference_run(run, base, watch);
-    }
-    let key = run.cache_key("executor-verify-reference-v1", base);
-    if let Some(c) = cache.get::<CachedReference>(&key) {
-        return Reference::new(base, &c.scratch, c.outcome, true);
-    }
-    let (scratch, r) = scratch_and_reference(run, base, watch)?;
-    // A clean run only: a clobber in the reference is a finding to show
-    // again, not a result to keep.
-    if !r.outcome.clobbers.is_empty() {
-        return Ok(r);
-    }
-    let kept = CachedReference {
-        scratch,
-        outcome: r.outcome,
-    };
-    cache.put(&key, &kept);
-    Reference::new(base, &kept.scratch, kept.outcome, false)
-}
-
 /// The reference run of `kernels`' executor (another library's than the
 /// one under test).
 fn library_reference(
@@ -350,38 +161,6 @@ fn reference_kernels(
     })
 }
 
-/// Traced O_s per operator of a reference run, from its layers (after the
-/// `load_input` windows, one per operator in execution order).
-pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
-    let model = &r.model;
-    let names = memtrace_model::lower::tensor_names(model);
-    let op_layers = &r.outcome.layers[model.inputs.len().min(r.outcome.layers.len())..];
-    let mut traced = TracedOverlaps::default();
-    let mut report = Vec::new();
-    for (step, &op) in r.plan.order.iter().enumerate() {
-        let o = &model.ops[op];
-        let ov = op_layers.get(step).and_then(|l| l.overlap);
-        if let Some(ov) = ov {
-            traced.by_op.insert(op, ov.monotone_bytes);
-        }
-        // The input the executor declares first (buffer id 0), whose O_s
-        // the layer measures: TRANSPOSE_CONV's third operand.
-        let input = o.data_input().unwrap_or(o.inputs[0]);
-        report.push(OpOverlapReport {
-            op: names[o.outputs[0]].clone(),
-            index: op,
-            input: names[input].clone(),
-            output: names[o.outputs[0]].clone(),
-            input_bytes: model.tensors[input].bytes,
-            output_bytes: model.tensors[o.outputs[0]].bytes,
-            monotone_bytes: ov.map(|v| v.monotone_bytes),
-            exact_bytes: ov.map(|v| v.exact_bytes),
-            reverse_exact_bytes: ov.map(|v| v.reverse_exact_bytes),
-        });
-    }
-    (traced, report)
-}
-
 /// The reference run's outputs against PyPI `tflite-micro` on the same
 /// model file and inputs, when the host oracle is installed. Not for a model
 /// memtrace changed (an int16 TRANSPOSE_CONV accumulator is no TFLM
@@ -394,7 +173,7 @@ fn host_oracle(
     if req.accumulator != Accumulator::Int32 || crate::oracle::python().is_none() {
         return Ok(None);
     }
-    let bytes = crate::verify_tflm::model_bytes(&req.model, req.seed)?;
+    let bytes = crate::tflm::model_bytes(&req.model, req.seed)?;
     crate::oracle::compare(
         &bytes,
         model.inputs.len(),
@@ -493,63 +272,6 @@ fn plan_from_file(
     })
 }
 
-/// The tensor offsets and arena size a plan file's `text` gives `model`
-/// (`{"tensors": [{"name", "offset"}], "arena_bytes"}`): listed tensors at
-/// their offsets, the others at their `reference` offsets; the arena
-/// `arena_bytes`, which every placed tensor must fit (an error names the
-/// first that does not), or without it the end of the last tensor.
-pub fn placement_from_plan(
-    model: &Model,
-    reference: &[Option<u64>],
-    text: &str,
-) -> Result<(Vec<Option<u64>>, u64)> {
-    let names = memtrace_model::lower::tensor_names(model);
-    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
-    let mut offsets = reference.to_vec();
-    for t in &file.tensors {
-        let i = names
-            .iter()
-            .position(|n| *n == t.name)
-            .ok_or_else(|| failed!("no tensor `{}`", t.name))?;
-        if offsets[i].is_none() {
-            bail!("tensor `{}` is not an arena tensor", t.name);
-        }
-        offsets[i] = Some(t.offset);
-    }
-    let mut end = 0u64;
-    for (i, o) in offsets.iter().enumerate() {
-        let Some(o) = *o else { continue };
-        let bytes = model.tensors[i].bytes;
-        let Some(e) = o.checked_add(bytes) else {
-            bail!(
-                "tensor `{}` at offset {o} + {bytes} bytes does not fit any arena",
-                names[i]
-            );
-        };
-        if let Some(arena) = file.arena_bytes.filter(|&a| e > a) {
-            bail!(
-                "tensor `{}` at offset {o} + {bytes} bytes ends at byte {e}, beyond the plan's \
-                 \"arena_bytes\": {arena}",
-                names[i]
-            );
-        }
-        end = end.max(e);
-    }
-    Ok((offsets, file.arena_bytes.unwrap_or(end)))
-}
-
-/// The kernel library a plan file says it was made for (`"kernels"`), if it
-/// says.
-pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
-    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
-    file.kernels
-        .map(|name| {
-            Kernels::from_name(&name)
-                .ok_or_else(|| failed!("unknown \"kernels\": \"{name}\" (known: tflm, cmsis-nn)"))
-        })
-        .transpose()
-}
-
 /// The planner's placement of `model` with O_s from `traced` or a method.
 fn plan_from_planner(
     req: &VerifyOptions,
@@ -603,36 +325,6 @@ fn plan_from_planner(
 fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
     a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
         + (a.len() as i64 - b.len() as i64).unsigned_abs()
-}
-
-/// The model at `source` (`MODEL.tflite` or `zoo:NAME`) and the first
-/// graph input's bytes (`--input`), checked.
-pub(crate) fn load_model(
-    source: &str,
-    input: Option<&Path>,
-    accumulator: Accumulator,
-) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::source::load(source)
-        .with_context(|| format!("loading {source}"))?
-        .with_transpose_conv_accumulator(accumulator);
-    model.validate()?;
-    let input_data = input
-        .map(|p| read_limited(p, MAX_INPUT_FILE, "--input files"))
-        .transpose()?;
-    if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
-        let t = &model.tensors[first];
-        if data.len() as u64 != t.bytes {
-            bail!(
-                "--input has {} bytes; graph input `{}` ({} {:?}) needs {}",
-                data.len(),
-                t.name,
-                t.dtype,
-                t.shape,
-                t.bytes
-            );
-        }
-    }
-    Ok((model, input_data))
 }
 
 /// Runs the model under the reference plan and under the chosen plan, and
