@@ -74,10 +74,42 @@ pub(crate) fn map_pages<D>(
 ) -> Result<(), TraceError> {
     for (start, end) in page_ranges(image) {
         for (s, e) in around(start, end, hole) {
-            uc.mem_map(s, e - s, Prot::ALL).map_err(|err| {
-                emulator_error(&format!("mapping guest memory {s:#x}..{e:#x}"), err)
-            })?;
+            uc.mem_map(s, e - s, Prot::ALL)
+                .and_then(|()| set_permissions(uc, image, s, e, Prot::NONE))
+                .map_err(|err| {
+                    emulator_error(&format!("mapping guest memory {s:#x}..{e:#x}"), err)
+                })?;
         }
+    }
+    Ok(())
+}
+
+/// Gives the guest pages `[start, end)` (page-aligned) their permissions,
+/// less `without`: every permission on pages an executable segment loads,
+/// read and write on the others. Unicorn sends every store to an
+/// executable page through its slow path (it may have to discard code
+/// translated from it), so data pages must not be executable.
+pub(crate) fn set_permissions<D>(
+    uc: &mut Unicorn<'_, D>,
+    image: &ElfImage,
+    start: u64,
+    end: u64,
+    without: Prot,
+) -> Result<(), unicorn_engine::uc_error> {
+    let mut page = start;
+    while page < end {
+        let executable = image.is_executable(page, PAGE);
+        let mut next = page + PAGE;
+        while next < end && image.is_executable(next, PAGE) == executable {
+            next += PAGE;
+        }
+        let prot = if executable {
+            Prot::ALL
+        } else {
+            Prot::READ | Prot::WRITE
+        };
+        uc.mem_protect(page, next - page, Prot(prot.0 & !without.0))?;
+        page = next;
     }
     Ok(())
 }

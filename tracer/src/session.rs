@@ -37,7 +37,7 @@ use memtrace_abi::spec::LayerSpec;
 use crate::clock::BlockClock;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
-pub(crate) use crate::machine::{emulator_error, page_ranges, PAGE};
+pub(crate) use crate::machine::{emulator_error, page_ranges, set_permissions, PAGE};
 use crate::machine::{load_segments, write_inputs, GuestInputs, Job};
 use crate::unwind::{Registers, Unwinder};
 
@@ -386,17 +386,32 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
         )
         .map_err(hook_err)?;
     }
-    if uc.get_data().guard.is_some() || uc.get_data().stack.is_some() {
-        uc.add_mem_hook(HookType::MEM_WRITE_PROT, 1, 0, guard::on_write_prot)
+    // Memory hooks are bounded to where they can fire: Unicorn sends every
+    // store to a RAM page that any memory hook covers through its slow
+    // path (`notdirty_write`, a translated-code check per store), while a
+    // page no hook covers takes stores at full speed after the first.
+    let write_prot = if uc.get_data().guard.is_some() {
+        // The stray-write watch may protect any page.
+        Some((1, 0))
+    } else {
+        let stack = uc.get_data().stack.as_ref();
+        stack.map(|w| (w.zone.0, w.zone.1.saturating_sub(1)))
+    };
+    if let Some((first, last)) = write_prot {
+        uc.add_mem_hook(HookType::MEM_WRITE_PROT, first, last, guard::on_write_prot)
             .map_err(hook_err)?;
     }
-    uc.add_mem_hook(
-        HookType::MEM_READ_UNMAPPED | HookType::MEM_WRITE_UNMAPPED | HookType::MEM_FETCH_UNMAPPED,
-        1,
-        0,
-        on_unmapped,
-    )
-    .map_err(hook_err)?;
+    for (first, last) in unmapped_ranges(uc.get_data().image) {
+        uc.add_mem_hook(
+            HookType::MEM_READ_UNMAPPED
+                | HookType::MEM_WRITE_UNMAPPED
+                | HookType::MEM_FETCH_UNMAPPED,
+            first,
+            last,
+            on_unmapped,
+        )
+        .map_err(hook_err)?;
+    }
     uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
     // Budget and progress are checked per block in both modes; the counting
     // hook, where needed, does nothing else.
@@ -405,6 +420,23 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
             .map_err(hook_err)?;
     }
     Ok(())
+}
+
+/// The guest addresses `(first, last)` (inclusive) outside the image's
+/// loaded pages: where an access can be unmapped.
+fn unmapped_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
+    let mut gaps = Vec::new();
+    let mut next = 0u64;
+    for (start, end) in page_ranges(image) {
+        if start > next {
+            gaps.push((next, start - 1));
+        }
+        next = next.max(end);
+    }
+    if next != 0 || gaps.is_empty() {
+        gaps.push((next, u64::MAX));
+    }
+    gaps
 }
 
 fn on_unmapped(

@@ -54,16 +54,20 @@ impl Session<'_> {
         }
         let t = self.clock.now(pc) - layer.t0;
         let (first, last) = ((start - base) as u32, (end - base) as u32);
+        let event = |offset: u32, end: u32, kind| Event {
+            t,
+            seq: 0,
+            pc,
+            buffer: b.buffer.id,
+            offset,
+            size: end - offset,
+            kind,
+        };
         if !write {
-            push_event(
+            push_numbered(
                 &mut self.batch,
                 &mut layer.seq,
-                t,
-                pc,
-                b.buffer.id,
-                first,
-                last,
-                AccessKind::Load,
+                event(first, last, AccessKind::Load),
             );
         } else {
             // Split into runs of already-written (update) and new (store) bytes.
@@ -79,16 +83,7 @@ impl Session<'_> {
                 } else {
                     AccessKind::Store
                 };
-                push_event(
-                    &mut self.batch,
-                    &mut layer.seq,
-                    t,
-                    pc,
-                    b.buffer.id,
-                    start,
-                    end,
-                    kind,
-                );
+                push_numbered(&mut self.batch, &mut layer.seq, event(start, end, kind));
                 start = end;
             }
             (first..last).for_each(|off| set(&mut b.written, off));
@@ -99,27 +94,11 @@ impl Session<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn push_event(
-    batch: &mut Vec<Event>,
-    seq: &mut u64,
-    t: u64,
-    pc: u64,
-    buffer: u32,
-    start: u32,
-    end: u32,
-    kind: AccessKind,
-) {
-    batch.push(Event {
-        t,
-        seq: *seq,
-        pc,
-        buffer,
-        offset: start,
-        size: end - start,
-        kind,
-    });
+/// Appends `event` with the layer's next sequence number.
+fn push_numbered(batch: &mut Vec<Event>, seq: &mut u64, mut event: Event) {
+    event.seq = *seq;
     *seq += 1;
+    batch.push(event);
 }
 
 fn is_set(bits: &[u64], i: u32) -> bool {

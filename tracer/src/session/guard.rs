@@ -36,7 +36,7 @@ use unicorn_engine::{MemType, Prot};
 
 use memtrace_abi::event::{Message, StrayWrite, STRAY_WRITES_UNWOUND};
 
-use super::{clear_stale_it_state, page_ranges, stack, HookUc, Session, PAGE};
+use super::{clear_stale_it_state, page_ranges, set_permissions, stack, HookUc, Session, PAGE};
 use crate::elf::ElfImage;
 
 /// Stack assumed below the stack pointer without stack symbols.
@@ -245,7 +245,8 @@ fn protect(uc: &mut HookUc<'_, '_>, sp: u64) -> Result<(), String> {
     };
     let protected = subtract(&guard.loaded, unprotected.0, unprotected.1);
     for &(start, end) in &protected {
-        uc.mem_protect(start, end - start, Prot::READ | Prot::EXEC)
+        let image = uc.get_data().image;
+        set_permissions(uc, image, start, end, Prot::WRITE)
             .map_err(|e| format!("write-protecting guest pages {start:#x}..{end:#x}: {e:?}"))?;
     }
     if let Some(g) = uc.get_data_mut().guard.as_mut() {
@@ -265,7 +266,8 @@ fn restore(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
         return Ok(());
     };
     for &(start, end) in &active.protected {
-        uc.mem_protect(start, end - start, Prot::ALL)
+        let image = uc.get_data().image;
+        set_permissions(uc, image, start, end, Prot::NONE)
             .map_err(|e| format!("restoring guest pages {start:#x}..{end:#x}: {e:?}"))?;
     }
     // The stack's guard pages stay watched for the whole run.

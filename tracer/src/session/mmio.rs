@@ -190,6 +190,10 @@ pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String>
             .map_err(|e| format!("unmapping MMIO pages {range}: {e:?}"))?;
         // SAFETY: as in `ram::map`; `ptr` is inside the same allocation.
         unsafe { uc.mem_map_ptr(base, len, Prot::ALL, ptr as *mut c_void) }
+            .and_then(|()| {
+                let image = uc.get_data().image;
+                super::set_permissions(uc, image, base, base + len, Prot::NONE)
+            })
             .map_err(|e| format!("remapping guest pages {range}: {e:?}"))?;
         if uc
             .get_data()

@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 use unicorn_engine::{Prot, Unicorn};
 
-use super::{emulator_error, page_ranges, Session};
+use super::{emulator_error, page_ranges, set_permissions, Session};
 use crate::elf::ElfImage;
 use crate::error::TraceError;
 
@@ -127,7 +127,12 @@ pub(super) fn map(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceError> {
             let start = guest + at as u64;
             // SAFETY: `ptr` points to `len` bytes that live as long as the
             // session, which Unicorn owns and outlives its last use of them.
+            let end = start + n as u64;
             unsafe { uc.mem_map_ptr(start, n as u64, Prot::ALL, ptr.add(at) as *mut c_void) }
+                .and_then(|()| {
+                    let image = uc.get_data().image;
+                    set_permissions(uc, image, start, end, Prot::NONE)
+                })
                 .map_err(|e| {
                     emulator_error(
                         &format!("mapping guest memory {start:#x}..{:#x}", start + n as u64),

@@ -19,7 +19,7 @@
 
 use unicorn_engine::Prot;
 
-use super::{page_ranges, HookUc, Session, Stop, PAGE};
+use super::{page_ranges, set_permissions, HookUc, Session, Stop, PAGE};
 use crate::elf::ElfImage;
 use crate::error::{CodeLocation, GuestContext, TraceError};
 
@@ -44,7 +44,7 @@ pub(super) struct StackWatch {
     pub(super) top: u64,
     /// Watched pages `[start, end)`: those holding `[bottom - GUARD_BYTES,
     /// bottom)`, within the loaded memory.
-    zone: (u64, u64),
+    pub(super) zone: (u64, u64),
 }
 
 impl StackWatch {
@@ -94,7 +94,8 @@ pub(super) fn protect(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
     if start == end {
         return Ok(());
     }
-    uc.mem_protect(start, end - start, Prot::READ | Prot::EXEC)
+    let image = uc.get_data().image;
+    set_permissions(uc, image, start, end, Prot::WRITE)
         .map_err(|e| format!("write-protecting the stack guard {start:#x}..{end:#x}: {e:?}"))
 }
 
