@@ -77,7 +77,7 @@ pub struct BlockClock {
     blocks: AddressMap<u32>,
     /// Blocks by low address bits: most block starts hit here and skip the
     /// hash map, which matters at tens of millions of blocks per second.
-    cache: Box<[Cached]>,
+    cache: Box<[Cached; CACHE_SLOTS]>,
     layouts: Vec<BlockLayout>,
     /// Instructions retired before the current block.
     retired: u64,
@@ -202,7 +202,7 @@ impl BlockClock {
         BlockClock {
             layout,
             blocks: AddressMap::default(),
-            cache: vec![Cached::EMPTY; CACHE_SLOTS].into_boxed_slice(),
+            cache: Box::new([Cached::EMPTY; CACHE_SLOTS]),
             layouts: Vec::new(),
             retired: 0,
             current_start: 0,

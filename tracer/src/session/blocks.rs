@@ -21,14 +21,19 @@ use super::{
 pub(super) struct BlockHook<'u, 's> {
     /// A handle of the same engine, for the hook's slow path.
     uc: HookUc<'u, 's>,
+    /// The engine's session, for the hot path without the handle's
+    /// indirections (it lives as long as the engine).
+    session: *mut Session<'s>,
     id: uc_hook,
 }
 
 impl<'u, 's> BlockHook<'u, 's> {
     /// Hooks every block start of `uc`.
     pub(super) fn install(uc: &mut HookUc<'u, 's>) -> Result<Box<Self>, TraceError> {
+        let session = std::ptr::from_mut(uc.get_data_mut());
         let mut hook = Box::new(BlockHook {
             uc: uc.clone(),
+            session,
             id: 0,
         });
         let user_data = std::ptr::from_mut::<BlockHook<'u, 's>>(hook.as_mut()).cast::<c_void>();
@@ -63,12 +68,18 @@ impl Drop for BlockHook<'_, '_> {
     }
 }
 
-/// Unicorn's entry: only during `emu_start`, on the emulating thread.
+/// Unicorn's entry: only during `emu_start`, on the emulating thread. The
+/// common case (a known block, nothing due) returns without a call.
 unsafe extern "C" fn block_entry(_: *mut uc_engine, address: u64, size: u32, data: *mut c_void) {
     // SAFETY: `data` is the `BlockHook` of `install`, alive while the hook
-    // is registered; no other reference to it exists while Unicorn runs.
+    // is registered; `session` is its engine's, and Unicorn holds no other
+    // reference to either while it calls a hook.
     let hook = unsafe { &mut *data.cast::<BlockHook<'_, '_>>() };
-    on_block(&mut hook.uc, address, size);
+    let session = unsafe { &mut *hook.session };
+    match session.enter_cached_block(address) {
+        Entry::Done => {}
+        entry => on_block(&mut hook.uc, address, size, entry),
+    }
 }
 
 /// What the hot path of a block start found.
@@ -101,9 +112,12 @@ impl Session<'_> {
     }
 }
 
-#[inline]
-fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
-    match uc.get_data_mut().enter_cached_block(address) {
+/// A block start with something to do: a check due, or a block the clock
+/// has not cached.
+#[cold]
+#[inline(never)]
+fn on_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32, entry: Entry) {
+    match entry {
         Entry::Done => {}
         Entry::Due(retired) => {
             if apply_guard_changes(uc, address) {
