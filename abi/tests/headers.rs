@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memtrace_abi::{program, protocol, spec, tflm};
+use memtrace_abi::{dtype, op, program, protocol, spec, tflm};
 
 /// `NAME -> value` of the `#define`s and enum entries of a header.
 fn header_constants(file: &str) -> BTreeMap<String, i64> {
@@ -96,7 +96,12 @@ fn memtrace_job_h_matches_the_spec_module() {
     agree(
         "memtrace_job.h",
         &["MEMTRACE_JOB_", "JOB_", "OP_", "DTYPE_"],
-        &[spec::JOB_HEADER, spec::JOB_LAYOUT, spec::JOB_CODES],
+        &[
+            spec::JOB_HEADER,
+            spec::JOB_LAYOUT,
+            op::JOB_OP_CODES,
+            dtype::JOB_DTYPE_CODES,
+        ],
     );
 }
 

@@ -34,7 +34,9 @@ pub mod zoo;
 use std::collections::HashSet;
 use std::fmt;
 
+use memtrace_abi::out_size;
 use memtrace_abi::spec::{self, LayerSpec, LayerSpecBuilder};
+pub use memtrace_abi::{Activation, Padding};
 use serde::{Deserialize, Serialize};
 
 /// Element type of a tensor.
@@ -295,36 +297,6 @@ impl fmt::Display for OpKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// Fused activation of an operator.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activation {
-    /// No activation.
-    #[default]
-    None,
-    /// Clamps outputs below 0 to 0.
-    Relu,
-    /// Clamps outputs to `[-1, 1]`.
-    ReluN1To1,
-    /// Clamps outputs to `[0, 6]`.
-    Relu6,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// TFLite `SIGN_BIT`.
-    SignBit,
-}
-
-/// TFLite padding scheme.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Padding {
-    /// Output size `ceil(input / stride)`, input padded as needed.
-    #[default]
-    Same,
-    /// No padding: the window stays inside the input.
-    Valid,
 }
 
 /// Operator options (only the fields that matter for the op's kind are set).
@@ -1010,16 +982,9 @@ impl Model {
         if output.dtype.spec_dtype()? != dtype || input.dtype.size() != output.dtype.size() {
             return None;
         }
-        let activation = match o.options.activation {
-            Activation::None => spec::Activation::None,
-            Activation::Relu => spec::Activation::Relu,
-            Activation::Relu6 => spec::Activation::Relu6,
-            _ => return None,
-        };
-        let padding = match o.options.padding {
-            Padding::Same => spec::Padding::Same,
-            Padding::Valid => spec::Padding::Valid,
-        };
+        // The suite fuses none, relu and relu6 only.
+        o.options.activation.job_code()?;
+        let (activation, padding) = (o.options.activation, o.options.padding);
         let (sh, sw) = o.options.stride;
         let (dh, dw) = o.options.dilation;
         let builder = match o.kind {
@@ -1257,20 +1222,6 @@ impl Model {
         }
         m
     }
-}
-
-/// TFLite `ComputeOutSize`: output extent of a window `filter` (dilated by
-/// `dilation`) over `size` with `stride`; `None` when it is not positive.
-fn out_size(padding: Padding, size: u64, filter: u64, stride: u64, dilation: u64) -> Option<u64> {
-    if stride == 0 || filter == 0 || dilation == 0 {
-        return None;
-    }
-    let effective = (filter - 1).checked_mul(dilation)?.checked_add(1)?;
-    let out = match padding {
-        Padding::Same => size.div_ceil(stride),
-        Padding::Valid => (size + stride).saturating_sub(effective) / stride,
-    };
-    (out > 0).then_some(out)
 }
 
 /// The axis (made non-negative) and the output dimensions of a

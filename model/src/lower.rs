@@ -137,11 +137,10 @@ fn float_range(act: Activation) -> (f32, f32) {
     }
 }
 
-/// TFLite's `ComputePaddingHeightWidth` for one dimension.
+/// TFLite's `ComputePaddingHeightWidth` for one dimension, as the
+/// executor's parameter word holds it.
 fn pad(stride: u32, dilation: u32, input: u32, filter: u32, output: u32) -> i32 {
-    let eff = (filter as i64 - 1) * dilation as i64 + 1;
-    let total = (output as i64 - 1) * stride as i64 + eff - input as i64;
-    (total.max(0) / 2) as i32
+    memtrace_abi::geometry::pad_before(stride, dilation, input, filter, output) as i32
 }
 
 /// Everything `lower` needs besides the model.
