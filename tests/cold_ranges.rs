@@ -254,8 +254,8 @@ fn pools() -> Model {
     let x = g.input("x", &[1, 8, 8, 2]);
     let a = g.conv2d("a", x, 2, 1, 1, Activation::Relu);
     let b = g.conv2d("b", a, 2, 1, 1, Activation::Relu);
-    let p = g.pool(OpKind::MaxPool2d, "p", b, 2, 2);
-    let q = g.pool(OpKind::MaxPool2d, "q", p, 3, 2);
+    let p = g.pool(OpKind::MaxPool, "p", b, 2, 2);
+    let q = g.pool(OpKind::MaxPool, "q", p, 3, 2);
     g.finish(&[q])
 }
 

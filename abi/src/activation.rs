@@ -34,7 +34,7 @@ impl Activation {
         match self {
             Activation::None => "none",
             Activation::Relu => "relu",
-            Activation::ReluN1To1 => "relu_n1_to_1",
+            Activation::ReluN1To1 => "relu_n1_to1",
             Activation::Relu6 => "relu6",
             Activation::Tanh => "tanh",
             Activation::SignBit => "sign_bit",

@@ -45,7 +45,7 @@ pub use analysis::Analysis;
 pub use dtype::Dtype;
 pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
 pub use geometry::{out_size, Padding, Shape};
-pub use op::Op;
+pub use op::OpKind;
 pub use spec::LayerSpec;
 
 /// A name that is not in a vocabulary (an op, a dtype, ...), with the names

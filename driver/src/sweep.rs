@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memtrace_abi::spec::{Dtype, Op};
+use memtrace_abi::spec::{Dtype, OpKind};
 use memtrace_abi::{Analysis, LayerSpec};
 use memtrace_analyzer::contract::{ContractCheck, ContractReport};
 use memtrace_analyzer::layer_stats::LayerStats;
@@ -58,13 +58,13 @@ pub struct ConfigSelection {
     pub max_instructions: u64,
 }
 
-fn parse_ops(names: &[String]) -> Result<Vec<Op>> {
+fn parse_ops(names: &[String]) -> Result<Vec<OpKind>> {
     let mut ops = Vec::new();
     for name in names {
         if name == "all" {
-            ops.extend(Op::ALL);
+            ops.extend(OpKind::SUITE);
         } else {
-            ops.push(name.parse::<Op>().map_err(|e| failed!("--op: {e}"))?);
+            ops.push(name.parse::<OpKind>().map_err(|e| failed!("--op: {e}"))?);
         }
     }
     ops.dedup();
@@ -840,7 +840,7 @@ mod tests {
         let specs = sel.specs().unwrap();
         // 2 random relu per dtype (f32, int8), then the two grid points.
         assert_eq!(specs.len(), 6);
-        assert!(specs[..4].iter().all(|s| s.op == Op::Relu));
+        assert!(specs[..4].iter().all(|s| s.op == OpKind::Relu));
         assert_eq!(specs[4].input[1], 7);
         assert_eq!(specs[5].input[1], 8);
         assert_eq!(

@@ -25,37 +25,7 @@ fn tensor_type(d: DataType) -> fb::TensorType {
 /// none, and for `Other`, whose builtin memtrace does not keep (only the TFLM
 /// runtime runs such a model, from its own file).
 fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
-    use fb::BuiltinOperator as B;
-    Some(match k {
-        OpKind::Conv2d => B::Conv2d,
-        OpKind::DepthwiseConv2d => B::DepthwiseConv2d,
-        OpKind::FullyConnected => B::FullyConnected,
-        OpKind::MaxPool2d => B::MaxPool2d,
-        OpKind::AveragePool2d => B::AveragePool2d,
-        OpKind::Add => B::Add,
-        OpKind::Sub => B::Sub,
-        OpKind::Mul => B::Mul,
-        OpKind::Relu => B::Relu,
-        OpKind::Relu6 => B::Relu6,
-        OpKind::ReluN1To1 => B::ReluN1To1,
-        OpKind::Logistic => B::Logistic,
-        OpKind::Tanh => B::Tanh,
-        OpKind::Softmax => B::Softmax,
-        OpKind::Reshape => B::Reshape,
-        OpKind::Squeeze => B::Squeeze,
-        OpKind::Quantize => B::Quantize,
-        OpKind::Dequantize => B::Dequantize,
-        OpKind::Concatenation => B::Concatenation,
-        OpKind::Pad => B::Pad,
-        OpKind::Mean => B::Mean,
-        OpKind::TransposeConv => B::TransposeConv,
-        OpKind::Spill
-        | OpKind::SpillKeep
-        | OpKind::Fetch
-        | OpKind::FetchConcat
-        | OpKind::FetchConv2d
-        | OpKind::Other => return None,
-    })
+    fb::BuiltinOperator::try_from(k.builtin_code()?).ok()
 }
 
 fn act(a: Activation) -> fb::ActivationFunctionType {
@@ -122,7 +92,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
         let code = builtin(op.kind).ok_or_else(|| {
             format!(
                 "operator {i} ({}) is a TinySeg operator with no TFLite builtin",
-                op.kind
+                op.kind.tflite_name()
             )
         })?;
         let index = match codes.iter().position(|&c| c == code) {
@@ -155,7 +125,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
                     dilation_h_factor: o.dilation.0 as i32,
                 },
             ))),
-            OpKind::MaxPool2d | OpKind::AveragePool2d => Some(fb::BuiltinOptions::Pool2DOptions(
+            OpKind::MaxPool | OpKind::AveragePool => Some(fb::BuiltinOptions::Pool2DOptions(
                 Box::new(fb::Pool2DOptions {
                     padding: padding(o.padding),
                     stride_w: o.stride.1 as i32,

@@ -36,7 +36,7 @@ use std::fmt;
 
 use memtrace_abi::out_size;
 use memtrace_abi::spec::{self, LayerSpec, LayerSpecBuilder};
-pub use memtrace_abi::{Activation, Padding};
+pub use memtrace_abi::{Activation, OpKind, Padding};
 use serde::{Deserialize, Serialize};
 
 /// Element type of a tensor.
@@ -156,149 +156,6 @@ impl Tensor {
     }
 }
 
-/// Operator kinds memtrace can plan. Anything else is rejected on import with
-/// the operator's name and index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// TFLite `CONV_2D`.
-    Conv2d,
-    /// TFLite `DEPTHWISE_CONV_2D`.
-    DepthwiseConv2d,
-    /// TFLite `FULLY_CONNECTED`.
-    FullyConnected,
-    /// TFLite `MAX_POOL_2D`.
-    MaxPool2d,
-    /// TFLite `AVERAGE_POOL_2D`.
-    AveragePool2d,
-    /// TFLite `ADD`.
-    Add,
-    /// TFLite `SUB`.
-    Sub,
-    /// TFLite `MUL`.
-    Mul,
-    /// TFLite `RELU`.
-    Relu,
-    /// TFLite `RELU6`.
-    Relu6,
-    /// TFLite `RELU_N1_TO_1`.
-    ReluN1To1,
-    /// TFLite `LOGISTIC` (sigmoid).
-    Logistic,
-    /// TFLite `TANH`.
-    Tanh,
-    /// TFLite `SOFTMAX`.
-    Softmax,
-    /// TFLite `RESHAPE`.
-    Reshape,
-    /// TFLite `SQUEEZE`.
-    Squeeze,
-    /// TFLite `QUANTIZE`.
-    Quantize,
-    /// TFLite `DEQUANTIZE`.
-    Dequantize,
-    /// TFLite `CONCATENATION`.
-    Concatenation,
-    /// TFLite `PAD`.
-    Pad,
-    /// TFLite `MEAN`.
-    Mean,
-    /// TFLite `TRANSPOSE_CONV`. Inputs in TFLite's order: the constant
-    /// int32 output shape, the weights `[O, KH, KW, I]`, the activation
-    /// input and an optional bias (see [`Op::data_input`]).
-    TransposeConv,
-    /// TinySeg `Spill` (no TFLite builtin): copies the last `output.bytes`
-    /// bytes of its input (all of it, or the tail of a partial spill) into its
-    /// output, a storage tensor ([`Tensor::in_storage`]).
-    Spill,
-    /// The part of a partially spilled tensor that stays in memory: copies
-    /// the first `output.bytes` bytes of its input into a new arena tensor,
-    /// so that the input (and with it the spilled tail's arena bytes) dies.
-    /// It plays the role of TinySeg's `Split` without materialising the tail.
-    SpillKeep,
-    /// TinySeg `Fetching`: copies a storage tensor back into the arena.
-    Fetch,
-    /// TinySeg `Fetching` fused with a `CONCATENATION`: concatenates its
-    /// inputs along `axis`, at least one of which is a storage tensor.
-    FetchConcat,
-    /// Any other TFLite operator (builtin or custom), imported for real TFLM
-    /// only ([`tflite::import_for_tflm`]): planned from its tensors'
-    /// lifetimes, overlapped only where a trace on TFLM proves it, never
-    /// lowered to memtrace's executor. Its TFLite name is the graph's
-    /// ([`graph::GraphOp::name`]).
-    Other,
-    /// TinySeg `FetchingConv2D`: a `CONV_2D` whose input is the
-    /// concatenation along `axis` of its leading non-constant inputs (one or
-    /// two, at least one in storage), read in place and never materialised;
-    /// the filter and bias follow as in `CONV_2D`.
-    FetchConv2d,
-}
-
-impl OpKind {
-    /// TFLite's name of the builtin operator.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            OpKind::Conv2d => "CONV_2D",
-            OpKind::DepthwiseConv2d => "DEPTHWISE_CONV_2D",
-            OpKind::FullyConnected => "FULLY_CONNECTED",
-            OpKind::MaxPool2d => "MAX_POOL_2D",
-            OpKind::AveragePool2d => "AVERAGE_POOL_2D",
-            OpKind::Add => "ADD",
-            OpKind::Sub => "SUB",
-            OpKind::Mul => "MUL",
-            OpKind::Relu => "RELU",
-            OpKind::Relu6 => "RELU6",
-            OpKind::ReluN1To1 => "RELU_N1_TO_1",
-            OpKind::Logistic => "LOGISTIC",
-            OpKind::Tanh => "TANH",
-            OpKind::Softmax => "SOFTMAX",
-            OpKind::Reshape => "RESHAPE",
-            OpKind::Squeeze => "SQUEEZE",
-            OpKind::Quantize => "QUANTIZE",
-            OpKind::Dequantize => "DEQUANTIZE",
-            OpKind::Concatenation => "CONCATENATION",
-            OpKind::Pad => "PAD",
-            OpKind::Mean => "MEAN",
-            OpKind::TransposeConv => "TRANSPOSE_CONV",
-            OpKind::Spill => "SPILL",
-            OpKind::SpillKeep => "SPILL_KEEP",
-            OpKind::Fetch => "FETCH",
-            OpKind::FetchConcat => "FETCH_CONCAT",
-            OpKind::FetchConv2d => "FETCH_CONV_2D",
-            OpKind::Other => "OTHER",
-        }
-    }
-
-    /// Whether the operator's O_s belongs to its first input alone. A
-    /// concatenation's inputs each have an O_s of their own
-    /// (docs/overlap.md §6) and cannot all sit at the output's end at once,
-    /// so the planners overlap its output with its first input only; for
-    /// every other operator the O_s applies to each input that dies there
-    /// (ADD reads both inputs at the same step).
-    pub(crate) fn overlaps_first_input_only(self) -> bool {
-        matches!(self, OpKind::Concatenation)
-    }
-
-    /// The operators TinySeg's graph transformation inserts: they have no
-    /// TFLite builtin and move tensors between the arena and storage.
-    pub(crate) fn is_tinyseg(self) -> bool {
-        matches!(
-            self,
-            OpKind::Spill
-                | OpKind::SpillKeep
-                | OpKind::Fetch
-                | OpKind::FetchConcat
-                | OpKind::FetchConv2d
-        )
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// Operator options (only the fields that matter for the op's kind are set).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpOptions {
@@ -381,10 +238,20 @@ pub struct Op {
 }
 
 impl Op {
+    /// Whether the operator's O_s belongs to its first input alone. A
+    /// concatenation's inputs each have an O_s of their own
+    /// (docs/overlap.md §6) and cannot all sit at the output's end at once,
+    /// so the planners overlap its output with its first input only; for
+    /// every other operator the O_s applies to each input that dies there
+    /// (ADD reads both inputs at the same step).
+    pub(crate) fn overlaps_first_input_only(&self) -> bool {
+        matches!(self.kind, OpKind::Concatenation)
+    }
+
     /// The inputs the operator's O_s may apply to: the first only for a
-    /// concatenation ([`OpKind::overlaps_first_input_only`]), else all.
+    /// concatenation ([`Op::overlaps_first_input_only`]), else all.
     pub(crate) fn overlap_inputs(&self) -> &[usize] {
-        if self.kind.overlaps_first_input_only() {
+        if self.overlaps_first_input_only() {
             &self.inputs[..self.inputs.len().min(1)]
         } else {
             &self.inputs
@@ -550,18 +417,22 @@ impl Model {
                 if t >= n {
                     return bad(format!(
                         "operator {i} ({}) uses tensor {t}, but there are {n} tensors",
-                        op.kind
+                        op.kind.tflite_name()
                     ));
                 }
             }
             if op.outputs.is_empty() {
-                return bad(format!("operator {i} ({}) has no output", op.kind));
+                return bad(format!(
+                    "operator {i} ({}) has no output",
+                    op.kind.tflite_name()
+                ));
             }
             for &t in &op.inputs {
                 if !available[t] {
                     return bad(format!(
                         "operator {i} ({}) reads tensor {t} `{}` before any operator writes it",
-                        op.kind, self.tensors[t].name
+                        op.kind.tflite_name(),
+                        self.tensors[t].name
                     ));
                 }
             }
@@ -575,13 +446,15 @@ impl Model {
                 if self.tensors[t].is_constant {
                     return bad(format!(
                         "operator {i} ({}) writes constant tensor {t} `{}`",
-                        op.kind, self.tensors[t].name
+                        op.kind.tflite_name(),
+                        self.tensors[t].name
                     ));
                 }
                 if self.inputs.contains(&t) {
                     return bad(format!(
                         "operator {i} ({}) writes graph input tensor {t} `{}`",
-                        op.kind, self.tensors[t].name
+                        op.kind.tflite_name(),
+                        self.tensors[t].name
                     ));
                 }
                 produced[t] = Some(i);
@@ -611,7 +484,10 @@ impl Model {
     pub fn check_shapes(&self) -> Result<(), ModelError> {
         for (i, op) in self.ops.iter().enumerate() {
             self.check_op_shapes(op).map_err(|reason| {
-                ModelError::Invalid(format!("operator {i} ({}): {reason}", op.kind))
+                ModelError::Invalid(format!(
+                    "operator {i} ({}): {reason}",
+                    op.kind.tflite_name()
+                ))
             })?;
         }
         Ok(())
@@ -703,7 +579,7 @@ impl Model {
                     ),
                 )
             }
-            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+            OpKind::MaxPool | OpKind::AveragePool => {
                 let [nb, h, wd, c] = rank4(x, "input")?;
                 let (fh, fw) = (op.options.filter.0 as u64, op.options.filter.1 as u64);
                 let oh = out(h, fh, sh, 1)?;
@@ -791,6 +667,7 @@ impl Model {
             | OpKind::FetchConv2d => self.check_tinyseg_op(op),
             // TFLM prepares it and says what it rejects.
             OpKind::Other => Ok(()),
+            OpKind::Matmul => Err("is a kernel-suite layer, not a model operator".into()),
             OpKind::Concatenation => {
                 let inputs = (0..op.inputs.len())
                     .map(|k| input(k, "input"))
@@ -933,14 +810,14 @@ impl Model {
             if outs.len() != 1 {
                 return Err(format!(
                     "operator {i} ({}) has {} activation outputs",
-                    op.kind,
+                    op.kind.tflite_name(),
                     outs.len()
                 ));
             }
             if acts.len() != 1 {
                 return Err(format!(
                     "operator {i} ({}) reads {} activation tensors",
-                    op.kind,
+                    op.kind.tflite_name(),
                     acts.len()
                 ));
             }
@@ -949,13 +826,13 @@ impl Model {
                 Some(p) if p != input => {
                     return Err(format!(
                         "operator {i} ({}) does not read the previous operator's output",
-                        op.kind
+                        op.kind.tflite_name()
                     ))
                 }
                 None if !self.inputs.contains(&input) => {
                     return Err(format!(
                         "operator {i} ({}) does not read a graph input",
-                        op.kind
+                        op.kind.tflite_name()
                     ))
                 }
                 _ => {}
@@ -993,9 +870,9 @@ impl Model {
                 let f = shape4(&filter.shape)?;
                 let in4 = shape4(&input.shape)?;
                 let op_kind = if o.kind == OpKind::Conv2d {
-                    spec::Op::Conv2d
+                    OpKind::Conv2d
                 } else {
-                    spec::Op::DepthwiseConv2d
+                    OpKind::DepthwiseConv2d
                 };
                 let mut b = LayerSpecBuilder::new(op_kind, dtype, in4)
                     .filter(f)
@@ -1011,11 +888,11 @@ impl Model {
                 }
                 b
             }
-            OpKind::MaxPool2d | OpKind::AveragePool2d => {
-                let op_kind = if o.kind == OpKind::MaxPool2d {
-                    spec::Op::MaxPool
+            OpKind::MaxPool | OpKind::AveragePool => {
+                let op_kind = if o.kind == OpKind::MaxPool {
+                    OpKind::MaxPool
                 } else {
-                    spec::Op::AveragePool
+                    OpKind::AveragePool
                 };
                 let (fh, fw) = o.options.filter;
                 LayerSpecBuilder::new(op_kind, dtype, shape4(&input.shape)?)
@@ -1034,7 +911,7 @@ impl Model {
                     return None;
                 }
                 let rows = u32::try_from(input.elements() / depth as u64).ok()?;
-                LayerSpecBuilder::new(spec::Op::FullyConnected, dtype, [1, 1, rows, depth])
+                LayerSpecBuilder::new(OpKind::FullyConnected, dtype, [1, 1, rows, depth])
                     .filter([1, 1, units, depth])
                     .activation(activation)
             }
@@ -1047,14 +924,14 @@ impl Model {
                 {
                     return None;
                 }
-                LayerSpecBuilder::new(spec::Op::Add, dtype, shape4(&input.shape)?)
+                LayerSpecBuilder::new(OpKind::Add, dtype, shape4(&input.shape)?)
                     .activation(activation)
             }
             OpKind::Relu => {
                 if output.shape != input.shape {
                     return None;
                 }
-                LayerSpecBuilder::new(spec::Op::Relu, dtype, shape4(&input.shape)?)
+                LayerSpecBuilder::new(OpKind::Relu, dtype, shape4(&input.shape)?)
             }
             OpKind::Concatenation => self.concatenation_builder(o, dtype)?,
             OpKind::Pad => self.pad_builder(o, dtype)?,
@@ -1062,7 +939,7 @@ impl Model {
                 // Operands: output shape, weights [OC, KH, KW, IC], input,
                 // optional bias; the output is given, as TFLite gives it.
                 let weights = self.tensors.get(*o.inputs.get(1)?)?;
-                LayerSpecBuilder::new(spec::Op::TransposeConv, dtype, shape4(&input.shape)?)
+                LayerSpecBuilder::new(OpKind::TransposeConv, dtype, shape4(&input.shape)?)
                     .filter(shape4(&weights.shape)?)
                     .output(shape4(&output.shape)?)
                     .stride(sh, sw)
@@ -1103,7 +980,7 @@ impl Model {
         }
         let axis4 = (axis + 4 - rank) as u32;
         Some(
-            LayerSpecBuilder::new(spec::Op::Concatenation, dtype, shape4(&x.shape)?)
+            LayerSpecBuilder::new(OpKind::Concatenation, dtype, shape4(&x.shape)?)
                 .concat(shape4(&y.shape)?, axis4),
         )
     }
@@ -1130,7 +1007,7 @@ impl Model {
             after[4 - rank + d] = word(2 * d + 1)?;
         }
         Some(
-            LayerSpecBuilder::new(spec::Op::Pad, dtype, shape4(&input.shape)?)
+            LayerSpecBuilder::new(OpKind::Pad, dtype, shape4(&input.shape)?)
                 .paddings(before, after),
         )
     }

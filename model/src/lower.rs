@@ -12,7 +12,7 @@
 //! required scale 1/256 and zero point −128.
 
 use memtrace_abi::program::{
-    OpParams, Program, ProgramDtype, ProgramOp, ProgramOpKind, ProgramTensor, TensorData,
+    OpParams, Program, ProgramDtype, ProgramOp, ProgramTensor, TensorData,
 };
 
 use crate::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
@@ -460,7 +460,7 @@ pub(crate) fn check_operator_buffers(
                             "the plan overlaps two buffers of operator {oi} ({} `{}`): {a_what} \
                              `{}` at [{a0}, {a1}) and {b_what} `{}` at [{b0}, {b1}); only an \
                              input may overlap its operator's output",
-                            op.kind.name(),
+                            op.kind.tflite_name(),
                             op.outputs.first().map_or("", |&t| names[t].as_str()),
                             names[a],
                             names[b],
@@ -486,7 +486,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let (storage, storage_bytes) = storage_layout(model);
     let fail = |op: usize, reason: String| LowerError {
         op,
-        kind: model.ops[op].kind.name().to_string(),
+        kind: model.ops[op].kind.tflite_name().to_string(),
         reason,
     };
     // Program tensor index per model tensor, created on first use.
@@ -725,13 +725,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         p.depth_multiplier = (f4[3] / i4[3]).max(1) as i32;
                     }
                 }
-                match op.kind {
-                    OpKind::Conv2d => ProgramOpKind::Conv2d,
-                    OpKind::FetchConv2d => ProgramOpKind::FetchConv2d,
-                    OpKind::DepthwiseConv2d => ProgramOpKind::DepthwiseConv2d,
-                    OpKind::TransposeConv => ProgramOpKind::TransposeConv,
-                    _ => ProgramOpKind::FullyConnected,
-                }
+                op.kind
             }
             OpKind::Spill | OpKind::SpillKeep => {
                 if yt.bytes > xt.bytes || yt.dtype != xt.dtype {
@@ -741,13 +735,13 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 if op.kind == OpKind::Spill {
                     p.copy_from = (xt.bytes - yt.bytes) as i32;
                 }
-                ProgramOpKind::Spill
+                op.kind
             }
             OpKind::Fetch => {
                 if yt.bytes != xt.bytes {
                     return Err(fail(oi, "input and output sizes differ".into()));
                 }
-                ProgramOpKind::Fetch
+                op.kind
             }
             OpKind::FetchConcat => {
                 let [_, second] = op.inputs[..] else {
@@ -755,16 +749,16 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 };
                 inputs.push(arena_tensor(second, oi, &mut tensors)?);
                 p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
-                ProgramOpKind::FetchConcat
+                op.kind
             }
             OpKind::Concatenation => {
                 p.axis = concatenation_axis(model, op).map_err(|reason| fail(oi, reason))?;
                 for &t in op.inputs.iter().skip(1) {
                     inputs.push(arena_tensor(t, oi, &mut tensors)?);
                 }
-                ProgramOpKind::Concatenation
+                op.kind
             }
-            OpKind::MaxPool2d | OpKind::AveragePool2d => {
+            OpKind::MaxPool | OpKind::AveragePool => {
                 let (Some(i4), Some(o4)) = (crate::shape4(&xt.shape), crate::shape4(&yt.shape))
                 else {
                     return Err(fail(oi, "tensors of rank > 4".into()));
@@ -774,11 +768,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 p.filter_w = fw as i32;
                 p.pad_h = pad(op.options.stride.0, 1, i4[1], fh, o4[1]);
                 p.pad_w = pad(op.options.stride.1, 1, i4[2], fw, o4[2]);
-                if op.kind == OpKind::MaxPool2d {
-                    ProgramOpKind::MaxPool
-                } else {
-                    ProgramOpKind::AveragePool
-                }
+                op.kind
             }
             OpKind::Add => {
                 let x2 = *op
@@ -799,7 +789,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     (p.output_multiplier, p.output_shift) =
                         quantize_multiplier(twice / ((1 << 20) as f64 * sy));
                 }
-                ProgramOpKind::Add
+                op.kind
             }
             OpKind::Softmax => {
                 if quantized {
@@ -811,13 +801,13 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     let radius = 31.0 * (1u64 << 26) as f64 / 2f64.powi(shift);
                     p.diff_min = -(radius.floor() as i32);
                 }
-                ProgramOpKind::Softmax
+                op.kind
             }
             OpKind::Reshape | OpKind::Squeeze => {
                 if xt.bytes != yt.bytes {
                     return Err(fail(oi, "input and output sizes differ".into()));
                 }
-                ProgramOpKind::Reshape
+                op.kind
             }
             OpKind::Quantize | OpKind::Dequantize => {
                 let (s, z) = if op.kind == OpKind::Quantize {
@@ -838,11 +828,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         format!("{} -> {} is not supported", xt.dtype, yt.dtype),
                     ));
                 }
-                if op.kind == OpKind::Quantize {
-                    ProgramOpKind::Quantize
-                } else {
-                    ProgramOpKind::Dequantize
-                }
+                op.kind
             }
             OpKind::Relu | OpKind::Relu6 | OpKind::ReluN1To1 => {
                 let act = match op.kind {
@@ -855,7 +841,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 if d == ProgramDtype::Uint8 {
                     return Err(fail(oi, "uint8 activations are not supported".into()));
                 }
-                ProgramOpKind::Relu
+                op.kind
             }
             OpKind::Pad => {
                 let amounts = pad_amounts(model, op, xt).map_err(|e| fail(oi, e))?;
@@ -873,10 +859,13 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     ),
                 });
                 weights = Some(tensors.len() as u32 - 1);
-                ProgramOpKind::Pad
+                op.kind
             }
             other => {
-                return Err(fail(oi, format!("{} has no executor kernel", other.name())));
+                return Err(fail(
+                    oi,
+                    format!("{} has no executor kernel", other.tflite_name()),
+                ));
             }
         };
         let params_text = model
@@ -1262,7 +1251,7 @@ mod tests {
     fn tiny_unet_lowers_its_transpose_convs_and_concatenations() {
         let p = lower_tiny_unet(|_| {}).unwrap();
         let up = &p.ops[11];
-        assert_eq!(up.kind, ProgramOpKind::TransposeConv);
+        assert_eq!(up.kind, OpKind::TransposeConv);
         // The activation input (operand 2), not the output-shape operand.
         assert_eq!(p.tensors[up.inputs[0] as usize].dims, [1, 10, 15, 64]);
         assert_eq!(p.tensors[up.weights.unwrap() as usize].dims, [16, 2, 2, 64]);
@@ -1274,7 +1263,7 @@ mod tests {
         assert_eq!((up.params.act_min, up.params.act_max), (-128, 127));
         assert_eq!(up.params.accumulator_bytes, 0);
         let cat = &p.ops[12];
-        assert_eq!(cat.kind, ProgramOpKind::Concatenation);
+        assert_eq!(cat.kind, OpKind::Concatenation);
         assert_eq!(cat.params.axis, 3);
         let dims: Vec<&[u32]> = cat
             .inputs

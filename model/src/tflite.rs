@@ -39,36 +39,6 @@ fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
     })
 }
 
-/// Maps TFLite's builtin operator to the kinds memtrace plans.
-fn op_kind(code: fb::BuiltinOperator) -> Option<OpKind> {
-    use fb::BuiltinOperator as B;
-    Some(match code {
-        B::Conv2d => OpKind::Conv2d,
-        B::DepthwiseConv2d => OpKind::DepthwiseConv2d,
-        B::FullyConnected => OpKind::FullyConnected,
-        B::MaxPool2d => OpKind::MaxPool2d,
-        B::AveragePool2d => OpKind::AveragePool2d,
-        B::Add => OpKind::Add,
-        B::Sub => OpKind::Sub,
-        B::Mul => OpKind::Mul,
-        B::Relu => OpKind::Relu,
-        B::Relu6 => OpKind::Relu6,
-        B::ReluN1To1 => OpKind::ReluN1To1,
-        B::Logistic => OpKind::Logistic,
-        B::Tanh => OpKind::Tanh,
-        B::Softmax => OpKind::Softmax,
-        B::Reshape => OpKind::Reshape,
-        B::Squeeze => OpKind::Squeeze,
-        B::Quantize => OpKind::Quantize,
-        B::Dequantize => OpKind::Dequantize,
-        B::Concatenation => OpKind::Concatenation,
-        B::Pad => OpKind::Pad,
-        B::Mean => OpKind::Mean,
-        B::TransposeConv => OpKind::TransposeConv,
-        _ => return None,
-    })
-}
-
 /// TFLite's name of a builtin operator (`CONV_2D`) or type (`UINT32`) from
 /// planus' variant name (`Conv2d`, `Uint32`).
 pub(super) fn builtin_name(debug: &str) -> String {
@@ -332,12 +302,12 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
             let inputs = index_list(
                 op.inputs()
                     .map_err(fb_err(format!("operator {i} inputs")))?,
-                &format!("operator {i} ({kind}) input"),
+                &format!("operator {i} ({}) input", kind.tflite_name()),
             )?;
             let outputs = index_list(
                 op.outputs()
                     .map_err(fb_err(format!("operator {i} outputs")))?,
-                &format!("operator {i} ({kind}) output"),
+                &format!("operator {i} ({}) output", kind.tflite_name()),
             )?;
             let options = read_options(&op, i, kind)?;
             ops.push(Op {
@@ -418,7 +388,7 @@ fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, Mod
             name: format!("CUSTOM `{custom}`"),
         });
     }
-    op_kind(builtin).ok_or_else(|| ModelError::UnsupportedOp {
+    OpKind::from_builtin_code(raw).ok_or_else(|| ModelError::UnsupportedOp {
         index: i,
         name: format!(
             "{} (builtin code {raw})",
@@ -429,11 +399,15 @@ fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, Mod
 
 fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOptions, ModelError> {
     use fb::BuiltinOptionsRef as O;
-    let ctx = || format!("operator {i} ({kind}) options");
+    let ctx = || format!("operator {i} ({}) options", kind.tflite_name());
     let mut o = OpOptions::default();
     let opts = op.builtin_options().map_err(fb_err(ctx()))?;
-    let needs =
-        |what: &str| ModelError::Invalid(format!("operator {i} ({kind}) has no {what} options"));
+    let needs = |what: &str| {
+        ModelError::Invalid(format!(
+            "operator {i} ({}) has no {what} options",
+            kind.tflite_name()
+        ))
+    };
     match kind {
         OpKind::Conv2d => match opts {
             Some(O::Conv2DOptions(c)) => {
@@ -485,7 +459,7 @@ fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOp
             }
             _ => return Err(needs("DepthwiseConv2D")),
         },
-        OpKind::MaxPool2d | OpKind::AveragePool2d => match opts {
+        OpKind::MaxPool | OpKind::AveragePool => match opts {
             Some(O::Pool2DOptions(p)) => {
                 let r = (|| -> planus::Result<_> {
                     Ok((

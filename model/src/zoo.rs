@@ -485,7 +485,7 @@ fn mobilenet_v1_with(name: &str, alpha: f64, res: u32, dtype: DataType, zeropad:
     }
     let spatial = g.shape(x)[1];
     x = g.pool(
-        OpKind::AveragePool2d,
+        OpKind::AveragePool,
         "global_average_pooling2d",
         x,
         spatial,
@@ -582,7 +582,7 @@ pub(crate) fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) ->
     x = g.conv2d("Conv_1", x, last, 1, 1, Activation::Relu6);
     let spatial = g.shape(x)[1];
     x = g.pool(
-        OpKind::AveragePool2d,
+        OpKind::AveragePool,
         "global_average_pooling2d",
         x,
         spatial,
@@ -636,7 +636,7 @@ pub(crate) fn sakr_cifar10() -> Model {
             1,
             Activation::Relu,
         );
-        x = g.pool(OpKind::MaxPool2d, &format!("pool{}", i + 1), x, 2, 2);
+        x = g.pool(OpKind::MaxPool, &format!("pool{}", i + 1), x, 2, 2);
     }
     x = g.fully_connected("fc", x, 10, Activation::None);
     g.finish(&[x])
@@ -664,7 +664,7 @@ pub(crate) fn tiny_unet(name: &str, dtype: DataType) -> Model {
     let mut h = x1;
     for (i, c) in [16u32, 32, 64].into_iter().enumerate() {
         let name = format!("down{}", i + 1);
-        let p = g.pool(OpKind::MaxPool2d, &format!("{name}/pool"), h, 2, 2);
+        let p = g.pool(OpKind::MaxPool, &format!("{name}/pool"), h, 2, 2);
         h = double_conv(&mut g, &name, p, c);
         skips.push(h);
     }
@@ -695,7 +695,7 @@ pub(crate) fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
     let mut skips = Vec::new();
     for (i, &c) in widths.iter().enumerate().skip(1) {
         skips.push(h);
-        let p = g.pool(OpKind::MaxPool2d, &format!("down{i}/pool"), h, 2, 2);
+        let p = g.pool(OpKind::MaxPool, &format!("down{i}/pool"), h, 2, 2);
         h = g.conv2d(&format!("down{i}/conv"), p, c, 3, 1, Activation::Relu);
     }
     for i in (1..widths.len()).rev() {

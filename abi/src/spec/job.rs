@@ -8,7 +8,8 @@ impl LayerSpec {
     pub fn job_words(&self, seed: u32) -> [i32; JOB_WORDS] {
         let mut w = [0i32; JOB_WORDS];
         w[JOB_MAGIC] = MEMTRACE_JOB_MAGIC as i32;
-        w[JOB_OP] = self.op.job_code();
+        // LayerSpec::new admits only the ops the suite runs.
+        w[JOB_OP] = self.op.job_code().unwrap_or(0);
         w[JOB_DTYPE] = self.dtype.job_code();
         for i in 0..4 {
             w[JOB_INPUT + i] = self.input[i] as i32;

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::activation::Activation;
 pub use crate::dtype::{Dtype, JOB_DTYPE_CODES};
 pub use crate::geometry::{shape_text, Padding, Shape};
-pub use crate::op::{Op, JOB_OP_CODES};
+pub use crate::op::{OpKind, JOB_OP_CODES, PROGRAM_KIND_CODES};
 pub use job::*;
 
 use crate::geometry::{elements, pad_before};
@@ -32,7 +32,7 @@ use crate::UnknownName;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LayerSpec {
     /// Operator of the layer.
-    pub op: Op,
+    pub op: OpKind,
     /// Element type of all tensors of the layer.
     pub dtype: Dtype,
     /// N, H, W, C. For `fully_connected` and `matmul`: [1, 1, rows, depth].
@@ -97,7 +97,7 @@ impl SpecError {
 #[derive(Clone, Debug)]
 pub struct LayerSpecBuilder {
     /// Operator of the layer.
-    pub op: Op,
+    pub op: OpKind,
     /// Element type of all tensors of the layer.
     pub dtype: Dtype,
     /// N, H, W, C. For `fully_connected` and `matmul`: [1, 1, rows, depth].
@@ -129,7 +129,7 @@ pub struct LayerSpecBuilder {
 impl LayerSpecBuilder {
     /// Starts a spec of `op` on `input`: no filter, stride and dilation 1, `same`
     /// padding, depth multiplier 1, no activation.
-    pub fn new(op: Op, dtype: Dtype, input: Shape) -> Self {
+    pub fn new(op: OpKind, dtype: Dtype, input: Shape) -> Self {
         LayerSpecBuilder {
             op,
             dtype,
@@ -250,8 +250,8 @@ impl LayerSpec {
     pub fn input_bytes_of(&self, k: usize) -> Option<u64> {
         match (k, self.op) {
             (0, _) => Some(self.input_bytes()),
-            (1, Op::Add) => Some(self.input_bytes()),
-            (1, Op::Concatenation) => self.input2.map(|s| elements(&s) * self.dtype.size()),
+            (1, OpKind::Add) => Some(self.input_bytes()),
+            (1, OpKind::Concatenation) => self.input2.map(|s| elements(&s) * self.dtype.size()),
             _ => None,
         }
     }
@@ -268,7 +268,7 @@ fn window_padding(b: &LayerSpecBuilder, filter: &Shape, output: &Shape) -> (u32,
         // TFLite computes a transpose conv's padding as that of the
         // forward conv from the output back to the input
         // (ComputePaddingHeightWidth with the two sizes swapped).
-        Op::TransposeConv => (
+        OpKind::TransposeConv => (
             pad_before(sh, 1, output[1], filter[1], input[1]),
             pad_before(sw, 1, output[2], filter[2], input[2]),
         ),

@@ -2,7 +2,8 @@
 //! like and what output shape it derives (TFLite's shape rules).
 
 use super::{
-    shape_text, Activation, LayerSpecBuilder, Op, Padding, Shape, SpecError, MAX_DIM, MAX_ELEMENTS,
+    shape_text, Activation, LayerSpecBuilder, OpKind, Padding, Shape, SpecError, MAX_DIM,
+    MAX_ELEMENTS,
 };
 use crate::geometry::out_size;
 
@@ -12,6 +13,9 @@ use crate::geometry::out_size;
 /// back), the depth multiplier for all but depthwise convolutions.
 pub(super) fn check_common_fields(b: &LayerSpecBuilder) -> Result<(), SpecError> {
     let op = b.op;
+    if op.job_code().is_none() {
+        return Err(not_in_suite(op));
+    }
     if b.input.contains(&0) {
         return Err(SpecError::new(format!(
             "input shape {} has a zero dimension",
@@ -40,12 +44,14 @@ pub(super) fn check_common_fields(b: &LayerSpecBuilder) -> Result<(), SpecError>
         b.stride != (1, 1) || b.dilation != (1, 1) || b.padding != Padding::Same;
     if !op.has_window() && window_fields_set {
         return Err(SpecError::new(format!(
-            "op {op} has no window: stride, dilation and padding do not apply"
+            "op {} has no window: stride, dilation and padding do not apply",
+            op.name()
         )));
     }
-    if op != Op::DepthwiseConv2d && b.depth_multiplier != 1 {
+    if op != OpKind::DepthwiseConv2d && b.depth_multiplier != 1 {
         return Err(SpecError::new(format!(
-            "depth_multiplier applies to depthwise_conv2d only, not to {op}"
+            "depth_multiplier applies to depthwise_conv2d only, not to {}",
+            op.name()
         )));
     }
     if b.activation.job_code().is_none() {
@@ -61,23 +67,35 @@ pub(super) fn check_common_fields(b: &LayerSpecBuilder) -> Result<(), SpecError>
 /// layer, by its op's rule.
 pub(super) fn filter_and_output(b: &LayerSpecBuilder) -> Result<(Shape, Shape), SpecError> {
     match b.op {
-        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => window_layer(b),
-        Op::FullyConnected => fully_connected_layer(b),
-        Op::Matmul => matmul_layer(b),
-        Op::TransposeConv => {
+        OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::MaxPool | OpKind::AveragePool => {
+            window_layer(b)
+        }
+        OpKind::FullyConnected => fully_connected_layer(b),
+        OpKind::Matmul => matmul_layer(b),
+        OpKind::TransposeConv => {
             let f = transpose_conv_filter(b)?;
             Ok((f, transpose_conv_output(b, &f)?))
         }
-        Op::Concatenation => Ok((no_filter(b)?, concatenation_output(b)?)),
-        Op::Pad => Ok((no_filter(b)?, pad_output(b)?)),
-        Op::Add | Op::Relu => Ok((no_filter(b)?, b.input)),
+        OpKind::Concatenation => Ok((no_filter(b)?, concatenation_output(b)?)),
+        OpKind::Pad => Ok((no_filter(b)?, pad_output(b)?)),
+        OpKind::Add | OpKind::Relu => Ok((no_filter(b)?, b.input)),
+        op => Err(not_in_suite(op)),
     }
+}
+
+/// The error of an op the kernel suite does not run as a layer.
+fn not_in_suite(op: OpKind) -> SpecError {
+    SpecError::new(format!(
+        "op {} is not a kernel-suite layer (known: {})",
+        op.name(),
+        OpKind::SUITE.map(OpKind::name).join(", ")
+    ))
 }
 
 /// The filter of `b`, or an error saying the op needs one (`form` shows it).
 fn required_filter(b: &LayerSpecBuilder, form: &str) -> Result<Shape, SpecError> {
     b.filter
-        .ok_or_else(|| SpecError::new(format!("op {} needs a filter shape ({form})", b.op)))
+        .ok_or_else(|| SpecError::new(format!("op {} needs a filter shape ({form})", b.op.name())))
 }
 
 /// Convolutions and pools: the window slides over height and width.
@@ -107,7 +125,7 @@ fn window_layer(b: &LayerSpecBuilder) -> Result<(Shape, Shape), SpecError> {
 fn window_output_channels(b: &LayerSpecBuilder, f: &Shape) -> Result<u32, SpecError> {
     let c = b.input[3];
     match b.op {
-        Op::Conv2d => {
+        OpKind::Conv2d => {
             if f[3] != c {
                 return Err(SpecError::new(format!(
                     "conv2d filter depth {} does not match input depth {c}",
@@ -116,7 +134,7 @@ fn window_output_channels(b: &LayerSpecBuilder, f: &Shape) -> Result<u32, SpecEr
             }
             Ok(f[0])
         }
-        Op::DepthwiseConv2d => {
+        OpKind::DepthwiseConv2d => {
             let depth = c as u64 * b.depth_multiplier as u64;
             if f[0] != 1 || f[3] as u64 != depth {
                 return Err(SpecError::new(format!(
@@ -187,7 +205,7 @@ fn pad_output(b: &LayerSpecBuilder) -> Result<Shape, SpecError> {
     let p = b.paddings.ok_or_else(|| {
         SpecError::new(format!(
             "op {} needs paddings (pad_before=NxHxWxC,pad_after=NxHxWxC)",
-            b.op
+            b.op.name()
         ))
     })?;
     let mut out = [0u32; 4];
@@ -229,27 +247,30 @@ pub(super) fn check_size(what: &str, shape: &Shape) -> Result<(), SpecError> {
 pub(super) fn check_op_fields(b: &LayerSpecBuilder) -> Result<(), SpecError> {
     let op = b.op;
     let misplaced = |what: &str, owner: &str| {
-        SpecError::new(format!("op {op} has no {what} (only {owner} has)"))
+        SpecError::new(format!("op {} has no {what} (only {owner} has)", op.name()))
     };
-    if op != Op::Concatenation && (b.input2.is_some() || b.axis.is_some()) {
+    if op != OpKind::Concatenation && (b.input2.is_some() || b.axis.is_some()) {
         return Err(misplaced("input2 or axis", "concatenation"));
     }
-    if op != Op::Pad && b.paddings.is_some() {
+    if op != OpKind::Pad && b.paddings.is_some() {
         return Err(misplaced("pad_before or pad_after", "pad"));
     }
-    if op != Op::TransposeConv && b.output.is_some() {
+    if op != OpKind::TransposeConv && b.output.is_some() {
         return Err(misplaced("given output shape", "transpose_conv"));
     }
-    if op == Op::TransposeConv && b.dilation != (1, 1) {
+    if op == OpKind::TransposeConv && b.dilation != (1, 1) {
         return Err(SpecError::new(
             "transpose_conv has no dilation (TFLite's TRANSPOSE_CONV has none)",
         ));
     }
-    if matches!(op, Op::TransposeConv | Op::Concatenation | Op::Pad)
-        && b.activation != Activation::None
+    if matches!(
+        op,
+        OpKind::TransposeConv | OpKind::Concatenation | OpKind::Pad
+    ) && b.activation != Activation::None
     {
         return Err(SpecError::new(format!(
-            "op {op} has no fused activation (its TFLM reference kernel applies none)"
+            "op {} has no fused activation (its TFLM reference kernel applies none)",
+            op.name()
         )));
     }
     Ok(())
@@ -258,7 +279,10 @@ pub(super) fn check_op_fields(b: &LayerSpecBuilder) -> Result<(), SpecError> {
 /// The neutral filter of ops without one; an error if one was given.
 fn no_filter(b: &LayerSpecBuilder) -> Result<Shape, SpecError> {
     match b.filter {
-        Some(_) => Err(SpecError::new(format!("op {} takes no filter", b.op))),
+        Some(_) => Err(SpecError::new(format!(
+            "op {} takes no filter",
+            b.op.name()
+        ))),
         None => Ok([1, 1, 1, 1]),
     }
 }

@@ -4,14 +4,14 @@
 use std::fmt;
 
 use super::{
-    shape_text, Activation, Dtype, LayerSpec, LayerSpecBuilder, Op, Padding, Paddings, Shape,
+    shape_text, Activation, Dtype, LayerSpec, LayerSpecBuilder, OpKind, Padding, Paddings, Shape,
     SpecError,
 };
 
 /// The keys of a spec text as read, before an op's rules apply.
 #[derive(Default)]
 struct Fields {
-    op: Option<Op>,
+    op: Option<OpKind>,
     dtype: Option<Dtype>,
     input: Option<Shape>,
     filter: Option<Shape>,
@@ -55,7 +55,7 @@ impl Fields {
     /// Sets the field of `key` from its text.
     fn set(&mut self, key: &str, value: &str) -> Result<(), SpecError> {
         match key {
-            "op" => self.op = Some(value.parse::<Op>()?),
+            "op" => self.op = Some(value.parse::<OpKind>()?),
             "dtype" => self.dtype = Some(value.parse()?),
             "input" => self.input = Some(parse_shape(key, value)?),
             "filter" => {
@@ -83,9 +83,9 @@ impl Fields {
     }
 
     /// The filter, with a pool's `KHxKW` read as `1xKHxKWx1`.
-    fn filter(&self, op: Op) -> Option<Shape> {
+    fn filter(&self, op: OpKind) -> Option<Shape> {
         match (op, self.filter) {
-            (Op::MaxPool | Op::AveragePool, Some([1, 1, kh, kw])) if self.filter_2d => {
+            (OpKind::MaxPool | OpKind::AveragePool, Some([1, 1, kh, kw])) if self.filter_2d => {
                 Some([1, kh, kw, 1])
             }
             (_, f) => f,
@@ -108,13 +108,13 @@ impl Fields {
 /// is the depth multiplier; an explicit one must agree. Every other op takes
 /// the explicit one, or 1.
 fn depth_multiplier(
-    op: Op,
+    op: OpKind,
     filter: Option<Shape>,
     input: &Shape,
     explicit: Option<u32>,
 ) -> Result<u32, SpecError> {
     let given = explicit.unwrap_or(1);
-    let (Op::DepthwiseConv2d, Some(f)) = (op, filter) else {
+    let (OpKind::DepthwiseConv2d, Some(f)) = (op, filter) else {
         return Ok(given);
     };
     let c = input[3];
@@ -186,7 +186,7 @@ impl LayerSpec {
         // A transpose conv's output is a parameter (TFLite's output_shape
         // input); every other op's is derived and only checked.
         let (given_output, claimed_output) = match op {
-            Op::TransposeConv => (fields.output, None),
+            OpKind::TransposeConv => (fields.output, None),
             _ => (None, fields.output),
         };
         let spec = LayerSpec::new(LayerSpecBuilder {
@@ -215,14 +215,17 @@ impl fmt::Display for LayerSpec {
         write!(
             f,
             "op={},dtype={},input={}",
-            self.op,
+            self.op.name(),
             self.dtype.name(),
             shape_text(&self.input)
         )?;
         if let (Some(in2), Some(axis)) = (self.input2, self.axis) {
             write!(f, ",input2={},axis={axis}", shape_text(&in2))?;
         }
-        if !matches!(self.op, Op::Add | Op::Relu | Op::Concatenation | Op::Pad) {
+        if !matches!(
+            self.op,
+            OpKind::Add | OpKind::Relu | OpKind::Concatenation | OpKind::Pad
+        ) {
             write!(f, ",filter={}", shape_text(&self.filter))?;
         }
         if let Some(p) = &self.paddings {
@@ -236,7 +239,7 @@ impl fmt::Display for LayerSpec {
         write!(f, ",output={}", shape_text(&self.output))?;
         if self.op.has_window() {
             write!(f, ",stride={}x{}", self.stride.0, self.stride.1)?;
-            if self.op != Op::TransposeConv {
+            if self.op != OpKind::TransposeConv {
                 write!(f, ",dilation={}x{}", self.dilation.0, self.dilation.1)?;
             }
             write!(
@@ -247,7 +250,7 @@ impl fmt::Display for LayerSpec {
                 self.pad.1
             )?;
         }
-        if self.op == Op::DepthwiseConv2d {
+        if self.op == OpKind::DepthwiseConv2d {
             write!(f, ",depth_multiplier={}", self.depth_multiplier)?;
         }
         if self.activation != Activation::None {

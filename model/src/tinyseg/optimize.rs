@@ -232,7 +232,7 @@ fn spill_step(before: &Model, after: &Planned, r: &GraphColdRange, edit: &SpillE
     } else {
         ("spill", format!("SPILL sends {} B", edit.spilled_bytes))
     };
-    let fetch = m.ops[edit.fetch_op].kind;
+    let fetch = m.ops[edit.fetch_op].kind.tflite_name();
     Step {
         tensor: Some(name.clone()),
         stored: Some(m.tensors[edit.stored].name.clone()),
@@ -275,9 +275,9 @@ fn try_victim(
         let prev = &stages[stages.len() - 1].0.graph.model;
         let change = format!(
             "{} and {} become {}",
-            prev.ops[at].kind,
-            prev.ops[at + 1].kind,
-            g.model.ops[fused_at].kind
+            prev.ops[at].kind.tflite_name(),
+            prev.ops[at + 1].kind.tflite_name(),
+            g.model.ops[fused_at].kind.tflite_name()
         );
         let planned = plan_graph(g, overlaps, opts)?;
         let st = step(&planned, fusion.name(), change);
