@@ -459,7 +459,7 @@ fn spec_seeds() -> Vec<String> {
         "op=add,input=2x3x4x5,activation=relu".into(),
     ];
     for op in OpKind::SUITE {
-        for dtype in [Dtype::F32, Dtype::Int8] {
+        for dtype in [Dtype::Float32, Dtype::Int8] {
             if let Ok(c) = try_random_configs(op, dtype, 2, 5, 3_000_000) {
                 v.extend(c.iter().map(|s| s.to_string()));
             }

@@ -10,6 +10,7 @@
 //! `harness-c/include/memtrace_program.h`. This module knows nothing of
 //! planners or models: it takes plain offsets, shapes and parameters.
 
+use crate::dtype::Dtype;
 use crate::op::OpKind;
 
 c_constants! {
@@ -118,13 +119,10 @@ c_constants! {
 }
 
 c_constants! {
-    /// Element-type and location codes (`enum prg_dtype`, `enum prg_location`);
-    /// the operator codes are the vocabulary's ([`crate::op::PROGRAM_KIND_CODES`]).
+    /// Location codes (`enum prg_location`); the element-type and operator
+    /// codes are the vocabulary's ([`crate::dtype::PROGRAM_DTYPE_CODES`],
+    /// [`crate::op::PROGRAM_KIND_CODES`]).
     PROGRAM_CODES: i32 {
-        PDT_F32 = ProgramDtype::F32 as i32,
-        PDT_INT8 = ProgramDtype::Int8 as i32,
-        PDT_UINT8 = ProgramDtype::Uint8 as i32,
-        PDT_INT32 = ProgramDtype::Int32 as i32,
         TEN_LOC_ARENA = 0,
         TEN_LOC_CONSTANT = 1,
         TEN_LOC_STORAGE = 2,
@@ -139,29 +137,6 @@ pub const TENSOR_WORDS: usize = TEN_WORDS;
 pub const OP_WORDS: usize = OPW_WORDS;
 /// The activation arena starts at a multiple of this from the program start.
 pub const ARENA_ALIGN: u64 = 4096;
-
-/// Element type codes of the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgramDtype {
-    /// 32-bit float (`PDT_F32`).
-    F32 = 1,
-    /// Signed 8-bit integer (`PDT_INT8`).
-    Int8 = 2,
-    /// Unsigned 8-bit integer (`PDT_UINT8`).
-    Uint8 = 3,
-    /// Signed 32-bit integer (`PDT_INT32`).
-    Int32 = 4,
-}
-
-impl ProgramDtype {
-    /// Bytes per element.
-    pub fn size(self) -> u32 {
-        match self {
-            ProgramDtype::Int8 | ProgramDtype::Uint8 => 1,
-            ProgramDtype::F32 | ProgramDtype::Int32 => 4,
-        }
-    }
-}
 
 /// Where a tensor's bytes are.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,8 +160,8 @@ pub enum TensorData {
 pub struct ProgramTensor {
     /// Tensor name (reported as the buffer name in layer windows).
     pub name: String,
-    /// Element type.
-    pub dtype: ProgramDtype,
+    /// Element type; its [`Dtype::program_code`] is what the record holds.
+    pub dtype: Dtype,
     /// Up to 4 dimensions, outermost first.
     pub dims: Vec<u32>,
     /// Quantisation zero point.
@@ -198,7 +173,7 @@ pub struct ProgramTensor {
 impl ProgramTensor {
     /// Size in bytes: the product of the dimensions times the element size.
     pub fn bytes(&self) -> u64 {
-        self.dims.iter().map(|&d| d as u64).product::<u64>() * self.dtype.size() as u64
+        self.dims.iter().map(|&d| d as u64).product::<u64>() * self.dtype.size()
     }
 }
 
@@ -283,7 +258,7 @@ pub struct ProgramOp {
     /// The operator; its [`OpKind::program_code`] says which kernel runs.
     pub kind: OpKind,
     /// Element type of the kernel (its input's).
-    pub dtype: ProgramDtype,
+    pub dtype: Dtype,
     /// Layer name (the model's operator name).
     pub name: String,
     /// `key=value,...` text of the layer window (may be empty).
@@ -431,7 +406,7 @@ impl Program {
         })
     }
 
-    /// Checks the storage size and every tensor's rank and place.
+    /// Checks the storage size and every tensor's type, rank and place.
     fn check_tensors(&self) -> Result<(), ProgramError> {
         let err = |m: String| Err(ProgramError(m));
         if self.storage_bytes > i32::MAX as u64 {
@@ -441,6 +416,12 @@ impl Program {
             ));
         }
         for (i, t) in self.tensors.iter().enumerate() {
+            if t.dtype.program_code().is_none() {
+                return err(format!(
+                    "tensor {i} `{}` has type {}, which the executor does not have",
+                    t.name, t.dtype
+                ));
+            }
             if t.dims.is_empty() || t.dims.len() > 4 {
                 return err(format!(
                     "tensor {i} `{}` has {} dimensions (1..=4 supported)",
@@ -479,8 +460,8 @@ impl Program {
         Ok(())
     }
 
-    /// Checks that every operator names existing tensors and has as many
-    /// inputs as the format holds.
+    /// Checks that every operator names existing tensors, has a type of the
+    /// executor and as many inputs as the format holds.
     fn check_ops(&self) -> Result<(), ProgramError> {
         let err = |m: String| Err(ProgramError(m));
         let nt = self.tensors.len() as u32;
@@ -494,6 +475,12 @@ impl Program {
                 .chain(std::iter::once(&op.output));
             if let Some(bad) = all.clone().find(|&&t| t >= nt) {
                 return err(format!("operator `{}` uses tensor {bad} of {nt}", op.name));
+            }
+            if op.dtype.program_code().is_none() {
+                return err(format!(
+                    "operator `{}` has type {}, which the executor does not have",
+                    op.name, op.dtype
+                ));
             }
             if op.inputs.is_empty() || op.inputs.len() > MEMTRACE_PROGRAM_MAX_INPUTS {
                 return err(format!(
@@ -586,7 +573,8 @@ fn tensor_record(t: &ProgramTensor, blob: &mut Blob) -> [i32; TEN_WORDS] {
         dims[k] = d as i32;
     }
     let mut r = [0i32; TEN_WORDS];
-    r[TEN_DTYPE] = t.dtype as i32;
+    // check_tensors admits only the executor's types.
+    r[TEN_DTYPE] = t.dtype.program_code().unwrap_or(0);
     r[TEN_BYTES] = t.bytes() as i32;
     r[TEN_NDIMS] = t.dims.len() as i32;
     r[TEN_DIMS..TEN_DIMS + 4].copy_from_slice(&dims);
@@ -644,7 +632,8 @@ fn op_record(op: &ProgramOp, blob: &mut Blob) -> Result<[i32; OPW_WORDS], Progra
     let inputs = input_list(op, blob);
     let mut w = [0i32; OPW_WORDS];
     w[OPW_KIND] = kind;
-    w[OPW_DTYPE] = op.dtype as i32;
+    // check_ops admits only the executor's types.
+    w[OPW_DTYPE] = op.dtype.program_code().unwrap_or(0);
     w[OPW_NAME] = name as i32;
     w[OPW_PARAMS] = text as i32;
     w[OPW_INPUT] = op.inputs[0] as i32;
@@ -709,14 +698,14 @@ mod tests {
             tensors: vec![
                 ProgramTensor {
                     name: "x".into(),
-                    dtype: ProgramDtype::Int8,
+                    dtype: Dtype::Int8,
                     dims: vec![1, 4],
                     zero_point: 0,
                     data: TensorData::Arena { offset: 16 },
                 },
                 ProgramTensor {
                     name: "y".into(),
-                    dtype: ProgramDtype::Int8,
+                    dtype: Dtype::Int8,
                     dims: vec![1, 4],
                     zero_point: -128,
                     data: TensorData::Arena { offset: 0 },
@@ -724,7 +713,7 @@ mod tests {
             ],
             ops: vec![ProgramOp {
                 kind: OpKind::Reshape,
-                dtype: ProgramDtype::Int8,
+                dtype: Dtype::Int8,
                 name: "r".into(),
                 params_text: String::new(),
                 inputs: vec![0],

@@ -116,6 +116,7 @@ fn memtrace_program_h_matches_the_program_module() {
             program::PROGRAM_FLAGS,
             program::PROGRAM_CODES,
             op::PROGRAM_KIND_CODES,
+            dtype::PROGRAM_DTYPE_CODES,
             program::PROGRAM_LIMITS,
         ],
     );

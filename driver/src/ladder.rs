@@ -108,7 +108,7 @@ pub fn ladder(
     // validate throughput: random configurations of every op, f32 and int8
     let mut specs = Vec::new();
     for op in OpKind::SUITE {
-        for dtype in [Dtype::F32, Dtype::Int8] {
+        for dtype in [Dtype::Float32, Dtype::Int8] {
             specs.extend(try_random_configs(
                 op,
                 dtype,

@@ -73,7 +73,7 @@ fn parse_ops(names: &[String]) -> Result<Vec<OpKind>> {
 
 fn parse_dtypes(name: &str) -> Result<Vec<Dtype>> {
     Ok(match name {
-        "all" => vec![Dtype::F32, Dtype::Int8],
+        "all" => vec![Dtype::Float32, Dtype::Int8],
         other => vec![other
             .parse::<Dtype>()
             .map_err(|e| failed!("--dtype: {e}"))?],
@@ -396,7 +396,7 @@ impl Row {
             dtype: l
                 .spec
                 .as_ref()
-                .map_or_else(String::new, |s| s.dtype.name().to_owned()),
+                .map_or_else(String::new, |s| s.dtype.spec_name().to_owned()),
             arch: arch.to_owned(),
             short: l.spec.as_ref().map_or_else(|| l.params.clone(), short_text),
             spec: spec_text,
@@ -441,7 +441,7 @@ impl Row {
             name,
             source: "job",
             op: spec.op.name().to_owned(),
-            dtype: spec.dtype.name().to_owned(),
+            dtype: spec.dtype.spec_name().to_owned(),
             arch: arch.to_owned(),
             spec: spec.to_string(),
             short: short_text(spec),

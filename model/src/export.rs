@@ -4,20 +4,20 @@
 //! weights, biases and int8 quantisation `memtrace verify` runs them with.
 
 use crate::schema::tflite as fb;
-use crate::{Activation, DataType, Model, OpKind, Padding, Quantization};
+use crate::{Activation, Dtype, Model, OpKind, Padding, Quantization};
 
 pub use crate::lower::materialize;
 
-fn tensor_type(d: DataType) -> fb::TensorType {
+fn tensor_type(d: Dtype) -> fb::TensorType {
     match d {
-        DataType::Float32 => fb::TensorType::Float32,
-        DataType::Int8 => fb::TensorType::Int8,
-        DataType::Uint8 => fb::TensorType::Uint8,
-        DataType::Int16 => fb::TensorType::Int16,
-        DataType::Int32 => fb::TensorType::Int32,
-        DataType::Int64 => fb::TensorType::Int64,
-        DataType::Bool => fb::TensorType::Bool,
-        DataType::Float16 => fb::TensorType::Float16,
+        Dtype::Float32 => fb::TensorType::Float32,
+        Dtype::Int8 => fb::TensorType::Int8,
+        Dtype::Uint8 => fb::TensorType::Uint8,
+        Dtype::Int16 => fb::TensorType::Int16,
+        Dtype::Int32 => fb::TensorType::Int32,
+        Dtype::Int64 => fb::TensorType::Int64,
+        Dtype::Bool => fb::TensorType::Bool,
+        Dtype::Float16 => fb::TensorType::Float16,
     }
 }
 

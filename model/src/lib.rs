@@ -32,78 +32,11 @@ pub mod tinyseg;
 pub mod zoo;
 
 use std::collections::HashSet;
-use std::fmt;
 
 use memtrace_abi::out_size;
-use memtrace_abi::spec::{self, LayerSpec, LayerSpecBuilder};
-pub use memtrace_abi::{Activation, OpKind, Padding};
+use memtrace_abi::spec::{LayerSpec, LayerSpecBuilder};
+pub use memtrace_abi::{Activation, Dtype, OpKind, Padding};
 use serde::{Deserialize, Serialize};
-
-/// Element type of a tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DataType {
-    /// 32-bit float.
-    Float32,
-    /// Signed 8-bit integer.
-    Int8,
-    /// Unsigned 8-bit integer.
-    Uint8,
-    /// Signed 16-bit integer.
-    Int16,
-    /// Signed 32-bit integer.
-    Int32,
-    /// Signed 64-bit integer.
-    Int64,
-    /// Boolean, one byte per element.
-    Bool,
-    /// 16-bit float.
-    Float16,
-}
-
-impl DataType {
-    /// Bytes per element.
-    pub fn size(self) -> u64 {
-        match self {
-            DataType::Int8 | DataType::Uint8 | DataType::Bool => 1,
-            DataType::Int16 | DataType::Float16 => 2,
-            DataType::Float32 | DataType::Int32 => 4,
-            DataType::Int64 => 8,
-        }
-    }
-
-    /// Lower-case name used in reports (`float32`, `int8`, ...).
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            DataType::Float32 => "float32",
-            DataType::Int8 => "int8",
-            DataType::Uint8 => "uint8",
-            DataType::Int16 => "int16",
-            DataType::Int32 => "int32",
-            DataType::Int64 => "int64",
-            DataType::Bool => "bool",
-            DataType::Float16 => "float16",
-        }
-    }
-
-    /// The kernel-suite dtype whose O_s applies. `uint8` maps to `int8`: same
-    /// element size, and TFLite's uint8 reference kernels (Conv, DepthwiseConv,
-    /// pools, FullyConnected) walk exactly the loop nests of the int8 ones, so
-    /// their load/store order — the only thing O_s depends on — is the same.
-    pub(crate) fn spec_dtype(self) -> Option<spec::Dtype> {
-        match self {
-            DataType::Float32 => Some(spec::Dtype::F32),
-            DataType::Int8 | DataType::Uint8 => Some(spec::Dtype::Int8),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Affine quantisation parameters (`real = scale · (q − zero_point)`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -124,7 +57,7 @@ pub struct Tensor {
     /// Dimensions, outermost first (empty for a scalar).
     pub shape: Vec<u32>,
     /// Element type.
-    pub dtype: DataType,
+    pub dtype: Dtype,
     /// Bytes of its data: elements × element size.
     pub bytes: u64,
     /// Holds constant data (weights, biases, shape operands): it lives in
@@ -722,7 +655,7 @@ impl Model {
             }
         };
         let shape_t = operand(0, "output shape")?;
-        if shape_t.dtype != DataType::Int32 || shape_t.elements() != 4 {
+        if shape_t.dtype != Dtype::Int32 || shape_t.elements() != 4 {
             return Err(format!(
                 "output shape operand {} must be 4 int32 values",
                 show(shape_t)
@@ -855,8 +788,8 @@ impl Model {
         let o = self.ops.get(op)?;
         let input = self.tensors.get(o.data_input()?)?;
         let output = self.tensors.get(*o.outputs.first()?)?;
-        let dtype = input.dtype.spec_dtype()?;
-        if output.dtype.spec_dtype()? != dtype || input.dtype.size() != output.dtype.size() {
+        let dtype = input.dtype.suite_equivalent()?;
+        if output.dtype.suite_equivalent()? != dtype || input.dtype.size() != output.dtype.size() {
             return None;
         }
         // The suite fuses none, relu and relu6 only.
@@ -960,7 +893,7 @@ impl Model {
     /// the output's type, rank at most 4, the axis (negative counts from
     /// the end) moved to NHWC by the left-padding to 4-D. Inputs of other
     /// counts have no suite layer.
-    fn concatenation_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
+    fn concatenation_builder(&self, o: &Op, dtype: Dtype) -> Option<LayerSpecBuilder> {
         let [a, b] = o.inputs[..] else {
             return None;
         };
@@ -989,12 +922,12 @@ impl Model {
     /// paddings tensor read as before/after amounts, left-padded with zeros
     /// to NHWC as TFLM does. A PAD whose paddings are not constant (or are
     /// negative) has no suite layer.
-    fn pad_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
+    fn pad_builder(&self, o: &Op, dtype: Dtype) -> Option<LayerSpecBuilder> {
         let input = self.tensors.get(*o.inputs.first()?)?;
         let paddings = self.tensors.get(*o.inputs.get(1)?)?;
         let rank = input.shape.len();
         let data = paddings.data.as_ref()?;
-        if paddings.dtype != DataType::Int32 || rank > 4 || data.len() != rank * 2 * 4 {
+        if paddings.dtype != Dtype::Int32 || rank > 4 || data.len() != rank * 2 * 4 {
             return None;
         }
         let word = |i: usize| {
@@ -1045,7 +978,7 @@ impl Model {
                 let input = op.data_input().and_then(|t| self.tensors.get(t));
                 let output = op.outputs.first().and_then(|&t| self.tensors.get(t));
                 match (op.kind, input, output) {
-                    (OpKind::TransposeConv, Some(x), Some(y)) if x.dtype == DataType::Int8 => {
+                    (OpKind::TransposeConv, Some(x), Some(y)) if x.dtype == Dtype::Int8 => {
                         y.elements() * op.options.accumulator.size()
                     }
                     _ => 0,
@@ -1087,7 +1020,7 @@ impl Model {
             m.tensors.push(Tensor {
                 name: format!("{}/scratch", owner.unwrap_or_else(|| format!("op{op}"))),
                 shape: vec![bytes as u32],
-                dtype: DataType::Int8,
+                dtype: Dtype::Int8,
                 bytes,
                 is_constant: false,
                 is_variable: false,

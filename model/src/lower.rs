@@ -11,11 +11,9 @@
 //! g = √2 before a ReLU/ReLU6 (He) and 1 otherwise; softmax outputs use TFLM's
 //! required scale 1/256 and zero point −128.
 
-use memtrace_abi::program::{
-    OpParams, Program, ProgramDtype, ProgramOp, ProgramTensor, TensorData,
-};
+use memtrace_abi::program::{OpParams, Program, ProgramOp, ProgramTensor, TensorData};
 
-use crate::{Accumulator, Activation, DataType, Model, Op, OpKind, Quantization, Tensor};
+use crate::{Accumulator, Activation, Dtype, Model, Op, OpKind, Quantization, Tensor};
 
 use memtrace_overlap::rng::Rng;
 
@@ -79,14 +77,9 @@ impl LowerError {
     }
 }
 
-fn dtype(d: DataType) -> Option<ProgramDtype> {
-    Some(match d {
-        DataType::Float32 => ProgramDtype::F32,
-        DataType::Int8 => ProgramDtype::Int8,
-        DataType::Uint8 => ProgramDtype::Uint8,
-        DataType::Int32 => ProgramDtype::Int32,
-        _ => return None,
-    })
+/// `d` if the executor's program has tensors of that type.
+fn dtype(d: Dtype) -> Option<Dtype> {
+    d.program_code().map(|_| d)
 }
 
 const ACT_SCALE: f64 = 0.05;
@@ -102,22 +95,22 @@ fn act_q(t: &Tensor, softmax_out: bool) -> (f64, i32) {
         }
     }
     match (softmax_out, t.dtype) {
-        (true, DataType::Uint8) => (1.0 / 256.0, 0),
+        (true, Dtype::Uint8) => (1.0 / 256.0, 0),
         (true, _) => (1.0 / 256.0, -128),
-        (false, DataType::Uint8) => (ACT_SCALE, 128),
+        (false, Dtype::Uint8) => (ACT_SCALE, 128),
         _ => (ACT_SCALE, 0),
     }
 }
 
-fn qrange(d: DataType) -> (i32, i32) {
+fn qrange(d: Dtype) -> (i32, i32) {
     match d {
-        DataType::Uint8 => (0, 255),
+        Dtype::Uint8 => (0, 255),
         _ => (-128, 127),
     }
 }
 
 /// TFLite `CalculateActivationRangeQuantized`.
-fn act_range(act: Activation, d: DataType, scale: f64, zp: i32) -> (i32, i32) {
+fn act_range(act: Activation, d: Dtype, scale: f64, zp: i32) -> (i32, i32) {
     let (qmin, qmax) = qrange(d);
     let q = |v: f64| zp + (v / scale).round() as i32;
     match act {
@@ -234,7 +227,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
     let producers = model.producers();
     for (i, t) in m.tensors.iter_mut().enumerate() {
         if !t.is_constant
-            && matches!(t.dtype, DataType::Int8 | DataType::Uint8)
+            && matches!(t.dtype, Dtype::Int8 | Dtype::Uint8)
             && t.quantization.is_none()
         {
             let softmax = producers[i].is_some_and(|p| model.ops[p].kind == OpKind::Softmax);
@@ -262,7 +255,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
                 };
                 let (sx, _) = act_q(&m.tensors[x], false);
                 let (sy, _) = act_q(&m.tensors[y], false);
-                let quantized = matches!(m.tensors[x].dtype, DataType::Int8 | DataType::Uint8);
+                let quantized = matches!(m.tensors[x].dtype, Dtype::Int8 | Dtype::Uint8);
                 let channels = if op.kind == OpKind::FullyConnected {
                     1
                 } else {
@@ -276,10 +269,7 @@ pub fn materialize(model: &Model, seed: u64) -> Model {
                     let ws = sy * gain / (sx * 73.0 * (k as f64).sqrt());
                     w.quantization = Some(Quantization {
                         scale: vec![ws as f32; channels],
-                        zero_point: vec![
-                            if w.dtype == DataType::Uint8 { 128 } else { 0 };
-                            channels
-                        ],
+                        zero_point: vec![if w.dtype == Dtype::Uint8 { 128 } else { 0 }; channels],
                         quantized_dimension: if op.kind == OpKind::DepthwiseConv2d {
                             3
                         } else {
@@ -331,7 +321,7 @@ fn fill_shape_operand(m: &mut Model, si: usize, y: usize) {
         .flat_map(|&d| (d as i32).to_le_bytes())
         .collect();
     let st = &mut m.tensors[si];
-    if st.data.is_none() && st.dtype == DataType::Int32 && st.bytes == shape.len() as u64 {
+    if st.data.is_none() && st.dtype == Dtype::Int32 && st.bytes == shape.len() as u64 {
         st.data = Some(shape);
     }
 }
@@ -536,13 +526,13 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
         let xt = &model.tensors[x];
         let yt = &model.tensors[y];
         let d = dtype(xt.dtype)
-            .filter(|d| *d != ProgramDtype::Int32)
+            .filter(|d| *d != Dtype::Int32)
             .ok_or_else(|| fail(oi, format!("input type {}", xt.dtype)))?;
         let xi = arena_tensor(x, oi, &mut tensors)?;
         let yi = arena_tensor(y, oi, &mut tensors)?;
         let (sx, zx) = act_q(xt, false);
         let (sy, zy) = act_q(yt, op.kind == OpKind::Softmax);
-        let quantized = d != ProgramDtype::F32;
+        let quantized = d != Dtype::Float32;
         let mut p = OpParams {
             stride_h: op.options.stride.0 as i32,
             stride_w: op.options.stride.1 as i32,
@@ -584,7 +574,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 }
                 let wt = &model.tensors[wi];
                 // Refused rather than run to outputs TFLM would not give.
-                if xt.dtype == DataType::Float32 && wt.dtype != DataType::Float32 {
+                if xt.dtype == Dtype::Float32 && wt.dtype != Dtype::Float32 {
                     return Err(fail(
                         oi,
                         format!(
@@ -601,7 +591,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                         .is_some_and(|q| q.scale.windows(2).any(|w| w[0] != w[1]));
                 if fc_per_channel {
                     let scales = wt.quantization.as_ref().map_or(&[][..], |q| &q.scale[..]);
-                    if d != ProgramDtype::Int8 || scales.len() != out_c_of(yt) {
+                    if d != Dtype::Int8 || scales.len() != out_c_of(yt) {
                         return Err(fail(
                             oi,
                             format!(
@@ -676,15 +666,13 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     bias = Some(tensors.len() as u32 - 1);
                 }
                 if quantized {
-                    p.weights_offset = if d == ProgramDtype::Uint8 { -w_zp } else { 0 };
+                    p.weights_offset = if d == Dtype::Uint8 { -w_zp } else { 0 };
                     let ms: Vec<(i32, i32)> = w_scales
                         .iter()
                         .map(|ws| quantize_multiplier(sx * ws / sy))
                         .collect();
                     (p.output_multiplier, p.output_shift) = ms[0];
-                    if d == ProgramDtype::Int8
-                        && (op.kind != OpKind::FullyConnected || fc_per_channel)
-                    {
+                    if d == Dtype::Int8 && (op.kind != OpKind::FullyConnected || fc_per_channel) {
                         per_channel = ms;
                     }
                 }
@@ -818,9 +806,9 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 p.quant_scale = s as f32;
                 p.quant_zero_point = z;
                 let ok = if op.kind == OpKind::Quantize {
-                    d == ProgramDtype::F32 && matches!(yt.dtype, DataType::Int8 | DataType::Uint8)
+                    d == Dtype::Float32 && matches!(yt.dtype, Dtype::Int8 | Dtype::Uint8)
                 } else {
-                    quantized && yt.dtype == DataType::Float32
+                    quantized && yt.dtype == Dtype::Float32
                 };
                 if !ok {
                     return Err(fail(
@@ -838,7 +826,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 };
                 (p.act_min, p.act_max) = act_range(act, yt.dtype, sy, zy);
                 (p.float_min, p.float_max) = float_range(act);
-                if d == ProgramDtype::Uint8 {
+                if d == Dtype::Uint8 {
                     return Err(fail(oi, "uint8 activations are not supported".into()));
                 }
                 op.kind
@@ -851,7 +839,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                     .ok_or_else(|| fail(oi, "no paddings".into()))?;
                 tensors.push(ProgramTensor {
                     name: names[pi].clone(),
-                    dtype: ProgramDtype::Int32,
+                    dtype: Dtype::Int32,
                     dims: vec![4, 2],
                     zero_point: 0,
                     data: TensorData::Constant(
@@ -940,7 +928,7 @@ fn pad_amounts(model: &Model, op: &Op, x: &Tensor) -> Result<[i32; 8], String> {
         .ok_or("no paddings input")?;
     let rank = x.shape.len();
     let data = match &p.data {
-        Some(d) if p.dtype == DataType::Int32 && rank <= 4 && d.len() == rank * 8 => d,
+        Some(d) if p.dtype == Dtype::Int32 && rank <= 4 && d.len() == rank * 8 => d,
         _ => {
             return Err(format!(
                 "the paddings `{}` are not a constant int32 [{rank}, 2] tensor",
@@ -985,13 +973,13 @@ fn pad_amounts(model: &Model, op: &Op, x: &Tensor) -> Result<[i32; 8], String> {
 /// build freestanding) without a fused activation (TFLM's int8 kernel
 /// computes its clamp for `kTfLiteActNone` whatever the options say, so a
 /// fused activation would silently differ from the model).
-fn check_transpose_conv(op: &Op, d: ProgramDtype) -> Result<(), String> {
-    if d != ProgramDtype::Int8 {
+fn check_transpose_conv(op: &Op, d: Dtype) -> Result<(), String> {
+    if d != Dtype::Int8 {
         return Err(format!(
             "{} transpose convolution has no executor kernel (int8 only)",
             match d {
-                ProgramDtype::F32 => "float32",
-                ProgramDtype::Uint8 => "uint8",
+                Dtype::Float32 => "float32",
+                Dtype::Uint8 => "uint8",
                 _ => "this",
             }
         ));
@@ -1059,7 +1047,7 @@ fn concatenation_axis(model: &Model, op: &Op) -> Result<i32, String> {
                 x.name, x.dtype, y.dtype
             ));
         }
-        if y.dtype == DataType::Uint8 && act_q(x, false) != act_q(y, false) {
+        if y.dtype == Dtype::Uint8 && act_q(x, false) != act_q(y, false) {
             return Err(format!(
                 "uint8 input `{}` is quantised differently from the output",
                 x.name
@@ -1078,13 +1066,13 @@ fn concatenation_axis(model: &Model, op: &Op) -> Result<i32, String> {
 fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize, gain: f32) -> Vec<u8> {
     let n = t.elements() as usize;
     match t.dtype {
-        DataType::Float32 => {
+        Dtype::Float32 => {
             let a = gain * (3.0 / k as f32).sqrt();
             (0..n)
                 .flat_map(|_| rng.float(-a, a).to_le_bytes())
                 .collect()
         }
-        DataType::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
+        Dtype::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
         _ => (0..n).map(|_| rng.int(-127, 127) as i8 as u8).collect(),
     }
 }
@@ -1092,7 +1080,7 @@ fn synth_weights(rng: &mut Rng, t: &Tensor, k: usize, gain: f32) -> Vec<u8> {
 fn synth_bias(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
     let n = t.elements() as usize;
     match t.dtype {
-        DataType::Float32 => (0..n)
+        Dtype::Float32 => (0..n)
             .flat_map(|_| rng.float(-0.1, 0.1).to_le_bytes())
             .collect(),
         _ => (0..n)
@@ -1109,26 +1097,26 @@ pub(crate) fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
 /// `n` seeded values of `dtype`, little-endian: the whole range of 8- and
 /// 16-bit integers, floats in [−1, 1), small wider integers (shape and
 /// index operands stay meaningful), booleans as 0 or 1.
-pub fn synth_values(rng: &mut Rng, dtype: DataType, n: usize) -> Vec<u8> {
+pub fn synth_values(rng: &mut Rng, dtype: Dtype, n: usize) -> Vec<u8> {
     match dtype {
-        DataType::Float32 => (0..n)
+        Dtype::Float32 => (0..n)
             .flat_map(|_| rng.float(-1.0, 1.0).to_le_bytes())
             .collect(),
-        DataType::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
-        DataType::Int16 => (0..n)
+        Dtype::Uint8 => (0..n).map(|_| rng.int(0, 255) as u8).collect(),
+        Dtype::Int16 => (0..n)
             .flat_map(|_| (rng.int(-32768, 32767) as i16).to_le_bytes())
             .collect(),
-        DataType::Int32 => (0..n)
+        Dtype::Int32 => (0..n)
             .flat_map(|_| (rng.int(-128, 127) as i32).to_le_bytes())
             .collect(),
-        DataType::Int64 => (0..n)
+        Dtype::Int64 => (0..n)
             .flat_map(|_| rng.int(-128, 127).to_le_bytes())
             .collect(),
-        DataType::Bool => (0..n).map(|_| rng.int(0, 1) as u8).collect(),
-        DataType::Float16 => (0..n)
+        Dtype::Bool => (0..n).map(|_| rng.int(0, 1) as u8).collect(),
+        Dtype::Float16 => (0..n)
             .flat_map(|_| (rng.int(0, 0x3bff) as u16).to_le_bytes())
             .collect(),
-        DataType::Int8 => (0..n).map(|_| rng.int(-128, 127) as i8 as u8).collect(),
+        Dtype::Int8 => (0..n).map(|_| rng.int(-128, 127) as i8 as u8).collect(),
     }
 }
 
@@ -1200,7 +1188,7 @@ mod tests {
         // padding) with the forward window's output size; by hand:
         // total = (forward - 1) * stride + filter - output, padding total / 2.
         let tconv = |padding, k: u32, s: u32, input: u32, output: u32| {
-            let mut g = crate::zoo::GraphBuilder::new("t", DataType::Int8);
+            let mut g = crate::zoo::GraphBuilder::new("t", Dtype::Int8);
             let x = g.input("x", &[1, input, input, 4]);
             let y = g.transpose_conv("y", x, 8, k, s);
             let mut m = g.finish(&[y]);

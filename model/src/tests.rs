@@ -582,7 +582,7 @@ fn transpose_conv_operands_that_disagree_are_named() {
 /// output; what the suite cannot run has no spec.
 #[test]
 fn concatenation_pad_and_transpose_conv_have_kernel_suite_layers() {
-    let mut g = zoo::GraphBuilder::new("ops", DataType::Int8);
+    let mut g = zoo::GraphBuilder::new("ops", Dtype::Int8);
     let x = g.input("x", &[4, 5, 3]);
     let y = g.input("y", &[4, 5, 2]);
     let options = |axis| OpOptions {
@@ -596,7 +596,7 @@ fn concatenation_pad_and_transpose_conv_have_kernel_suite_layers() {
         &[4, 5, 5],
         options(-1),
     );
-    let p = g.tensor("d/paddings", &[3, 2], DataType::Int32, true);
+    let p = g.tensor("d/paddings", &[3, 2], Dtype::Int32, true);
     let d = g.op(
         OpKind::Pad,
         vec![c, p],

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::schema::tflite as fb;
 use super::{
-    Activation, DataType, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
+    Activation, Dtype, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
 };
 
 pub(super) fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelError {
@@ -59,17 +59,17 @@ pub(super) fn builtin_name(debug: &str) -> String {
     out
 }
 
-pub(super) fn dtype(t: fb::TensorType) -> Option<DataType> {
+pub(super) fn dtype(t: fb::TensorType) -> Option<Dtype> {
     use fb::TensorType as T;
     Some(match t {
-        T::Float32 => DataType::Float32,
-        T::Int8 => DataType::Int8,
-        T::Uint8 => DataType::Uint8,
-        T::Int16 => DataType::Int16,
-        T::Int32 => DataType::Int32,
-        T::Int64 => DataType::Int64,
-        T::Bool => DataType::Bool,
-        T::Float16 => DataType::Float16,
+        T::Float32 => Dtype::Float32,
+        T::Int8 => Dtype::Int8,
+        T::Uint8 => Dtype::Uint8,
+        T::Int16 => Dtype::Int16,
+        T::Int32 => Dtype::Int32,
+        T::Int64 => Dtype::Int64,
+        T::Bool => Dtype::Bool,
+        T::Float16 => Dtype::Float16,
         _ => return None,
     })
 }

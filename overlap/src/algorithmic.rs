@@ -143,7 +143,9 @@ pub(crate) fn step_count(spec: &LayerSpec) -> Option<u64> {
             out + out * spec.input[3] as u64
         }
         // zeroing pass + one update per in-bounds tap + bias pass
-        OpKind::TransposeConv if spec.dtype == Dtype::F32 => 2 * out + transpose_conv_taps(spec),
+        OpKind::TransposeConv if spec.dtype == Dtype::Float32 => {
+            2 * out + transpose_conv_taps(spec)
+        }
         _ => out,
     })
 }
@@ -871,7 +873,7 @@ pub(crate) mod tests {
             }
             OpKind::TransposeConv => {
                 let out_n: u64 = spec.output.iter().map(|&d| d as u64).product();
-                let float = spec.dtype == Dtype::F32;
+                let float = spec.dtype == Dtype::Float32;
                 if float {
                     ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
                 }
@@ -1046,7 +1048,7 @@ pub(crate) mod tests {
         ib
     }
 
-    const DTYPES: [Dtype; 2] = [Dtype::F32, Dtype::Int8];
+    const DTYPES: [Dtype; 2] = [Dtype::Float32, Dtype::Int8];
 
     fn table_one() -> LayerSpec {
         LayerSpec::parse(
@@ -1073,7 +1075,7 @@ pub(crate) mod tests {
             }
             let s = LayerSpec::parse(&format!(
                 "op=matmul,dtype={},input=1x1x6x4,filter=1x1x4x5",
-                dtype.name()
+                dtype.spec_name()
             ))
             .unwrap();
             assert_eq!(algorithmic_overlap(&s), Some(0));
@@ -1108,7 +1110,7 @@ pub(crate) mod tests {
         }
         assert!(exact_checked > 1000, "{exact_checked}");
         // Inputs an op does not have have no O_s.
-        let relu = random_spec(&mut rng, OpKind::Relu, Dtype::F32);
+        let relu = random_spec(&mut rng, OpKind::Relu, Dtype::Float32);
         assert_eq!(algorithmic_overlap_of_input(&relu, 1), None);
     }
 

@@ -516,7 +516,7 @@ pub(crate) fn pad_overlap(input_bytes: u64) -> u64 {
 /// tap inside the output, channel 0 — or IB when no input element reaches the
 /// output. With TFLite's padding that pixel is `(0, 0)`: O_s = 0.
 pub(crate) fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
-    if spec.dtype == memtrace_abi::spec::Dtype::Int8 {
+    if spec.dtype == memtrace_abi::Dtype::Int8 {
         return spec.input_bytes();
     }
     let g = Geometry::of(spec);
@@ -542,7 +542,7 @@ mod tests {
     use super::*;
     use crate::algorithmic::tests::{random_spec, Rng};
     use crate::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
-    use memtrace_abi::spec::Dtype;
+    use memtrace_abi::Dtype;
 
     fn spec(text: &str) -> LayerSpec {
         LayerSpec::parse(text).unwrap()
@@ -664,9 +664,12 @@ mod tests {
 
     #[test]
     fn element_wise_ops_are_the_output_size_and_matmul_zero() {
-        for dtype in [Dtype::F32, Dtype::Int8] {
+        for dtype in [Dtype::Float32, Dtype::Int8] {
             for op in ["relu", "add"] {
-                let s = spec(&format!("op={op},dtype={},input=1x10x10x8", dtype.name()));
+                let s = spec(&format!(
+                    "op={op},dtype={},input=1x10x10x8",
+                    dtype.spec_name()
+                ));
                 assert_eq!(analytic_overlap(&s), Some(s.output_bytes()));
                 assert_eq!(
                     analytic_overlap_as_printed(&s),
@@ -676,7 +679,7 @@ mod tests {
             }
             let m = spec(&format!(
                 "op=matmul,dtype={},input=1x1x9x7,filter=1x1x7x5",
-                dtype.name()
+                dtype.spec_name()
             ));
             assert_eq!(analytic_overlap(&m), Some(0));
             assert_eq!(analytic_overlap_as_printed(&m), Some(0));
@@ -705,7 +708,7 @@ mod tests {
     fn analytic_never_exceeds_algorithmic_for_random_configs() {
         let mut rng = Rng::new(0x5EED_A001);
         for op in OpKind::SUITE {
-            for dtype in [Dtype::F32, Dtype::Int8] {
+            for dtype in [Dtype::Float32, Dtype::Int8] {
                 let mut printed_violations = 0;
                 for _ in 0..400 {
                     let s = random_spec(&mut rng, op, dtype);

@@ -79,7 +79,7 @@ pub(crate) const MAX_DRAWS: u32 = 100_000;
 #[error(
     "no random {} {} configuration fits --budget {budget} estimated instructions after {draws} draws{}; raise --budget",
     op.name(),
-    dtype.name(),
+    dtype.spec_name(),
     cheapest.map(|c| format!(" (the cheapest drawn needs {c})")).unwrap_or_default()
 )]
 pub struct BudgetError {
@@ -281,7 +281,7 @@ impl Iterator for RandomConfigs {
 pub fn random_config_iter(op: OpKind, dtype: Dtype, seed: u64, budget: u64) -> RandomConfigs {
     let stream = seed
         ^ ((op.job_code().unwrap_or(0) as u64) << 40)
-        ^ ((dtype.job_code() as u64) << 48)
+        ^ ((dtype.job_code().unwrap_or(0) as u64) << 48)
         ^ 0x6D65_6D74_7261_6365; // "memtrace"
     RandomConfigs {
         rng: Rng::new(stream),
@@ -409,7 +409,7 @@ pub fn short_text(spec: &LayerSpec) -> String {
     let mut t = format!(
         "{} {} {}",
         spec.op.name(),
-        spec.dtype.name(),
+        spec.dtype.spec_name(),
         shape(&spec.input)
     );
     match spec.op {
@@ -485,7 +485,7 @@ mod tests {
     #[test]
     fn random_configs_are_valid_small_and_prefix_stable() {
         for op in OpKind::SUITE {
-            for dtype in [Dtype::F32, Dtype::Int8] {
+            for dtype in [Dtype::Float32, Dtype::Int8] {
                 let a = random_configs(op, dtype, 300, 7, DEFAULT_BUDGET);
                 let b = random_configs(op, dtype, 20, 7, DEFAULT_BUDGET);
                 assert_eq!(&a[..20], &b[..]);
@@ -518,8 +518,8 @@ mod tests {
             }
         }
         assert_ne!(
-            random_configs(OpKind::Conv2d, Dtype::F32, 5, 1, DEFAULT_BUDGET),
-            random_configs(OpKind::Conv2d, Dtype::F32, 5, 2, DEFAULT_BUDGET)
+            random_configs(OpKind::Conv2d, Dtype::Float32, 5, 1, DEFAULT_BUDGET),
+            random_configs(OpKind::Conv2d, Dtype::Float32, 5, 2, DEFAULT_BUDGET)
         );
     }
 
@@ -543,7 +543,7 @@ mod tests {
         }
         let stream = seed
             ^ ((op.job_code().unwrap_or(0) as u64) << 40)
-            ^ ((dtype.job_code() as u64) << 48)
+            ^ ((dtype.job_code().unwrap_or(0) as u64) << 48)
             ^ 0x6D65_6D74_7261_6365; // "memtrace"
         let mut rng = Rng::new(stream);
         (0..count)
@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn the_lazy_stream_gives_the_old_configurations_in_the_old_order() {
         for op in OpKind::SUITE {
-            for dtype in [Dtype::F32, Dtype::Int8] {
+            for dtype in [Dtype::Float32, Dtype::Int8] {
                 for (seed, budget) in [(1, DEFAULT_BUDGET), (7, DEFAULT_BUDGET), (99, 200_000)] {
                     let old = old_random_configs(op, dtype, 200, seed, budget);
                     let lazy: Vec<LayerSpec> = random_config_iter(op, dtype, seed, budget)
@@ -572,9 +572,9 @@ mod tests {
         }
         // Lazy: the stream holds one generator state, however far it goes.
         assert!(std::mem::size_of::<RandomConfigs>() <= 64);
-        let mut it = random_config_iter(OpKind::Relu, Dtype::F32, 3, DEFAULT_BUDGET);
+        let mut it = random_config_iter(OpKind::Relu, Dtype::Float32, 3, DEFAULT_BUDGET);
         let far = it.nth(4_999).unwrap().unwrap();
-        let eager = old_random_configs(OpKind::Relu, Dtype::F32, 5_000, 3, DEFAULT_BUDGET);
+        let eager = old_random_configs(OpKind::Relu, Dtype::Float32, 5_000, 3, DEFAULT_BUDGET);
         assert_eq!(far, eager[4_999]);
     }
 
@@ -583,7 +583,7 @@ mod tests {
         // The cheapest configuration of any op (all extents 1) costs more
         // than 5000 estimated instructions: nothing can fit 5000.
         let one = |op: OpKind| {
-            let b = LayerSpecBuilder::new(op, Dtype::F32, [1, 1, 1, 1]);
+            let b = LayerSpecBuilder::new(op, Dtype::Float32, [1, 1, 1, 1]);
             match op {
                 OpKind::Add | OpKind::Relu => b,
                 OpKind::Concatenation => b.concat([1, 1, 1, 1], 3),
@@ -617,7 +617,7 @@ mod tests {
         }
         // Just above the floor is feasible, and every config found is cheap.
         let relu_floor = estimated_instructions(&one(OpKind::Relu));
-        let cheap = try_random_configs(OpKind::Relu, Dtype::F32, 3, 1, relu_floor * 4).unwrap();
+        let cheap = try_random_configs(OpKind::Relu, Dtype::Float32, 3, 1, relu_floor * 4).unwrap();
         assert!(cheap
             .iter()
             .all(|s| estimated_instructions(s) <= relu_floor * 4));

@@ -10,7 +10,7 @@ impl LayerSpec {
         w[JOB_MAGIC] = MEMTRACE_JOB_MAGIC as i32;
         // LayerSpec::new admits only the ops the suite runs.
         w[JOB_OP] = self.op.job_code().unwrap_or(0);
-        w[JOB_DTYPE] = self.dtype.job_code();
+        w[JOB_DTYPE] = self.dtype.job_code().unwrap_or(0);
         for i in 0..4 {
             w[JOB_INPUT + i] = self.input[i] as i32;
             w[JOB_FILTER + i] = self.filter[i] as i32;

@@ -19,7 +19,7 @@ mod text;
 use serde::{Deserialize, Serialize};
 
 pub use crate::activation::Activation;
-pub use crate::dtype::{Dtype, JOB_DTYPE_CODES};
+pub use crate::dtype::{Dtype, JOB_DTYPE_CODES, PROGRAM_DTYPE_CODES};
 pub use crate::geometry::{shape_text, Padding, Shape};
 pub use crate::op::{OpKind, JOB_OP_CODES, PROGRAM_KIND_CODES};
 pub use job::*;
@@ -33,7 +33,9 @@ use crate::UnknownName;
 pub struct LayerSpec {
     /// Operator of the layer.
     pub op: OpKind,
-    /// Element type of all tensors of the layer.
+    /// Element type of all tensors of the layer (written by its spec name,
+    /// `f32` or `int8`).
+    #[serde(with = "crate::dtype::spec_serde")]
     pub dtype: Dtype,
     /// N, H, W, C. For `fully_connected` and `matmul`: [1, 1, rows, depth].
     pub input: Shape,

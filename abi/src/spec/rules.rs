@@ -54,6 +54,12 @@ pub(super) fn check_common_fields(b: &LayerSpecBuilder) -> Result<(), SpecError>
             op.name()
         )));
     }
+    if b.dtype.job_code().is_none() {
+        return Err(SpecError::new(format!(
+            "dtype {} is not one the kernel suite runs (f32, int8)",
+            b.dtype.spec_name()
+        )));
+    }
     if b.activation.job_code().is_none() {
         return Err(SpecError::new(format!(
             "activation {} is not one the kernel suite fuses (none, relu, relu6)",

@@ -191,7 +191,7 @@ impl LayerSpec {
         };
         let spec = LayerSpec::new(LayerSpecBuilder {
             op,
-            dtype: fields.dtype.unwrap_or(Dtype::F32),
+            dtype: fields.dtype.unwrap_or(Dtype::Float32),
             input,
             filter,
             stride: fields.stride.unwrap_or((1, 1)),
@@ -216,7 +216,7 @@ impl fmt::Display for LayerSpec {
             f,
             "op={},dtype={},input={}",
             self.op.name(),
-            self.dtype.name(),
+            self.dtype.spec_name(),
             shape_text(&self.input)
         )?;
         if let (Some(in2), Some(axis)) = (self.input2, self.axis) {

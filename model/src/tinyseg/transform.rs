@@ -8,7 +8,7 @@
 //! carried over.
 
 use crate::cold::GraphColdRange;
-use crate::{Accumulator, DataType, Model, Op, OpKind, OpOptions, Tensor};
+use crate::{Accumulator, Dtype, Model, Op, OpKind, OpOptions, Tensor};
 
 /// A model in execution order and where its operators came from.
 #[derive(Clone, Debug)]
@@ -380,7 +380,7 @@ pub fn narrow_scratch(graph: &Graph, policy: NarrowScratch) -> Option<(Graph, Ve
         let op = &g.model.ops[i];
         let int8 = op
             .data_input()
-            .is_some_and(|t| g.model.tensors[t].dtype == DataType::Int8);
+            .is_some_and(|t| g.model.tensors[t].dtype == Dtype::Int8);
         let (Some(scratch), Some(&y)) = (op.scratch, op.outputs.first()) else {
             continue;
         };
