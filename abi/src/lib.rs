@@ -7,6 +7,7 @@
 //!   [`dtype`] (element types), [`activation`] (fused activations) and
 //!   [`geometry`] (padding, output sizes);
 //! * [`spec`]: layer configurations and the job mailbox of `memtrace_job.h`;
+//! * [`symbols`]: the guest symbols the host finds by name;
 //! * [`program`]: the whole-model program of `memtrace_program.h`;
 //! * [`tflm`]: the mailbox of the TFLM runner guests (`memtrace_tflm.h`);
 //! * [`event`]: the event stream the tracer sends;
@@ -38,6 +39,7 @@ pub mod op;
 pub mod program;
 pub mod protocol;
 pub mod spec;
+pub mod symbols;
 pub mod tflm;
 
 pub use activation::Activation;

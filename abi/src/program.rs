@@ -129,6 +129,77 @@ c_constants! {
     }
 }
 
+/// How the executor's run ended: its exit codes (`enum` in
+/// `harness-c/executor/executor.h`, docs/protocol.md §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutorExit {
+    /// Every operator ran (`kOk`).
+    Ok = 0,
+    /// No or invalid program at `memtrace_arena` (`kNoProgram`).
+    NoProgram = 3,
+    /// An operator or element type the executor has no kernel for
+    /// (`kUnsupported`).
+    Unsupported = 4,
+    /// An operator needs scratch memory the program does not give it
+    /// (`kNoScratch`).
+    NoScratch = 6,
+    /// The kernel library returned an error status (`kLibraryError`).
+    LibraryError = 7,
+}
+
+impl ExecutorExit {
+    /// Every exit code, in code order.
+    pub const ALL: [ExecutorExit; 5] = [
+        ExecutorExit::Ok,
+        ExecutorExit::NoProgram,
+        ExecutorExit::Unsupported,
+        ExecutorExit::NoScratch,
+        ExecutorExit::LibraryError,
+    ];
+
+    /// The executor's exit code.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The exit of `code`, if the executor has it.
+    pub fn from_code(code: i32) -> Option<ExecutorExit> {
+        ExecutorExit::ALL.into_iter().find(|e| e.code() == code)
+    }
+
+    /// The name of the code in `executor.h`.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            ExecutorExit::Ok => "kOk",
+            ExecutorExit::NoProgram => "kNoProgram",
+            ExecutorExit::Unsupported => "kUnsupported",
+            ExecutorExit::NoScratch => "kNoScratch",
+            ExecutorExit::LibraryError => "kLibraryError",
+        }
+    }
+
+    /// What the code says, for error messages.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExecutorExit::Ok => "success",
+            ExecutorExit::NoProgram => "no program",
+            ExecutorExit::Unsupported => "unsupported operator",
+            ExecutorExit::NoScratch => "scratch missing",
+            ExecutorExit::LibraryError => "the kernel library reported an error",
+        }
+    }
+
+    /// The failure codes and their meanings, as a hint after "exited with
+    /// code N": `3: no program, 4: unsupported operator, …; docs/protocol.md §9`.
+    pub fn hint() -> String {
+        let codes: Vec<String> = ExecutorExit::ALL[1..]
+            .iter()
+            .map(|e| format!("{}: {}", e.code(), e.meaning()))
+            .collect();
+        format!("{}; docs/protocol.md §9", codes.join(", "))
+    }
+}
+
 /// Words in the program header.
 pub const HEADER_WORDS: usize = PRG_HEADER_WORDS;
 /// Words per tensor record.
@@ -778,5 +849,18 @@ mod tests {
         let mut many = three.clone();
         many.ops[0].inputs = vec![0; MEMTRACE_PROGRAM_MAX_INPUTS + 1];
         assert!(many.encode().unwrap_err().to_string().contains("11 inputs"));
+    }
+
+    #[test]
+    fn exit_codes_round_trip_and_say_what_they_mean() {
+        for e in ExecutorExit::ALL {
+            assert_eq!(ExecutorExit::from_code(e.code()), Some(e));
+        }
+        assert_eq!(ExecutorExit::from_code(5), None);
+        assert_eq!(
+            ExecutorExit::hint(),
+            "3: no program, 4: unsupported operator, 6: scratch missing, 7: the kernel \
+             library reported an error; docs/protocol.md §9"
+        );
     }
 }

@@ -552,7 +552,7 @@ fn trace_job(
 
 /// Fails early when `image` has no job mailbox (it is not a kernel suite).
 pub fn require_job_mailbox(image: &ElfImage) -> Result<()> {
-    if image.symbol("memtrace_job").is_none() {
+    if image.symbol(memtrace_abi::symbols::JOB).is_none() {
         bail!(
             "{} has no `memtrace_job` mailbox, so layer configurations cannot be sent to it (build harness-c's suite.elf, or see docs/protocol.md)",
             image.path.display()
