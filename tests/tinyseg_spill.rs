@@ -193,7 +193,7 @@ fn fused_fetching_lowers_the_peak_by_the_papers_formula() {
         &TinysegOptions::default(),
     )
     .unwrap();
-    let actions: Vec<&str> = o.steps.iter().map(|s| s.action.as_str()).collect();
+    let actions: Vec<&str> = o.steps.iter().map(|s| s.action.name()).collect();
     assert_eq!(
         actions,
         ["original", "spill", "fetch+concat", "fetch+conv2d"]

@@ -53,25 +53,37 @@ pub(crate) fn quantize_multiplier(m: f64) -> (i32, i32) {
 #[derive(Debug, thiserror::Error)]
 #[error("{}", self.describe())]
 pub struct LowerError {
-    /// The operator (meaningless for the whole-model kinds `input` and
-    /// `placement`).
+    /// The operator (meaningless for the whole-model kinds
+    /// [`LowerSubject::Input`] and [`LowerSubject::Placement`]).
     pub op: usize,
-    /// The operator's TFLite name, or `input` (the input file) or
-    /// `placement` (the tensors' offsets and the arena size).
-    pub kind: String,
+    /// What cannot be lowered.
+    pub kind: LowerSubject,
     /// Why the executor cannot run it.
     pub reason: String,
 }
 
+/// What a [`LowerError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LowerSubject {
+    /// An operator of this kind.
+    Operator(OpKind),
+    /// The input file.
+    Input,
+    /// The tensors' offsets and the arena size.
+    Placement,
+}
+
 impl LowerError {
     fn describe(&self) -> String {
-        match self.kind.as_str() {
-            "input" | "placement" => {
+        match self.kind {
+            LowerSubject::Input | LowerSubject::Placement => {
                 format!("cannot run the model in the executor: {}", self.reason)
             }
-            _ => format!(
+            LowerSubject::Operator(kind) => format!(
                 "cannot run operator {} ({}) in the executor: {}",
-                self.op, self.kind, self.reason
+                self.op,
+                kind.tflite_name(),
+                self.reason
             ),
         }
     }
@@ -368,7 +380,7 @@ pub fn check_placement(
 ) -> Result<(), LowerError> {
     let placement = |reason: String| LowerError {
         op: 0,
-        kind: "placement".into(),
+        kind: LowerSubject::Placement,
         reason,
     };
     if arena_bytes > MAX_ARENA_BYTES {
@@ -445,7 +457,7 @@ pub(crate) fn check_operator_buffers(
                 if a0 < b1 && b0 < a1 {
                     return Err(LowerError {
                         op: oi,
-                        kind: "placement".into(),
+                        kind: LowerSubject::Placement,
                         reason: format!(
                             "the plan overlaps two buffers of operator {oi} ({} `{}`): {a_what} \
                              `{}` at [{a0}, {a1}) and {b_what} `{}` at [{b0}, {b1}); only an \
@@ -476,7 +488,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
     let (storage, storage_bytes) = storage_layout(model);
     let fail = |op: usize, reason: String| LowerError {
         op,
-        kind: model.ops[op].kind.tflite_name().to_string(),
+        kind: LowerSubject::Operator(model.ops[op].kind),
         reason,
     };
     // Program tensor index per model tensor, created on first use.
@@ -887,7 +899,7 @@ pub fn lower(model: &Model, input: &LowerInput<'_>) -> Result<Program, LowerErro
                 if d.len() as u64 != m.bytes {
                     return Err(LowerError {
                         op: 0,
-                        kind: "input".into(),
+                        kind: LowerSubject::Input,
                         reason: format!(
                             "the input file has {} bytes, graph input `{}` ({} {:?}) needs {}",
                             d.len(),

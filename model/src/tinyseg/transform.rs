@@ -235,16 +235,6 @@ pub enum Fusion {
     Conv2d,
 }
 
-impl Fusion {
-    /// Report name of the fusion.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fusion::Concat => "fetch+concat",
-            Fusion::Conv2d => "fetch+conv2d",
-        }
-    }
-}
-
 /// Fuses the fetching operator at `fetch_op` with the operator right after
 /// it, if that one is its output's only reader and the pair has a fused
 /// form: a `FETCH` into a `CONCATENATION` of at most two inputs, or a
