@@ -429,7 +429,7 @@ impl Row {
             } else {
                 None
             },
-            library: l.attribution.as_ref().map(|a| a.library.clone()),
+            library: l.attribution.as_ref().map(|a| a.library.name().to_owned()),
             kernel: l.attribution.as_ref().map(|a| a.kernel.clone()),
             input2,
             contract: l.contract.as_ref().map(RowContract::of),
