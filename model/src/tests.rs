@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::order::{self, OrderKind};
+use super::shape::{broadcast, check_op_shapes};
 use super::*;
+use memtrace_abi::out_size;
 
 /// `examples/models/` of the tfmicro crate.
 pub(crate) fn tfmicro_models() -> PathBuf {
@@ -543,7 +545,7 @@ fn transpose_conv_operands_that_disagree_are_named() {
         .unwrap();
     // The operator's own check (the input is also the previous operator's
     // output, which the whole-model check would report first).
-    let check = |m: &Model| m.check_op_shapes(&m.ops[op]).unwrap_err();
+    let check = |m: &Model| check_op_shapes(m, &m.ops[op]).unwrap_err();
     base.check_shapes().unwrap();
     // The output-shape operand says something else than the output.
     let mut m = base.clone();
