@@ -6,7 +6,7 @@
 //! file's order; the planners derive other valid execution orders from it.
 //!
 //! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
-//! describes one operator as a [`LayerSpec`], so the O_s methods of
+//! describes one operator as a [`LayerSpec`](memtrace_abi::LayerSpec), so the O_s methods of
 //! [`memtrace_overlap`] apply to it.
 //!
 //! Around the graph: the arena [`planner`]s and the lower bound, TinySeg's
@@ -28,13 +28,13 @@ pub(crate) mod schema;
 mod shape;
 pub mod source;
 pub(crate) mod spill_ops;
+mod suite;
 pub mod tflite;
 pub mod tinyseg;
 pub mod zoo;
 
 use std::collections::HashSet;
 
-use memtrace_abi::spec::{LayerSpec, LayerSpecBuilder};
 pub use memtrace_abi::{Activation, Dtype, OpKind, Padding};
 use serde::{Deserialize, Serialize};
 
@@ -477,169 +477,6 @@ impl Model {
             prev = Some(outs[0]);
         }
         Ok(())
-    }
-
-    /// The layer specification of operator `op` for the O_s methods, if the
-    /// kernel suite runs this kind of operator in this configuration.
-    pub fn layer_spec(&self, op: usize) -> Option<LayerSpec> {
-        let o = self.ops.get(op)?;
-        let input = self.tensors.get(o.data_input()?)?;
-        let output = self.tensors.get(*o.outputs.first()?)?;
-        let dtype = input.dtype.suite_equivalent()?;
-        if output.dtype.suite_equivalent()? != dtype || input.dtype.size() != output.dtype.size() {
-            return None;
-        }
-        // The suite fuses none, relu and relu6 only.
-        o.options.activation.job_code()?;
-        let (activation, padding) = (o.options.activation, o.options.padding);
-        let (sh, sw) = o.options.stride;
-        let (dh, dw) = o.options.dilation;
-        let builder = match o.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
-                let filter = self.tensors.get(*o.inputs.get(1)?)?;
-                let f = shape4(&filter.shape)?;
-                let in4 = shape4(&input.shape)?;
-                let op_kind = if o.kind == OpKind::Conv2d {
-                    OpKind::Conv2d
-                } else {
-                    OpKind::DepthwiseConv2d
-                };
-                let mut b = LayerSpecBuilder::new(op_kind, dtype, in4)
-                    .filter(f)
-                    .stride(sh, sw)
-                    .dilation(dh, dw)
-                    .padding(padding)
-                    .activation(activation);
-                if o.kind == OpKind::DepthwiseConv2d {
-                    if in4[3] == 0 || f[3] % in4[3] != 0 {
-                        return None;
-                    }
-                    b = b.depth_multiplier(f[3] / in4[3]);
-                }
-                b
-            }
-            OpKind::MaxPool | OpKind::AveragePool => {
-                let op_kind = if o.kind == OpKind::MaxPool {
-                    OpKind::MaxPool
-                } else {
-                    OpKind::AveragePool
-                };
-                let (fh, fw) = o.options.filter;
-                LayerSpecBuilder::new(op_kind, dtype, shape4(&input.shape)?)
-                    .filter([1, fh, fw, 1])
-                    .stride(sh, sw)
-                    .padding(padding)
-                    .activation(activation)
-            }
-            OpKind::FullyConnected => {
-                let weights = self.tensors.get(*o.inputs.get(1)?)?;
-                if weights.shape.len() != 2 {
-                    return None;
-                }
-                let (units, depth) = (weights.shape[0], weights.shape[1]);
-                if depth == 0 || input.elements() % depth as u64 != 0 {
-                    return None;
-                }
-                let rows = u32::try_from(input.elements() / depth as u64).ok()?;
-                LayerSpecBuilder::new(OpKind::FullyConnected, dtype, [1, 1, rows, depth])
-                    .filter([1, 1, units, depth])
-                    .activation(activation)
-            }
-            OpKind::Add => {
-                let other = self.tensors.get(*o.inputs.get(1)?)?;
-                if o.inputs.len() != 2
-                    || other.shape != input.shape
-                    || output.shape != input.shape
-                    || other.dtype != input.dtype
-                {
-                    return None;
-                }
-                LayerSpecBuilder::new(OpKind::Add, dtype, shape4(&input.shape)?)
-                    .activation(activation)
-            }
-            OpKind::Relu => {
-                if output.shape != input.shape {
-                    return None;
-                }
-                LayerSpecBuilder::new(OpKind::Relu, dtype, shape4(&input.shape)?)
-            }
-            OpKind::Concatenation => self.concatenation_builder(o, dtype)?,
-            OpKind::Pad => self.pad_builder(o, dtype)?,
-            OpKind::TransposeConv => {
-                // Operands: output shape, weights [OC, KH, KW, IC], input,
-                // optional bias; the output is given, as TFLite gives it.
-                let weights = self.tensors.get(*o.inputs.get(1)?)?;
-                LayerSpecBuilder::new(OpKind::TransposeConv, dtype, shape4(&input.shape)?)
-                    .filter(shape4(&weights.shape)?)
-                    .output(shape4(&output.shape)?)
-                    .stride(sh, sw)
-                    .padding(padding)
-                    .activation(activation)
-            }
-            _ => return None,
-        };
-        let built = builder.build().ok()?;
-        // The spec must describe this operator's real output.
-        if built.output_bytes() != output.bytes || built.input_bytes() != input.bytes {
-            return None;
-        }
-        Some(built)
-    }
-
-    /// The kernel-suite layer of a two-input CONCATENATION: both inputs of
-    /// the output's type, rank at most 4, the axis (negative counts from
-    /// the end) moved to NHWC by the left-padding to 4-D. Inputs of other
-    /// counts have no suite layer.
-    fn concatenation_builder(&self, o: &Op, dtype: Dtype) -> Option<LayerSpecBuilder> {
-        let [a, b] = o.inputs[..] else {
-            return None;
-        };
-        // TFLM's reference CONCATENATION applies no fused activation.
-        if o.options.activation != Activation::None {
-            return None;
-        }
-        let (x, y) = (self.tensors.get(a)?, self.tensors.get(b)?);
-        if x.dtype != y.dtype || x.shape.len() != y.shape.len() {
-            return None;
-        }
-        let rank = x.shape.len() as i32;
-        let axis = o.options.axis.unwrap_or(0);
-        let axis = if axis < 0 { axis + rank } else { axis };
-        if !(0..rank).contains(&axis) {
-            return None;
-        }
-        let axis4 = (axis + 4 - rank) as u32;
-        Some(
-            LayerSpecBuilder::new(OpKind::Concatenation, dtype, shape4(&x.shape)?)
-                .concat(shape4(&y.shape)?, axis4),
-        )
-    }
-
-    /// The kernel-suite layer of a PAD: the constant `[rank, 2]` int32
-    /// paddings tensor read as before/after amounts, left-padded with zeros
-    /// to NHWC as TFLM does. A PAD whose paddings are not constant (or are
-    /// negative) has no suite layer.
-    fn pad_builder(&self, o: &Op, dtype: Dtype) -> Option<LayerSpecBuilder> {
-        let input = self.tensors.get(*o.inputs.first()?)?;
-        let paddings = self.tensors.get(*o.inputs.get(1)?)?;
-        let rank = input.shape.len();
-        let data = paddings.data.as_ref()?;
-        if paddings.dtype != Dtype::Int32 || rank > 4 || data.len() != rank * 2 * 4 {
-            return None;
-        }
-        let word = |i: usize| {
-            let v = i32::from_le_bytes(data[i * 4..i * 4 + 4].try_into().ok()?);
-            u32::try_from(v).ok()
-        };
-        let (mut before, mut after) = ([0u32; 4], [0u32; 4]);
-        for d in 0..rank {
-            before[4 - rank + d] = word(2 * d)?;
-            after[4 - rank + d] = word(2 * d + 1)?;
-        }
-        Some(
-            LayerSpecBuilder::new(OpKind::Pad, dtype, shape4(&input.shape)?)
-                .paddings(before, after),
-        )
     }
 
     /// Non-constant, non-variable tensors that some operator touches or that
