@@ -102,76 +102,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
                 codes.len() - 1
             }
         };
-        let o = &op.options;
-        let options = match op.kind {
-            OpKind::Conv2d => Some(fb::BuiltinOptions::Conv2DOptions(Box::new(
-                fb::Conv2DOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    fused_activation_function: act(o.activation),
-                    dilation_w_factor: o.dilation.1 as i32,
-                    dilation_h_factor: o.dilation.0 as i32,
-                },
-            ))),
-            OpKind::DepthwiseConv2d => Some(fb::BuiltinOptions::DepthwiseConv2DOptions(Box::new(
-                fb::DepthwiseConv2DOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    depth_multiplier: o.depth_multiplier as i32,
-                    fused_activation_function: act(o.activation),
-                    dilation_w_factor: o.dilation.1 as i32,
-                    dilation_h_factor: o.dilation.0 as i32,
-                },
-            ))),
-            OpKind::MaxPool | OpKind::AveragePool => Some(fb::BuiltinOptions::Pool2DOptions(
-                Box::new(fb::Pool2DOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    filter_width: o.filter.1 as i32,
-                    filter_height: o.filter.0 as i32,
-                    fused_activation_function: act(o.activation),
-                }),
-            )),
-            OpKind::FullyConnected => Some(fb::BuiltinOptions::FullyConnectedOptions(Box::new(
-                fb::FullyConnectedOptions {
-                    fused_activation_function: act(o.activation),
-                    ..Default::default()
-                },
-            ))),
-            OpKind::Softmax => Some(fb::BuiltinOptions::SoftmaxOptions(Box::new(
-                fb::SoftmaxOptions { beta: 1.0 },
-            ))),
-            OpKind::Reshape => {
-                let y = &model.tensors[op.outputs[0]];
-                Some(fb::BuiltinOptions::ReshapeOptions(Box::new(
-                    fb::ReshapeOptions {
-                        new_shape: Some(y.shape.iter().map(|&d| d as i32).collect()),
-                    },
-                )))
-            }
-            OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
-                fb::TransposeConvOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    fused_activation_function: act(o.activation),
-                },
-            ))),
-            OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
-                fb::ConcatenationOptions {
-                    axis: o.axis.unwrap_or(-1),
-                    fused_activation_function: act(o.activation),
-                },
-            ))),
-            OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
-                fused_activation_function: act(o.activation),
-                ..Default::default()
-            }))),
-            _ => None,
-        };
+        let options = builtin_options(model, op);
         operators.push(fb::Operator {
             opcode_index: index as u32,
             inputs: Some(op.inputs.iter().map(|&t| t as i32).collect()),
@@ -216,6 +147,80 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
         bytes[4..8].copy_from_slice(b"TFL3");
     }
     Ok(bytes)
+}
+
+/// The builtin options of `op`, as TFLite's schema writes them per operator.
+fn builtin_options(model: &Model, op: &crate::Op) -> Option<fb::BuiltinOptions> {
+    let o = &op.options;
+    match op.kind {
+        OpKind::Conv2d => Some(fb::BuiltinOptions::Conv2DOptions(Box::new(
+            fb::Conv2DOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                fused_activation_function: act(o.activation),
+                dilation_w_factor: o.dilation.1 as i32,
+                dilation_h_factor: o.dilation.0 as i32,
+            },
+        ))),
+        OpKind::DepthwiseConv2d => Some(fb::BuiltinOptions::DepthwiseConv2DOptions(Box::new(
+            fb::DepthwiseConv2DOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                depth_multiplier: o.depth_multiplier as i32,
+                fused_activation_function: act(o.activation),
+                dilation_w_factor: o.dilation.1 as i32,
+                dilation_h_factor: o.dilation.0 as i32,
+            },
+        ))),
+        OpKind::MaxPool | OpKind::AveragePool => Some(fb::BuiltinOptions::Pool2DOptions(Box::new(
+            fb::Pool2DOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                filter_width: o.filter.1 as i32,
+                filter_height: o.filter.0 as i32,
+                fused_activation_function: act(o.activation),
+            },
+        ))),
+        OpKind::FullyConnected => Some(fb::BuiltinOptions::FullyConnectedOptions(Box::new(
+            fb::FullyConnectedOptions {
+                fused_activation_function: act(o.activation),
+                ..Default::default()
+            },
+        ))),
+        OpKind::Softmax => Some(fb::BuiltinOptions::SoftmaxOptions(Box::new(
+            fb::SoftmaxOptions { beta: 1.0 },
+        ))),
+        OpKind::Reshape => {
+            let y = &model.tensors[op.outputs[0]];
+            Some(fb::BuiltinOptions::ReshapeOptions(Box::new(
+                fb::ReshapeOptions {
+                    new_shape: Some(y.shape.iter().map(|&d| d as i32).collect()),
+                },
+            )))
+        }
+        OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
+            fb::TransposeConvOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                fused_activation_function: act(o.activation),
+            },
+        ))),
+        OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
+            fb::ConcatenationOptions {
+                axis: o.axis.unwrap_or(-1),
+                fused_activation_function: act(o.activation),
+            },
+        ))),
+        OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
+            fused_activation_function: act(o.activation),
+            ..Default::default()
+        }))),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
