@@ -36,6 +36,7 @@ pub mod zoo;
 use std::collections::HashSet;
 
 pub use memtrace_abi::{Activation, Dtype, OpKind, Padding};
+pub use order::{OrderKind, PlanOrder};
 use serde::{Deserialize, Serialize};
 
 /// Affine quantisation parameters (`real = scale · (q − zero_point)`).

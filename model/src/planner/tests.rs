@@ -180,7 +180,7 @@ fn reordering_beats_the_default_order_on_a_branching_graph() {
     assert_eq!(greedy.peak_bytes, Some(5216));
     assert_eq!(heap.peak_bytes, Some(5216));
     assert_eq!(reorder.peak_bytes, Some(4960));
-    assert_eq!(reorder.order_name, "reordered");
+    assert_eq!(reorder.order_name.name(), "reordered");
     assert!(ord::is_valid_order(&m, &reorder.order));
     // The default order's own bound is 5216: no placement of it reaches 4960.
     assert_eq!(greedy.lower_bound_bytes, 5216);
@@ -630,7 +630,7 @@ fn planners_with_overlaps_never_need_more_than_without_them_or_than_tflm_greedy(
                     method
                 );
                 assert_eq!(with.overlap, overlaps.method, "keeps its O_s source");
-                assert_eq!(with.planner, planner.name());
+                assert_eq!(with.planner, planner);
             }
         }
     }
