@@ -7,6 +7,10 @@
 #   diff -r old new
 set -euo pipefail
 bin=$(realpath "$1"); out=$(realpath -m "$2")
+# A fresh trace cache: runs taken from an earlier one say so in their reports.
+MEMTRACE_CACHE_DIR=$(mktemp -d)
+export MEMTRACE_CACHE_DIR
+trap 'rm -rf "$MEMTRACE_CACHE_DIR"' EXIT
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 suite=harness-c/build/cortex-m4/suite.elf

@@ -222,3 +222,54 @@ fn a_second_verify_takes_tflms_own_plan_from_the_cache() {
         );
     }
 }
+
+#[test]
+fn a_second_verify_takes_the_executors_reference_run_from_the_cache() {
+    let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
+    for kernels in ["tflm", "cmsis-nn"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path();
+        let args = [
+            model.as_str(),
+            "--runtime",
+            "executor",
+            "--kernels",
+            kernels,
+        ];
+        let fresh = verify_json(cache, &[&args[..], &["--no-cache"]].concat());
+        assert!(entries(cache).is_empty(), "--no-cache writes no entry");
+        let first = verify_json(cache, &args);
+        assert_eq!(first["reference"].get("cached"), None, "{kernels}");
+        let written = entries(cache);
+        assert!(
+            !written.is_empty(),
+            "{kernels}: the first verify fills the cache"
+        );
+        let second = verify_json(cache, &args);
+        assert_eq!(second["reference"]["cached"], true, "{kernels}");
+        assert_eq!(second["plan"].get("cached"), None, "the plan is always run");
+        assert_eq!(entries(cache), written, "{kernels}: nothing traced again");
+        assert_eq!(untimed(first), untimed(fresh.clone()), "{kernels}");
+        assert_eq!(untimed(second), untimed(fresh.clone()), "{kernels}");
+        // With the cached O_s zeroed, verify reports them and plans by them.
+        rewrite_entries(cache, zero_overlaps);
+        let zeroed = verify_json(cache, &args);
+        let total = |v: &serde_json::Value| -> u64 {
+            v["traced_overlaps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|o| o["monotone_bytes"].as_u64())
+                .sum()
+        };
+        assert!(total(&fresh) > 0, "{kernels}");
+        assert_eq!(total(&zeroed), 0, "{kernels}: the cached run was not read");
+        let overlaps = |v: &serde_json::Value| v["plan"]["overlaps_used"].as_array().unwrap().len();
+        assert!(overlaps(&fresh) > 0, "{kernels}");
+        assert_eq!(
+            overlaps(&zeroed),
+            0,
+            "{kernels}: the plan used the cached O_s"
+        );
+    }
+}

@@ -24,13 +24,13 @@
 use std::collections::HashMap;
 
 use memtrace_abi::{Buffer, Event, LayerInfo, Role};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use memtrace_abi::Analysis;
 use memtrace_overlap::empirical::{EmpiricalOverlap, OverlapAccumulator};
 
 /// Who wrote a byte.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Writer {
     /// Layer (operator) name.
     pub op: String,
@@ -39,7 +39,7 @@ pub struct Writer {
 }
 
 /// Reads of destroyed bytes of one tensor by one operator.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Clobber {
     /// The reading operator (layer name) and its position among the layers.
     pub op: String,
@@ -57,7 +57,7 @@ pub struct Clobber {
 }
 
 /// Per-layer result besides clobbers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerOverlap {
     /// Layer (operator) name.
     pub name: String,

@@ -33,6 +33,10 @@ pub struct PlanRunReport {
     pub tensors: Vec<PlacedTensorReport>,
     /// DMO overlaps the plan used.
     pub overlaps_used: Vec<UsedOverlapReport>,
+    /// Taken from the trace cache: `seconds` is the time the run took when
+    /// it was traced.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
 }
 
 /// One placed tensor of a run.
@@ -104,6 +108,10 @@ pub struct OracleComparison {
     /// last bit, so a difference is reported but fails nothing (real TFLM in
     /// the emulator, `--runtime tflm`, is the exact reference there).
     pub float_outputs: bool,
+    /// Wall-clock seconds of the host run (`memtrace bench --models`; not
+    /// reported: not deterministic).
+    #[serde(skip)]
+    pub seconds: f64,
 }
 
 impl OracleComparison {
@@ -265,6 +273,11 @@ impl VerifyReport {
         } else {
             0.0
         };
+        if self.reference.cached {
+            s.push_str(
+                "reference: the greedy run from the trace cache (--no-cache runs it again)\n",
+            );
+        }
         for (what, r) in [("reference", &self.reference), ("plan", &self.plan)] {
             if let Some(u) = r.untraced_seconds {
                 s.push_str(&format!(

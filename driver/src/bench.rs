@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::pc_counts::PcCounts;
-use memtrace_tracer::baseline::run_untraced;
+use memtrace_tracer::baseline::{run_untraced, UntracedOptions};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, KernelResolver};
@@ -44,7 +44,7 @@ pub struct BenchOptions {
     pub no_rss: bool,
 }
 
-fn fastest<T>(repeat: u32, mut f: impl FnMut() -> Result<T>) -> Result<(Duration, T)> {
+pub(crate) fn fastest<T>(repeat: u32, mut f: impl FnMut() -> Result<T>) -> Result<(Duration, T)> {
     let mut best: Option<(Duration, T)> = None;
     for _ in 0..repeat.max(1) {
         let start = Instant::now();
@@ -151,7 +151,16 @@ impl Overhead {
 /// Unicorn without hooks and both traced paths on `image`, fastest of
 /// `repeat` each.
 fn overhead(image: &ElfImage, job: &Job, repeat: u32) -> Result<Overhead> {
-    let (raw, code) = fastest(repeat, || Ok(run_untraced(image, Some(job))?))?;
+    let (raw, code) = fastest(repeat, || {
+        Ok(run_untraced(
+            image,
+            UntracedOptions {
+                job: Some(job),
+                ..Default::default()
+            },
+        )?
+        .exit_code)
+    })?;
     if code != 0 {
         bail!(
             "the untraced guest {} exited with code {code}",
@@ -263,7 +272,15 @@ fn valgrind_comparison(args: &BenchOptions, job: &Job, out: &mut impl Write) -> 
     }
     let x86 = ElfImage::load(&args.build_dir.join("x86_64/suite.elf"))?;
     let (mmio, hooks, t, _) = traced_both(&x86, job, args.repeat)?;
-    let (raw, _) = fastest(args.repeat, || Ok(run_untraced(&x86, Some(job))?))?;
+    let (raw, _) = fastest(args.repeat, || {
+        Ok(run_untraced(
+            &x86,
+            UntracedOptions {
+                job: Some(job),
+                ..Default::default()
+            },
+        )?)
+    })?;
     let native = patched_native(&args.build_dir.join("x86_64/suite-native.elf"), job)?;
     let run_valgrind = |tool: &[&str]| -> Result<Duration> {
         fastest(args.repeat, || {
@@ -408,72 +425,4 @@ pub fn peak_rss_kb() -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-/// `memtrace bench --models`: every model traced whole on real TFLM (one
-/// layer per operator, O_s and counts, the MMIO access path) against the same
-/// guest, model and input in Unicorn without hooks, fastest of `repeat`,
-/// both measured in this run, on both kernel builds.
-pub fn bench_models(
-    models: &[String],
-    build_dir: &std::path::Path,
-    repeat: u32,
-    out: &mut impl Write,
-) -> Result<()> {
-    use crate::kernels::Kernels;
-    use crate::tflm::{load_runner, seeded_inputs, ModelRun};
-    use memtrace_analyzer::layer_stats::LayerStats;
-
-    writeln!(
-        out,
-        "memtrace bench --models — whole models on real TFLM (Cortex-M4), fastest of {repeat}"
-    )?;
-    writeln!(
-        out,
-        "{:<44} {:<9} {:>14} {:>11} {:>10} {:>10} {:>7} {:>9}",
-        "model", "kernels", "instructions", "events", "traced s", "raw s", "ratio", "M instr/s"
-    )?;
-    for model in models {
-        let bytes = crate::verify_tflm::model_bytes(model, 1)?;
-        let graph = memtrace_model::graph::read_graph(&bytes)?;
-        let inputs = seeded_inputs(&graph, 1)?;
-        for kernels in [Kernels::Tflm, Kernels::CmsisNn] {
-            let image = load_runner(
-                &build_dir.join("cortex-m4").join(kernels.runner_file()),
-                kernels,
-            )?;
-            let run = ModelRun::whole(&image, &bytes, &inputs, 200_000_000_000).without_scratch();
-            let (traced, (instructions, events)) = fastest(repeat, || {
-                let mut stats = LayerStats::default();
-                let o = run.trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
-                let events: u64 = stats
-                    .layers
-                    .iter()
-                    .flat_map(|l| &l.buffers)
-                    .map(|b| b.loads + b.stores + b.updates)
-                    .sum();
-                Ok((o.summary.instructions, events))
-            })?;
-            let preload = run.preload()?;
-            let (raw, _) = fastest(repeat, || {
-                Ok(memtrace_tracer::baseline::run_untraced_with(
-                    &image, None, &preload,
-                )?)
-            })?;
-            let name = model.rsplit('/').next().unwrap_or(model);
-            writeln!(
-                out,
-                "{:<44} {:<9} {:>14} {:>11} {:>10.3} {:>10.3} {:>6.2}x {:>9.0}",
-                name,
-                kernels.name(),
-                instructions,
-                events,
-                traced.as_secs_f64(),
-                raw.as_secs_f64(),
-                traced.as_secs_f64() / raw.as_secs_f64().max(1e-9),
-                instructions as f64 / traced.as_secs_f64().max(1e-9) / 1e6
-            )?;
-        }
-    }
-    Ok(())
 }

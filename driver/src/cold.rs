@@ -11,15 +11,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use memtrace_analyzer::cold::{tensor_colds, ByteCold, ColdReport};
+use memtrace_model::planner::Plan;
 use memtrace_tracer::Arch;
 
-use crate::common::check_output;
+use crate::common::{check_output, load_model};
 use crate::error::Result;
+use crate::executor_run::{executor, ExecutorRun, Placement, Watch};
 use crate::kernels::Kernels;
-use crate::placement::{arena_of, greedy, offsets_of};
-use crate::plan::OverlapChoice;
-use crate::scratch::with_library_scratch;
-use crate::verify::{execute, executor, load_model, Extra, VerifyOptions};
 
 /// What to analyse, and how.
 #[derive(Debug, Clone)]
@@ -49,61 +47,35 @@ pub struct ColdOptions {
     pub max_instructions: u64,
 }
 
-/// The options `verify`'s run helpers take, for one un-overlapped run.
-fn run_options(req: &ColdOptions) -> VerifyOptions {
-    VerifyOptions {
-        model: req.model.clone(),
-        planner: memtrace_model::planner::PlannerKind::TflmGreedy,
-        overlap: OverlapChoice::None,
-        plan: None,
-        seed: req.seed,
-        input: req.input.clone(),
-        target: req.target,
-        kernels: req.kernels,
-        overlap_kernels: None,
-        executor: req.executor.clone(),
-        plot: None,
-        baseline: false,
-        max_instructions: req.max_instructions,
-        accumulator: Default::default(),
-        spill: Default::default(),
-        runtime: crate::verify_tflm::Runtime::Executor,
-        allow_foreign_plan: false,
-        cache: crate::trace_cache::TraceCache::new(false),
-    }
-}
-
 /// Runs the model once under TFLM's greedy plan and reports every arena
 /// tensor's cold ranges at graph and byte level (and draws them).
 pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     let started = Instant::now();
-    let opts = run_options(req);
-    let (base, input) = load_model(&opts)?;
+    let (base, input) = load_model(&req.model, req.input.as_deref(), Default::default())?;
     for out in req.plot.iter().chain(&req.out) {
         check_output(out, &[Path::new(&req.model)])?;
     }
     if let Some(p) = &req.plot {
         memtrace_analyzer::plot::is_svg(p)?;
     }
-    let image = executor(&opts, req.kernels)?;
-    let model = with_library_scratch(&image, &base, req.seed)?;
-    let plan = greedy(&model)?;
-    let offsets = offsets_of(&model, &plan);
-    let arena = arena_of(&plan, &model);
+    let image = executor(req.target, req.kernels, req.executor.as_deref())?;
+    let run = ExecutorRun {
+        image: &image,
+        seed: req.seed,
+        max_instructions: req.max_instructions,
+        input: input.as_deref(),
+    };
+    let model = run.with_scratch(&base)?;
+    let plan = Plan::tflm_greedy(&model)?;
+    let placement = Placement::of(&plan, &model);
     let mut bytes = ByteCold::new(&model, &plan.order);
-    let outcome = execute(
-        &image,
+    let outcome = run.traced(
         &model,
-        &plan.order,
-        &offsets,
-        arena,
-        &opts,
-        input.as_deref(),
-        None,
-        &[],
-        Extra {
+        &placement,
+        Watch {
             analyses: vec![&mut bytes],
             exact_time: req.exact_time,
+            ..Watch::default()
         },
     )?;
     let run = bytes.finish();
@@ -113,12 +85,12 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
         kernels: req.kernels.name().into(),
         seed: req.seed,
         planner: plan.planner.name().to_owned(),
-        arena_bytes: arena,
+        arena_bytes: placement.arena_bytes,
         access_path: outcome.access.name().into(),
         instructions: run.windows.last().map_or(0, |w| w.end),
-        tensors: tensor_colds(&model, &plan.order, &offsets, &run),
+        tensors: tensor_colds(&model, &plan.order, &placement.offsets, &run),
         windows: run.windows,
-        clobbers: outcome.shadow.clobbers.clone(),
+        clobbers: outcome.clobbers.clone(),
         problems: run.problems,
         seconds: started.elapsed().as_secs_f64(),
     };

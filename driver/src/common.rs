@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use memtrace_abi::Analysis;
+use memtrace_io::input::{read_limited, MAX_INPUT_FILE};
 use memtrace_io::output::{output_target, OutputTarget};
-use memtrace_tracer::{ElfImage, Progress, RunSummary, TraceOptions};
+use memtrace_model::{self as model, Accumulator, Model};
+use memtrace_tracer::{AccessPath, ElfImage, Progress, RunSummary, TraceOptions};
 
-use crate::error::{Error, Result};
+use crate::bail;
+use crate::error::{Context, Error, Result};
 
 /// Traces `image` with `analyses`, showing a spinner on an interactive stderr.
 pub fn trace_with(
@@ -148,9 +151,55 @@ pub fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
 /// when it does not exit 0.
 pub fn untraced_seconds(image: &ElfImage, preload: &[(u64, Vec<u8>)], what: &str) -> Result<f64> {
     let t = std::time::Instant::now();
-    let code = memtrace_tracer::baseline::run_untraced_with(image, None, preload)?;
+    let code = memtrace_tracer::baseline::run_untraced(
+        image,
+        memtrace_tracer::baseline::UntracedOptions {
+            preload,
+            ..Default::default()
+        },
+    )?
+    .exit_code;
     if code != 0 {
         crate::bail!("the untraced {what} exited with code {code}");
     }
     Ok(t.elapsed().as_secs_f64())
+}
+
+/// The MMIO path unless some output needs each access's exact instruction.
+pub fn access_path(exact_time: bool) -> AccessPath {
+    if exact_time {
+        AccessPath::Hooks
+    } else {
+        AccessPath::Mmio
+    }
+}
+
+/// The model at `source` (`MODEL.tflite` or `zoo:NAME`) and the first
+/// graph input's bytes (`--input`), checked.
+pub(crate) fn load_model(
+    source: &str,
+    input: Option<&Path>,
+    accumulator: Accumulator,
+) -> Result<(Model, Option<Vec<u8>>)> {
+    let model = model::source::load(source)
+        .with_context(|| format!("loading {source}"))?
+        .with_transpose_conv_accumulator(accumulator);
+    model.validate()?;
+    let input_data = input
+        .map(|p| read_limited(p, MAX_INPUT_FILE, "--input files"))
+        .transpose()?;
+    if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
+        let t = &model.tensors[first];
+        if data.len() as u64 != t.bytes {
+            bail!(
+                "--input has {} bytes; graph input `{}` ({} {:?}) needs {}",
+                data.len(),
+                t.name,
+                t.dtype,
+                t.shape,
+                t.bytes
+            );
+        }
+    }
+    Ok((model, input_data))
 }

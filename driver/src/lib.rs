@@ -11,24 +11,25 @@
 pub mod attribution;
 pub mod baseline;
 pub mod bench;
+pub mod bench_models;
 pub mod cold;
 pub mod common;
 pub mod contract;
 pub mod error;
+pub(crate) mod executor_run;
 pub mod kernels;
 pub mod ladder;
 pub mod oracle;
-pub mod placement;
 pub mod plan;
+pub mod provenance;
+pub(crate) mod reference;
 pub mod regress;
 pub mod run;
-pub mod scratch;
 pub mod spill;
 pub mod sweep;
 pub mod tflm;
 pub mod trace_cache;
 pub mod validate;
 pub mod verify;
-pub mod verify_tflm;
 
 pub use error::{Context, Error, Result};

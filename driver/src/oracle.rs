@@ -69,6 +69,7 @@ pub fn compare(
     std::fs::write(&m, model)
         .and_then(|()| std::fs::write(&i, inputs))
         .map_err(|e| failed!("writing the oracle's inputs: {e}"))?;
+    let started = std::time::Instant::now();
     let out = Command::new(&py)
         .arg("-c")
         .arg(SCRIPT)
@@ -95,6 +96,7 @@ pub fn compare(
             mismatched_bytes: 0,
             bit_exact: false,
             float_outputs,
+            seconds: started.elapsed().as_secs_f64(),
         }));
     }
     let host = std::fs::read(&o).map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
@@ -107,5 +109,6 @@ pub fn compare(
         mismatched_bytes: mismatched,
         bit_exact: mismatched == 0,
         float_outputs,
+        seconds: started.elapsed().as_secs_f64(),
     }))
 }

@@ -7,107 +7,22 @@ use std::path::{Path, PathBuf};
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
 use memtrace_analyzer::tinyseg::TinysegPlan;
-use memtrace_model::planner::overlap::{OverlapMethod, TracedOverlaps};
+use memtrace_model::planner::overlap::TracedOverlaps;
 use memtrace_model::planner::report::{compare, compare_all, Comparison};
-use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::planner::{OverlapSource, Overlaps, Plan, PlanOptions, PlannerKind};
 use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};
 use crate::error::{Context, Result};
+use crate::executor_run::{ExecutorRun, Watch};
+use crate::kernels::Runtime;
 use crate::kernels::{harness_guest, library_of, Kernels};
-use crate::scratch::with_library_scratch;
+use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
 use crate::trace_cache::TraceCache;
-use crate::verify_tflm::Runtime;
 use crate::{bail, failed};
-
-/// Where the O_s of a plan comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum OverlapChoice {
-    /// Traced from the compiled kernels.
-    Traced,
-    /// The paper's Algorithm 2 on the reference loop nest.
-    Algorithmic,
-    /// The paper's closed-form bounds.
-    Analytic,
-    /// No overlap.
-    None,
-}
-
-impl OverlapChoice {
-    /// The analyzer's method, or `None` for traced O_s.
-    pub fn method(self) -> Option<OverlapMethod> {
-        match self {
-            OverlapChoice::Traced => None,
-            OverlapChoice::Algorithmic => Some(OverlapMethod::Algorithmic),
-            OverlapChoice::Analytic => Some(OverlapMethod::Analytic),
-            OverlapChoice::None => Some(OverlapMethod::None),
-        }
-    }
-
-    /// The source's name in reports (`traced`, `algorithmic`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            OverlapChoice::Traced => "traced",
-            OverlapChoice::Algorithmic => "algorithmic",
-            OverlapChoice::Analytic => "analytic",
-            OverlapChoice::None => "none",
-        }
-    }
-
-    /// The default source for plans made for `kernels`: the closed forms for
-    /// TFLM's reference kernels (whose loop nests they model), the library's
-    /// own traces for any other library.
-    pub fn default_for(kernels: Kernels) -> OverlapChoice {
-        match kernels {
-            Kernels::Tflm => OverlapChoice::Analytic,
-            _ => OverlapChoice::Traced,
-        }
-    }
-}
-
-/// Whose loop nests an O_s source models, and whether that is the library a
-/// plan is made for. Plans with overlaps are safe only on the library whose
-/// loop nests gave their O_s: the algorithmic and analytic methods model the
-/// TFLM reference kernels, traces model the library of the traced suite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OverlapProvenance {
-    /// The library the plan is made for (`--kernels`).
-    pub kernels: Kernels,
-    /// The O_s source.
-    pub source: OverlapChoice,
-    /// The library whose loop nests the O_s describe (`None` for no
-    /// overlap, which is safe on any library).
-    pub modelled: Option<Kernels>,
-}
-
-impl OverlapProvenance {
-    /// True when the O_s describe another library than the plan's.
-    pub fn is_foreign(&self) -> bool {
-        self.modelled.is_some_and(|m| m != self.kernels)
-    }
-
-    /// The warning a report that uses a foreign O_s carries, if any.
-    pub fn warning(&self) -> Option<String> {
-        let modelled = self.modelled?;
-        self.is_foreign().then(|| {
-            let source = match self.source {
-                OverlapChoice::Traced => format!("traced from the {} kernels", modelled.name()),
-                other => other.name().to_string(),
-            };
-            let k = self.kernels.name();
-            format!(
-                "O_s source `{source}` models the {} kernels' loop nests, not {k}'s: plans that \
-                 overlap tensors by it may corrupt data on {k} (use O_s traced from {k}'s own \
-                 kernels, `--overlap traced`, or check the plan with `memtrace verify --kernels {k}`)",
-                modelled.name()
-            )
-        })
-    }
-}
 
 /// What to plan and what to write.
 #[derive(Debug, Clone)]
@@ -286,7 +201,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         );
     }
     let model = match req.runtime {
-        Runtime::Tflm => crate::verify_tflm::load_for_tflm(&req.model)?,
+        Runtime::Tflm => crate::tflm::load_for_tflm(&req.model)?,
         Runtime::Executor => {
             model::source::load(&req.model).with_context(|| format!("loading {}", req.model))?
         }
@@ -382,7 +297,14 @@ fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
         return Ok(model.with_reference_scratch());
     }
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--kernels tflm")?;
-    with_library_scratch(&ElfImage::load(&exe)?, &model, 1)
+    let image = ElfImage::load(&exe)?;
+    ExecutorRun {
+        image: &image,
+        seed: 1,
+        max_instructions: 200_000_000_000,
+        input: None,
+    }
+    .with_scratch(&model)
 }
 
 /// Traced O_s of every operator of `model` (`base` with the library's
@@ -400,10 +322,13 @@ fn traced_like_verify(
 ) -> Result<TracedOverlaps> {
     let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--suite")?;
     let image = ElfImage::load(&exe)?;
-    let json = |m: &Model| serde_json::to_vec(m).unwrap_or_default();
     let key = TraceCache::key(
-        "executor-reference-os-v1",
-        &[&image.bytes, &json(base), &json(model)],
+        "executor-reference-os-v2",
+        &[
+            &image.bytes,
+            &TraceCache::model_part(base),
+            &TraceCache::model_part(model),
+        ],
     );
     cache.fetch(&key, || {
         reference_overlaps(&image, base, model, kernels, cache)
@@ -418,14 +343,13 @@ fn reference_overlaps(
     kernels: Kernels,
     cache: &TraceCache,
 ) -> Result<TracedOverlaps> {
-    let greedy = crate::placement::greedy(model)?;
-    let offsets = crate::placement::offsets_of(model, &greedy);
+    let greedy = Plan::tflm_greedy(model)?;
     let runnable = memtrace_model::lower::lower(
         model,
         &memtrace_model::lower::LowerInput {
             order: &greedy.order,
-            offsets: &offsets,
-            arena_bytes: crate::placement::arena_of(&greedy, model),
+            offsets: &greedy.offsets(model),
+            arena_bytes: greedy.arena_bytes(model),
             seed: 1,
             input_data: None,
         },
@@ -435,28 +359,14 @@ fn reference_overlaps(
         let suite = harness_guest(Arch::CortexM4, kernels.suite_file(), "--suite")?;
         return traced(model, &suite, cache);
     }
-    let opts = crate::verify::VerifyOptions {
-        model: base.name.clone(),
-        planner: PlannerKind::TflmGreedy,
-        overlap: OverlapChoice::None,
-        plan: None,
+    let run = ExecutorRun {
+        image,
         seed: 1,
-        input: None,
-        target: Arch::CortexM4,
-        kernels,
-        overlap_kernels: None,
-        executor: None,
-        plot: None,
-        baseline: false,
         max_instructions: 200_000_000_000,
-        spill: SpillOptions::default(),
-        accumulator: Accumulator::default(),
-        allow_foreign_plan: false,
-        runtime: Runtime::Executor,
-        cache: cache.clone(),
+        input: None,
     };
-    let reference = crate::verify::reference_run(image, base, &opts, None, None)?;
-    Ok(crate::verify::traced_overlaps(&reference).0)
+    let reference = crate::reference::reference_run(&run, base, Watch::default())?;
+    Ok(crate::reference::traced_overlaps(&reference).0)
 }
 
 /// Traces each distinct layer configuration of the model through the

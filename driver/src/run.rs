@@ -21,7 +21,7 @@ use memtrace_overlap::check::{explain, explain_other_kernel, MethodValues};
 use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
-use crate::common::{check_output, configure_table_printing, trace_with};
+use crate::common::{access_path, check_output, configure_table_printing, trace_with};
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
 use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun};
@@ -134,7 +134,7 @@ impl Guest {
 fn model_guest(opts: &RunOptions) -> Result<Guest> {
     let m = &opts.model;
     let model = match zoo_model(&opts.elf) {
-        Some(zoo) => crate::verify_tflm::model_bytes(zoo, opts.seed as u64)?,
+        Some(zoo) => crate::tflm::model_bytes(zoo, opts.seed as u64)?,
         None => read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?,
     };
     let graph = read_graph(&model).with_context(|| format!("reading {}", opts.elf.display()))?;
@@ -175,15 +175,6 @@ fn model_guest(opts: &RunOptions) -> Result<Guest> {
         inputs,
         info,
     })
-}
-
-/// The MMIO path unless some output needs each access's exact instruction.
-pub fn access_path(exact_time: bool) -> AccessPath {
-    if exact_time {
-        AccessPath::Hooks
-    } else {
-        AccessPath::Mmio
-    }
 }
 
 /// Traces the selected layers and writes the requested files.

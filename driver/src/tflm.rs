@@ -14,14 +14,16 @@ use memtrace_abi::tflm::{self, op_index, symbols, TflmJob, TflmResult};
 use memtrace_abi::{Analysis, Role};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
+use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::TfliteGraph;
 use memtrace_model::lower::synth_values;
 use memtrace_model::planner::TracedOverlaps;
+use memtrace_model::{self as model, tflite, Model};
 use memtrace_overlap::rng::Rng;
 use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
 
 use crate::common::trace_with;
-use crate::error::Result;
+use crate::error::{Context, Result};
 use crate::kernels::{check_built_with, harness_guest, Kernels};
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
@@ -394,7 +396,7 @@ pub fn plan_inputs(
     kernels: Kernels,
     cache: &TraceCache,
 ) -> Result<PlanInputs> {
-    let bytes = crate::verify_tflm::model_bytes(model, 1)?;
+    let bytes = model_bytes(model, 1)?;
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
     let image = load_runner(
@@ -411,5 +413,38 @@ pub fn plan_inputs(
             scratch: scratch_needs(&result, ops),
             overlaps: traced_overlaps(&layers),
         })
+    })
+}
+
+/// The `.tflite` bytes of `MODEL.tflite` or `zoo:NAME` (the zoo model with
+/// verify's seeded weights).
+pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
+    Ok(match arg.strip_prefix("zoo:") {
+        Some(_) => {
+            let m = model::source::load(arg).with_context(|| format!("loading {arg}"))?;
+            to_tflite(&materialize(&m, seed))?
+        }
+        None => memtrace_io::input::read_limited(
+            std::path::Path::new(arg),
+            memtrace_io::input::MAX_TFLITE_FILE,
+            ".tflite models",
+        )?,
+    })
+}
+
+/// The model of `MODEL.tflite` or `zoo:NAME` for planning on real TFLM:
+/// operators memtrace does not model are opaque nodes
+/// ([`tflite::import_for_tflm`]).
+pub fn load_for_tflm(arg: &str) -> Result<Model> {
+    Ok(match arg.strip_prefix("zoo:") {
+        Some(_) => model::source::load(arg)?,
+        None => {
+            let bytes = model_bytes(arg, 1)?;
+            let name = std::path::Path::new(arg)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into());
+            tflite::import_for_tflm(&name, &bytes).with_context(|| format!("loading {arg}"))?
+        }
     })
 }

@@ -21,6 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use memtrace_model::Model;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -56,6 +57,19 @@ impl TraceCache {
             h.update(part);
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The bytes a model contributes to a key: its graph, shapes and
+    /// quantisation, and every constant's data (which its serialised form
+    /// leaves out, and on which outputs depend).
+    pub fn model_part(model: &Model) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec(model).unwrap_or_default();
+        for t in &model.tensors {
+            let data = t.data.as_deref().unwrap_or_default();
+            bytes.extend((data.len() as u64).to_le_bytes());
+            bytes.extend(data);
+        }
+        bytes
     }
 
     fn path(&self, key: &str) -> Option<PathBuf> {

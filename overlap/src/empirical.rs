@@ -59,7 +59,7 @@ pub struct OverlapAccumulator {
 }
 
 /// Result of an [`OverlapAccumulator`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EmpiricalOverlap {
     /// Monotone O_s (the paper's minR/maxW), in bytes.
     pub monotone_bytes: u64,

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::kernels::Kernels;
-use memtrace_driver::plan::{plan, OverlapChoice, PlanRequest};
+use memtrace_driver::kernels::{Kernels, Runtime};
+use memtrace_driver::plan::{plan, PlanRequest};
+use memtrace_driver::provenance::OverlapChoice;
 use memtrace_driver::trace_cache::TraceCache;
-use memtrace_driver::verify_tflm::Runtime;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::Accumulator;
 

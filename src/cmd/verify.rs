@@ -9,9 +9,11 @@ use super::Format;
 use anyhow::Result;
 use clap::Args;
 use memtrace_driver::kernels::Kernels;
-use memtrace_driver::plan::OverlapChoice;
-use memtrace_driver::verify::{verify, VerifyOptions};
-use memtrace_driver::verify_tflm::{verify_tflm, Runtime};
+use memtrace_driver::kernels::Runtime;
+use memtrace_driver::provenance::OverlapChoice;
+use memtrace_driver::verify::executor::verify;
+use memtrace_driver::verify::tflm::verify_tflm;
+use memtrace_driver::verify::VerifyOptions;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::Accumulator;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use object::{Object, ObjectSection};
 
 use crate::elf::ElfImage;
-use crate::error::CodeLocation;
+use crate::error::{CodeLocation, TraceError};
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
@@ -192,4 +192,28 @@ fn load_context(bytes: &Arc<[u8]>) -> Result<addr2line::Context<Reader>, gimli::
         Ok(gimli::EndianArcSlice::new(Arc::from(&*data), endian))
     })?;
     addr2line::Context::from_dwarf(dwarf)
+}
+
+/// Fills function and file:line into the error's guest context, for the
+/// PC and for each caller (at its call instruction, just before the return
+/// address; with the functions inlined there).
+pub(crate) fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceError {
+    let ctx = match &mut err {
+        TraceError::Protocol { context, .. }
+        | TraceError::GuestFault { context, .. }
+        | TraceError::StackOverflow { context, .. }
+        | TraceError::BudgetExceeded { context, .. }
+        | TraceError::TimeLimit { context, .. }
+        | TraceError::NoExit { context } => context,
+        _ => return err,
+    };
+    let debug = DebugInfo::load(image);
+    ctx.location = debug.locate(image, ctx.location.pc);
+    let returns: Vec<u64> = ctx.callers.iter().map(|c| c.pc).collect();
+    if !returns.is_empty() {
+        ctx.callers = debug.call_chain(image, ctx.location.pc, &returns);
+        // The chain starts with the functions the PC is inlined into.
+        ctx.location.inlined_into = None;
+    }
+    err
 }

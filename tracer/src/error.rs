@@ -52,6 +52,21 @@ pub struct GuestContext {
     pub callers: Vec<CodeLocation>,
 }
 
+impl GuestContext {
+    /// The context of guest PC `pc` in `layer`, before its location is
+    /// looked up in the debug information.
+    pub(crate) fn at(pc: u64, layer: Option<String>) -> Box<Self> {
+        Box::new(GuestContext {
+            location: CodeLocation {
+                pc,
+                ..CodeLocation::default()
+            },
+            layer,
+            callers: Vec::new(),
+        })
+    }
+}
+
 impl fmt::Display for GuestContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(layer) = &self.layer {
@@ -218,6 +233,17 @@ pub enum TraceError {
         /// The instruction budget (`TraceOptions::max_instructions`).
         budget: u64,
         /// Layer and guest PC when the budget ran out.
+        context: Box<GuestContext>,
+    },
+    /// An untraced run (which has no instruction clock to budget) did not
+    /// exit within its time limit.
+    #[error(
+        "guest did not exit within {seconds:.0} s {context}, the time limit of a run without hooks (from --max-instructions)"
+    )]
+    TimeLimit {
+        /// The time limit.
+        seconds: f64,
+        /// Guest PC when the limit ran out.
         context: Box<GuestContext>,
     },
     /// Emulation ended without the guest calling `memtrace_exit`.

@@ -141,3 +141,39 @@ fn write_job<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage, job: &Job) -> Result<
     uc.mem_write(mailbox.address, &bytes)
         .map_err(|e| emulator_error("writing the job mailbox", e))
 }
+
+/// Reads a NUL-terminated UTF-8 guest string of at most `MAX_STRING` bytes
+/// at `address` with `read` (true when the whole range was readable).
+pub(crate) fn read_guest_string(
+    read: impl Fn(u64, &mut [u8]) -> bool,
+    address: u64,
+    what: &str,
+) -> Result<String, String> {
+    use memtrace_abi::protocol::MAX_STRING;
+    let unterminated =
+        || format!("{what} at {address:#x} is not NUL-terminated within {MAX_STRING} bytes");
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 32];
+    while bytes.len() < MAX_STRING {
+        let at = address + bytes.len() as u64;
+        // Near the end of mapped memory a whole chunk is unreadable: then
+        // one byte at a time.
+        let got = if read(at, &mut chunk) {
+            &chunk[..]
+        } else if read(at, &mut chunk[..1]) {
+            &chunk[..1]
+        } else {
+            return Err(format!("{what} at {address:#x} is not in guest memory"));
+        };
+        if let Some(nul) = got.iter().position(|&b| b == 0) {
+            bytes.extend_from_slice(&got[..nul]);
+            if bytes.len() >= MAX_STRING {
+                return Err(unterminated());
+            }
+            return String::from_utf8(bytes)
+                .map_err(|_| format!("{what} at {address:#x} is not UTF-8"));
+        }
+        bytes.extend_from_slice(got);
+    }
+    Err(unterminated())
+}

@@ -31,13 +31,10 @@ use crossbeam_channel::{Receiver, Sender};
 use unicorn_engine::{HookType, MemType, RegisterARM, Unicorn};
 
 use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
-use memtrace_abi::protocol::{
-    BufferDecl, Command, PortDecoder, MARKER_OFFSET, MAX_STRING, PORT_SIZE,
-};
+use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PORT_SIZE};
 use memtrace_abi::spec::LayerSpec;
 
 use crate::clock::BlockClock;
-use crate::debuginfo::DebugInfo;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, PAGE};
@@ -61,7 +58,8 @@ pub enum ClockMode {
 }
 
 /// How accesses to declared buffers are observed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AccessPath {
     /// Memory hooks: every event carries its exact instruction (`t`) and PC.
     #[default]
@@ -332,7 +330,7 @@ pub(crate) fn run(
     let stop = session.stop.take();
     let layers = std::mem::take(&mut session.layers_seen);
     let exit_reason = session.exit_reason.take();
-    let finish = |err: TraceError| Err(with_locations(err, image));
+    let finish = |err: TraceError| Err(crate::debuginfo::with_locations(err, image));
     match (stop, result) {
         (Some(Stop::Error(err)), _) => finish(err),
         (Some(Stop::Exit { code, instructions }), _) => {
@@ -364,37 +362,7 @@ pub(crate) fn run(
 }
 
 fn context_at(pc: u64, layer: Option<String>) -> Box<GuestContext> {
-    Box::new(GuestContext {
-        location: CodeLocation {
-            pc,
-            ..CodeLocation::default()
-        },
-        layer,
-        callers: Vec::new(),
-    })
-}
-
-/// Fills function and file:line into the error's guest context, for the
-/// PC and for each caller (at its call instruction, just before the return
-/// address; with the functions inlined there).
-fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceError {
-    let ctx = match &mut err {
-        TraceError::Protocol { context, .. }
-        | TraceError::GuestFault { context, .. }
-        | TraceError::StackOverflow { context, .. }
-        | TraceError::BudgetExceeded { context, .. }
-        | TraceError::NoExit { context } => context,
-        _ => return err,
-    };
-    let debug = DebugInfo::load(image);
-    ctx.location = debug.locate(image, ctx.location.pc);
-    let returns: Vec<u64> = ctx.callers.iter().map(|c| c.pc).collect();
-    if !returns.is_empty() {
-        ctx.callers = debug.call_chain(image, ctx.location.pc, &returns);
-        // The chain starts with the functions the PC is inlined into.
-        ctx.location.inlined_into = None;
-    }
-    err
+    GuestContext::at(pc, layer)
 }
 
 /// The machine of a traced run: RAM host-backed (`ram.rs`); segments loaded.
@@ -504,7 +472,7 @@ impl Session<'_> {
     }
 
     /// Return addresses as code locations still to be resolved
-    /// (`with_locations`).
+    /// (`debuginfo::with_locations`).
     fn caller_locations(callers: &[u64]) -> Vec<CodeLocation> {
         callers
             .iter()

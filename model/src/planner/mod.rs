@@ -240,6 +240,39 @@ impl Plan {
         }
         out
     }
+
+    /// The arena offset of every model tensor this plan places (`None` for
+    /// the others), by tensor index.
+    pub fn offsets(&self, model: &Model) -> Vec<Option<u64>> {
+        let mut o = vec![None; model.tensors.len()];
+        for t in &self.tensors {
+            o[t.tensor] = Some(t.offset);
+        }
+        o
+    }
+
+    /// The arena the plan needs: its peak, or (a plan that is not
+    /// applicable) the end of its last tensor.
+    pub fn arena_bytes(&self, model: &Model) -> u64 {
+        self.peak_bytes.unwrap_or_else(|| {
+            self.tensors
+                .iter()
+                .map(|t| t.offset + model.tensors[t.tensor].bytes.max(t.size))
+                .max()
+                .unwrap_or(0)
+        })
+    }
+
+    /// TFLM's greedy plan without overlaps: the placement every reference
+    /// run uses.
+    pub fn tflm_greedy(model: &Model) -> Result<Plan, PlanError> {
+        run(
+            model,
+            PlannerKind::TflmGreedy,
+            &Overlaps::none(model),
+            &PlanOptions::default(),
+        )
+    }
 }
 
 /// A plan that failed, or a planner that could not run.

@@ -249,31 +249,7 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
 
 /// Reads a NUL-terminated guest string of at most `MAX_STRING` bytes.
 fn read_string(uc: &HookUc<'_, '_>, address: u64, what: &str) -> Result<String, String> {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 32];
-    while bytes.len() < MAX_STRING {
-        if guest_read(uc, address + bytes.len() as u64, &mut chunk).is_err() {
-            // Near the end of mapped memory: fall back to single bytes.
-            let mut one = [0u8; 1];
-            guest_read(uc, address + bytes.len() as u64, &mut one)
-                .map_err(|_| format!("{what} at {address:#x} is not in guest memory"))?;
-            chunk = [0; 32];
-            chunk[0] = one[0];
-            if one[0] == 0 {
-                return finish_string(bytes, what, address);
-            }
-            bytes.push(one[0]);
-            continue;
-        }
-        if let Some(nul) = chunk.iter().position(|&b| b == 0) {
-            bytes.extend_from_slice(&chunk[..nul]);
-            return finish_string(bytes, what, address);
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Err(format!(
-        "{what} at {address:#x} is not NUL-terminated within {MAX_STRING} bytes"
-    ))
+    crate::machine::read_guest_string(|at, out| guest_read(uc, at, out).is_ok(), address, what)
 }
 
 /// Reads guest memory, RAM straight from its host memory (reading served
@@ -288,13 +264,4 @@ pub(super) fn guest_read(
     } else {
         uc.mem_read(address, out)
     }
-}
-
-fn finish_string(bytes: Vec<u8>, what: &str, address: u64) -> Result<String, String> {
-    if bytes.len() >= MAX_STRING {
-        return Err(format!(
-            "{what} at {address:#x} is not NUL-terminated within {MAX_STRING} bytes"
-        ));
-    }
-    String::from_utf8(bytes).map_err(|_| format!("{what} at {address:#x} is not UTF-8"))
 }

@@ -23,61 +23,21 @@ use memtrace_analyzer::plot::arena::ArenaTrace;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::digest;
-use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::{read_graph, TfliteGraph};
-use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind, TracedOverlaps};
-use memtrace_model::{self as model, tflite, Accumulator, Model};
+use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, TracedOverlaps};
+use memtrace_model::{self as model, tflite, Model};
 use memtrace_tracer::ElfImage;
 
+use super::VerifyOptions;
 use crate::error::{Context, Result};
+use crate::kernels::Runtime;
 use crate::oracle::{self, OracleComparison};
 use crate::tflm::{
-    input_bytes, load_runner, runner_path, scratch_needs, seeded_inputs, trace_layers, ModelRun,
+    input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
+    ModelRun,
 };
 use crate::trace_cache::TraceCache;
-use crate::verify::VerifyOptions;
 use crate::{bail, failed};
-
-/// What runs the model in `verify`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum Runtime {
-    /// memtrace's executor: operators lowered by memtrace, tensors placed
-    /// by memtrace (every memtrace operator, TinySeg's spill and fetch
-    /// included).
-    Executor,
-    /// Real TensorFlow Lite Micro: its `MicroInterpreter`, allocator and
-    /// kernels, the plan given as `OfflineMemoryAllocation`.
-    #[default]
-    Tflm,
-}
-
-impl Runtime {
-    /// The runtime `verify` uses: the one asked for, or real TFLM unless
-    /// the verification needs what only memtrace's executor runs. Errs
-    /// (with the reason) when TFLM is asked for such a verification.
-    pub fn for_verify(
-        requested: Option<Runtime>,
-        planner: PlannerKind,
-        accumulator: Accumulator,
-    ) -> std::result::Result<Runtime, String> {
-        let executor_only = if planner == PlannerKind::Tinyseg {
-            Some("--planner tinyseg (TFLM has no spill and fetch operators)")
-        } else if accumulator != Accumulator::Int32 {
-            Some("--accumulator int16 (TFLM's TRANSPOSE_CONV keeps its own int32 accumulator)")
-        } else {
-            None
-        };
-        match (requested, executor_only) {
-            (Some(Runtime::Tflm), Some(why)) => Err(format!(
-                "{why} runs only on memtrace's executor: use --runtime executor"
-            )),
-            (Some(r), _) => Ok(r),
-            (None, Some(_)) => Ok(Runtime::Executor),
-            (None, None) => Ok(Runtime::Tflm),
-        }
-    }
-}
 
 /// One run of TFLM in a verification.
 #[derive(Debug, Clone, Serialize)]
@@ -264,39 +224,6 @@ impl TflmVerifyReport {
     }
 }
 
-/// The `.tflite` bytes of `MODEL.tflite` or `zoo:NAME` (the zoo model with
-/// verify's seeded weights).
-pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
-    Ok(match arg.strip_prefix("zoo:") {
-        Some(_) => {
-            let m = model::source::load(arg).with_context(|| format!("loading {arg}"))?;
-            to_tflite(&materialize(&m, seed))?
-        }
-        None => memtrace_io::input::read_limited(
-            std::path::Path::new(arg),
-            memtrace_io::input::MAX_TFLITE_FILE,
-            ".tflite models",
-        )?,
-    })
-}
-
-/// The model of `MODEL.tflite` or `zoo:NAME` for planning on real TFLM:
-/// operators memtrace does not model are opaque nodes
-/// ([`tflite::import_for_tflm`]).
-pub fn load_for_tflm(arg: &str) -> Result<Model> {
-    Ok(match arg.strip_prefix("zoo:") {
-        Some(_) => model::source::load(arg)?,
-        None => {
-            let bytes = model_bytes(arg, 1)?;
-            let name = std::path::Path::new(arg)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "model".into());
-            tflite::import_for_tflm(&name, &bytes).with_context(|| format!("loading {arg}"))?
-        }
-    })
-}
-
 /// A traced TFLM run with the shadow map and per-operator O_s.
 struct ShadowRun {
     result: memtrace_abi::tflm::TflmResult,
@@ -363,7 +290,7 @@ fn shadow_run(
         .plot
         .map(|(title, bytes)| ArenaTrace::new(title, arena_at, bytes));
     // The picture places each access at its exact instruction.
-    let access = crate::run::access_path(trace.is_some());
+    let access = crate::common::access_path(trace.is_some());
     let outcome = {
         let mut analyses: Vec<&mut (dyn memtrace_abi::Analysis + Send)> =
             vec![&mut shadow, &mut stats];
@@ -463,8 +390,8 @@ impl CachedReference {
 
 /// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
 fn greedy_prediction(model: &Model) -> Result<u64> {
-    let plan = crate::placement::greedy(model)?;
-    Ok(crate::placement::arena_of(&plan, model))
+    let plan = Plan::tflm_greedy(model)?;
+    Ok(plan.arena_bytes(model))
 }
 
 /// The graph inputs' bytes: `--input` (all inputs, concatenated) or seeded.
@@ -550,7 +477,8 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             &watch(estimate).to_le_bytes(),
         ],
     );
-    let cacheable = req.plot.is_none();
+    // Nor with --baseline, which times the run itself.
+    let cacheable = req.plot.is_none() && !req.baseline;
     let cached = match cacheable {
         true => req.cache.get::<CachedReference>(&key),
         false => None,
@@ -569,7 +497,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
                         .plot
                         .as_ref()
                         .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
-                    baseline: false,
+                    baseline: req.baseline,
                     scratch: false,
                 },
                 req.max_instructions,
@@ -749,7 +677,7 @@ fn plan_from_file(
         memtrace_io::input::MAX_TEXT_FILE,
         "plan files",
     )?;
-    let (offsets, arena) = crate::verify::placement_from_plan(model, reference, &text)
+    let (offsets, arena) = super::placement_from_plan(model, reference, &text)
         .with_context(|| path.display().to_string())?;
     Ok(UnderTest {
         offsets: offsets.iter().map(|o| o.map_or(-1, |v| v as i64)).collect(),
@@ -790,7 +718,7 @@ fn plan_from_planner(
     }
     Ok(UnderTest {
         offsets: plan.offline_offsets(model),
-        arena: crate::placement::arena_of(&plan, model),
+        arena: plan.arena_bytes(model),
         planner: req.planner.name().into(),
         overlap: plan.overlap.clone(),
     })

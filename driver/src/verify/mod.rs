@@ -1,0 +1,143 @@
+//! Whole-model verification (`memtrace verify`): a plan proven by running
+//! the model under it, on memtrace's executor ([`executor`]) or on real
+//! TensorFlow Lite Micro ([`tflm`]). This module holds what both share: the
+//! request, and the placement files it may name instead of a planner.
+
+pub mod executor;
+pub mod tflm;
+
+use std::path::PathBuf;
+
+use memtrace_model::planner::PlannerKind;
+use memtrace_model::{Accumulator, Model};
+use memtrace_tracer::Arch;
+use serde::Deserialize;
+
+use crate::error::Result;
+use crate::kernels::{Kernels, Runtime};
+use crate::provenance::OverlapChoice;
+use crate::spill::SpillOptions;
+use crate::trace_cache::TraceCache;
+use crate::{bail, failed};
+
+/// What to verify, and how.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// `MODEL.tflite` or `zoo:NAME`.
+    pub model: String,
+    /// Planner of the verified plan.
+    pub planner: PlannerKind,
+    /// O_s source of the plan.
+    pub overlap: OverlapChoice,
+    /// A placement file to verify instead of a planner's plan.
+    pub plan: Option<PathBuf>,
+    /// Seed of the generated input (and of zoo weights).
+    pub seed: u64,
+    /// Raw bytes of the first graph input.
+    pub input: Option<PathBuf>,
+    /// Architecture of the executor.
+    pub target: Arch,
+    /// Kernel library of the executor.
+    pub kernels: Kernels,
+    /// Library whose traces give the plan's traced O_s (default: `kernels`).
+    pub overlap_kernels: Option<Kernels>,
+    /// The executor ELF (default: `harness-c/build/TARGET/` and the
+    /// library's executor file).
+    pub executor: Option<PathBuf>,
+    /// Arena-wide trace picture of both runs.
+    pub plot: Option<PathBuf>,
+    /// Also time the plan's program without hooks.
+    pub baseline: bool,
+    /// Instruction budget of each run.
+    pub max_instructions: u64,
+    /// TinySeg's base planner and target (with `planner` = `tinyseg`).
+    pub spill: SpillOptions,
+    /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
+    /// temporary tensor quantisation).
+    pub accumulator: Accumulator,
+    /// What runs the model: memtrace's executor or real TFLM.
+    pub runtime: Runtime,
+    /// Check a `plan` file made for another kernel library than `kernels`
+    /// (with a warning) instead of refusing it.
+    pub allow_foreign_plan: bool,
+    /// Runs kept from earlier verifies ([`crate::trace_cache::TraceCache`]).
+    pub cache: TraceCache,
+}
+
+/// A `--plan` file. Unknown keys are errors that name them (a misspelt
+/// `"arena_btes"` must not be ignored).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    tensors: Vec<PlanFileTensor>,
+    arena_bytes: Option<u64>,
+    /// The kernel library the plan was made for (`tflm`, `cmsis-nn`).
+    kernels: Option<String>,
+    /// The O_s source the plan was made with (`traced`, `analytic`, ...).
+    #[allow(dead_code)]
+    overlap: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFileTensor {
+    name: String,
+    offset: u64,
+}
+
+/// The tensor offsets and arena size a plan file's `text` gives `model`
+/// (`{"tensors": [{"name", "offset"}], "arena_bytes"}`): listed tensors at
+/// their offsets, the others at their `reference` offsets; the arena
+/// `arena_bytes`, which every placed tensor must fit (an error names the
+/// first that does not), or without it the end of the last tensor.
+pub fn placement_from_plan(
+    model: &Model,
+    reference: &[Option<u64>],
+    text: &str,
+) -> Result<(Vec<Option<u64>>, u64)> {
+    let names = memtrace_model::lower::tensor_names(model);
+    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
+    let mut offsets = reference.to_vec();
+    for t in &file.tensors {
+        let i = names
+            .iter()
+            .position(|n| *n == t.name)
+            .ok_or_else(|| failed!("no tensor `{}`", t.name))?;
+        if offsets[i].is_none() {
+            bail!("tensor `{}` is not an arena tensor", t.name);
+        }
+        offsets[i] = Some(t.offset);
+    }
+    let mut end = 0u64;
+    for (i, o) in offsets.iter().enumerate() {
+        let Some(o) = *o else { continue };
+        let bytes = model.tensors[i].bytes;
+        let Some(e) = o.checked_add(bytes) else {
+            bail!(
+                "tensor `{}` at offset {o} + {bytes} bytes does not fit any arena",
+                names[i]
+            );
+        };
+        if let Some(arena) = file.arena_bytes.filter(|&a| e > a) {
+            bail!(
+                "tensor `{}` at offset {o} + {bytes} bytes ends at byte {e}, beyond the plan's \
+                 \"arena_bytes\": {arena}",
+                names[i]
+            );
+        }
+        end = end.max(e);
+    }
+    Ok((offsets, file.arena_bytes.unwrap_or(end)))
+}
+
+/// The kernel library a plan file says it was made for (`"kernels"`), if it
+/// says.
+pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
+    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
+    file.kernels
+        .map(|name| {
+            Kernels::from_name(&name)
+                .ok_or_else(|| failed!("unknown \"kernels\": \"{name}\" (known: tflm, cmsis-nn)"))
+        })
+        .transpose()
+}

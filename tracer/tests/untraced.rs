@@ -1,0 +1,86 @@
+//! A run without hooks (`baseline::run_untraced`) is the same guest run: it
+//! leaves the same memory and exit as a traced run, and a guest that never
+//! exits is stopped by its time limit with the place it was spinning.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{guest, trace_messages};
+use memtrace_abi::LayerSpec;
+use memtrace_tracer::baseline::{run_untraced, UntracedOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Job, TraceError, TraceOptions};
+
+/// The first bytes of the kernel suite's arena, where a job's buffers live.
+const ARENA_PREFIX: u64 = 64 * 1024;
+
+#[test]
+fn a_run_without_hooks_leaves_the_memory_of_a_traced_run() {
+    let job = Job {
+        spec: LayerSpec::parse(
+            "op=conv2d,dtype=int8,input=1x12x12x8,filter=16x3x3x8,stride=1,padding=same",
+        )
+        .unwrap(),
+        seed: 11,
+    };
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
+        let arena = image.symbol("memtrace_arena").unwrap().address;
+        let readback = vec![(arena, ARENA_PREFIX)];
+        let untraced = run_untraced(
+            &image,
+            UntracedOptions {
+                job: Some(&job),
+                readback: &readback,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let (traced, _) = trace_messages(
+            &image,
+            TraceOptions {
+                job: Some(job.clone()),
+                readback: readback.clone(),
+                access: AccessPath::Mmio,
+                ..TraceOptions::default()
+            },
+        );
+        assert_eq!(untraced.exit_code, traced.exit_code, "{target}");
+        assert_eq!(untraced.memory, traced.memory, "{target}");
+        // The job wrote its output somewhere in there.
+        assert!(untraced.memory[0].iter().any(|&b| b != 0), "{target}");
+    }
+}
+
+#[test]
+fn the_exit_reason_is_read_without_hooks_as_with_them() {
+    // The TFLM runner without a model exits with a reason.
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "tflm-runner.elf")).unwrap();
+        let untraced = run_untraced(&image, UntracedOptions::default()).unwrap();
+        let traced = memtrace_tracer::trace(&image, TraceOptions::default(), &mut []).unwrap();
+        assert_ne!(untraced.exit_code, 0, "{target}");
+        assert_eq!(untraced.exit_code, traced.exit_code, "{target}");
+        assert!(traced.exit_reason.is_some(), "{target}");
+        assert_eq!(untraced.exit_reason, traced.exit_reason, "{target}");
+    }
+}
+
+#[test]
+fn a_guest_that_never_exits_is_stopped_by_the_time_limit_where_it_spins() {
+    let image = ElfImage::load(&guest("cortex-m4", "spin.elf")).unwrap();
+    let started = Instant::now();
+    let err = run_untraced(
+        &image,
+        UntracedOptions {
+            time_limit: Some(Duration::from_millis(300)),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(matches!(err, TraceError::TimeLimit { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("spin.c:"), "{text}");
+    assert!(text.contains("spin_forever"), "{text}");
+}
