@@ -202,7 +202,7 @@ fn check_conv(o: &Operands<'_>) -> Result<(), String> {
 /// against the input's.
 fn conv_output_channels(o: &Operands<'_>, w: &Tensor, f4: [u64; 4], c: u64) -> Result<u64, String> {
     if o.op.kind == OpKind::Conv2d {
-        if f4[3] == 0 || c % f4[3] != 0 {
+        if f4[3] == 0 || !c.is_multiple_of(f4[3]) {
             return Err(format!(
                 "filter {} depth {} does not divide input {} depth {c}",
                 show(w),
@@ -213,7 +213,7 @@ fn conv_output_channels(o: &Operands<'_>, w: &Tensor, f4: [u64; 4], c: u64) -> R
         return Ok(f4[0]);
     }
     let m = o.op.options.depth_multiplier as u64;
-    if f4[0] != 1 || c == 0 || f4[3] % c != 0 || (m > 1 && f4[3] != c * m) {
+    if f4[0] != 1 || c == 0 || !f4[3].is_multiple_of(c) || (m > 1 && f4[3] != c * m) {
         return Err(format!(
             "depthwise filter {} must be 1xKHxKWx(C·M) for input {} and depth_multiplier {m}",
             show(w),

@@ -115,7 +115,7 @@ impl<'m> Layer<'m> {
         let [units, depth] = weights.shape[..] else {
             return None;
         };
-        if depth == 0 || self.input.elements() % depth as u64 != 0 {
+        if depth == 0 || !self.input.elements().is_multiple_of(depth as u64) {
             return None;
         }
         let rows = u32::try_from(self.input.elements() / depth as u64).ok()?;

@@ -1,4 +1,5 @@
-//! From a [`Model`] and a placement to the executor's [`Program`]: kernel
+//! From a [`Model`](crate::Model) and a placement to the executor's
+//! [`Program`](memtrace_abi::program::Program): kernel
 //! parameters, quantisation computed the way TFLM's kernels compute it in
 //! their `Prepare` (multipliers and shifts from the tensors' scales), and the
 //! constant data.

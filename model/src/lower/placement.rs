@@ -8,9 +8,9 @@ use crate::Model;
 /// Alignment of storage tensors in the storage region.
 const STORAGE_ALIGN: u64 = 16;
 
-/// Where each storage tensor ([`Tensor::in_storage`]) lies in the storage
-/// region — every one in its own slot, `STORAGE_ALIGN`-aligned, in tensor
-/// order — and the bytes the region needs.
+/// Where each storage tensor ([`Tensor::in_storage`](crate::Tensor::in_storage))
+/// lies in the storage region — every one in its own slot,
+/// `STORAGE_ALIGN`-aligned, in tensor order — and the bytes the region needs.
 pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
     let mut end = 0u64;
     let offsets = model
