@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use common::{json, memtrace, path_str, stderr, u};
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::zoo::GraphBuilder;
-use memtrace_model::{Activation, DataType, Model, OpKind};
+use memtrace_model::{Activation, Dtype, Model, OpKind};
 use serde_json::Value;
 
 /// A scratch directory for this test process.
@@ -194,7 +194,7 @@ fn assert_levels_agree(report: &Value) {
 /// again at the end: a skip connection whose first reader samples only the
 /// even rows and columns.
 fn strided_skip() -> Model {
-    let mut g = GraphBuilder::new("strided_skip", DataType::Int8);
+    let mut g = GraphBuilder::new("strided_skip", Dtype::Int8);
     let x = g.input("x", &[1, 8, 8, 4]);
     let a = g.conv2d("a", x, 4, 1, 1, Activation::Relu);
     let s = g.conv2d("s", a, 4, 1, 2, Activation::Relu);
@@ -250,12 +250,12 @@ fn a_stride_2_reader_leaves_odd_rows_and_columns_idle_longer() {
 /// x → a (1×1) → b (1×1, 2 filters) → p (2×2 max pool, stride 2) → q (3×3
 /// max pool, stride 2, VALID: reads rows and columns 0..=2 of p's 4×4).
 fn pools() -> Model {
-    let mut g = GraphBuilder::new("pools", DataType::Int8);
+    let mut g = GraphBuilder::new("pools", Dtype::Int8);
     let x = g.input("x", &[1, 8, 8, 2]);
     let a = g.conv2d("a", x, 2, 1, 1, Activation::Relu);
     let b = g.conv2d("b", a, 2, 1, 1, Activation::Relu);
-    let p = g.pool(OpKind::MaxPool2d, "p", b, 2, 2);
-    let q = g.pool(OpKind::MaxPool2d, "q", p, 3, 2);
+    let p = g.pool(OpKind::MaxPool, "p", b, 2, 2);
+    let q = g.pool(OpKind::MaxPool, "q", p, 3, 2);
     g.finish(&[q])
 }
 

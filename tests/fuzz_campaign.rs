@@ -39,7 +39,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use memtrace_abi::spec::{Dtype, LayerSpec, Op};
+use memtrace_abi::spec::{Dtype, LayerSpec, OpKind};
 use memtrace_driver::verify::placement_from_plan;
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::lower::{check_placement, lower, tensor_names, LowerInput};
@@ -458,8 +458,8 @@ fn spec_seeds() -> Vec<String> {
         "op=relu,dtype=f32,input=1x16x16x8".into(),
         "op=add,input=2x3x4x5,activation=relu".into(),
     ];
-    for op in Op::ALL {
-        for dtype in [Dtype::F32, Dtype::Int8] {
+    for op in OpKind::SUITE {
+        for dtype in [Dtype::Float32, Dtype::Int8] {
             if let Ok(c) = try_random_configs(op, dtype, 2, 5, 3_000_000) {
                 v.extend(c.iter().map(|s| s.to_string()));
             }

@@ -271,7 +271,7 @@ fn a_plan_overlapping_two_buffers_of_one_operator_is_a_plan_error_naming_both() 
     // Issue #20, item 9: two CONCATENATION inputs over each other were a
     // guest "protocol violation"; they are a plan error found on the host.
     let dir = scratch("two-buffers");
-    let mut g = zoo::GraphBuilder::new("two_branches", memtrace_model::DataType::Int8);
+    let mut g = zoo::GraphBuilder::new("two_branches", memtrace_model::Dtype::Int8);
     let x = g.input("input", &[1, 8, 8, 4]);
     let a = g.conv2d("left", x, 4, 1, 1, memtrace_model::Activation::Relu);
     let b = g.conv2d("right", x, 4, 1, 1, memtrace_model::Activation::Relu);
@@ -420,14 +420,14 @@ fn per_channel_fully_connected_uses_every_scale_and_hybrids_are_refused() {
     assert_eq!(unit0(&per_unit), unit0(&first_only));
 
     // Hybrid: a float model whose fully connected weights are int8.
-    let mut g = zoo::GraphBuilder::new("hybrid", memtrace_model::DataType::Float32);
+    let mut g = zoo::GraphBuilder::new("hybrid", memtrace_model::Dtype::Float32);
     let x = g.input("input", &[1, 16]);
     let y = g.fully_connected("dense", x, 4, memtrace_model::Activation::None);
     let mut hybrid = materialize(&g.finish(&[y]), 1);
     let w = hybrid.ops[0].inputs[1];
     let t = &mut hybrid.tensors[w];
     let elements: u64 = t.shape.iter().map(|&d| d as u64).product();
-    t.dtype = memtrace_model::DataType::Int8;
+    t.dtype = memtrace_model::Dtype::Int8;
     t.bytes = elements;
     t.data = Some(vec![1; elements as usize]);
     t.quantization = Some(memtrace_model::Quantization {

@@ -20,15 +20,15 @@ fn run_json(args: &[&str]) -> Value {
 /// An int8 convolution between float QUANTIZE and DEQUANTIZE operators, as
 /// converters write models with float inputs and outputs.
 fn quantize_sandwich(dir: &std::path::Path) -> std::path::PathBuf {
-    use memtrace_model::{Activation, DataType, Op, OpKind, OpOptions};
-    let mut g = zoo::GraphBuilder::new("quantize_sandwich", DataType::Int8);
+    use memtrace_model::{Activation, Dtype, Op, OpKind, OpOptions};
+    let mut g = zoo::GraphBuilder::new("quantize_sandwich", Dtype::Int8);
     let x = g.input("input_int8", &[1, 16, 16, 8]);
     let y = g.conv2d("conv", x, 8, 3, 1, Activation::Relu);
     let mut m = g.finish(&[y]);
     let float = |m: &mut memtrace_model::Model, name: &str, like: usize| {
         let mut t = m.tensors[like].clone();
         t.name = name.into();
-        t.dtype = DataType::Float32;
+        t.dtype = Dtype::Float32;
         t.bytes *= 4;
         t.quantization = None;
         m.tensors.push(t);

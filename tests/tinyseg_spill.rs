@@ -18,7 +18,7 @@ use memtrace_model::planner::{Overlaps, PlannerKind};
 use memtrace_model::tinyseg::compress::compress;
 use memtrace_model::tinyseg::{optimize, NarrowScratch, TinysegOptions};
 use memtrace_model::zoo::GraphBuilder;
-use memtrace_model::{Activation, DataType, Model, OpKind};
+use memtrace_model::{Activation, Dtype, Model, OpKind};
 use serde_json::Value;
 
 /// `model` as a `.tflite` file (seeded weights, int8 quantisation) in a
@@ -72,7 +72,7 @@ fn assert_clean(code: i32, r: &Value) {
 /// A long skip connection around wider layers: `a` (32×32×8) waits while
 /// three 32×32×16 convolutions run, then an ADD with the narrowed result.
 fn skip_add() -> Model {
-    let mut g = GraphBuilder::new("skip_add", DataType::Int8);
+    let mut g = GraphBuilder::new("skip_add", Dtype::Int8);
     let x = g.input("input", &[1, 32, 32, 3]);
     let a = g.conv2d("a", x, 8, 3, 1, Activation::Relu);
     let mut y = g.conv2d("b", a, 16, 3, 1, Activation::Relu);
@@ -89,7 +89,7 @@ fn skip_add() -> Model {
 /// conv `y` → `z`. Sizes: |s| = 1024, |x| = 2048 (t1), |y| = 3072 (t2),
 /// |z| = 2048 (t3) bytes.
 fn concat_conv() -> Model {
-    let mut g = GraphBuilder::new("concat_conv", DataType::Int8);
+    let mut g = GraphBuilder::new("concat_conv", Dtype::Int8);
     let input = g.input("input", &[1, 16, 16, 1]);
     let s = g.conv2d("s", input, 4, 3, 1, Activation::Relu);
     let a = g.conv2d("a", s, 4, 3, 1, Activation::Relu);
@@ -193,7 +193,7 @@ fn fused_fetching_lowers_the_peak_by_the_papers_formula() {
         &TinysegOptions::default(),
     )
     .unwrap();
-    let actions: Vec<&str> = o.steps.iter().map(|s| s.action.as_str()).collect();
+    let actions: Vec<&str> = o.steps.iter().map(|s| s.action.name()).collect();
     assert_eq!(
         actions,
         ["original", "spill", "fetch+concat", "fetch+conv2d"]
@@ -254,7 +254,7 @@ fn a_spilled_skip_connection_runs_bit_exact_and_its_stored_bytes_compress_as_mea
     // Second method for the compressed size: the same `a`, as the output of
     // a model cut after it (same seeded weights and input), read back from
     // the arena instead of storage.
-    let mut g = GraphBuilder::new("skip_add_cut", DataType::Int8);
+    let mut g = GraphBuilder::new("skip_add_cut", Dtype::Int8);
     let x = g.input("input", &[1, 32, 32, 3]);
     let a = g.conv2d("a", x, 8, 3, 1, Activation::Relu);
     let cut = g.finish(&[a]);
@@ -299,7 +299,7 @@ fn a_target_peak_spills_only_the_rows_it_needs() {
 /// A 2×2 stride-2 transpose convolution of `channels` input channels into
 /// 4, then a 1×1 conv.
 fn upsampler(channels: u32) -> Model {
-    let mut g = GraphBuilder::new(format!("upsampler_{channels}"), DataType::Int8);
+    let mut g = GraphBuilder::new(format!("upsampler_{channels}"), Dtype::Int8);
     let x = g.input("input", &[1, 8, 8, channels]);
     let up = g.transpose_conv("up", x, 4, 2, 2);
     let out = g.conv2d("head", up, 2, 1, 1, Activation::None);

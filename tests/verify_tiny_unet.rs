@@ -9,7 +9,7 @@ mod common;
 use common::{memtrace, stderr, u};
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::zoo::GraphBuilder;
-use memtrace_model::DataType;
+use memtrace_model::Dtype;
 use serde_json::{json, Value};
 
 const TINY_UNET: &str = "zoo:tiny_unet_80x120_int8";
@@ -128,7 +128,7 @@ fn tiny_unet_s_int16_accumulator_halves_the_scratch_but_is_not_exact() {
 /// A one-operator model: a 2x2 stride-2 transpose convolution of an
 /// 8x8xC int8 input to 4 channels, exported with seeded weights.
 fn transpose_conv_model(dir: &std::path::Path, channels: u32) -> String {
-    let mut g = GraphBuilder::new(format!("tconv{channels}"), DataType::Int8);
+    let mut g = GraphBuilder::new(format!("tconv{channels}"), Dtype::Int8);
     let x = g.input("input", &[1, 8, 8, channels]);
     let y = g.transpose_conv("up", x, 4, 2, 2);
     let model = materialize(&g.finish(&[y]), 1);

@@ -3,7 +3,11 @@
 //! that knows the emulator.
 //!
 //! * [`protocol`]: the `memtrace_port` wire format of `harness-c/include/memtrace.h`;
+//! * the vocabulary every layer of the stack shares: [`op`] (operators),
+//!   [`dtype`] (element types), [`activation`] (fused activations) and
+//!   [`geometry`] (padding, output sizes);
 //! * [`spec`]: layer configurations and the job mailbox of `memtrace_job.h`;
+//! * [`symbols`]: the guest symbols the host finds by name;
 //! * [`program`]: the whole-model program of `memtrace_program.h`;
 //! * [`tflm`]: the mailbox of the TFLM runner guests (`memtrace_tflm.h`);
 //! * [`event`]: the event stream the tracer sends;
@@ -26,13 +30,42 @@ macro_rules! c_constants {
     };
 }
 
+pub mod activation;
 pub mod analysis;
+pub mod dtype;
 pub mod event;
+pub mod geometry;
+pub mod op;
 pub mod program;
 pub mod protocol;
 pub mod spec;
+pub mod symbols;
 pub mod tflm;
 
+pub use activation::Activation;
 pub use analysis::Analysis;
+pub use dtype::Dtype;
 pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
-pub use spec::{Dtype, LayerSpec, Op};
+pub use geometry::{out_size, Padding, Shape};
+pub use op::OpKind;
+pub use spec::LayerSpec;
+
+/// A name that is not in a vocabulary (an op, a dtype, ...), with the names
+/// that are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} `{name}` (known: {known})")]
+pub struct UnknownName {
+    what: &'static str,
+    name: String,
+    known: String,
+}
+
+impl UnknownName {
+    pub(crate) fn new(what: &'static str, name: &str, known: &[&str]) -> Self {
+        UnknownName {
+            what,
+            name: name.to_owned(),
+            known: known.join(", "),
+        }
+    }
+}

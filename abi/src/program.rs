@@ -10,6 +10,9 @@
 //! `harness-c/include/memtrace_program.h`. This module knows nothing of
 //! planners or models: it takes plain offsets, shapes and parameters.
 
+use crate::dtype::Dtype;
+use crate::op::OpKind;
+
 c_constants! {
     /// The magic of `memtrace_program.h` ("PRG1", little-endian).
     PROGRAM_MAGIC_TABLE: u32 {
@@ -116,33 +119,84 @@ c_constants! {
 }
 
 c_constants! {
-    /// Element-type and operator codes (`enum prg_dtype`, `enum prg_kind`).
+    /// Location codes (`enum prg_location`); the element-type and operator
+    /// codes are the vocabulary's ([`crate::dtype::PROGRAM_DTYPE_CODES`],
+    /// [`crate::op::PROGRAM_KIND_CODES`]).
     PROGRAM_CODES: i32 {
-        PDT_F32 = ProgramDtype::F32 as i32,
-        PDT_INT8 = ProgramDtype::Int8 as i32,
-        PDT_UINT8 = ProgramDtype::Uint8 as i32,
-        PDT_INT32 = ProgramDtype::Int32 as i32,
-        PK_CONV2D = ProgramOpKind::Conv2d as i32,
-        PK_DEPTHWISE_CONV2D = ProgramOpKind::DepthwiseConv2d as i32,
-        PK_MAX_POOL = ProgramOpKind::MaxPool as i32,
-        PK_AVERAGE_POOL = ProgramOpKind::AveragePool as i32,
-        PK_FULLY_CONNECTED = ProgramOpKind::FullyConnected as i32,
-        PK_ADD = ProgramOpKind::Add as i32,
-        PK_RELU = ProgramOpKind::Relu as i32,
-        PK_SOFTMAX = ProgramOpKind::Softmax as i32,
-        PK_RESHAPE = ProgramOpKind::Reshape as i32,
-        PK_QUANTIZE = ProgramOpKind::Quantize as i32,
-        PK_DEQUANTIZE = ProgramOpKind::Dequantize as i32,
-        PK_TRANSPOSE_CONV = ProgramOpKind::TransposeConv as i32,
-        PK_CONCATENATION = ProgramOpKind::Concatenation as i32,
-        PK_PAD = ProgramOpKind::Pad as i32,
-        PK_SPILL = ProgramOpKind::Spill as i32,
-        PK_FETCH = ProgramOpKind::Fetch as i32,
-        PK_FETCH_CONCAT = ProgramOpKind::FetchConcat as i32,
-        PK_FETCH_CONV2D = ProgramOpKind::FetchConv2d as i32,
         TEN_LOC_ARENA = 0,
         TEN_LOC_CONSTANT = 1,
         TEN_LOC_STORAGE = 2,
+    }
+}
+
+/// How the executor's run ended: its exit codes (`enum` in
+/// `harness-c/executor/executor.h`, docs/protocol.md §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutorExit {
+    /// Every operator ran (`kOk`).
+    Ok = 0,
+    /// No or invalid program at `memtrace_arena` (`kNoProgram`).
+    NoProgram = 3,
+    /// An operator or element type the executor has no kernel for
+    /// (`kUnsupported`).
+    Unsupported = 4,
+    /// An operator needs scratch memory the program does not give it
+    /// (`kNoScratch`).
+    NoScratch = 6,
+    /// The kernel library returned an error status (`kLibraryError`).
+    LibraryError = 7,
+}
+
+impl ExecutorExit {
+    /// Every exit code, in code order.
+    pub const ALL: [ExecutorExit; 5] = [
+        ExecutorExit::Ok,
+        ExecutorExit::NoProgram,
+        ExecutorExit::Unsupported,
+        ExecutorExit::NoScratch,
+        ExecutorExit::LibraryError,
+    ];
+
+    /// The executor's exit code.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The exit of `code`, if the executor has it.
+    pub fn from_code(code: i32) -> Option<ExecutorExit> {
+        ExecutorExit::ALL.into_iter().find(|e| e.code() == code)
+    }
+
+    /// The name of the code in `executor.h`.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            ExecutorExit::Ok => "kOk",
+            ExecutorExit::NoProgram => "kNoProgram",
+            ExecutorExit::Unsupported => "kUnsupported",
+            ExecutorExit::NoScratch => "kNoScratch",
+            ExecutorExit::LibraryError => "kLibraryError",
+        }
+    }
+
+    /// What the code says, for error messages.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExecutorExit::Ok => "success",
+            ExecutorExit::NoProgram => "no program",
+            ExecutorExit::Unsupported => "unsupported operator",
+            ExecutorExit::NoScratch => "scratch missing",
+            ExecutorExit::LibraryError => "the kernel library reported an error",
+        }
+    }
+
+    /// The failure codes and their meanings, as a hint after "exited with
+    /// code N": `3: no program, 4: unsupported operator, …; docs/protocol.md §9`.
+    pub fn hint() -> String {
+        let codes: Vec<String> = ExecutorExit::ALL[1..]
+            .iter()
+            .map(|e| format!("{}: {}", e.code(), e.meaning()))
+            .collect();
+        format!("{}; docs/protocol.md §9", codes.join(", "))
     }
 }
 
@@ -154,101 +208,6 @@ pub const TENSOR_WORDS: usize = TEN_WORDS;
 pub const OP_WORDS: usize = OPW_WORDS;
 /// The activation arena starts at a multiple of this from the program start.
 pub const ARENA_ALIGN: u64 = 4096;
-
-/// Element type codes of the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgramDtype {
-    /// 32-bit float (`PDT_F32`).
-    F32 = 1,
-    /// Signed 8-bit integer (`PDT_INT8`).
-    Int8 = 2,
-    /// Unsigned 8-bit integer (`PDT_UINT8`).
-    Uint8 = 3,
-    /// Signed 32-bit integer (`PDT_INT32`).
-    Int32 = 4,
-}
-
-impl ProgramDtype {
-    /// Bytes per element.
-    pub fn size(self) -> u32 {
-        match self {
-            ProgramDtype::Int8 | ProgramDtype::Uint8 => 1,
-            ProgramDtype::F32 | ProgramDtype::Int32 => 4,
-        }
-    }
-}
-
-/// Operator codes (the kernel suite's `memtrace_op` values where they exist).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgramOpKind {
-    /// 2-D convolution (`PK_CONV2D`).
-    Conv2d = 1,
-    /// Depthwise 2-D convolution (`PK_DEPTHWISE_CONV2D`).
-    DepthwiseConv2d = 2,
-    /// Max pooling (`PK_MAX_POOL`).
-    MaxPool = 3,
-    /// Average pooling (`PK_AVERAGE_POOL`).
-    AveragePool = 4,
-    /// Fully connected layer (`PK_FULLY_CONNECTED`).
-    FullyConnected = 5,
-    /// Element-wise addition of two inputs (`PK_ADD`).
-    Add = 6,
-    /// Element-wise ReLU (`PK_RELU`).
-    Relu = 7,
-    /// Softmax over the innermost dimension (`PK_SOFTMAX`).
-    Softmax = 9,
-    /// Reshape: copies the input bytes to the output unless they share memory (`PK_RESHAPE`).
-    Reshape = 10,
-    /// Float to quantised conversion (`PK_QUANTIZE`).
-    Quantize = 11,
-    /// Quantised to float conversion (`PK_DEQUANTIZE`).
-    Dequantize = 12,
-    /// Transpose convolution (`PK_TRANSPOSE_CONV`); int8 needs an
-    /// accumulator scratch tensor.
-    TransposeConv = 13,
-    /// Concatenation of 2 to [`MEMTRACE_PROGRAM_MAX_INPUTS`] inputs along
-    /// `OpParams::axis` (`PK_CONCATENATION`).
-    Concatenation = 14,
-    /// Constant padding (`PK_PAD`): the weights tensor is the `[4, 2]` int32
-    /// before/after amounts of the NHWC dimensions; the value is 0 (float)
-    /// or the output zero point.
-    Pad = 15,
-    /// TinySeg: copies a byte range of the input to the output (`PK_SPILL`).
-    Spill = 20,
-    /// TinySeg: copies a storage tensor into the arena (`PK_FETCH`).
-    Fetch = 21,
-    /// TinySeg: concatenates two inputs, one in storage (`PK_FETCH_CONCAT`).
-    FetchConcat = 22,
-    /// TinySeg: a convolution over the concatenation of its inputs, read in
-    /// place (`PK_FETCH_CONV2D`).
-    FetchConv2d = 23,
-}
-
-impl ProgramOpKind {
-    /// The `op` text of the layer window.
-    pub fn op_name(self) -> &'static str {
-        match self {
-            ProgramOpKind::Conv2d => "conv2d",
-            ProgramOpKind::DepthwiseConv2d => "depthwise_conv2d",
-            ProgramOpKind::MaxPool => "max_pool",
-            ProgramOpKind::AveragePool => "average_pool",
-            ProgramOpKind::FullyConnected => "fully_connected",
-            ProgramOpKind::Add => "add",
-            ProgramOpKind::Relu => "relu",
-            ProgramOpKind::Softmax => "softmax",
-            ProgramOpKind::Reshape => "reshape",
-            ProgramOpKind::Quantize => "quantize",
-            ProgramOpKind::Dequantize => "dequantize",
-            ProgramOpKind::TransposeConv => "transpose_conv",
-            ProgramOpKind::Concatenation => "concatenation",
-            ProgramOpKind::Pad => "pad",
-            ProgramOpKind::Spill => "spill",
-            ProgramOpKind::Fetch => "fetch",
-            ProgramOpKind::FetchConcat => "fetch_concat",
-            ProgramOpKind::FetchConv2d => "fetch_conv2d",
-        }
-    }
-}
 
 /// Where a tensor's bytes are.
 #[derive(Clone, Debug, PartialEq)]
@@ -272,8 +231,8 @@ pub enum TensorData {
 pub struct ProgramTensor {
     /// Tensor name (reported as the buffer name in layer windows).
     pub name: String,
-    /// Element type.
-    pub dtype: ProgramDtype,
+    /// Element type; its [`Dtype::program_code`] is what the record holds.
+    pub dtype: Dtype,
     /// Up to 4 dimensions, outermost first.
     pub dims: Vec<u32>,
     /// Quantisation zero point.
@@ -285,7 +244,7 @@ pub struct ProgramTensor {
 impl ProgramTensor {
     /// Size in bytes: the product of the dimensions times the element size.
     pub fn bytes(&self) -> u64 {
-        self.dims.iter().map(|&d| d as u64).product::<u64>() * self.dtype.size() as u64
+        self.dims.iter().map(|&d| d as u64).product::<u64>() * self.dtype.size()
     }
 }
 
@@ -367,10 +326,10 @@ pub struct OpParams {
 /// One operator record of the program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProgramOp {
-    /// Which kernel runs.
-    pub kind: ProgramOpKind,
+    /// The operator; its [`OpKind::program_code`] says which kernel runs.
+    pub kind: OpKind,
     /// Element type of the kernel (its input's).
-    pub dtype: ProgramDtype,
+    pub dtype: Dtype,
     /// Layer name (the model's operator name).
     pub name: String,
     /// `key=value,...` text of the layer window (may be empty).
@@ -467,9 +426,59 @@ fn opt(v: Option<u32>) -> i32 {
     v.map(|x| x as i32).unwrap_or(-1)
 }
 
+/// Byte offsets, from the program start, of the record tables.
+struct Layout {
+    tensors: usize,
+    ops: usize,
+    inputs: usize,
+    outputs: usize,
+    blob: usize,
+}
+
 impl Program {
     /// Encodes the program (checks indices, sizes and dimensions).
     pub fn encode(&self) -> Result<EncodedProgram, ProgramError> {
+        self.check_tensors()?;
+        self.check_ops()?;
+        let layout = self.layout();
+        // Blob offsets are relative to the program start.
+        let mut blob = Blob {
+            bytes: vec![0u8; layout.blob],
+        };
+        let tensor_words: Vec<i32> = self
+            .tensors
+            .iter()
+            .flat_map(|t| tensor_record(t, &mut blob))
+            .collect();
+        let mut op_words = Vec::new();
+        for op in &self.ops {
+            op_words.extend(op_record(op, &mut blob)?);
+        }
+        let input_words = self.input_records(&mut blob)?;
+        blob.align(ARENA_ALIGN as usize);
+        let arena_offset = blob.bytes.len() as u64;
+        let mut words: Vec<i32> = Vec::new();
+        words.extend_from_slice(&self.header(&layout, arena_offset));
+        words.extend(tensor_words);
+        words.extend(op_words);
+        words.extend(input_words);
+        words.extend(self.outputs.iter().map(|&o| o as i32));
+        let mut bytes = blob.bytes;
+        for (i, w) in words.iter().enumerate() {
+            bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        if bytes.len() > i32::MAX as usize {
+            return Err(ProgramError("program larger than 2 GiB".into()));
+        }
+        Ok(EncodedProgram {
+            bytes,
+            arena_offset,
+            ops_offset: layout.ops as u64,
+        })
+    }
+
+    /// Checks the storage size and every tensor's type, rank and place.
+    fn check_tensors(&self) -> Result<(), ProgramError> {
         let err = |m: String| Err(ProgramError(m));
         if self.storage_bytes > i32::MAX as u64 {
             return err(format!(
@@ -477,8 +486,13 @@ impl Program {
                 self.storage_bytes
             ));
         }
-        let nt = self.tensors.len() as u32;
         for (i, t) in self.tensors.iter().enumerate() {
+            if t.dtype.program_code().is_none() {
+                return err(format!(
+                    "tensor {i} `{}` has type {}, which the executor does not have",
+                    t.name, t.dtype
+                ));
+            }
             if t.dims.is_empty() || t.dims.len() > 4 {
                 return err(format!(
                     "tensor {i} `{}` has {} dimensions (1..=4 supported)",
@@ -514,6 +528,14 @@ impl Program {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// Checks that every operator names existing tensors, has a type of the
+    /// executor and as many inputs as the format holds.
+    fn check_ops(&self) -> Result<(), ProgramError> {
+        let err = |m: String| Err(ProgramError(m));
+        let nt = self.tensors.len() as u32;
         for op in &self.ops {
             let all = op
                 .inputs
@@ -525,6 +547,12 @@ impl Program {
             if let Some(bad) = all.clone().find(|&&t| t >= nt) {
                 return err(format!("operator `{}` uses tensor {bad} of {nt}", op.name));
             }
+            if op.dtype.program_code().is_none() {
+                return err(format!(
+                    "operator `{}` has type {}, which the executor does not have",
+                    op.name, op.dtype
+                ));
+            }
             if op.inputs.is_empty() || op.inputs.len() > MEMTRACE_PROGRAM_MAX_INPUTS {
                 return err(format!(
                     "operator `{}` has {} inputs",
@@ -533,182 +561,207 @@ impl Program {
                 ));
             }
         }
-        let header_bytes = HEADER_WORDS * 4;
-        let tensors_off = header_bytes;
-        let ops_off = tensors_off + self.tensors.len() * TENSOR_WORDS * 4;
-        let inputs_off = ops_off + self.ops.len() * OP_WORDS * 4;
-        let outputs_off = inputs_off + self.inputs.len() * 12;
-        let blob_off = outputs_off + self.outputs.len() * 4;
-        // Blob offsets are relative to the program start.
-        let mut blob = Blob {
-            bytes: vec![0u8; blob_off],
-        };
-        let mut words: Vec<i32> = Vec::new();
-        let mut tensor_words = Vec::new();
-        for t in &self.tensors {
-            let name = blob.string(&t.name);
-            let (loc, off) = match &t.data {
-                TensorData::Arena { offset } => (TEN_LOC_ARENA, *offset as i32),
-                TensorData::Constant(d) => (TEN_LOC_CONSTANT, blob.data(d) as i32),
-                TensorData::Storage { offset } => (TEN_LOC_STORAGE, *offset as i32),
-            };
-            let mut dims = [1i32; 4];
-            for (k, &d) in t.dims.iter().enumerate() {
-                dims[k] = d as i32;
-            }
-            let mut r = [0i32; TEN_WORDS];
-            r[TEN_DTYPE] = t.dtype as i32;
-            r[TEN_BYTES] = t.bytes() as i32;
-            r[TEN_NDIMS] = t.dims.len() as i32;
-            r[TEN_DIMS..TEN_DIMS + 4].copy_from_slice(&dims);
-            r[TEN_ZERO_POINT] = t.zero_point;
-            r[TEN_LOCATION] = loc;
-            r[TEN_OFFSET] = off;
-            r[TEN_NAME] = name as i32;
-            tensor_words.extend_from_slice(&r);
+        Ok(())
+    }
+
+    /// Where the header is followed by the tensor, operator, input and
+    /// output records, and where the blob of names and data starts.
+    fn layout(&self) -> Layout {
+        let tensors = HEADER_WORDS * 4;
+        let ops = tensors + self.tensors.len() * TENSOR_WORDS * 4;
+        let inputs = ops + self.ops.len() * OP_WORDS * 4;
+        let outputs = inputs + self.inputs.len() * 12;
+        let blob = outputs + self.outputs.len() * 4;
+        Layout {
+            tensors,
+            ops,
+            inputs,
+            outputs,
+            blob,
         }
-        let mut op_words = Vec::new();
-        for op in &self.ops {
-            let name = blob.string(&op.name);
-            let text = blob.string(&op.params_text);
-            let (mult_off, shift_off) = if op.per_channel.is_empty() {
-                (-1, -1)
-            } else {
-                let m: Vec<u8> = op
-                    .per_channel
-                    .iter()
-                    .flat_map(|p| p.0.to_le_bytes())
-                    .collect();
-                let s: Vec<u8> = op
-                    .per_channel
-                    .iter()
-                    .flat_map(|p| p.1.to_le_bytes())
-                    .collect();
-                (blob.data(&m) as i32, blob.data(&s) as i32)
-            };
-            // More than two inputs: all of them, as [count, index...].
-            let input_list = if op.inputs.len() > 2 {
-                let list: Vec<u8> = std::iter::once(op.inputs.len() as i32)
-                    .chain(op.inputs.iter().map(|&t| t as i32))
-                    .flat_map(i32::to_le_bytes)
-                    .collect();
-                blob.data(&list) as i32
-            } else {
-                -1
-            };
-            let p = &op.params;
-            let mut w = [0i32; OPW_WORDS];
-            w[OPW_KIND] = op.kind as i32;
-            w[OPW_DTYPE] = op.dtype as i32;
-            w[OPW_NAME] = name as i32;
-            w[OPW_PARAMS] = text as i32;
-            w[OPW_INPUT] = op.inputs[0] as i32;
-            w[OPW_INPUT2] = op.inputs.get(1).map(|&x| x as i32).unwrap_or(-1);
-            w[OPW_WEIGHTS] = opt(op.weights);
-            w[OPW_BIAS] = opt(op.bias);
-            w[OPW_OUTPUT] = op.output as i32;
-            w[OPW_STRIDE_H] = p.stride_h;
-            w[OPW_STRIDE_W] = p.stride_w;
-            w[OPW_DILATION_H] = p.dilation_h;
-            w[OPW_DILATION_W] = p.dilation_w;
-            w[OPW_PAD_H] = p.pad_h;
-            w[OPW_PAD_W] = p.pad_w;
-            w[OPW_DEPTH_MULTIPLIER] = p.depth_multiplier;
-            w[OPW_FILTER_H] = p.filter_h;
-            w[OPW_FILTER_W] = p.filter_w;
-            w[OPW_ACT_MIN] = p.act_min;
-            w[OPW_ACT_MAX] = p.act_max;
-            w[OPW_FLOAT_MIN] = p.float_min.to_bits() as i32;
-            w[OPW_FLOAT_MAX] = p.float_max.to_bits() as i32;
-            w[OPW_INPUT_OFFSET] = p.input_offset;
-            w[OPW_WEIGHTS_OFFSET] = p.weights_offset;
-            w[OPW_OUTPUT_OFFSET] = p.output_offset;
-            w[OPW_OUTPUT_MULTIPLIER] = p.output_multiplier;
-            w[OPW_OUTPUT_SHIFT] = p.output_shift;
-            w[OPW_CHANNEL_MULTIPLIERS] = mult_off;
-            w[OPW_CHANNEL_SHIFTS] = shift_off;
-            w[OPW_SOFTMAX_MULTIPLIER] = p.softmax_multiplier;
-            w[OPW_SOFTMAX_LEFT_SHIFT] = p.softmax_left_shift;
-            w[OPW_DIFF_MIN] = p.diff_min;
-            w[OPW_BETA] = p.beta.to_bits() as i32;
-            w[OPW_INPUT2_OFFSET] = p.input2_offset;
-            w[OPW_INPUT1_MULTIPLIER] = p.input1_multiplier;
-            w[OPW_INPUT1_SHIFT] = p.input1_shift;
-            w[OPW_INPUT2_MULTIPLIER] = p.input2_multiplier;
-            w[OPW_INPUT2_SHIFT] = p.input2_shift;
-            w[OPW_LEFT_SHIFT] = p.left_shift;
-            w[OPW_CHANNELS] = op.per_channel.len() as i32;
-            w[OPW_QUANT_SCALE] = p.quant_scale.to_bits() as i32;
-            w[OPW_QUANT_ZERO_POINT] = p.quant_zero_point;
-            w[OPW_SCRATCH] = opt(op.scratch);
-            w[OPW_AXIS] = p.axis;
-            w[OPW_INPUTS] = input_list;
-            w[OPW_ACCUMULATOR_BYTES] = p.accumulator_bytes;
-            w[OPW_COPY_FROM] = p.copy_from;
-            op_words.extend(w);
-        }
-        let mut input_words = Vec::new();
+    }
+
+    /// The `[tensor, data offset, bytes]` records of the graph inputs, their
+    /// data in the blob.
+    fn input_records(&self, blob: &mut Blob) -> Result<Vec<i32>, ProgramError> {
+        let nt = self.tensors.len() as u32;
+        let mut words = Vec::new();
         for (t, data) in &self.inputs {
             if *t >= nt {
-                return err(format!("graph input {t} of {nt} tensors"));
+                return Err(ProgramError(format!("graph input {t} of {nt} tensors")));
             }
             let expect = self.tensors[*t as usize].bytes();
             if data.len() as u64 != expect {
-                return err(format!(
+                return Err(ProgramError(format!(
                     "input data for `{}` has {} bytes, the tensor {expect}",
                     self.tensors[*t as usize].name,
                     data.len()
-                ));
+                )));
             }
             let off = blob.data(data);
-            input_words.extend_from_slice(&[*t as i32, off as i32, data.len() as i32]);
+            words.extend_from_slice(&[*t as i32, off as i32, data.len() as i32]);
         }
-        blob.align(ARENA_ALIGN as usize);
-        let arena_offset = blob.bytes.len() as u64;
+        Ok(words)
+    }
+
+    /// The header words.
+    fn header(&self, layout: &Layout, arena_offset: u64) -> [i32; PRG_HEADER_WORDS] {
         let mut header = [0i32; PRG_HEADER_WORDS];
         header[PRG_MAGIC] = PROGRAM_MAGIC as i32;
         header[PRG_SIZE] = arena_offset as i32;
         header[PRG_N_TENSORS] = self.tensors.len() as i32;
-        header[PRG_TENSORS] = tensors_off as i32;
+        header[PRG_TENSORS] = layout.tensors as i32;
         header[PRG_N_OPS] = self.ops.len() as i32;
-        header[PRG_OPS] = ops_off as i32;
+        header[PRG_OPS] = layout.ops as i32;
         header[PRG_N_INPUTS] = self.inputs.len() as i32;
-        header[PRG_INPUTS] = inputs_off as i32;
+        header[PRG_INPUTS] = layout.inputs as i32;
         header[PRG_N_OUTPUTS] = self.outputs.len() as i32;
-        header[PRG_OUTPUTS] = outputs_off as i32;
+        header[PRG_OUTPUTS] = layout.outputs as i32;
         header[PRG_ARENA_OFFSET] = arena_offset as i32;
         header[PRG_ARENA_BYTES] = self.arena_bytes as i32;
         header[PRG_STORAGE_BYTES] = self.storage_bytes as i32;
         // OPW_SCRATCH is always filled, so the executor may read it.
-        header[PRG_FLAGS] = (PRG_FLAG_SCRATCH_WORDS
-            | if self.query_scratch {
-                PRG_FLAG_QUERY_SCRATCH
-            } else {
-                0
-            }) as i32;
-        words.extend_from_slice(&header);
-        words.extend(tensor_words);
-        words.extend(op_words);
-        words.extend(input_words);
-        words.extend(self.outputs.iter().map(|&o| o as i32));
-        let mut bytes = blob.bytes;
-        for (i, w) in words.iter().enumerate() {
-            bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
-        }
-        if bytes.len() > i32::MAX as usize {
-            return err("program larger than 2 GiB".into());
-        }
-        Ok(EncodedProgram {
-            bytes,
-            arena_offset,
-            ops_offset: ops_off as u64,
-        })
+        let query = if self.query_scratch {
+            PRG_FLAG_QUERY_SCRATCH
+        } else {
+            0
+        };
+        header[PRG_FLAGS] = (PRG_FLAG_SCRATCH_WORDS | query) as i32;
+        header
     }
+}
+
+/// The record of one tensor; its name and constant data go to the blob.
+fn tensor_record(t: &ProgramTensor, blob: &mut Blob) -> [i32; TEN_WORDS] {
+    let name = blob.string(&t.name);
+    let (loc, off) = match &t.data {
+        TensorData::Arena { offset } => (TEN_LOC_ARENA, *offset as i32),
+        TensorData::Constant(d) => (TEN_LOC_CONSTANT, blob.data(d) as i32),
+        TensorData::Storage { offset } => (TEN_LOC_STORAGE, *offset as i32),
+    };
+    let mut dims = [1i32; 4];
+    for (k, &d) in t.dims.iter().enumerate() {
+        dims[k] = d as i32;
+    }
+    let mut r = [0i32; TEN_WORDS];
+    // check_tensors admits only the executor's types.
+    r[TEN_DTYPE] = t.dtype.program_code().unwrap_or(0);
+    r[TEN_BYTES] = t.bytes() as i32;
+    r[TEN_NDIMS] = t.dims.len() as i32;
+    r[TEN_DIMS..TEN_DIMS + 4].copy_from_slice(&dims);
+    r[TEN_ZERO_POINT] = t.zero_point;
+    r[TEN_LOCATION] = loc;
+    r[TEN_OFFSET] = off;
+    r[TEN_NAME] = name as i32;
+    r
+}
+
+/// The per-channel multipliers and shifts of an operator in the blob, or
+/// (−1, −1) when it has none.
+fn per_channel_arrays(op: &ProgramOp, blob: &mut Blob) -> (i32, i32) {
+    if op.per_channel.is_empty() {
+        return (-1, -1);
+    }
+    let m: Vec<u8> = op
+        .per_channel
+        .iter()
+        .flat_map(|p| p.0.to_le_bytes())
+        .collect();
+    let s: Vec<u8> = op
+        .per_channel
+        .iter()
+        .flat_map(|p| p.1.to_le_bytes())
+        .collect();
+    (blob.data(&m) as i32, blob.data(&s) as i32)
+}
+
+/// More than two inputs: all of them in the blob, as `[count, index...]`;
+/// −1 otherwise.
+fn input_list(op: &ProgramOp, blob: &mut Blob) -> i32 {
+    if op.inputs.len() <= 2 {
+        return -1;
+    }
+    let list: Vec<u8> = std::iter::once(op.inputs.len() as i32)
+        .chain(op.inputs.iter().map(|&t| t as i32))
+        .flat_map(i32::to_le_bytes)
+        .collect();
+    blob.data(&list) as i32
+}
+
+/// The record of one operator; its strings and arrays go to the blob.
+fn op_record(op: &ProgramOp, blob: &mut Blob) -> Result<[i32; OPW_WORDS], ProgramError> {
+    let kind = op.kind.program_code().ok_or_else(|| {
+        ProgramError(format!(
+            "operator `{}` ({}) has no executor kernel",
+            op.name,
+            op.kind.tflite_name()
+        ))
+    })?;
+    let name = blob.string(&op.name);
+    let text = blob.string(&op.params_text);
+    let (mult_off, shift_off) = per_channel_arrays(op, blob);
+    let inputs = input_list(op, blob);
+    let mut w = [0i32; OPW_WORDS];
+    w[OPW_KIND] = kind;
+    // check_ops admits only the executor's types.
+    w[OPW_DTYPE] = op.dtype.program_code().unwrap_or(0);
+    w[OPW_NAME] = name as i32;
+    w[OPW_PARAMS] = text as i32;
+    w[OPW_INPUT] = op.inputs[0] as i32;
+    w[OPW_INPUT2] = op.inputs.get(1).map(|&x| x as i32).unwrap_or(-1);
+    w[OPW_WEIGHTS] = opt(op.weights);
+    w[OPW_BIAS] = opt(op.bias);
+    w[OPW_OUTPUT] = op.output as i32;
+    w[OPW_CHANNEL_MULTIPLIERS] = mult_off;
+    w[OPW_CHANNEL_SHIFTS] = shift_off;
+    w[OPW_CHANNELS] = op.per_channel.len() as i32;
+    w[OPW_SCRATCH] = opt(op.scratch);
+    w[OPW_INPUTS] = inputs;
+    param_words(&op.params, &mut w);
+    Ok(w)
+}
+
+/// The kernel parameters of an operator record.
+fn param_words(p: &OpParams, w: &mut [i32; OPW_WORDS]) {
+    w[OPW_STRIDE_H] = p.stride_h;
+    w[OPW_STRIDE_W] = p.stride_w;
+    w[OPW_DILATION_H] = p.dilation_h;
+    w[OPW_DILATION_W] = p.dilation_w;
+    w[OPW_PAD_H] = p.pad_h;
+    w[OPW_PAD_W] = p.pad_w;
+    w[OPW_DEPTH_MULTIPLIER] = p.depth_multiplier;
+    w[OPW_FILTER_H] = p.filter_h;
+    w[OPW_FILTER_W] = p.filter_w;
+    w[OPW_ACT_MIN] = p.act_min;
+    w[OPW_ACT_MAX] = p.act_max;
+    w[OPW_FLOAT_MIN] = p.float_min.to_bits() as i32;
+    w[OPW_FLOAT_MAX] = p.float_max.to_bits() as i32;
+    w[OPW_INPUT_OFFSET] = p.input_offset;
+    w[OPW_WEIGHTS_OFFSET] = p.weights_offset;
+    w[OPW_OUTPUT_OFFSET] = p.output_offset;
+    w[OPW_OUTPUT_MULTIPLIER] = p.output_multiplier;
+    w[OPW_OUTPUT_SHIFT] = p.output_shift;
+    w[OPW_SOFTMAX_MULTIPLIER] = p.softmax_multiplier;
+    w[OPW_SOFTMAX_LEFT_SHIFT] = p.softmax_left_shift;
+    w[OPW_DIFF_MIN] = p.diff_min;
+    w[OPW_BETA] = p.beta.to_bits() as i32;
+    w[OPW_INPUT2_OFFSET] = p.input2_offset;
+    w[OPW_INPUT1_MULTIPLIER] = p.input1_multiplier;
+    w[OPW_INPUT1_SHIFT] = p.input1_shift;
+    w[OPW_INPUT2_MULTIPLIER] = p.input2_multiplier;
+    w[OPW_INPUT2_SHIFT] = p.input2_shift;
+    w[OPW_LEFT_SHIFT] = p.left_shift;
+    w[OPW_QUANT_SCALE] = p.quant_scale.to_bits() as i32;
+    w[OPW_QUANT_ZERO_POINT] = p.quant_zero_point;
+    w[OPW_AXIS] = p.axis;
+    w[OPW_ACCUMULATOR_BYTES] = p.accumulator_bytes;
+    w[OPW_COPY_FROM] = p.copy_from;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::PK_RESHAPE;
 
     #[test]
     fn header_and_records_land_where_the_guest_reads_them() {
@@ -716,22 +769,22 @@ mod tests {
             tensors: vec![
                 ProgramTensor {
                     name: "x".into(),
-                    dtype: ProgramDtype::Int8,
+                    dtype: Dtype::Int8,
                     dims: vec![1, 4],
                     zero_point: 0,
                     data: TensorData::Arena { offset: 16 },
                 },
                 ProgramTensor {
                     name: "y".into(),
-                    dtype: ProgramDtype::Int8,
+                    dtype: Dtype::Int8,
                     dims: vec![1, 4],
                     zero_point: -128,
                     data: TensorData::Arena { offset: 0 },
                 },
             ],
             ops: vec![ProgramOp {
-                kind: ProgramOpKind::Reshape,
-                dtype: ProgramDtype::Int8,
+                kind: OpKind::Reshape,
+                dtype: Dtype::Int8,
                 name: "r".into(),
                 params_text: String::new(),
                 inputs: vec![0],
@@ -755,10 +808,7 @@ mod tests {
         assert_eq!(e.bytes.len() as u64, e.arena_offset);
         let t1 = HEADER_WORDS + TENSOR_WORDS;
         assert_eq!(word(t1 + 7), -128);
-        assert_eq!(
-            word(HEADER_WORDS + 2 * TENSOR_WORDS),
-            ProgramOpKind::Reshape as i32
-        );
+        assert_eq!(word(HEADER_WORDS + 2 * TENSOR_WORDS), PK_RESHAPE);
         let op0 = HEADER_WORDS + 2 * TENSOR_WORDS;
         assert_eq!(word(op0 + OPW_SCRATCH), 0);
         assert_eq!(
@@ -777,7 +827,7 @@ mod tests {
         assert_eq!(word(op0 + OPW_INPUTS), -1);
         // Three inputs: all of them as [count, index...] at OPW_INPUTS.
         let mut three = p.clone();
-        three.ops[0].kind = ProgramOpKind::Concatenation;
+        three.ops[0].kind = OpKind::Concatenation;
         three.ops[0].inputs = vec![1, 0, 1];
         three.ops[0].params.axis = 1;
         let e3 = three.encode().unwrap();
@@ -799,5 +849,18 @@ mod tests {
         let mut many = three.clone();
         many.ops[0].inputs = vec![0; MEMTRACE_PROGRAM_MAX_INPUTS + 1];
         assert!(many.encode().unwrap_err().to_string().contains("11 inputs"));
+    }
+
+    #[test]
+    fn exit_codes_round_trip_and_say_what_they_mean() {
+        for e in ExecutorExit::ALL {
+            assert_eq!(ExecutorExit::from_code(e.code()), Some(e));
+        }
+        assert_eq!(ExecutorExit::from_code(5), None);
+        assert_eq!(
+            ExecutorExit::hint(),
+            "3: no program, 4: unsupported operator, 6: scratch missing, 7: the kernel \
+             library reported an error; docs/protocol.md §9"
+        );
     }
 }

@@ -76,10 +76,11 @@ pub mod symbols {
     pub const IO: &str = "memtrace_io";
     /// End of the input/output region.
     pub const IO_END: &str = "memtrace_io_end";
-    /// Start of the tensor arena.
-    pub const ARENA: &str = "memtrace_arena";
-    /// End of the tensor arena region.
-    pub const ARENA_END: &str = "memtrace_arena_end";
+    /// The tensor arena: the same symbols as the executor's.
+    pub use crate::symbols::{ARENA, ARENA_END};
+
+    /// Every symbol of the runner, for the check against the harness.
+    pub const ALL: [&str; 7] = [JOB, MODEL, MODEL_END, IO, IO_END, ARENA, ARENA_END];
 }
 
 /// Layer name of the windows that copy the graph inputs into the arena.

@@ -9,14 +9,25 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memtrace_abi::{program, protocol, spec, tflm};
+use memtrace_abi::program::ExecutorExit;
+use memtrace_abi::{dtype, op, program, protocol, spec, symbols, tflm};
 
-/// `NAME -> value` of the `#define`s and enum entries of a header.
-fn header_constants(file: &str) -> BTreeMap<String, i64> {
+/// The text of `file` under `harness-c/`.
+fn harness_text(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../harness-c/include")
+        .join("../harness-c")
         .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `NAME -> value` of the `#define`s and enum entries of a header in
+/// `harness-c/include/`.
+fn header_constants(file: &str) -> BTreeMap<String, i64> {
+    constants_of(&harness_text(&format!("include/{file}")))
+}
+
+/// `NAME -> value` of the `#define`s and enum entries of C text.
+fn constants_of(text: &str) -> BTreeMap<String, i64> {
     let mut found = BTreeMap::new();
     for line in text.lines() {
         let code = line.split("/*").next().unwrap_or("").trim();
@@ -96,7 +107,12 @@ fn memtrace_job_h_matches_the_spec_module() {
     agree(
         "memtrace_job.h",
         &["MEMTRACE_JOB_", "JOB_", "OP_", "DTYPE_"],
-        &[spec::JOB_HEADER, spec::JOB_LAYOUT, spec::JOB_CODES],
+        &[
+            spec::JOB_HEADER,
+            spec::JOB_LAYOUT,
+            op::JOB_OP_CODES,
+            dtype::JOB_DTYPE_CODES,
+        ],
     );
 }
 
@@ -110,6 +126,8 @@ fn memtrace_program_h_matches_the_program_module() {
             program::PROGRAM_LAYOUT,
             program::PROGRAM_FLAGS,
             program::PROGRAM_CODES,
+            op::PROGRAM_KIND_CODES,
+            dtype::PROGRAM_DTYPE_CODES,
             program::PROGRAM_LIMITS,
         ],
     );
@@ -122,6 +140,68 @@ fn memtrace_tflm_h_matches_the_tflm_module() {
         &["MEMTRACE_TFLM_", "TFLM_"],
         &[tflm::TFLM_HEADER, tflm::TFLM_LAYOUT, tflm::TFLM_CODES],
     );
+}
+
+#[test]
+fn executor_h_exit_codes_match_executor_exit() {
+    // `enum : int { kOk = 0, ... }` of the executor's internal header.
+    let header: BTreeMap<String, i64> = constants_of(&harness_text("executor/executor.h"))
+        .into_iter()
+        .filter(|(name, _)| name.starts_with('k'))
+        .collect();
+    let rust: BTreeMap<String, i64> = ExecutorExit::ALL
+        .iter()
+        .map(|e| (e.c_name().to_owned(), e.code() as i64))
+        .collect();
+    assert_eq!(header, rust);
+}
+
+/// Whether the harness defines `symbol`: a linker-script assignment
+/// `symbol = .` or a C definition (`type symbol[...]`, `type symbol(...)`
+/// outside `extern` declarations and comments).
+fn defines(texts: &[(String, String)], symbol: &str) -> bool {
+    texts.iter().any(|(file, text)| {
+        if file.ends_with(".ld") {
+            return text.contains(&format!("{symbol} = ."));
+        }
+        text.lines().map(str::trim).any(|line| {
+            let code = !line.starts_with("extern")
+                && !line.starts_with('*')
+                && !line.starts_with("//")
+                && !line.starts_with("/*");
+            let declared = [format!(" {symbol}["), format!(" {symbol}(")]
+                .iter()
+                .any(|d| line.contains(d.as_str()));
+            code && declared && !line.contains(&format!("{symbol}[w]"))
+        })
+    })
+}
+
+#[test]
+fn guest_symbols_are_defined_by_the_harness() {
+    let files = [
+        "rt/cortex-m4/memtrace.ld",
+        "rt/x86_64/memtrace.ld",
+        "rt/cortex-m4/memtrace-tflm.ld",
+        "rt/x86_64/memtrace-tflm.ld",
+        "include/memtrace.h",
+        "rt/port.c",
+        "suite/main.cc",
+        "tflm/runner.cc",
+    ];
+    let texts: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.to_string(), harness_text(f)))
+        .collect();
+    let missing: Vec<&str> = symbols::ALL
+        .iter()
+        .chain(tflm::symbols::ALL.iter())
+        .copied()
+        .filter(|s| !defines(&texts, s))
+        .collect();
+    assert!(missing.is_empty(), "not defined in harness-c: {missing:?}");
+    // The check can fail.
+    assert!(!defines(&texts, "memtrace_no_such_symbol"));
 }
 
 #[test]

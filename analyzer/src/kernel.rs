@@ -20,19 +20,31 @@
 //!   accessed the layer's buffers at all. The layer's **library** is the
 //!   kernel's.
 
-use crate::report::{FunctionAccesses, KernelReport};
+use serde::Serialize;
 
-/// A kernel library, as told by the source path of a function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A kernel library, as told by the source path of a function. Reports
+/// write it by its [`Library::name`] (serde and `Display` alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Library {
     /// Arm CMSIS-NN (`arm_*` functions of a CMSIS-NN checkout).
+    #[serde(rename = "CMSIS-NN")]
     CmsisNn,
     /// TensorFlow Lite (Micro)'s reference kernels and their helpers.
+    #[serde(rename = "TFLM reference")]
     TflmReference,
     /// memtrace's own guest code (`harness-c/`: relu, matmul, glue, libc shims).
+    #[serde(rename = "harness-c")]
     Harness,
     /// Anything else, or a function without a source file.
+    #[serde(rename = "unknown")]
     Unknown,
+}
+
+impl std::fmt::Display for Library {
+    /// The [`Library::name`], padded as the format asks.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
 }
 
 impl Library {
@@ -169,17 +181,44 @@ pub fn kernel_report(
             (f.clone(), *l)
         });
     KernelReport {
-        library: library.name().to_owned(),
+        library,
         kernel,
         functions: per
             .into_iter()
             .map(|(function, library, accesses)| FunctionAccesses {
                 function,
-                library: library.name().to_owned(),
+                library,
                 accesses,
             })
             .collect(),
     }
+}
+
+/// The code behind a layer's buffer accesses (docs/kernels.md, "Which kernel
+/// ran a layer").
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KernelReport {
+    /// Kernel library of `kernel`: `CMSIS-NN`, `TFLM reference`, `harness-c`
+    /// or `unknown`, from the function's DWARF source file.
+    pub library: Library,
+    /// The function that made most of the layer's buffer accesses (loads,
+    /// stores and updates of every declared buffer), preferring functions
+    /// of a kernel library over helpers such as `memcpy`; empty without
+    /// accesses.
+    pub kernel: String,
+    /// Every function that accessed the layer's buffers, most accesses first.
+    pub functions: Vec<FunctionAccesses>,
+}
+
+/// Buffer accesses of a layer made by one function.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FunctionAccesses {
+    /// Function name (C++ names without parameters or return type).
+    pub function: String,
+    /// Its kernel library.
+    pub library: Library,
+    /// Events (loads, stores, updates) it made.
+    pub accesses: u64,
 }
 
 #[cfg(test)]
@@ -306,11 +345,11 @@ mod tests {
             _ => vec![],
         });
         assert_eq!(report.kernel, "arm_nn_mat_mult_nt_t_s8");
-        assert_eq!(report.library, "CMSIS-NN");
+        assert_eq!(report.library, Library::CmsisNn);
         let rows: Vec<(&str, &str, u64)> = report
             .functions
             .iter()
-            .map(|f| (f.function.as_str(), f.library.as_str(), f.accesses))
+            .map(|f| (f.function.as_str(), f.library.name(), f.accesses))
             .collect();
         assert_eq!(
             rows,
@@ -336,7 +375,7 @@ mod tests {
             )],
         });
         assert_eq!(
-            (pool.kernel.as_str(), pool.library.as_str()),
+            (pool.kernel.as_str(), pool.library.name()),
             ("arm_max_pool_s8", "CMSIS-NN")
         );
         assert_eq!(pool.functions[0].function, "memcpy");
@@ -346,12 +385,12 @@ mod tests {
             _ => vec![frame("relu_int8", HARNESS)],
         });
         assert_eq!(
-            (relu.kernel.as_str(), relu.library.as_str()),
+            (relu.kernel.as_str(), relu.library.name()),
             ("relu_int8", "harness-c")
         );
         let empty = kernel_report(&[], |_| vec![]);
         assert_eq!(
-            (empty.kernel.as_str(), empty.library.as_str()),
+            (empty.kernel.as_str(), empty.library.name()),
             ("", "unknown")
         );
     }

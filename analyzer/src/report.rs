@@ -7,6 +7,7 @@ use serde::Serialize;
 use memtrace_overlap::check::Flag;
 
 use crate::contract::ContractReport;
+pub use crate::kernel::KernelReport;
 
 /// One buffer of a traced layer with its access counts.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -109,33 +110,6 @@ impl LayerReport {
     pub fn overlaps(&self) -> impl Iterator<Item = &OverlapReport> {
         self.overlap.iter().chain(&self.input2_overlap)
     }
-}
-
-/// The code behind a layer's buffer accesses (docs/kernels.md, "Which kernel
-/// ran a layer").
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct KernelReport {
-    /// Kernel library of `kernel`: `CMSIS-NN`, `TFLM reference`, `harness-c`
-    /// or `unknown`, from the function's DWARF source file.
-    pub library: String,
-    /// The function that made most of the layer's buffer accesses (loads,
-    /// stores and updates of every declared buffer), preferring functions
-    /// of a kernel library over helpers such as `memcpy`; empty without
-    /// accesses.
-    pub kernel: String,
-    /// Every function that accessed the layer's buffers, most accesses first.
-    pub functions: Vec<FunctionAccesses>,
-}
-
-/// Buffer accesses of a layer made by one function.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct FunctionAccesses {
-    /// Function name (C++ names without parameters or return type).
-    pub function: String,
-    /// Its kernel library.
-    pub library: String,
-    /// Events (loads, stores, updates) it made.
-    pub accesses: u64,
 }
 
 /// A whole `memtrace run`.

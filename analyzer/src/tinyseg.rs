@@ -156,7 +156,7 @@ impl TinysegPlan {
                         .outputs
                         .first()
                         .map_or("", |&t| m.tensors[t].name.as_str());
-                    format!("{} {out}", op.kind)
+                    format!("{} {out}", op.kind.tflite_name())
                 })
                 .collect(),
             plan: optimized.plan.clone(),

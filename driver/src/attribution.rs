@@ -78,7 +78,7 @@ pub fn other_than_reference(library: Option<&str>, kernel: Option<&str>) -> bool
 /// The `library` and `kernel` of a layer report, when attributed.
 pub fn kernel_of(layer: &LayerReport) -> (Option<&str>, Option<&str>) {
     layer.attribution.as_ref().map_or((None, None), |a| {
-        (Some(a.library.as_str()), Some(a.kernel.as_str()))
+        (Some(a.library.name()), Some(a.kernel.as_str()))
     })
 }
 

@@ -84,7 +84,7 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
         target: req.target.name().into(),
         kernels: req.kernels.name().into(),
         seed: req.seed,
-        planner: plan.planner.clone(),
+        planner: plan.planner.name().to_owned(),
         arena_bytes: placement.arena_bytes,
         access_path: outcome.access.name().into(),
         instructions: run.windows.last().map_or(0, |w| w.end),

@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Instant;
 
-use memtrace_abi::spec::{Dtype, Op};
+use memtrace_abi::spec::{Dtype, OpKind};
 use memtrace_abi::LayerSpec;
 use memtrace_overlap::algorithmic::algorithmic_overlap;
 use memtrace_overlap::analytic::{analytic_overlap, analytic_overlap_as_printed};
@@ -107,8 +107,8 @@ pub fn ladder(
 
     // validate throughput: random configurations of every op, f32 and int8
     let mut specs = Vec::new();
-    for op in Op::ALL {
-        for dtype in [Dtype::F32, Dtype::Int8] {
+    for op in OpKind::SUITE {
+        for dtype in [Dtype::Float32, Dtype::Int8] {
             specs.extend(try_random_configs(
                 op,
                 dtype,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memtrace_abi::spec::{Dtype, Op};
+use memtrace_abi::spec::{Dtype, OpKind};
 use memtrace_abi::{Analysis, LayerSpec};
 use memtrace_analyzer::contract::{ContractCheck, ContractReport};
 use memtrace_analyzer::layer_stats::LayerStats;
@@ -58,13 +58,13 @@ pub struct ConfigSelection {
     pub max_instructions: u64,
 }
 
-fn parse_ops(names: &[String]) -> Result<Vec<Op>> {
+fn parse_ops(names: &[String]) -> Result<Vec<OpKind>> {
     let mut ops = Vec::new();
     for name in names {
         if name == "all" {
-            ops.extend(Op::ALL);
+            ops.extend(OpKind::SUITE);
         } else {
-            ops.push(name.parse::<Op>().map_err(|e| failed!("--op: {e}"))?);
+            ops.push(name.parse::<OpKind>().map_err(|e| failed!("--op: {e}"))?);
         }
     }
     ops.dedup();
@@ -73,7 +73,7 @@ fn parse_ops(names: &[String]) -> Result<Vec<Op>> {
 
 fn parse_dtypes(name: &str) -> Result<Vec<Dtype>> {
     Ok(match name {
-        "all" => vec![Dtype::F32, Dtype::Int8],
+        "all" => vec![Dtype::Float32, Dtype::Int8],
         other => vec![other
             .parse::<Dtype>()
             .map_err(|e| failed!("--dtype: {e}"))?],
@@ -396,7 +396,7 @@ impl Row {
             dtype: l
                 .spec
                 .as_ref()
-                .map_or_else(String::new, |s| s.dtype.name().to_owned()),
+                .map_or_else(String::new, |s| s.dtype.spec_name().to_owned()),
             arch: arch.to_owned(),
             short: l.spec.as_ref().map_or_else(|| l.params.clone(), short_text),
             spec: spec_text,
@@ -429,7 +429,7 @@ impl Row {
             } else {
                 None
             },
-            library: l.attribution.as_ref().map(|a| a.library.clone()),
+            library: l.attribution.as_ref().map(|a| a.library.name().to_owned()),
             kernel: l.attribution.as_ref().map(|a| a.kernel.clone()),
             input2,
             contract: l.contract.as_ref().map(RowContract::of),
@@ -441,7 +441,7 @@ impl Row {
             name,
             source: "job",
             op: spec.op.name().to_owned(),
-            dtype: spec.dtype.name().to_owned(),
+            dtype: spec.dtype.spec_name().to_owned(),
             arch: arch.to_owned(),
             spec: spec.to_string(),
             short: short_text(spec),
@@ -552,7 +552,7 @@ fn trace_job(
 
 /// Fails early when `image` has no job mailbox (it is not a kernel suite).
 pub fn require_job_mailbox(image: &ElfImage) -> Result<()> {
-    if image.symbol("memtrace_job").is_none() {
+    if image.symbol(memtrace_abi::symbols::JOB).is_none() {
         bail!(
             "{} has no `memtrace_job` mailbox, so layer configurations cannot be sent to it (build harness-c's suite.elf, or see docs/protocol.md)",
             image.path.display()
@@ -840,7 +840,7 @@ mod tests {
         let specs = sel.specs().unwrap();
         // 2 random relu per dtype (f32, int8), then the two grid points.
         assert_eq!(specs.len(), 6);
-        assert!(specs[..4].iter().all(|s| s.op == Op::Relu));
+        assert!(specs[..4].iter().all(|s| s.op == OpKind::Relu));
         assert_eq!(specs[4].input[1], 7);
         assert_eq!(specs[5].input[1], 8);
         assert_eq!(

@@ -1,6 +1,6 @@
 // spec_text.cc — the `params` string of LAYER_BEGIN.
 //
-// It must be exactly what abi/src/spec.rs prints for the same layer
+// It must be exactly what abi/src/spec/text.rs prints for the same layer
 // (`Display for LayerSpec`), so that the host can parse it back with
 // `LayerSpec::parse` and re-describe the traced layer to the algorithmic and
 // analytic O_s methods:

@@ -105,7 +105,7 @@ void run_reference_kernel(const Layer &layer, const Buffers &b, const Quant &q);
 // element, as TFLM's TRANSPOSE_CONV requests it; 0 for every other layer.
 uint32_t reference_scratch_bytes(const Layer &layer);
 
-// Canonical layer text, exactly as abi/src/spec.rs `Display for LayerSpec`
+// Canonical layer text, exactly as abi/src/spec/text.rs `Display for LayerSpec`
 // prints it. Returns false if it would not fit in `cap` bytes (NUL included).
 bool format_params(const Layer &layer, char *out, size_t cap);
 

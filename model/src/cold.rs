@@ -113,7 +113,7 @@ mod tests {
     use super::*;
     use crate::order::{self, OrderKind};
     use crate::zoo::{self, GraphBuilder};
-    use crate::{Activation, DataType, OpKind, OpOptions};
+    use crate::{Activation, Dtype, OpKind, OpOptions};
 
     /// Every position at which `order` accesses tensor `t`, sorted.
     fn accesses(model: &Model, order: &[usize], t: usize) -> Vec<usize> {
@@ -177,7 +177,7 @@ mod tests {
     /// again four operators later, so it idles for the three between.
     #[test]
     fn a_skip_connection_is_cold_between_its_two_readers() {
-        let mut g = GraphBuilder::new("skip", DataType::Int8);
+        let mut g = GraphBuilder::new("skip", Dtype::Int8);
         let x = g.input("input", &[1, 8, 8, 4]);
         let a = g.conv2d("a", x, 4, 3, 1, Activation::Relu);
         let mut y = g.conv2d("b", a, 4, 3, 1, Activation::Relu);

@@ -4,20 +4,20 @@
 //! weights, biases and int8 quantisation `memtrace verify` runs them with.
 
 use crate::schema::tflite as fb;
-use crate::{Activation, DataType, Model, OpKind, Padding, Quantization};
+use crate::{Activation, Dtype, Model, OpKind, Padding, Quantization};
 
 pub use crate::lower::materialize;
 
-fn tensor_type(d: DataType) -> fb::TensorType {
+fn tensor_type(d: Dtype) -> fb::TensorType {
     match d {
-        DataType::Float32 => fb::TensorType::Float32,
-        DataType::Int8 => fb::TensorType::Int8,
-        DataType::Uint8 => fb::TensorType::Uint8,
-        DataType::Int16 => fb::TensorType::Int16,
-        DataType::Int32 => fb::TensorType::Int32,
-        DataType::Int64 => fb::TensorType::Int64,
-        DataType::Bool => fb::TensorType::Bool,
-        DataType::Float16 => fb::TensorType::Float16,
+        Dtype::Float32 => fb::TensorType::Float32,
+        Dtype::Int8 => fb::TensorType::Int8,
+        Dtype::Uint8 => fb::TensorType::Uint8,
+        Dtype::Int16 => fb::TensorType::Int16,
+        Dtype::Int32 => fb::TensorType::Int32,
+        Dtype::Int64 => fb::TensorType::Int64,
+        Dtype::Bool => fb::TensorType::Bool,
+        Dtype::Float16 => fb::TensorType::Float16,
     }
 }
 
@@ -25,37 +25,7 @@ fn tensor_type(d: DataType) -> fb::TensorType {
 /// none, and for `Other`, whose builtin memtrace does not keep (only the TFLM
 /// runtime runs such a model, from its own file).
 fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
-    use fb::BuiltinOperator as B;
-    Some(match k {
-        OpKind::Conv2d => B::Conv2d,
-        OpKind::DepthwiseConv2d => B::DepthwiseConv2d,
-        OpKind::FullyConnected => B::FullyConnected,
-        OpKind::MaxPool2d => B::MaxPool2d,
-        OpKind::AveragePool2d => B::AveragePool2d,
-        OpKind::Add => B::Add,
-        OpKind::Sub => B::Sub,
-        OpKind::Mul => B::Mul,
-        OpKind::Relu => B::Relu,
-        OpKind::Relu6 => B::Relu6,
-        OpKind::ReluN1To1 => B::ReluN1To1,
-        OpKind::Logistic => B::Logistic,
-        OpKind::Tanh => B::Tanh,
-        OpKind::Softmax => B::Softmax,
-        OpKind::Reshape => B::Reshape,
-        OpKind::Squeeze => B::Squeeze,
-        OpKind::Quantize => B::Quantize,
-        OpKind::Dequantize => B::Dequantize,
-        OpKind::Concatenation => B::Concatenation,
-        OpKind::Pad => B::Pad,
-        OpKind::Mean => B::Mean,
-        OpKind::TransposeConv => B::TransposeConv,
-        OpKind::Spill
-        | OpKind::SpillKeep
-        | OpKind::Fetch
-        | OpKind::FetchConcat
-        | OpKind::FetchConv2d
-        | OpKind::Other => return None,
-    })
+    fb::BuiltinOperator::try_from(k.builtin_code()?).ok()
 }
 
 fn act(a: Activation) -> fb::ActivationFunctionType {
@@ -122,7 +92,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
         let code = builtin(op.kind).ok_or_else(|| {
             format!(
                 "operator {i} ({}) is a TinySeg operator with no TFLite builtin",
-                op.kind
+                op.kind.tflite_name()
             )
         })?;
         let index = match codes.iter().position(|&c| c == code) {
@@ -132,76 +102,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
                 codes.len() - 1
             }
         };
-        let o = &op.options;
-        let options = match op.kind {
-            OpKind::Conv2d => Some(fb::BuiltinOptions::Conv2DOptions(Box::new(
-                fb::Conv2DOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    fused_activation_function: act(o.activation),
-                    dilation_w_factor: o.dilation.1 as i32,
-                    dilation_h_factor: o.dilation.0 as i32,
-                },
-            ))),
-            OpKind::DepthwiseConv2d => Some(fb::BuiltinOptions::DepthwiseConv2DOptions(Box::new(
-                fb::DepthwiseConv2DOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    depth_multiplier: o.depth_multiplier as i32,
-                    fused_activation_function: act(o.activation),
-                    dilation_w_factor: o.dilation.1 as i32,
-                    dilation_h_factor: o.dilation.0 as i32,
-                },
-            ))),
-            OpKind::MaxPool2d | OpKind::AveragePool2d => Some(fb::BuiltinOptions::Pool2DOptions(
-                Box::new(fb::Pool2DOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    filter_width: o.filter.1 as i32,
-                    filter_height: o.filter.0 as i32,
-                    fused_activation_function: act(o.activation),
-                }),
-            )),
-            OpKind::FullyConnected => Some(fb::BuiltinOptions::FullyConnectedOptions(Box::new(
-                fb::FullyConnectedOptions {
-                    fused_activation_function: act(o.activation),
-                    ..Default::default()
-                },
-            ))),
-            OpKind::Softmax => Some(fb::BuiltinOptions::SoftmaxOptions(Box::new(
-                fb::SoftmaxOptions { beta: 1.0 },
-            ))),
-            OpKind::Reshape => {
-                let y = &model.tensors[op.outputs[0]];
-                Some(fb::BuiltinOptions::ReshapeOptions(Box::new(
-                    fb::ReshapeOptions {
-                        new_shape: Some(y.shape.iter().map(|&d| d as i32).collect()),
-                    },
-                )))
-            }
-            OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
-                fb::TransposeConvOptions {
-                    padding: padding(o.padding),
-                    stride_w: o.stride.1 as i32,
-                    stride_h: o.stride.0 as i32,
-                    fused_activation_function: act(o.activation),
-                },
-            ))),
-            OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
-                fb::ConcatenationOptions {
-                    axis: o.axis.unwrap_or(-1),
-                    fused_activation_function: act(o.activation),
-                },
-            ))),
-            OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
-                fused_activation_function: act(o.activation),
-                ..Default::default()
-            }))),
-            _ => None,
-        };
+        let options = builtin_options(model, op);
         operators.push(fb::Operator {
             opcode_index: index as u32,
             inputs: Some(op.inputs.iter().map(|&t| t as i32).collect()),
@@ -246,6 +147,80 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
         bytes[4..8].copy_from_slice(b"TFL3");
     }
     Ok(bytes)
+}
+
+/// The builtin options of `op`, as TFLite's schema writes them per operator.
+fn builtin_options(model: &Model, op: &crate::Op) -> Option<fb::BuiltinOptions> {
+    let o = &op.options;
+    match op.kind {
+        OpKind::Conv2d => Some(fb::BuiltinOptions::Conv2DOptions(Box::new(
+            fb::Conv2DOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                fused_activation_function: act(o.activation),
+                dilation_w_factor: o.dilation.1 as i32,
+                dilation_h_factor: o.dilation.0 as i32,
+            },
+        ))),
+        OpKind::DepthwiseConv2d => Some(fb::BuiltinOptions::DepthwiseConv2DOptions(Box::new(
+            fb::DepthwiseConv2DOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                depth_multiplier: o.depth_multiplier as i32,
+                fused_activation_function: act(o.activation),
+                dilation_w_factor: o.dilation.1 as i32,
+                dilation_h_factor: o.dilation.0 as i32,
+            },
+        ))),
+        OpKind::MaxPool | OpKind::AveragePool => Some(fb::BuiltinOptions::Pool2DOptions(Box::new(
+            fb::Pool2DOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                filter_width: o.filter.1 as i32,
+                filter_height: o.filter.0 as i32,
+                fused_activation_function: act(o.activation),
+            },
+        ))),
+        OpKind::FullyConnected => Some(fb::BuiltinOptions::FullyConnectedOptions(Box::new(
+            fb::FullyConnectedOptions {
+                fused_activation_function: act(o.activation),
+                ..Default::default()
+            },
+        ))),
+        OpKind::Softmax => Some(fb::BuiltinOptions::SoftmaxOptions(Box::new(
+            fb::SoftmaxOptions { beta: 1.0 },
+        ))),
+        OpKind::Reshape => {
+            let y = &model.tensors[op.outputs[0]];
+            Some(fb::BuiltinOptions::ReshapeOptions(Box::new(
+                fb::ReshapeOptions {
+                    new_shape: Some(y.shape.iter().map(|&d| d as i32).collect()),
+                },
+            )))
+        }
+        OpKind::TransposeConv => Some(fb::BuiltinOptions::TransposeConvOptions(Box::new(
+            fb::TransposeConvOptions {
+                padding: padding(o.padding),
+                stride_w: o.stride.1 as i32,
+                stride_h: o.stride.0 as i32,
+                fused_activation_function: act(o.activation),
+            },
+        ))),
+        OpKind::Concatenation => Some(fb::BuiltinOptions::ConcatenationOptions(Box::new(
+            fb::ConcatenationOptions {
+                axis: o.axis.unwrap_or(-1),
+                fused_activation_function: act(o.activation),
+            },
+        ))),
+        OpKind::Add => Some(fb::BuiltinOptions::AddOptions(Box::new(fb::AddOptions {
+            fused_activation_function: act(o.activation),
+            ..Default::default()
+        }))),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

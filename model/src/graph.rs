@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::schema::tflite as fb;
 use super::tflite::{builtin_name, dtype, fb_err, operator_code};
-use super::{DataType, ModelError};
+use super::{Dtype, ModelError};
 
 /// One tensor of subgraph 0.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -22,7 +22,7 @@ pub struct GraphTensor {
     pub type_name: String,
     /// The element type when memtrace knows its size.
     #[serde(skip)]
-    pub dtype: Option<DataType>,
+    pub dtype: Option<Dtype>,
     /// Dimensions, outermost first.
     pub shape: Vec<i32>,
     /// Bytes of its data, when the type and shape fix them.

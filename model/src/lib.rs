@@ -6,7 +6,7 @@
 //! file's order; the planners derive other valid execution orders from it.
 //!
 //! For the operators memtrace's kernel suite runs, [`Model::layer_spec`]
-//! describes one operator as a [`LayerSpec`], so the O_s methods of
+//! describes one operator as a [`LayerSpec`](memtrace_abi::LayerSpec), so the O_s methods of
 //! [`memtrace_overlap`] apply to it.
 //!
 //! Around the graph: the arena [`planner`]s and the lower bound, TinySeg's
@@ -25,83 +25,19 @@ pub mod lower;
 pub(crate) mod order;
 pub mod planner;
 pub(crate) mod schema;
+mod shape;
 pub mod source;
 pub(crate) mod spill_ops;
+mod suite;
 pub mod tflite;
 pub mod tinyseg;
 pub mod zoo;
 
 use std::collections::HashSet;
-use std::fmt;
 
-use memtrace_abi::spec::{self, LayerSpec, LayerSpecBuilder};
+pub use memtrace_abi::{Activation, Dtype, OpKind, Padding};
+pub use order::{OrderKind, PlanOrder};
 use serde::{Deserialize, Serialize};
-
-/// Element type of a tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DataType {
-    /// 32-bit float.
-    Float32,
-    /// Signed 8-bit integer.
-    Int8,
-    /// Unsigned 8-bit integer.
-    Uint8,
-    /// Signed 16-bit integer.
-    Int16,
-    /// Signed 32-bit integer.
-    Int32,
-    /// Signed 64-bit integer.
-    Int64,
-    /// Boolean, one byte per element.
-    Bool,
-    /// 16-bit float.
-    Float16,
-}
-
-impl DataType {
-    /// Bytes per element.
-    pub fn size(self) -> u64 {
-        match self {
-            DataType::Int8 | DataType::Uint8 | DataType::Bool => 1,
-            DataType::Int16 | DataType::Float16 => 2,
-            DataType::Float32 | DataType::Int32 => 4,
-            DataType::Int64 => 8,
-        }
-    }
-
-    /// Lower-case name used in reports (`float32`, `int8`, ...).
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            DataType::Float32 => "float32",
-            DataType::Int8 => "int8",
-            DataType::Uint8 => "uint8",
-            DataType::Int16 => "int16",
-            DataType::Int32 => "int32",
-            DataType::Int64 => "int64",
-            DataType::Bool => "bool",
-            DataType::Float16 => "float16",
-        }
-    }
-
-    /// The kernel-suite dtype whose O_s applies. `uint8` maps to `int8`: same
-    /// element size, and TFLite's uint8 reference kernels (Conv, DepthwiseConv,
-    /// pools, FullyConnected) walk exactly the loop nests of the int8 ones, so
-    /// their load/store order — the only thing O_s depends on — is the same.
-    pub(crate) fn spec_dtype(self) -> Option<spec::Dtype> {
-        match self {
-            DataType::Float32 => Some(spec::Dtype::F32),
-            DataType::Int8 | DataType::Uint8 => Some(spec::Dtype::Int8),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Affine quantisation parameters (`real = scale · (q − zero_point)`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -122,7 +58,7 @@ pub struct Tensor {
     /// Dimensions, outermost first (empty for a scalar).
     pub shape: Vec<u32>,
     /// Element type.
-    pub dtype: DataType,
+    pub dtype: Dtype,
     /// Bytes of its data: elements × element size.
     pub bytes: u64,
     /// Holds constant data (weights, biases, shape operands): it lives in
@@ -152,179 +88,6 @@ impl Tensor {
     pub(crate) fn needs_arena(&self) -> bool {
         !self.is_constant && !self.is_variable && !self.in_storage
     }
-}
-
-/// Operator kinds memtrace can plan. Anything else is rejected on import with
-/// the operator's name and index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// TFLite `CONV_2D`.
-    Conv2d,
-    /// TFLite `DEPTHWISE_CONV_2D`.
-    DepthwiseConv2d,
-    /// TFLite `FULLY_CONNECTED`.
-    FullyConnected,
-    /// TFLite `MAX_POOL_2D`.
-    MaxPool2d,
-    /// TFLite `AVERAGE_POOL_2D`.
-    AveragePool2d,
-    /// TFLite `ADD`.
-    Add,
-    /// TFLite `SUB`.
-    Sub,
-    /// TFLite `MUL`.
-    Mul,
-    /// TFLite `RELU`.
-    Relu,
-    /// TFLite `RELU6`.
-    Relu6,
-    /// TFLite `RELU_N1_TO_1`.
-    ReluN1To1,
-    /// TFLite `LOGISTIC` (sigmoid).
-    Logistic,
-    /// TFLite `TANH`.
-    Tanh,
-    /// TFLite `SOFTMAX`.
-    Softmax,
-    /// TFLite `RESHAPE`.
-    Reshape,
-    /// TFLite `SQUEEZE`.
-    Squeeze,
-    /// TFLite `QUANTIZE`.
-    Quantize,
-    /// TFLite `DEQUANTIZE`.
-    Dequantize,
-    /// TFLite `CONCATENATION`.
-    Concatenation,
-    /// TFLite `PAD`.
-    Pad,
-    /// TFLite `MEAN`.
-    Mean,
-    /// TFLite `TRANSPOSE_CONV`. Inputs in TFLite's order: the constant
-    /// int32 output shape, the weights `[O, KH, KW, I]`, the activation
-    /// input and an optional bias (see [`Op::data_input`]).
-    TransposeConv,
-    /// TinySeg `Spill` (no TFLite builtin): copies the last `output.bytes`
-    /// bytes of its input (all of it, or the tail of a partial spill) into its
-    /// output, a storage tensor ([`Tensor::in_storage`]).
-    Spill,
-    /// The part of a partially spilled tensor that stays in memory: copies
-    /// the first `output.bytes` bytes of its input into a new arena tensor,
-    /// so that the input (and with it the spilled tail's arena bytes) dies.
-    /// It plays the role of TinySeg's `Split` without materialising the tail.
-    SpillKeep,
-    /// TinySeg `Fetching`: copies a storage tensor back into the arena.
-    Fetch,
-    /// TinySeg `Fetching` fused with a `CONCATENATION`: concatenates its
-    /// inputs along `axis`, at least one of which is a storage tensor.
-    FetchConcat,
-    /// Any other TFLite operator (builtin or custom), imported for real TFLM
-    /// only ([`tflite::import_for_tflm`]): planned from its tensors'
-    /// lifetimes, overlapped only where a trace on TFLM proves it, never
-    /// lowered to memtrace's executor. Its TFLite name is the graph's
-    /// ([`graph::GraphOp::name`]).
-    Other,
-    /// TinySeg `FetchingConv2D`: a `CONV_2D` whose input is the
-    /// concatenation along `axis` of its leading non-constant inputs (one or
-    /// two, at least one in storage), read in place and never materialised;
-    /// the filter and bias follow as in `CONV_2D`.
-    FetchConv2d,
-}
-
-impl OpKind {
-    /// TFLite's name of the builtin operator.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            OpKind::Conv2d => "CONV_2D",
-            OpKind::DepthwiseConv2d => "DEPTHWISE_CONV_2D",
-            OpKind::FullyConnected => "FULLY_CONNECTED",
-            OpKind::MaxPool2d => "MAX_POOL_2D",
-            OpKind::AveragePool2d => "AVERAGE_POOL_2D",
-            OpKind::Add => "ADD",
-            OpKind::Sub => "SUB",
-            OpKind::Mul => "MUL",
-            OpKind::Relu => "RELU",
-            OpKind::Relu6 => "RELU6",
-            OpKind::ReluN1To1 => "RELU_N1_TO_1",
-            OpKind::Logistic => "LOGISTIC",
-            OpKind::Tanh => "TANH",
-            OpKind::Softmax => "SOFTMAX",
-            OpKind::Reshape => "RESHAPE",
-            OpKind::Squeeze => "SQUEEZE",
-            OpKind::Quantize => "QUANTIZE",
-            OpKind::Dequantize => "DEQUANTIZE",
-            OpKind::Concatenation => "CONCATENATION",
-            OpKind::Pad => "PAD",
-            OpKind::Mean => "MEAN",
-            OpKind::TransposeConv => "TRANSPOSE_CONV",
-            OpKind::Spill => "SPILL",
-            OpKind::SpillKeep => "SPILL_KEEP",
-            OpKind::Fetch => "FETCH",
-            OpKind::FetchConcat => "FETCH_CONCAT",
-            OpKind::FetchConv2d => "FETCH_CONV_2D",
-            OpKind::Other => "OTHER",
-        }
-    }
-
-    /// Whether the operator's O_s belongs to its first input alone. A
-    /// concatenation's inputs each have an O_s of their own
-    /// (docs/overlap.md §6) and cannot all sit at the output's end at once,
-    /// so the planners overlap its output with its first input only; for
-    /// every other operator the O_s applies to each input that dies there
-    /// (ADD reads both inputs at the same step).
-    pub(crate) fn overlaps_first_input_only(self) -> bool {
-        matches!(self, OpKind::Concatenation)
-    }
-
-    /// The operators TinySeg's graph transformation inserts: they have no
-    /// TFLite builtin and move tensors between the arena and storage.
-    pub(crate) fn is_tinyseg(self) -> bool {
-        matches!(
-            self,
-            OpKind::Spill
-                | OpKind::SpillKeep
-                | OpKind::Fetch
-                | OpKind::FetchConcat
-                | OpKind::FetchConv2d
-        )
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Fused activation of an operator.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activation {
-    /// No activation.
-    #[default]
-    None,
-    /// Clamps outputs below 0 to 0.
-    Relu,
-    /// Clamps outputs to `[-1, 1]`.
-    ReluN1To1,
-    /// Clamps outputs to `[0, 6]`.
-    Relu6,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// TFLite `SIGN_BIT`.
-    SignBit,
-}
-
-/// TFLite padding scheme.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Padding {
-    /// Output size `ceil(input / stride)`, input padded as needed.
-    #[default]
-    Same,
-    /// No padding: the window stays inside the input.
-    Valid,
 }
 
 /// Operator options (only the fields that matter for the op's kind are set).
@@ -409,10 +172,20 @@ pub struct Op {
 }
 
 impl Op {
+    /// Whether the operator's O_s belongs to its first input alone. A
+    /// concatenation's inputs each have an O_s of their own
+    /// (docs/overlap.md §6) and cannot all sit at the output's end at once,
+    /// so the planners overlap its output with its first input only; for
+    /// every other operator the O_s applies to each input that dies there
+    /// (ADD reads both inputs at the same step).
+    pub(crate) fn overlaps_first_input_only(&self) -> bool {
+        matches!(self.kind, OpKind::Concatenation)
+    }
+
     /// The inputs the operator's O_s may apply to: the first only for a
-    /// concatenation ([`OpKind::overlaps_first_input_only`]), else all.
+    /// concatenation ([`Op::overlaps_first_input_only`]), else all.
     pub(crate) fn overlap_inputs(&self) -> &[usize] {
-        if self.kind.overlaps_first_input_only() {
+        if self.overlaps_first_input_only() {
             &self.inputs[..self.inputs.len().min(1)]
         } else {
             &self.inputs
@@ -578,18 +351,22 @@ impl Model {
                 if t >= n {
                     return bad(format!(
                         "operator {i} ({}) uses tensor {t}, but there are {n} tensors",
-                        op.kind
+                        op.kind.tflite_name()
                     ));
                 }
             }
             if op.outputs.is_empty() {
-                return bad(format!("operator {i} ({}) has no output", op.kind));
+                return bad(format!(
+                    "operator {i} ({}) has no output",
+                    op.kind.tflite_name()
+                ));
             }
             for &t in &op.inputs {
                 if !available[t] {
                     return bad(format!(
                         "operator {i} ({}) reads tensor {t} `{}` before any operator writes it",
-                        op.kind, self.tensors[t].name
+                        op.kind.tflite_name(),
+                        self.tensors[t].name
                     ));
                 }
             }
@@ -603,13 +380,15 @@ impl Model {
                 if self.tensors[t].is_constant {
                     return bad(format!(
                         "operator {i} ({}) writes constant tensor {t} `{}`",
-                        op.kind, self.tensors[t].name
+                        op.kind.tflite_name(),
+                        self.tensors[t].name
                     ));
                 }
                 if self.inputs.contains(&t) {
                     return bad(format!(
                         "operator {i} ({}) writes graph input tensor {t} `{}`",
-                        op.kind, self.tensors[t].name
+                        op.kind.tflite_name(),
+                        self.tensors[t].name
                     ));
                 }
                 produced[t] = Some(i);
@@ -625,305 +404,6 @@ impl Model {
             }
         }
         self.check_storage().map_err(ModelError::Invalid)
-    }
-
-    /// Checks that every operator's tensor shapes agree with each other and
-    /// with its options, by TFLite's shape rules: CONV_2D and
-    /// DEPTHWISE_CONV_2D output N×H×W×C from input, filter, stride, dilation
-    /// and padding (and the bias length); pools likewise from the window;
-    /// FULLY_CONNECTED rows and units; ADD/SUB/MUL NumPy broadcasting;
-    /// element-wise ops, SOFTMAX, QUANTIZE/DEQUANTIZE same shape; RESHAPE and
-    /// SQUEEZE the same element count; CONCATENATION along its axis; PAD no
-    /// smaller than its input; TRANSPOSE_CONV as `check_transpose_conv` says. The error names the operator index, its TFLite
-    /// name and the offending tensor.
-    pub fn check_shapes(&self) -> Result<(), ModelError> {
-        for (i, op) in self.ops.iter().enumerate() {
-            self.check_op_shapes(op).map_err(|reason| {
-                ModelError::Invalid(format!("operator {i} ({}): {reason}", op.kind))
-            })?;
-        }
-        Ok(())
-    }
-
-    fn check_op_shapes(&self, op: &Op) -> Result<(), String> {
-        let n = self.tensors.len();
-        let tensor = |list: &[usize], k: usize, what: &str| -> Result<&Tensor, String> {
-            let &t = list
-                .get(k)
-                .ok_or_else(|| format!("has no {what} (operand {k})"))?;
-            self.tensors
-                .get(t)
-                .ok_or_else(|| format!("{what} is tensor {t}, but there are {n} tensors"))
-        };
-        let input = |k: usize, what: &str| tensor(&op.inputs, k, what);
-        let x = input(op.data_position(), "input")?;
-        let y = tensor(&op.outputs, 0, "output")?;
-        let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
-        let rank4 = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
-            match t.shape[..] {
-                [a, b, c, d] => Ok([a as u64, b as u64, c as u64, d as u64]),
-                _ => Err(format!("{what} {} is not 4-D", show(t))),
-            }
-        };
-        let expect = |got: &[u64], want: &[u64], why: String| -> Result<(), String> {
-            if got == want {
-                Ok(())
-            } else {
-                Err(format!("output {} should be {want:?} ({why})", show(y)))
-            }
-        };
-        let dims = |t: &Tensor| t.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>();
-        let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
-        let (dh, dw) = (op.options.dilation.0 as u64, op.options.dilation.1 as u64);
-        let padding = op.options.padding;
-        let out = |size: u64, filter: u64, stride: u64, dilation: u64| -> Result<u64, String> {
-            out_size(padding, size, filter, stride, dilation).ok_or_else(|| {
-                format!(
-                    "a window of {filter} (dilation {dilation}) does not fit an input extent of {size} with {padding:?} padding"
-                )
-            })
-        };
-        match op.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
-                let i4 = rank4(x, "input")?;
-                let w = input(1, "filter")?;
-                let f4 = rank4(w, "filter")?;
-                let [nb, h, wd, c] = i4;
-                let oh = out(h, f4[1], sh, dh)?;
-                let ow = out(wd, f4[2], sw, dw)?;
-                let oc = if op.kind == OpKind::Conv2d {
-                    if f4[3] == 0 || c % f4[3] != 0 {
-                        return Err(format!(
-                            "filter {} depth {} does not divide input {} depth {c}",
-                            show(w),
-                            f4[3],
-                            show(x)
-                        ));
-                    }
-                    f4[0]
-                } else {
-                    let m = op.options.depth_multiplier as u64;
-                    if f4[0] != 1 || c == 0 || f4[3] % c != 0 || (m > 1 && f4[3] != c * m) {
-                        return Err(format!(
-                            "depthwise filter {} must be 1xKHxKWx(C·M) for input {} and depth_multiplier {m}",
-                            show(w),
-                            show(x)
-                        ));
-                    }
-                    f4[3]
-                };
-                if let Ok(b) = input(2, "bias") {
-                    if b.elements() != oc {
-                        return Err(format!(
-                            "bias {} has {} elements, the operator has {oc} output channels",
-                            show(b),
-                            b.elements()
-                        ));
-                    }
-                }
-                expect(
-                    &dims(y),
-                    &[nb, oh, ow, oc],
-                    format!(
-                        "input {}, filter {}, stride {sh}x{sw}, dilation {dh}x{dw}, {padding:?} padding",
-                        show(x),
-                        show(w)
-                    ),
-                )
-            }
-            OpKind::MaxPool2d | OpKind::AveragePool2d => {
-                let [nb, h, wd, c] = rank4(x, "input")?;
-                let (fh, fw) = (op.options.filter.0 as u64, op.options.filter.1 as u64);
-                let oh = out(h, fh, sh, 1)?;
-                let ow = out(wd, fw, sw, 1)?;
-                expect(
-                    &dims(y),
-                    &[nb, oh, ow, c],
-                    format!(
-                        "input {}, window {fh}x{fw}, stride {sh}x{sw}, {padding:?} padding",
-                        show(x)
-                    ),
-                )
-            }
-            OpKind::FullyConnected => {
-                let w = input(1, "weights")?;
-                let [units, depth] = w.shape[..] else {
-                    return Err(format!("weights {} are not 2-D", show(w)));
-                };
-                let (units, depth) = (units as u64, depth as u64);
-                if depth == 0 || x.elements() % depth != 0 {
-                    return Err(format!(
-                        "input {} has {} elements, not a multiple of the weights' depth {depth} ({})",
-                        show(x),
-                        x.elements(),
-                        show(w)
-                    ));
-                }
-                if let Ok(b) = input(2, "bias") {
-                    if b.elements() != units {
-                        return Err(format!(
-                            "bias {} has {} elements, the weights {} have {units} units",
-                            show(b),
-                            b.elements(),
-                            show(w)
-                        ));
-                    }
-                }
-                let rows = x.elements() / depth;
-                if y.shape.last().map(|&d| d as u64) != Some(units) || y.elements() != rows * units
-                {
-                    return Err(format!(
-                        "output {} should hold {rows} rows of {units} units (input {}, weights {})",
-                        show(y),
-                        show(x),
-                        show(w)
-                    ));
-                }
-                Ok(())
-            }
-            OpKind::Add | OpKind::Sub | OpKind::Mul => {
-                let x2 = input(1, "second input")?;
-                let want = broadcast(&dims(x), &dims(x2)).ok_or_else(|| {
-                    format!("inputs {} and {} do not broadcast", show(x), show(x2))
-                })?;
-                expect(
-                    &dims(y),
-                    &want,
-                    format!("inputs {} and {} broadcast", show(x), show(x2)),
-                )
-            }
-            OpKind::Relu
-            | OpKind::Relu6
-            | OpKind::ReluN1To1
-            | OpKind::Logistic
-            | OpKind::Tanh
-            | OpKind::Softmax
-            | OpKind::Quantize
-            | OpKind::Dequantize => expect(&dims(y), &dims(x), format!("input {}", show(x))),
-            OpKind::Reshape | OpKind::Squeeze => {
-                if x.elements() != y.elements() {
-                    return Err(format!(
-                        "output {} has {} elements, input {} has {}",
-                        show(y),
-                        y.elements(),
-                        show(x),
-                        x.elements()
-                    ));
-                }
-                Ok(())
-            }
-            OpKind::Spill
-            | OpKind::SpillKeep
-            | OpKind::Fetch
-            | OpKind::FetchConcat
-            | OpKind::FetchConv2d => self.check_tinyseg_op(op),
-            // TFLM prepares it and says what it rejects.
-            OpKind::Other => Ok(()),
-            OpKind::Concatenation => {
-                let inputs = (0..op.inputs.len())
-                    .map(|k| input(k, "input"))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let (axis, want) = concat_dims(&inputs, op.options.axis)?;
-                expect(&dims(y), &want, format!("concatenation along axis {axis}"))
-            }
-            OpKind::Pad => {
-                let (dx, dy) = (dims(x), dims(y));
-                if dx.len() != dy.len() || dx.iter().zip(&dy).any(|(a, b)| b < a) {
-                    return Err(format!(
-                        "output {} is smaller than input {}",
-                        show(y),
-                        show(x)
-                    ));
-                }
-                Ok(())
-            }
-            OpKind::TransposeConv => self.check_transpose_conv(op, x, y),
-            OpKind::Mean => {
-                if y.elements() > x.elements() {
-                    return Err(format!(
-                        "output {} has more elements than input {}",
-                        show(y),
-                        show(x)
-                    ));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// TRANSPOSE_CONV: the output shape operand is a 4-element int32 vector
-    /// (equal to the output's dimensions when it holds data), the weights
-    /// are `[O, KH, KW, I]` for an input `[N, H, W, I]` and an output
-    /// `[N, OH, OW, O]`, the bias (if any) has O elements, and the input is
-    /// what a convolution with the same window, stride and padding makes of
-    /// the output (TensorFlow's `conv2d_transpose` shape rule, which TFLM's
-    /// `ComputePaddingHeightWidth` call relies on).
-    fn check_transpose_conv(&self, op: &Op, x: &Tensor, y: &Tensor) -> Result<(), String> {
-        let show = |t: &Tensor| format!("`{}` {:?}", t.name, t.shape);
-        let operand = |k: usize, what: &str| -> Result<&Tensor, String> {
-            op.inputs
-                .get(k)
-                .and_then(|&t| self.tensors.get(t))
-                .ok_or_else(|| format!("has no {what} (operand {k})"))
-        };
-        let four = |t: &Tensor, what: &str| -> Result<[u64; 4], String> {
-            match t.shape[..] {
-                [a, b, c, d] => Ok([a as u64, b as u64, c as u64, d as u64]),
-                _ => Err(format!("{what} {} is not 4-D", show(t))),
-            }
-        };
-        let shape_t = operand(0, "output shape")?;
-        if shape_t.dtype != DataType::Int32 || shape_t.elements() != 4 {
-            return Err(format!(
-                "output shape operand {} must be 4 int32 values",
-                show(shape_t)
-            ));
-        }
-        let w = operand(1, "weights")?;
-        let [o, kh, kw, wi] = four(w, "weights")?;
-        let [n, h, wd, c] = four(x, "input")?;
-        let [yn, oh, ow, yc] = four(y, "output")?;
-        if let Some(data) = &shape_t.data {
-            let declared: Vec<u64> = data
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
-                .collect();
-            if declared != [yn, oh, ow, yc] {
-                return Err(format!(
-                    "output {} differs from the output shape operand {declared:?}",
-                    show(y)
-                ));
-            }
-        }
-        if wi != c || o != yc || n != yn {
-            return Err(format!(
-                "weights {} must be [output channels, KH, KW, input channels] for input {} and output {}",
-                show(w),
-                show(x),
-                show(y)
-            ));
-        }
-        if let Some(b) = op.inputs.get(3).and_then(|&t| self.tensors.get(t)) {
-            if b.elements() != o {
-                return Err(format!(
-                    "bias {} has {} elements, the operator has {o} output channels",
-                    show(b),
-                    b.elements()
-                ));
-            }
-        }
-        let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
-        let padding = op.options.padding;
-        let fits = out_size(padding, oh, kh, sh, 1) == Some(h)
-            && out_size(padding, ow, kw, sw, 1) == Some(wd);
-        if !fits {
-            return Err(format!(
-                "input {} is not what a {kh}x{kw} window with stride {sh}x{sw} and {padding:?} padding makes of output {}",
-                show(x),
-                show(y)
-            ));
-        }
-        Ok(())
     }
 
     /// Operators that carry a non-constant input into a non-constant output
@@ -961,14 +441,14 @@ impl Model {
             if outs.len() != 1 {
                 return Err(format!(
                     "operator {i} ({}) has {} activation outputs",
-                    op.kind,
+                    op.kind.tflite_name(),
                     outs.len()
                 ));
             }
             if acts.len() != 1 {
                 return Err(format!(
                     "operator {i} ({}) reads {} activation tensors",
-                    op.kind,
+                    op.kind.tflite_name(),
                     acts.len()
                 ));
             }
@@ -977,13 +457,13 @@ impl Model {
                 Some(p) if p != input => {
                     return Err(format!(
                         "operator {i} ({}) does not read the previous operator's output",
-                        op.kind
+                        op.kind.tflite_name()
                     ))
                 }
                 None if !self.inputs.contains(&input) => {
                     return Err(format!(
                         "operator {i} ({}) does not read a graph input",
-                        op.kind
+                        op.kind.tflite_name()
                     ))
                 }
                 _ => {}
@@ -998,176 +478,6 @@ impl Model {
             prev = Some(outs[0]);
         }
         Ok(())
-    }
-
-    /// The layer specification of operator `op` for the O_s methods, if the
-    /// kernel suite runs this kind of operator in this configuration.
-    pub fn layer_spec(&self, op: usize) -> Option<LayerSpec> {
-        let o = self.ops.get(op)?;
-        let input = self.tensors.get(o.data_input()?)?;
-        let output = self.tensors.get(*o.outputs.first()?)?;
-        let dtype = input.dtype.spec_dtype()?;
-        if output.dtype.spec_dtype()? != dtype || input.dtype.size() != output.dtype.size() {
-            return None;
-        }
-        let activation = match o.options.activation {
-            Activation::None => spec::Activation::None,
-            Activation::Relu => spec::Activation::Relu,
-            Activation::Relu6 => spec::Activation::Relu6,
-            _ => return None,
-        };
-        let padding = match o.options.padding {
-            Padding::Same => spec::Padding::Same,
-            Padding::Valid => spec::Padding::Valid,
-        };
-        let (sh, sw) = o.options.stride;
-        let (dh, dw) = o.options.dilation;
-        let builder = match o.kind {
-            OpKind::Conv2d | OpKind::DepthwiseConv2d => {
-                let filter = self.tensors.get(*o.inputs.get(1)?)?;
-                let f = shape4(&filter.shape)?;
-                let in4 = shape4(&input.shape)?;
-                let op_kind = if o.kind == OpKind::Conv2d {
-                    spec::Op::Conv2d
-                } else {
-                    spec::Op::DepthwiseConv2d
-                };
-                let mut b = LayerSpecBuilder::new(op_kind, dtype, in4)
-                    .filter(f)
-                    .stride(sh, sw)
-                    .dilation(dh, dw)
-                    .padding(padding)
-                    .activation(activation);
-                if o.kind == OpKind::DepthwiseConv2d {
-                    if in4[3] == 0 || f[3] % in4[3] != 0 {
-                        return None;
-                    }
-                    b = b.depth_multiplier(f[3] / in4[3]);
-                }
-                b
-            }
-            OpKind::MaxPool2d | OpKind::AveragePool2d => {
-                let op_kind = if o.kind == OpKind::MaxPool2d {
-                    spec::Op::MaxPool
-                } else {
-                    spec::Op::AveragePool
-                };
-                let (fh, fw) = o.options.filter;
-                LayerSpecBuilder::new(op_kind, dtype, shape4(&input.shape)?)
-                    .filter([1, fh, fw, 1])
-                    .stride(sh, sw)
-                    .padding(padding)
-                    .activation(activation)
-            }
-            OpKind::FullyConnected => {
-                let weights = self.tensors.get(*o.inputs.get(1)?)?;
-                if weights.shape.len() != 2 {
-                    return None;
-                }
-                let (units, depth) = (weights.shape[0], weights.shape[1]);
-                if depth == 0 || input.elements() % depth as u64 != 0 {
-                    return None;
-                }
-                let rows = u32::try_from(input.elements() / depth as u64).ok()?;
-                LayerSpecBuilder::new(spec::Op::FullyConnected, dtype, [1, 1, rows, depth])
-                    .filter([1, 1, units, depth])
-                    .activation(activation)
-            }
-            OpKind::Add => {
-                let other = self.tensors.get(*o.inputs.get(1)?)?;
-                if o.inputs.len() != 2
-                    || other.shape != input.shape
-                    || output.shape != input.shape
-                    || other.dtype != input.dtype
-                {
-                    return None;
-                }
-                LayerSpecBuilder::new(spec::Op::Add, dtype, shape4(&input.shape)?)
-                    .activation(activation)
-            }
-            OpKind::Relu => {
-                if output.shape != input.shape {
-                    return None;
-                }
-                LayerSpecBuilder::new(spec::Op::Relu, dtype, shape4(&input.shape)?)
-            }
-            OpKind::Concatenation => self.concatenation_builder(o, dtype)?,
-            OpKind::Pad => self.pad_builder(o, dtype)?,
-            OpKind::TransposeConv => {
-                // Operands: output shape, weights [OC, KH, KW, IC], input,
-                // optional bias; the output is given, as TFLite gives it.
-                let weights = self.tensors.get(*o.inputs.get(1)?)?;
-                LayerSpecBuilder::new(spec::Op::TransposeConv, dtype, shape4(&input.shape)?)
-                    .filter(shape4(&weights.shape)?)
-                    .output(shape4(&output.shape)?)
-                    .stride(sh, sw)
-                    .padding(padding)
-                    .activation(activation)
-            }
-            _ => return None,
-        };
-        let built = builder.build().ok()?;
-        // The spec must describe this operator's real output.
-        if built.output_bytes() != output.bytes || built.input_bytes() != input.bytes {
-            return None;
-        }
-        Some(built)
-    }
-
-    /// The kernel-suite layer of a two-input CONCATENATION: both inputs of
-    /// the output's type, rank at most 4, the axis (negative counts from
-    /// the end) moved to NHWC by the left-padding to 4-D. Inputs of other
-    /// counts have no suite layer.
-    fn concatenation_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
-        let [a, b] = o.inputs[..] else {
-            return None;
-        };
-        // TFLM's reference CONCATENATION applies no fused activation.
-        if o.options.activation != Activation::None {
-            return None;
-        }
-        let (x, y) = (self.tensors.get(a)?, self.tensors.get(b)?);
-        if x.dtype != y.dtype || x.shape.len() != y.shape.len() {
-            return None;
-        }
-        let rank = x.shape.len() as i32;
-        let axis = o.options.axis.unwrap_or(0);
-        let axis = if axis < 0 { axis + rank } else { axis };
-        if !(0..rank).contains(&axis) {
-            return None;
-        }
-        let axis4 = (axis + 4 - rank) as u32;
-        Some(
-            LayerSpecBuilder::new(spec::Op::Concatenation, dtype, shape4(&x.shape)?)
-                .concat(shape4(&y.shape)?, axis4),
-        )
-    }
-
-    /// The kernel-suite layer of a PAD: the constant `[rank, 2]` int32
-    /// paddings tensor read as before/after amounts, left-padded with zeros
-    /// to NHWC as TFLM does. A PAD whose paddings are not constant (or are
-    /// negative) has no suite layer.
-    fn pad_builder(&self, o: &Op, dtype: spec::Dtype) -> Option<LayerSpecBuilder> {
-        let input = self.tensors.get(*o.inputs.first()?)?;
-        let paddings = self.tensors.get(*o.inputs.get(1)?)?;
-        let rank = input.shape.len();
-        let data = paddings.data.as_ref()?;
-        if paddings.dtype != DataType::Int32 || rank > 4 || data.len() != rank * 2 * 4 {
-            return None;
-        }
-        let word = |i: usize| {
-            let v = i32::from_le_bytes(data[i * 4..i * 4 + 4].try_into().ok()?);
-            u32::try_from(v).ok()
-        };
-        let (mut before, mut after) = ([0u32; 4], [0u32; 4]);
-        for d in 0..rank {
-            before[4 - rank + d] = word(2 * d)?;
-            after[4 - rank + d] = word(2 * d + 1)?;
-        }
-        Some(
-            LayerSpecBuilder::new(spec::Op::Pad, dtype, shape4(&input.shape)?)
-                .paddings(before, after),
-        )
     }
 
     /// Non-constant, non-variable tensors that some operator touches or that
@@ -1203,7 +513,7 @@ impl Model {
                 let input = op.data_input().and_then(|t| self.tensors.get(t));
                 let output = op.outputs.first().and_then(|&t| self.tensors.get(t));
                 match (op.kind, input, output) {
-                    (OpKind::TransposeConv, Some(x), Some(y)) if x.dtype == DataType::Int8 => {
+                    (OpKind::TransposeConv, Some(x), Some(y)) if x.dtype == Dtype::Int8 => {
                         y.elements() * op.options.accumulator.size()
                     }
                     _ => 0,
@@ -1245,7 +555,7 @@ impl Model {
             m.tensors.push(Tensor {
                 name: format!("{}/scratch", owner.unwrap_or_else(|| format!("op{op}"))),
                 shape: vec![bytes as u32],
-                dtype: DataType::Int8,
+                dtype: Dtype::Int8,
                 bytes,
                 is_constant: false,
                 is_variable: false,
@@ -1257,20 +567,6 @@ impl Model {
         }
         m
     }
-}
-
-/// TFLite `ComputeOutSize`: output extent of a window `filter` (dilated by
-/// `dilation`) over `size` with `stride`; `None` when it is not positive.
-fn out_size(padding: Padding, size: u64, filter: u64, stride: u64, dilation: u64) -> Option<u64> {
-    if stride == 0 || filter == 0 || dilation == 0 {
-        return None;
-    }
-    let effective = (filter - 1).checked_mul(dilation)?.checked_add(1)?;
-    let out = match padding {
-        Padding::Same => size.div_ceil(stride),
-        Padding::Valid => (size + stride).saturating_sub(effective) / stride,
-    };
-    (out > 0).then_some(out)
 }
 
 /// The axis (made non-negative) and the output dimensions of a
@@ -1308,20 +604,6 @@ pub(crate) fn concat_dims(
         want[axis] += d[axis];
     }
     Ok((axis, want))
-}
-
-/// NumPy broadcasting of two shapes (aligned at the last dimension).
-fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[u64], k: usize| (k + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
-    (0..rank)
-        .map(|k| match (dim(a, k), dim(b, k)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A shape as 4-D NHWC (rank ≤ 4, left-padded with 1s).

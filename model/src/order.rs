@@ -22,7 +22,69 @@ pub enum OrderKind {
     Lazy,
 }
 
+/// The execution order a plan uses: named orders that coincide (written
+/// `eager=lazy`), or the order of the reordering DP (`reordered`). Reports
+/// write it by that name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanOrder {
+    /// One sequence that each of these orders gives, in the order tried.
+    Named(Vec<OrderKind>),
+    /// The reordering DP's order.
+    Reordered,
+}
+
+impl PlanOrder {
+    /// The model's own order.
+    pub fn model() -> Self {
+        PlanOrder::Named(vec![OrderKind::Model])
+    }
+
+    /// `model`, `eager=lazy`, `reordered`, ...
+    pub fn name(&self) -> String {
+        match self {
+            PlanOrder::Named(kinds) => kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join("="),
+            PlanOrder::Reordered => "reordered".into(),
+        }
+    }
+
+    /// The order [`PlanOrder::name`] names.
+    fn parse(name: &str) -> Option<Self> {
+        if name == "reordered" {
+            return Some(PlanOrder::Reordered);
+        }
+        let kinds = name
+            .split('=')
+            .map(|n| OrderKind::ALL.into_iter().find(|k| k.name() == n))
+            .collect::<Option<Vec<_>>>()?;
+        Some(PlanOrder::Named(kinds))
+    }
+}
+
+impl std::fmt::Display for PlanOrder {
+    /// The [`PlanOrder::name`], padded as the format asks.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(&self.name())
+    }
+}
+
+impl serde::Serialize for PlanOrder {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PlanOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        PlanOrder::parse(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown plan order `{name}`")))
+    }
+}
+
 impl OrderKind {
+    /// Every named order.
+    pub const ALL: [OrderKind; 3] = [OrderKind::Model, OrderKind::Eager, OrderKind::Lazy];
+
     /// Name used on the command line and in reports (`model`, `eager`, `lazy`).
     pub fn name(self) -> &'static str {
         match self {

@@ -196,7 +196,7 @@ impl Model {
                 op.kind,
                 OpKind::Fetch | OpKind::FetchConcat | OpKind::FetchConv2d
             );
-            let fail = |why: String| Err(format!("operator {i} ({}) {why}", op.kind));
+            let fail = |why: String| Err(format!("operator {i} ({}) {why}", op.kind.tflite_name()));
             if let Some(&t) = op.inputs.iter().find(|&&t| stored(t) && !fetching) {
                 return fail(format!(
                     "reads storage tensor `{}`; only fetching operators may",

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::order::{self, OrderKind};
+use super::shape::{broadcast, check_op_shapes};
 use super::*;
+use memtrace_abi::out_size;
 
 /// `examples/models/` of the tfmicro crate.
 pub(crate) fn tfmicro_models() -> PathBuf {
@@ -78,7 +80,7 @@ fn the_four_real_models_import() {
                 t.name
             );
         }
-        let kinds: Vec<_> = m.ops.iter().map(|o| o.kind.name()).collect();
+        let kinds: Vec<_> = m.ops.iter().map(|o| o.kind.tflite_name()).collect();
         eprintln!("{name}: {} ops {:?}", m.ops.len(), kinds);
     }
 }
@@ -106,12 +108,9 @@ fn person_detection_is_the_mobilenet_the_greedy_test_describes() {
     for (i, o) in m.ops.iter().enumerate() {
         if matches!(
             o.kind,
-            OpKind::Conv2d
-                | OpKind::DepthwiseConv2d
-                | OpKind::AveragePool2d
-                | OpKind::FullyConnected
+            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::AveragePool | OpKind::FullyConnected
         ) {
-            assert!(m.layer_spec(i).is_some(), "op {i} {}", o.kind);
+            assert!(m.layer_spec(i).is_some(), "op {i} {}", o.kind.tflite_name());
         }
     }
 }
@@ -313,7 +312,7 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
         ("person_detection_grayscale", OpKind::Conv2d, |s| {
             vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 + 1]
         }),
-        ("person_detection_grayscale", OpKind::AveragePool2d, |s| {
+        ("person_detection_grayscale", OpKind::AveragePool, |s| {
             vec![s[0] as i32, s[1] as i32 + 1, s[2] as i32 + 1, s[3] as i32]
         }),
         ("zoo:mobilenet_v1_0.25_128_int8", OpKind::Reshape, |s| {
@@ -325,7 +324,7 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
         ("hello_world", OpKind::FullyConnected, |s| {
             s.iter().map(|&d| d as i32 + 1).collect()
         }),
-        ("magic_wand", OpKind::MaxPool2d, |s| {
+        ("magic_wand", OpKind::MaxPool, |s| {
             vec![s[0] as i32, s[1] as i32 * 2, s[2] as i32, s[3] as i32]
         }),
         ("zoo:mobilenet_v2_0.35_96_int8", OpKind::Add, |s| {
@@ -346,7 +345,7 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
             .iter()
             .enumerate()
             .find(|(_, o)| o.kind == kind)
-            .unwrap_or_else(|| panic!("{name} has no {kind}"));
+            .unwrap_or_else(|| panic!("{name} has no {}", kind.tflite_name()));
         let out = o.outputs[0];
         let tensor_name = model.tensors[out].name.clone();
         let bad = corrupt(&model.tensors[out].shape);
@@ -361,15 +360,15 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
         assert_eq!(first_user, op, "{name}");
         let e = tflite::import_bytes(name, &copy).unwrap_err().to_string();
         assert!(
-            e.contains(&format!("operator {op} ({kind})")),
-            "{name} {kind}: {e}"
+            e.contains(&format!("operator {op} ({})", kind.tflite_name())),
+            "{name} {kind:?}: {e}"
         );
         assert!(
             e.contains(&format!("`{tensor_name}`")),
-            "{name} {kind}: {e}"
+            "{name} {kind:?}: {e}"
         );
         // Through a file, as `memtrace verify/plan` load it.
-        let path = dir.join(format!("{op}-{}.tflite", kind.name()));
+        let path = dir.join(format!("{op}-{}.tflite", kind.tflite_name()));
         std::fs::write(&path, &copy).unwrap();
         let e2 = crate::source::load(path.to_str().unwrap())
             .unwrap_err()
@@ -458,7 +457,7 @@ fn tiny_unet_has_table_2_s_shapes_and_unet_py_s_layer_order() {
     assert_eq!(m.tensors[m.inputs[0]].shape, [1, 80, 120, 3]);
     assert_eq!(m.tensors[m.outputs[0]].shape, [1, 80, 120, 1]);
     let kinds: Vec<OpKind> = m.ops.iter().map(|o| o.kind).collect();
-    use OpKind::{Concatenation as Cat, Conv2d as C, MaxPool2d as P, TransposeConv as T};
+    use OpKind::{Concatenation as Cat, Conv2d as C, MaxPool as P, TransposeConv as T};
     assert_eq!(
         kinds,
         [C, C, P, C, C, P, C, C, P, C, C, T, Cat, C, C, T, Cat, C, C, T, Cat, C, C, C]
@@ -546,7 +545,7 @@ fn transpose_conv_operands_that_disagree_are_named() {
         .unwrap();
     // The operator's own check (the input is also the previous operator's
     // output, which the whole-model check would report first).
-    let check = |m: &Model| m.check_op_shapes(&m.ops[op]).unwrap_err();
+    let check = |m: &Model| check_op_shapes(m, &m.ops[op]).unwrap_err();
     base.check_shapes().unwrap();
     // The output-shape operand says something else than the output.
     let mut m = base.clone();
@@ -585,7 +584,7 @@ fn transpose_conv_operands_that_disagree_are_named() {
 /// output; what the suite cannot run has no spec.
 #[test]
 fn concatenation_pad_and_transpose_conv_have_kernel_suite_layers() {
-    let mut g = zoo::GraphBuilder::new("ops", DataType::Int8);
+    let mut g = zoo::GraphBuilder::new("ops", Dtype::Int8);
     let x = g.input("x", &[4, 5, 3]);
     let y = g.input("y", &[4, 5, 2]);
     let options = |axis| OpOptions {
@@ -599,7 +598,7 @@ fn concatenation_pad_and_transpose_conv_have_kernel_suite_layers() {
         &[4, 5, 5],
         options(-1),
     );
-    let p = g.tensor("d/paddings", &[3, 2], DataType::Int32, true);
+    let p = g.tensor("d/paddings", &[3, 2], Dtype::Int32, true);
     let d = g.op(
         OpKind::Pad,
         vec![c, p],
@@ -636,4 +635,30 @@ fn concatenation_pad_and_transpose_conv_have_kernel_suite_layers() {
     let mut fused = m.clone();
     fused.ops[0].options.activation = Activation::Relu;
     assert!(fused.layer_spec(0).is_none());
+}
+
+/// The vocabulary's TFLite builtin codes (`memtrace_abi::op`) are the
+/// schema's: every code names, in the generated schema, the operator whose
+/// TFLite name the vocabulary gives, and every kind of the schema that
+/// memtrace models maps back to its kind.
+#[test]
+fn the_op_vocabulary_agrees_with_the_tflite_schema() {
+    use crate::schema::tflite as fb;
+    let mut modelled = 0;
+    for kind in OpKind::ALL {
+        let Some(code) = kind.builtin_code() else {
+            continue;
+        };
+        let builtin = fb::BuiltinOperator::try_from(code).unwrap();
+        // planus' variant names lose TFLite's underscores (RELU6 reads
+        // back as RELU_6), so the names are compared without them.
+        assert_eq!(
+            tflite::builtin_name(&format!("{builtin:?}")).replace('_', ""),
+            kind.tflite_name().replace('_', ""),
+            "{kind:?}"
+        );
+        assert_eq!(OpKind::from_builtin_code(code), Some(kind));
+        modelled += 1;
+    }
+    assert_eq!(modelled, 22);
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::schema::tflite as fb;
 use super::{
-    Activation, DataType, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
+    Activation, Dtype, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
 };
 
 pub(super) fn fb_err(context: impl Into<String>) -> impl FnOnce(planus::Error) -> ModelError {
@@ -39,36 +39,6 @@ fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
     })
 }
 
-/// Maps TFLite's builtin operator to the kinds memtrace plans.
-fn op_kind(code: fb::BuiltinOperator) -> Option<OpKind> {
-    use fb::BuiltinOperator as B;
-    Some(match code {
-        B::Conv2d => OpKind::Conv2d,
-        B::DepthwiseConv2d => OpKind::DepthwiseConv2d,
-        B::FullyConnected => OpKind::FullyConnected,
-        B::MaxPool2d => OpKind::MaxPool2d,
-        B::AveragePool2d => OpKind::AveragePool2d,
-        B::Add => OpKind::Add,
-        B::Sub => OpKind::Sub,
-        B::Mul => OpKind::Mul,
-        B::Relu => OpKind::Relu,
-        B::Relu6 => OpKind::Relu6,
-        B::ReluN1To1 => OpKind::ReluN1To1,
-        B::Logistic => OpKind::Logistic,
-        B::Tanh => OpKind::Tanh,
-        B::Softmax => OpKind::Softmax,
-        B::Reshape => OpKind::Reshape,
-        B::Squeeze => OpKind::Squeeze,
-        B::Quantize => OpKind::Quantize,
-        B::Dequantize => OpKind::Dequantize,
-        B::Concatenation => OpKind::Concatenation,
-        B::Pad => OpKind::Pad,
-        B::Mean => OpKind::Mean,
-        B::TransposeConv => OpKind::TransposeConv,
-        _ => return None,
-    })
-}
-
 /// TFLite's name of a builtin operator (`CONV_2D`) or type (`UINT32`) from
 /// planus' variant name (`Conv2d`, `Uint32`).
 pub(super) fn builtin_name(debug: &str) -> String {
@@ -89,17 +59,17 @@ pub(super) fn builtin_name(debug: &str) -> String {
     out
 }
 
-pub(super) fn dtype(t: fb::TensorType) -> Option<DataType> {
+pub(super) fn dtype(t: fb::TensorType) -> Option<Dtype> {
     use fb::TensorType as T;
     Some(match t {
-        T::Float32 => DataType::Float32,
-        T::Int8 => DataType::Int8,
-        T::Uint8 => DataType::Uint8,
-        T::Int16 => DataType::Int16,
-        T::Int32 => DataType::Int32,
-        T::Int64 => DataType::Int64,
-        T::Bool => DataType::Bool,
-        T::Float16 => DataType::Float16,
+        T::Float32 => Dtype::Float32,
+        T::Int8 => Dtype::Int8,
+        T::Uint8 => Dtype::Uint8,
+        T::Int16 => Dtype::Int16,
+        T::Int32 => Dtype::Int32,
+        T::Int64 => Dtype::Int64,
+        T::Bool => Dtype::Bool,
+        T::Float16 => Dtype::Float16,
         _ => return None,
     })
 }
@@ -165,8 +135,6 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
     let codes = model
         .operator_codes()
         .map_err(fb_err("model.operator_codes"))?;
-
-    // Tensors.
     let fb_tensors = graph
         .tensors()
         .map_err(fb_err("subgraph 0 tensors"))?
@@ -174,188 +142,25 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
     let mut tensors = Vec::with_capacity(fb_tensors.len());
     for (i, t) in fb_tensors.iter().enumerate() {
         let t = t.map_err(fb_err(format!("tensor {i}")))?;
-        let tname = t
-            .name()
-            .map_err(fb_err(format!("tensor {i} name")))?
-            .unwrap_or("")
-            .to_string();
-        let ty = t
-            .type_()
-            .map_err(fb_err(format!("tensor {i} `{tname}` type")))?;
-        let dt = dtype(ty).ok_or_else(|| ModelError::UnsupportedType {
-            index: i,
-            name: tname.clone(),
-            dtype: format!("{ty:?}"),
-        })?;
-        let mut shape = Vec::new();
-        if let Some(dims) = t
-            .shape()
-            .map_err(fb_err(format!("tensor {i} `{tname}` shape")))?
-        {
-            for d in dims.iter() {
-                if d < 0 {
-                    return Err(ModelError::Invalid(format!(
-                        "tensor {i} `{tname}` has a dynamic dimension ({d}); memtrace plans static shapes only"
-                    )));
-                }
-                shape.push(d as u32);
-            }
-        }
-        let bytes_needed = shape
-            .iter()
-            .try_fold(dt.size(), |acc, &d| acc.checked_mul(d as u64))
-            .ok_or_else(|| {
-                ModelError::Invalid(format!("tensor {i} `{tname}` is larger than 2^64 bytes"))
-            })?;
-        let buffer = t.buffer().map_err(fb_err(format!("tensor {i} buffer")))?;
-        let mut data = None;
-        if buffer != 0 {
-            let bufs = buffers.ok_or_else(|| {
-                ModelError::Invalid(format!(
-                    "tensor {i} `{tname}` refers to buffer {buffer}, but the model has no buffers"
-                ))
-            })?;
-            let b = bufs
-                .get(buffer as usize)
-                .ok_or_else(|| {
-                    ModelError::Invalid(format!(
-                        "tensor {i} `{tname}` refers to buffer {buffer}, but there are {} buffers",
-                        bufs.len()
-                    ))
-                })?
-                .map_err(fb_err(format!("buffer {buffer}")))?;
-            if let Some(d) = b.data().map_err(fb_err(format!("buffer {buffer} data")))? {
-                if !d.is_empty() {
-                    data = Some(d.to_vec());
-                }
-            }
-        }
-        if let Some(d) = &data {
-            if d.len() as u64 != bytes_needed {
-                return Err(ModelError::Invalid(format!(
-                    "tensor {i} `{tname}`: constant buffer {buffer} holds {} bytes, its shape needs {bytes_needed}",
-                    d.len()
-                )));
-            }
-        }
-        let quantization = match t
-            .quantization()
-            .map_err(fb_err(format!("tensor {i} quantization")))?
-        {
-            Some(q) => {
-                let scale: Vec<f32> = q
-                    .scale()
-                    .map_err(fb_err(format!("tensor {i} quantization scale")))?
-                    .map(|v| v.iter().collect())
-                    .unwrap_or_default();
-                let zero_point: Vec<i64> = q
-                    .zero_point()
-                    .map_err(fb_err(format!("tensor {i} quantization zero point")))?
-                    .map(|v| v.iter().collect())
-                    .unwrap_or_default();
-                let quantized_dimension = q
-                    .quantized_dimension()
-                    .map_err(fb_err(format!("tensor {i} quantized dimension")))?;
-                // A zero, negative or non-finite scale makes every real
-                // value of the tensor meaningless (and TFLM's multipliers
-                // undefined): refused, not run to arbitrary outputs.
-                if let Some((c, s)) = scale
-                    .iter()
-                    .enumerate()
-                    .find(|(_, s)| !(s.is_finite() && **s > 0.0))
-                {
-                    return Err(ModelError::Invalid(format!(
-                        "tensor {i} `{tname}`: quantisation scale {s} (channel {c}) is not a \
-                         positive finite number"
-                    )));
-                }
-                if scale.is_empty() && zero_point.is_empty() {
-                    None
-                } else {
-                    Some(Quantization {
-                        scale,
-                        zero_point,
-                        quantized_dimension,
-                    })
-                }
-            }
-            None => None,
-        };
-        let is_variable = t
-            .is_variable()
-            .map_err(fb_err(format!("tensor {i} is_variable")))?;
-        tensors.push(Tensor {
-            name: if tname.is_empty() {
-                format!("tensor_{i}")
-            } else {
-                tname
-            },
-            shape,
-            dtype: dt,
-            bytes: bytes_needed,
-            is_constant: data.is_some(),
-            is_variable,
-            quantization,
-            data,
-            in_storage: false,
-        });
+        tensors.push(read_tensor(i, &t, buffers)?);
     }
     let n_tensors = tensors.len();
-    let index_list =
-        |v: Option<planus::Vector<'_, i32>>, what: &str| -> Result<Vec<usize>, ModelError> {
-            let mut out = Vec::new();
-            for t in v.into_iter().flat_map(|v| v.iter()) {
-                if t == -1 {
-                    continue; // absent optional operand
-                }
-                if t < 0 || t as usize >= n_tensors {
-                    return Err(ModelError::Invalid(format!(
-                        "{what} refers to tensor {t}, but there are {n_tensors} tensors"
-                    )));
-                }
-                out.push(t as usize);
-            }
-            Ok(out)
-        };
-
-    // Operators.
     let mut ops = Vec::new();
     if let Some(fb_ops) = graph.operators().map_err(fb_err("subgraph 0 operators"))? {
         for (i, op) in fb_ops.iter().enumerate() {
             let op = op.map_err(fb_err(format!("operator {i}")))?;
-            let code = operator_code(codes, &op, i)?;
-            let kind = match operator_kind(&code, i) {
-                Ok(kind) => kind,
-                Err(_) if opaque => OpKind::Other,
-                Err(e) => return Err(e),
-            };
-            let inputs = index_list(
-                op.inputs()
-                    .map_err(fb_err(format!("operator {i} inputs")))?,
-                &format!("operator {i} ({kind}) input"),
-            )?;
-            let outputs = index_list(
-                op.outputs()
-                    .map_err(fb_err(format!("operator {i} outputs")))?,
-                &format!("operator {i} ({kind}) output"),
-            )?;
-            let options = read_options(&op, i, kind)?;
-            ops.push(Op {
-                kind,
-                inputs,
-                outputs,
-                options,
-                scratch: None,
-            });
+            ops.push(read_operator(i, &op, codes, n_tensors, opaque)?);
         }
     }
     let inputs = index_list(
         graph.inputs().map_err(fb_err("subgraph inputs"))?,
         "graph input",
+        n_tensors,
     )?;
     let outputs = index_list(
         graph.outputs().map_err(fb_err("subgraph outputs"))?,
         "graph output",
+        n_tensors,
     )?;
     let model = Model {
         name: name.to_string(),
@@ -367,6 +172,222 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
     model.validate()?;
     model.check_shapes()?;
     Ok(model)
+}
+
+/// Tensor `i` of subgraph 0: its type, static shape, constant data and
+/// quantisation, each checked.
+fn read_tensor(
+    i: usize,
+    t: &fb::TensorRef<'_>,
+    buffers: Option<planus::Vector<'_, planus::Result<fb::BufferRef<'_>>>>,
+) -> Result<Tensor, ModelError> {
+    let tname = t
+        .name()
+        .map_err(fb_err(format!("tensor {i} name")))?
+        .unwrap_or("")
+        .to_string();
+    let ty = t
+        .type_()
+        .map_err(fb_err(format!("tensor {i} `{tname}` type")))?;
+    let dt = dtype(ty).ok_or_else(|| ModelError::UnsupportedType {
+        index: i,
+        name: tname.clone(),
+        dtype: format!("{ty:?}"),
+    })?;
+    let shape = tensor_shape(i, t, &tname)?;
+    let bytes_needed = shape
+        .iter()
+        .try_fold(dt.size(), |acc, &d| acc.checked_mul(d as u64))
+        .ok_or_else(|| {
+            ModelError::Invalid(format!("tensor {i} `{tname}` is larger than 2^64 bytes"))
+        })?;
+    let buffer = t.buffer().map_err(fb_err(format!("tensor {i} buffer")))?;
+    let data = tensor_data(i, &tname, buffer, buffers)?;
+    if let Some(d) = &data {
+        if d.len() as u64 != bytes_needed {
+            return Err(ModelError::Invalid(format!(
+                "tensor {i} `{tname}`: constant buffer {buffer} holds {} bytes, its shape needs {bytes_needed}",
+                d.len()
+            )));
+        }
+    }
+    let quantization = tensor_quantization(i, t, &tname)?;
+    let is_variable = t
+        .is_variable()
+        .map_err(fb_err(format!("tensor {i} is_variable")))?;
+    Ok(Tensor {
+        name: if tname.is_empty() {
+            format!("tensor_{i}")
+        } else {
+            tname
+        },
+        shape,
+        dtype: dt,
+        bytes: bytes_needed,
+        is_constant: data.is_some(),
+        is_variable,
+        quantization,
+        data,
+        in_storage: false,
+    })
+}
+
+/// The tensor's dimensions; a dynamic one (negative) is an error.
+fn tensor_shape(i: usize, t: &fb::TensorRef<'_>, tname: &str) -> Result<Vec<u32>, ModelError> {
+    let mut shape = Vec::new();
+    if let Some(dims) = t
+        .shape()
+        .map_err(fb_err(format!("tensor {i} `{tname}` shape")))?
+    {
+        for d in dims.iter() {
+            if d < 0 {
+                return Err(ModelError::Invalid(format!(
+                    "tensor {i} `{tname}` has a dynamic dimension ({d}); memtrace plans static shapes only"
+                )));
+            }
+            shape.push(d as u32);
+        }
+    }
+    Ok(shape)
+}
+
+/// The bytes of the tensor's buffer, if it has a non-empty one (buffer 0 is
+/// TFLite's empty sentinel).
+fn tensor_data(
+    i: usize,
+    tname: &str,
+    buffer: u32,
+    buffers: Option<planus::Vector<'_, planus::Result<fb::BufferRef<'_>>>>,
+) -> Result<Option<Vec<u8>>, ModelError> {
+    if buffer == 0 {
+        return Ok(None);
+    }
+    let bufs = buffers.ok_or_else(|| {
+        ModelError::Invalid(format!(
+            "tensor {i} `{tname}` refers to buffer {buffer}, but the model has no buffers"
+        ))
+    })?;
+    let b = bufs
+        .get(buffer as usize)
+        .ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "tensor {i} `{tname}` refers to buffer {buffer}, but there are {} buffers",
+                bufs.len()
+            ))
+        })?
+        .map_err(fb_err(format!("buffer {buffer}")))?;
+    Ok(b.data()
+        .map_err(fb_err(format!("buffer {buffer} data")))?
+        .filter(|d| !d.is_empty())
+        .map(|d| d.to_vec()))
+}
+
+/// The tensor's quantisation parameters, if it has any.
+fn tensor_quantization(
+    i: usize,
+    t: &fb::TensorRef<'_>,
+    tname: &str,
+) -> Result<Option<Quantization>, ModelError> {
+    let Some(q) = t
+        .quantization()
+        .map_err(fb_err(format!("tensor {i} quantization")))?
+    else {
+        return Ok(None);
+    };
+    let scale: Vec<f32> = q
+        .scale()
+        .map_err(fb_err(format!("tensor {i} quantization scale")))?
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    let zero_point: Vec<i64> = q
+        .zero_point()
+        .map_err(fb_err(format!("tensor {i} quantization zero point")))?
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    let quantized_dimension = q
+        .quantized_dimension()
+        .map_err(fb_err(format!("tensor {i} quantized dimension")))?;
+    // A zero, negative or non-finite scale makes every real value of the
+    // tensor meaningless (and TFLM's multipliers undefined): refused, not
+    // run to arbitrary outputs.
+    if let Some((c, s)) = scale
+        .iter()
+        .enumerate()
+        .find(|(_, s)| !(s.is_finite() && **s > 0.0))
+    {
+        return Err(ModelError::Invalid(format!(
+            "tensor {i} `{tname}`: quantisation scale {s} (channel {c}) is not a \
+             positive finite number"
+        )));
+    }
+    if scale.is_empty() && zero_point.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Quantization {
+        scale,
+        zero_point,
+        quantized_dimension,
+    }))
+}
+
+/// Tensor indices of an operator's or the graph's operand list; `-1` (an
+/// absent optional operand) is left out, any other index must name one of
+/// the `n_tensors` tensors.
+fn index_list(
+    v: Option<planus::Vector<'_, i32>>,
+    what: &str,
+    n_tensors: usize,
+) -> Result<Vec<usize>, ModelError> {
+    let mut out = Vec::new();
+    for t in v.into_iter().flat_map(|v| v.iter()) {
+        if t == -1 {
+            continue;
+        }
+        if t < 0 || t as usize >= n_tensors {
+            return Err(ModelError::Invalid(format!(
+                "{what} refers to tensor {t}, but there are {n_tensors} tensors"
+            )));
+        }
+        out.push(t as usize);
+    }
+    Ok(out)
+}
+
+/// Operator `i`: its kind (an operator memtrace does not model is an error,
+/// or with `opaque` an [`OpKind::Other`]), operands and options.
+fn read_operator(
+    i: usize,
+    op: &fb::OperatorRef<'_>,
+    codes: Option<planus::Vector<'_, planus::Result<fb::OperatorCodeRef<'_>>>>,
+    n_tensors: usize,
+    opaque: bool,
+) -> Result<Op, ModelError> {
+    let code = operator_code(codes, op, i)?;
+    let kind = match operator_kind(&code, i) {
+        Ok(kind) => kind,
+        Err(_) if opaque => OpKind::Other,
+        Err(e) => return Err(e),
+    };
+    let inputs = index_list(
+        op.inputs()
+            .map_err(fb_err(format!("operator {i} inputs")))?,
+        &format!("operator {i} ({}) input", kind.tflite_name()),
+        n_tensors,
+    )?;
+    let outputs = index_list(
+        op.outputs()
+            .map_err(fb_err(format!("operator {i} outputs")))?,
+        &format!("operator {i} ({}) output", kind.tflite_name()),
+        n_tensors,
+    )?;
+    let options = read_options(op, i, kind)?;
+    Ok(Op {
+        kind,
+        inputs,
+        outputs,
+        options,
+        scratch: None,
+    })
 }
 
 /// The operator code operator `i` (`op`) uses, or an error when the model
@@ -418,7 +439,7 @@ fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, Mod
             name: format!("CUSTOM `{custom}`"),
         });
     }
-    op_kind(builtin).ok_or_else(|| ModelError::UnsupportedOp {
+    OpKind::from_builtin_code(raw).ok_or_else(|| ModelError::UnsupportedOp {
         index: i,
         name: format!(
             "{} (builtin code {raw})",
@@ -429,131 +450,173 @@ fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, Mod
 
 fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOptions, ModelError> {
     use fb::BuiltinOptionsRef as O;
-    let ctx = || format!("operator {i} ({kind}) options");
+    let r = OptionsReader { i, kind };
+    let opts = op.builtin_options().map_err(fb_err(r.context()))?;
     let mut o = OpOptions::default();
-    let opts = op.builtin_options().map_err(fb_err(ctx()))?;
-    let needs =
-        |what: &str| ModelError::Invalid(format!("operator {i} ({kind}) has no {what} options"));
-    match kind {
-        OpKind::Conv2d => match opts {
-            Some(O::Conv2DOptions(c)) => {
-                let e = fb_err(ctx());
-                let r = (|| -> planus::Result<_> {
-                    Ok((
-                        c.padding()?,
-                        c.stride_h()?,
-                        c.stride_w()?,
-                        c.dilation_h_factor()?,
-                        c.dilation_w_factor()?,
-                        c.fused_activation_function()?,
-                    ))
-                })()
-                .map_err(e)?;
-                o.padding = padding(r.0);
-                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
-                o.dilation = (
-                    positive(r.3, "dilation_h", i)?,
-                    positive(r.4, "dilation_w", i)?,
-                );
-                o.activation = activation(r.5);
-            }
-            _ => return Err(needs("Conv2D")),
-        },
-        OpKind::DepthwiseConv2d => match opts {
-            Some(O::DepthwiseConv2DOptions(c)) => {
-                let r = (|| -> planus::Result<_> {
-                    Ok((
-                        c.padding()?,
-                        c.stride_h()?,
-                        c.stride_w()?,
-                        c.dilation_h_factor()?,
-                        c.dilation_w_factor()?,
-                        c.fused_activation_function()?,
-                        c.depth_multiplier()?,
-                    ))
-                })()
-                .map_err(fb_err(ctx()))?;
-                o.padding = padding(r.0);
-                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
-                o.dilation = (
-                    positive(r.3, "dilation_h", i)?,
-                    positive(r.4, "dilation_w", i)?,
-                );
-                o.activation = activation(r.5);
-                // Some converters write 0; the filter shape is authoritative.
-                o.depth_multiplier = r.6.max(1) as u32;
-            }
-            _ => return Err(needs("DepthwiseConv2D")),
-        },
-        OpKind::MaxPool2d | OpKind::AveragePool2d => match opts {
-            Some(O::Pool2DOptions(p)) => {
-                let r = (|| -> planus::Result<_> {
-                    Ok((
-                        p.padding()?,
-                        p.stride_h()?,
-                        p.stride_w()?,
-                        p.filter_height()?,
-                        p.filter_width()?,
-                        p.fused_activation_function()?,
-                    ))
-                })()
-                .map_err(fb_err(ctx()))?;
-                o.padding = padding(r.0);
-                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
-                o.filter = (
-                    positive(r.3, "filter_height", i)?,
-                    positive(r.4, "filter_width", i)?,
-                );
-                o.activation = activation(r.5);
-            }
-            _ => return Err(needs("Pool2D")),
-        },
-        OpKind::FullyConnected => {
-            if let Some(O::FullyConnectedOptions(f)) = opts {
-                o.activation = activation(f.fused_activation_function().map_err(fb_err(ctx()))?);
-            }
+    match (kind, opts) {
+        (OpKind::Conv2d, Some(O::Conv2DOptions(c))) => r.conv(&c, &mut o)?,
+        (OpKind::Conv2d, _) => return Err(r.needs("Conv2D")),
+        (OpKind::DepthwiseConv2d, Some(O::DepthwiseConv2DOptions(c))) => r.depthwise(&c, &mut o)?,
+        (OpKind::DepthwiseConv2d, _) => return Err(r.needs("DepthwiseConv2D")),
+        (OpKind::MaxPool | OpKind::AveragePool, Some(O::Pool2DOptions(p))) => r.pool(&p, &mut o)?,
+        (OpKind::MaxPool | OpKind::AveragePool, _) => return Err(r.needs("Pool2D")),
+        (OpKind::TransposeConv, Some(O::TransposeConvOptions(t))) => {
+            r.transpose_conv(&t, &mut o)?
         }
-        OpKind::Add => {
-            if let Some(O::AddOptions(a)) = opts {
-                o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
-            }
+        (OpKind::TransposeConv, _) => return Err(r.needs("TransposeConv")),
+        // Options that only fuse an activation are optional.
+        (OpKind::FullyConnected, Some(O::FullyConnectedOptions(f))) => {
+            o.activation = r.activation(f.fused_activation_function())?
         }
-        OpKind::Sub => {
-            if let Some(O::SubOptions(a)) = opts {
-                o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
-            }
+        (OpKind::Add, Some(O::AddOptions(a))) => {
+            o.activation = r.activation(a.fused_activation_function())?
         }
-        OpKind::Mul => {
-            if let Some(O::MulOptions(a)) = opts {
-                o.activation = activation(a.fused_activation_function().map_err(fb_err(ctx()))?);
-            }
+        (OpKind::Sub, Some(O::SubOptions(a))) => {
+            o.activation = r.activation(a.fused_activation_function())?
         }
-        OpKind::TransposeConv => match opts {
-            Some(O::TransposeConvOptions(t)) => {
-                let r = (|| -> planus::Result<_> {
-                    Ok((
-                        t.padding()?,
-                        t.stride_h()?,
-                        t.stride_w()?,
-                        t.fused_activation_function()?,
-                    ))
-                })()
-                .map_err(fb_err(ctx()))?;
-                o.padding = padding(r.0);
-                o.stride = (positive(r.1, "stride_h", i)?, positive(r.2, "stride_w", i)?);
-                o.activation = activation(r.3);
-            }
-            _ => return Err(needs("TransposeConv")),
-        },
-        OpKind::Concatenation => {
-            if let Some(O::ConcatenationOptions(c)) = opts {
-                o.axis = Some(c.axis().map_err(fb_err(ctx()))?);
-                o.activation = activation(c.fused_activation_function().map_err(fb_err(ctx()))?);
-            }
+        (OpKind::Mul, Some(O::MulOptions(a))) => {
+            o.activation = r.activation(a.fused_activation_function())?
+        }
+        (OpKind::Concatenation, Some(O::ConcatenationOptions(c))) => {
+            o.axis = Some(c.axis().map_err(fb_err(r.context()))?);
+            o.activation = r.activation(c.fused_activation_function())?;
         }
         _ => {}
     }
     Ok(o)
+}
+
+/// Reads the builtin options of operator `i`, one method per options table.
+struct OptionsReader {
+    i: usize,
+    kind: OpKind,
+}
+
+impl OptionsReader {
+    /// What a flatbuffer error is about.
+    fn context(&self) -> String {
+        format!("operator {} ({}) options", self.i, self.kind.tflite_name())
+    }
+
+    /// The operator lacks the options table its kind needs.
+    fn needs(&self, what: &str) -> ModelError {
+        ModelError::Invalid(format!(
+            "operator {} ({}) has no {what} options",
+            self.i,
+            self.kind.tflite_name()
+        ))
+    }
+
+    /// A fused activation field.
+    fn activation(
+        &self,
+        f: planus::Result<fb::ActivationFunctionType>,
+    ) -> Result<Activation, ModelError> {
+        Ok(activation(f.map_err(fb_err(self.context()))?))
+    }
+
+    /// Stride (height, width), each at least 1.
+    fn stride(&self, h: i32, w: i32) -> Result<(u32, u32), ModelError> {
+        Ok((
+            positive(h, "stride_h", self.i)?,
+            positive(w, "stride_w", self.i)?,
+        ))
+    }
+
+    /// Dilation (height, width), each at least 1.
+    fn dilation(&self, h: i32, w: i32) -> Result<(u32, u32), ModelError> {
+        Ok((
+            positive(h, "dilation_h", self.i)?,
+            positive(w, "dilation_w", self.i)?,
+        ))
+    }
+
+    fn conv(&self, c: &fb::Conv2DOptionsRef<'_>, o: &mut OpOptions) -> Result<(), ModelError> {
+        let r = (|| -> planus::Result<_> {
+            Ok((
+                c.padding()?,
+                c.stride_h()?,
+                c.stride_w()?,
+                c.dilation_h_factor()?,
+                c.dilation_w_factor()?,
+                c.fused_activation_function()?,
+            ))
+        })()
+        .map_err(fb_err(self.context()))?;
+        o.padding = padding(r.0);
+        o.stride = self.stride(r.1, r.2)?;
+        o.dilation = self.dilation(r.3, r.4)?;
+        o.activation = activation(r.5);
+        Ok(())
+    }
+
+    fn depthwise(
+        &self,
+        c: &fb::DepthwiseConv2DOptionsRef<'_>,
+        o: &mut OpOptions,
+    ) -> Result<(), ModelError> {
+        let r = (|| -> planus::Result<_> {
+            Ok((
+                c.padding()?,
+                c.stride_h()?,
+                c.stride_w()?,
+                c.dilation_h_factor()?,
+                c.dilation_w_factor()?,
+                c.fused_activation_function()?,
+                c.depth_multiplier()?,
+            ))
+        })()
+        .map_err(fb_err(self.context()))?;
+        o.padding = padding(r.0);
+        o.stride = self.stride(r.1, r.2)?;
+        o.dilation = self.dilation(r.3, r.4)?;
+        o.activation = activation(r.5);
+        // Some converters write 0; the filter shape is authoritative.
+        o.depth_multiplier = r.6.max(1) as u32;
+        Ok(())
+    }
+
+    fn pool(&self, p: &fb::Pool2DOptionsRef<'_>, o: &mut OpOptions) -> Result<(), ModelError> {
+        let r = (|| -> planus::Result<_> {
+            Ok((
+                p.padding()?,
+                p.stride_h()?,
+                p.stride_w()?,
+                p.filter_height()?,
+                p.filter_width()?,
+                p.fused_activation_function()?,
+            ))
+        })()
+        .map_err(fb_err(self.context()))?;
+        o.padding = padding(r.0);
+        o.stride = self.stride(r.1, r.2)?;
+        o.filter = (
+            positive(r.3, "filter_height", self.i)?,
+            positive(r.4, "filter_width", self.i)?,
+        );
+        o.activation = activation(r.5);
+        Ok(())
+    }
+
+    fn transpose_conv(
+        &self,
+        t: &fb::TransposeConvOptionsRef<'_>,
+        o: &mut OpOptions,
+    ) -> Result<(), ModelError> {
+        let r = (|| -> planus::Result<_> {
+            Ok((
+                t.padding()?,
+                t.stride_h()?,
+                t.stride_w()?,
+                t.fused_activation_function()?,
+            ))
+        })()
+        .map_err(fb_err(self.context()))?;
+        o.padding = padding(r.0);
+        o.stride = self.stride(r.1, r.2)?;
+        o.activation = activation(r.3);
+        Ok(())
+    }
 }
 
 /// Name of the TFLM metadata entry that carries an offline arena plan.

@@ -27,17 +27,17 @@
 //! Float32 is the default; `_int8` makes every activation and weight int8
 //! (biases int32), as a fully integer-quantised TFLite export does.
 
-use super::{Activation, DataType, Model, ModelError, Op, OpKind, OpOptions, Padding, Tensor};
+use super::{Activation, Dtype, Model, ModelError, Op, OpKind, OpOptions, Padding, Tensor};
 
 /// Builds operator graphs tensor by tensor.
 pub struct GraphBuilder {
     model: Model,
-    dtype: DataType,
+    dtype: Dtype,
 }
 
 impl GraphBuilder {
     /// `dtype` is the activation/weight type of the layer helpers.
-    pub fn new(name: impl Into<String>, dtype: DataType) -> Self {
+    pub fn new(name: impl Into<String>, dtype: Dtype) -> Self {
         GraphBuilder {
             model: Model {
                 name: name.into(),
@@ -55,7 +55,7 @@ impl GraphBuilder {
         &mut self,
         name: impl Into<String>,
         shape: &[u32],
-        dtype: DataType,
+        dtype: Dtype,
         constant: bool,
     ) -> usize {
         let elements: u64 = shape.iter().map(|&d| d as u64).product();
@@ -105,9 +105,9 @@ impl GraphBuilder {
         o
     }
 
-    fn bias_type(&self) -> DataType {
+    fn bias_type(&self) -> Dtype {
         match self.dtype {
-            DataType::Int8 | DataType::Uint8 => DataType::Int32,
+            Dtype::Int8 | Dtype::Uint8 => Dtype::Int32,
             d => d,
         }
     }
@@ -223,7 +223,7 @@ impl GraphBuilder {
         let bt = self.bias_type();
         // VALID: out = (in - 1) * stride + k.
         let out = [n, (h - 1) * stride + k, (w - 1) * stride + k, filters];
-        let s = self.tensor(format!("{name}/output_shape"), &[4], DataType::Int32, true);
+        let s = self.tensor(format!("{name}/output_shape"), &[4], Dtype::Int32, true);
         let f = self.tensor(format!("{name}/weights"), &[filters, k, k, c], dt, true);
         let b = self.tensor(format!("{name}/bias"), &[filters], bt, true);
         self.op(
@@ -274,7 +274,7 @@ impl GraphBuilder {
         let s = self.tensor(
             format!("{name}/shape"),
             &[shape.len() as u32],
-            DataType::Int32,
+            Dtype::Int32,
             true,
         );
         self.op(
@@ -296,7 +296,7 @@ impl GraphBuilder {
         after: (u32, u32),
     ) -> usize {
         let [n, h, w, c] = four(self.shape(x));
-        let p = self.tensor(format!("{name}/paddings"), &[4, 2], DataType::Int32, true);
+        let p = self.tensor(format!("{name}/paddings"), &[4, 2], Dtype::Int32, true);
         let amounts = [0, 0, before.0, after.0, before.1, after.1, 0, 0];
         self.model.tensors[p].data = Some(amounts.iter().flat_map(|v| v.to_le_bytes()).collect());
         let shape = [n, h + before.0 + after.0, w + before.1 + after.1, c];
@@ -349,10 +349,10 @@ fn build_named(name: &str) -> Result<Model, String> {
     match bare {
         "liberis_fig1" => return Ok(liberis_fig1()),
         "sakr_cifar10" => return Ok(sakr_cifar10()),
-        "tiny_unet_80x120_int8" => return Ok(tiny_unet(bare, DataType::Int8)),
+        "tiny_unet_80x120_int8" => return Ok(tiny_unet(bare, Dtype::Int8)),
         "hourglass_64x64_int8" => return Ok(hourglass(bare, 64, &[16, 32, 64])),
         "tiny_unet_80x120" | "tiny_unet_80x120_float32" => {
-            return Ok(tiny_unet(bare, DataType::Float32))
+            return Ok(tiny_unet(bare, Dtype::Float32))
         }
         _ => {}
     }
@@ -361,11 +361,11 @@ fn build_named(name: &str) -> Result<Model, String> {
         None => (bare, false),
     };
     let (rest, dtype) = if let Some(r) = bare_model.strip_suffix("_int8") {
-        (r, DataType::Int8)
+        (r, Dtype::Int8)
     } else if let Some(r) = bare.strip_suffix("_float32") {
-        (r, DataType::Float32)
+        (r, Dtype::Float32)
     } else {
-        (bare, DataType::Float32)
+        (bare, Dtype::Float32)
     };
     let (version, params) = if let Some(p) = rest.strip_prefix("mobilenet_v1_") {
         (1, p)
@@ -400,14 +400,14 @@ fn build_named(name: &str) -> Result<Model, String> {
 /// counts `int(filters · alpha)`; every conv/depthwise fuses BN and ReLU6;
 /// the top is global average pooling, a 1×1 conv to 1000 classes, reshape
 /// and softmax.
-pub(crate) fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+pub(crate) fn mobilenet_v1(name: &str, alpha: f64, res: u32, dtype: Dtype) -> Model {
     mobilenet_v1_with(name, alpha, res, dtype, false)
 }
 
 /// [`mobilenet_v1`] as older Keras releases export it: each stride-2
 /// convolution is `ZeroPadding2D(((0, 1), (0, 1)))` (a PAD) and a `valid`
 /// convolution, which for even sizes computes exactly what SAME does.
-pub(crate) fn mobilenet_v1_zeropad(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+pub(crate) fn mobilenet_v1_zeropad(name: &str, alpha: f64, res: u32, dtype: Dtype) -> Model {
     mobilenet_v1_with(name, alpha, res, dtype, true)
 }
 
@@ -442,7 +442,7 @@ fn make_valid(g: &mut GraphBuilder, t: usize) {
     out.bytes = out.shape.iter().map(|&d| d as u64).product::<u64>() * out.dtype.size();
 }
 
-fn mobilenet_v1_with(name: &str, alpha: f64, res: u32, dtype: DataType, zeropad: bool) -> Model {
+fn mobilenet_v1_with(name: &str, alpha: f64, res: u32, dtype: Dtype, zeropad: bool) -> Model {
     let mut g = GraphBuilder::new(name, dtype);
     let ch = |f: u32| (f as f64 * alpha) as u32;
     let mut x = g.input("input", &[1, res, res, 3]);
@@ -485,7 +485,7 @@ fn mobilenet_v1_with(name: &str, alpha: f64, res: u32, dtype: DataType, zeropad:
     }
     let spatial = g.shape(x)[1];
     x = g.pool(
-        OpKind::AveragePool2d,
+        OpKind::AveragePool,
         "global_average_pooling2d",
         x,
         spatial,
@@ -512,7 +512,7 @@ fn make_divisible(v: f64, divisor: u32) -> u32 {
 /// project, residual ADD when the block keeps stride 1 and its channel count),
 /// a last 1×1 conv to 1280 (more for alpha > 1), global average pooling, dense
 /// and softmax.
-pub(crate) fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) -> Model {
+pub(crate) fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: Dtype) -> Model {
     let mut g = GraphBuilder::new(name, dtype);
     let mut x = g.input("input", &[1, res, res, 3]);
     x = g.conv2d(
@@ -582,7 +582,7 @@ pub(crate) fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) ->
     x = g.conv2d("Conv_1", x, last, 1, 1, Activation::Relu6);
     let spatial = g.shape(x)[1];
     x = g.pool(
-        OpKind::AveragePool2d,
+        OpKind::AveragePool,
         "global_average_pooling2d",
         x,
         spatial,
@@ -599,7 +599,7 @@ pub(crate) fn mobilenet_v2(name: &str, alpha: f64, res: u32, dtype: DataType) ->
 /// t6 256, concat 512. Default order peak 5216 B (at op 3), best order
 /// 1, 4, 6, 2, 3, 5, 7 peak 4960 B (at op 2).
 pub(crate) fn liberis_fig1() -> Model {
-    let mut g = GraphBuilder::new("liberis_fig1", DataType::Int8);
+    let mut g = GraphBuilder::new("liberis_fig1", Dtype::Int8);
     let opts = OpOptions::default;
     let x = g.input("input", &[1, 14, 14, 8]);
     let t1 = g.op(OpKind::Conv2d, vec![x], "op1", &[1, 14, 14, 16], opts());
@@ -625,7 +625,7 @@ pub(crate) fn liberis_fig1() -> Model {
 /// (32, 32, 64 filters) each followed by a 2×2 stride-2 max pool, then a dense
 /// layer to 10 classes.
 pub(crate) fn sakr_cifar10() -> Model {
-    let mut g = GraphBuilder::new("sakr_cifar10", DataType::Int8);
+    let mut g = GraphBuilder::new("sakr_cifar10", Dtype::Int8);
     let mut x = g.input("input", &[1, 32, 32, 3]);
     for (i, filters) in [32u32, 32, 64].into_iter().enumerate() {
         x = g.conv2d(
@@ -636,7 +636,7 @@ pub(crate) fn sakr_cifar10() -> Model {
             1,
             Activation::Relu,
         );
-        x = g.pool(OpKind::MaxPool2d, &format!("pool{}", i + 1), x, 2, 2);
+        x = g.pool(OpKind::MaxPool, &format!("pool{}", i + 1), x, 2, 2);
     }
     x = g.fully_connected("fc", x, 10, Activation::None);
     g.finish(&[x])
@@ -652,7 +652,7 @@ pub(crate) fn sakr_cifar10() -> Model {
 /// `concat([x2, x1])`; the spatial sizes already match, so its zero `pad`
 /// is a no-op and no PAD operator remains) and `DoubleConv(C)`; then a 1×1
 /// convolution with bias to one channel, no activation.
-pub(crate) fn tiny_unet(name: &str, dtype: DataType) -> Model {
+pub(crate) fn tiny_unet(name: &str, dtype: Dtype) -> Model {
     let mut g = GraphBuilder::new(name, dtype);
     let x = g.input("input", &[1, 80, 120, 3]);
     let double_conv = |g: &mut GraphBuilder, name: &str, x: usize, c: u32| {
@@ -664,7 +664,7 @@ pub(crate) fn tiny_unet(name: &str, dtype: DataType) -> Model {
     let mut h = x1;
     for (i, c) in [16u32, 32, 64].into_iter().enumerate() {
         let name = format!("down{}", i + 1);
-        let p = g.pool(OpKind::MaxPool2d, &format!("{name}/pool"), h, 2, 2);
+        let p = g.pool(OpKind::MaxPool, &format!("{name}/pool"), h, 2, 2);
         h = double_conv(&mut g, &name, p, c);
         skips.push(h);
     }
@@ -689,13 +689,13 @@ pub(crate) fn tiny_unet(name: &str, dtype: DataType) -> Model {
 /// a 3×3 conv; a 1×1 conv to one channel. Every conv fuses ReLU except the
 /// last.
 pub(crate) fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
-    let mut g = GraphBuilder::new(name, DataType::Int8);
+    let mut g = GraphBuilder::new(name, Dtype::Int8);
     let x = g.input("input", &[1, res, res, 3]);
     let mut h = g.conv2d("stem", x, widths[0], 3, 1, Activation::Relu);
     let mut skips = Vec::new();
     for (i, &c) in widths.iter().enumerate().skip(1) {
         skips.push(h);
-        let p = g.pool(OpKind::MaxPool2d, &format!("down{i}/pool"), h, 2, 2);
+        let p = g.pool(OpKind::MaxPool, &format!("down{i}/pool"), h, 2, 2);
         h = g.conv2d(&format!("down{i}/conv"), p, c, 3, 1, Activation::Relu);
     }
     for i in (1..widths.len()).rev() {
@@ -717,7 +717,7 @@ pub(crate) fn hourglass(name: &str, res: u32, widths: &[u32]) -> Model {
 /// Not a `zoo:NAME`: the large graph of the planners' tests and of the
 /// `planning_times` example.
 pub fn synthetic_graph(ops: usize) -> Model {
-    let mut g = GraphBuilder::new(format!("synthetic_{ops}"), DataType::Int8);
+    let mut g = GraphBuilder::new(format!("synthetic_{ops}"), Dtype::Int8);
     let mut x = g.input("input", &[1, 16, 16, 16]);
     let mut count = 0usize;
     let mut block = 0usize;

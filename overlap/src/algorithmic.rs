@@ -73,7 +73,7 @@
 //! `add` both inputs are read at the same step (the same value); for
 //! `concatenation` they are not (docs/overlap.md §6).
 
-use memtrace_abi::spec::{Dtype, LayerSpec, Op};
+use memtrace_abi::spec::{Dtype, LayerSpec, OpKind};
 
 /// minR / maxW curves of a layer, in bytes, for plotting (paper Figs. 5–7).
 ///
@@ -138,12 +138,14 @@ pub fn algorithmic_curves(spec: &LayerSpec, max_points: usize) -> Option<Curves>
 pub(crate) fn step_count(spec: &LayerSpec) -> Option<u64> {
     let out: u64 = spec.output.iter().map(|&d| d as u64).product();
     Some(match spec.op {
-        Op::Matmul => {
+        OpKind::Matmul => {
             // zeroing pass + one update per (k, m, n)
             out + out * spec.input[3] as u64
         }
         // zeroing pass + one update per in-bounds tap + bias pass
-        Op::TransposeConv if spec.dtype == Dtype::F32 => 2 * out + transpose_conv_taps(spec),
+        OpKind::TransposeConv if spec.dtype == Dtype::Float32 => {
+            2 * out + transpose_conv_taps(spec)
+        }
         _ => out,
     })
 }
@@ -438,13 +440,13 @@ pub(crate) fn walk_input<S: StepSink>(spec: &LayerSpec, input: usize, sink: &mut
     let t = spec.dtype.size();
     let g = Geometry::of(spec);
     match spec.op {
-        Op::TransposeConv => walk_transpose_conv(spec, &g, t, sink),
-        Op::Concatenation => walk_concatenation(spec, input, t, sink),
-        Op::Pad => walk_pad(spec, t, sink),
-        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+        OpKind::TransposeConv => walk_transpose_conv(spec, &g, t, sink),
+        OpKind::Concatenation => walk_concatenation(spec, input, t, sink),
+        OpKind::Pad => walk_pad(spec, t, sink),
+        OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::MaxPool | OpKind::AveragePool => {
             walk_windowed(spec.op, &g, t, sink);
         }
-        Op::FullyConnected => {
+        OpKind::FullyConnected => {
             // batches = flat size of the output without its last dim; the input
             // is read as [batches, depth].
             let units = spec.output[3] as u64;
@@ -461,7 +463,7 @@ pub(crate) fn walk_input<S: StepSink>(spec: &LayerSpec, input: usize, sink: &mut
                 }
             }
         }
-        Op::Add | Op::Relu => {
+        OpKind::Add | OpKind::Relu => {
             let n: u64 = spec.output.iter().map(|&d| d as u64).product();
             for i in 0..n {
                 if !sink.step(Some(i * t), i * t, t) {
@@ -469,7 +471,7 @@ pub(crate) fn walk_input<S: StepSink>(spec: &LayerSpec, input: usize, sink: &mut
                 }
             }
         }
-        Op::Matmul => {
+        OpKind::Matmul => {
             let m_rows = spec.input[2] as u64;
             let k_depth = spec.input[3] as u64;
             let n_cols = spec.filter[3] as u64;
@@ -493,6 +495,8 @@ pub(crate) fn walk_input<S: StepSink>(spec: &LayerSpec, input: usize, sink: &mut
                 }
             }
         }
+        // A LayerSpec holds kernel-suite ops only.
+        _ => return None,
     }
     Some(())
 }
@@ -596,8 +600,8 @@ fn walk_pad<S: StepSink>(spec: &LayerSpec, t: u64, sink: &mut S) {
     }
 }
 
-fn walk_windowed<S: StepSink>(op: Op, g: &Geometry, t: u64, sink: &mut S) {
-    let pool = matches!(op, Op::MaxPool | Op::AveragePool);
+fn walk_windowed<S: StepSink>(op: OpKind, g: &Geometry, t: u64, sink: &mut S) {
+    let pool = matches!(op, OpKind::MaxPool | OpKind::AveragePool);
     // Column of the first in-bounds tap, per out_x (depends on out_x only).
     let first_x: Vec<Option<i64>> = (0..g.ow)
         .map(|ox| {
@@ -627,7 +631,7 @@ fn walk_windowed<S: StepSink>(op: Op, g: &Geometry, t: u64, sink: &mut S) {
                 };
                 let out_base = ((b * g.oh + oy) * g.ow + ox) * g.od;
                 match op {
-                    Op::Conv2d => {
+                    OpKind::Conv2d => {
                         // out_c, then filter_y, filter_x, in_c: min read is in_c 0
                         for oc in 0..g.od {
                             let r = base.map(|e| (e * t) as u64);
@@ -636,7 +640,7 @@ fn walk_windowed<S: StepSink>(op: Op, g: &Geometry, t: u64, sink: &mut S) {
                             }
                         }
                     }
-                    Op::DepthwiseConv2d => {
+                    OpKind::DepthwiseConv2d => {
                         for ic in 0..g.id {
                             let r = base.map(|e| ((e + ic) * t) as u64);
                             for m in 0..g.mult {
@@ -670,7 +674,7 @@ pub(crate) mod tests {
 
     /// A random small valid configuration of `op` (retries until `LayerSpec`
     /// accepts it). Shapes stay small so that the brute force is fast.
-    pub(crate) fn random_spec(rng: &mut Rng, op: Op, dtype: Dtype) -> LayerSpec {
+    pub(crate) fn random_spec(rng: &mut Rng, op: OpKind, dtype: Dtype) -> LayerSpec {
         loop {
             let n = if rng.chance(20) { 2 } else { 1 };
             let h = rng.range(1, 9);
@@ -690,23 +694,23 @@ pub(crate) mod tests {
                 b = b.dilation(rng.range(1, 3), rng.range(1, 3));
             }
             b = match op {
-                Op::Conv2d => b.filter([rng.range(1, 5), kh, kw, c]),
-                Op::DepthwiseConv2d => {
+                OpKind::Conv2d => b.filter([rng.range(1, 5), kh, kw, c]),
+                OpKind::DepthwiseConv2d => {
                     let m = rng.range(1, 3);
                     b.depth_multiplier(m).filter([1, kh, kw, c * m])
                 }
-                Op::MaxPool | Op::AveragePool => b.filter([1, kh, kw, 1]),
-                Op::FullyConnected => {
+                OpKind::MaxPool | OpKind::AveragePool => b.filter([1, kh, kw, 1]),
+                OpKind::FullyConnected => {
                     // keep the [.., depth] input but vary batches and units
                     b.filter([1, 1, rng.range(1, 12), c])
                 }
-                Op::Matmul => {
+                OpKind::Matmul => {
                     let k = rng.range(1, 6);
                     b = LayerSpecBuilder::new(op, dtype, [1, 1, rng.range(1, 8), k]);
                     b.filter([1, 1, k, rng.range(1, 8)])
                 }
-                Op::Add | Op::Relu => b,
-                Op::TransposeConv => {
+                OpKind::Add | OpKind::Relu => b,
+                OpKind::TransposeConv => {
                     let oc = rng.range(1, 4);
                     let (s, padding) = (b.stride, b.padding);
                     b = b.filter([oc, kh, kw, c]);
@@ -723,17 +727,18 @@ pub(crate) mod tests {
                     }
                     b
                 }
-                Op::Concatenation => {
+                OpKind::Concatenation => {
                     let axis = rng.range(0, 3);
                     let mut in2 = [n, h, w, c];
                     in2[axis as usize] = rng.range(1, 4);
                     LayerSpecBuilder::new(op, dtype, [n, h, w, c]).concat(in2, axis)
                 }
-                Op::Pad => {
+                OpKind::Pad => {
                     let mut amounts = || [0, 1, 2, 3].map(|_| rng.range(0, 2));
                     let (before, after) = (amounts(), amounts());
                     LayerSpecBuilder::new(op, dtype, [n, h, w, c]).paddings(before, after)
                 }
+                op => panic!("{op:?} is not a kernel-suite op"),
             };
             if let Ok(spec) = b.build() {
                 return spec;
@@ -766,7 +771,7 @@ pub(crate) mod tests {
             ((((b * h + y) * w + x) * d + c) as u64) * t
         };
         match spec.op {
-            Op::Conv2d => {
+            OpKind::Conv2d => {
                 for b in 0..g.n {
                     for oy in 0..g.oh {
                         for ox in 0..g.ow {
@@ -793,7 +798,7 @@ pub(crate) mod tests {
                     }
                 }
             }
-            Op::DepthwiseConv2d => {
+            OpKind::DepthwiseConv2d => {
                 for b in 0..g.n {
                     for oy in 0..g.oh {
                         for ox in 0..g.ow {
@@ -821,7 +826,7 @@ pub(crate) mod tests {
                     }
                 }
             }
-            Op::MaxPool | Op::AveragePool => {
+            OpKind::MaxPool | OpKind::AveragePool => {
                 for b in 0..g.n {
                     for oy in 0..g.oh {
                         for ox in 0..g.ow {
@@ -846,7 +851,7 @@ pub(crate) mod tests {
                     }
                 }
             }
-            Op::FullyConnected => {
+            OpKind::FullyConnected => {
                 let batches: u64 = spec.output[..3].iter().map(|&d| d as u64).product();
                 let units = spec.output[3] as u64;
                 let depth = spec.filter[3] as u64;
@@ -859,16 +864,16 @@ pub(crate) mod tests {
                     }
                 }
             }
-            Op::Add | Op::Relu => {
+            OpKind::Add | OpKind::Relu => {
                 let n: u64 = spec.input.iter().map(|&d| d as u64).product();
                 for i in 0..n {
                     ev.push(Ev::Read(i * t, t));
                     ev.push(Ev::Write(i * t, t));
                 }
             }
-            Op::TransposeConv => {
+            OpKind::TransposeConv => {
                 let out_n: u64 = spec.output.iter().map(|&d| d as u64).product();
-                let float = spec.dtype == Dtype::F32;
+                let float = spec.dtype == Dtype::Float32;
                 if float {
                     ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
                 }
@@ -906,7 +911,7 @@ pub(crate) mod tests {
                 // float: the bias pass; int8: the requantising output pass
                 ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
             }
-            Op::Concatenation => {
+            OpKind::Concatenation => {
                 let (in2, axis) = (spec.input2.unwrap(), spec.axis.unwrap() as usize);
                 let shapes = [spec.input, in2];
                 let before: u64 = spec.output[..axis].iter().map(|&d| d as u64).product();
@@ -925,7 +930,7 @@ pub(crate) mod tests {
                     }
                 }
             }
-            Op::Pad => {
+            OpKind::Pad => {
                 let p = spec.paddings.unwrap();
                 let o = spec.output;
                 let mut read = 0;
@@ -948,7 +953,7 @@ pub(crate) mod tests {
                     }
                 }
             }
-            Op::Matmul => {
+            OpKind::Matmul => {
                 let (mm, kk, nn) = (
                     spec.input[2] as u64,
                     spec.input[3] as u64,
@@ -968,6 +973,7 @@ pub(crate) mod tests {
                     }
                 }
             }
+            op => panic!("{op:?} is not a kernel-suite op"),
         }
         ev
     }
@@ -1042,7 +1048,7 @@ pub(crate) mod tests {
         ib
     }
 
-    const DTYPES: [Dtype; 2] = [Dtype::F32, Dtype::Int8];
+    const DTYPES: [Dtype; 2] = [Dtype::Float32, Dtype::Int8];
 
     fn table_one() -> LayerSpec {
         LayerSpec::parse(
@@ -1061,7 +1067,7 @@ pub(crate) mod tests {
     #[test]
     fn relu_and_add_give_the_output_size_and_matmul_zero() {
         for dtype in DTYPES {
-            for op in [Op::Relu, Op::Add] {
+            for op in [OpKind::Relu, OpKind::Add] {
                 let s = LayerSpecBuilder::new(op, dtype, [1, 7, 5, 3])
                     .build()
                     .unwrap();
@@ -1069,7 +1075,7 @@ pub(crate) mod tests {
             }
             let s = LayerSpec::parse(&format!(
                 "op=matmul,dtype={},input=1x1x6x4,filter=1x1x4x5",
-                dtype.name()
+                dtype.spec_name()
             ))
             .unwrap();
             assert_eq!(algorithmic_overlap(&s), Some(0));
@@ -1080,7 +1086,7 @@ pub(crate) mod tests {
     fn algorithmic_equals_brute_force_monotone_for_random_configs() {
         let mut rng = Rng::new(0x5EED_0001);
         let mut exact_checked = 0;
-        for op in Op::ALL {
+        for op in OpKind::SUITE {
             for dtype in DTYPES {
                 for _ in 0..300 {
                     let s = random_spec(&mut rng, op, dtype);
@@ -1104,7 +1110,7 @@ pub(crate) mod tests {
         }
         assert!(exact_checked > 1000, "{exact_checked}");
         // Inputs an op does not have have no O_s.
-        let relu = random_spec(&mut rng, Op::Relu, Dtype::F32);
+        let relu = random_spec(&mut rng, OpKind::Relu, Dtype::Float32);
         assert_eq!(algorithmic_overlap_of_input(&relu, 1), None);
     }
 
@@ -1140,7 +1146,7 @@ pub(crate) mod tests {
     #[test]
     fn curves_match_the_definition_at_every_sampled_step() {
         let mut rng = Rng::new(0x5EED_0002);
-        for op in Op::ALL {
+        for op in OpKind::SUITE {
             for dtype in DTYPES {
                 for i in 0..40 {
                     let s = random_spec(&mut rng, op, dtype);

@@ -41,7 +41,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::ops::{Add, Div, Mul, Sub};
 
-use memtrace_abi::spec::{LayerSpec, Op};
+use memtrace_abi::spec::{LayerSpec, OpKind};
 
 use super::algorithmic::Geometry;
 
@@ -207,11 +207,11 @@ pub(crate) fn eq1_11_overlap(output_bytes: u64, elem_size: u64, min_term: Ratio)
 }
 
 /// Which printed equation set an op uses.
-fn printed_line(op: Op, g: &Geometry, ph: i64, pw: i64) -> Option<Line> {
+fn printed_line(op: OpKind, g: &Geometry, ph: i64, pw: i64) -> Option<Line> {
     match op {
-        Op::DepthwiseConv2d => Some(eq7_8_depthwise(g, ph, pw)),
-        Op::Conv2d => Some(eq12_13_conv(g, ph, pw)),
-        Op::MaxPool | Op::AveragePool => Some(eq14_15_pool(g, ph, pw)),
+        OpKind::DepthwiseConv2d => Some(eq7_8_depthwise(g, ph, pw)),
+        OpKind::Conv2d => Some(eq12_13_conv(g, ph, pw)),
+        OpKind::MaxPool | OpKind::AveragePool => Some(eq14_15_pool(g, ph, pw)),
         _ => None,
     }
 }
@@ -239,9 +239,9 @@ fn printed_min_term(spec: &LayerSpec) -> Option<Ratio> {
 /// `fully_connected` has no printed equation (`None`).
 pub fn analytic_overlap_as_printed(spec: &LayerSpec) -> Option<i64> {
     match spec.op {
-        Op::Relu | Op::Add => Some(spec.output_bytes() as i64),
-        Op::Matmul => Some(0),
-        Op::FullyConnected => None,
+        OpKind::Relu | OpKind::Add => Some(spec.output_bytes() as i64),
+        OpKind::Matmul => Some(0),
+        OpKind::FullyConnected => None,
         _ => {
             let term = printed_min_term(spec)?;
             Some(eq1_11_overlap(spec.output_bytes(), spec.dtype.size(), term).floor() as i64)
@@ -254,7 +254,7 @@ pub fn analytic_overlap_as_printed(spec: &LayerSpec) -> Option<i64> {
 /// reproduces both Table I and Table II row 2. Not a safe bound in general.
 pub fn analytic_overlap_table_reading(spec: &LayerSpec) -> Option<i64> {
     match spec.op {
-        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+        OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::MaxPool | OpKind::AveragePool => {
             let term = Ratio::int(printed_min_term(spec)?.floor());
             Some(eq1_11_overlap(spec.output_bytes(), spec.dtype.size(), term).floor() as i64)
         }
@@ -283,7 +283,7 @@ pub fn analytic_overlap_table_reading(spec: &LayerSpec) -> Option<i64> {
 /// at a corner of the loop ranges. With the paper's slope `α = a` (eqs. 7, 12,
 /// 14) the `y` term vanishes (`a·O_w·Q = S_h·I_w·I_d`) and this is the intercept
 /// of a line through the worst read of every output row.
-pub(crate) fn derived_intercept(op: Op, g: &Geometry, alpha: Ratio) -> Option<Ratio> {
+pub(crate) fn derived_intercept(op: OpKind, g: &Geometry, alpha: Ratio) -> Option<Ratio> {
     let zero = Ratio::int(0);
     let r = |v: i64| Ratio::int(v as i128);
     let q = r(g.od);
@@ -294,9 +294,9 @@ pub(crate) fn derived_intercept(op: Op, g: &Geometry, alpha: Ratio) -> Option<Ra
     let x_term = r(g.sw * g.id).sub(alpha.mul(q)).mul(r(g.ow - 1)).min(zero);
     let c_term = match op {
         // ch = 0, q in [0, O_d): minimum at q = O_d − 1
-        Op::Conv2d => zero.sub(alpha.mul(r(g.od - 1))),
+        OpKind::Conv2d => zero.sub(alpha.mul(r(g.od - 1))),
         // q = ic·K_c + m: ch − α·q = ic·(1 − α·K_c) − α·m
-        Op::DepthwiseConv2d => {
+        OpKind::DepthwiseConv2d => {
             let m_part = zero.sub(alpha.mul(r(g.mult - 1)));
             let ic_part = Ratio::int(1)
                 .sub(alpha.mul(r(g.mult)))
@@ -305,7 +305,9 @@ pub(crate) fn derived_intercept(op: Op, g: &Geometry, alpha: Ratio) -> Option<Ra
             m_part.add(ic_part)
         }
         // ch = q: q·(1 − α)
-        Op::MaxPool | Op::AveragePool => Ratio::int(1).sub(alpha).mul(r(g.id - 1)).min(zero),
+        OpKind::MaxPool | OpKind::AveragePool => {
+            Ratio::int(1).sub(alpha).mul(r(g.id - 1)).min(zero)
+        }
         _ => return None,
     };
     let pad_term = r(-g.ph * g.iw * g.id - g.pw * g.id);
@@ -379,7 +381,7 @@ pub(crate) fn windowed_best_detail(spec: &LayerSpec) -> Option<SafeDetail> {
         Ratio::int(1),
         Ratio::new((g.sw * g.id) as i128, g.od as i128),
     ];
-    if spec.op == Op::DepthwiseConv2d {
+    if spec.op == OpKind::DepthwiseConv2d {
         slopes.push(Ratio::new(1, g.mult as i128));
     }
     for alpha in slopes {
@@ -434,7 +436,7 @@ fn fc_dims(spec: &LayerSpec) -> (u64, u64, u64) {
 /// * matmul: 0 (exact: the zeroing pass writes all of C before A is read).
 pub fn analytic_overlap(spec: &LayerSpec) -> Option<u64> {
     match spec.op {
-        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+        OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::MaxPool | OpKind::AveragePool => {
             windowed_safe_detail(spec).map(|d| d.overlap)
         }
         _ => non_windowed(spec),
@@ -446,7 +448,7 @@ pub fn analytic_overlap(spec: &LayerSpec) -> Option<u64> {
 /// never above the monotone value. Gives the exact 1 204 224 B on Table I.
 pub fn analytic_overlap_best(spec: &LayerSpec) -> Option<u64> {
     match spec.op {
-        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => {
+        OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::MaxPool | OpKind::AveragePool => {
             windowed_best_detail(spec).map(|d| d.overlap)
         }
         _ => non_windowed(spec),
@@ -467,16 +469,18 @@ fn non_windowed(spec: &LayerSpec) -> Option<u64> {
 pub(crate) fn analytic_overlap_of_input(spec: &LayerSpec, input: usize) -> Option<u64> {
     let ib = spec.input_bytes_of(input)?;
     match spec.op {
-        Op::Relu | Op::Add => Some(spec.output_bytes().min(ib)),
-        Op::Matmul => Some(0),
-        Op::FullyConnected => {
+        OpKind::Relu | OpKind::Add => Some(spec.output_bytes().min(ib)),
+        OpKind::Matmul => Some(0),
+        OpKind::FullyConnected => {
             let (b, u, d) = fc_dims(spec);
             Some(fully_connected_overlap(b, u, d, spec.dtype.size()))
         }
-        Op::Concatenation => Some(concatenation_overlap(ib)),
-        Op::Pad => Some(pad_overlap(spec.input_bytes())),
-        Op::TransposeConv => Some(transpose_conv_overlap(spec)),
-        Op::Conv2d | Op::DepthwiseConv2d | Op::MaxPool | Op::AveragePool => None,
+        OpKind::Concatenation => Some(concatenation_overlap(ib)),
+        OpKind::Pad => Some(pad_overlap(spec.input_bytes())),
+        OpKind::TransposeConv => Some(transpose_conv_overlap(spec)),
+        OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::MaxPool | OpKind::AveragePool => None,
+        // A LayerSpec holds kernel-suite ops only.
+        _ => None,
     }
 }
 
@@ -512,7 +516,7 @@ pub(crate) fn pad_overlap(input_bytes: u64) -> u64 {
 /// tap inside the output, channel 0 — or IB when no input element reaches the
 /// output. With TFLite's padding that pixel is `(0, 0)`: O_s = 0.
 pub(crate) fn transpose_conv_overlap(spec: &LayerSpec) -> u64 {
-    if spec.dtype == memtrace_abi::spec::Dtype::Int8 {
+    if spec.dtype == memtrace_abi::Dtype::Int8 {
         return spec.input_bytes();
     }
     let g = Geometry::of(spec);
@@ -538,7 +542,7 @@ mod tests {
     use super::*;
     use crate::algorithmic::tests::{random_spec, Rng};
     use crate::algorithmic::{algorithmic_overlap, algorithmic_overlap_of_input};
-    use memtrace_abi::spec::Dtype;
+    use memtrace_abi::Dtype;
 
     fn spec(text: &str) -> LayerSpec {
         LayerSpec::parse(text).unwrap()
@@ -660,9 +664,12 @@ mod tests {
 
     #[test]
     fn element_wise_ops_are_the_output_size_and_matmul_zero() {
-        for dtype in [Dtype::F32, Dtype::Int8] {
+        for dtype in [Dtype::Float32, Dtype::Int8] {
             for op in ["relu", "add"] {
-                let s = spec(&format!("op={op},dtype={},input=1x10x10x8", dtype.name()));
+                let s = spec(&format!(
+                    "op={op},dtype={},input=1x10x10x8",
+                    dtype.spec_name()
+                ));
                 assert_eq!(analytic_overlap(&s), Some(s.output_bytes()));
                 assert_eq!(
                     analytic_overlap_as_printed(&s),
@@ -672,7 +679,7 @@ mod tests {
             }
             let m = spec(&format!(
                 "op=matmul,dtype={},input=1x1x9x7,filter=1x1x7x5",
-                dtype.name()
+                dtype.spec_name()
             ));
             assert_eq!(analytic_overlap(&m), Some(0));
             assert_eq!(analytic_overlap_as_printed(&m), Some(0));
@@ -700,8 +707,8 @@ mod tests {
     #[test]
     fn analytic_never_exceeds_algorithmic_for_random_configs() {
         let mut rng = Rng::new(0x5EED_A001);
-        for op in Op::ALL {
-            for dtype in [Dtype::F32, Dtype::Int8] {
+        for op in OpKind::SUITE {
+            for dtype in [Dtype::Float32, Dtype::Int8] {
                 let mut printed_violations = 0;
                 for _ in 0..400 {
                     let s = random_spec(&mut rng, op, dtype);
@@ -712,14 +719,16 @@ mod tests {
                     assert!(best <= truth, "VIOLATION {s}: best {best} > {truth}");
                     assert!(best >= safe, "{s}");
                     match op {
-                        Op::FullyConnected => {
+                        OpKind::FullyConnected => {
                             assert_eq!(safe, truth, "{s}");
                             let (b, u, d) = fc_dims(&s);
                             assert!(fully_connected_simple_bound(b, u, d, s.dtype.size()) <= truth);
                         }
-                        Op::Relu | Op::Add | Op::Matmul => assert_eq!(safe, truth, "{s}"),
+                        OpKind::Relu | OpKind::Add | OpKind::Matmul => {
+                            assert_eq!(safe, truth, "{s}")
+                        }
                         // The closed forms of docs/overlap.md §6, every input.
-                        Op::Concatenation | Op::Pad | Op::TransposeConv => {
+                        OpKind::Concatenation | OpKind::Pad | OpKind::TransposeConv => {
                             assert_eq!(safe, truth, "{s}");
                             for input in 1..op.inputs() {
                                 let alg_k = algorithmic_overlap_of_input(&s, input);
@@ -735,11 +744,11 @@ mod tests {
                     }
                 }
                 println!(
-                    "{op} {dtype:?}: printed form above algorithmic in {printed_violations}/400"
+                    "{op:?} {dtype:?}: printed form above algorithmic in {printed_violations}/400"
                 );
-                if matches!(op, Op::Conv2d | Op::DepthwiseConv2d) {
+                if matches!(op, OpKind::Conv2d | OpKind::DepthwiseConv2d) {
                     // documented below: the printed equations are not safe
-                    assert!(printed_violations > 0, "{op} {dtype:?}");
+                    assert!(printed_violations > 0, "{op:?} {dtype:?}");
                 }
             }
         }

@@ -323,10 +323,10 @@ impl ElfImage {
 
     /// The `memtrace_port` protocol object every memtrace guest defines.
     pub fn protocol_port(&self) -> Result<Symbol, TraceError> {
-        self.symbol("memtrace_port")
+        self.symbol(memtrace_abi::symbols::PORT)
             .ok_or_else(|| TraceError::MissingProtocol {
                 path: self.path.clone(),
-                symbol: "memtrace_port",
+                symbol: memtrace_abi::symbols::PORT,
             })
     }
 

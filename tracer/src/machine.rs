@@ -158,7 +158,7 @@ pub(crate) fn write_inputs<D>(
 fn write_job<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage, job: &Job) -> Result<(), TraceError> {
     let needed = JOB_WORDS * 4;
     let mailbox = image
-        .symbol("memtrace_job")
+        .symbol(memtrace_abi::symbols::JOB)
         .filter(|s| s.size as usize >= needed && image.is_loaded(s.address, needed as u64))
         .ok_or_else(|| TraceError::NoJobMailbox {
             path: image.path.clone(),

@@ -183,7 +183,7 @@ fn host_oracle(
         model
             .outputs
             .iter()
-            .any(|&t| model.tensors[t].dtype == memtrace_model::DataType::Float32),
+            .any(|&t| model.tensors[t].dtype == memtrace_model::Dtype::Float32),
     )
 }
 

@@ -563,7 +563,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
                 graph
                     .outputs
                     .iter()
-                    .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::DataType::Float32)),
+                    .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::Dtype::Float32)),
             )
         });
         let planned = shadow_run(

@@ -24,8 +24,8 @@ use std::time::Instant;
 use super::greedy::{greedy_offsets, Request};
 use super::heap::{heap_offsets, peak_seeds, Direction};
 use super::{candidate_orders, Plan, PlanOptions, PlanStatus, Problem};
-use crate::order::{self, OrderKind};
-use crate::planner::Overlaps;
+use crate::order::{self, OrderKind, PlanOrder};
+use crate::planner::{Overlaps, PlannerKind};
 use crate::Model;
 
 /// Searches stop being attempted beyond this many colliding pairs (the
@@ -200,7 +200,7 @@ pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     };
     if let Ok(r) = dp {
         if !orders.iter().any(|(_, o)| *o == r.order) {
-            orders.push(("reordered".into(), r.order));
+            orders.push((PlanOrder::Reordered, r.order));
         }
     }
     let mut best: Option<(Plan, u64)> = None;
@@ -254,14 +254,20 @@ pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
         };
         all_finished &= finished;
         let peak = problem.peak(&offsets);
-        let plan = problem.plan(model, "exact", &overlaps.method, name, &offsets);
+        let plan = problem.plan(model, PlannerKind::Exact, &overlaps.method, name, &offsets);
         if best.as_ref().is_none_or(|(_, p)| peak < *p) {
             best = Some((plan, peak));
         }
     }
     let Some((mut plan, _)) = best else {
         let problem = Problem::new(model, &[], overlaps, opts.alignment);
-        return problem.plan(model, "exact", &overlaps.method, "model", &[]);
+        return problem.plan(
+            model,
+            PlannerKind::Exact,
+            &overlaps.method,
+            &PlanOrder::model(),
+            &[],
+        );
     };
     plan.status = if all_finished {
         PlanStatus::Optimal

@@ -10,8 +10,8 @@
 //! Linear: every buffer at the end of the previous one, in the order added.
 
 use super::{Plan, PlanOptions, Problem};
-use crate::order::{self, OrderKind};
-use crate::planner::Overlaps;
+use crate::order::{self, OrderKind, PlanOrder};
+use crate::planner::{Overlaps, PlannerKind};
 use crate::Model;
 
 /// One buffer request as TFLM's `AddBuffer(size, first_time_used,
@@ -92,7 +92,13 @@ pub fn tflm_greedy(model: &Model, opts: &PlanOptions) -> Plan {
     let order = order::order(model, OrderKind::Model);
     let problem = Problem::new(model, &order, &Overlaps::none(model), opts.alignment);
     let offsets = greedy_offsets(&requests(&problem));
-    problem.plan(model, "tflm-greedy", "none", "model", &offsets)
+    problem.plan(
+        model,
+        PlannerKind::TflmGreedy,
+        "none",
+        &PlanOrder::model(),
+        &offsets,
+    )
 }
 
 /// `linear` on the model's order.
@@ -100,7 +106,13 @@ pub fn linear(model: &Model, opts: &PlanOptions) -> Plan {
     let order = order::order(model, OrderKind::Model);
     let problem = Problem::new(model, &order, &Overlaps::none(model), opts.alignment);
     let offsets = linear_offsets(&requests(&problem));
-    problem.plan(model, "linear", "none", "model", &offsets)
+    problem.plan(
+        model,
+        PlannerKind::Linear,
+        "none",
+        &PlanOrder::model(),
+        &offsets,
+    )
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@ use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use super::{candidate_orders, Plan, PlanOptions, Problem};
-use crate::order::{self, OrderKind};
-use crate::planner::Overlaps;
+use crate::order::{self, OrderKind, PlanOrder};
+use crate::planner::{Overlaps, PlannerKind};
 use crate::Model;
 
 /// Where the heap allocation starts.
@@ -272,8 +272,8 @@ pub(crate) fn best_heap(
     model: &Model,
     overlaps: &Overlaps,
     opts: &PlanOptions,
-    orders: &[(String, Vec<usize>)],
-    planner: &str,
+    orders: &[(PlanOrder, Vec<usize>)],
+    planner: PlannerKind,
 ) -> Plan {
     let mut best: Option<Plan> = None;
     for (name, order) in orders {
@@ -292,14 +292,14 @@ pub(crate) fn best_heap(
     }
     best.unwrap_or_else(|| {
         let problem = Problem::new(model, &[], overlaps, opts.alignment);
-        problem.plan(model, planner, &overlaps.method, "model", &[])
+        problem.plan(model, planner, &overlaps.method, &PlanOrder::model(), &[])
     })
 }
 
 /// `dmo-heap`: best of eager and lazy orders, backward and forward.
 pub fn dmo_heap(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     let orders = candidate_orders(model, &[OrderKind::Eager, OrderKind::Lazy], opts);
-    best_heap(model, overlaps, opts, &orders, "dmo-heap")
+    best_heap(model, overlaps, opts, &orders, PlannerKind::DmoHeap)
 }
 
 /// `reorder`: the order minimising the peak working set (Liberis & Lane's
@@ -308,7 +308,7 @@ pub fn dmo_heap(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan 
 pub fn reorder(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     if opts.model_order_only {
         let orders = candidate_orders(model, &[], opts);
-        return best_heap(model, overlaps, opts, &orders, "reorder");
+        return best_heap(model, overlaps, opts, &orders, PlannerKind::Reorder);
     }
     let os = |op: usize| overlaps.get(op);
     match order::reorder_dp(model, &os, opts.reorder_max_states) {
@@ -317,8 +317,8 @@ pub fn reorder(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
                 model,
                 overlaps,
                 opts,
-                &[("reordered".to_string(), r.order)],
-                "reorder",
+                &[(PlanOrder::Reordered, r.order)],
+                PlannerKind::Reorder,
             );
             let note = plan.note.take().unwrap_or_default();
             plan.note = Some(format!(
@@ -329,7 +329,7 @@ pub fn reorder(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
         }
         Err(e) => {
             let orders = candidate_orders(model, &[OrderKind::Eager, OrderKind::Lazy], opts);
-            let mut plan = best_heap(model, overlaps, opts, &orders, "reorder");
+            let mut plan = best_heap(model, overlaps, opts, &orders, PlannerKind::Reorder);
             plan.note = Some(format!("{e}; fell back to eager/lazy orders"));
             plan
         }

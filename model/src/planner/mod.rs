@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::order::{self, OrderKind};
+use crate::order::{self, OrderKind, PlanOrder};
 use crate::Model;
 pub use overlap::{OverlapMethod, OverlapSource, Overlaps, TracedOverlaps};
 pub use report::Comparison;
@@ -45,6 +45,7 @@ pub use report::Comparison;
 /// The planners.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum PlannerKind {
     /// TFLM `LinearMemoryPlanner`: tensors back to back (`linear`).
     Linear,
@@ -97,8 +98,9 @@ impl PlannerKind {
 }
 
 impl fmt::Display for PlannerKind {
+    /// The [`PlannerKind::name`], padded as the format asks.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
@@ -198,8 +200,8 @@ pub struct UsedOverlap {
 /// An arena plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
-    /// Name of the planner that made the plan.
-    pub planner: String,
+    /// The planner that made the plan (serialised by its name).
+    pub planner: PlannerKind,
     /// O_s source (`none` for planners that never overlap).
     pub overlap: String,
     /// How the plan was obtained.
@@ -207,8 +209,9 @@ pub struct Plan {
     /// Why not applicable, which order won, search statistics …
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// Which serialisation: `model`, `eager`, `lazy`, `reordered`.
-    pub order_name: String,
+    /// Which serialisation: `model`, `eager`, `lazy` (or several that
+    /// coincide, `eager=lazy`), `reordered`.
+    pub order_name: PlanOrder,
     /// Operator index executed at each step.
     pub order: Vec<usize>,
     /// Arena size in bytes (end of the highest tensor); `None` when not applicable.
@@ -489,9 +492,9 @@ impl Problem {
     pub(crate) fn plan(
         &self,
         model: &Model,
-        planner: &str,
+        planner: PlannerKind,
         overlap: &str,
-        order_name: &str,
+        order_name: &PlanOrder,
         offsets: &[u64],
     ) -> Plan {
         let tensors: Vec<PlacedTensor> = self
@@ -527,11 +530,11 @@ impl Problem {
             .collect();
         let lb = self.lower_bound();
         Plan {
-            planner: planner.to_string(),
+            planner,
             overlap: overlap.to_string(),
             status: PlanStatus::Heuristic,
             note: None,
-            order_name: order_name.to_string(),
+            order_name: order_name.clone(),
             order: self.order.clone(),
             peak_bytes: Some(peak),
             lower_bound_bytes: lb,
@@ -556,7 +559,7 @@ impl Problem {
 /// A "not applicable" plan.
 pub(crate) fn not_applicable(
     model: &Model,
-    planner: &str,
+    planner: PlannerKind,
     overlaps: &Overlaps,
     alignment: u64,
     reason: String,
@@ -565,11 +568,11 @@ pub(crate) fn not_applicable(
     let lb = Problem::new(model, &order, overlaps, alignment).lower_bound();
     let overlap = overlaps.method.as_str();
     Plan {
-        planner: planner.to_string(),
+        planner,
         overlap: overlap.to_string(),
         status: PlanStatus::NotApplicable,
         note: Some(reason),
-        order_name: "model".into(),
+        order_name: PlanOrder::model(),
         order,
         peak_bytes: None,
         lower_bound_bytes: lb,
@@ -586,21 +589,16 @@ pub(crate) fn candidate_orders(
     model: &Model,
     kinds: &[OrderKind],
     opts: &PlanOptions,
-) -> Vec<(String, Vec<usize>)> {
+) -> Vec<(PlanOrder, Vec<usize>)> {
     if opts.model_order_only {
-        return vec![(
-            OrderKind::Model.name().to_string(),
-            order::order(model, OrderKind::Model),
-        )];
+        return vec![(PlanOrder::model(), order::order(model, OrderKind::Model))];
     }
-    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut out: Vec<(PlanOrder, Vec<usize>)> = Vec::new();
     for &k in kinds {
         let o = order::order(model, k);
-        if let Some(existing) = out.iter_mut().find(|(_, x)| *x == o) {
-            existing.0.push('=');
-            existing.0.push_str(k.name());
-        } else {
-            out.push((k.name().to_string(), o));
+        match out.iter_mut().find(|(_, x)| *x == o) {
+            Some((PlanOrder::Named(names), _)) => names.push(k),
+            _ => out.push((PlanOrder::Named(vec![k]), o)),
         }
     }
     out
@@ -630,7 +628,7 @@ pub fn run(
         PlannerKind::Exact => exact::exact(model, overlaps, opts),
         PlannerKind::Tinyseg => not_applicable(
             model,
-            planner.name(),
+            planner,
             overlaps,
             opts.alignment,
             "tinyseg transforms the model: run it with `memtrace plan --planner tinyseg` \
@@ -686,7 +684,7 @@ fn never_worse_than_without_overlaps(
         let problem = Problem::new(model, &other.order, overlaps, opts.alignment);
         let mut replaced = problem.plan(
             model,
-            planner.name(),
+            planner,
             &overlaps.method,
             &other.order_name,
             &offsets,

@@ -17,8 +17,8 @@
 //! plan is "not applicable" with the reason.
 
 use super::{not_applicable, Plan, PlanOptions, Problem};
-use crate::order::{self, OrderKind};
-use crate::planner::Overlaps;
+use crate::order::{self, OrderKind, PlanOrder};
+use crate::planner::{Overlaps, PlannerKind};
 use crate::Model;
 
 /// Sakr et al.'s single-buffer plan in the model's order; "not applicable"
@@ -27,7 +27,7 @@ pub fn replacement(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Pl
     if let Err(reason) = model.sequential_chain().map_err(|e| e.to_string()) {
         return not_applicable(
             model,
-            "replacement",
+            PlannerKind::Replacement,
             overlaps,
             opts.alignment,
             format!("needs a sequential model: {reason}"),
@@ -64,7 +64,13 @@ pub fn replacement(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Pl
             offsets[s] = (in_off + in_size).max(offsets[out] + out_size);
         }
     }
-    let mut plan = problem.plan(model, "replacement", &overlaps.method, "model", &offsets);
+    let mut plan = problem.plan(
+        model,
+        PlannerKind::Replacement,
+        &overlaps.method,
+        &PlanOrder::model(),
+        &offsets,
+    );
     plan.note = Some("single total buffer, Sakr et al.".into());
     plan
 }

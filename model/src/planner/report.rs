@@ -120,14 +120,14 @@ impl Comparison {
         ]];
         for p in &self.plans {
             rows.push([
-                p.planner.clone(),
+                p.planner.name().to_string(),
                 p.overlap.clone(),
                 p.status.to_string(),
                 p.peak_bytes.map(group).unwrap_or_else(|| "-".into()),
                 p.peak_bytes.map(kib).unwrap_or_else(|| "-".into()),
                 group(p.lower_bound_bytes),
                 p.gap_bytes.map(group).unwrap_or_else(|| "-".into()),
-                p.order_name.clone(),
+                p.order_name.name(),
             ]);
         }
         let widths: Vec<usize> = (0..8)
@@ -181,6 +181,6 @@ impl Comparison {
     pub fn plan(&self, planner: &str, overlap: &str) -> Option<&Plan> {
         self.plans
             .iter()
-            .find(|p| p.planner == planner && p.overlap == overlap)
+            .find(|p| p.planner.name() == planner && p.overlap == overlap)
     }
 }

@@ -6,7 +6,7 @@ use super::*;
 use crate::order::{self as ord, OrderKind};
 use crate::tests::{real_model, tfmicro_models, REAL_MODELS};
 use crate::zoo::{self, GraphBuilder};
-use crate::{tflite, DataType, OpKind, OpOptions};
+use crate::{tflite, Dtype, OpKind, OpOptions};
 
 fn analytic(model: &Model) -> Overlaps {
     Overlaps::compute(model, &OverlapMethod::Analytic)
@@ -180,7 +180,7 @@ fn reordering_beats_the_default_order_on_a_branching_graph() {
     assert_eq!(greedy.peak_bytes, Some(5216));
     assert_eq!(heap.peak_bytes, Some(5216));
     assert_eq!(reorder.peak_bytes, Some(4960));
-    assert_eq!(reorder.order_name, "reordered");
+    assert_eq!(reorder.order_name.name(), "reordered");
     assert!(ord::is_valid_order(&m, &reorder.order));
     // The default order's own bound is 5216: no placement of it reaches 4960.
     assert_eq!(greedy.lower_bound_bytes, 5216);
@@ -205,7 +205,7 @@ fn random_graph(seed: u64, ops: usize) -> Model {
             .wrapping_add(1442695040888963407);
         (state >> 33) % n
     };
-    let mut g = GraphBuilder::new(format!("random_{seed}"), DataType::Int8);
+    let mut g = GraphBuilder::new(format!("random_{seed}"), Dtype::Int8);
     let mut tensors = vec![g.input("input", &[1, 4, 4, 1 + next(8) as u32])];
     for i in 0..ops {
         let a = tensors[tensors.len() - 1 - next(tensors.len().min(3) as u64) as usize];
@@ -534,7 +534,7 @@ fn synthetic_graphs_plan_and_validate() {
 /// (its whole 40 B, for the reference kernel) would allow it.
 #[test]
 fn a_concatenation_overlaps_its_output_with_its_first_input_only() {
-    let mut g = GraphBuilder::new("concat", DataType::Int8);
+    let mut g = GraphBuilder::new("concat", Dtype::Int8);
     let a = g.input("a", &[1, 4, 5, 3]);
     let b = g.input("b", &[1, 4, 5, 2]);
     let c = g.concat_channels("c", &[a, b]);
@@ -585,7 +585,7 @@ fn a_concatenation_overlaps_its_output_with_its_first_input_only() {
 /// MLPerf Tiny's anomaly-detection autoencoder (`ad01`): fully connected
 /// layers 640 → 128 ×4 → 8 → 128 ×4 → 640, int8.
 fn ad01_like() -> Model {
-    let mut g = GraphBuilder::new("ad01_like", DataType::Int8);
+    let mut g = GraphBuilder::new("ad01_like", Dtype::Int8);
     let mut x = g.input("input", &[1, 640]);
     for (i, units) in [128, 128, 128, 128, 8, 128, 128, 128, 128]
         .iter()
@@ -630,7 +630,7 @@ fn planners_with_overlaps_never_need_more_than_without_them_or_than_tflm_greedy(
                     method
                 );
                 assert_eq!(with.overlap, overlaps.method, "keeps its O_s source");
-                assert_eq!(with.planner, planner.name());
+                assert_eq!(with.planner, planner);
             }
         }
     }

@@ -21,7 +21,7 @@ pub mod compress;
 pub(crate) mod optimize;
 pub(crate) mod transform;
 
-pub use optimize::{optimize, Optimized, Step, TinysegOptions};
+pub use optimize::{optimize, Optimized, Step, StepAction, TinysegOptions};
 pub use transform::{Graph, NarrowScratch};
 
 #[cfg(test)]

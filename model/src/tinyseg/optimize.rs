@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use super::transform::{
-    fuse_next, narrow_scratch, spill, tail_rows, Graph, NarrowScratch, SpillEdit,
+    fuse_next, narrow_scratch, spill, tail_rows, Fusion, Graph, NarrowScratch, SpillEdit,
 };
 use crate::cold::{graph_cold_ranges, GraphColdRange};
 use crate::planner::{self, Overlaps, Plan, PlanError, PlanOptions, PlannerKind};
@@ -53,11 +53,64 @@ impl Default for TinysegOptions {
     }
 }
 
+/// What one step of the transformation did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum StepAction {
+    /// The base planner's plan of the untransformed model (`original`).
+    #[serde(rename = "original")]
+    Original,
+    /// TFLM's int8 TRANSPOSE_CONV scratch narrowed to int16 (`scratch int16`).
+    #[serde(rename = "scratch int16")]
+    ScratchInt16,
+    /// A whole tensor sent to storage (`spill`).
+    #[serde(rename = "spill")]
+    Spill,
+    /// The tail of a tensor sent to storage (`partial spill`).
+    #[serde(rename = "partial spill")]
+    PartialSpill,
+    /// A fetch fused with its concatenation (`fetch+concat`).
+    #[serde(rename = "fetch+concat")]
+    FetchConcat,
+    /// A fetch fused with its convolution (`fetch+conv2d`).
+    #[serde(rename = "fetch+conv2d")]
+    FetchConv2d,
+}
+
+impl StepAction {
+    /// The name in reports (the serde name).
+    pub fn name(self) -> &'static str {
+        match self {
+            StepAction::Original => "original",
+            StepAction::ScratchInt16 => "scratch int16",
+            StepAction::Spill => "spill",
+            StepAction::PartialSpill => "partial spill",
+            StepAction::FetchConcat => "fetch+concat",
+            StepAction::FetchConv2d => "fetch+conv2d",
+        }
+    }
+}
+
+impl std::fmt::Display for StepAction {
+    /// The [`StepAction::name`], padded as the format asks (tables align it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl From<Fusion> for StepAction {
+    fn from(f: Fusion) -> Self {
+        match f {
+            Fusion::Concat => StepAction::FetchConcat,
+            Fusion::Conv2d => StepAction::FetchConv2d,
+        }
+    }
+}
+
 /// One step of the transformation and the plan after it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Step {
-    /// `original`, `spill`, `partial spill`, `fetch+concat`, `fetch+conv2d`.
-    pub action: String,
+    /// What the step did.
+    pub action: StepAction,
     /// What changed in the graph.
     pub change: String,
     /// Arena peak of the base planner's plan after the step.
@@ -203,9 +256,9 @@ fn op_name(model: &Model, op: usize) -> String {
         .unwrap_or_else(|| format!("op {op}"))
 }
 
-fn step(planned: &Planned, action: &str, change: String) -> Step {
+fn step(planned: &Planned, action: StepAction, change: String) -> Step {
     Step {
-        action: action.into(),
+        action,
         change,
         peak_bytes: planned.peak(),
         lower_bound_bytes: planned.plan.lower_bound_bytes,
@@ -223,16 +276,19 @@ fn spill_step(before: &Model, after: &Planned, r: &GraphColdRange, edit: &SpillE
     let name = &before.tensors[r.tensor].name;
     let (action, what) = if edit.kept_bytes > 0 {
         (
-            "partial spill",
+            StepAction::PartialSpill,
             format!(
                 "SPILL_KEEP keeps {} B, SPILL sends the last {} B",
                 edit.kept_bytes, edit.spilled_bytes
             ),
         )
     } else {
-        ("spill", format!("SPILL sends {} B", edit.spilled_bytes))
+        (
+            StepAction::Spill,
+            format!("SPILL sends {} B", edit.spilled_bytes),
+        )
     };
-    let fetch = m.ops[edit.fetch_op].kind;
+    let fetch = m.ops[edit.fetch_op].kind.tflite_name();
     Step {
         tensor: Some(name.clone()),
         stored: Some(m.tensors[edit.stored].name.clone()),
@@ -275,12 +331,12 @@ fn try_victim(
         let prev = &stages[stages.len() - 1].0.graph.model;
         let change = format!(
             "{} and {} become {}",
-            prev.ops[at].kind,
-            prev.ops[at + 1].kind,
-            g.model.ops[fused_at].kind
+            prev.ops[at].kind.tflite_name(),
+            prev.ops[at + 1].kind.tflite_name(),
+            g.model.ops[fused_at].kind.tflite_name()
         );
         let planned = plan_graph(g, overlaps, opts)?;
-        let st = step(&planned, fusion.name(), change);
+        let st = step(&planned, fusion.into(), change);
         stages.push((planned, st));
         at = fused_at;
     }
@@ -311,7 +367,7 @@ pub fn optimize(
     let mut cur = plan_graph(graph, &base_overlaps, opts)?;
     let mut steps = vec![step(
         &cur,
-        "original",
+        StepAction::Original,
         format!("{} in {} order", opts.base, first.order_name),
     )];
     let mut history = vec![(cur.graph.clone(), cur.plan.clone())];
@@ -324,7 +380,7 @@ pub fn optimize(
                 .map(|&i| op_name(&narrowed.graph.model, i))
                 .collect();
             let change = format!("int32 → int16 accumulator scratch of {}", names.join(", "));
-            steps.push(step(&narrowed, "scratch int16", change));
+            steps.push(step(&narrowed, StepAction::ScratchInt16, change));
             history.push((narrowed.graph.clone(), narrowed.plan.clone()));
             cur = narrowed;
         }

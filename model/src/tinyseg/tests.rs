@@ -5,12 +5,12 @@ use super::*;
 use crate::cold::graph_cold_ranges;
 use crate::planner::Overlaps;
 use crate::zoo::GraphBuilder;
-use crate::{Activation, DataType, Model, OpKind};
+use crate::{Activation, Dtype, Model, OpKind};
 
 /// A long skip connection around wider layers: `a` (32×32×8) waits while
 /// three 32×32×16 convolutions run, then an ADD with the narrowed result.
 fn skip_model() -> Model {
-    let mut g = GraphBuilder::new("skip_add", DataType::Int8);
+    let mut g = GraphBuilder::new("skip_add", Dtype::Int8);
     let x = g.input("input", &[1, 32, 32, 3]);
     let a = g.conv2d("a", x, 8, 3, 1, Activation::Relu);
     let mut y = g.conv2d("b", a, 16, 3, 1, Activation::Relu);
@@ -89,7 +89,7 @@ fn a_fetch_fuses_only_into_its_sole_next_reader() {
     // The fetched `a` feeds an ADD: no fused form.
     assert!(fuse_next(&g, edit.fetch_op).is_none());
     // The same skip into a convolution instead fuses.
-    let mut g2 = GraphBuilder::new("skip_conv", DataType::Int8);
+    let mut g2 = GraphBuilder::new("skip_conv", Dtype::Int8);
     let x = g2.input("input", &[1, 8, 8, 3]);
     let a = g2.conv2d("a", x, 4, 3, 1, Activation::Relu);
     let b = g2.conv2d("b", a, 4, 3, 1, Activation::Relu);

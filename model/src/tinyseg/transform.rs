@@ -8,7 +8,7 @@
 //! carried over.
 
 use crate::cold::GraphColdRange;
-use crate::{Accumulator, DataType, Model, Op, OpKind, OpOptions, Tensor};
+use crate::{Accumulator, Dtype, Model, Op, OpKind, OpOptions, Tensor};
 
 /// A model in execution order and where its operators came from.
 #[derive(Clone, Debug)]
@@ -235,16 +235,6 @@ pub enum Fusion {
     Conv2d,
 }
 
-impl Fusion {
-    /// Report name of the fusion.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fusion::Concat => "fetch+concat",
-            Fusion::Conv2d => "fetch+conv2d",
-        }
-    }
-}
-
 /// Fuses the fetching operator at `fetch_op` with the operator right after
 /// it, if that one is its output's only reader and the pair has a fused
 /// form: a `FETCH` into a `CONCATENATION` of at most two inputs, or a
@@ -380,7 +370,7 @@ pub fn narrow_scratch(graph: &Graph, policy: NarrowScratch) -> Option<(Graph, Ve
         let op = &g.model.ops[i];
         let int8 = op
             .data_input()
-            .is_some_and(|t| g.model.tensors[t].dtype == DataType::Int8);
+            .is_some_and(|t| g.model.tensors[t].dtype == Dtype::Int8);
         let (Some(scratch), Some(&y)) = (op.scratch, op.outputs.first()) else {
             continue;
         };
