@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use memtrace_abi::spec::{Dtype, LayerSpec, OpKind};
 use memtrace_driver::verify::placement_from_plan;
 use memtrace_model::export::{materialize, to_tflite};
-use memtrace_model::lower::{check_placement, lower, tensor_names, LowerInput};
+use memtrace_model::lower::{check_placement, lower, LowerInput};
 use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::{tflite, zoo, Model};
 use memtrace_overlap::configs::{estimated_instructions, try_random_configs};
@@ -937,7 +937,7 @@ fn fuzz_plan_json_in_process() {
         &PlanOptions::default(),
     )
     .unwrap();
-    let names = tensor_names(&model);
+    let names = model.tensor_names();
     let mut reference = vec![None; model.tensors.len()];
     for p in &plan.tensors {
         reference[p.tensor] = Some(p.offset);
@@ -1291,7 +1291,7 @@ fn fuzz_through_the_binary() {
         &PlanOptions::default(),
     )
     .unwrap();
-    let names = tensor_names(&hello_model);
+    let names = hello_model.tensor_names();
     let plan_seed = serde_json::json!({
         "tensors": greedy.tensors.iter().map(|p| serde_json::json!({
             "name": names[p.tensor], "offset": p.offset})).collect::<Vec<_>>(),
@@ -1538,7 +1538,7 @@ struct Oracle {
 impl Oracle {
     fn new(name: &str, kernels: &'static str, report: &Value) -> Oracle {
         let model = tflite::import_file(&shared_dir().join(name)).unwrap();
-        let names = tensor_names(&model);
+        let names = model.tensor_names();
         let ops = model.ops.len();
         let sized = plan_report(name, kernels, &["--alignment", "1", "--planner", "linear"]);
         let mut tensors = Vec::new();

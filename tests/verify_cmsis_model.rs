@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{json, memtrace, path_str, stderr, u};
-use memtrace_model::lower::tensor_names;
 use memtrace_model::{tflite, OpKind};
 use serde_json::Value;
 
@@ -72,7 +71,7 @@ fn mnist_forecast_verifies_clean_and_bit_exact_under_every_planner() {
     // The RESHAPE in question and its input, by the importer (independent of
     // verify's report).
     let model = tflite::import_file(&model_path).unwrap();
-    let names = tensor_names(&model);
+    let names = model.tensor_names();
     let reshape = model
         .ops
         .iter()

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use memtrace_abi::symbols;
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::pc_counts::PcCounts;
@@ -360,7 +361,7 @@ fn patched_native(path: &Path, job: &Job) -> Result<tempfile::TempPath> {
         let file = object::File::parse(&*bytes).map_err(|e| failed!("{}: {e}", path.display()))?;
         let sym = file
             .symbols()
-            .find(|s| s.name() == Ok("memtrace_job"))
+            .find(|s| s.name() == Ok(symbols::JOB))
             .ok_or_else(|| failed!("{} has no memtrace_job", path.display()))?;
         let section = file
             .section_by_index(

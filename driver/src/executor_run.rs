@@ -7,7 +7,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use memtrace_abi::program::{EncodedProgram, Program, TensorData};
+use memtrace_abi::program::{EncodedProgram, ExecutorExit, Program, TensorData};
+use memtrace_abi::symbols;
 use memtrace_abi::Analysis;
 use memtrace_analyzer::plot::arena::ArenaTrace;
 use memtrace_analyzer::shadow::{Clobber, LayerOverlap, ShadowMap};
@@ -24,10 +25,6 @@ use crate::error::Result;
 use crate::kernels::{check_built_with, harness_guest, Kernels};
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
-
-/// What the executor's exit codes mean, for an exit without a reason.
-const EXIT_CODES: &str = "3: no program, 4: unsupported operator, 6: scratch missing, 7: the \
-                          kernel library reported an error; docs/protocol.md §9";
 
 /// Instructions per second an untraced run is assumed to reach at the
 /// least when its instruction budget becomes a time limit (it has no
@@ -168,11 +165,11 @@ impl ExecutorRun<'_> {
         let path = self.image.path.display();
         let at = self
             .image
-            .symbol("memtrace_arena")
+            .symbol(symbols::ARENA)
             .ok_or_else(|| failed!("{path} has no memtrace_arena symbol"))?
             .address;
         let base = at + encoded.arena_offset;
-        if let Some(end) = self.image.symbol("memtrace_arena_end").map(|s| s.address) {
+        if let Some(end) = self.image.symbol(symbols::ARENA_END).map(|s| s.address) {
             if base + placement.arena_bytes > end {
                 bail!(
                     "program ({} bytes) and arena ({} bytes) do not fit the executor's arena ({} bytes)",
@@ -374,7 +371,7 @@ impl ExecutorRun<'_> {
             bail!(
                 "{} {}{when}",
                 self.image.path.display(),
-                exit_text(code, reason, EXIT_CODES)
+                exit_text(code, reason, &ExecutorExit::hint())
             );
         }
         Ok(())
@@ -389,8 +386,8 @@ fn storage_region(image: &ElfImage, bytes: u64) -> Result<Option<u64>> {
         return Ok(None);
     }
     let (Some(start), Some(end)) = (
-        image.symbol("memtrace_storage"),
-        image.symbol("memtrace_storage_end"),
+        image.symbol(symbols::STORAGE),
+        image.symbol(symbols::STORAGE_END),
     ) else {
         bail!(
             "{} has no storage region (memtrace_storage): rebuild it with harness-c's linker scripts",
@@ -415,11 +412,11 @@ pub(crate) fn executor(target: Arch, kernels: Kernels, path: Option<&Path>) -> R
     };
     let image = ElfImage::load(&path)?;
     // A kernel suite would ignore the program and report nonsense.
-    if image.symbol("memtrace_job").is_some() || image.symbol("memtrace_arena").is_none() {
+    if image.symbol(symbols::JOB).is_some() || image.symbol(symbols::ARENA).is_none() {
         bail!(
             "{} is not a model executor (it has {}): pass harness-c/build/TARGET/{}",
             path.display(),
-            if image.symbol("memtrace_job").is_some() {
+            if image.symbol(symbols::JOB).is_some() {
                 "a kernel suite's memtrace_job mailbox"
             } else {
                 "no memtrace_arena to load a model program into"

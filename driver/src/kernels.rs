@@ -144,32 +144,6 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
         })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::is_cmsis_nn_function;
-
-    #[test]
-    fn cmsis_nn_functions_are_told_by_their_names() {
-        for name in [
-            "arm_convolve_s8",
-            "arm_avgpool_s8_get_buffer_size",
-            "arm_nn_mat_mult_kernel_s8_s16",
-            "arm_elementwise_add_s16",
-        ] {
-            assert!(is_cmsis_nn_function(name), "{name}");
-        }
-        for name in [
-            "arm_cfft_f32",
-            "main",
-            "tflite_conv",
-            "memtrace_arena",
-            "armchair_s8",
-        ] {
-            assert!(!is_cmsis_nn_function(name), "{name}");
-        }
-    }
-}
-
 /// What runs the model in `verify`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -207,6 +181,32 @@ impl Runtime {
             (Some(r), _) => Ok(r),
             (None, Some(_)) => Ok(Runtime::Executor),
             (None, None) => Ok(Runtime::Tflm),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_cmsis_nn_function;
+
+    #[test]
+    fn cmsis_nn_functions_are_told_by_their_names() {
+        for name in [
+            "arm_convolve_s8",
+            "arm_avgpool_s8_get_buffer_size",
+            "arm_nn_mat_mult_kernel_s8_s16",
+            "arm_elementwise_add_s16",
+        ] {
+            assert!(is_cmsis_nn_function(name), "{name}");
+        }
+        for name in [
+            "arm_cfft_f32",
+            "main",
+            "tflite_conv",
+            "memtrace_arena",
+            "armchair_s8",
+        ] {
+            assert!(!is_cmsis_nn_function(name), "{name}");
         }
     }
 }

@@ -110,7 +110,7 @@ pub(crate) fn cached_reference_run(
 /// `load_input` windows, one per operator in execution order).
 pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
-    let names = memtrace_model::lower::tensor_names(model);
+    let names = model.tensor_names();
     let op_layers = &r.outcome.layers[model.inputs.len().min(r.outcome.layers.len())..];
     let mut traced = TracedOverlaps::default();
     let mut report = Vec::new();

@@ -499,6 +499,27 @@ impl Model {
 }
 
 impl Model {
+    /// Unique buffer names, by tensor index: the tensor's name, with
+    /// `#index` when two tensors share it (or it is empty). The executor's
+    /// buffers and every report name tensors so.
+    pub fn tensor_names(&self) -> Vec<String> {
+        let mut count = std::collections::HashMap::new();
+        for t in &self.tensors {
+            *count.entry(t.name.as_str()).or_insert(0) += 1;
+        }
+        self.tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if t.name.is_empty() || count[t.name.as_str()] > 1 {
+                    format!("{}#{i}", t.name)
+                } else {
+                    t.name.clone()
+                }
+            })
+            .collect()
+    }
+
     /// Scratch bytes TFLM's reference kernels request in the arena for each
     /// operator (`RequestScratchBufferInArena` in the kernel's `Prepare`):
     /// an int8 TRANSPOSE_CONV asks for one int32 accumulator per output

@@ -33,6 +33,7 @@ use unicorn_engine::{HookType, MemType, RegisterARM, Unicorn};
 use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
 use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PORT_SIZE};
 use memtrace_abi::spec::LayerSpec;
+use memtrace_abi::symbols;
 
 use crate::clock::BlockClock;
 use crate::elf::{Arch, ElfImage};

@@ -24,7 +24,6 @@ use memtrace_abi::{Analysis, Buffer, Event, LayerInfo, Role};
 use serde::Serialize;
 
 use memtrace_model::cold::graph_cold_ranges;
-use memtrace_model::lower::tensor_names;
 use memtrace_model::Model;
 
 /// Name the executor gives the windows that copy graph inputs into the arena.
@@ -211,7 +210,7 @@ impl ByteCold {
     /// Tracks every arena tensor `order` reads or writes (scratch tensors,
     /// which live inside one operator, are not).
     pub fn new(model: &Model, order: &[usize]) -> Self {
-        let names = tensor_names(model);
+        let names = model.tensor_names();
         let mut by_name = HashMap::new();
         let mut tracked = HashMap::new();
         for r in graph_cold_ranges(model, order) {

@@ -8,7 +8,6 @@ use super::bytes::{ByteClass, ByteColdRun, ByteGap, ByteRuns, OpWindow, LOAD_INP
 use crate::error::Result;
 use crate::shadow::Clobber;
 use memtrace_model::cold::{access_positions, graph_cold_ranges};
-use memtrace_model::lower::tensor_names;
 use memtrace_model::Model;
 
 /// A tensor's graph-level cold range, from the graph alone.
@@ -107,7 +106,7 @@ pub fn tensor_colds(
     offsets: &[Option<u64>],
     run: &ByteColdRun,
 ) -> Vec<TensorCold> {
-    let names = tensor_names(model);
+    let names = model.tensor_names();
     let accesses = access_positions(model, order);
     let window = |p: usize| {
         run.windows

@@ -55,7 +55,7 @@ fn runner<'a>(
 }
 
 fn run_report(model: &Model, under: &PlanUnderTest, outcome: &Outcome) -> PlanRunReport {
-    let names = memtrace_model::lower::tensor_names(model);
+    let names = model.tensor_names();
     PlanRunReport {
         seconds: outcome.seconds,
         untraced_seconds: outcome.untraced_seconds,

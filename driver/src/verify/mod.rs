@@ -95,7 +95,7 @@ pub fn placement_from_plan(
     reference: &[Option<u64>],
     text: &str,
 ) -> Result<(Vec<Option<u64>>, u64)> {
-    let names = memtrace_model::lower::tensor_names(model);
+    let names = model.tensor_names();
     let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
     let mut offsets = reference.to_vec();
     for t in &file.tensors {

@@ -25,12 +25,12 @@ use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::digest;
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, TracedOverlaps};
-use memtrace_model::{self as model, tflite, Model};
+use memtrace_model::{self as model, tflite, Dtype, Model};
 use memtrace_tracer::ElfImage;
 
 use super::VerifyOptions;
 use crate::error::{Context, Result};
-use crate::kernels::Runtime;
+use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
 use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
@@ -419,119 +419,17 @@ fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
 /// Verifies a plan on real TFLM (see the module docs).
 pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let started = Instant::now();
-    Runtime::for_verify(Some(Runtime::Tflm), req.planner, req.accumulator)
-        .map_err(|e| failed!("{e}"))?;
-    if let Some(p) = &req.plot {
-        crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
-    }
-    let bytes = model_bytes(&req.model, req.seed)?;
-    let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
-    if graph.outputs.is_empty() {
-        bail!(
-            "{} has no graph outputs: there is nothing to compare",
-            req.model
-        );
-    }
-    let name = req
-        .model
-        .rsplit('/')
-        .next()
-        .unwrap_or(&req.model)
-        .to_string();
-    let model = match req.model.strip_prefix("zoo:") {
-        Some(_) => model::source::load(&req.model)?,
-        None => tflite::import_for_tflm(&name, &bytes)
-            .with_context(|| format!("planning {}", req.model))?,
-    };
-    let inputs = inputs_of(req, &graph)?;
-    let path = runner_path(
-        req.target,
-        req.kernels,
-        req.executor.as_deref(),
-        "--executor",
-    )?;
-    let image = load_runner(&path, req.kernels)?;
-    if image.arch != req.target {
-        bail!(
-            "{} is a {} runner but --target is {}",
-            path.display(),
-            image.arch.name(),
-            req.target.name()
-        );
-    }
-
-    // 1. TFLM's own plan.
-    // The shadow map's extent, before TFLM has said what its scratch is.
-    let estimate = greedy_prediction(&model.with_reference_scratch())?;
-    let watch = |planned: u64| (planned * 2 + (1 << 20)).next_multiple_of(4096);
+    let subject = Subject::load(req)?;
+    let (reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
-    // The run of TFLM's own plan depends on nothing but the runner, the
-    // model, the inputs and the shadow map's extent: a second verify takes
-    // it from the trace cache (not with --plot, which draws it).
-    let key = TraceCache::key(
-        "tflm-verify-reference-v1",
-        &[
-            &image.bytes,
-            &bytes,
-            &inputs,
-            &watch(estimate).to_le_bytes(),
-        ],
-    );
-    // Nor with --baseline, which times the run itself.
-    let cacheable = req.plot.is_none() && !req.baseline;
-    let cached = match cacheable {
-        true => req.cache.get::<CachedReference>(&key),
-        false => None,
-    };
-    let (reference, own_overlaps, own_report) = match cached {
-        Some(c) => c.into_parts(),
-        None => {
-            let run = shadow_run(
-                &image,
-                &bytes,
-                &inputs,
-                Watch {
-                    bytes: watch(estimate),
-                    output_readers: &[],
-                    plot: req
-                        .plot
-                        .as_ref()
-                        .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
-                    baseline: req.baseline,
-                    scratch: false,
-                },
-                req.max_instructions,
-            )?;
-            if !run.clobbers.is_empty() {
-                bail!(
-                    "TFLM's own plan clobbers ({} reads): the shadow map or the runner is wrong",
-                    run.clobbers.len()
-                );
-            }
-            let overlaps = crate::tflm::traced_overlaps(&run.layers);
-            let report = op_overlaps(&graph, &run.layers);
-            if cacheable {
-                req.cache
-                    .put(&key, &CachedReference::new(&run, &overlaps, &report));
-            }
-            (run, overlaps, report)
-        }
-    };
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)
     } else {
-        let other = load_runner(
-            &runner_path(req.target, overlap_kernels, None, "--executor")?,
-            overlap_kernels,
-        )?;
-        let layers = trace_layers(&other, &bytes, &inputs, req.max_instructions)?.1;
-        (
-            crate::tflm::traced_overlaps(&layers),
-            op_overlaps(&graph, &layers),
-        )
+        foreign_overlaps(req, &subject, overlap_kernels)?
     };
 
     // 2. memtrace's plan, with TFLM's scratch buffers as tensors.
+    let model = &subject.model;
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
@@ -544,82 +442,19 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         }
         None => plan_from_planner(req, &planned_model, &source_overlaps)?,
     };
-    let mut offsets = under_test.offsets;
-    offsets.truncate(graph.tensors.len());
-    let planned_bytes = under_test.arena;
-    let offline = tflite::emit_offline(&bytes, &offsets)?;
+    let mut offsets = under_test.offsets.clone();
+    offsets.truncate(subject.graph.tensors.len());
 
-    // 3. TFLM runs memtrace's plan, while the host oracle runs the model
-    // on the other core.
-    let a = &reference.result.output_bytes;
-    let (planned, oracle) = std::thread::scope(|scope| {
-        let oracle = scope.spawn(|| {
-            oracle::compare(
-                &bytes,
-                graph.inputs.len(),
-                graph.outputs.len(),
-                &inputs,
-                a,
-                graph
-                    .outputs
-                    .iter()
-                    .any(|&t| graph.tensors[t].dtype == Some(memtrace_model::Dtype::Float32)),
-            )
-        });
-        let planned = shadow_run(
-            &image,
-            &offline.bytes,
-            &inputs,
-            Watch {
-                bytes: watch(planned_bytes.max(reference.result.head_bytes)),
-                output_readers: &reference.readers,
-                plot: req.plot.as_ref().map(|_| {
-                    (
-                        format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),
-                        planned_bytes.max(reference.result.head_bytes),
-                    )
-                }),
-                baseline: req.baseline,
-                scratch: true,
-            },
-            req.max_instructions,
-        );
-        let oracle = oracle
-            .join()
-            .unwrap_or_else(|_| Err(failed!("the host oracle's thread panicked")));
-        (planned, oracle)
-    });
-    let (planned, oracle) = (planned?, oracle?);
+    // 3. TFLM runs memtrace's plan, beside the host oracle.
+    let (planned, oracle) = plan_run(req, &subject, &reference, &under_test, &offsets)?;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &reference.trace, &planned.trace) {
         memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }
+    let a = &reference.result.output_bytes;
     let b = &planned.result.output_bytes;
     let mismatched = a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
         + (a.len() as i64 - b.len() as i64).unsigned_abs();
-    let run_report =
-        |r: &ShadowRun, planner: String, overlap: String, planned: u64| TflmRunReport {
-            planner,
-            overlap,
-            planned_bytes: planned,
-            arena_used_bytes: r.result.arena_used_bytes,
-            head_bytes: r.result.head_bytes,
-            tail_bytes: r.result.tail_bytes,
-            clobbers: r.clobbers.len(),
-            instructions: r.instructions,
-            seconds: r.seconds,
-            untraced_seconds: r.untraced_seconds,
-            cached: r.cached,
-        };
-    let tensors = (0..graph.tensors.len())
-        .filter(|&t| offsets[t] >= 0 || head_offset(&reference.result, t).is_some())
-        .map(|t| TensorPlacement {
-            name: graph.tensor_name(t),
-            bytes: graph.tensors[t].bytes.unwrap_or(0),
-            planned_offset: u64::try_from(offsets[t]).ok(),
-            tflm_offset: head_offset(&planned.result, t),
-            reference_offset: head_offset(&reference.result, t),
-        })
-        .collect();
+    let planned_bytes = under_test.arena;
     Ok(TflmVerifyReport {
         model: req.model.clone(),
         runtime: "tflm",
@@ -642,9 +477,249 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
         oracle,
         traced_overlaps: traced_report,
-        tensors,
+        tensors: tensor_placements(&subject.graph, &offsets, &reference, &planned),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// What a TFLM verify runs: the model's bytes, graph and memtrace model,
+/// the inputs, and the runner.
+struct Subject {
+    bytes: Vec<u8>,
+    graph: TfliteGraph,
+    model: Model,
+    inputs: Vec<u8>,
+    image: ElfImage,
+}
+
+impl Subject {
+    fn load(req: &VerifyOptions) -> Result<Subject> {
+        Runtime::for_verify(Some(Runtime::Tflm), req.planner, req.accumulator)
+            .map_err(|e| failed!("{e}"))?;
+        if let Some(p) = &req.plot {
+            crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
+        }
+        let bytes = model_bytes(&req.model, req.seed)?;
+        let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
+        if graph.outputs.is_empty() {
+            bail!(
+                "{} has no graph outputs: there is nothing to compare",
+                req.model
+            );
+        }
+        let name = req
+            .model
+            .rsplit('/')
+            .next()
+            .unwrap_or(&req.model)
+            .to_string();
+        let model = match req.model.strip_prefix("zoo:") {
+            Some(_) => model::source::load(&req.model)?,
+            None => tflite::import_for_tflm(&name, &bytes)
+                .with_context(|| format!("planning {}", req.model))?,
+        };
+        let inputs = inputs_of(req, &graph)?;
+        let path = runner_path(
+            req.target,
+            req.kernels,
+            req.executor.as_deref(),
+            "--executor",
+        )?;
+        let image = load_runner(&path, req.kernels)?;
+        if image.arch != req.target {
+            bail!(
+                "{} is a {} runner but --target is {}",
+                path.display(),
+                image.arch.name(),
+                req.target.name()
+            );
+        }
+        Ok(Subject {
+            bytes,
+            graph,
+            model,
+            inputs,
+            image,
+        })
+    }
+}
+
+/// Bytes the shadow map watches for an arena of `planned` bytes: twice as
+/// many and a MiB more, whole pages (TFLM's head may outgrow a prediction).
+fn watched_bytes(planned: u64) -> u64 {
+    (planned * 2 + (1 << 20)).next_multiple_of(4096)
+}
+
+/// Step 1: TFLM's own plan, run with the shadow map and every operator's
+/// O_s traced; from the trace cache when an earlier verify ran the same
+/// runner, model and inputs.
+fn own_plan_run(
+    req: &VerifyOptions,
+    subject: &Subject,
+) -> Result<(ShadowRun, TracedOverlaps, Vec<TflmOpOverlap>)> {
+    // The shadow map's extent, before TFLM has said what its scratch is.
+    let estimate = greedy_prediction(&subject.model.with_reference_scratch())?;
+    // The run depends on nothing but the runner, the model, the inputs and
+    // the shadow map's extent.
+    let key = TraceCache::key(
+        "tflm-verify-reference-v1",
+        &[
+            &subject.image.bytes,
+            &subject.bytes,
+            &subject.inputs,
+            &watched_bytes(estimate).to_le_bytes(),
+        ],
+    );
+    // Not with --plot (which draws the run) or --baseline (which times it).
+    let cacheable = req.plot.is_none() && !req.baseline;
+    if let Some(c) = cacheable
+        .then(|| req.cache.get::<CachedReference>(&key))
+        .flatten()
+    {
+        return Ok(c.into_parts());
+    }
+    let run = shadow_run(
+        &subject.image,
+        &subject.bytes,
+        &subject.inputs,
+        Watch {
+            bytes: watched_bytes(estimate),
+            output_readers: &[],
+            plot: req
+                .plot
+                .as_ref()
+                .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
+            baseline: req.baseline,
+            scratch: false,
+        },
+        req.max_instructions,
+    )?;
+    if !run.clobbers.is_empty() {
+        bail!(
+            "TFLM's own plan clobbers ({} reads): the shadow map or the runner is wrong",
+            run.clobbers.len()
+        );
+    }
+    let overlaps = crate::tflm::traced_overlaps(&run.layers);
+    let report = op_overlaps(&subject.graph, &run.layers);
+    if cacheable {
+        req.cache
+            .put(&key, &CachedReference::new(&run, &overlaps, &report));
+    }
+    Ok((run, overlaps, report))
+}
+
+/// The O_s traced on another kernel build's runner (`--overlap-from`).
+fn foreign_overlaps(
+    req: &VerifyOptions,
+    subject: &Subject,
+    kernels: Kernels,
+) -> Result<(TracedOverlaps, Vec<TflmOpOverlap>)> {
+    let other = load_runner(
+        &runner_path(req.target, kernels, None, "--executor")?,
+        kernels,
+    )?;
+    let layers = trace_layers(
+        &other,
+        &subject.bytes,
+        &subject.inputs,
+        req.max_instructions,
+    )?
+    .1;
+    Ok((
+        crate::tflm::traced_overlaps(&layers),
+        op_overlaps(&subject.graph, &layers),
+    ))
+}
+
+/// TFLM's run of the plan under test (tensors at `offsets`, as
+/// `OfflineMemoryAllocation`) with the shadow map, while the host oracle
+/// runs the model on the other core.
+fn plan_run(
+    req: &VerifyOptions,
+    subject: &Subject,
+    reference: &ShadowRun,
+    under_test: &UnderTest,
+    offsets: &[i64],
+) -> Result<(ShadowRun, Option<OracleComparison>)> {
+    let offline = tflite::emit_offline(&subject.bytes, offsets)?;
+    let graph = &subject.graph;
+    let extent = under_test.arena.max(reference.result.head_bytes);
+    let (planned, oracle) = std::thread::scope(|scope| {
+        let oracle = scope.spawn(|| {
+            oracle::compare(
+                &subject.bytes,
+                graph.inputs.len(),
+                graph.outputs.len(),
+                &subject.inputs,
+                &reference.result.output_bytes,
+                graph
+                    .outputs
+                    .iter()
+                    .any(|&t| graph.tensors[t].dtype == Some(Dtype::Float32)),
+            )
+        });
+        let planned = shadow_run(
+            &subject.image,
+            &offline.bytes,
+            &subject.inputs,
+            Watch {
+                bytes: watched_bytes(extent),
+                output_readers: &reference.readers,
+                plot: req.plot.as_ref().map(|_| {
+                    (
+                        format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),
+                        extent,
+                    )
+                }),
+                baseline: req.baseline,
+                scratch: true,
+            },
+            req.max_instructions,
+        );
+        let oracle = oracle
+            .join()
+            .unwrap_or_else(|_| Err(failed!("the host oracle's thread panicked")));
+        (planned, oracle)
+    });
+    Ok((planned?, oracle?))
+}
+
+/// One run's report.
+fn run_report(r: &ShadowRun, planner: String, overlap: String, planned: u64) -> TflmRunReport {
+    TflmRunReport {
+        planner,
+        overlap,
+        planned_bytes: planned,
+        arena_used_bytes: r.result.arena_used_bytes,
+        head_bytes: r.result.head_bytes,
+        tail_bytes: r.result.tail_bytes,
+        clobbers: r.clobbers.len(),
+        instructions: r.instructions,
+        seconds: r.seconds,
+        untraced_seconds: r.untraced_seconds,
+        cached: r.cached,
+    }
+}
+
+/// Every tensor memtrace planned or TFLM placed: its planned offset and
+/// where TFLM put it in both runs.
+fn tensor_placements(
+    graph: &TfliteGraph,
+    offsets: &[i64],
+    reference: &ShadowRun,
+    planned: &ShadowRun,
+) -> Vec<TensorPlacement> {
+    (0..graph.tensors.len())
+        .filter(|&t| offsets[t] >= 0 || head_offset(&reference.result, t).is_some())
+        .map(|t| TensorPlacement {
+            name: graph.tensor_name(t),
+            bytes: graph.tensors[t].bytes.unwrap_or(0),
+            planned_offset: u64::try_from(offsets[t]).ok(),
+            tflm_offset: head_offset(&planned.result, t),
+            reference_offset: head_offset(&reference.result, t),
+        })
+        .collect()
 }
 
 /// Where TFLM put tensor `t`, from the start of its head (`None` outside

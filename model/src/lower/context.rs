@@ -5,7 +5,6 @@ use memtrace_abi::program::{OpParams, ProgramTensor, TensorData};
 use memtrace_overlap::rng::Rng;
 
 use super::error::{LowerError, LowerSubject};
-use super::names::tensor_names;
 use super::placement::storage_layout;
 use super::quant::{act_q, act_range, float_range};
 use super::synth::stream;
@@ -58,7 +57,7 @@ impl<'m> Lowering<'m> {
         let (storage, storage_bytes) = storage_layout(model);
         Lowering {
             model,
-            names: tensor_names(model),
+            names: model.tensor_names(),
             offsets,
             storage,
             storage_bytes,

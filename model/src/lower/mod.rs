@@ -21,7 +21,6 @@
 
 mod context;
 mod error;
-mod names;
 mod ops;
 mod placement;
 mod program;
@@ -30,7 +29,6 @@ mod synth;
 
 pub use context::LowerInput;
 pub use error::{LowerError, LowerSubject};
-pub use names::tensor_names;
 pub use placement::{check_placement, storage_layout};
 pub use program::lower;
 pub use synth::{materialize, synth_values};

@@ -2,7 +2,6 @@
 //! storage tensors lie.
 
 use super::error::{LowerError, LowerSubject};
-use super::names::tensor_names;
 use crate::Model;
 
 /// Alignment of storage tensors in the storage region.
@@ -57,7 +56,7 @@ pub fn check_placement(
             model.tensors.len()
         )));
     }
-    let names = tensor_names(model);
+    let names = model.tensor_names();
     for (t, offset) in offsets.iter().enumerate() {
         let Some(offset) = *offset else { continue };
         let bytes = model.tensors[t].bytes;
@@ -83,7 +82,7 @@ pub(super) fn check_operator_buffers(
     model: &Model,
     offsets: &[Option<u64>],
 ) -> Result<(), LowerError> {
-    let names = tensor_names(model);
+    let names = model.tensor_names();
     let placed = |t: usize| -> Option<(u64, u64)> {
         let o = offsets.get(t).copied().flatten()?;
         let bytes = model.tensors.get(t)?.bytes;

@@ -21,7 +21,7 @@ fn placements_beyond_any_arena_are_refused_naming_the_tensor() {
     let model = crate::zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
     let arena = model.arena_tensors();
     let first = arena[0];
-    let name = tensor_names(&model)[first].clone();
+    let name = model.tensor_names()[first].clone();
     // A valid placement: every arena tensor side by side.
     let mut offsets = vec![None; model.tensors.len()];
     let mut end = 0u64;

@@ -59,7 +59,7 @@ fn port_command(
 fn call_site(uc: &HookUc<'_, '_>, pc: u64) -> u64 {
     let image = uc.get_data().image;
     let inside = image
-        .symbol("memtrace_signal")
+        .symbol(symbols::SIGNAL)
         .is_some_and(|f| pc >= f.address && pc < f.address + f.size.max(1));
     if !inside {
         return pc;

@@ -35,6 +35,7 @@
 use unicorn_engine::{MemType, Prot};
 
 use memtrace_abi::event::{Message, StrayWrite, STRAY_WRITES_UNWOUND};
+use memtrace_abi::symbols;
 
 use super::{clear_stale_it_state, page_ranges, set_permissions, stack, HookUc, Session, PAGE};
 use crate::elf::ElfImage;
@@ -102,7 +103,10 @@ fn subtract(ranges: &[(u64, u64)], start: u64, end: u64) -> Vec<(u64, u64)> {
 impl Guard {
     /// The watch for `image`, whose port page is at `port_page`.
     pub(super) fn for_image(image: &ElfImage, port_page: u64) -> Guard {
-        let stack_symbols = match (image.symbol("__stack_bottom"), image.symbol("__stack_top")) {
+        let stack_symbols = match (
+            image.symbol(symbols::STACK_BOTTOM),
+            image.symbol(symbols::STACK_TOP),
+        ) {
             (Some(b), Some(t)) if b.address < t.address => Some((b.address, t.address)),
             _ => None,
         };

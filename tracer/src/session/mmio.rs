@@ -19,6 +19,7 @@
 
 use std::ffi::c_void;
 
+use memtrace_abi::symbols;
 use unicorn_engine::{Prot, Unicorn};
 
 use super::{emulator_error, port_store, HookUc, Session, PAGE, PORT_SIZE};
@@ -50,7 +51,7 @@ pub(super) struct Served {
 impl Served {
     /// The MMIO path for `image`, if it was built with a `memtrace_signal`.
     pub(super) fn for_image(image: &ElfImage, port: u64) -> Option<Served> {
-        let signal = image.symbol("memtrace_signal")?;
+        let signal = image.symbol(symbols::SIGNAL)?;
         Some(Served {
             regions: Vec::new(),
             port,

@@ -17,6 +17,7 @@
 //! Loads stay on the fast path; a program whose stack stays in bounds pays
 //! one protection change at start.
 
+use memtrace_abi::symbols;
 use unicorn_engine::Prot;
 
 use super::{page_ranges, set_permissions, HookUc, Session, Stop, PAGE};
@@ -50,8 +51,8 @@ pub(super) struct StackWatch {
 impl StackWatch {
     /// The watch for `image`, when it defines both stack symbols.
     pub(super) fn for_image(image: &ElfImage) -> Option<StackWatch> {
-        let bottom = image.symbol("__stack_bottom")?.address;
-        let top = image.symbol("__stack_top")?.address;
+        let bottom = image.symbol(symbols::STACK_BOTTOM)?.address;
+        let top = image.symbol(symbols::STACK_TOP)?.address;
         if bottom >= top {
             return None;
         }
