@@ -387,10 +387,10 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
         )
         .map_err(hook_err)?;
     }
-    // Memory hooks are bounded to where they can fire: Unicorn sends every
-    // store to a RAM page that any memory hook covers through its slow
-    // path (`notdirty_write`, a translated-code check per store), while a
-    // page no hook covers takes stores at full speed after the first.
+    // Memory hooks are kept off data pages: Unicorn sends every store to a
+    // RAM page that any memory hook covers through its slow path
+    // (`notdirty_write`, a translated-code check per store), while a page
+    // no hook covers takes stores at full speed after the first.
     let write_prot = if uc.get_data().guard.is_some() {
         // The stray-write watch may protect any page.
         Some((1, 0))
@@ -402,7 +402,7 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
         uc.add_mem_hook(HookType::MEM_WRITE_PROT, first, last, guard::on_write_prot)
             .map_err(hook_err)?;
     }
-    for (first, last) in unmapped_ranges(uc.get_data().image) {
+    for (first, last) in hooked_ranges(uc.get_data().image) {
         uc.add_mem_hook(
             HookType::MEM_READ_UNMAPPED
                 | HookType::MEM_WRITE_UNMAPPED
@@ -423,21 +423,42 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
     Ok(())
 }
 
-/// The guest addresses `(first, last)` (inclusive) outside the image's
-/// loaded pages: where an access can be unmapped.
-fn unmapped_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
-    let mut gaps = Vec::new();
+/// The guest addresses `(first, last)` (inclusive) the unmapped-access
+/// hooks cover: all but the data pages the image loads. Stores to a data
+/// page no memory hook covers run at full speed; and Unicorn walks its
+/// whole TLB after translating a block on a page no memory hook covers, so
+/// code pages stay covered (an unmapped-access hook never fires on them).
+fn hooked_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
+    let mut hooked = Vec::new();
     let mut next = 0u64;
-    for (start, end) in page_ranges(image) {
+    for (start, end) in data_pages(image) {
         if start > next {
-            gaps.push((next, start - 1));
+            hooked.push((next, start - 1));
         }
-        next = next.max(end);
+        next = end;
     }
-    if next != 0 || gaps.is_empty() {
-        gaps.push((next, u64::MAX));
+    if next != 0 || hooked.is_empty() {
+        hooked.push((next, u64::MAX));
     }
-    gaps
+    hooked
+}
+
+/// The loaded pages no executable segment touches, as sorted ranges.
+fn data_pages(image: &ElfImage) -> Vec<(u64, u64)> {
+    let mut data: Vec<(u64, u64)> = Vec::new();
+    for (start, end) in page_ranges(image) {
+        let mut page = start;
+        while page < end {
+            if !image.is_executable(page, PAGE) {
+                match data.last_mut() {
+                    Some(last) if last.1 == page => last.1 = page + PAGE,
+                    _ => data.push((page, page + PAGE)),
+                }
+            }
+            page += PAGE;
+        }
+    }
+    data
 }
 
 fn on_unmapped(
