@@ -40,6 +40,7 @@ pub mod program;
 pub mod protocol;
 pub mod spec;
 pub mod symbols;
+pub mod target;
 pub mod tflm;
 
 pub use activation::Activation;
@@ -49,6 +50,7 @@ pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite}
 pub use geometry::{out_size, Padding, Shape};
 pub use op::OpKind;
 pub use spec::LayerSpec;
+pub use target::{AccessPath, Arch, Kernels};
 
 /// A name that is not in a vocabulary (an op, a dtype, ...), with the names
 /// that are.

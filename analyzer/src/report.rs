@@ -1,7 +1,7 @@
 //! What `memtrace run` reports per layer, in a stable JSON schema
 //! (docs/user-guide.md). Later analyses add fields; existing names stay.
 
-use memtrace_abi::{LayerSpec, Role};
+use memtrace_abi::{AccessPath, Arch, Kernels, LayerSpec, Role};
 use serde::Serialize;
 
 use memtrace_overlap::check::Flag;
@@ -118,10 +118,10 @@ pub struct RunReport {
     /// Path of the traced ELF file.
     pub elf: String,
     /// Guest architecture (`cortex-m4`, `x86-64`).
-    pub arch: String,
+    pub arch: Arch,
     /// How buffer accesses were observed: `hooks` (exact `t`/`pc` per event)
     /// or `mmio` (counts and O_s only; see the user guide).
-    pub access: String,
+    pub access: AccessPath,
     /// Exit code the guest passed to `memtrace_exit`.
     pub exit_code: i32,
     /// Instructions retired by the whole run.
@@ -139,7 +139,7 @@ pub struct TflmRunInfo {
     /// The model file.
     pub model: String,
     /// TFLM's kernels (`tflm` reference or `cmsis-nn`).
-    pub kernels: String,
+    pub kernels: Kernels,
     /// Operators of the main subgraph.
     pub operators: usize,
     /// The arena TFLM was given.

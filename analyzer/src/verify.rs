@@ -7,6 +7,7 @@
 //! This module knows nothing of the emulator: the driver runs the tracer and
 //! feeds the [`ShadowMap`](crate::shadow::ShadowMap) analysis.
 
+use memtrace_abi::{Arch, Kernels};
 use serde::Serialize;
 
 use crate::shadow::Clobber;
@@ -149,13 +150,13 @@ pub struct VerifyReport {
     /// own executor; real TFLM reports `tflm`).
     pub runtime: &'static str,
     /// Guest architecture of the executor (`cortex-m4`, `x86-64`).
-    pub target: String,
+    pub target: Arch,
     /// Seed of the generated weights and input data.
     pub seed: u64,
     /// Kernel library of the executor both runs used (`tflm`, `cmsis-nn`).
-    pub kernels: String,
+    pub kernels: Kernels,
     /// Kernel library whose traces gave the plan's traced O_s.
-    pub overlap_kernels: String,
+    pub overlap_kernels: Kernels,
     /// The run under TFLM's greedy plan without overlaps.
     pub reference: PlanRunReport,
     /// The run under the plan being verified.
@@ -203,7 +204,7 @@ pub struct VerifyReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelsComparison {
     /// The library compared against (`tflm`).
-    pub against: String,
+    pub against: Kernels,
     /// Output bytes that differ.
     pub mismatched_bytes: u64,
     /// No byte differs.
@@ -244,7 +245,7 @@ impl VerifyReport {
             "model   {}  (memtrace's executor, target {}, seed {})\n",
             self.model, self.target, self.seed
         ));
-        if self.kernels != "tflm" || self.overlap_kernels != self.kernels {
+        if self.kernels != Kernels::Tflm || self.overlap_kernels != self.kernels {
             s.push_str(&format!(
                 "kernels {} (traced O_s from {})\n",
                 self.kernels, self.overlap_kernels

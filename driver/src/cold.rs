@@ -81,12 +81,12 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     let run = bytes.finish();
     let report = ColdReport {
         model: model.name.clone(),
-        target: req.target.name().into(),
-        kernels: req.kernels.name().into(),
+        target: req.target,
+        kernels: req.kernels,
         seed: req.seed,
-        planner: plan.planner.name().to_owned(),
+        planner: plan.planner,
         arena_bytes: placement.arena_bytes,
-        access_path: outcome.access.name().into(),
+        access_path: outcome.access,
         instructions: run.windows.last().map_or(0, |w| w.end),
         tensors: tensor_colds(&model, &plan.order, &placement.offsets, &run),
         windows: run.windows,

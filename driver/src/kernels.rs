@@ -13,59 +13,7 @@ use memtrace_tracer::{Arch, ElfImage};
 use crate::error::Result;
 use crate::failed;
 
-/// A kernel library of the harness builds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum Kernels {
-    /// TensorFlow Lite Micro's reference kernels (`suite.elf`, `executor.elf`).
-    Tflm,
-    /// Arm CMSIS-NN (`suite-cmsis.elf`, `executor-cmsis.elf`), built from
-    /// `CMSIS_NN_DIR`.
-    CmsisNn,
-}
-
-impl Kernels {
-    /// The library's name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernels::Tflm => "tflm",
-            Kernels::CmsisNn => "cmsis-nn",
-        }
-    }
-
-    /// The library named `name` as [`Kernels::name`] spells it.
-    pub fn from_name(name: &str) -> Option<Kernels> {
-        [Kernels::Tflm, Kernels::CmsisNn]
-            .into_iter()
-            .find(|k| k.name() == name)
-    }
-
-    /// File name of the library's whole-model executor.
-    pub fn executor_file(self) -> &'static str {
-        match self {
-            Kernels::Tflm => "executor.elf",
-            Kernels::CmsisNn => "executor-cmsis.elf",
-        }
-    }
-
-    /// File name of the TFLM runner built with this library's kernels
-    /// (real TensorFlow Lite Micro: `MicroInterpreter` with TFLM's own
-    /// reference kernels, or TFLM's CMSIS-NN kernels).
-    pub fn runner_file(self) -> &'static str {
-        match self {
-            Kernels::Tflm => "tflm-runner.elf",
-            Kernels::CmsisNn => "tflm-runner-cmsis.elf",
-        }
-    }
-
-    /// File name of the library's kernel suite.
-    pub fn suite_file(self) -> &'static str {
-        match self {
-            Kernels::Tflm => "suite.elf",
-            Kernels::CmsisNn => "suite-cmsis.elf",
-        }
-    }
-}
+pub use memtrace_abi::target::Kernels;
 
 /// True when `name` follows CMSIS-NN's function naming: `arm_nn_*`, or
 /// `arm_*` with a `_s8`, `_s16` or `_s4` data-type part (`arm_convolve_s8`,

@@ -165,7 +165,7 @@ fn model_guest(opts: &RunOptions) -> Result<Guest> {
     }
     let info = TflmRunInfo {
         model: opts.elf.display().to_string(),
-        kernels: m.kernels.name().to_owned(),
+        kernels: m.kernels,
         operators: graph.ops.len(),
         ..TflmRunInfo::default()
     };
@@ -310,8 +310,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     }
     Ok(RunReport {
         elf: image.path.display().to_string(),
-        arch: summary.arch.name().to_owned(),
-        access: summary.access.name().to_owned(),
+        arch: summary.arch,
+        access: summary.access,
         exit_code: summary.exit_code,
         instructions: summary.instructions,
         layers: stats.layers,
@@ -425,7 +425,7 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
                     );
                     // The fast path's one inexactness is in exactly such
                     // kernels (docs/kernels.md, "Known issues").
-                    if report.access == AccessPath::Mmio.name() {
+                    if report.access == AccessPath::Mmio {
                         format!(
                             "{text}; traced on the fast access path, which sees an unaligned \
                              multi-byte load as the aligned words around it: `--exact-time` \

@@ -39,7 +39,7 @@ fn run_reports_the_reference_kernels_algorithmic_overlap_on_both_access_paths() 
     let mmio = run(&run_options(guest("suite.elf"), false)).unwrap();
     let hooks = run(&run_options(guest("suite.elf"), true)).unwrap();
     assert_eq!(
-        (mmio.access.as_str(), hooks.access.as_str()),
+        (mmio.access.name(), hooks.access.name()),
         ("mmio", "hooks")
     );
     assert_eq!(mmio.layers.len(), 2);

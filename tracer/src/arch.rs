@@ -1,7 +1,8 @@
 //! Everything that differs between the emulated architectures, in one place:
 //! how the engine is created, where execution starts, how a call's return
 //! address is found, what an interrupt number means, and how blocks are
-//! clocked. The rest of the tracer asks [`Arch`] instead of matching on it.
+//! clocked. The rest of the tracer asks [`Arch`] (through [`Machine`])
+//! instead of matching on it.
 
 use unicorn_engine::{Arch as UcArch, ArmCpuModel, Mode, RegisterARM, RegisterX86, Unicorn};
 
@@ -10,9 +11,60 @@ use crate::elf::Arch;
 use crate::error::TraceError;
 use crate::unwind::Registers;
 
-impl Arch {
+/// What differs per architecture in the emulator (an extension of
+/// [`Arch`], which `abi` defines).
+pub(crate) trait Machine {
     /// A bare Unicorn engine of this architecture carrying `data`.
-    pub(crate) fn new_engine<'a, D>(self, data: D) -> Result<Unicorn<'a, D>, TraceError> {
+    fn new_engine<'a, D>(self, data: D) -> Result<Unicorn<'a, D>, TraceError>;
+
+    /// Where execution of an entry point starts (Thumb code at an odd address).
+    fn start_address(self, entry: u64) -> u64;
+
+    /// The block clock that counts this architecture's instructions.
+    fn block_clock(self) -> BlockClock;
+
+    /// The call instruction that entered the current function, from its
+    /// return address: `bl` (4 bytes, LR) or `call rel32` (5 bytes, top of
+    /// stack). `read` reads guest memory.
+    fn caller<D>(
+        self,
+        uc: &Unicorn<'_, D>,
+        read: impl Fn(&Unicorn<'_, D>, u64, &mut [u8]) -> Result<(), unicorn_engine::uc_error>,
+    ) -> Option<u64>;
+
+    /// The stack pointer (0 if it cannot be read).
+    fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64;
+
+    /// The integer registers by DWARF register number, for unwinding
+    /// (`unwind.rs`): r0–r15 on Cortex-M4; on x86-64 rax, rdx, rcx, rbx,
+    /// rsi, rdi, rbp, rsp, r8–r15 (0–15) and the return-address column 16,
+    /// which holds RIP. `pc` is the current instruction, as the hook that
+    /// asks knows it.
+    fn registers<D>(self, uc: &Unicorn<'_, D>, pc: u64) -> Registers;
+
+    /// The DWARF number of the stack pointer (r13, rsp).
+    fn dwarf_sp(self) -> u16;
+
+    /// The DWARF column that holds the program counter while unwinding (r15;
+    /// on x86-64 the return-address column 16).
+    fn dwarf_pc(self) -> u16;
+
+    /// Bytes of a saved register on the stack.
+    fn word_bytes(self) -> usize;
+
+    /// A code address without mode bits (the Thumb bit of a return address).
+    fn code_address(self, address: u64) -> u64;
+
+    /// Whether memory hooks leave stale Thumb IT state behind that must be
+    /// cleared after each hooked access (unicorn-engine/unicorn#2309).
+    fn has_it_blocks(self) -> bool;
+
+    /// What Unicorn's interrupt `number` means on this architecture.
+    fn interrupt_name(self, number: u32) -> &'static str;
+}
+
+impl Machine for Arch {
+    fn new_engine<'a, D>(self, data: D) -> Result<Unicorn<'a, D>, TraceError> {
         let emu = |what: &str, e| TraceError::Emulator(format!("{what}: {e:?}"));
         match self {
             Arch::CortexM4 => {
@@ -31,26 +83,21 @@ impl Arch {
         }
     }
 
-    /// Where execution of an entry point starts (Thumb code at an odd address).
-    pub(crate) fn start_address(self, entry: u64) -> u64 {
+    fn start_address(self, entry: u64) -> u64 {
         match self {
             Arch::CortexM4 => entry | 1,
             Arch::X86_64 => entry,
         }
     }
 
-    /// The block clock that counts this architecture's instructions.
-    pub(crate) fn block_clock(self) -> BlockClock {
+    fn block_clock(self) -> BlockClock {
         match self {
             Arch::CortexM4 => BlockClock::thumb(),
             Arch::X86_64 => BlockClock::x86_64(),
         }
     }
 
-    /// The call instruction that entered the current function, from its
-    /// return address: `bl` (4 bytes, LR) or `call rel32` (5 bytes, top of
-    /// stack). `read` reads guest memory.
-    pub(crate) fn caller<D>(
+    fn caller<D>(
         self,
         uc: &Unicorn<'_, D>,
         read: impl Fn(&Unicorn<'_, D>, u64, &mut [u8]) -> Result<(), unicorn_engine::uc_error>,
@@ -69,8 +116,7 @@ impl Arch {
         }
     }
 
-    /// The stack pointer (0 if it cannot be read).
-    pub(crate) fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64 {
+    fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64 {
         match self {
             Arch::CortexM4 => uc.reg_read(RegisterARM::SP),
             Arch::X86_64 => uc.reg_read(RegisterX86::RSP),
@@ -78,12 +124,7 @@ impl Arch {
         .unwrap_or(0)
     }
 
-    /// The integer registers by DWARF register number, for unwinding
-    /// (`unwind.rs`): r0–r15 on Cortex-M4; on x86-64 rax, rdx, rcx, rbx,
-    /// rsi, rdi, rbp, rsp, r8–r15 (0–15) and the return-address column 16,
-    /// which holds RIP. `pc` is the current instruction, as the hook that
-    /// asks knows it.
-    pub(crate) fn registers<D>(self, uc: &Unicorn<'_, D>, pc: u64) -> Registers {
+    fn registers<D>(self, uc: &Unicorn<'_, D>, pc: u64) -> Registers {
         let mut regs = Registers::default();
         match self {
             Arch::CortexM4 => {
@@ -109,47 +150,39 @@ impl Arch {
         regs
     }
 
-    /// The DWARF number of the stack pointer (r13, rsp).
-    pub(crate) fn dwarf_sp(self) -> u16 {
+    fn dwarf_sp(self) -> u16 {
         match self {
             Arch::CortexM4 => 13,
             Arch::X86_64 => 7,
         }
     }
 
-    /// The DWARF column that holds the program counter while unwinding (r15;
-    /// on x86-64 the return-address column 16).
-    pub(crate) fn dwarf_pc(self) -> u16 {
+    fn dwarf_pc(self) -> u16 {
         match self {
             Arch::CortexM4 => 15,
             Arch::X86_64 => 16,
         }
     }
 
-    /// Bytes of a saved register on the stack.
-    pub(crate) fn word_bytes(self) -> usize {
+    fn word_bytes(self) -> usize {
         match self {
             Arch::CortexM4 => 4,
             Arch::X86_64 => 8,
         }
     }
 
-    /// A code address without mode bits (the Thumb bit of a return address).
-    pub(crate) fn code_address(self, address: u64) -> u64 {
+    fn code_address(self, address: u64) -> u64 {
         match self {
             Arch::CortexM4 => address & !1,
             Arch::X86_64 => address,
         }
     }
 
-    /// Whether memory hooks leave stale Thumb IT state behind that must be
-    /// cleared after each hooked access (unicorn-engine/unicorn#2309).
-    pub(crate) fn has_it_blocks(self) -> bool {
+    fn has_it_blocks(self) -> bool {
         self == Arch::CortexM4
     }
 
-    /// What Unicorn's interrupt `number` means on this architecture.
-    pub(crate) fn interrupt_name(self, number: u32) -> &'static str {
+    fn interrupt_name(self, number: u32) -> &'static str {
         match (self, number) {
             (Arch::CortexM4, 1) => "undefined instruction",
             (Arch::CortexM4, 2) => "supervisor call (SVC)",

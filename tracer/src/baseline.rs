@@ -13,6 +13,7 @@ use unicorn_engine::Unicorn;
 
 use memtrace_abi::protocol::{Command, PortDecoder, MARKER_OFFSET};
 
+use crate::arch::Machine;
 use crate::elf::ElfImage;
 use crate::error::{GuestContext, TraceError};
 use crate::machine::{

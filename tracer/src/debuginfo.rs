@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection};
 
+use crate::arch::Machine;
 use crate::elf::ElfImage;
 use crate::error::{CodeLocation, TraceError};
 

@@ -8,39 +8,7 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::error::TraceError;
 
-/// The guest architectures memtrace emulates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum Arch {
-    /// ARMv7E-M Thumb-2, emulated as a Cortex-M4.
-    #[serde(rename = "cortex-m4")]
-    #[cfg_attr(feature = "clap", value(name = "cortex-m4"))]
-    CortexM4,
-    /// x86-64 (SSE2, no AVX), freestanding.
-    #[serde(rename = "x86-64")]
-    #[cfg_attr(feature = "clap", value(name = "x86-64"))]
-    X86_64,
-}
-
-impl Arch {
-    /// Name used on the command line and in reports (`cortex-m4`, `x86-64`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::CortexM4 => "cortex-m4",
-            Arch::X86_64 => "x86-64",
-        }
-    }
-
-    /// End (exclusive) of the guest address space a segment may occupy: the
-    /// 32-bit space of a Cortex-M, the canonical lower half (47 bits) of
-    /// x86-64.
-    pub fn address_limit(self) -> u64 {
-        match self {
-            Arch::CortexM4 => 1 << 32,
-            Arch::X86_64 => 1 << 47,
-        }
-    }
-}
+pub use memtrace_abi::target::Arch;
 
 /// Most guest memory (all loadable segments together, whole pages) an ELF
 /// may ask for: the tracer backs every segment with host memory.

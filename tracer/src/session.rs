@@ -35,6 +35,7 @@ use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PO
 use memtrace_abi::spec::LayerSpec;
 use memtrace_abi::symbols;
 
+use crate::arch::Machine;
 use crate::clock::BlockClock;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
@@ -58,30 +59,7 @@ pub enum ClockMode {
     PerInstruction,
 }
 
-/// How accesses to declared buffers are observed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AccessPath {
-    /// Memory hooks: every event carries its exact instruction (`t`) and PC.
-    #[default]
-    Hooks,
-    /// Buffer pages mapped as MMIO while their layer is open: several times
-    /// faster; events keep their exact order, kinds and sizes, but `t` and
-    /// `pc` are those of the block that made them. Layer instruction counts
-    /// stay exact. Falls back to `Hooks` for guests without
-    /// `memtrace_signal` (built with an older memtrace.h).
-    Mmio,
-}
-
-impl AccessPath {
-    /// Name used on the command line and in reports (`hooks`, `mmio`).
-    pub fn name(self) -> &'static str {
-        match self {
-            AccessPath::Hooks => "hooks",
-            AccessPath::Mmio => "mmio",
-        }
-    }
-}
+pub use memtrace_abi::target::AccessPath;
 
 /// Progress report for long runs.
 #[derive(Clone, Copy, Debug)]

@@ -26,6 +26,7 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
+use crate::arch::Machine;
 use crate::elf::{Arch, ElfImage};
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;

@@ -2,6 +2,8 @@
 //! range (Algorithm 2) next to the byte-level classes a trace measured, as
 //! a table, JSON or CSV.
 
+use memtrace_abi::{AccessPath, Arch, Kernels};
+use memtrace_model::planner::PlannerKind;
 use serde::Serialize;
 
 use super::bytes::{ByteClass, ByteColdRun, ByteGap, ByteRuns, OpWindow, LOAD_INPUT};
@@ -71,18 +73,18 @@ pub struct ColdReport {
     /// Model name.
     pub model: String,
     /// Guest architecture of the executor.
-    pub target: String,
+    pub target: Arch,
     /// Kernel library of the executor.
-    pub kernels: String,
+    pub kernels: Kernels,
     /// Seed of the generated weights and input.
     pub seed: u64,
     /// Planner of the traced run's placement.
-    pub planner: String,
+    pub planner: PlannerKind,
     /// Its arena bytes.
     pub arena_bytes: u64,
     /// How accesses were observed (`mmio`: instruction times of the access's
     /// block; `hooks`: of the access itself).
-    pub access_path: String,
+    pub access_path: AccessPath,
     /// Instructions inside the layer windows (the time axis of every
     /// instruction figure).
     pub instructions: u64,

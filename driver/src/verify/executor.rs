@@ -436,7 +436,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let reference_kernels = tflm.as_ref().map(|t| {
         let m = mismatched_bytes(&t.outputs, &ref_out.outputs);
         KernelsComparison {
-            against: Kernels::Tflm.name().into(),
+            against: Kernels::Tflm,
             mismatched_bytes: m,
             bit_exact: m == 0,
             output_digest: digest(&t.outputs),
@@ -447,10 +447,10 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     Ok(VerifyReport {
         runtime: "executor",
         model: model.name.clone(),
-        target: req.target.name().into(),
+        target: req.target,
         seed: req.seed,
-        kernels: req.kernels.name().into(),
-        overlap_kernels: overlap_kernels.name().into(),
+        kernels: req.kernels,
+        overlap_kernels,
         reference: run_report(model, &PlanUnderTest::reference(&reference), ref_out),
         plan: run_report(plan_model, &under_test, &plan_out),
         clobbers,

@@ -26,7 +26,7 @@ use memtrace_analyzer::verify::digest;
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, TracedOverlaps};
 use memtrace_model::{self as model, tflite, Dtype, Model};
-use memtrace_tracer::ElfImage;
+use memtrace_tracer::{Arch, ElfImage};
 
 use super::VerifyOptions;
 use crate::error::{Context, Result};
@@ -112,11 +112,11 @@ pub struct TflmVerifyReport {
     /// Always `tflm`: the runtime the plan was proven on.
     pub runtime: &'static str,
     /// Runner architecture.
-    pub target: String,
+    pub target: Arch,
     /// TFLM's kernels in both runs.
-    pub kernels: String,
+    pub kernels: Kernels,
     /// Kernels whose traces gave the plan's traced O_s.
-    pub overlap_kernels: String,
+    pub overlap_kernels: Kernels,
     /// Seed of the generated input.
     pub seed: u64,
     /// TFLM's own plan.
@@ -458,9 +458,9 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     Ok(TflmVerifyReport {
         model: req.model.clone(),
         runtime: "tflm",
-        target: req.target.name().into(),
-        kernels: req.kernels.name().into(),
-        overlap_kernels: overlap_kernels.name().into(),
+        target: req.target,
+        kernels: req.kernels,
+        overlap_kernels,
         seed: req.seed,
         reference: run_report(&reference, "tflm".into(), "none".into(), predicted),
         plan: run_report(

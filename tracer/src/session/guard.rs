@@ -38,6 +38,7 @@ use memtrace_abi::event::{Message, StrayWrite, STRAY_WRITES_UNWOUND};
 use memtrace_abi::symbols;
 
 use super::{clear_stale_it_state, page_ranges, set_permissions, stack, HookUc, Session, PAGE};
+use crate::arch::Machine;
 use crate::elf::ElfImage;
 
 /// Stack assumed below the stack pointer without stack symbols.

@@ -21,6 +21,7 @@ use memtrace_abi::symbols;
 use unicorn_engine::Prot;
 
 use super::{page_ranges, set_permissions, HookUc, Session, Stop, PAGE};
+use crate::arch::Machine;
 use crate::elf::ElfImage;
 use crate::error::{CodeLocation, GuestContext, TraceError};
 

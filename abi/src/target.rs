@@ -1,0 +1,161 @@
+//! What a run ran on and how it was watched: the guest architecture, the
+//! kernel library of the harness builds, and the access path. Reports carry
+//! these enums and write them by their names (serde and `Display` alike).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The guest architectures memtrace emulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Arch {
+    /// ARMv7E-M Thumb-2, emulated as a Cortex-M4.
+    #[serde(rename = "cortex-m4")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m4"))]
+    CortexM4,
+    /// x86-64 (SSE2, no AVX), freestanding.
+    #[serde(rename = "x86-64")]
+    #[cfg_attr(feature = "clap", value(name = "x86-64"))]
+    X86_64,
+}
+
+impl Arch {
+    /// Name used on the command line and in reports (`cortex-m4`, `x86-64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::CortexM4 => "cortex-m4",
+            Arch::X86_64 => "x86-64",
+        }
+    }
+
+    /// End (exclusive) of the guest address space a segment may occupy: the
+    /// 32-bit space of a Cortex-M, the canonical lower half (47 bits) of
+    /// x86-64.
+    pub fn address_limit(self) -> u64 {
+        match self {
+            Arch::CortexM4 => 1 << 32,
+            Arch::X86_64 => 1 << 47,
+        }
+    }
+}
+
+/// How accesses to declared buffers are observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessPath {
+    /// Memory hooks: every event carries its exact instruction (`t`) and PC.
+    #[default]
+    Hooks,
+    /// Buffer pages mapped as MMIO while their layer is open: several times
+    /// faster; events keep their exact order, kinds and sizes, but `t` and
+    /// `pc` are those of the block that made them. Layer instruction counts
+    /// stay exact. Falls back to `Hooks` for guests without
+    /// `memtrace_signal` (built with an older memtrace.h).
+    Mmio,
+}
+
+impl AccessPath {
+    /// Name used on the command line and in reports (`hooks`, `mmio`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessPath::Hooks => "hooks",
+            AccessPath::Mmio => "mmio",
+        }
+    }
+}
+
+/// A kernel library of the harness builds: the same operator compiled from
+/// two libraries can walk memory in different orders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Kernels {
+    /// TensorFlow Lite Micro's reference kernels (`suite.elf`, `executor.elf`).
+    #[default]
+    Tflm,
+    /// Arm CMSIS-NN (`suite-cmsis.elf`, `executor-cmsis.elf`), built from
+    /// `CMSIS_NN_DIR`.
+    CmsisNn,
+}
+
+impl Kernels {
+    /// The library's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Tflm => "tflm",
+            Kernels::CmsisNn => "cmsis-nn",
+        }
+    }
+
+    /// The library named `name` as [`Kernels::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Kernels> {
+        [Kernels::Tflm, Kernels::CmsisNn]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
+    /// File name of the library's whole-model executor.
+    pub fn executor_file(self) -> &'static str {
+        match self {
+            Kernels::Tflm => "executor.elf",
+            Kernels::CmsisNn => "executor-cmsis.elf",
+        }
+    }
+
+    /// File name of the TFLM runner built with this library's kernels
+    /// (real TensorFlow Lite Micro: `MicroInterpreter` with TFLM's own
+    /// reference kernels, or TFLM's CMSIS-NN kernels).
+    pub fn runner_file(self) -> &'static str {
+        match self {
+            Kernels::Tflm => "tflm-runner.elf",
+            Kernels::CmsisNn => "tflm-runner-cmsis.elf",
+        }
+    }
+
+    /// File name of the library's kernel suite.
+    pub fn suite_file(self) -> &'static str {
+        match self {
+            Kernels::Tflm => "suite.elf",
+            Kernels::CmsisNn => "suite-cmsis.elf",
+        }
+    }
+}
+
+macro_rules! display_by_name {
+    ($($t:ty),*) => {$(
+        impl fmt::Display for $t {
+            /// The name, padded as the format asks.
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.pad(self.name())
+            }
+        }
+    )*};
+}
+
+display_by_name!(Arch, AccessPath, Kernels);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json<T: Serialize>(value: T) -> String {
+        serde_json::to_string(&value).unwrap()
+    }
+
+    #[test]
+    fn names_are_the_serialised_names() {
+        for a in [Arch::CortexM4, Arch::X86_64] {
+            assert_eq!(json(a), format!("\"{}\"", a.name()));
+            assert_eq!(a.to_string(), a.name());
+        }
+        for p in [AccessPath::Hooks, AccessPath::Mmio] {
+            assert_eq!(json(p), format!("\"{}\"", p.name()));
+            assert_eq!(format!("{p:>6}"), format!("{:>6}", p.name()));
+        }
+        for k in [Kernels::Tflm, Kernels::CmsisNn] {
+            assert_eq!(json(k), format!("\"{}\"", k.name()));
+            assert_eq!(Kernels::from_name(k.name()), Some(k));
+        }
+    }
+}
