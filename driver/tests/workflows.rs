@@ -38,10 +38,7 @@ fn run_options(elf: PathBuf, exact_time: bool) -> RunOptions {
 fn run_reports_the_reference_kernels_algorithmic_overlap_on_both_access_paths() {
     let mmio = run(&run_options(guest("suite.elf"), false)).unwrap();
     let hooks = run(&run_options(guest("suite.elf"), true)).unwrap();
-    assert_eq!(
-        (mmio.access.name(), hooks.access.name()),
-        ("mmio", "hooks")
-    );
+    assert_eq!((mmio.access.name(), hooks.access.name()), ("mmio", "hooks"));
     assert_eq!(mmio.layers.len(), 2);
     for (a, b) in mmio.layers.iter().zip(&hooks.layers) {
         let (oa, ob) = (a.overlap.as_ref().unwrap(), b.overlap.as_ref().unwrap());

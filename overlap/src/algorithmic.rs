@@ -764,218 +764,259 @@ pub(crate) mod tests {
     /// [`naive_events`] with the reads of activation input `input` (add's
     /// second input is read at the same offsets as its first).
     pub(crate) fn naive_events_of_input(spec: &LayerSpec, input: usize) -> Vec<Ev> {
-        let t = spec.dtype.size();
-        let g = Geometry::of(spec);
-        let mut ev = Vec::new();
-        let off = |b: i64, y: i64, x: i64, c: i64, h: i64, w: i64, d: i64| -> u64 {
-            ((((b * h + y) * w + x) * d + c) as u64) * t
+        let n = Naive {
+            spec,
+            geometry: Geometry::of(spec),
+            t: spec.dtype.size(),
+            input,
         };
+        let mut ev = Vec::new();
         match spec.op {
-            OpKind::Conv2d => {
-                for b in 0..g.n {
-                    for oy in 0..g.oh {
-                        for ox in 0..g.ow {
-                            for oc in 0..g.od {
-                                let x0 = ox * g.sw - g.pw;
-                                let y0 = oy * g.sh - g.ph;
-                                for fy in 0..g.kh {
-                                    for fx in 0..g.kw {
-                                        for ic in 0..g.id {
-                                            let ix = x0 + g.dw * fx;
-                                            let iy = y0 + g.dh * fy;
-                                            if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
-                                                ev.push(Ev::Read(
-                                                    off(b, iy, ix, ic, g.ih, g.iw, g.id),
-                                                    t,
-                                                ));
-                                            }
-                                        }
-                                    }
-                                }
-                                ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
-                            }
-                        }
-                    }
-                }
-            }
-            OpKind::DepthwiseConv2d => {
-                for b in 0..g.n {
-                    for oy in 0..g.oh {
-                        for ox in 0..g.ow {
-                            for ic in 0..g.id {
-                                for m in 0..g.mult {
-                                    let oc = m + ic * g.mult;
-                                    let x0 = ox * g.sw - g.pw;
-                                    let y0 = oy * g.sh - g.ph;
-                                    for fy in 0..g.kh {
-                                        for fx in 0..g.kw {
-                                            let ix = x0 + g.dw * fx;
-                                            let iy = y0 + g.dh * fy;
-                                            if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
-                                                ev.push(Ev::Read(
-                                                    off(b, iy, ix, ic, g.ih, g.iw, g.id),
-                                                    t,
-                                                ));
-                                            }
-                                        }
-                                    }
-                                    ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            OpKind::MaxPool | OpKind::AveragePool => {
-                for b in 0..g.n {
-                    for oy in 0..g.oh {
-                        for ox in 0..g.ow {
-                            for c in 0..g.id {
-                                let x0 = ox * g.sw - g.pw;
-                                let y0 = oy * g.sh - g.ph;
-                                let fxs = (-x0).max(0);
-                                let fxe = g.kw.min(g.iw - x0);
-                                let fys = (-y0).max(0);
-                                let fye = g.kh.min(g.ih - y0);
-                                for fy in fys..fye {
-                                    for fx in fxs..fxe {
-                                        ev.push(Ev::Read(
-                                            off(b, y0 + fy, x0 + fx, c, g.ih, g.iw, g.id),
-                                            t,
-                                        ));
-                                    }
-                                }
-                                ev.push(Ev::Write(off(b, oy, ox, c, g.oh, g.ow, g.od), t));
-                            }
-                        }
-                    }
-                }
-            }
-            OpKind::FullyConnected => {
-                let batches: u64 = spec.output[..3].iter().map(|&d| d as u64).product();
-                let units = spec.output[3] as u64;
-                let depth = spec.filter[3] as u64;
-                for b in 0..batches {
-                    for c in 0..units {
-                        for d in 0..depth {
-                            ev.push(Ev::Read((b * depth + d) * t, t));
-                        }
-                        ev.push(Ev::Write((c + units * b) * t, t));
-                    }
-                }
-            }
-            OpKind::Add | OpKind::Relu => {
-                let n: u64 = spec.input.iter().map(|&d| d as u64).product();
-                for i in 0..n {
-                    ev.push(Ev::Read(i * t, t));
-                    ev.push(Ev::Write(i * t, t));
-                }
-            }
-            OpKind::TransposeConv => {
-                let out_n: u64 = spec.output.iter().map(|&d| d as u64).product();
-                let float = spec.dtype == Dtype::Float32;
-                if float {
-                    ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
-                }
-                for b in 0..g.n {
-                    for iy in 0..g.ih {
-                        for ix in 0..g.iw {
-                            for ic in 0..g.id {
-                                for fy in 0..g.kh {
-                                    for fx in 0..g.kw {
-                                        for oc in 0..g.od {
-                                            let oy = iy * g.sh - g.ph + fy;
-                                            let ox = ix * g.sw - g.pw + fx;
-                                            if oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow {
-                                                continue;
-                                            }
-                                            ev.push(Ev::Read(
-                                                off(b, iy, ix, ic, g.ih, g.iw, g.id),
-                                                t,
-                                            ));
-                                            // float accumulates in the output,
-                                            // int8 in its scratch buffer
-                                            if float {
-                                                ev.push(Ev::Write(
-                                                    off(b, oy, ox, oc, g.oh, g.ow, g.od),
-                                                    t,
-                                                ));
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                // float: the bias pass; int8: the requantising output pass
-                ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
-            }
-            OpKind::Concatenation => {
-                let (in2, axis) = (spec.input2.unwrap(), spec.axis.unwrap() as usize);
-                let shapes = [spec.input, in2];
-                let before: u64 = spec.output[..axis].iter().map(|&d| d as u64).product();
-                let after: u64 = spec.output[axis + 1..].iter().map(|&d| d as u64).product();
-                let mut out = 0;
-                for k in 0..before {
-                    for (i, shape) in shapes.iter().enumerate() {
-                        let copy = shape[axis] as u64 * after;
-                        for j in 0..copy {
-                            if i == input {
-                                ev.push(Ev::Read((k * copy + j) * t, t));
-                            }
-                            ev.push(Ev::Write(out * t, t));
-                            out += 1;
-                        }
-                    }
-                }
-            }
-            OpKind::Pad => {
-                let p = spec.paddings.unwrap();
-                let o = spec.output;
-                let mut read = 0;
-                let mut write = 0;
-                for b in 0..o[0] {
-                    for y in 0..o[1] {
-                        for x in 0..o[2] {
-                            for c in 0..o[3] {
-                                let at = [b, y, x, c];
-                                let interior = (0..4)
-                                    .all(|k| at[k] >= p.before[k] && at[k] < o[k] - p.after[k]);
-                                if interior {
-                                    ev.push(Ev::Read(read * t, t));
-                                    read += 1;
-                                }
-                                ev.push(Ev::Write(write * t, t));
-                                write += 1;
-                            }
-                        }
-                    }
-                }
-            }
-            OpKind::Matmul => {
-                let (mm, kk, nn) = (
-                    spec.input[2] as u64,
-                    spec.input[3] as u64,
-                    spec.filter[3] as u64,
-                );
-                for m in 0..mm {
-                    for n in 0..nn {
-                        ev.push(Ev::Write((m * nn + n) * t, t));
-                    }
-                }
-                for k in 0..kk {
-                    for m in 0..mm {
-                        for n in 0..nn {
-                            ev.push(Ev::Read((m * kk + k) * t, t));
-                            ev.push(Ev::Write((m * nn + n) * t, t));
-                        }
-                    }
-                }
-            }
+            OpKind::Conv2d => naive_conv2d(&n, &mut ev),
+            OpKind::DepthwiseConv2d => naive_depthwise_conv2d(&n, &mut ev),
+            OpKind::MaxPool | OpKind::AveragePool => naive_pool(&n, &mut ev),
+            OpKind::FullyConnected => naive_fully_connected(&n, &mut ev),
+            OpKind::Add | OpKind::Relu => naive_elementwise(&n, &mut ev),
+            OpKind::TransposeConv => naive_transpose_conv(&n, &mut ev),
+            OpKind::Concatenation => naive_concatenation(&n, &mut ev),
+            OpKind::Pad => naive_pad(&n, &mut ev),
+            OpKind::Matmul => naive_matmul(&n, &mut ev),
             op => panic!("{op:?} is not a kernel-suite op"),
         }
         ev
+    }
+
+    /// What every naive loop nest reads: the layer, its geometry, the
+    /// element size and which activation input's reads to emit.
+    pub(crate) struct Naive<'a> {
+        spec: &'a LayerSpec,
+        geometry: Geometry,
+        t: u64,
+        input: usize,
+    }
+
+    /// Byte offset of element (b, y, x, c) in an NHWC tensor of height `h`,
+    /// width `w` and depth `d`, elements of `t` bytes.
+    fn nhwc_offset(t: u64) -> impl Fn(i64, i64, i64, i64, i64, i64, i64) -> u64 {
+        move |b, y, x, c, h, w, d| ((((b * h + y) * w + x) * d + c) as u64) * t
+    }
+
+    /// The naive loop nest of `Conv2d`.
+    fn naive_conv2d(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (g, t) = (&n.geometry, n.t);
+        let off = nhwc_offset(t);
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for oc in 0..g.od {
+                        let x0 = ox * g.sw - g.pw;
+                        let y0 = oy * g.sh - g.ph;
+                        for fy in 0..g.kh {
+                            for fx in 0..g.kw {
+                                for ic in 0..g.id {
+                                    let ix = x0 + g.dw * fx;
+                                    let iy = y0 + g.dh * fy;
+                                    if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
+                                        ev.push(Ev::Read(off(b, iy, ix, ic, g.ih, g.iw, g.id), t));
+                                    }
+                                }
+                            }
+                        }
+                        ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The naive loop nest of `DepthwiseConv2d`.
+    fn naive_depthwise_conv2d(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (g, t) = (&n.geometry, n.t);
+        let off = nhwc_offset(t);
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for ic in 0..g.id {
+                        for m in 0..g.mult {
+                            let oc = m + ic * g.mult;
+                            let x0 = ox * g.sw - g.pw;
+                            let y0 = oy * g.sh - g.ph;
+                            for fy in 0..g.kh {
+                                for fx in 0..g.kw {
+                                    let ix = x0 + g.dw * fx;
+                                    let iy = y0 + g.dh * fy;
+                                    if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
+                                        ev.push(Ev::Read(off(b, iy, ix, ic, g.ih, g.iw, g.id), t));
+                                    }
+                                }
+                            }
+                            ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The naive loop nest of `MaxPool`, `AveragePool`.
+    fn naive_pool(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (g, t) = (&n.geometry, n.t);
+        let off = nhwc_offset(t);
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for c in 0..g.id {
+                        let x0 = ox * g.sw - g.pw;
+                        let y0 = oy * g.sh - g.ph;
+                        let fxs = (-x0).max(0);
+                        let fxe = g.kw.min(g.iw - x0);
+                        let fys = (-y0).max(0);
+                        let fye = g.kh.min(g.ih - y0);
+                        for fy in fys..fye {
+                            for fx in fxs..fxe {
+                                ev.push(Ev::Read(off(b, y0 + fy, x0 + fx, c, g.ih, g.iw, g.id), t));
+                            }
+                        }
+                        ev.push(Ev::Write(off(b, oy, ox, c, g.oh, g.ow, g.od), t));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The naive loop nest of `FullyConnected`.
+    fn naive_fully_connected(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (spec, t) = (n.spec, n.t);
+        let batches: u64 = spec.output[..3].iter().map(|&d| d as u64).product();
+        let units = spec.output[3] as u64;
+        let depth = spec.filter[3] as u64;
+        for b in 0..batches {
+            for c in 0..units {
+                for d in 0..depth {
+                    ev.push(Ev::Read((b * depth + d) * t, t));
+                }
+                ev.push(Ev::Write((c + units * b) * t, t));
+            }
+        }
+    }
+
+    /// The naive loop nest of `Add`, `Relu`.
+    fn naive_elementwise(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (spec, t) = (n.spec, n.t);
+        let n: u64 = spec.input.iter().map(|&d| d as u64).product();
+        for i in 0..n {
+            ev.push(Ev::Read(i * t, t));
+            ev.push(Ev::Write(i * t, t));
+        }
+    }
+
+    /// The naive loop nest of `TransposeConv`.
+    fn naive_transpose_conv(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (spec, g, t) = (n.spec, &n.geometry, n.t);
+        let off = nhwc_offset(t);
+        let out_n: u64 = spec.output.iter().map(|&d| d as u64).product();
+        let float = spec.dtype == Dtype::Float32;
+        if float {
+            ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
+        }
+        for b in 0..g.n {
+            for iy in 0..g.ih {
+                for ix in 0..g.iw {
+                    for ic in 0..g.id {
+                        for fy in 0..g.kh {
+                            for fx in 0..g.kw {
+                                for oc in 0..g.od {
+                                    let oy = iy * g.sh - g.ph + fy;
+                                    let ox = ix * g.sw - g.pw + fx;
+                                    if oy < 0 || oy >= g.oh || ox < 0 || ox >= g.ow {
+                                        continue;
+                                    }
+                                    ev.push(Ev::Read(off(b, iy, ix, ic, g.ih, g.iw, g.id), t));
+                                    // float accumulates in the output,
+                                    // int8 in its scratch buffer
+                                    if float {
+                                        ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // float: the bias pass; int8: the requantising output pass
+        ev.extend((0..out_n).map(|i| Ev::Write(i * t, t)));
+    }
+
+    /// The naive loop nest of `Concatenation`.
+    fn naive_concatenation(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (spec, t, input) = (n.spec, n.t, n.input);
+        let (in2, axis) = (spec.input2.unwrap(), spec.axis.unwrap() as usize);
+        let shapes = [spec.input, in2];
+        let before: u64 = spec.output[..axis].iter().map(|&d| d as u64).product();
+        let after: u64 = spec.output[axis + 1..].iter().map(|&d| d as u64).product();
+        let mut out = 0;
+        for k in 0..before {
+            for (i, shape) in shapes.iter().enumerate() {
+                let copy = shape[axis] as u64 * after;
+                for j in 0..copy {
+                    if i == input {
+                        ev.push(Ev::Read((k * copy + j) * t, t));
+                    }
+                    ev.push(Ev::Write(out * t, t));
+                    out += 1;
+                }
+            }
+        }
+    }
+
+    /// The naive loop nest of `Pad`.
+    fn naive_pad(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (spec, t) = (n.spec, n.t);
+        let p = spec.paddings.unwrap();
+        let o = spec.output;
+        let mut read = 0;
+        let mut write = 0;
+        for b in 0..o[0] {
+            for y in 0..o[1] {
+                for x in 0..o[2] {
+                    for c in 0..o[3] {
+                        let at = [b, y, x, c];
+                        let interior =
+                            (0..4).all(|k| at[k] >= p.before[k] && at[k] < o[k] - p.after[k]);
+                        if interior {
+                            ev.push(Ev::Read(read * t, t));
+                            read += 1;
+                        }
+                        ev.push(Ev::Write(write * t, t));
+                        write += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The naive loop nest of `Matmul`.
+    fn naive_matmul(n: &Naive<'_>, ev: &mut Vec<Ev>) {
+        let (spec, t) = (n.spec, n.t);
+        let (mm, kk, nn) = (
+            spec.input[2] as u64,
+            spec.input[3] as u64,
+            spec.filter[3] as u64,
+        );
+        for m in 0..mm {
+            for n in 0..nn {
+                ev.push(Ev::Write((m * nn + n) * t, t));
+            }
+        }
+        for k in 0..kk {
+            for m in 0..mm {
+                for n in 0..nn {
+                    ev.push(Ev::Read((m * kk + k) * t, t));
+                    ev.push(Ev::Write((m * nn + n) * t, t));
+                }
+            }
+        }
     }
 
     /// Per write k: (M_k, m_k) straight from the definition.
