@@ -171,6 +171,16 @@ fn verify_json(cache: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The monotone O_s a verify report's operators traced, summed.
+fn traced_monotone_total(v: &serde_json::Value) -> u64 {
+    v["traced_overlaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["monotone_bytes"].as_u64())
+        .sum()
+}
+
 /// A verify report without its timings and cache marks.
 fn untimed(mut v: serde_json::Value) -> serde_json::Value {
     let o = v.as_object_mut().unwrap();
@@ -203,17 +213,9 @@ fn a_second_verify_takes_tflms_own_plan_from_the_cache() {
         // the cached O_s zeroed, verify reports and plans with zero O_s.
         rewrite_entries(cache, zero_overlaps);
         let zeroed = verify_json(cache, &args);
-        let total = |v: &serde_json::Value| -> u64 {
-            v["traced_overlaps"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|o| o["monotone_bytes"].as_u64())
-                .sum()
-        };
-        assert!(total(&fresh) > 0, "{kernels}");
+        assert!(traced_monotone_total(&fresh) > 0, "{kernels}");
         assert_eq!(
-            total(&zeroed),
+            traced_monotone_total(&zeroed),
             0,
             "{kernels}: the cached reference was not read"
         );
@@ -254,16 +256,12 @@ fn a_second_verify_takes_the_executors_reference_run_from_the_cache() {
         // With the cached O_s zeroed, verify reports them and plans by them.
         rewrite_entries(cache, zero_overlaps);
         let zeroed = verify_json(cache, &args);
-        let total = |v: &serde_json::Value| -> u64 {
-            v["traced_overlaps"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|o| o["monotone_bytes"].as_u64())
-                .sum()
-        };
-        assert!(total(&fresh) > 0, "{kernels}");
-        assert_eq!(total(&zeroed), 0, "{kernels}: the cached run was not read");
+        assert!(traced_monotone_total(&fresh) > 0, "{kernels}");
+        assert_eq!(
+            traced_monotone_total(&zeroed),
+            0,
+            "{kernels}: the cached run was not read"
+        );
         let overlaps = |v: &serde_json::Value| v["plan"]["overlaps_used"].as_array().unwrap().len();
         assert!(overlaps(&fresh) > 0, "{kernels}");
         assert_eq!(
