@@ -96,22 +96,29 @@ pub(crate) fn set_permissions<D>(
     end: u64,
     without: Prot,
 ) -> Result<(), unicorn_engine::uc_error> {
-    let mut page = start;
-    while page < end {
-        let executable = image.is_executable(page, PAGE);
-        let mut next = page + PAGE;
-        while next < end && image.is_executable(next, PAGE) == executable {
-            next += PAGE;
-        }
+    for (first, last, executable) in page_runs(image, start, end) {
         let prot = if executable {
             Prot::ALL
         } else {
             Prot::READ | Prot::WRITE
         };
-        uc.mem_protect(page, next - page, Prot(prot.0 & !without.0))?;
-        page = next;
+        uc.mem_protect(first, last - first, Prot(prot.0 & !without.0))?;
     }
     Ok(())
+}
+
+/// The guest pages `[start, end)` (page-aligned) as maximal runs
+/// `(first, end, executable)`: whether an executable segment loads them.
+pub(crate) fn page_runs(image: &ElfImage, start: u64, end: u64) -> Vec<(u64, u64, bool)> {
+    let mut runs: Vec<(u64, u64, bool)> = Vec::new();
+    for page in (start..end).step_by(PAGE as usize) {
+        let executable = image.is_executable(page, PAGE);
+        match runs.last_mut() {
+            Some(run) if run.2 == executable => run.1 = page + PAGE,
+            _ => runs.push((page, page + PAGE, executable)),
+        }
+    }
+    runs
 }
 
 /// Writes the segments' initialised bytes, skipping the page `hole` (an MMIO

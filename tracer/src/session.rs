@@ -40,7 +40,7 @@ use crate::clock::BlockClock;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, set_permissions, PAGE};
-use crate::machine::{load_segments, write_inputs, GuestInputs, Job};
+use crate::machine::{load_segments, page_runs, write_inputs, GuestInputs, Job};
 use crate::unwind::{Registers, Unwinder};
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
@@ -332,16 +332,12 @@ pub(crate) fn run(
         }
         (None, Err(e)) => finish(TraceError::GuestFault {
             message: format!("emulation stopped: {e:?}"),
-            context: context_at(pc, layer),
+            context: GuestContext::at(pc, layer),
         }),
         (None, Ok(())) => finish(TraceError::NoExit {
-            context: context_at(pc, layer),
+            context: GuestContext::at(pc, layer),
         }),
     }
-}
-
-fn context_at(pc: u64, layer: Option<String>) -> Box<GuestContext> {
-    GuestContext::at(pc, layer)
 }
 
 /// The machine of a traced run: RAM host-backed (`ram.rs`); segments loaded.
@@ -422,21 +418,12 @@ fn hooked_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
 }
 
 /// The loaded pages no executable segment touches, as sorted ranges.
-fn data_pages(image: &ElfImage) -> Vec<(u64, u64)> {
-    let mut data: Vec<(u64, u64)> = Vec::new();
-    for (start, end) in page_ranges(image) {
-        let mut page = start;
-        while page < end {
-            if !image.is_executable(page, PAGE) {
-                match data.last_mut() {
-                    Some(last) if last.1 == page => last.1 = page + PAGE,
-                    _ => data.push((page, page + PAGE)),
-                }
-            }
-            page += PAGE;
-        }
-    }
-    data
+fn data_pages(image: &ElfImage) -> impl Iterator<Item = (u64, u64)> + '_ {
+    page_ranges(image)
+        .into_iter()
+        .flat_map(|(start, end)| page_runs(image, start, end))
+        .filter(|&(_, _, executable)| !executable)
+        .map(|(first, end, _)| (first, end))
 }
 
 fn on_unmapped(
@@ -520,7 +507,7 @@ impl Session<'_> {
             let layer = self.layer.as_ref().map(|l| l.name.clone());
             self.stop = Some(Stop::Error(TraceError::Protocol {
                 message,
-                context: context_at(pc, layer),
+                context: GuestContext::at(pc, layer),
             }));
         }
     }
@@ -529,7 +516,7 @@ impl Session<'_> {
         if self.stop.is_none() {
             self.stop = Some(Stop::Error(TraceError::GuestFault {
                 message,
-                context: context_at(pc, layer),
+                context: GuestContext::at(pc, layer),
             }));
         }
     }

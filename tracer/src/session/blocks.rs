@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use unicorn_engine::{uc_engine, uc_hook, uc_hook_add, uc_hook_del, HookType};
 
 use super::{
-    context_at, emulator_error, guard, Clock, HookUc, Progress, Session, Stop, TraceError,
+    emulator_error, guard, Clock, GuestContext, HookUc, Progress, Session, Stop, TraceError,
 };
 
 /// The registered block hook; keep it alive until the run has ended.
@@ -188,7 +188,7 @@ fn after_instructions(uc: &mut HookUc<'_, '_>, retired: u64, pc: u64) {
         let layer = s.layer.as_ref().map(|l| l.name.clone());
         s.stop = Some(Stop::Error(TraceError::BudgetExceeded {
             budget,
-            context: context_at(pc, layer),
+            context: GuestContext::at(pc, layer),
         }));
         let _ = uc.emu_stop();
         return;
