@@ -213,6 +213,13 @@ pub struct KernelsComparison {
     pub output_digest: String,
 }
 
+/// Bytes that differ between two output images (a length difference
+/// counts).
+pub fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
+    a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
+        + (a.len() as i64 - b.len() as i64).unsigned_abs()
+}
+
 /// FNV-1a 64 of `bytes`, as 16 hex digits.
 pub fn digest(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -10,6 +10,7 @@ use memtrace_abi::Analysis;
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE};
 use memtrace_io::output::{output_target, OutputTarget};
 use memtrace_model::{self as model, Accumulator, Model};
+use memtrace_tracer::baseline::{run_untraced, UntracedOptions, UntracedRun};
 use memtrace_tracer::{AccessPath, ElfImage, Progress, RunSummary, TraceOptions};
 
 use crate::bail;
@@ -145,24 +146,33 @@ pub fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
     }
 }
 
-/// Wall seconds of one run of `image` in Unicorn without hooks, with
-/// `preload` written first: the baseline a traced run's slowdown is
-/// measured against (`--baseline`). `what` names the guest in the error
-/// when it does not exit 0.
-pub fn untraced_seconds(image: &ElfImage, preload: &[(u64, Vec<u8>)], what: &str) -> Result<f64> {
-    let t = std::time::Instant::now();
-    let code = memtrace_tracer::baseline::run_untraced(
+/// Instructions per second a run without hooks is assumed to reach at the
+/// least when its instruction budget becomes a time limit (it has no
+/// instruction clock): several times below the slowest rate measured here
+/// (`memtrace bench --models`).
+const UNTRACED_FLOOR_RATE: f64 = 25e6;
+
+/// Runs `image` in Unicorn without hooks, `preload` written first and
+/// `readback` read after the exit. The budget `max_instructions` becomes a
+/// time limit: its time at 25 M instructions/s (`UNTRACED_FLOOR_RATE`), at
+/// least 10 s. An exit
+/// code other than 0 is the caller's to judge.
+pub fn run_without_hooks(
+    image: &ElfImage,
+    preload: &[(u64, Vec<u8>)],
+    readback: &[(u64, u64)],
+    max_instructions: u64,
+) -> Result<UntracedRun> {
+    let seconds = (max_instructions as f64 / UNTRACED_FLOOR_RATE).clamp(10.0, 1e6);
+    Ok(run_untraced(
         image,
-        memtrace_tracer::baseline::UntracedOptions {
+        UntracedOptions {
             preload,
+            readback,
+            time_limit: Some(Duration::from_secs_f64(seconds)),
             ..Default::default()
         },
-    )?
-    .exit_code;
-    if code != 0 {
-        crate::bail!("the untraced {what} exited with code {code}");
-    }
-    Ok(t.elapsed().as_secs_f64())
+    )?)
 }
 
 /// The MMIO path unless some output needs each access's exact instruction.

@@ -5,7 +5,7 @@
 //! run all go through [`ExecutorRun`].
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use memtrace_abi::program::{EncodedProgram, ExecutorExit, Program, TensorData};
 use memtrace_abi::symbols;
@@ -15,22 +15,14 @@ use memtrace_analyzer::shadow::{Clobber, LayerOverlap, ShadowMap};
 use memtrace_model::lower::{lower, LowerInput};
 use memtrace_model::planner::Plan;
 use memtrace_model::Model;
-use memtrace_tracer::baseline::{run_untraced, UntracedOptions};
 use memtrace_tracer::{AccessPath, Arch, ElfImage, TraceOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::common::access_path;
-use crate::common::{exit_text, trace_with};
+use crate::common::{access_path, exit_text, run_without_hooks, trace_with};
 use crate::error::Result;
 use crate::kernels::{check_built_with, harness_guest, Kernels};
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
-
-/// Instructions per second an untraced run is assumed to reach at the
-/// least when its instruction budget becomes a time limit (it has no
-/// instruction clock): several times below the slowest rate measured here
-/// (`memtrace bench --models`).
-const UNTRACED_FLOOR_RATE: f64 = 25e6;
 
 /// Where a model's tensors are in one run: the execution order, each
 /// tensor's arena offset (`None`: not in the arena) and the arena's size.
@@ -122,18 +114,24 @@ impl Loaded {
         vec![(self.at, self.encoded.bytes.clone())]
     }
 
-    /// The graph outputs' guest ranges, in order, then the storage region's.
-    fn readback(&self) -> Vec<(u64, u64)> {
-        let outputs = self.program.outputs.iter().map(|&o| {
+    /// The graph outputs' guest ranges, in order.
+    fn outputs(&self) -> Vec<(u64, u64)> {
+        let output = |o: u32| {
             let t = &self.program.tensors[o as usize];
             let offset = match t.data {
                 TensorData::Arena { offset } => offset,
                 _ => 0,
             };
             (self.base + offset, t.bytes())
-        });
-        let storage = self.storage.map(|at| (at, self.program.storage_bytes));
-        outputs.chain(storage).collect()
+        };
+        self.program.outputs.iter().map(|&o| output(o)).collect()
+    }
+
+    /// The graph outputs' guest ranges, then the storage region's.
+    fn readback(&self) -> Vec<(u64, u64)> {
+        let mut ranges = self.outputs();
+        ranges.extend(self.storage.map(|at| (at, self.program.storage_bytes)));
+        ranges
     }
 
     fn inputs(&self) -> Vec<u8> {
@@ -265,11 +263,7 @@ impl ExecutorRun<'_> {
     /// hooks: for a run whose only product is its outputs.
     pub fn outputs(&self, model: &Model, placement: &Placement) -> Result<Vec<u8>> {
         let loaded = self.load(model, placement, false)?;
-        let mut memory = self.untraced(&loaded, &loaded.readback())?;
-        if loaded.storage.is_some() {
-            memory.pop();
-        }
-        Ok(memory.concat())
+        Ok(self.untraced(&loaded, &loaded.outputs())?.concat())
     }
 
     /// Scratch bytes each operator of `model` (by model operator index)
@@ -343,20 +337,14 @@ impl ExecutorRun<'_> {
         )
     }
 
-    /// Runs `loaded` without hooks, within the time the instruction budget
-    /// allows at [`UNTRACED_FLOOR_RATE`], and reads back `readback`.
+    /// Runs `loaded` without hooks ([`run_without_hooks`]: the budget as a
+    /// time limit) and reads back `readback`.
     fn untraced(&self, loaded: &Loaded, readback: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
-        let limit = Duration::from_secs_f64(
-            (self.max_instructions as f64 / UNTRACED_FLOOR_RATE).clamp(10.0, 1e6),
-        );
-        let run = run_untraced(
+        let run = run_without_hooks(
             self.image,
-            UntracedOptions {
-                preload: &loaded.preload(),
-                readback,
-                time_limit: Some(limit),
-                ..Default::default()
-            },
+            &loaded.preload(),
+            readback,
+            self.max_instructions,
         )?;
         self.check_exit(
             run.exit_code,

@@ -100,8 +100,7 @@ pub fn compare(
         }));
     }
     let host = std::fs::read(&o).map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
-    let mismatched = host.iter().zip(outputs).filter(|(a, b)| a != b).count() as u64
-        + (host.len() as i64 - outputs.len() as i64).unsigned_abs();
+    let mismatched = memtrace_analyzer::verify::mismatched_bytes(&host, outputs);
     Ok(Some(OracleComparison {
         python,
         version: String::from_utf8_lossy(&out.stdout).trim().to_string(),

@@ -22,7 +22,8 @@ pub(crate) struct Reference {
     /// TFLM's greedy plan of it, without overlaps.
     pub plan: Plan,
     pub placement: Placement,
-    pub outcome: Outcome,
+    /// What the run left, and what the trace cache keeps of it.
+    pub run: ReferenceRun,
     /// Taken from the trace cache, not run.
     pub cached: bool,
 }
@@ -30,23 +31,30 @@ pub(crate) struct Reference {
 /// What the trace cache keeps of a reference run: the rest is computed
 /// from it.
 #[derive(Serialize, Deserialize)]
-struct CachedReference {
+pub(crate) struct ReferenceRun {
     /// Scratch bytes per operator, as the library answered.
     scratch: Vec<u64>,
-    outcome: Outcome,
+    pub outcome: Outcome,
+}
+
+/// `base` with `scratch` tensors, TFLM's greedy plan of it and its
+/// placement.
+fn greedy_reference(base: &Model, scratch: &[u64]) -> Result<(Model, Plan, Placement)> {
+    let model = base.with_scratch(scratch);
+    let plan = Plan::tflm_greedy(&model)?;
+    let placement = Placement::of(&plan, &model);
+    Ok((model, plan, placement))
 }
 
 impl Reference {
-    /// The reference of `base` with `scratch` tensors, whose run left
-    /// `outcome`.
-    fn new(base: &Model, scratch: &[u64], outcome: Outcome, cached: bool) -> Result<Reference> {
-        let model = base.with_scratch(scratch);
-        let plan = Plan::tflm_greedy(&model)?;
+    /// The reference of `base` whose run (traced now, or kept) is `run`.
+    fn of(base: &Model, run: ReferenceRun, cached: bool) -> Result<Reference> {
+        let (model, plan, placement) = greedy_reference(base, &run.scratch)?;
         Ok(Reference {
-            placement: Placement::of(&plan, &model),
             model,
             plan,
-            outcome,
+            placement,
+            run,
             cached,
         })
     }
@@ -58,27 +66,22 @@ pub(crate) fn reference_run(
     base: &Model,
     watch: Watch<'_>,
 ) -> Result<Reference> {
-    Ok(scratch_and_reference(run, base, watch)?.1)
-}
-
-/// The scratch bytes per operator `run`'s library needs, and the reference
-/// run of `base` with them.
-fn scratch_and_reference(
-    run: &ExecutorRun<'_>,
-    base: &Model,
-    watch: Watch<'_>,
-) -> Result<(Vec<u64>, Reference)> {
     let scratch = run.scratch_needs(base)?;
-    let model = base.with_scratch(&scratch);
-    let plan = Plan::tflm_greedy(&model)?;
-    let outcome = run.traced(&model, &Placement::of(&plan, &model), watch)?;
-    let reference = Reference::new(base, &scratch, outcome, false)?;
-    Ok((scratch, reference))
+    let (model, plan, placement) = greedy_reference(base, &scratch)?;
+    let outcome = run.traced(&model, &placement, watch)?;
+    Ok(Reference {
+        model,
+        plan,
+        placement,
+        run: ReferenceRun { scratch, outcome },
+        cached: false,
+    })
 }
 
 /// [`reference_run`], taken from `cache` when an earlier run had the same
-/// executor, model, input and budget. A run that draws its picture or is
-/// timed against Unicorn without hooks (`--baseline`) is always run.
+/// executor, model, input and budget. A run that draws its picture, is
+/// timed against Unicorn without hooks (`--baseline`) or feeds other
+/// analyses is always run.
 pub(crate) fn cached_reference_run(
     run: &ExecutorRun<'_>,
     base: &Model,
@@ -89,21 +92,16 @@ pub(crate) fn cached_reference_run(
         return reference_run(run, base, watch);
     }
     let key = run.cache_key("executor-verify-reference-v1", base);
-    if let Some(c) = cache.get::<CachedReference>(&key) {
-        return Reference::new(base, &c.scratch, c.outcome, true);
+    if let Some(kept) = cache.get::<ReferenceRun>(&key) {
+        return Reference::of(base, kept, true);
     }
-    let (scratch, r) = scratch_and_reference(run, base, watch)?;
+    let r = reference_run(run, base, watch)?;
     // A clean run only: a clobber in the reference is a finding to show
     // again, not a result to keep.
-    if !r.outcome.clobbers.is_empty() {
-        return Ok(r);
+    if r.run.outcome.clobbers.is_empty() {
+        cache.put(&key, &r.run);
     }
-    let kept = CachedReference {
-        scratch,
-        outcome: r.outcome,
-    };
-    cache.put(&key, &kept);
-    Reference::new(base, &kept.scratch, kept.outcome, false)
+    Ok(r)
 }
 
 /// Traced O_s per operator of a reference run, from its layers (after the
@@ -111,7 +109,7 @@ pub(crate) fn cached_reference_run(
 pub(crate) fn traced_overlaps(r: &Reference) -> (TracedOverlaps, Vec<OpOverlapReport>) {
     let model = &r.model;
     let names = model.tensor_names();
-    let op_layers = &r.outcome.layers[model.inputs.len().min(r.outcome.layers.len())..];
+    let op_layers = &r.run.outcome.layers[model.inputs.len().min(r.run.outcome.layers.len())..];
     let mut traced = TracedOverlaps::default();
     let mut report = Vec::new();
     for (step, &op) in r.plan.order.iter().enumerate() {

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use memtrace_analyzer::shadow::Clobber;
 use memtrace_analyzer::verify::{
-    digest, KernelsComparison, PlacedTensorReport, PlanRunReport, UsedOverlapReport, VerifyReport,
+    digest, mismatched_bytes, KernelsComparison, PlacedTensorReport, PlanRunReport,
+    UsedOverlapReport, VerifyReport,
 };
 use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
@@ -151,7 +152,7 @@ fn reference_kernels(
     if traced {
         let r = library_reference(req, Kernels::Tflm, base, input)?;
         return Ok(ReferenceKernels {
-            outputs: r.outcome.outputs.clone(),
+            outputs: r.run.outcome.outputs.clone(),
             traced: Some(r),
         });
     }
@@ -189,7 +190,7 @@ fn host_oracle(
 
 /// Layers of a reference run that read back their own output.
 fn output_readers(r: &Reference) -> Vec<String> {
-    let layers = &r.outcome.layers;
+    let layers = &r.run.outcome.layers;
     layers
         .iter()
         .filter(|l| l.reads_output)
@@ -321,12 +322,6 @@ fn plan_from_planner(
     })
 }
 
-/// Bytes that differ between two output images (a length difference counts).
-fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
-    a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
-        + (a.len() as i64 - b.len() as i64).unsigned_abs()
-}
-
 /// Runs the model under the reference plan and under the chosen plan, and
 /// reports clobbers, bit-exactness and the O_s each operator traced.
 pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
@@ -428,7 +423,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     if let Some(h) = tflm_pending.take() {
         tflm = Some(finish(h)?);
     }
-    let ref_out = &reference.outcome;
+    let ref_out = &reference.run.outcome;
     if let (Some(path), Some(a), Some(b)) = (&req.plot, &ref_out.trace, &plan_out.trace) {
         memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }

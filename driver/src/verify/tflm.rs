@@ -22,13 +22,14 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::plot::arena::ArenaTrace;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_analyzer::shadow::{Clobber, ShadowMap};
-use memtrace_analyzer::verify::digest;
+use memtrace_analyzer::verify::{digest, mismatched_bytes};
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, TracedOverlaps};
 use memtrace_model::{self as model, tflite, Dtype, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::VerifyOptions;
+use crate::common::{exit_text, run_without_hooks};
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
@@ -274,11 +275,16 @@ fn shadow_run(
         ..ModelRun::whole(image, model, inputs, max_instructions)
     };
     let untraced_seconds = if watch.baseline {
-        Some(crate::common::untraced_seconds(
-            image,
-            &run.preload()?,
-            "TFLM runner",
-        )?)
+        let started = Instant::now();
+        let untraced = run_without_hooks(image, &run.preload()?, &[], max_instructions)?;
+        if untraced.exit_code != 0 {
+            bail!(
+                "{} {} (run without hooks)",
+                image.path.display(),
+                exit_text(untraced.exit_code, untraced.exit_reason.as_deref(), "")
+            );
+        }
+        Some(started.elapsed().as_secs_f64())
     } else {
         None
     };
@@ -452,8 +458,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     }
     let a = &reference.result.output_bytes;
     let b = &planned.result.output_bytes;
-    let mismatched = a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
-        + (a.len() as i64 - b.len() as i64).unsigned_abs();
+    let mismatched = mismatched_bytes(a, b);
     let planned_bytes = under_test.arena;
     Ok(TflmVerifyReport {
         model: req.model.clone(),
