@@ -7,6 +7,8 @@
 //! run), the run of memtrace's plan under the shadow map, and PyPI
 //! `tflite-micro` on the host (the oracle, beside the plan run). A first row
 //! times the O_s trace alone, fastest of `repeat`, with its event count; a
+//! second the same run with no layer selected (the instruction clock's
+//! block hook alone, no event: the floor of any traced run); a
 //! last line compares `verify`'s wall time with the sum of its phases,
 //! which is larger when the phases share the two cores.
 
@@ -73,12 +75,9 @@ pub fn bench_models(
     for model in models {
         let name = model.rsplit('/').next().unwrap_or(model);
         for kernels in [Kernels::Tflm, Kernels::CmsisNn] {
-            write_row(
-                out,
-                name,
-                kernels,
-                &os_trace(model, build_dir, kernels, repeat)?,
-            )?;
+            for p in os_trace(model, build_dir, kernels, repeat)? {
+                write_row(out, name, kernels, &p)?;
+            }
             let verify = verify_phases(model, kernels, repeat)?;
             for p in &verify.phases {
                 write_row(out, name, kernels, p)?;
@@ -127,8 +126,10 @@ fn write_row(out: &mut impl Write, model: &str, kernels: Kernels, p: &Phase) -> 
 }
 
 /// The O_s trace alone (what `plan --runtime tflm` runs), fastest of
-/// `repeat`, against the same run without hooks, fastest of `repeat`.
-fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Result<Phase> {
+/// `repeat`, against the same run without hooks, fastest of `repeat`; and
+/// the same traced run with no layer selected, which shows what the
+/// instruction clock (a block hook) costs by itself, before any event.
+fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Result<[Phase; 2]> {
     let bytes = model_bytes(model, 1)?;
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
@@ -137,9 +138,9 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
         kernels,
     )?;
     let run = ModelRun::whole(&image, &bytes, &inputs, 200_000_000_000).without_scratch();
-    let (traced, (instructions, events)) = fastest(repeat, || {
+    let traced_run = |layers: Option<Vec<String>>| {
         let mut stats = LayerStats::default();
-        let o = run.trace(AccessPath::Mmio, None, false, &mut [&mut stats])?;
+        let o = run.trace(AccessPath::Mmio, layers, false, &mut [&mut stats])?;
         let events: u64 = stats
             .layers
             .iter()
@@ -147,7 +148,9 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
             .map(|b| b.loads + b.stores + b.updates)
             .sum();
         Ok((o.summary.instructions, events))
-    })?;
+    };
+    let (traced, (instructions, events)) = fastest(repeat, || traced_run(None))?;
+    let (clock, _) = fastest(repeat, || traced_run(Some(Vec::new())))?;
     let preload = run.preload()?;
     let (raw, _) = fastest(repeat, || {
         Ok(run_untraced(
@@ -158,13 +161,22 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
             },
         )?)
     })?;
-    Ok(Phase {
-        name: "O_s trace",
-        instructions: Some(instructions),
-        events: Some(events),
-        seconds: traced.as_secs_f64(),
-        raw_seconds: Some(raw.as_secs_f64()),
-    })
+    Ok([
+        Phase {
+            name: "O_s trace",
+            instructions: Some(instructions),
+            events: Some(events),
+            seconds: traced.as_secs_f64(),
+            raw_seconds: Some(raw.as_secs_f64()),
+        },
+        Phase {
+            name: "  clock alone",
+            instructions: Some(instructions),
+            events: Some(0),
+            seconds: clock.as_secs_f64(),
+            raw_seconds: Some(raw.as_secs_f64()),
+        },
+    ])
 }
 
 /// `verify`'s phases, each the fastest of `repeat` verifies without the

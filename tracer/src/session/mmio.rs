@@ -17,10 +17,10 @@
 //! guest's `memtrace_signal()` (memtrace.h), and a code hook on that function
 //! alone, which costs nothing elsewhere, reports the storing instruction.
 
-use std::ffi::c_void;
+use std::ffi::{c_uint, c_void};
 
 use memtrace_abi::symbols;
-use unicorn_engine::{Prot, Unicorn};
+use unicorn_engine::{uc_engine, uc_mmio_map, Prot, Unicorn};
 
 use super::{emulator_error, port_store, HookUc, Session, PAGE, PORT_SIZE};
 use crate::elf::ElfImage;
@@ -34,6 +34,21 @@ struct Region {
     ram: usize,
     /// The port page: served for the whole run.
     permanent: bool,
+    /// What the callbacks of a buffer region are given; Unicorn points at
+    /// it until the region is unmapped.
+    target: Option<Box<Target>>,
+}
+
+/// The user data of a buffer region's callbacks: its session and slot.
+///
+/// Buffer regions take every traced access, so their callbacks are
+/// registered with `uc_mmio_map` directly: the crate's `mmio_map` wraps each
+/// call in a proxy that upgrades a weak engine handle and calls a boxed
+/// closure. Their accesses need only the session; the port page, whose
+/// commands need the engine, keeps the crate's closures.
+struct Target {
+    session: *mut c_void,
+    slot: usize,
 }
 
 /// State of the MMIO path.
@@ -142,6 +157,7 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
         len: end - start,
         ram,
         permanent,
+        target: None,
     };
     let slot = match s.regions.iter().position(Option::is_none) {
         Some(free) => {
@@ -155,37 +171,109 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
     };
     uc.mem_unmap(start, end - start)
         .map_err(|e| format!("unmapping guest pages {range}: {e:?}"))?;
-    uc.mmio_map(
-        start,
-        end - start,
-        Some(move |uc: &mut HookUc<'_, '_>, offset: u64, size: usize| {
-            on_read(uc, slot, offset, size)
-        }),
-        Some(
-            move |uc: &mut HookUc<'_, '_>, offset: u64, size: usize, value: u64| {
-                on_write(uc, slot, offset, size, value)
-            },
-        ),
-    )
-    .map_err(|e| format!("mapping guest pages {range} as MMIO: {e:?}"))
+    let mapped = if permanent {
+        uc.mmio_map(
+            start,
+            end - start,
+            Some(move |uc: &mut HookUc<'_, '_>, offset: u64, size: usize| {
+                uc.get_data_mut().served_read(slot, offset, size)
+            }),
+            Some(
+                move |uc: &mut HookUc<'_, '_>, offset: u64, size: usize, value: u64| {
+                    on_port_page_write(uc, slot, offset, size, value)
+                },
+            ),
+        )
+    } else {
+        map_buffer_region(uc, start, end - start, slot)
+    };
+    mapped.map_err(|e| format!("mapping guest pages {range} as MMIO: {e:?}"))
+}
+
+/// Maps `[start, start + len)` as MMIO whose callbacks go straight to the
+/// session ([`Target`]).
+fn map_buffer_region(
+    uc: &mut HookUc<'_, '_>,
+    start: u64,
+    len: u64,
+    slot: usize,
+) -> Result<(), unicorn_engine::uc_error> {
+    let session = std::ptr::from_mut(uc.get_data_mut()).cast::<c_void>();
+    let mut target = Box::new(Target { session, slot });
+    let user_data = std::ptr::from_mut(target.as_mut()).cast::<c_void>();
+    // SAFETY: the callbacks have Unicorn's MMIO signatures; `user_data`
+    // points into the box, which the region keeps until it is unmapped
+    // (`release_layer_pages`), and the session outlives the engine's runs.
+    let err = unsafe {
+        uc_mmio_map(
+            uc.get_handle(),
+            start,
+            len,
+            Some(buffer_read),
+            user_data,
+            Some(buffer_write),
+            user_data,
+        )
+    };
+    if err != unicorn_engine::uc_error::OK {
+        return Err(err);
+    }
+    let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
+    if let Some(Some(region)) = s.regions.get_mut(slot) {
+        region.target = Some(target);
+    }
+    Ok(())
+}
+
+/// Unicorn's read callback of a buffer region.
+unsafe extern "C" fn buffer_read(
+    _: *mut uc_engine,
+    offset: u64,
+    size: c_uint,
+    data: *mut c_void,
+) -> u64 {
+    // SAFETY: `data` is the region's `Target` (`map_buffer_region`), and
+    // Unicorn holds no other reference to the session while it calls back.
+    let target = unsafe { &*data.cast::<Target>() };
+    let session = unsafe { &mut *target.session.cast::<Session<'_>>() };
+    session.served_read(target.slot, offset, size as usize)
+}
+
+/// Unicorn's write callback of a buffer region.
+unsafe extern "C" fn buffer_write(
+    _: *mut uc_engine,
+    offset: u64,
+    size: c_uint,
+    value: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: as in `buffer_read`.
+    let target = unsafe { &*data.cast::<Target>() };
+    let session = unsafe { &mut *target.session.cast::<Session<'_>>() };
+    session.served_write(target.slot, offset, size as usize, value);
 }
 
 /// Gives the pages served for a layer back to RAM.
 pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
     let session = uc.get_data_mut();
-    let released: Vec<(u64, u64, *mut u8)> = match session.served.as_mut() {
+    let released: Vec<(Region, *mut u8)> = match session.served.as_mut() {
         Some(s) => {
             let ram = &session.ram;
             s.regions
                 .iter_mut()
                 .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
                 .filter_map(Option::take)
-                .map(|r| (r.base, r.len, ram.range(r.ram).at(r.base)))
+                .map(|r| {
+                    let ptr = ram.range(r.ram).at(r.base);
+                    (r, ptr)
+                })
                 .collect()
         }
         None => return Ok(()),
     };
-    for (base, len, ptr) in released {
+    // Each region's callback target is dropped only after its unmapping.
+    for (region, ptr) in released {
+        let (base, len) = (region.base, region.len);
         let range = format!("{base:#x}..{:#x}", base + len);
         uc.mem_unmap(base, len)
             .map_err(|e| format!("unmapping MMIO pages {range}: {e:?}"))?;
@@ -222,24 +310,50 @@ fn host_access(
     Some((address, s.ram.range(r.ram).at(address), n))
 }
 
-fn on_read(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize) -> u64 {
-    let s = uc.get_data_mut();
-    let Some((address, host, n)) = host_access(s, slot, offset, size) else {
-        return 0;
-    };
-    let mut word = [0u8; 8];
-    // SAFETY: `host_access` clipped the access to the served region.
-    unsafe { std::ptr::copy_nonoverlapping(host, word.as_mut_ptr(), n) };
-    s.record_access(false, address, n as u64);
-    u64::from_le_bytes(word)
+impl Session<'_> {
+    /// A load from served region `slot`: the bytes, and its events.
+    fn served_read(&mut self, slot: usize, offset: u64, size: usize) -> u64 {
+        let Some((address, host, n)) = host_access(self, slot, offset, size) else {
+            return 0;
+        };
+        let mut word = [0u8; 8];
+        // SAFETY: `host_access` clipped the access to the served region.
+        unsafe { std::ptr::copy_nonoverlapping(host, word.as_mut_ptr(), n) };
+        self.record_access(false, address, n as u64);
+        u64::from_le_bytes(word)
+    }
+
+    /// A store to served buffer region `slot`: the bytes, its events and
+    /// the stray-write check.
+    fn served_write(&mut self, slot: usize, offset: u64, size: usize, value: u64) {
+        let Some((address, host, n)) = host_access(self, slot, offset, size) else {
+            return;
+        };
+        // SAFETY: as in `served_read`.
+        unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
+        self.served_written(address, n as u64);
+    }
+
+    /// The events of `n` bytes stored at `address`, and the stray-write
+    /// check.
+    fn served_written(&mut self, address: u64, n: u64) {
+        self.record_access(true, address, n);
+        if let Some((first, len)) = self.stray_part(address, n) {
+            // No registers here: the hook path's re-trace unwinds the callers.
+            let pc = self.block_address;
+            self.stray_write(pc, first, len, Vec::new());
+        }
+    }
 }
 
-fn on_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, value: u64) {
+/// A store to the port page: a protocol command at the port, else an
+/// ordinary store (the page's other bytes are guest data).
+fn on_port_page_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, value: u64) {
     let s = uc.get_data_mut();
     let Some((address, host, n)) = host_access(s, slot, offset, size) else {
         return;
     };
-    // SAFETY: as in `on_read`.
+    // SAFETY: as in `served_read`.
     unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
     let served = s.served.as_mut().expect("MMIO path");
     if address >= served.port && address < served.port + PORT_SIZE {
@@ -247,10 +361,5 @@ fn on_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: usize, valu
         port_store(uc, address, size, value as i64, pc);
         return;
     }
-    s.record_access(true, address, n as u64);
-    if let Some((first, len)) = s.stray_part(address, n as u64) {
-        // No registers here: the hook path's re-trace unwinds the callers.
-        let pc = s.block_address;
-        s.stray_write(pc, first, len, Vec::new());
-    }
+    s.served_written(address, n as u64);
 }
