@@ -34,9 +34,9 @@ struct Region {
     ram: usize,
     /// The port page: served for the whole run.
     permanent: bool,
-    /// What the callbacks of a buffer region are given; Unicorn points at
-    /// it until the region is unmapped.
-    target: Option<Box<Target>>,
+    /// What the callbacks of a buffer region are given: held, never read
+    /// here, because Unicorn points at it until the region is unmapped.
+    _target: Option<Box<Target>>,
 }
 
 /// The user data of a buffer region's callbacks: its session and slot.
@@ -151,24 +151,29 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
         .ram
         .index(start, end - start)
         .ok_or_else(|| format!("guest pages {range} are not one range of guest RAM"))?;
+    let session = std::ptr::from_mut(uc.get_data_mut()).cast::<c_void>();
     let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
-    let region = Region {
+    let slot = s
+        .regions
+        .iter()
+        .position(Option::is_none)
+        .unwrap_or(s.regions.len());
+    // The box's contents stay put when the region moves into its slot.
+    let mut target = (!permanent).then(|| Box::new(Target { session, slot }));
+    let user_data = target.as_mut().map_or(std::ptr::null_mut(), |t| {
+        std::ptr::from_mut(t.as_mut()).cast()
+    });
+    let region = Some(Region {
         base: start,
         len: end - start,
         ram,
         permanent,
-        target: None,
-    };
-    let slot = match s.regions.iter().position(Option::is_none) {
-        Some(free) => {
-            s.regions[free] = Some(region);
-            free
-        }
-        None => {
-            s.regions.push(Some(region));
-            s.regions.len() - 1
-        }
-    };
+        _target: target,
+    });
+    match s.regions.get_mut(slot) {
+        Some(free) => *free = region,
+        None => s.regions.push(region),
+    }
     uc.mem_unmap(start, end - start)
         .map_err(|e| format!("unmapping guest pages {range}: {e:?}"))?;
     let mapped = if permanent {
@@ -185,25 +190,23 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
             ),
         )
     } else {
-        map_buffer_region(uc, start, end - start, slot)
+        map_buffer_region(uc, start, end - start, user_data)
     };
     mapped.map_err(|e| format!("mapping guest pages {range} as MMIO: {e:?}"))
 }
 
 /// Maps `[start, start + len)` as MMIO whose callbacks go straight to the
-/// session ([`Target`]).
+/// session, given the region's [`Target`] as `user_data`.
 fn map_buffer_region(
     uc: &mut HookUc<'_, '_>,
     start: u64,
     len: u64,
-    slot: usize,
+    user_data: *mut c_void,
 ) -> Result<(), unicorn_engine::uc_error> {
-    let session = std::ptr::from_mut(uc.get_data_mut()).cast::<c_void>();
-    let mut target = Box::new(Target { session, slot });
-    let user_data = std::ptr::from_mut(target.as_mut()).cast::<c_void>();
     // SAFETY: the callbacks have Unicorn's MMIO signatures; `user_data`
-    // points into the box, which the region keeps until it is unmapped
-    // (`release_layer_pages`), and the session outlives the engine's runs.
+    // points into the region's boxed target, which the region keeps until
+    // it is unmapped (`release_layer_pages`), and the session outlives the
+    // engine's runs.
     let err = unsafe {
         uc_mmio_map(
             uc.get_handle(),
@@ -215,14 +218,11 @@ fn map_buffer_region(
             user_data,
         )
     };
-    if err != unicorn_engine::uc_error::OK {
-        return Err(err);
+    if err == unicorn_engine::uc_error::OK {
+        Ok(())
+    } else {
+        Err(err)
     }
-    let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
-    if let Some(Some(region)) = s.regions.get_mut(slot) {
-        region.target = Some(target);
-    }
-    Ok(())
 }
 
 /// Unicorn's read callback of a buffer region.
