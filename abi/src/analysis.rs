@@ -19,4 +19,11 @@ pub trait Analysis {
     fn stray_write(&mut self, _write: &StrayWrite) {}
     /// The open layer ended after `instructions` retired instructions.
     fn layer_end(&mut self, _instructions: u64) {}
+    /// Whether it reads an event's time (`t`) or instruction (`pc`). A run
+    /// whose instructions are counted by a second run beside it
+    /// (`ClockMode::Parallel`) has neither, and is made only when no
+    /// analysis reads them.
+    fn reads_event_times(&self) -> bool {
+        true
+    }
 }

@@ -25,6 +25,11 @@ struct Current {
 }
 
 impl Analysis for LayerStats {
+    /// Counts, O_s and ownership follow the events' order (`seq`) alone.
+    fn reads_event_times(&self) -> bool {
+        false
+    }
+
     fn layer_begin(&mut self, layer: &LayerInfo) {
         self.current = Some(Current {
             report: LayerReport {

@@ -199,6 +199,11 @@ impl ShadowMap {
 }
 
 impl Analysis for ShadowMap {
+    /// Counts, O_s and ownership follow the events' order (`seq`) alone.
+    fn reads_event_times(&self) -> bool {
+        false
+    }
+
     fn layer_begin(&mut self, layer: &LayerInfo) {
         self.layer_names.push(layer.name.clone());
         self.cur = Some(Current {

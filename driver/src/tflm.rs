@@ -20,7 +20,7 @@ use memtrace_model::lower::synth_values;
 use memtrace_model::planner::TracedOverlaps;
 use memtrace_model::{self as model, tflite, Model};
 use memtrace_overlap::rng::Rng;
-use memtrace_tracer::{AccessPath, Arch, ElfImage, RunSummary, TraceOptions};
+use memtrace_tracer::{AccessPath, Arch, ClockMode, ElfImage, RunSummary, TraceOptions};
 
 use crate::common::trace_with;
 use crate::error::{Context, Result};
@@ -242,6 +242,10 @@ impl<'a> ModelRun<'a> {
                 preload: layout.preload,
                 readback: vec![(layout.job_at, mailbox_len), (layout.io.at, layout.io.len)],
                 stray_writes,
+                // A whole model is one run: the second core counts its
+                // instructions (the tracer counts in this run instead when
+                // an analysis reads event times).
+                clock: ClockMode::Parallel,
                 untraced_roles: if self.scratch {
                     Vec::new()
                 } else {

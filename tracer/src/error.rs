@@ -252,6 +252,10 @@ pub enum TraceError {
         /// Layer and guest PC where emulation stopped.
         context: Box<GuestContext>,
     },
+    /// The two runs of a [`crate::ClockMode::Parallel`] trace did not run the
+    /// same program: the guest depends on something other than its inputs.
+    #[error("the guest ran differently in its two runs (events, and the instruction count): {0}")]
+    PassesDiffer(String),
     /// The analysis side closed its channel before the run ended.
     #[error("the analysis side stopped reading events")]
     Disconnected,

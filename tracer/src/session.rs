@@ -22,6 +22,9 @@ mod guard;
 mod mmio;
 mod ram;
 mod stack;
+mod stop;
+
+pub(crate) use stop::StopSwitch;
 
 use commands::{guest_read, on_port_write, port_store};
 
@@ -57,6 +60,15 @@ pub enum ClockMode {
     /// counts what Unicorn's code hook reports, which differs from `Auto` for
     /// failed IT-block instructions and `rep` iterations (see `clock`).
     PerInstruction,
+    /// No clock in this run: a second run of the same guest, with no
+    /// events, counts on another thread and enforces the budget
+    /// (`stream::trace`), so this one pays for the events alone. Events
+    /// carry `t = 0` and, on the MMIO path, `pc = 0`, so it is taken only
+    /// when no analysis reads them (`Analysis::reads_event_times`: O_s,
+    /// counts and the shadow map do not) and without the stray-write watch
+    /// (whose page changes wait for block starts); otherwise it is
+    /// [`ClockMode::Auto`].
+    Parallel,
 }
 
 pub use memtrace_abi::target::AccessPath;
@@ -153,6 +165,8 @@ enum Clock {
     Blocks(BlockClock),
     /// Instructions started so far (the current one included).
     Counted(u64),
+    /// Another run counts ([`ClockMode::Parallel`]).
+    Off,
 }
 
 impl Clock {
@@ -160,6 +174,7 @@ impl Clock {
         match self {
             Clock::Blocks(c) => c.now(pc),
             Clock::Counted(n) => n.saturating_sub(1),
+            Clock::Off => 0,
         }
     }
 }
@@ -242,16 +257,19 @@ fn clear_stale_it_state(uc: &mut HookUc<'_, '_>) {
 /// What hooks receive: any emulator lifetime, any session lifetime.
 type HookUc<'u, 's> = Unicorn<'u, Session<'s>>;
 
-/// Runs `image` to its `memtrace_exit`, streaming messages to `sink`.
+/// Runs `image` to its `memtrace_exit`, streaming messages to `sink`;
+/// `switch` lets another thread stop it.
 pub(crate) fn run(
     image: &ElfImage,
     options: TraceOptions<'_>,
     sink: EventSink,
+    switch: Option<&StopSwitch>,
 ) -> Result<RunSummary, TraceError> {
     let port = image.protocol_port()?;
     let clock = match (image.arch, options.clock) {
         (_, ClockMode::PerInstruction) => Clock::Counted(0),
         (arch, ClockMode::Auto) => Clock::Blocks(arch.block_clock()),
+        (_, ClockMode::Parallel) => Clock::Off,
     };
     let served = match options.access {
         AccessPath::Mmio => mmio::Served::for_image(image, port.address),
@@ -300,9 +318,15 @@ pub(crate) fn run(
     let readback = options.readback;
     install_hooks(&mut uc, port.address)?;
     // Lives until the run has ended: Unicorn calls into it.
-    let _blocks = blocks::BlockHook::install(&mut uc)?;
+    let _blocks = match uc.get_data().clock {
+        Clock::Off => None,
+        _ => Some(blocks::BlockHook::install(&mut uc)?),
+    };
     stack::protect(&mut uc).map_err(TraceError::Emulator)?;
-    let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
+    let result = match switch.map(|s| s.attach(&uc)) {
+        Some(None) => Ok(()),
+        _attached => uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0),
+    };
     let pc = uc.pc_read().unwrap_or(0);
     let session = uc.get_data_mut();
     let layer = session.layer.as_ref().map(|l| l.name.clone());

@@ -3,13 +3,21 @@
 //! batches (batch vectors travel back for reuse, so steady-state tracing does
 //! not allocate). Callers pass analyses and get the run's summary back; no
 //! channel or thread is theirs to set up.
+//!
+//! With [`ClockMode::Parallel`] the run is two runs of the same guest on two
+//! threads: one records the events and counts nothing, the other counts
+//! instructions (the block hook) and records nothing. Each costs about
+//! what one of the two costs alone, so on two cores the pair ends sooner
+//! than one run doing both. The guest is deterministic, so both open the
+//! same layers in the same order; every layer end the analyses see carries
+//! the counting run's instructions, and the summary its total.
 
 use crossbeam_channel::{Receiver, Sender};
-use memtrace_abi::{Analysis, Event, Message};
+use memtrace_abi::{Analysis, Event, Message, Role};
 
 use crate::elf::ElfImage;
 use crate::error::TraceError;
-use crate::session::{run, EventSink, RunSummary, TraceOptions};
+use crate::session::{run, AccessPath, ClockMode, EventSink, RunSummary, StopSwitch, TraceOptions};
 
 /// Batches in flight between the emulator and the analyses.
 const CHANNEL_BATCHES: usize = 64;
@@ -18,35 +26,161 @@ const CHANNEL_BATCHES: usize = 64;
 /// order, on a second thread), and returns the run's summary.
 pub fn trace(
     image: &ElfImage,
-    options: TraceOptions<'_>,
+    mut options: TraceOptions<'_>,
     analyses: &mut [&mut (dyn Analysis + Send)],
 ) -> Result<RunSummary, TraceError> {
+    if options.clock == ClockMode::Parallel {
+        let timed = options.stray_writes || analyses.iter().any(|a| a.reads_event_times());
+        if !timed {
+            return trace_counted_beside(image, options, analyses);
+        }
+        options.clock = ClockMode::Auto;
+    }
     let (messages, received) = crossbeam_channel::bounded(CHANNEL_BATCHES);
     let (recycle, recycled) = crossbeam_channel::bounded(CHANNEL_BATCHES);
     std::thread::scope(|scope| {
-        let consumer = scope.spawn(move || {
-            let mut refs: Vec<&mut dyn Analysis> = analyses
-                .iter_mut()
-                .map(|a| &mut **a as &mut dyn Analysis)
-                .collect();
-            consume(received, recycle, &mut refs);
-        });
-        let summary = run(image, options, EventSink { messages, recycled });
-        consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
+        let consumer = scope.spawn(move || consume(received, recycle, None, analyses));
+        let summary = run(image, options, EventSink { messages, recycled }, None);
+        consumer
+            .join()
+            .map_err(|_| TraceError::AnalysisPanicked)??;
         summary
     })
 }
 
+/// [`ClockMode::Parallel`]: the events' run on a second thread, the
+/// counting run (with the budget and the progress) on this one, the
+/// analyses on a third.
+fn trace_counted_beside(
+    image: &ElfImage,
+    options: TraceOptions<'_>,
+    analyses: &mut [&mut (dyn Analysis + Send)],
+) -> Result<RunSummary, TraceError> {
+    let TraceOptions {
+        job,
+        layers,
+        max_instructions,
+        batch_size,
+        clock: _,
+        access,
+        progress,
+        preload,
+        readback,
+        stray_writes,
+        untraced_roles,
+    } = options;
+    let counting = TraceOptions {
+        job: job.clone(),
+        layers: layers.clone(),
+        max_instructions,
+        clock: ClockMode::Auto,
+        // The port page alone is MMIO, and no buffer is served.
+        access: AccessPath::Mmio,
+        progress,
+        preload: preload.clone(),
+        untraced_roles: ALL_ROLES.to_vec(),
+        ..TraceOptions::default()
+    };
+    let (messages, received) = crossbeam_channel::bounded(CHANNEL_BATCHES);
+    let (recycle, recycled) = crossbeam_channel::bounded(CHANNEL_BATCHES);
+    // Few messages (two per layer): the counting run never waits on them.
+    let (counts, counted) = crossbeam_channel::unbounded();
+    let (recording_switch, counting_switch) = (StopSwitch::default(), StopSwitch::default());
+    std::thread::scope(|scope| {
+        // Borrowed, so the counting run can still send after the consumer
+        // has finished.
+        let counted = &counted;
+        let consumer = scope.spawn(move || consume(received, recycle, Some(counted), analyses));
+        let recording = scope.spawn(|| {
+            let options = TraceOptions {
+                job,
+                layers,
+                max_instructions,
+                batch_size,
+                clock: ClockMode::Parallel,
+                access,
+                progress: None,
+                preload,
+                readback,
+                stray_writes,
+                untraced_roles,
+            };
+            let sink = EventSink { messages, recycled };
+            let summary = run(image, options, sink, Some(&recording_switch));
+            if summary.is_err() {
+                counting_switch.stop();
+            }
+            summary
+        });
+        let (_, no_batches) = crossbeam_channel::bounded(1);
+        let count = run(
+            image,
+            counting,
+            EventSink {
+                messages: counts,
+                recycled: no_batches,
+            },
+            Some(&counting_switch),
+        );
+        if count.is_err() {
+            recording_switch.stop();
+        }
+        let recorded = recording.join().map_err(|_| TraceError::AnalysisPanicked)?;
+        let consumed = consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
+        let summary = match (recorded, count) {
+            // The recording run failed on its own: its error says more.
+            (Err(e), _) if !recording_switch.requested() => return Err(e),
+            (_, Err(e)) | (Err(e), Ok(_)) => return Err(e),
+            (Ok(recorded), Ok(count)) => same_run(recorded, count)?,
+        };
+        consumed?;
+        Ok(summary)
+    })
+}
+
+/// Every buffer role: the counting run traces none.
+const ALL_ROLES: [Role; 5] = [
+    Role::Input,
+    Role::Output,
+    Role::Weights,
+    Role::Bias,
+    Role::Scratch,
+];
+
+/// The recording run's summary with the counting run's instructions, after
+/// checking that both ran the same program.
+fn same_run(recorded: RunSummary, count: RunSummary) -> Result<RunSummary, TraceError> {
+    if recorded.layers != count.layers || recorded.exit_code != count.exit_code {
+        return Err(TraceError::PassesDiffer(format!(
+            "one opened {} layers and exited with {}, the other {} layers and {}",
+            recorded.layers.len(),
+            recorded.exit_code,
+            count.layers.len(),
+            count.exit_code
+        )));
+    }
+    Ok(RunSummary {
+        instructions: count.instructions,
+        ..recorded
+    })
+}
+
 /// Drains `messages` until the tracer hangs up, feeding every analysis and
-/// handing emptied batch vectors back.
+/// handing emptied batch vectors back; each layer end takes its
+/// instructions from the next layer end of `counted` when there is one.
 fn consume(
     messages: Receiver<Message>,
     recycle: Sender<Vec<Event>>,
-    analyses: &mut [&mut dyn Analysis],
-) {
+    counted: Option<&Receiver<Message>>,
+    analyses: &mut [&mut (dyn Analysis + Send)],
+) -> Result<(), TraceError> {
+    let mut open = String::new();
     for message in messages {
         match message {
-            Message::LayerBegin(layer) => analyses.iter_mut().for_each(|a| a.layer_begin(&layer)),
+            Message::LayerBegin(layer) => {
+                open.clone_from(&layer.name);
+                analyses.iter_mut().for_each(|a| a.layer_begin(&layer))
+            }
             Message::BufferDeclared(b) => analyses.iter_mut().for_each(|a| a.buffer(&b)),
             Message::Events(mut batch) => {
                 analyses.iter_mut().for_each(|a| a.events(&batch));
@@ -55,10 +189,39 @@ fn consume(
                 let _ = recycle.try_send(batch);
             }
             Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(&w)),
-            Message::LayerEnd { instructions } => {
+            Message::LayerEnd { mut instructions } => {
+                if let Some(counted) = counted {
+                    // None: the counting run failed, and says why.
+                    if let Some(n) = counted_layer(counted, &open)? {
+                        instructions = n;
+                    }
+                }
                 analyses.iter_mut().for_each(|a| a.layer_end(instructions))
             }
             Message::Exit { .. } => {}
         }
     }
+    Ok(())
+}
+
+/// The instructions of layer `name` from the counting run: its next layer,
+/// which must have the same name. `None` when that run has ended.
+fn counted_layer(counted: &Receiver<Message>, name: &str) -> Result<Option<u64>, TraceError> {
+    let mut begun = None;
+    for message in counted {
+        match message {
+            Message::LayerBegin(layer) => begun = Some(layer.name),
+            Message::LayerEnd { instructions } => {
+                return match begun {
+                    Some(b) if b == name => Ok(Some(instructions)),
+                    b => Err(TraceError::PassesDiffer(format!(
+                        "layer `{name}` in one was `{}` in the other",
+                        b.unwrap_or_default()
+                    ))),
+                };
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
 }

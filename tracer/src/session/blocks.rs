@@ -143,6 +143,8 @@ fn enter_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
             after_instructions(uc, retired, address);
             return;
         }
+        // No block hook is installed without a clock.
+        Clock::Off => return,
     };
     // Code bytes are read only the first time a block is seen.
     let mut code = Vec::new();

@@ -357,7 +357,11 @@ fn on_port_page_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: u
     unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
     let served = s.served.as_mut().expect("MMIO path");
     if address >= served.port && address < served.port + PORT_SIZE {
-        let pc = served.command_pc(s.block_address);
+        // Without a clock there is no block hook, so no block address.
+        let pc = match s.clock {
+            super::Clock::Off => served.signal_pc,
+            _ => served.command_pc(s.block_address),
+        };
         port_store(uc, address, size, value as i64, pc);
         return;
     }
