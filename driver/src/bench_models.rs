@@ -8,7 +8,8 @@
 //! `tflite-micro` on the host (the oracle, beside the plan run). A first row
 //! times the O_s trace alone, fastest of `repeat`, with its event count; a
 //! second the same run with no layer selected (the instruction clock's
-//! block hook alone, no event: the floor of any traced run); a
+//! block hook alone, no event: what the run that counts beside the one
+//! that records costs, the floor of the first row); a
 //! last line compares `verify`'s wall time with the sum of its phases,
 //! which is larger when the phases share the two cores.
 
