@@ -70,6 +70,15 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role.
+    pub const ALL: [Role; 5] = [
+        Role::Input,
+        Role::Output,
+        Role::Weights,
+        Role::Bias,
+        Role::Scratch,
+    ];
+
     /// Decodes `MEMTRACE_ROLE_*`.
     pub fn from_code(code: u32) -> Option<Role> {
         use crate::protocol::*;

@@ -669,6 +669,7 @@ fn walk_windowed<S: StepSink>(op: OpKind, g: &Geometry, t: u64, sink: &mut S) {
 pub(crate) mod tests {
     use super::*;
     use memtrace_abi::spec::{Dtype, LayerSpecBuilder, Padding};
+    use std::ops::Range;
 
     pub(crate) use crate::rng::Rng;
 
@@ -801,6 +802,25 @@ pub(crate) mod tests {
         move |b, y, x, c, h, w, d| ((((b * h + y) * w + x) * d + c) as u64) * t
     }
 
+    /// The reads of output pixel (b, oy, ox)'s input window, channels
+    /// `channels` innermost: what one convolution step reads.
+    fn window_reads(n: &Naive<'_>, at: (i64, i64, i64), channels: Range<i64>, ev: &mut Vec<Ev>) {
+        let (g, t) = (&n.geometry, n.t);
+        let off = nhwc_offset(t);
+        let (b, oy, ox) = at;
+        let (x0, y0) = (ox * g.sw - g.pw, oy * g.sh - g.ph);
+        for fy in 0..g.kh {
+            for fx in 0..g.kw {
+                let (ix, iy) = (x0 + g.dw * fx, y0 + g.dh * fy);
+                if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
+                    for ic in channels.clone() {
+                        ev.push(Ev::Read(off(b, iy, ix, ic, g.ih, g.iw, g.id), t));
+                    }
+                }
+            }
+        }
+    }
+
     /// The naive loop nest of `Conv2d`.
     fn naive_conv2d(n: &Naive<'_>, ev: &mut Vec<Ev>) {
         let (g, t) = (&n.geometry, n.t);
@@ -809,19 +829,7 @@ pub(crate) mod tests {
             for oy in 0..g.oh {
                 for ox in 0..g.ow {
                     for oc in 0..g.od {
-                        let x0 = ox * g.sw - g.pw;
-                        let y0 = oy * g.sh - g.ph;
-                        for fy in 0..g.kh {
-                            for fx in 0..g.kw {
-                                for ic in 0..g.id {
-                                    let ix = x0 + g.dw * fx;
-                                    let iy = y0 + g.dh * fy;
-                                    if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
-                                        ev.push(Ev::Read(off(b, iy, ix, ic, g.ih, g.iw, g.id), t));
-                                    }
-                                }
-                            }
-                        }
+                        window_reads(n, (b, oy, ox), 0..g.id, ev);
                         ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
                     }
                 }
@@ -839,17 +847,7 @@ pub(crate) mod tests {
                     for ic in 0..g.id {
                         for m in 0..g.mult {
                             let oc = m + ic * g.mult;
-                            let x0 = ox * g.sw - g.pw;
-                            let y0 = oy * g.sh - g.ph;
-                            for fy in 0..g.kh {
-                                for fx in 0..g.kw {
-                                    let ix = x0 + g.dw * fx;
-                                    let iy = y0 + g.dh * fy;
-                                    if ix >= 0 && ix < g.iw && iy >= 0 && iy < g.ih {
-                                        ev.push(Ev::Read(off(b, iy, ix, ic, g.ih, g.iw, g.id), t));
-                                    }
-                                }
-                            }
+                            window_reads(n, (b, oy, ox), ic..ic + 1, ev);
                             ev.push(Ev::Write(off(b, oy, ox, oc, g.oh, g.ow, g.od), t));
                         }
                     }

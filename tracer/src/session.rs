@@ -97,7 +97,7 @@ pub struct TraceOptions<'a> {
     /// How accesses to declared buffers are observed.
     pub access: AccessPath,
     /// Called every 2^24 retired instructions with the progress so far.
-    pub progress: Option<Box<dyn FnMut(Progress) + 'a>>,
+    pub progress: Option<Box<dyn FnMut(Progress) + Send + 'a>>,
     /// Bytes the host writes into guest memory before the first instruction
     /// (after the job mailbox), e.g. a model program for the executor.
     pub preload: Vec<(u64, Vec<u8>)>,
@@ -220,7 +220,7 @@ struct Session<'a> {
     events: u64,
     budget: u64,
     stop: Option<Stop>,
-    progress: Option<Box<dyn FnMut(Progress) + 'a>>,
+    progress: Option<Box<dyn FnMut(Progress) + Send + 'a>>,
     next_progress: u64,
     /// Host memory behind guest RAM.
     ram: ram::GuestRam,

@@ -53,32 +53,19 @@ pub fn trace(
 /// analyses on a third.
 fn trace_counted_beside(
     image: &ElfImage,
-    options: TraceOptions<'_>,
+    mut options: TraceOptions<'_>,
     analyses: &mut [&mut (dyn Analysis + Send)],
 ) -> Result<RunSummary, TraceError> {
-    let TraceOptions {
-        job,
-        layers,
-        max_instructions,
-        batch_size,
-        clock: _,
-        access,
-        progress,
-        preload,
-        readback,
-        stray_writes,
-        untraced_roles,
-    } = options;
     let counting = TraceOptions {
-        job: job.clone(),
-        layers: layers.clone(),
-        max_instructions,
+        job: options.job.clone(),
+        layers: options.layers.clone(),
+        max_instructions: options.max_instructions,
         clock: ClockMode::Auto,
         // The port page alone is MMIO, and no buffer is served.
         access: AccessPath::Mmio,
-        progress,
-        preload: preload.clone(),
-        untraced_roles: ALL_ROLES.to_vec(),
+        progress: options.progress.take(),
+        preload: options.preload.clone(),
+        untraced_roles: Role::ALL.to_vec(),
         ..TraceOptions::default()
     };
     let (messages, received) = crossbeam_channel::bounded(CHANNEL_BATCHES);
@@ -92,19 +79,6 @@ fn trace_counted_beside(
         let counted = &counted;
         let consumer = scope.spawn(move || consume(received, recycle, Some(counted), analyses));
         let recording = scope.spawn(|| {
-            let options = TraceOptions {
-                job,
-                layers,
-                max_instructions,
-                batch_size,
-                clock: ClockMode::Parallel,
-                access,
-                progress: None,
-                preload,
-                readback,
-                stray_writes,
-                untraced_roles,
-            };
             let sink = EventSink { messages, recycled };
             let summary = run(image, options, sink, Some(&recording_switch));
             if summary.is_err() {
@@ -125,7 +99,9 @@ fn trace_counted_beside(
         if count.is_err() {
             recording_switch.stop();
         }
-        let recorded = recording.join().map_err(|_| TraceError::AnalysisPanicked)?;
+        let recorded = recording
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let consumed = consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
         let summary = match (recorded, count) {
             // The recording run failed on its own: its error says more.
@@ -137,15 +113,6 @@ fn trace_counted_beside(
         Ok(summary)
     })
 }
-
-/// Every buffer role: the counting run traces none.
-const ALL_ROLES: [Role; 5] = [
-    Role::Input,
-    Role::Output,
-    Role::Weights,
-    Role::Bias,
-    Role::Scratch,
-];
 
 /// The recording run's summary with the counting run's instructions, after
 /// checking that both ran the same program.
