@@ -129,8 +129,10 @@ fn write_row(out: &mut impl Write, model: &str, kernels: Kernels, p: &Phase) -> 
 /// The O_s trace alone (what `plan --runtime tflm` runs), fastest of
 /// `repeat`, against the same run without hooks, fastest of `repeat`; and
 /// the same traced run with no layer selected, which shows what the
-/// instruction clock (a block hook) costs by itself, before any event.
-fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Result<[Phase; 2]> {
+/// instruction clock (a block hook) costs by itself, before any event; and
+/// the O_s trace against the run in Unicorn as it comes (its own TLB, which
+/// sends every store through its slow path: `UntracedOptions::stock`).
+fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Result<[Phase; 3]> {
     let bytes = model_bytes(model, 1)?;
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
@@ -162,6 +164,16 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
             },
         )?)
     })?;
+    let (stock, _) = fastest(repeat, || {
+        Ok(run_untraced(
+            &image,
+            UntracedOptions {
+                preload: &preload,
+                stock: true,
+                ..Default::default()
+            },
+        )?)
+    })?;
     Ok([
         Phase {
             name: "O_s trace",
@@ -176,6 +188,13 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
             events: Some(0),
             seconds: clock.as_secs_f64(),
             raw_seconds: Some(raw.as_secs_f64()),
+        },
+        Phase {
+            name: "  vs stock unicorn",
+            instructions: Some(instructions),
+            events: Some(events),
+            seconds: traced.as_secs_f64(),
+            raw_seconds: Some(stock.as_secs_f64()),
         },
     ])
 }

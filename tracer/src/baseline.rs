@@ -1,6 +1,7 @@
-//! The same guest in Unicorn with no hooks: the reference `memtrace bench`
-//! measures tracing overhead against, and the run of a guest whose only
-//! product is the memory it leaves (a model's outputs), which needs no trace.
+//! The same guest in Unicorn with no hooks (but the TLB fill that keeps
+//! stores fast, as in traced runs): the reference `memtrace bench` measures
+//! tracing overhead against, and the run of a guest whose only product is
+//! the memory it leaves (a model's outputs), which needs no trace.
 //!
 //! Only the page holding `memtrace_port` is mapped as MMIO, so the run can stop
 //! at the guest's EXIT command; every other access stays on Unicorn's fast path.
@@ -17,8 +18,8 @@ use crate::arch::Machine;
 use crate::elf::ElfImage;
 use crate::error::{GuestContext, TraceError};
 use crate::machine::{
-    emulator_error, load_segments, map_pages, read_guest_string, write_inputs, GuestInputs, Job,
-    PAGE,
+    emulator_error, fast_stores, load_segments, map_pages, read_guest_string, write_inputs,
+    GuestInputs, Job, PAGE,
 };
 
 /// What an untraced run writes first, reads back after, and how long it may
@@ -35,6 +36,10 @@ pub struct UntracedOptions<'a> {
     /// Wall time after which a guest that has not exited is stopped
     /// ([`TraceError::TimeLimit`]); `None` waits for ever.
     pub time_limit: Option<Duration>,
+    /// Unicorn as it comes, for `memtrace bench`'s comparison: its own TLB,
+    /// which sends every store to a data page through its slow path
+    /// (`machine::fast_stores`, which every other run uses).
+    pub stock: bool,
 }
 
 /// How an untraced run ended.
@@ -64,6 +69,9 @@ pub fn run_untraced(
     let port = image.protocol_port()?;
     let port_page = port.address & !(PAGE - 1);
     let mut uc = image.arch.new_engine(PortState::default())?;
+    if !options.stock {
+        fast_stores(&mut uc, image.arch)?;
+    }
     map_pages(&mut uc, image, Some(port_page))?;
     uc.mmio_map(
         port_page,

@@ -3,11 +3,12 @@
 //! bytes) written — the same for traced runs (`session`) and untraced ones
 //! (`baseline`), which differ only in how a few pages are mapped.
 
-use unicorn_engine::{Prot, Unicorn};
+use unicorn_engine::{MemType, Prot, RegisterARM, TlbEntry, TlbType, Unicorn};
 
 use memtrace_abi::spec::JOB_WORDS;
 
-use crate::elf::ElfImage;
+use crate::arch::Machine;
+use crate::elf::{Arch, ElfImage};
 use crate::error::TraceError;
 
 /// Guest page size.
@@ -215,4 +216,39 @@ pub(crate) fn read_guest_string(
         bytes.extend_from_slice(got);
     }
     Err(unterminated())
+}
+
+/// Lets the guest's stores to data pages run at full speed.
+///
+/// Unicorn's own TLB gives a page the permissions of the architecture's
+/// memory map, in which a Cortex-M's SRAM (like all memory of an x86-64
+/// guest without paging) is executable; and Unicorn never takes a page whose
+/// TLB entry allows execution off the slow path for stores (it must check
+/// each store for translated code to discard). So every store to the stack
+/// or the arena went through that helper: about half of a convolution's
+/// run. Here the TLB is filled by the host instead, with the permissions the
+/// pages are mapped with asked for by each access: a data access gets read
+/// and write, a fetch everything. Unicorn still checks every fetch against
+/// the mapping (`set_permissions`), so code runs only where it did before.
+pub(crate) fn fast_stores<D>(uc: &mut Unicorn<'_, D>, arch: Arch) -> Result<(), TraceError> {
+    uc.ctl_set_tlb_type(TlbType::VIRTUAL)
+        .map_err(|e| emulator_error("choosing the host-filled TLB", e))?;
+    let thumb = arch.has_it_blocks();
+    uc.add_tlb_hook(1, 0, move |uc, page, access| {
+        // Unicorn restored the accessing instruction's state before asking,
+        // IT bits included, which nothing clears after its block
+        // (`session::clear_stale_it_state`).
+        if thumb {
+            const THUMB: u64 = 1 << 24;
+            let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
+        }
+        let perms = if access == MemType::FETCH {
+            Prot::ALL
+        } else {
+            Prot::READ | Prot::WRITE
+        };
+        Some(TlbEntry { paddr: page, perms })
+    })
+    .map_err(|e| emulator_error("hooking the TLB fill", e))?;
+    Ok(())
 }

@@ -367,6 +367,7 @@ pub(crate) fn run(
 /// The machine of a traced run: RAM host-backed (`ram.rs`); segments loaded.
 fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, TraceError> {
     let mut uc = image.arch.new_engine(session)?;
+    crate::machine::fast_stores(&mut uc, image.arch)?;
     ram::map(&mut uc)?;
     load_segments(&mut uc, image, None)?;
     Ok(uc)
@@ -388,15 +389,20 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
     // Memory hooks are kept off data pages: Unicorn sends every store to a
     // RAM page that any memory hook covers through its slow path
     // (`notdirty_write`, a translated-code check per store), while a page
-    // no hook covers takes stores at full speed after the first.
-    let write_prot = if uc.get_data().guard.is_some() {
-        // The stray-write watch may protect any page.
-        Some((1, 0))
-    } else {
-        let stack = uc.get_data().stack.as_ref();
-        stack.map(|w| (w.zone.0, w.zone.1.saturating_sub(1)))
+    // no hook covers takes stores at full speed after the first. So the
+    // write-protect hook covers only the pages that may be protected: the
+    // stack's guard pages and, with the stray-write watch, what it protects
+    // (which keeps the stack out when the image names it).
+    let inclusive = |pages: Vec<(u64, u64)>| pages.into_iter().map(|(s, e)| (s, e - 1)).collect();
+    let write_prot: Vec<(u64, u64)> = match uc.get_data().guard.as_ref() {
+        // `(1, 0)`: Unicorn's range of all memory.
+        Some(g) => g.hooked_pages().map_or(vec![(1, 0)], inclusive),
+        None => {
+            let stack = uc.get_data().stack.as_ref();
+            stack.map_or(Vec::new(), |w| inclusive(vec![w.zone]))
+        }
     };
-    if let Some((first, last)) = write_prot {
+    for (first, last) in write_prot {
         uc.add_mem_hook(HookType::MEM_WRITE_PROT, first, last, guard::on_write_prot)
             .map_err(hook_err)?;
     }

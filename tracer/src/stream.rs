@@ -81,10 +81,11 @@ fn trace_counted_beside(
         let recording = scope.spawn(|| {
             let sink = EventSink { messages, recycled };
             let summary = run(image, options, sink, Some(&recording_switch));
+            let failed_alone = summary.is_err() && !recording_switch.requested();
             if summary.is_err() {
                 counting_switch.stop();
             }
-            summary
+            (summary, failed_alone)
         });
         let (_, no_batches) = crossbeam_channel::bounded(1);
         let count = run(
@@ -96,18 +97,21 @@ fn trace_counted_beside(
             },
             Some(&counting_switch),
         );
+        let counting_failed_alone = count.is_err() && !counting_switch.requested();
         if count.is_err() {
             recording_switch.stop();
         }
-        let recorded = recording
+        let (recorded, recording_failed_alone) = recording
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let consumed = consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
+        // A run that was stopped because its partner failed ends with an
+        // error that says only that: the partner's error is the one to give.
         let summary = match (recorded, count) {
-            // The recording run failed on its own: its error says more.
-            (Err(e), _) if !recording_switch.requested() => return Err(e),
-            (_, Err(e)) | (Err(e), Ok(_)) => return Err(e),
             (Ok(recorded), Ok(count)) => same_run(recorded, count)?,
+            (Err(e), _) if recording_failed_alone => return Err(e),
+            (_, Err(e)) if counting_failed_alone => return Err(e),
+            (Err(e), _) | (_, Err(e)) => return Err(e),
         };
         consumed?;
         Ok(summary)

@@ -84,3 +84,44 @@ fn a_guest_that_never_exits_is_stopped_by_the_time_limit_where_it_spins() {
     assert!(text.contains("spin.c:"), "{text}");
     assert!(text.contains("spin_forever"), "{text}");
 }
+
+/// memtrace fills Unicorn's TLB itself so that stores to data pages stay
+/// fast (`machine::fast_stores`); the guest must not notice. Checked against
+/// Unicorn as it comes, on layers whose kernels use IT blocks and the stack.
+#[test]
+fn the_host_filled_tlb_runs_the_guest_as_stock_unicorn_does() {
+    let specs = [
+        "op=conv2d,dtype=int8,input=1x12x12x8,filter=16x3x3x8,stride=1,padding=same",
+        "op=depthwise_conv2d,dtype=f32,input=1x9x9x4,filter=1x3x3x4,stride=2,padding=valid",
+        "op=fully_connected,dtype=int8,input=1x64,filter=10x64",
+    ];
+    for target in ["cortex-m4", "x86_64"] {
+        for suite in ["suite.elf", "suite-cmsis.elf"] {
+            let image = ElfImage::load(&guest(target, suite)).unwrap();
+            let arena = image.symbol("memtrace_arena").unwrap().address;
+            let readback = vec![(arena, ARENA_PREFIX)];
+            for spec in specs {
+                let job = Job {
+                    spec: LayerSpec::parse(spec).unwrap(),
+                    seed: 5,
+                };
+                let run = |stock| {
+                    run_untraced(
+                        &image,
+                        UntracedOptions {
+                            job: Some(&job),
+                            readback: &readback,
+                            stock,
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap()
+                };
+                let (fast, stock) = (run(false), run(true));
+                assert_eq!(fast.exit_code, 0, "{target} {suite} {spec}");
+                assert_eq!(fast.exit_code, stock.exit_code, "{target} {suite} {spec}");
+                assert_eq!(fast.memory, stock.memory, "{target} {suite} {spec}");
+            }
+        }
+    }
+}

@@ -119,6 +119,14 @@ impl Guard {
         }
     }
 
+    /// The pages the watch may write-protect, `[start, end)`, for its
+    /// write-protect hooks; `None` (all memory) without stack symbols,
+    /// where the stack is is known only at layer begin.
+    pub(super) fn hooked_pages(&self) -> Option<Vec<(u64, u64)>> {
+        let (bottom, top) = self.stack_symbols?;
+        Some(subtract(&self.loaded, page_ceil(bottom), page_ceil(top)))
+    }
+
     /// The stack's byte range while a layer is open.
     fn stack(&self) -> Option<(u64, u64)> {
         self.active.as_ref().map(|a| a.stack)

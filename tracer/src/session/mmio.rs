@@ -112,29 +112,61 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
     Ok(())
 }
 
-/// Serves every page of `[start, end)` that is not served yet.
+/// Serves every page of `[start, end)` that is not served yet, together
+/// with the buffer regions it touches.
+///
+/// A layer's buffers usually lie end to end (an arena), and each served
+/// region is a region of Unicorn's memory map, which its slow path looks up
+/// on every access with a one-entry cache (the last region hit). A kernel
+/// that reads its input and its filter in turn would miss that cache at every
+/// access if they were two regions, so touching buffer regions are merged
+/// into one when the merged range is still one range of guest RAM and holds
+/// no code.
 pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Result<(), String> {
-    let last = end.div_ceil(PAGE) * PAGE;
+    let (mut lo, mut hi) = (start & !(PAGE - 1), end.div_ceil(PAGE) * PAGE);
+    while let Some(slot) = touching_region(uc.get_data(), lo, hi) {
+        let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
+        let region = s.regions[slot].take().expect("a served region");
+        lo = lo.min(region.base);
+        hi = hi.max(region.base + region.len);
+        unserve(uc, region)?;
+    }
     let served = |uc: &HookUc<'_, '_>, p: u64| {
         uc.get_data()
             .served
             .as_ref()
             .is_some_and(|s| s.is_served(p))
     };
-    let mut page = start & !(PAGE - 1);
-    while page < last {
+    let mut page = lo;
+    while page < hi {
         if served(uc, page) {
             page += PAGE;
             continue;
         }
         let mut run_end = page + PAGE;
-        while run_end < last && !served(uc, run_end) {
+        while run_end < hi && !served(uc, run_end) {
             run_end += PAGE;
         }
         serve(uc, page, run_end, false)?;
         page = run_end;
     }
     Ok(())
+}
+
+/// The slot of a buffer region that overlaps or touches the pages
+/// `[lo, hi)` and can be merged with them into one region.
+fn touching_region(s: &Session<'_>, lo: u64, hi: u64) -> Option<usize> {
+    let served = s.served.as_ref()?;
+    served.regions.iter().position(|r| {
+        r.as_ref().is_some_and(|r| {
+            let (a, b) = (lo.min(r.base), hi.max(r.base + r.len));
+            !r.permanent
+                && r.base <= hi
+                && lo <= r.base + r.len
+                && s.ram.index(a, b - a) == Some(r.ram)
+                && !s.image.is_executable(a, b - a)
+        })
+    })
 }
 
 /// Replaces the RAM mapping of `[start, end)` (page-aligned) by MMIO.
@@ -255,43 +287,44 @@ unsafe extern "C" fn buffer_write(
 
 /// Gives the pages served for a layer back to RAM.
 pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
-    let session = uc.get_data_mut();
-    let released: Vec<(Region, *mut u8)> = match session.served.as_mut() {
-        Some(s) => {
-            let ram = &session.ram;
-            s.regions
-                .iter_mut()
-                .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
-                .filter_map(Option::take)
-                .map(|r| {
-                    let ptr = ram.range(r.ram).at(r.base);
-                    (r, ptr)
-                })
-                .collect()
-        }
+    let released: Vec<Region> = match uc.get_data_mut().served.as_mut() {
+        Some(s) => s
+            .regions
+            .iter_mut()
+            .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
+            .filter_map(Option::take)
+            .collect(),
         None => return Ok(()),
     };
-    // Each region's callback target is dropped only after its unmapping.
-    for (region, ptr) in released {
-        let (base, len) = (region.base, region.len);
-        let range = format!("{base:#x}..{:#x}", base + len);
-        uc.mem_unmap(base, len)
-            .map_err(|e| format!("unmapping MMIO pages {range}: {e:?}"))?;
-        // SAFETY: as in `ram::map`; `ptr` is inside the same allocation.
-        unsafe { uc.mem_map_ptr(base, len, Prot::ALL, ptr as *mut c_void) }
-            .and_then(|()| {
-                let image = uc.get_data().image;
-                super::set_permissions(uc, image, base, base + len, Prot::NONE)
-            })
-            .map_err(|e| format!("remapping guest pages {range}: {e:?}"))?;
-        if uc
-            .get_data()
-            .stack
-            .as_ref()
-            .is_some_and(|w| w.meets(base, base + len))
-        {
-            super::stack::protect(uc)?;
-        }
+    for region in released {
+        unserve(uc, region)?;
+    }
+    Ok(())
+}
+
+/// Maps a served region's pages as RAM again; its callback target is
+/// dropped only after the unmapping.
+fn unserve(uc: &mut HookUc<'_, '_>, region: Region) -> Result<(), String> {
+    let (base, len) = (region.base, region.len);
+    let ptr = uc.get_data().ram.range(region.ram).at(base);
+    let range = format!("{base:#x}..{:#x}", base + len);
+    uc.mem_unmap(base, len)
+        .map_err(|e| format!("unmapping MMIO pages {range}: {e:?}"))?;
+    drop(region);
+    // SAFETY: as in `ram::map`; `ptr` is inside the same allocation.
+    unsafe { uc.mem_map_ptr(base, len, Prot::ALL, ptr as *mut c_void) }
+        .and_then(|()| {
+            let image = uc.get_data().image;
+            super::set_permissions(uc, image, base, base + len, Prot::NONE)
+        })
+        .map_err(|e| format!("remapping guest pages {range}: {e:?}"))?;
+    if uc
+        .get_data()
+        .stack
+        .as_ref()
+        .is_some_and(|w| w.meets(base, base + len))
+    {
+        super::stack::protect(uc)?;
     }
     Ok(())
 }
