@@ -149,37 +149,37 @@ impl Overhead {
     fn ratio(&self, took: Duration) -> f64 {
         took.as_secs_f64() / self.raw.as_secs_f64()
     }
+
+    /// `memtrace run` against Unicorn as it comes.
+    fn against_stock(&self) -> f64 {
+        self.mmio.as_secs_f64() / self.stock.as_secs_f64()
+    }
 }
 
 /// Unicorn without hooks and both traced paths on `image`, fastest of
 /// `repeat` each.
 fn overhead(image: &ElfImage, job: &Job, repeat: u32) -> Result<Overhead> {
-    let (raw, code) = fastest(repeat, || {
-        Ok(run_untraced(
-            image,
-            UntracedOptions {
-                job: Some(job),
-                ..Default::default()
-            },
-        )?
-        .exit_code)
-    })?;
+    let untraced = |stock| {
+        fastest(repeat, || {
+            Ok(run_untraced(
+                image,
+                UntracedOptions {
+                    job: Some(job),
+                    stock,
+                    ..Default::default()
+                },
+            )?
+            .exit_code)
+        })
+    };
+    let (raw, code) = untraced(false)?;
     if code != 0 {
         bail!(
             "the untraced guest {} exited with code {code}",
             image.path.display()
         );
     }
-    let (stock, _) = fastest(repeat, || {
-        Ok(run_untraced(
-            image,
-            UntracedOptions {
-                job: Some(job),
-                stock: true,
-                ..Default::default()
-            },
-        )?)
-    })?;
+    let (stock, _) = untraced(true)?;
     let (mmio, hooks, traced, kernel) = traced_both(image, job, repeat)?;
     Ok(Overhead {
         raw,
@@ -249,7 +249,7 @@ pub fn bench(opts: &BenchOptions, out: &mut impl Write) -> Result<()> {
             "NOT met"
         },
         reference.ratio(reference.mmio),
-        reference.mmio.as_secs_f64() / reference.stock.as_secs_f64()
+        reference.against_stock()
     )?;
     let cmsis_path = args.build_dir.join("cortex-m4/suite-cmsis.elf");
     if cmsis_path.exists() {
@@ -267,12 +267,11 @@ pub fn bench(opts: &BenchOptions, out: &mut impl Write) -> Result<()> {
             out,
             "  (whole runs: suite-cmsis.elf also runs the reference kernel outside the window, untraced, to check its output bit for bit)"
         )?;
-        let stock = |o: &Overhead| o.mmio.as_secs_f64() / o.stock.as_secs_f64();
         writeln!(
             out,
             "  memtrace run against unicorn as it comes: reference {:.2} x, CMSIS-NN {:.2} x",
-            stock(&reference),
-            stock(&cmsis)
+            reference.against_stock(),
+            cmsis.against_stock()
         )?;
     } else {
         writeln!(

@@ -155,25 +155,20 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
     let (traced, (instructions, events)) = fastest(repeat, || traced_run(None))?;
     let (clock, _) = fastest(repeat, || traced_run(Some(Vec::new())))?;
     let preload = run.preload()?;
-    let (raw, _) = fastest(repeat, || {
-        Ok(run_untraced(
-            &image,
-            UntracedOptions {
-                preload: &preload,
-                ..Default::default()
-            },
-        )?)
-    })?;
-    let (stock, _) = fastest(repeat, || {
-        Ok(run_untraced(
-            &image,
-            UntracedOptions {
-                preload: &preload,
-                stock: true,
-                ..Default::default()
-            },
-        )?)
-    })?;
+    let untraced = |stock| {
+        fastest(repeat, || {
+            Ok(run_untraced(
+                &image,
+                UntracedOptions {
+                    preload: &preload,
+                    stock,
+                    ..Default::default()
+                },
+            )?)
+        })
+    };
+    let (raw, _) = untraced(false)?;
+    let (stock, _) = untraced(true)?;
     Ok([
         Phase {
             name: "O_s trace",

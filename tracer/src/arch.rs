@@ -55,9 +55,18 @@ pub(crate) trait Machine {
     /// A code address without mode bits (the Thumb bit of a return address).
     fn code_address(self, address: u64) -> u64;
 
-    /// Whether memory hooks leave stale Thumb IT state behind that must be
-    /// cleared after each hooked access (unicorn-engine/unicorn#2309).
-    fn has_it_blocks(self) -> bool;
+    /// Clears the Thumb IT state that Unicorn's PC synchronisation leaves
+    /// behind; after every hook that made Unicorn restore the state of the
+    /// instruction it interrupted (nothing to clear on x86-64).
+    ///
+    /// A memory hook or a TLB fill makes Unicorn restore the CPU state of the
+    /// accessing instruction, IT bits included, and nothing resets them when
+    /// the block leaves the IT block, so the next block would run as if still
+    /// inside it (unicorn-engine/unicorn#2309; `harness-c/guests/it_block.c`
+    /// shows it). Writing EPSR changes only the IT and T bits. A block that
+    /// ends inside an IT block stores its own IT state at its end, so zero is
+    /// right in every case.
+    fn clear_stale_it_state<D>(self, uc: &mut Unicorn<'_, D>);
 
     /// What Unicorn's interrupt `number` means on this architecture.
     fn interrupt_name(self, number: u32) -> &'static str;
@@ -178,8 +187,11 @@ impl Machine for Arch {
         }
     }
 
-    fn has_it_blocks(self) -> bool {
-        self == Arch::CortexM4
+    fn clear_stale_it_state<D>(self, uc: &mut Unicorn<'_, D>) {
+        if self == Arch::CortexM4 {
+            const THUMB: u64 = 1 << 24;
+            let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
+        }
     }
 
     fn interrupt_name(self, number: u32) -> &'static str {

@@ -3,7 +3,7 @@
 //! bytes) written — the same for traced runs (`session`) and untraced ones
 //! (`baseline`), which differ only in how a few pages are mapped.
 
-use unicorn_engine::{MemType, Prot, RegisterARM, TlbEntry, TlbType, Unicorn};
+use unicorn_engine::{MemType, Prot, TlbEntry, TlbType, Unicorn};
 
 use memtrace_abi::spec::JOB_WORDS;
 
@@ -233,15 +233,9 @@ pub(crate) fn read_guest_string(
 pub(crate) fn fast_stores<D>(uc: &mut Unicorn<'_, D>, arch: Arch) -> Result<(), TraceError> {
     uc.ctl_set_tlb_type(TlbType::VIRTUAL)
         .map_err(|e| emulator_error("choosing the host-filled TLB", e))?;
-    let thumb = arch.has_it_blocks();
     uc.add_tlb_hook(1, 0, move |uc, page, access| {
-        // Unicorn restored the accessing instruction's state before asking,
-        // IT bits included, which nothing clears after its block
-        // (`session::clear_stale_it_state`).
-        if thumb {
-            const THUMB: u64 = 1 << 24;
-            let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
-        }
+        // Unicorn restored the accessing instruction's state before asking.
+        arch.clear_stale_it_state(uc);
         let perms = if access == MemType::FETCH {
             Prot::ALL
         } else {

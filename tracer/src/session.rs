@@ -31,7 +31,7 @@ use commands::{guest_read, on_port_write, port_store};
 use std::collections::HashSet;
 
 use crossbeam_channel::{Receiver, Sender};
-use unicorn_engine::{HookType, MemType, RegisterARM, Unicorn};
+use unicorn_engine::{HookType, MemType, Unicorn};
 
 use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
 use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PORT_SIZE};
@@ -239,19 +239,10 @@ struct Session<'a> {
 }
 
 type Uc<'a> = Unicorn<'a, Session<'a>>;
-/// Clears the Thumb IT state that Unicorn's PC synchronisation leaves behind.
-///
-/// A memory hook makes Unicorn restore the CPU state of the accessing
-/// instruction, IT bits included, and nothing resets them when the block
-/// leaves the IT block, so the next block would run as if still inside it
-/// (unicorn-engine/unicorn#2309; `harness-c/guests/it_block.c` shows it).
-/// Writing EPSR changes only the IT and T bits. A block that ends inside an IT
-/// block stores its own IT state at its end, so zero is right in every case.
+/// [`Machine::clear_stale_it_state`] after a memory hook.
 fn clear_stale_it_state(uc: &mut HookUc<'_, '_>) {
-    if uc.get_data().image.arch.has_it_blocks() {
-        const THUMB: u64 = 1 << 24;
-        let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
-    }
+    let arch = uc.get_data().image.arch;
+    arch.clear_stale_it_state(uc);
 }
 
 /// What hooks receive: any emulator lifetime, any session lifetime.
@@ -393,7 +384,15 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
     // write-protect hook covers only the pages that may be protected: the
     // stack's guard pages and, with the stray-write watch, what it protects
     // (which keeps the stack out when the image names it).
-    let inclusive = |pages: Vec<(u64, u64)>| pages.into_iter().map(|(s, e)| (s, e - 1)).collect();
+    // An empty range would become `(s, s - 1)`, which Unicorn reads as all
+    // memory.
+    let inclusive = |pages: Vec<(u64, u64)>| {
+        pages
+            .into_iter()
+            .filter(|(s, e)| s < e)
+            .map(|(s, e)| (s, e - 1))
+            .collect()
+    };
     let write_prot: Vec<(u64, u64)> = match uc.get_data().guard.as_ref() {
         // `(1, 0)`: Unicorn's range of all memory.
         Some(g) => g.hooked_pages().map_or(vec![(1, 0)], inclusive),
