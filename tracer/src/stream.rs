@@ -48,9 +48,9 @@ pub fn trace(
     })
 }
 
-/// [`ClockMode::Parallel`]: the events' run on a second thread, the
-/// counting run (with the budget and the progress) on this one, the
-/// analyses on a third.
+/// [`ClockMode::Parallel`]: the events' run on this thread, the counting
+/// run (with the budget and the progress) on a second one, the analyses on
+/// a third.
 fn trace_counted_beside(
     image: &ElfImage,
     mut options: TraceOptions<'_>,
@@ -78,30 +78,27 @@ fn trace_counted_beside(
         // has finished.
         let counted = &counted;
         let consumer = scope.spawn(move || consume(received, recycle, Some(counted), analyses));
-        let recording = scope.spawn(|| {
-            let sink = EventSink { messages, recycled };
-            let summary = run(image, options, sink, Some(&recording_switch));
-            let failed_alone = summary.is_err() && !recording_switch.requested();
-            if summary.is_err() {
-                counting_switch.stop();
-            }
-            (summary, failed_alone)
-        });
-        let (_, no_batches) = crossbeam_channel::bounded(1);
-        let count = run(
-            image,
-            counting,
-            EventSink {
+        let counting = scope.spawn(|| {
+            yield_to_recording();
+            let (_, no_batches) = crossbeam_channel::bounded(1);
+            let sink = EventSink {
                 messages: counts,
                 recycled: no_batches,
-            },
-            Some(&counting_switch),
-        );
-        let counting_failed_alone = count.is_err() && !counting_switch.requested();
-        if count.is_err() {
-            recording_switch.stop();
+            };
+            let count = run(image, counting, sink, Some(&counting_switch));
+            let failed_alone = count.is_err() && !counting_switch.requested();
+            if count.is_err() {
+                recording_switch.stop();
+            }
+            (count, failed_alone)
+        });
+        let sink = EventSink { messages, recycled };
+        let recorded = run(image, options, sink, Some(&recording_switch));
+        let recording_failed_alone = recorded.is_err() && !recording_switch.requested();
+        if recorded.is_err() {
+            counting_switch.stop();
         }
-        let (recorded, recording_failed_alone) = recording
+        let (count, counting_failed_alone) = counting
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let consumed = consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
@@ -117,6 +114,26 @@ fn trace_counted_beside(
         Ok(summary)
     })
 }
+
+/// Lowers the priority of the calling thread (the counting run's) by
+/// [`COUNTING_NICE`]: three threads share two cores, and the recording run,
+/// which pays for every event, is the one the pair waits for; the counting
+/// run has time to spare and should take the core the analyses leave. On
+/// Linux a thread's nice value is its own (`nice` changes the calling thread
+/// only) and ends with it.
+fn yield_to_recording() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `nice` only raises this thread's nice value; a failure leaves
+    // the priority as it was, which is harmless.
+    unsafe {
+        libc::nice(COUNTING_NICE);
+    }
+}
+
+/// How much the counting run's nice value is raised: mildly, so that on a
+/// machine busy with other work it is not starved (the recording run waits
+/// for it at the end).
+const COUNTING_NICE: std::ffi::c_int = 3;
 
 /// The recording run's summary with the counting run's instructions, after
 /// checking that both ran the same program.
@@ -195,4 +212,29 @@ fn counted_layer(counted: &Receiver<Message>, name: &str) -> Result<Option<u64>,
         }
     }
     Ok(None)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::{yield_to_recording, COUNTING_NICE};
+
+    fn own_nice() -> i32 {
+        // SAFETY: reads the calling thread's nice value (`who` 0 is the
+        // calling thread on Linux).
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
+
+    #[test]
+    fn the_counting_thread_alone_yields_to_the_recording_one() {
+        let caller = own_nice();
+        let (before, after) = std::thread::spawn(|| {
+            let before = own_nice();
+            yield_to_recording();
+            (before, own_nice())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(after, (before + COUNTING_NICE).min(19));
+        assert_eq!(own_nice(), caller, "the calling thread keeps its priority");
+    }
 }
