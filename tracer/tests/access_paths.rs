@@ -13,9 +13,19 @@ use memtrace_abi::{Event, LayerSpec, Message};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
 fn trace(image: &ElfImage, job: Option<&Job>, access: AccessPath) -> Vec<Message> {
+    trace_preloaded(image, job, access, Vec::new())
+}
+
+fn trace_preloaded(
+    image: &ElfImage,
+    job: Option<&Job>,
+    access: AccessPath,
+    preload: Vec<(u64, Vec<u8>)>,
+) -> Vec<Message> {
     let options = TraceOptions {
         job: job.cloned(),
         access,
+        preload,
         ..TraceOptions::default()
     };
     let (summary, messages) = trace_messages(image, options);
@@ -37,8 +47,22 @@ fn split(messages: Vec<Message>) -> (Vec<Event>, Vec<Message>) {
 }
 
 fn assert_paths_agree(image: &ElfImage, job: Option<&Job>, what: &str) {
-    let (exact, exact_rest) = split(trace(image, job, AccessPath::Hooks));
-    let (fast, fast_rest) = split(trace(image, job, AccessPath::Mmio));
+    assert_preloaded_paths_agree(image, job, Vec::new(), what);
+}
+
+fn assert_preloaded_paths_agree(
+    image: &ElfImage,
+    job: Option<&Job>,
+    preload: Vec<(u64, Vec<u8>)>,
+    what: &str,
+) {
+    let (exact, exact_rest) = split(trace_preloaded(
+        image,
+        job,
+        AccessPath::Hooks,
+        preload.clone(),
+    ));
+    let (fast, fast_rest) = split(trace_preloaded(image, job, AccessPath::Mmio, preload));
     assert!(!exact.is_empty(), "{what}: no events");
     // Layer windows, buffers and instruction counts are identical.
     assert_eq!(fast_rest, exact_rest, "{what}");
@@ -97,6 +121,36 @@ fn mmio_and_hooks_agree_across_layers() {
     // Thumb IT blocks whose conditional accesses hit traced buffers.
     let image = ElfImage::load(&guest("cortex-m4", "it-block.elf")).unwrap();
     assert_paths_agree(&image, None, "cortex-m4 it-block.elf");
+}
+
+/// Real TFLM, one layer per operator: without the stray-write watch, the
+/// MMIO path keeps a layer's pages served for the next layer that declares
+/// buffers there (TFLM's arena is reused layer after layer), and a kept page
+/// must give exactly the events that memory hooks see, no more between
+/// layers and none fewer inside them.
+#[test]
+fn mmio_and_hooks_agree_on_real_tflm_whose_layers_share_pages() {
+    use memtrace_abi::tflm::{symbols, TflmJob};
+    let image = ElfImage::load(&guest("cortex-m4", "tflm-runner.elf")).unwrap();
+    let at = |name| image.symbol(name).unwrap().address;
+    for model in [
+        "mlperf_tiny_ad_fc_autoencoder_int8.tflite",
+        "tflm_micro_speech_quantized.tflite",
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/models")
+            .join(model);
+        let bytes = std::fs::read(&path).unwrap();
+        let job = TflmJob {
+            model_bytes: bytes.len() as u32,
+            arena_bytes: (at(symbols::ARENA_END) - at(symbols::ARENA)) as u32,
+            input_bytes: 0,
+            layers: true,
+            weights: false,
+        };
+        let preload = vec![(at(symbols::JOB), job.bytes()), (at(symbols::MODEL), bytes)];
+        assert_preloaded_paths_agree(&image, None, preload, model);
+    }
 }
 
 /// A guest built with an older memtrace.h has no `memtrace_signal`, so its
