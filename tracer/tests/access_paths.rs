@@ -123,11 +123,10 @@ fn mmio_and_hooks_agree_across_layers() {
     assert_paths_agree(&image, None, "cortex-m4 it-block.elf");
 }
 
-/// Real TFLM, one layer per operator: without the stray-write watch, the
-/// MMIO path keeps a layer's pages served for the next layer that declares
-/// buffers there (TFLM's arena is reused layer after layer), and a kept page
-/// must give exactly the events that memory hooks see, no more between
-/// layers and none fewer inside them.
+/// Real TFLM, one layer per operator, whose layers reuse the arena's pages:
+/// the pages served for one layer and given back at its end are served
+/// again for the next, and every access must give exactly the events that
+/// memory hooks see, none between layers and none fewer inside them.
 #[test]
 fn mmio_and_hooks_agree_on_real_tflm_whose_layers_share_pages() {
     use memtrace_abi::tflm::{symbols, TflmJob};

@@ -34,9 +34,6 @@ struct Region {
     ram: usize,
     /// The port page: served for the whole run.
     permanent: bool,
-    /// The open layer (or, between layers, the last one) declared a buffer
-    /// in it: kept at that layer's end for the next one.
-    used: bool,
     /// What the callbacks of a buffer region are given: held, never read
     /// here, because Unicorn points at it until the region is unmapped.
     _target: Option<Box<Target>>,
@@ -124,14 +121,9 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
 /// that reads its input and its filter in turn would miss that cache at every
 /// access if they were two regions, so touching buffer regions are merged
 /// into one when the merged range is still one range of guest RAM and holds
-/// no code. A region kept from the layer before that already holds the
-/// range is only marked as used again (`release_layer_pages`).
+/// no code.
 pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Result<(), String> {
     let (mut lo, mut hi) = (start & !(PAGE - 1), end.div_ceil(PAGE) * PAGE);
-    if let Some(region) = covering_region(uc.get_data_mut(), lo, hi) {
-        region.used = true;
-        return Ok(());
-    }
     while let Some(slot) = touching_region(uc.get_data(), lo, hi) {
         let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
         let region = s.regions[slot].take().expect("a served region");
@@ -159,16 +151,6 @@ pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Resu
         page = run_end;
     }
     Ok(())
-}
-
-/// The buffer region that holds all the pages `[lo, hi)`.
-fn covering_region<'s>(s: &'s mut Session<'_>, lo: u64, hi: u64) -> Option<&'s mut Region> {
-    s.served
-        .as_mut()?
-        .regions
-        .iter_mut()
-        .flatten()
-        .find(|r| !r.permanent && r.base <= lo && hi <= r.base + r.len)
 }
 
 /// The slot of a buffer region that overlaps or touches the pages
@@ -218,7 +200,6 @@ fn serve(uc: &mut HookUc<'_, '_>, start: u64, end: u64, permanent: bool) -> Resu
         len: end - start,
         ram,
         permanent,
-        used: true,
         _target: target,
     });
     match s.regions.get_mut(slot) {
@@ -304,30 +285,14 @@ unsafe extern "C" fn buffer_write(
     session.served_write(target.slot, offset, size as usize, value);
 }
 
-/// At a layer's end: gives back to RAM the pages served for an earlier
-/// layer that this one did not use, and keeps this layer's for the next.
-///
-/// TFLM's layers reuse the arena's pages (one layer's output is the next
-/// one's input), and every change of Unicorn's memory map rebuilds its flat
-/// view and splits guest RAM into more blocks, which its slow paths search.
-/// Pages kept between layers take accesses on the slow path but give no
-/// events: no layer, or none of its buffers, is there. With the stray-write
-/// watch every page goes back to RAM, which restores protections page by
-/// page.
+/// Gives the pages served for a layer back to RAM.
 pub(super) fn release_layer_pages(uc: &mut HookUc<'_, '_>) -> Result<(), String> {
-    let keep = uc.get_data().guard.is_none();
     let released: Vec<Region> = match uc.get_data_mut().served.as_mut() {
         Some(s) => s
             .regions
             .iter_mut()
             .filter(|r| r.as_ref().is_some_and(|r| !r.permanent))
-            .filter_map(|slot| match slot {
-                Some(r) if keep && r.used => {
-                    r.used = false;
-                    None
-                }
-                _ => slot.take(),
-            })
+            .filter_map(Option::take)
             .collect(),
         None => return Ok(()),
     };
