@@ -58,6 +58,37 @@ pub(crate) fn fastest<T>(repeat: u32, mut f: impl FnMut() -> Result<T>) -> Resul
     Ok(best.expect("at least one repetition"))
 }
 
+/// The untraced runs a traced one is measured against.
+pub(crate) struct Baselines {
+    /// Fastest run on memtrace's machine (its TLB fill, no hooks).
+    pub raw: Duration,
+    /// Fastest run in Unicorn as it comes (`UntracedOptions::stock`).
+    pub stock: Duration,
+    /// The guest's exit code (in the run on memtrace's machine).
+    pub exit_code: i32,
+}
+
+/// The fastest of `repeat` runs of `image` without hooks with `options`, on
+/// memtrace's machine and in Unicorn as it comes.
+pub(crate) fn untraced_baselines(
+    image: &ElfImage,
+    options: UntracedOptions<'_>,
+    repeat: u32,
+) -> Result<Baselines> {
+    let time = |stock| {
+        fastest(repeat, || {
+            Ok(run_untraced(image, UntracedOptions { stock, ..options })?.exit_code)
+        })
+    };
+    let (raw, exit_code) = time(false)?;
+    let (stock, _) = time(true)?;
+    Ok(Baselines {
+        raw,
+        stock,
+        exit_code,
+    })
+}
+
 /// What a traced run measured: the two paths must agree on all of it.
 #[derive(Debug, PartialEq, Eq)]
 struct Traced {
@@ -159,31 +190,25 @@ impl Overhead {
 /// Unicorn without hooks and both traced paths on `image`, fastest of
 /// `repeat` each.
 fn overhead(image: &ElfImage, job: &Job, repeat: u32) -> Result<Overhead> {
-    let untraced = |stock| {
-        fastest(repeat, || {
-            Ok(run_untraced(
-                image,
-                UntracedOptions {
-                    job: Some(job),
-                    stock,
-                    ..Default::default()
-                },
-            )?
-            .exit_code)
-        })
-    };
-    let (raw, code) = untraced(false)?;
-    if code != 0 {
+    let base = untraced_baselines(
+        image,
+        UntracedOptions {
+            job: Some(job),
+            ..Default::default()
+        },
+        repeat,
+    )?;
+    if base.exit_code != 0 {
         bail!(
-            "the untraced guest {} exited with code {code}",
-            image.path.display()
+            "the untraced guest {} exited with code {}",
+            image.path.display(),
+            base.exit_code
         );
     }
-    let (stock, _) = untraced(true)?;
     let (mmio, hooks, traced, kernel) = traced_both(image, job, repeat)?;
     Ok(Overhead {
-        raw,
-        stock,
+        raw: base.raw,
+        stock: base.stock,
         mmio,
         hooks,
         traced,

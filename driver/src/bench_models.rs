@@ -21,10 +21,10 @@ use std::path::Path;
 
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_model::planner::PlannerKind;
-use memtrace_tracer::baseline::{run_untraced, UntracedOptions};
+use memtrace_tracer::baseline::UntracedOptions;
 use memtrace_tracer::{AccessPath, Arch};
 
-use crate::bench::fastest;
+use crate::bench::{fastest, untraced_baselines};
 use crate::error::Result;
 use crate::kernels::Kernels;
 use crate::kernels::Runtime;
@@ -164,20 +164,15 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
     let (traced, (instructions, events)) = fastest(repeat, || traced_run(None))?;
     let (clock, _) = fastest(repeat, || traced_run(Some(Vec::new())))?;
     let preload = run.preload()?;
-    let untraced = |stock| {
-        fastest(repeat, || {
-            Ok(run_untraced(
-                &image,
-                UntracedOptions {
-                    preload: &preload,
-                    stock,
-                    ..Default::default()
-                },
-            )?)
-        })
-    };
-    let (raw, _) = untraced(false)?;
-    let (stock, _) = untraced(true)?;
+    let base = untraced_baselines(
+        &image,
+        UntracedOptions {
+            preload: &preload,
+            ..Default::default()
+        },
+        repeat,
+    )?;
+    let (raw, stock) = (base.raw, base.stock);
     Ok([
         Phase {
             name: "O_s trace",

@@ -85,34 +85,52 @@ fn trace_counted_beside(
                 messages: counts,
                 recycled: no_batches,
             };
-            let count = run(image, counting, sink, Some(&counting_switch));
-            let failed_alone = count.is_err() && !counting_switch.requested();
-            if count.is_err() {
-                recording_switch.stop();
-            }
-            (count, failed_alone)
+            run_beside(image, counting, sink, &counting_switch, &recording_switch)
         });
         let sink = EventSink { messages, recycled };
-        let recorded = run(image, options, sink, Some(&recording_switch));
-        let recording_failed_alone = recorded.is_err() && !recording_switch.requested();
-        if recorded.is_err() {
-            counting_switch.stop();
-        }
-        let (count, counting_failed_alone) = counting
+        let recorded = run_beside(image, options, sink, &recording_switch, &counting_switch);
+        let count = counting
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let consumed = consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
         // A run that was stopped because its partner failed ends with an
         // error that says only that: the partner's error is the one to give.
         let summary = match (recorded, count) {
-            (Ok(recorded), Ok(count)) => same_run(recorded, count)?,
-            (Err(e), _) if recording_failed_alone => return Err(e),
-            (_, Err(e)) if counting_failed_alone => return Err(e),
-            (Err(e), _) | (_, Err(e)) => return Err(e),
+            (Beside::Done(recorded), Beside::Done(count)) => same_run(recorded, count)?,
+            (Beside::Failed(e), _) | (_, Beside::Failed(e)) => return Err(e),
+            (Beside::Stopped(e), _) | (_, Beside::Stopped(e)) => return Err(e),
         };
         consumed?;
         Ok(summary)
     })
+}
+
+/// How one of the two runs of [`ClockMode::Parallel`] ended.
+enum Beside {
+    Done(RunSummary),
+    /// It failed on its own.
+    Failed(TraceError),
+    /// It was stopped because its partner failed.
+    Stopped(TraceError),
+}
+
+/// Runs one of the two runs of [`ClockMode::Parallel`], stopped by `own`;
+/// a failure of its own stops its `partner`.
+fn run_beside(
+    image: &ElfImage,
+    options: TraceOptions<'_>,
+    sink: EventSink,
+    own: &StopSwitch,
+    partner: &StopSwitch,
+) -> Beside {
+    match run(image, options, sink, Some(own)) {
+        Ok(summary) => Beside::Done(summary),
+        Err(e) if own.requested() => Beside::Stopped(e),
+        Err(e) => {
+            partner.stop();
+            Beside::Failed(e)
+        }
+    }
 }
 
 /// Lowers the priority of the calling thread (the counting run's) by
