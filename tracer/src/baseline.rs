@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use crossbeam_channel::RecvTimeoutError;
+
 use unicorn_engine::Unicorn;
 
 use memtrace_abi::protocol::{Command, PortDecoder, MARKER_OFFSET};
@@ -21,6 +23,7 @@ use crate::machine::{
     emulator_error, fast_stores, load_segments, map_pages, read_guest_string, write_inputs,
     GuestInputs, Job, PAGE,
 };
+use crate::session::StopSwitch;
 
 /// What an untraced run writes first, reads back after, and how long it may
 /// take.
@@ -106,10 +109,27 @@ pub fn run_untraced(
             preload: options.preload,
         },
     )?;
-    let timeout = options
-        .time_limit
-        .map_or(0, |t| t.as_micros().max(1) as u64);
-    let result = uc.emu_start(image.arch.start_address(image.entry), 0, timeout, 0);
+    let limit = StopSwitch::default();
+    let result = std::thread::scope(|scope| {
+        let attached = limit.attach(&uc);
+        let (running, ended) = crossbeam_channel::bounded::<()>(0);
+        if let Some(time_limit) = options.time_limit {
+            // Not Unicorn's own `timeout`: its timer thread reads a clock
+            // that every engine created on another thread briefly turns from
+            // monotonic to wall time (`init_get_clock` sets a process-wide
+            // flag), which can make it fire at once.
+            let limit = &limit;
+            scope.spawn(move || {
+                if ended.recv_timeout(time_limit) == Err(RecvTimeoutError::Timeout) {
+                    limit.stop();
+                }
+            });
+        }
+        let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
+        drop(attached);
+        drop(running);
+        result
+    });
     let pc = uc.pc_read().unwrap_or(0);
     let context = || GuestContext::at(pc, None);
     let Some(exit_code) = uc.get_data().exit else {
@@ -118,11 +138,11 @@ pub fn run_untraced(
                 message: format!("untraced run stopped: {e:?}"),
                 context: context(),
             },
-            (Ok(()), Some(limit)) => TraceError::TimeLimit {
-                seconds: limit.as_secs_f64(),
+            (Ok(()), Some(time_limit)) if limit.requested() => TraceError::TimeLimit {
+                seconds: time_limit.as_secs_f64(),
                 context: context(),
             },
-            (Ok(()), None) => TraceError::NoExit { context: context() },
+            (Ok(()), _) => TraceError::NoExit { context: context() },
         };
         return Err(crate::debuginfo::with_locations(err, image));
     };

@@ -125,3 +125,46 @@ fn the_host_filled_tlb_runs_the_guest_as_stock_unicorn_does() {
         }
     }
 }
+
+/// A time limit far away must not stop a run while other threads create
+/// engines: Unicorn's own timeout reads a clock that each new engine briefly
+/// turns from monotonic to wall time, which made `verify` report "did not
+/// exit within 8000 s" after 8 s.
+#[test]
+fn a_distant_time_limit_holds_while_other_threads_create_engines() {
+    let image = ElfImage::load(&guest("cortex-m4", "spin.elf")).unwrap();
+    let suite = ElfImage::load(&guest("cortex-m4", "suite.elf")).unwrap();
+    let job = Job {
+        spec: LayerSpec::parse("op=relu,dtype=f32,input=1x4x4x3").unwrap(),
+        seed: 1,
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let started = Instant::now();
+    let err = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let options = UntracedOptions {
+                    job: Some(&job),
+                    ..Default::default()
+                };
+                assert_eq!(run_untraced(&suite, options).unwrap().exit_code, 0);
+            }
+        });
+        let err = run_untraced(
+            &image,
+            UntracedOptions {
+                time_limit: Some(Duration::from_secs(3)),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        err
+    });
+    assert!(matches!(err, TraceError::TimeLimit { .. }), "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "stopped after {:?}, before its limit",
+        started.elapsed()
+    );
+}

@@ -1,14 +1,13 @@
 //! Stopping a run from another thread: a run whose clock runs beside it
 //! (`ClockMode::Parallel`) has no budget of its own, so when its partner
-//! fails (the budget ran out, the guest faulted) the partner stops it.
+//! fails (the budget ran out, the guest faulted) the partner stops it; and
+//! an untraced run (`baseline.rs`) is stopped by its time limit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use unicorn_engine::{uc_emu_stop, uc_engine};
-
-use super::Uc;
+use unicorn_engine::{uc_emu_stop, uc_engine, Unicorn};
 
 /// The engine of a run in progress, as another thread sees it.
 struct Engine(*mut uc_engine);
@@ -31,7 +30,7 @@ pub(crate) struct Attached<'s>(&'s StopSwitch);
 impl StopSwitch {
     /// Makes `uc`'s coming emulation stoppable; `None` when a stop was
     /// requested already (the run must not start).
-    pub(super) fn attach(&self, uc: &Uc<'_>) -> Option<Attached<'_>> {
+    pub(crate) fn attach<D>(&self, uc: &Unicorn<'_, D>) -> Option<Attached<'_>> {
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         if self.requested.load(Ordering::SeqCst) {
             return None;
