@@ -15,6 +15,7 @@ pub mod elf;
 pub mod error;
 mod machine;
 pub mod session;
+mod split;
 mod stream;
 mod unwind;
 

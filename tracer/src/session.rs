@@ -44,6 +44,7 @@ use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, set_permissions, PAGE};
 use crate::machine::{load_segments, page_runs, write_inputs, GuestInputs, Job};
+use crate::split::Claim;
 use crate::unwind::{Registers, Unwinder};
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
@@ -60,14 +61,14 @@ pub enum ClockMode {
     /// counts what Unicorn's code hook reports, which differs from `Auto` for
     /// failed IT-block instructions and `rep` iterations (see `clock`).
     PerInstruction,
-    /// No clock in this run: a second run of the same guest, with no
-    /// events, counts on another thread and enforces the budget
-    /// (`stream::trace`), so this one pays for the events alone. Events
-    /// carry `t = 0` and, on the MMIO path, `pc = 0`, so it is taken only
-    /// when no analysis reads them (`Analysis::reads_event_times`: O_s,
-    /// counts and the shadow map do not) and without the stray-write watch
-    /// (whose page changes wait for block starts); otherwise it is
-    /// [`ClockMode::Auto`].
+    /// Two runs of the same guest on two threads (`stream::trace`): one
+    /// counts instructions and enforces the budget, the other has no
+    /// clock, and each layer's events are recorded by whichever reaches it
+    /// first, so the events' cost spreads over two cores. Events carry
+    /// `t = 0` and `pc = 0`, so it is taken only when no analysis reads
+    /// them (`Analysis::reads_event_times`: O_s, counts and the shadow map
+    /// do not) and without the stray-write watch (whose page changes wait
+    /// for block starts); otherwise it is [`ClockMode::Auto`].
     Parallel,
 }
 
@@ -136,10 +137,21 @@ impl Default for TraceOptions<'_> {
 }
 
 /// Where events go: the analyzer's channel and the channel it returns empty
-/// batch vectors on.
+/// batch vectors on; for one of the two runs of a split trace, also which
+/// layers' events are this run's to record.
 pub(crate) struct EventSink {
     pub(crate) messages: Sender<Message>,
     pub(crate) recycled: Receiver<Vec<Event>>,
+    /// `None`: every selected layer.
+    pub(crate) claim: Option<Claim>,
+}
+
+impl EventSink {
+    /// True when this run records the events of the selected layer
+    /// `index` (the other run of a split trace may have taken it).
+    fn records_layer(&self, index: usize) -> bool {
+        self.claim.as_ref().is_none_or(|c| c.records(index))
+    }
 }
 
 /// Outcome of a run that reached `memtrace_exit`.
@@ -191,6 +203,8 @@ struct TracedBuffer {
 struct OpenLayer {
     name: String,
     selected: bool,
+    /// Selected, and its events are this run's to record.
+    recorded: bool,
     /// Instruction index of the LAYER_BEGIN marker store.
     t0: u64,
     seq: u64,

@@ -5,19 +5,23 @@
 //! channel or thread is theirs to set up.
 //!
 //! With [`ClockMode::Parallel`] the run is two runs of the same guest on two
-//! threads: one records the events and counts nothing, the other counts
-//! instructions (the block hook) and records nothing. Each costs about
-//! what one of the two costs alone, so on two cores the pair ends sooner
-//! than one run doing both. The guest is deterministic, so both open the
-//! same layers in the same order; every layer end the analyses see carries
-//! the counting run's instructions, and the summary its total.
+//! threads: one counts instructions (the block hook), the other does not,
+//! and each layer's events are recorded by whichever of them reaches it
+//! first (`split`). Both run every instruction; the events, the larger cost
+//! on models whose kernels load a byte per multiply, spread over both
+//! cores. The guest is deterministic, so both open the same layers in the
+//! same order; the analyses see each layer once, in program order, with
+//! the counting run's instructions, and the summary has its total.
+
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use memtrace_abi::{Analysis, Event, Message, Role};
+use memtrace_abi::{Analysis, Event, LayerInfo, Message};
 
 use crate::elf::ElfImage;
 use crate::error::TraceError;
 use crate::session::{run, AccessPath, ClockMode, EventSink, RunSummary, StopSwitch, TraceOptions};
+use crate::split::{Claim, LayerShare, Side};
 
 /// Batches in flight between the emulator and the analyses.
 const CHANNEL_BATCHES: usize = 64;
@@ -32,26 +36,24 @@ pub fn trace(
     if options.clock == ClockMode::Parallel {
         let timed = options.stray_writes || analyses.iter().any(|a| a.reads_event_times());
         if !timed {
-            return trace_counted_beside(image, options, analyses);
+            return trace_split(image, options, analyses);
         }
         options.clock = ClockMode::Auto;
     }
-    let (messages, received) = crossbeam_channel::bounded(CHANNEL_BATCHES);
-    let (recycle, recycled) = crossbeam_channel::bounded(CHANNEL_BATCHES);
+    let (sink, stream) = channel(None);
     std::thread::scope(|scope| {
-        let consumer = scope.spawn(move || consume(received, recycle, None, analyses));
-        let summary = run(image, options, EventSink { messages, recycled }, None);
-        consumer
-            .join()
-            .map_err(|_| TraceError::AnalysisPanicked)??;
+        let consumer = scope.spawn(move || consume(stream.received, stream.recycle, analyses));
+        let summary = run(image, options, sink, None);
+        consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
         summary
     })
 }
 
-/// [`ClockMode::Parallel`]: the events' run on this thread, the counting
+/// [`ClockMode::Parallel`]: the recording run on this thread, the counting
 /// run (with the budget and the progress) on a second one, the analyses on
-/// a third.
-fn trace_counted_beside(
+/// a third; each layer's events are recorded by whichever run reaches it
+/// first ([`LayerShare`]).
+fn trace_split(
     image: &ElfImage,
     mut options: TraceOptions<'_>,
     analyses: &mut [&mut (dyn Analysis + Send)],
@@ -60,35 +62,45 @@ fn trace_counted_beside(
         job: options.job.clone(),
         layers: options.layers.clone(),
         max_instructions: options.max_instructions,
+        batch_size: options.batch_size,
         clock: ClockMode::Auto,
-        // The port page alone is MMIO, and no buffer is served.
         access: AccessPath::Mmio,
         progress: options.progress.take(),
         preload: options.preload.clone(),
-        untraced_roles: Role::ALL.to_vec(),
+        untraced_roles: options.untraced_roles.clone(),
         ..TraceOptions::default()
     };
-    let (messages, received) = crossbeam_channel::bounded(CHANNEL_BATCHES);
-    let (recycle, recycled) = crossbeam_channel::bounded(CHANNEL_BATCHES);
-    // Few messages (two per layer): the counting run never waits on them.
-    let (counts, counted) = crossbeam_channel::unbounded();
+    let share = Arc::new(LayerShare::default());
+    let (recording_sink, recording_stream) = channel(Some(Claim {
+        share: Arc::clone(&share),
+        side: Side::Recording,
+    }));
+    let (counting_sink, counting_stream) = channel(Some(Claim {
+        share: Arc::clone(&share),
+        side: Side::Counting,
+    }));
     let (recording_switch, counting_switch) = (StopSwitch::default(), StopSwitch::default());
     std::thread::scope(|scope| {
-        // Borrowed, so the counting run can still send after the consumer
-        // has finished.
-        let counted = &counted;
-        let consumer = scope.spawn(move || consume(received, recycle, Some(counted), analyses));
+        let share = &share;
+        let consumer =
+            scope.spawn(move || consume_split(recording_stream, counting_stream, share, analyses));
         let counting = scope.spawn(|| {
             yield_to_recording();
-            let (_, no_batches) = crossbeam_channel::bounded(1);
-            let sink = EventSink {
-                messages: counts,
-                recycled: no_batches,
-            };
-            run_beside(image, counting, sink, &counting_switch, &recording_switch)
+            run_beside(
+                image,
+                counting,
+                counting_sink,
+                &counting_switch,
+                &recording_switch,
+            )
         });
-        let sink = EventSink { messages, recycled };
-        let recorded = run_beside(image, options, sink, &recording_switch, &counting_switch);
+        let recorded = run_beside(
+            image,
+            options,
+            recording_sink,
+            &recording_switch,
+            &counting_switch,
+        );
         let count = counting
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -103,6 +115,60 @@ fn trace_counted_beside(
         consumed?;
         Ok(summary)
     })
+}
+
+/// A run's sink and the analyses' end of it: its messages, and the empty
+/// batch vectors going back.
+fn channel(claim: Option<Claim>) -> (EventSink, Stream) {
+    let (messages, received) = crossbeam_channel::bounded(CHANNEL_BATCHES);
+    let (recycle, recycled) = crossbeam_channel::bounded(CHANNEL_BATCHES);
+    let sink = EventSink {
+        messages,
+        recycled,
+        claim,
+    };
+    (sink, Stream { received, recycle })
+}
+
+/// The analyses' end of one run's messages.
+struct Stream {
+    received: Receiver<Message>,
+    recycle: Sender<Vec<Event>>,
+}
+
+impl Stream {
+    /// The next layer the run opens; `None` once it has ended.
+    fn next_layer(&self) -> Option<LayerInfo> {
+        self.received.iter().find_map(|m| match m {
+            Message::LayerBegin(layer) => Some(layer),
+            _ => None,
+        })
+    }
+
+    /// Feeds the rest of the open layer to `analyses` (or, without
+    /// analyses, drops it); its instructions, `None` when the run ended
+    /// inside it.
+    fn finish_layer(&self, mut analyses: Option<&mut [&mut (dyn Analysis + Send)]>) -> Option<u64> {
+        for message in &self.received {
+            if let Message::LayerEnd { instructions } = message {
+                return Some(instructions);
+            }
+            match analyses.as_deref_mut() {
+                Some(analyses) => feed(message, analyses, &self.recycle),
+                None => self.give_back(message),
+            }
+        }
+        None
+    }
+
+    /// Returns a batch's vector for reuse.
+    fn give_back(&self, message: Message) {
+        if let Message::Events(mut batch) = message {
+            batch.clear();
+            // The run may have finished; a lost vector is fine.
+            let _ = self.recycle.try_send(batch);
+        }
+    }
 }
 
 /// How one of the two runs of [`ClockMode::Parallel`] ended.
@@ -172,64 +238,226 @@ fn same_run(recorded: RunSummary, count: RunSummary) -> Result<RunSummary, Trace
 }
 
 /// Drains `messages` until the tracer hangs up, feeding every analysis and
-/// handing emptied batch vectors back; each layer end takes its
-/// instructions from the next layer end of `counted` when there is one.
+/// handing emptied batch vectors back.
 fn consume(
     messages: Receiver<Message>,
     recycle: Sender<Vec<Event>>,
-    counted: Option<&Receiver<Message>>,
     analyses: &mut [&mut (dyn Analysis + Send)],
-) -> Result<(), TraceError> {
-    let mut open = String::new();
+) {
     for message in messages {
-        match message {
-            Message::LayerBegin(layer) => {
-                open.clone_from(&layer.name);
-                analyses.iter_mut().for_each(|a| a.layer_begin(&layer))
-            }
-            Message::BufferDeclared(b) => analyses.iter_mut().for_each(|a| a.buffer(&b)),
-            Message::Events(mut batch) => {
-                analyses.iter_mut().for_each(|a| a.events(&batch));
-                batch.clear();
-                // The tracer may have finished; a lost vector is fine.
-                let _ = recycle.try_send(batch);
-            }
-            Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(&w)),
-            Message::LayerEnd { mut instructions } => {
-                if let Some(counted) = counted {
-                    // None: the counting run failed, and says why.
-                    if let Some(n) = counted_layer(counted, &open)? {
-                        instructions = n;
-                    }
-                }
-                analyses.iter_mut().for_each(|a| a.layer_end(instructions))
-            }
-            Message::Exit { .. } => {}
-        }
+        feed(message, analyses, &recycle);
     }
-    Ok(())
 }
 
-/// The instructions of layer `name` from the counting run: its next layer,
-/// which must have the same name. `None` when that run has ended.
-fn counted_layer(counted: &Receiver<Message>, name: &str) -> Result<Option<u64>, TraceError> {
-    let mut begun = None;
-    for message in counted {
-        match message {
-            Message::LayerBegin(layer) => begun = Some(layer.name),
-            Message::LayerEnd { instructions } => {
-                return match begun {
-                    Some(b) if b == name => Ok(Some(instructions)),
-                    b => Err(TraceError::PassesDiffer(format!(
-                        "layer `{name}` in one was `{}` in the other",
-                        b.unwrap_or_default()
-                    ))),
-                };
-            }
-            _ => {}
+/// Feeds the two runs of a split trace to `analyses`, layer by layer in
+/// program order: each layer's buffers and events from the run that
+/// recorded it, its instructions from the counting run. Both streams are
+/// drained to their ends, so neither run loses its channel before it is
+/// done or stopped (and its own error is the one reported).
+fn consume_split(
+    recording: Stream,
+    counting: Stream,
+    share: &LayerShare,
+    analyses: &mut [&mut (dyn Analysis + Send)],
+) -> Result<(), TraceError> {
+    let mut result = Ok(());
+    while let (Some(layer), Some(counted)) = (recording.next_layer(), counting.next_layer()) {
+        if layer.name != counted.name || layer.index != counted.index {
+            result = Err(TraceError::PassesDiffer(format!(
+                "layer {} `{}` in one was layer {} `{}` in the other",
+                layer.index, layer.name, counted.index, counted.name
+            )));
+            break;
+        }
+        let (recorder, other) = match share.recorder(layer.index) {
+            Some(Side::Counting) => (&counting, &recording),
+            _ => (&recording, &counting),
+        };
+        analyses.iter_mut().for_each(|a| a.layer_begin(&layer));
+        let recorded = recorder.finish_layer(Some(&mut *analyses));
+        let skipped = other.finish_layer(None);
+        let instructions = if std::ptr::eq(recorder, &counting) {
+            recorded
+        } else {
+            skipped
+        };
+        // None: a run ended inside the layer, and says why.
+        let (Some(_), Some(instructions)) = (recorded.and(skipped), instructions) else {
+            break;
+        };
+        analyses.iter_mut().for_each(|a| a.layer_end(instructions));
+    }
+    for stream in [&recording, &counting] {
+        stream.received.iter().for_each(|m| stream.give_back(m));
+    }
+    result
+}
+
+/// Hands one message to every analysis, and an emptied batch vector back.
+fn feed(
+    message: Message,
+    analyses: &mut [&mut (dyn Analysis + Send)],
+    recycle: &Sender<Vec<Event>>,
+) {
+    match message {
+        Message::LayerBegin(layer) => analyses.iter_mut().for_each(|a| a.layer_begin(&layer)),
+        Message::BufferDeclared(b) => analyses.iter_mut().for_each(|a| a.buffer(&b)),
+        Message::Events(mut batch) => {
+            analyses.iter_mut().for_each(|a| a.events(&batch));
+            batch.clear();
+            // The tracer may have finished; a lost vector is fine.
+            let _ = recycle.try_send(batch);
+        }
+        Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(&w)),
+        Message::LayerEnd { instructions } => {
+            analyses.iter_mut().for_each(|a| a.layer_end(instructions))
+        }
+        Message::Exit { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+    use memtrace_abi::{AccessKind, Buffer, Role};
+
+    /// Everything the analyses receive, in order.
+    #[derive(Default)]
+    struct Log(Vec<String>);
+
+    impl Analysis for Log {
+        fn layer_begin(&mut self, layer: &LayerInfo) {
+            self.0.push(format!("begin {}", layer.name));
+        }
+        fn buffer(&mut self, buffer: &Buffer) {
+            self.0.push(format!("buffer {}", buffer.name));
+        }
+        fn events(&mut self, events: &[Event]) {
+            self.0
+                .extend(events.iter().map(|e| format!("event {}", e.offset)));
+        }
+        fn layer_end(&mut self, instructions: u64) {
+            self.0.push(format!("end {instructions}"));
         }
     }
-    Ok(None)
+
+    fn begin(index: usize, name: &str) -> Message {
+        Message::LayerBegin(LayerInfo {
+            index,
+            name: name.into(),
+            op: "add".into(),
+            params: String::new(),
+            spec: None,
+        })
+    }
+
+    fn buffer(name: &str) -> Message {
+        Message::BufferDeclared(Buffer {
+            id: 0,
+            role: Role::Output,
+            name: name.into(),
+            base: 0x100,
+            size: 16,
+            elem_size: 1,
+        })
+    }
+
+    fn event(offset: u32) -> Message {
+        Message::Events(vec![Event {
+            t: 0,
+            seq: 0,
+            pc: 0,
+            buffer: 0,
+            offset,
+            size: 1,
+            kind: AccessKind::Store,
+        }])
+    }
+
+    fn end(instructions: u64) -> Message {
+        Message::LayerEnd { instructions }
+    }
+
+    /// The analyses' log of two runs that sent `recording` and `counting`,
+    /// with `recorders` the run that took each layer.
+    fn merged(
+        recording: Vec<Message>,
+        counting: Vec<Message>,
+        recorders: &[Side],
+    ) -> (Result<(), TraceError>, Vec<String>) {
+        let share = LayerShare::default();
+        for (index, &side) in recorders.iter().enumerate() {
+            share.claim(index, side);
+        }
+        let stream = |messages: Vec<Message>| {
+            let (sink, stream) = channel(None);
+            for m in messages {
+                sink.messages.send(m).unwrap();
+            }
+            stream
+        };
+        let mut log = Log::default();
+        let result = consume_split(stream(recording), stream(counting), &share, &mut [&mut log]);
+        (result, log.0)
+    }
+
+    #[test]
+    fn each_layer_comes_from_its_recorder_with_the_counting_runs_instructions() {
+        // The recording run has no clock: its layer ends say 0.
+        let recording = vec![
+            begin(0, "a"),
+            buffer("a.out"),
+            event(1),
+            event(2),
+            end(0),
+            begin(1, "b"),
+            end(0),
+        ];
+        let counting = vec![
+            begin(0, "a"),
+            end(70),
+            begin(1, "b"),
+            buffer("b.out"),
+            event(3),
+            end(90),
+        ];
+        let (result, log) = merged(recording, counting, &[Side::Recording, Side::Counting]);
+        result.unwrap();
+        let expected = [
+            "begin a",
+            "buffer a.out",
+            "event 1",
+            "event 2",
+            "end 70",
+            "begin b",
+            "buffer b.out",
+            "event 3",
+            "end 90",
+        ];
+        assert_eq!(log, expected);
+    }
+
+    #[test]
+    fn runs_that_open_different_layers_are_an_error() {
+        let recording = vec![begin(0, "a"), end(0), begin(1, "b"), event(1), end(0)];
+        let counting = vec![begin(0, "a"), end(5), begin(1, "c"), end(7)];
+        let (result, log) = merged(recording, counting, &[Side::Recording, Side::Recording]);
+        assert!(
+            matches!(result, Err(TraceError::PassesDiffer(_))),
+            "{result:?}"
+        );
+        assert_eq!(log, ["begin a", "end 5"]);
+    }
+
+    #[test]
+    fn a_run_that_ends_inside_a_layer_ends_the_analyses_there() {
+        // The counting run failed (its channel closed) inside layer `b`.
+        let recording = vec![begin(0, "a"), end(0), begin(1, "b"), event(4), end(0)];
+        let counting = vec![begin(0, "a"), end(5), begin(1, "b")];
+        let (result, log) = merged(recording, counting, &[Side::Counting, Side::Recording]);
+        result.unwrap();
+        assert_eq!(log, ["begin a", "end 5", "begin b", "event 4"]);
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]

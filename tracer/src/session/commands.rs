@@ -86,10 +86,12 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
             let t0 = s.clock.now(pc);
             let selected = s.selection.as_ref().is_none_or(|sel| sel.contains(&name));
             let index = s.layers_seen.len();
+            let recorded = selected && s.sink.records_layer(index);
             s.layers_seen.push(name.clone());
             s.layer = Some(OpenLayer {
                 name: name.clone(),
                 selected,
+                recorded,
                 t0,
                 seq: 0,
                 buffers: Vec::new(),
@@ -200,7 +202,7 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
             "buffer `{name}` [{base:#x}, {end:#x}) is not inside the guest's loaded memory"
         ));
     }
-    let traced = layer.selected && !uc.get_data().untraced_roles.contains(&role);
+    let traced = layer.recorded && !uc.get_data().untraced_roles.contains(&role);
     let index = layer.buffers.len();
     let hook = if traced && uc.get_data().served.is_some() {
         mmio::serve_range(uc, base, end)?;

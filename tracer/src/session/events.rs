@@ -52,7 +52,11 @@ impl Session<'_> {
         if start >= end {
             return;
         }
-        let t = self.clock.now(pc) - layer.t0;
+        // A split trace's events carry no time, whichever run recorded them.
+        let (t, pc) = match self.sink.claim {
+            Some(_) => (0, 0),
+            None => (self.clock.now(pc) - layer.t0, pc),
+        };
         let (first, last) = ((start - base) as u32, (end - base) as u32);
         let event = |offset: u32, end: u32, kind| Event {
             t,
