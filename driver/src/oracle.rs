@@ -76,6 +76,9 @@ pub fn compare(
         .args([&m, &i, &o])
         .arg(n_inputs.to_string())
         .arg(n_outputs.to_string())
+        // numpy's OpenBLAS would start a thread per core that spins while
+        // idle, taking the core of the emulator run beside the oracle.
+        .env("OPENBLAS_NUM_THREADS", "1")
         .output()
         .map_err(|e| failed!("running the oracle {}: {e}", py.display()))?;
     let python = py.display().to_string();

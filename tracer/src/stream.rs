@@ -200,11 +200,11 @@ fn run_beside(
 }
 
 /// Lowers the priority of the calling thread (the counting run's) by
-/// [`COUNTING_NICE`]: three threads share two cores, and the recording run,
-/// which pays for every event, is the one the pair waits for; the counting
-/// run has time to spare and should take the core the analyses leave. On
-/// Linux a thread's nice value is its own (`nice` changes the calling thread
-/// only) and ends with it.
+/// [`COUNTING_NICE`]: three threads share two cores, and the run without a
+/// clock is the faster of the two, so the analyses should take their time
+/// from the counting run; the layer share then gives the run without a
+/// clock more of the layers. On Linux a thread's nice value is its own
+/// (`nice` changes the calling thread only) and ends with it.
 fn yield_to_recording() {
     #[cfg(target_os = "linux")]
     // SAFETY: `nice` only raises this thread's nice value; a failure leaves
