@@ -24,7 +24,7 @@ use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelRes
 use crate::common::{access_path, check_output, configure_table_printing, trace_with};
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
-use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun};
+use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, ScratchWatch};
 use crate::{bail, failed};
 
 /// What to trace and what to write.
@@ -379,7 +379,7 @@ fn trace_guest(
                 arena_bytes: opts.model.arena_bytes,
                 layers: true,
                 weights: true,
-                scratch: true,
+                scratch: ScratchWatch::Traced,
                 max_instructions: opts.max_instructions,
             };
             let outcome = run.trace(access, layers, true, analyses)?;

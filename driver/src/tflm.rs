@@ -95,11 +95,26 @@ pub struct ModelRun<'a> {
     pub layers: bool,
     /// Declare constant tensors as buffers of their operators.
     pub weights: bool,
-    /// Trace the operators' scratch buffers (declared either way). O_s
-    /// needs only inputs and outputs; a shadow map needs scratch too.
-    pub scratch: bool,
+    /// What the run records of the operators' scratch buffers (declared
+    /// either way).
+    pub scratch: ScratchWatch,
     /// Instruction budget.
     pub max_instructions: u64,
+}
+
+/// What a run records of the operators' scratch buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScratchWatch {
+    /// Every access, as for any buffer (event tables, pictures).
+    Traced,
+    /// One store over the whole buffer at its declaration: where scratch
+    /// may write, which is all a shadow map needs of it (the plan under
+    /// test could put scratch over a live tensor). Stricter than the
+    /// accesses: a plan is caught even where this run's kernel leaves part
+    /// of its scratch unwritten.
+    WrittenWhole,
+    /// Nothing: O_s needs only inputs and outputs.
+    Untraced,
 }
 
 /// A guest region: start address and length.
@@ -161,7 +176,7 @@ impl<'a> ModelRun<'a> {
             arena_bytes: None,
             layers: true,
             weights: false,
-            scratch: true,
+            scratch: ScratchWatch::Traced,
             max_instructions,
         }
     }
@@ -169,7 +184,7 @@ impl<'a> ModelRun<'a> {
     /// This run without the scratch buffers' events: what O_s needs.
     pub fn without_scratch(self) -> ModelRun<'a> {
         ModelRun {
-            scratch: false,
+            scratch: ScratchWatch::Untraced,
             ..self
         }
     }
@@ -246,10 +261,13 @@ impl<'a> ModelRun<'a> {
                 // instructions (the tracer counts in this run instead when
                 // an analysis reads event times).
                 clock: ClockMode::Parallel,
-                untraced_roles: if self.scratch {
-                    Vec::new()
-                } else {
-                    vec![memtrace_abi::event::Role::Scratch]
+                untraced_roles: match self.scratch {
+                    ScratchWatch::Untraced => vec![Role::Scratch],
+                    _ => Vec::new(),
+                },
+                written_whole_roles: match self.scratch {
+                    ScratchWatch::WrittenWhole => vec![Role::Scratch],
+                    _ => Vec::new(),
                 },
                 ..TraceOptions::default()
             },

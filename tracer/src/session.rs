@@ -116,6 +116,14 @@ pub struct TraceOptions<'a> {
     /// scratch (an im2col column re-read once per output channel) can make
     /// most of a layer's events.
     pub untraced_roles: Vec<Role>,
+    /// Buffers of these roles are not traced either, but announced, and
+    /// each gives one store event over the whole buffer at its declaration:
+    /// where the buffer may write, not when or what it reads. That is all a
+    /// shadow map needs of scratch (it ignores scratch loads, and a scratch
+    /// buffer cannot overlap its layer's other buffers), and a kernel's
+    /// scratch re-read once per output channel can make most of a layer's
+    /// events. Takes precedence over [`TraceOptions::untraced_roles`].
+    pub written_whole_roles: Vec<Role>,
 }
 
 impl Default for TraceOptions<'_> {
@@ -132,6 +140,7 @@ impl Default for TraceOptions<'_> {
             readback: Vec::new(),
             stray_writes: false,
             untraced_roles: Vec::new(),
+            written_whole_roles: Vec::new(),
         }
     }
 }
@@ -250,6 +259,7 @@ struct Session<'a> {
     /// Address of the block now running.
     block_address: u64,
     untraced_roles: Vec<Role>,
+    written_whole_roles: Vec<Role>,
 }
 
 type Uc<'a> = Unicorn<'a, Session<'a>>;
@@ -310,6 +320,7 @@ pub(crate) fn run(
         unwinder: None,
         block_address: 0,
         untraced_roles: options.untraced_roles,
+        written_whole_roles: options.written_whole_roles,
     };
     let mut uc = new_machine(image, session)?;
     write_inputs(

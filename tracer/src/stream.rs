@@ -68,6 +68,7 @@ fn trace_split(
         progress: options.progress.take(),
         preload: options.preload.clone(),
         untraced_roles: options.untraced_roles.clone(),
+        written_whole_roles: options.written_whole_roles.clone(),
         ..TraceOptions::default()
     };
     let share = Arc::new(LayerShare::default());

@@ -251,3 +251,69 @@ fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
         }
     }
 }
+
+/// Roles written whole: the buffer is announced as before and gives one
+/// store over all of it at its declaration, none of its accesses; every
+/// other message and every other buffer's events are those of a run that
+/// traces everything, on both paths and both targets.
+#[test]
+fn a_role_written_whole_gives_one_store_over_the_buffer_and_none_of_its_accesses() {
+    use memtrace_abi::{AccessKind, Buffer, Role};
+    let spec = SPECS[0]; // a conv: CMSIS-NN's needs scratch
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite-cmsis.elf")).unwrap();
+        let job = Job {
+            spec: LayerSpec::parse(spec).unwrap(),
+            seed: 5,
+        };
+        for access in [AccessPath::Hooks, AccessPath::Mmio] {
+            let what = format!("{target} {access:?}");
+            let run = |whole: Vec<Role>| {
+                let options = TraceOptions {
+                    job: Some(job.clone()),
+                    access,
+                    written_whole_roles: whole,
+                    ..TraceOptions::default()
+                };
+                split(trace_messages(&image, options).1)
+            };
+            let (all, all_rest) = run(Vec::new());
+            let (whole, whole_rest) = run(vec![Role::Scratch]);
+            assert_eq!(whole_rest, all_rest, "{what}: layers and buffers");
+            let scratch: Vec<Buffer> = all_rest
+                .iter()
+                .filter_map(|m| match m {
+                    Message::BufferDeclared(b) if b.role == Role::Scratch => Some(b.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert!(!scratch.is_empty(), "{what}: CMSIS-NN's conv has scratch");
+            let is_scratch = |e: &Event| scratch.iter().any(|b| b.id == e.buffer);
+            for b in &scratch {
+                let accesses = all.iter().filter(|e| e.buffer == b.id).count();
+                assert!(accesses > 1, "{what}: the kernel uses `{}`", b.name);
+                let stores: Vec<&Event> = whole.iter().filter(|e| e.buffer == b.id).collect();
+                assert_eq!(stores.len(), 1, "{what}: `{}`", b.name);
+                let s = stores[0];
+                assert_eq!(
+                    (s.offset, s.size, s.kind),
+                    (0, b.size, AccessKind::Store),
+                    "{what}"
+                );
+                // Declared before the kernel runs: before all its accesses.
+                assert!(
+                    whole.iter().filter(|e| !is_scratch(e)).all(|e| e.seq > s.seq),
+                    "{what}"
+                );
+            }
+            let others = |events: &[Event]| -> Vec<Event> {
+                events
+                    .iter()
+                    .filter(|e| !is_scratch(e))
+                    .map(|e| Event { seq: 0, ..*e })
+                    .collect()
+            };
+            assert_eq!(others(&whole), others(&all), "{what}");
+        }
+    }
+}

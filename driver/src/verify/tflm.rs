@@ -35,7 +35,7 @@ use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
 use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
-    ModelRun,
+    ModelRun, ScratchWatch,
 };
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
@@ -253,8 +253,9 @@ struct Watch<'a> {
     plot: Option<(String, u64)>,
     /// Also time the run without hooks (`--baseline`).
     baseline: bool,
-    /// Trace the scratch buffers: the plan under test may place them over a
-    /// live tensor; TFLM's own plan, traced for O_s, does not.
+    /// Watch where the scratch buffers write: the plan under test may
+    /// place them over a live tensor; TFLM's own plan, traced for O_s, does
+    /// not.
     scratch: bool,
 }
 
@@ -270,8 +271,15 @@ fn shadow_run(
         .symbol(memtrace_abi::tflm::symbols::ARENA)
         .ok_or_else(|| failed!("{} has no arena", image.path.display()))?
         .address;
+    // The picture shows every scratch access; the shadow map needs only
+    // where scratch may write.
+    let scratch = match (watch.scratch, &watch.plot) {
+        (false, _) => ScratchWatch::Untraced,
+        (true, Some(_)) => ScratchWatch::Traced,
+        (true, None) => ScratchWatch::WrittenWhole,
+    };
     let run = ModelRun {
-        scratch: watch.scratch,
+        scratch,
         ..ModelRun::whole(image, model, inputs, max_instructions)
     };
     let untraced_seconds = if watch.baseline {

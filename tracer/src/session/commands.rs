@@ -109,7 +109,7 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
             }
             Ok(())
         }
-        Command::Buffer(decl) => declare_buffer(uc, decl),
+        Command::Buffer(decl) => declare_buffer(uc, decl, pc),
         Command::LayerEnd => {
             let s = uc.get_data_mut();
             let Some(layer) = s.layer.take() else {
@@ -150,7 +150,7 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
     }
 }
 
-fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), String> {
+fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl, pc: u64) -> Result<(), String> {
     let BufferDecl {
         id,
         role,
@@ -202,7 +202,9 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
             "buffer `{name}` [{base:#x}, {end:#x}) is not inside the guest's loaded memory"
         ));
     }
-    let traced = layer.recorded && !uc.get_data().untraced_roles.contains(&role);
+    let s = uc.get_data();
+    let whole = layer.recorded && s.written_whole_roles.contains(&role);
+    let traced = layer.recorded && !whole && !s.untraced_roles.contains(&role);
     let index = layer.buffers.len();
     let hook = if traced && uc.get_data().served.is_some() {
         mmio::serve_range(uc, base, end)?;
@@ -236,7 +238,7 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
         elem_size,
     };
     let s = uc.get_data_mut();
-    if traced {
+    if traced || whole {
         s.send(Message::BufferDeclared(buffer.clone()));
     }
     let layer = s.layer.as_mut().expect("checked above");
@@ -246,6 +248,9 @@ fn declare_buffer(uc: &mut HookUc<'_, '_>, decl: BufferDecl) -> Result<(), Strin
         hook,
         traced,
     });
+    if whole {
+        s.record_whole_store(index, pc);
+    }
     Ok(())
 }
 

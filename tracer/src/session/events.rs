@@ -52,11 +52,7 @@ impl Session<'_> {
         if start >= end {
             return;
         }
-        // A split trace's events carry no time, whichever run recorded them.
-        let (t, pc) = match self.sink.claim {
-            Some(_) => (0, 0),
-            None => (self.clock.now(pc) - layer.t0, pc),
-        };
+        let (t, pc) = stamp(&self.clock, &self.sink, pc, layer.t0);
         let (first, last) = ((start - base) as u32, (end - base) as u32);
         let event = |offset: u32, end: u32, kind| Event {
             t,
@@ -95,6 +91,42 @@ impl Session<'_> {
         if self.batch.len() >= self.batch_size {
             self.flush();
         }
+    }
+}
+
+impl Session<'_> {
+    /// The one store event of buffer `index` of the open layer, taken as
+    /// written whole at its declaration by the instruction at `pc`
+    /// ([`TraceOptions::written_whole_roles`]).
+    pub(super) fn record_whole_store(&mut self, index: usize, pc: u64) {
+        let Some(layer) = self.layer.as_mut() else {
+            return;
+        };
+        let b = &mut layer.buffers[index];
+        b.written.fill(u64::MAX);
+        let (t, pc) = stamp(&self.clock, &self.sink, pc, layer.t0);
+        let event = Event {
+            t,
+            seq: 0,
+            pc,
+            buffer: b.buffer.id,
+            offset: 0,
+            size: b.buffer.size,
+            kind: AccessKind::Store,
+        };
+        push_numbered(&mut self.batch, &mut layer.seq, event);
+        if self.batch.len() >= self.batch_size {
+            self.flush();
+        }
+    }
+}
+
+/// An event's time in its layer (which began at `t0`) and its
+/// instruction: none in a split trace, whichever run recorded it.
+fn stamp(clock: &Clock, sink: &EventSink, pc: u64, t0: u64) -> (u64, u64) {
+    match sink.claim {
+        Some(_) => (0, 0),
+        None => (clock.now(pc) - t0, pc),
     }
 }
 
