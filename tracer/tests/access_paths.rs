@@ -198,58 +198,74 @@ fn code_pages_are_told_apart_from_data_pages() {
     }
 }
 
+/// Runs `check` on both targets and both paths, with a function that
+/// traces the conv job of `SPECS[0]` on `elf` (a conv: input, output,
+/// weights, bias, and CMSIS-NN's scratch) with the options it is given.
+fn on_a_conv_job(elf: &str, check: impl Fn(&str, &dyn Fn(TraceOptions<'static>) -> Traced)) {
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, elf)).unwrap();
+        let job = Job {
+            spec: LayerSpec::parse(SPECS[0]).unwrap(),
+            seed: 5,
+        };
+        for access in [AccessPath::Hooks, AccessPath::Mmio] {
+            let run = |options: TraceOptions<'static>| {
+                let options = TraceOptions {
+                    job: Some(job.clone()),
+                    access,
+                    ..options
+                };
+                split(trace_messages(&image, options).1)
+            };
+            check(&format!("{target} {access:?}"), &run);
+        }
+    }
+}
+
+/// A run's events and its other messages ([`split`]).
+type Traced = (Vec<Event>, Vec<Message>);
+
 /// Untraced roles: the buffers of those roles give no events and are not
 /// announced, and every other buffer's accesses are exactly the ones of a
 /// run that traces everything, on both paths and both targets.
 #[test]
 fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
     use memtrace_abi::Role;
-    let spec = SPECS[0]; // a conv: input, output, weights and bias
-    for target in ["cortex-m4", "x86_64"] {
-        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
-        let job = Job {
-            spec: LayerSpec::parse(spec).unwrap(),
-            seed: 5,
+    on_a_conv_job("suite.elf", |what, run| {
+        let untraced = |roles: Vec<Role>| {
+            run(TraceOptions {
+                untraced_roles: roles,
+                ..TraceOptions::default()
+            })
         };
-        for access in [AccessPath::Hooks, AccessPath::Mmio] {
-            let run = |untraced: Vec<Role>| {
-                let options = TraceOptions {
-                    job: Some(job.clone()),
-                    access,
-                    untraced_roles: untraced,
-                    ..TraceOptions::default()
-                };
-                split(trace_messages(&image, options).1)
-            };
-            let (all, all_rest) = run(Vec::new());
-            let (some, some_rest) = run(vec![Role::Weights, Role::Bias]);
-            let ids = |rest: &[Message], keep: &dyn Fn(Role) -> bool| -> Vec<u32> {
-                rest.iter()
-                    .filter_map(|m| match m {
-                        Message::BufferDeclared(b) if keep(b.role) => Some(b.id),
-                        _ => None,
-                    })
-                    .collect()
-            };
-            let constant = |r: Role| matches!(r, Role::Weights | Role::Bias);
-            let dropped = ids(&all_rest, &constant);
-            assert_eq!(dropped.len(), 2, "{target} {access:?}: weights and bias");
-            assert!(ids(&some_rest, &constant).is_empty(), "not announced");
-            assert_eq!(
-                ids(&some_rest, &|r| !constant(r)),
-                ids(&all_rest, &|r| !constant(r)),
-                "{target} {access:?}: the other buffers are"
-            );
-            let kept: Vec<Event> = all
-                .iter()
-                .filter(|e| !dropped.contains(&e.buffer))
-                .map(|e| Event { seq: 0, ..*e })
-                .collect();
-            assert!(kept.len() < all.len(), "{target}: the weights were read");
-            let some: Vec<Event> = some.iter().map(|e| Event { seq: 0, ..*e }).collect();
-            assert_eq!(some, kept, "{target} {access:?}");
-        }
-    }
+        let (all, all_rest) = untraced(Vec::new());
+        let (some, some_rest) = untraced(vec![Role::Weights, Role::Bias]);
+        let ids = |rest: &[Message], keep: &dyn Fn(Role) -> bool| -> Vec<u32> {
+            rest.iter()
+                .filter_map(|m| match m {
+                    Message::BufferDeclared(b) if keep(b.role) => Some(b.id),
+                    _ => None,
+                })
+                .collect()
+        };
+        let constant = |r: Role| matches!(r, Role::Weights | Role::Bias);
+        let dropped = ids(&all_rest, &constant);
+        assert_eq!(dropped.len(), 2, "{what}: weights and bias");
+        assert!(ids(&some_rest, &constant).is_empty(), "not announced");
+        assert_eq!(
+            ids(&some_rest, &|r| !constant(r)),
+            ids(&all_rest, &|r| !constant(r)),
+            "{what}: the other buffers are"
+        );
+        let kept: Vec<Event> = all
+            .iter()
+            .filter(|e| !dropped.contains(&e.buffer))
+            .map(|e| Event { seq: 0, ..*e })
+            .collect();
+        assert!(kept.len() < all.len(), "{what}: the weights were read");
+        let some: Vec<Event> = some.iter().map(|e| Event { seq: 0, ..*e }).collect();
+        assert_eq!(some, kept, "{what}");
+    });
 }
 
 /// Roles written whole: the buffer is announced as before and gives one
@@ -259,61 +275,52 @@ fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
 #[test]
 fn a_role_written_whole_gives_one_store_over_the_buffer_and_none_of_its_accesses() {
     use memtrace_abi::{AccessKind, Buffer, Role};
-    let spec = SPECS[0]; // a conv: CMSIS-NN's needs scratch
-    for target in ["cortex-m4", "x86_64"] {
-        let image = ElfImage::load(&guest(target, "suite-cmsis.elf")).unwrap();
-        let job = Job {
-            spec: LayerSpec::parse(spec).unwrap(),
-            seed: 5,
+    on_a_conv_job("suite-cmsis.elf", |what, run| {
+        let written_whole = |roles: Vec<Role>| {
+            run(TraceOptions {
+                written_whole_roles: roles,
+                ..TraceOptions::default()
+            })
         };
-        for access in [AccessPath::Hooks, AccessPath::Mmio] {
-            let what = format!("{target} {access:?}");
-            let run = |whole: Vec<Role>| {
-                let options = TraceOptions {
-                    job: Some(job.clone()),
-                    access,
-                    written_whole_roles: whole,
-                    ..TraceOptions::default()
-                };
-                split(trace_messages(&image, options).1)
-            };
-            let (all, all_rest) = run(Vec::new());
-            let (whole, whole_rest) = run(vec![Role::Scratch]);
-            assert_eq!(whole_rest, all_rest, "{what}: layers and buffers");
-            let scratch: Vec<Buffer> = all_rest
-                .iter()
-                .filter_map(|m| match m {
-                    Message::BufferDeclared(b) if b.role == Role::Scratch => Some(b.clone()),
-                    _ => None,
-                })
-                .collect();
-            assert!(!scratch.is_empty(), "{what}: CMSIS-NN's conv has scratch");
-            let is_scratch = |e: &Event| scratch.iter().any(|b| b.id == e.buffer);
-            for b in &scratch {
-                let accesses = all.iter().filter(|e| e.buffer == b.id).count();
-                assert!(accesses > 1, "{what}: the kernel uses `{}`", b.name);
-                let stores: Vec<&Event> = whole.iter().filter(|e| e.buffer == b.id).collect();
-                assert_eq!(stores.len(), 1, "{what}: `{}`", b.name);
-                let s = stores[0];
-                assert_eq!(
-                    (s.offset, s.size, s.kind),
-                    (0, b.size, AccessKind::Store),
-                    "{what}"
-                );
-                // Declared before the kernel runs: before all its accesses.
-                assert!(
-                    whole.iter().filter(|e| !is_scratch(e)).all(|e| e.seq > s.seq),
-                    "{what}"
-                );
-            }
-            let others = |events: &[Event]| -> Vec<Event> {
-                events
+        let (all, all_rest) = written_whole(Vec::new());
+        let (whole, whole_rest) = written_whole(vec![Role::Scratch]);
+        assert_eq!(whole_rest, all_rest, "{what}: layers and buffers");
+        let scratch: Vec<Buffer> = all_rest
+            .iter()
+            .filter_map(|m| match m {
+                Message::BufferDeclared(b) if b.role == Role::Scratch => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(!scratch.is_empty(), "{what}: CMSIS-NN's conv has scratch");
+        let is_scratch = |e: &Event| scratch.iter().any(|b| b.id == e.buffer);
+        for b in &scratch {
+            let accesses = all.iter().filter(|e| e.buffer == b.id).count();
+            assert!(accesses > 1, "{what}: the kernel uses `{}`", b.name);
+            let stores: Vec<&Event> = whole.iter().filter(|e| e.buffer == b.id).collect();
+            assert_eq!(stores.len(), 1, "{what}: `{}`", b.name);
+            let s = stores[0];
+            assert_eq!(
+                (s.offset, s.size, s.kind),
+                (0, b.size, AccessKind::Store),
+                "{what}"
+            );
+            // Declared before the kernel runs: before all its accesses.
+            assert!(
+                whole
                     .iter()
                     .filter(|e| !is_scratch(e))
-                    .map(|e| Event { seq: 0, ..*e })
-                    .collect()
-            };
-            assert_eq!(others(&whole), others(&all), "{what}");
+                    .all(|e| e.seq > s.seq),
+                "{what}"
+            );
         }
-    }
+        let others = |events: &[Event]| -> Vec<Event> {
+            events
+                .iter()
+                .filter(|e| !is_scratch(e))
+                .map(|e| Event { seq: 0, ..*e })
+                .collect()
+        };
+        assert_eq!(others(&whole), others(&all), "{what}");
+    });
 }
