@@ -225,6 +225,14 @@ fn on_a_conv_job(elf: &str, check: impl Fn(&str, &dyn Fn(TraceOptions<'static>) 
 /// A run's events and its other messages ([`split`]).
 type Traced = (Vec<Event>, Vec<Message>);
 
+/// The buffers announced among `messages`.
+fn declared(messages: &[Message]) -> impl Iterator<Item = &memtrace_abi::Buffer> {
+    messages.iter().filter_map(|m| match m {
+        Message::BufferDeclared(b) => Some(b),
+        _ => None,
+    })
+}
+
 /// Untraced roles: the buffers of those roles give no events and are not
 /// announced, and every other buffer's accesses are exactly the ones of a
 /// run that traces everything, on both paths and both targets.
@@ -241,11 +249,9 @@ fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
         let (all, all_rest) = untraced(Vec::new());
         let (some, some_rest) = untraced(vec![Role::Weights, Role::Bias]);
         let ids = |rest: &[Message], keep: &dyn Fn(Role) -> bool| -> Vec<u32> {
-            rest.iter()
-                .filter_map(|m| match m {
-                    Message::BufferDeclared(b) if keep(b.role) => Some(b.id),
-                    _ => None,
-                })
+            declared(rest)
+                .filter(|b| keep(b.role))
+                .map(|b| b.id)
                 .collect()
         };
         let constant = |r: Role| matches!(r, Role::Weights | Role::Bias);
@@ -285,16 +291,12 @@ fn a_role_written_whole_gives_one_store_over_the_buffer_and_none_of_its_accesses
         let (all, all_rest) = written_whole(Vec::new());
         let (whole, whole_rest) = written_whole(vec![Role::Scratch]);
         assert_eq!(whole_rest, all_rest, "{what}: layers and buffers");
-        let scratch: Vec<Buffer> = all_rest
-            .iter()
-            .filter_map(|m| match m {
-                Message::BufferDeclared(b) if b.role == Role::Scratch => Some(b.clone()),
-                _ => None,
-            })
+        let scratch: Vec<&Buffer> = declared(&all_rest)
+            .filter(|b| b.role == Role::Scratch)
             .collect();
         assert!(!scratch.is_empty(), "{what}: CMSIS-NN's conv has scratch");
         let is_scratch = |e: &Event| scratch.iter().any(|b| b.id == e.buffer);
-        for b in &scratch {
+        for b in scratch.iter() {
             let accesses = all.iter().filter(|e| e.buffer == b.id).count();
             assert!(accesses > 1, "{what}: the kernel uses `{}`", b.name);
             let stores: Vec<&Event> = whole.iter().filter(|e| e.buffer == b.id).collect();
