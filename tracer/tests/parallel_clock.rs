@@ -1,9 +1,9 @@
-//! `ClockMode::Parallel`: the events come from one run and the instruction
-//! counts from a second run of the same guest beside it. What the analyses
-//! receive must be what one run with the block clock gives them, but for
-//! the events' time and instruction, which such a run does not have; and a
-//! guest that never ends, or faults, must still be stopped and reported as
-//! in one run.
+//! `ClockMode::Parallel`: two runs of the same guest side by side, one
+//! counting instructions, each recording the events of the layers it
+//! reaches first. What the analyses receive must be what one run with the
+//! block clock gives them, but for the events' time and instruction, which
+//! such a run does not have; and a guest that never ends, or faults, must
+//! still be stopped and reported as in one run.
 
 mod common;
 
@@ -90,7 +90,7 @@ fn assert_same_as_one_timed_run(image: &ElfImage, job: Option<&Job>, what: &str)
     assert_eq!(split.instructions, timed.instructions, "{what}");
     assert_eq!(split.layers, timed.layers, "{what}");
     assert_eq!(split.memory, timed.memory, "{what}: the guest's memory");
-    // The events really came from a run without a clock.
+    // The events carry no time, whichever run recorded them.
     assert!(
         events(&split_messages).all(|e| e.t == 0 && e.pc == 0),
         "{what}"
@@ -169,5 +169,37 @@ fn a_fault_is_reported_where_it_happened() {
             "{target}: {split}"
         );
         assert_eq!(split.to_string(), one.to_string(), "{target}");
+    }
+}
+
+/// A selection of layers: the two runs share the selected ones (whose
+/// indices in the run skip the others) and the analyses get what one timed
+/// run gives them.
+#[test]
+fn a_selection_of_layers_is_traced_as_in_one_timed_run() {
+    for target in ["cortex-m4", "x86_64"] {
+        let image = ElfImage::load(&guest(target, "suite.elf")).unwrap();
+        let selected = |clock| TraceOptions {
+            layers: Some(vec!["dw1".to_string(), "conv3".to_string()]),
+            ..options(None, clock, Vec::new())
+        };
+        let (timed, timed_messages) = run(&image, selected(ClockMode::Auto));
+        let (split, split_messages) = run(&image, selected(ClockMode::Parallel));
+        let begun: Vec<(usize, &str)> = split_messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::LayerBegin(l) => Some((l.index, l.name.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(begun, [(1, "dw1"), (4, "conv3")], "{target}");
+        assert!(events(&split_messages).count() > 0, "{target}");
+        assert_eq!(
+            untimed(&split_messages),
+            untimed(&timed_messages),
+            "{target}"
+        );
+        assert_eq!(split.instructions, timed.instructions, "{target}");
+        assert_eq!(split.layers, timed.layers, "{target}");
     }
 }
