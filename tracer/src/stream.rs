@@ -42,7 +42,7 @@ pub fn trace(
     }
     let (sink, stream) = channel(None);
     std::thread::scope(|scope| {
-        let consumer = scope.spawn(move || consume(stream.received, stream.recycle, analyses));
+        let consumer = scope.spawn(move || consume(stream, analyses));
         let summary = run(image, options, sink, None);
         consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
         summary
@@ -238,15 +238,11 @@ fn same_run(recorded: RunSummary, count: RunSummary) -> Result<RunSummary, Trace
     })
 }
 
-/// Drains `messages` until the tracer hangs up, feeding every analysis and
+/// Drains `stream` until the tracer hangs up, feeding every analysis and
 /// handing emptied batch vectors back.
-fn consume(
-    messages: Receiver<Message>,
-    recycle: Sender<Vec<Event>>,
-    analyses: &mut [&mut (dyn Analysis + Send)],
-) {
-    for message in messages {
-        feed(message, analyses, &recycle);
+fn consume(stream: Stream, analyses: &mut [&mut (dyn Analysis + Send)]) {
+    for message in &stream.received {
+        feed(message, analyses, &stream.recycle);
     }
 }
 
@@ -270,20 +266,19 @@ fn consume_split(
             )));
             break;
         }
-        let (recorder, other) = match share.recorder(layer.index) {
-            Some(Side::Counting) => (&counting, &recording),
-            _ => (&recording, &counting),
-        };
         analyses.iter_mut().for_each(|a| a.layer_begin(&layer));
-        let recorded = recorder.finish_layer(Some(&mut *analyses));
-        let skipped = other.finish_layer(None);
-        let instructions = if std::ptr::eq(recorder, &counting) {
-            recorded
-        } else {
-            skipped
+        let (recording_end, counting_end) = match share.recorder(layer.index) {
+            Some(Side::Counting) => {
+                let counted = counting.finish_layer(Some(&mut *analyses));
+                (recording.finish_layer(None), counted)
+            }
+            _ => {
+                let recorded = recording.finish_layer(Some(&mut *analyses));
+                (recorded, counting.finish_layer(None))
+            }
         };
         // None: a run ended inside the layer, and says why.
-        let (Some(_), Some(instructions)) = (recorded.and(skipped), instructions) else {
+        let (Some(_), Some(instructions)) = (recording_end, counting_end) else {
             break;
         };
         analyses.iter_mut().for_each(|a| a.layer_end(instructions));

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{guest, trace_messages};
-use memtrace_abi::{Event, LayerSpec, Message};
+use memtrace_abi::{Event, LayerSpec, Message, Role};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
 fn trace(image: &ElfImage, job: Option<&Job>, access: AccessPath) -> Vec<Message> {
@@ -200,8 +200,13 @@ fn code_pages_are_told_apart_from_data_pages() {
 
 /// Runs `check` on both targets and both paths, with a function that
 /// traces the conv job of `SPECS[0]` on `elf` (a conv: input, output,
-/// weights, bias, and CMSIS-NN's scratch) with the options it is given.
-fn on_a_conv_job(elf: &str, check: impl Fn(&str, &dyn Fn(TraceOptions<'static>) -> Traced)) {
+/// weights, bias, and CMSIS-NN's scratch) with the options `roles` makes of
+/// the roles it is given.
+fn on_a_conv_job(
+    elf: &str,
+    roles: impl Fn(Vec<Role>) -> TraceOptions<'static>,
+    check: impl Fn(&str, &dyn Fn(Vec<Role>) -> Traced),
+) {
     for target in ["cortex-m4", "x86_64"] {
         let image = ElfImage::load(&guest(target, elf)).unwrap();
         let job = Job {
@@ -209,11 +214,11 @@ fn on_a_conv_job(elf: &str, check: impl Fn(&str, &dyn Fn(TraceOptions<'static>) 
             seed: 5,
         };
         for access in [AccessPath::Hooks, AccessPath::Mmio] {
-            let run = |options: TraceOptions<'static>| {
+            let run = |given: Vec<Role>| {
                 let options = TraceOptions {
                     job: Some(job.clone()),
                     access,
-                    ..options
+                    ..roles(given)
                 };
                 split(trace_messages(&image, options).1)
             };
@@ -238,16 +243,13 @@ fn declared(messages: &[Message]) -> impl Iterator<Item = &memtrace_abi::Buffer>
 /// run that traces everything, on both paths and both targets.
 #[test]
 fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
-    use memtrace_abi::Role;
-    on_a_conv_job("suite.elf", |what, run| {
-        let untraced = |roles: Vec<Role>| {
-            run(TraceOptions {
-                untraced_roles: roles,
-                ..TraceOptions::default()
-            })
-        };
-        let (all, all_rest) = untraced(Vec::new());
-        let (some, some_rest) = untraced(vec![Role::Weights, Role::Bias]);
+    let untraced = |roles| TraceOptions {
+        untraced_roles: roles,
+        ..TraceOptions::default()
+    };
+    on_a_conv_job("suite.elf", untraced, |what, run| {
+        let (all, all_rest) = run(Vec::new());
+        let (some, some_rest) = run(vec![Role::Weights, Role::Bias]);
         let ids = |rest: &[Message], keep: &dyn Fn(Role) -> bool| -> Vec<u32> {
             declared(rest)
                 .filter(|b| keep(b.role))
@@ -280,16 +282,14 @@ fn untraced_roles_leave_the_other_buffers_accesses_unchanged() {
 /// traces everything, on both paths and both targets.
 #[test]
 fn a_role_written_whole_gives_one_store_over_the_buffer_and_none_of_its_accesses() {
-    use memtrace_abi::{AccessKind, Buffer, Role};
-    on_a_conv_job("suite-cmsis.elf", |what, run| {
-        let written_whole = |roles: Vec<Role>| {
-            run(TraceOptions {
-                written_whole_roles: roles,
-                ..TraceOptions::default()
-            })
-        };
-        let (all, all_rest) = written_whole(Vec::new());
-        let (whole, whole_rest) = written_whole(vec![Role::Scratch]);
+    use memtrace_abi::{AccessKind, Buffer};
+    let written_whole = |roles| TraceOptions {
+        written_whole_roles: roles,
+        ..TraceOptions::default()
+    };
+    on_a_conv_job("suite-cmsis.elf", written_whole, |what, run| {
+        let (all, all_rest) = run(Vec::new());
+        let (whole, whole_rest) = run(vec![Role::Scratch]);
         assert_eq!(whole_rest, all_rest, "{what}: layers and buffers");
         let scratch: Vec<&Buffer> = declared(&all_rest)
             .filter(|b| b.role == Role::Scratch)

@@ -68,16 +68,8 @@ fn the_exit_reason_is_read_without_hooks_as_with_them() {
 
 #[test]
 fn a_guest_that_never_exits_is_stopped_by_the_time_limit_where_it_spins() {
-    let image = ElfImage::load(&guest("cortex-m4", "spin.elf")).unwrap();
     let started = Instant::now();
-    let err = run_untraced(
-        &image,
-        UntracedOptions {
-            time_limit: Some(Duration::from_millis(300)),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let err = spin_until(Duration::from_millis(300));
     assert!(started.elapsed() < Duration::from_secs(30));
     assert!(matches!(err, TraceError::TimeLimit { .. }), "{err}");
     let text = err.to_string();
@@ -132,7 +124,6 @@ fn the_host_filled_tlb_runs_the_guest_as_stock_unicorn_does() {
 /// exit within 8000 s" after 8 s.
 #[test]
 fn a_distant_time_limit_holds_while_other_threads_create_engines() {
-    let image = ElfImage::load(&guest("cortex-m4", "spin.elf")).unwrap();
     let suite = ElfImage::load(&guest("cortex-m4", "suite.elf")).unwrap();
     let job = Job {
         spec: LayerSpec::parse("op=relu,dtype=f32,input=1x4x4x3").unwrap(),
@@ -150,14 +141,7 @@ fn a_distant_time_limit_holds_while_other_threads_create_engines() {
                 assert_eq!(run_untraced(&suite, options).unwrap().exit_code, 0);
             }
         });
-        let err = run_untraced(
-            &image,
-            UntracedOptions {
-                time_limit: Some(Duration::from_secs(3)),
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
+        let err = spin_until(Duration::from_secs(3));
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         err
     });
@@ -167,4 +151,15 @@ fn a_distant_time_limit_holds_while_other_threads_create_engines() {
         "stopped after {:?}, before its limit",
         started.elapsed()
     );
+}
+
+/// The error of the Cortex-M4 guest that never exits, run untraced with
+/// `time_limit`.
+fn spin_until(time_limit: Duration) -> TraceError {
+    let image = ElfImage::load(&guest("cortex-m4", "spin.elf")).unwrap();
+    let options = UntracedOptions {
+        time_limit: Some(time_limit),
+        ..Default::default()
+    };
+    run_untraced(&image, options).unwrap_err()
 }

@@ -37,22 +37,44 @@ impl Session<'_> {
     }
 
     /// One guest access, recorded for the part of it that lies inside buffer
-    /// `index` of the open layer (none, for an access that misses it).
+    /// `index` of the open layer (none, for an access that misses it or a
+    /// buffer whose accesses are not traced).
     pub(super) fn record(&mut self, index: usize, write: bool, address: u64, size: u64, pc: u64) {
+        if self.layer.as_ref().is_some_and(|l| l.buffers[index].traced) {
+            self.record_bytes(index, write, address, size, pc);
+        }
+    }
+
+    /// The one store of buffer `index` of the open layer, taken as written
+    /// whole at its declaration by the instruction at `pc`
+    /// ([`TraceOptions::written_whole_roles`]).
+    pub(super) fn record_whole_store(&mut self, index: usize, pc: u64) {
+        let Some(b) = self.layer.as_ref().map(|l| &l.buffers[index].buffer) else {
+            return;
+        };
+        let (base, size) = (b.base, b.size as u64);
+        self.record_bytes(index, true, base, size, pc);
+    }
+
+    /// The events of `size` bytes at `address` that lie inside buffer
+    /// `index` of the open layer, whether its accesses are traced or not.
+    #[inline]
+    fn record_bytes(&mut self, index: usize, write: bool, address: u64, size: u64, pc: u64) {
         let Some(layer) = self.layer.as_mut() else {
             return;
         };
         let b = &mut layer.buffers[index];
-        if !b.traced {
-            return;
-        }
         let base = b.buffer.base;
         let start = address.max(base);
         let end = (address + size).min(base + b.buffer.size as u64);
         if start >= end {
             return;
         }
-        let (t, pc) = stamp(&self.clock, &self.sink, pc, layer.t0);
+        // A split trace's events carry no time, whichever run recorded them.
+        let (t, pc) = match self.sink.claim {
+            Some(_) => (0, 0),
+            None => (self.clock.now(pc) - layer.t0, pc),
+        };
         let (first, last) = ((start - base) as u32, (end - base) as u32);
         let event = |offset: u32, end: u32, kind| Event {
             t,
@@ -91,42 +113,6 @@ impl Session<'_> {
         if self.batch.len() >= self.batch_size {
             self.flush();
         }
-    }
-}
-
-impl Session<'_> {
-    /// The one store event of buffer `index` of the open layer, taken as
-    /// written whole at its declaration by the instruction at `pc`
-    /// ([`TraceOptions::written_whole_roles`]).
-    pub(super) fn record_whole_store(&mut self, index: usize, pc: u64) {
-        let Some(layer) = self.layer.as_mut() else {
-            return;
-        };
-        let b = &mut layer.buffers[index];
-        b.written.fill(u64::MAX);
-        let (t, pc) = stamp(&self.clock, &self.sink, pc, layer.t0);
-        let event = Event {
-            t,
-            seq: 0,
-            pc,
-            buffer: b.buffer.id,
-            offset: 0,
-            size: b.buffer.size,
-            kind: AccessKind::Store,
-        };
-        push_numbered(&mut self.batch, &mut layer.seq, event);
-        if self.batch.len() >= self.batch_size {
-            self.flush();
-        }
-    }
-}
-
-/// An event's time in its layer (which began at `t0`) and its
-/// instruction: none in a split trace, whichever run recorded it.
-fn stamp(clock: &Clock, sink: &EventSink, pc: u64, t0: u64) -> (u64, u64) {
-    match sink.claim {
-        Some(_) => (0, 0),
-        None => (clock.now(pc) - t0, pc),
     }
 }
 
