@@ -108,15 +108,17 @@ pub(crate) fn set_permissions<D>(
     Ok(())
 }
 
-/// The guest pages `[start, end)` (page-aligned) as maximal runs
-/// `(first, end, executable)`: whether an executable segment loads them.
+/// The guest memory `[start, end)` (aligned to the engine's page, which may
+/// be smaller than [`PAGE`]) as maximal runs `(first, end, executable)`:
+/// whether an executable segment loads them.
 pub(crate) fn page_runs(image: &ElfImage, start: u64, end: u64) -> Vec<(u64, u64, bool)> {
     let mut runs: Vec<(u64, u64, bool)> = Vec::new();
     for page in (start..end).step_by(PAGE as usize) {
-        let executable = image.is_executable(page, PAGE);
+        let page_end = (page + PAGE).min(end);
+        let executable = image.is_executable(page, page_end - page);
         match runs.last_mut() {
-            Some(run) if run.2 == executable => run.1 = page + PAGE,
-            _ => runs.push((page, page + PAGE, executable)),
+            Some(run) if run.2 == executable => run.1 = page_end,
+            _ => runs.push((page, page_end, executable)),
         }
     }
     runs

@@ -180,6 +180,11 @@ pub struct RunSummary {
     pub memory: Vec<Vec<u8>>,
     /// Why the guest exited, if it said so (`memtrace_exit_reason`).
     pub exit_reason: Option<String>,
+    /// Accesses the MMIO path served that touched no traced byte: data
+    /// that shares an engine page with a traced buffer (an untraced scratch
+    /// buffer beside a layer's input, say) or with the port. Each cost an
+    /// MMIO dispatch and recorded nothing; 0 on the hook path.
+    pub idle_dispatches: u64,
 }
 
 enum Clock {
@@ -368,6 +373,11 @@ pub(crate) fn run(
                 layers,
                 memory,
                 exit_reason,
+                idle_dispatches: uc
+                    .get_data()
+                    .served
+                    .as_ref()
+                    .map_or(0, |s| s.idle_dispatches),
             })
         }
         (None, Err(e)) => finish(TraceError::GuestFault {

@@ -129,27 +129,104 @@ fn mmio_and_hooks_agree_across_layers() {
 /// memory hooks see, none between layers and none fewer inside them.
 #[test]
 fn mmio_and_hooks_agree_on_real_tflm_whose_layers_share_pages() {
-    use memtrace_abi::tflm::{symbols, TflmJob};
     let image = ElfImage::load(&guest("cortex-m4", "tflm-runner.elf")).unwrap();
-    let at = |name| image.symbol(name).unwrap().address;
     for model in [
         "mlperf_tiny_ad_fc_autoencoder_int8.tflite",
         "tflm_micro_speech_quantized.tflite",
     ] {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/models")
-            .join(model);
-        let bytes = std::fs::read(&path).unwrap();
-        let job = TflmJob {
-            model_bytes: bytes.len() as u32,
-            arena_bytes: (at(symbols::ARENA_END) - at(symbols::ARENA)) as u32,
-            input_bytes: 0,
-            layers: true,
-            weights: false,
-        };
-        let preload = vec![(at(symbols::JOB), job.bytes()), (at(symbols::MODEL), bytes)];
-        assert_preloaded_paths_agree(&image, None, preload, model);
+        assert_preloaded_paths_agree(&image, None, tflm_preload(&image, model), model);
     }
+}
+
+/// What the TFLM runner `image` needs in memory to run `model` (of
+/// `../shared/models`) one layer per operator, weights undeclared.
+fn tflm_preload(image: &ElfImage, model: &str) -> Vec<(u64, Vec<u8>)> {
+    use memtrace_abi::tflm::{symbols, TflmJob};
+    let at = |name| image.symbol(name).unwrap().address;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/models")
+        .join(model);
+    let bytes = std::fs::read(&path).unwrap();
+    let job = TflmJob {
+        model_bytes: bytes.len() as u32,
+        arena_bytes: (at(symbols::ARENA_END) - at(symbols::ARENA)) as u32,
+        input_bytes: 0,
+        layers: true,
+        weights: false,
+    };
+    vec![(at(symbols::JOB), job.bytes()), (at(symbols::MODEL), bytes)]
+}
+
+/// Every access to a served page costs an MMIO dispatch, whatever it
+/// touches, and Unicorn maps memory in pages of its own: 1 KiB on the
+/// Cortex-M4. Real TFLM places CMSIS-NN's scratch buffers beside the
+/// layers' tensors, and its kernels read their scratch over and over. In a
+/// run that leaves scratch untraced (an O_s run), the accesses that record
+/// nothing are the scratch accesses inside the 1 KiB pages holding the
+/// layer's traced bytes, counted from a run that traces the scratch too;
+/// far fewer than those inside the 4 KiB pages around them.
+#[test]
+fn untraced_scratch_costs_a_dispatch_only_inside_the_engine_pages_of_traced_bytes() {
+    let image = ElfImage::load(&guest("cortex-m4", "tflm-runner-cmsis.elf")).unwrap();
+    let preload = tflm_preload(&image, "mlperf_tiny_ic_resnet8_int8.tflite");
+    let run = |untraced_roles: Vec<Role>| {
+        trace_messages(
+            &image,
+            TraceOptions {
+                access: AccessPath::Mmio,
+                preload: preload.clone(),
+                untraced_roles,
+                ..TraceOptions::default()
+            },
+        )
+    };
+    let (_, everything) = run(Vec::new());
+    let (o_s_run, _) = run(vec![Role::Scratch]);
+    let scratch_accesses_beside_traced_bytes = |page: u64| {
+        let mut count = 0;
+        let mut layer: Vec<memtrace_abi::Buffer> = Vec::new();
+        for m in &everything {
+            match m {
+                Message::LayerBegin(_) => layer.clear(),
+                Message::BufferDeclared(b) => layer.push(b.clone()),
+                Message::Events(batch) => {
+                    let pages = |b: &memtrace_abi::Buffer| {
+                        (b.base / page, (b.base + b.size as u64).div_ceil(page))
+                    };
+                    let traced: Vec<(u64, u64)> = layer
+                        .iter()
+                        .filter(|b| b.role != Role::Scratch)
+                        .map(pages)
+                        .collect();
+                    for e in batch {
+                        let b = layer.iter().find(|b| b.id == e.buffer).unwrap();
+                        if b.role != Role::Scratch {
+                            continue;
+                        }
+                        let first = (b.base + e.offset as u64) / page;
+                        let last = (b.base + (e.offset + e.size) as u64 - 1) / page;
+                        if traced.iter().any(|&(lo, hi)| first < hi && lo <= last) {
+                            count += 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        count
+    };
+    let (kib, four_kib) = (
+        scratch_accesses_beside_traced_bytes(1024),
+        scratch_accesses_beside_traced_bytes(4096),
+    );
+    assert!(
+        four_kib > 10 * kib.max(1),
+        "ResNet-8's scratch shares 4 KiB pages with its tensors: {four_kib} against {kib}"
+    );
+    assert_eq!(
+        o_s_run.idle_dispatches, kib,
+        "the accesses that recorded nothing are the scratch accesses in the 1 KiB pages"
+    );
 }
 
 /// A guest built with an older memtrace.h has no `memtrace_signal`, so its

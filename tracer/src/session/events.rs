@@ -31,8 +31,15 @@ impl Session<'_> {
     /// per-buffer hooks fire in).
     pub(super) fn record_access(&mut self, write: bool, address: u64, size: u64) {
         let buffers = self.layer.as_ref().map_or(0, |l| l.buffers.len());
+        let seq = |s: &Self| s.layer.as_ref().map_or(0, |l| l.seq);
+        let before = seq(self);
         for index in 0..buffers {
             self.record(index, write, address, size, self.block_address);
+        }
+        if seq(self) == before {
+            if let Some(served) = self.served.as_mut() {
+                served.idle_dispatches += 1;
+            }
         }
     }
 

@@ -61,6 +61,11 @@ pub(super) struct Served {
     signal: (u64, u64),
     /// The instruction of `memtrace_signal` its code hook saw last.
     signal_pc: u64,
+    /// The engine's page: the unit a buffer's accesses are served in.
+    page: u64,
+    /// Served accesses that touched no traced byte
+    /// ([`crate::RunSummary::idle_dispatches`]).
+    pub(super) idle_dispatches: u64,
 }
 
 impl Served {
@@ -72,6 +77,8 @@ impl Served {
             port,
             signal: (signal.address, signal.address + signal.size.max(1)),
             signal_pc: 0,
+            page: PAGE,
+            idle_dispatches: 0,
         })
     }
 
@@ -103,6 +110,12 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
     let (port, signal) = (served.port, served.signal);
     let page = port & !(PAGE - 1);
     serve(uc, page, page + PAGE, true).map_err(TraceError::Emulator)?;
+    let engine_page = uc
+        .ctl_get_page_size()
+        .map_err(|e| emulator_error("reading the engine's page size", e))?;
+    if let Some(s) = uc.get_data_mut().served.as_mut() {
+        s.page = u64::from(engine_page);
+    }
     uc.add_code_hook(signal.0, signal.1 - 1, |uc: &mut HookUc<'_, '_>, pc, _| {
         if let Some(s) = uc.get_data_mut().served.as_mut() {
             s.signal_pc = pc;
@@ -115,6 +128,11 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
 /// Serves every page of `[start, end)` that is not served yet, together
 /// with the buffer regions it touches.
 ///
+/// Pages are the engine's own (1 KiB on the Cortex-M4, 4 KiB on x86-64), the
+/// smallest unit Unicorn maps: every access to a served page costs an MMIO
+/// dispatch, also one to an untraced buffer beside the traced ones, such as
+/// a CMSIS-NN kernel's scratch, which it reads over and over.
+///
 /// A layer's buffers usually lie end to end (an arena), and each served
 /// region is a region of Unicorn's memory map, which its slow path looks up
 /// on every access with a one-entry cache (the last region hit). A kernel
@@ -123,7 +141,8 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
 /// into one when the merged range is still one range of guest RAM and holds
 /// no code.
 pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Result<(), String> {
-    let (mut lo, mut hi) = (start & !(PAGE - 1), end.div_ceil(PAGE) * PAGE);
+    let page = uc.get_data().served.as_ref().map_or(PAGE, |s| s.page);
+    let (mut lo, mut hi) = (start & !(page - 1), end.div_ceil(page) * page);
     while let Some(slot) = touching_region(uc.get_data(), lo, hi) {
         let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
         let region = s.regions[slot].take().expect("a served region");
@@ -137,18 +156,18 @@ pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Resu
             .as_ref()
             .is_some_and(|s| s.is_served(p))
     };
-    let mut page = lo;
-    while page < hi {
-        if served(uc, page) {
-            page += PAGE;
+    let mut at = lo;
+    while at < hi {
+        if served(uc, at) {
+            at += page;
             continue;
         }
-        let mut run_end = page + PAGE;
+        let mut run_end = at + page;
         while run_end < hi && !served(uc, run_end) {
-            run_end += PAGE;
+            run_end += page;
         }
-        serve(uc, page, run_end, false)?;
-        page = run_end;
+        serve(uc, at, run_end, false)?;
+        at = run_end;
     }
     Ok(())
 }
