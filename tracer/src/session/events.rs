@@ -31,16 +31,32 @@ impl Session<'_> {
     /// per-buffer hooks fire in).
     pub(super) fn record_access(&mut self, write: bool, address: u64, size: u64) {
         let buffers = self.layer.as_ref().map_or(0, |l| l.buffers.len());
-        let seq = |s: &Self| s.layer.as_ref().map_or(0, |l| l.seq);
-        let before = seq(self);
+        let mut recorded = false;
         for index in 0..buffers {
-            self.record(index, write, address, size, self.block_address);
+            // Most accesses touch one buffer of a few: the others are
+            // passed over here, without a call.
+            if self.traced_part_of(index, address, size) {
+                self.record_bytes(index, write, address, size, self.block_address);
+                recorded = true;
+            }
         }
-        if seq(self) == before {
+        if !recorded {
             if let Some(served) = self.served.as_mut() {
                 served.idle_dispatches += 1;
             }
         }
+    }
+
+    /// Whether buffer `index` of the open layer is traced and holds some of
+    /// the `size` bytes at `address`.
+    #[inline]
+    fn traced_part_of(&self, index: usize, address: u64, size: u64) -> bool {
+        self.layer.as_ref().is_some_and(|l| {
+            let b = &l.buffers[index];
+            b.traced
+                && address < b.buffer.base + b.buffer.size as u64
+                && b.buffer.base < address + size
+        })
     }
 
     /// One guest access, recorded for the part of it that lies inside buffer

@@ -362,17 +362,60 @@ fn host_access(
     Some((address, s.ram.range(r.ram).at(address), n))
 }
 
+/// The `n` (at most 8) little-endian bytes at `host`.
+///
+/// Guest accesses are 1, 2, 4 or 8 bytes: a load of that fixed size is one
+/// host instruction, where a copy of run-time length is a call.
+///
+/// # Safety
+/// `host` must be valid for reads of `n` bytes.
+#[inline]
+unsafe fn load_le(host: *const u8, n: usize) -> u64 {
+    // SAFETY: the caller's; unaligned reads of exactly `n` bytes.
+    unsafe {
+        match n {
+            1 => u64::from(host.read()),
+            2 => u64::from(u16::from_le(host.cast::<u16>().read_unaligned())),
+            4 => u64::from(u32::from_le(host.cast::<u32>().read_unaligned())),
+            8 => u64::from_le(host.cast::<u64>().read_unaligned()),
+            _ => {
+                let mut word = [0u8; 8];
+                std::ptr::copy_nonoverlapping(host, word.as_mut_ptr(), n.min(8));
+                u64::from_le_bytes(word)
+            }
+        }
+    }
+}
+
+/// Stores the low `n` (at most 8) bytes of `value` at `host`, little-endian
+/// (see [`load_le`]).
+///
+/// # Safety
+/// `host` must be valid for writes of `n` bytes.
+#[inline]
+unsafe fn store_le(host: *mut u8, n: usize, value: u64) {
+    // SAFETY: the caller's; unaligned writes of exactly `n` bytes.
+    unsafe {
+        match n {
+            1 => host.write(value as u8),
+            2 => host.cast::<u16>().write_unaligned((value as u16).to_le()),
+            4 => host.cast::<u32>().write_unaligned((value as u32).to_le()),
+            8 => host.cast::<u64>().write_unaligned(value.to_le()),
+            _ => std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n.min(8)),
+        }
+    }
+}
+
 impl Session<'_> {
     /// A load from served region `slot`: the bytes, and its events.
     fn served_read(&mut self, slot: usize, offset: u64, size: usize) -> u64 {
         let Some((address, host, n)) = host_access(self, slot, offset, size) else {
             return 0;
         };
-        let mut word = [0u8; 8];
         // SAFETY: `host_access` clipped the access to the served region.
-        unsafe { std::ptr::copy_nonoverlapping(host, word.as_mut_ptr(), n) };
+        let value = unsafe { load_le(host, n) };
         self.record_access(false, address, n as u64);
-        u64::from_le_bytes(word)
+        value
     }
 
     /// A store to served buffer region `slot`: the bytes, its events and
@@ -382,7 +425,7 @@ impl Session<'_> {
             return;
         };
         // SAFETY: as in `served_read`.
-        unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
+        unsafe { store_le(host, n, value) };
         self.served_written(address, n as u64);
     }
 
@@ -406,7 +449,7 @@ fn on_port_page_write(uc: &mut HookUc<'_, '_>, slot: usize, offset: u64, size: u
         return;
     };
     // SAFETY: as in `served_read`.
-    unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), host, n) };
+    unsafe { store_le(host, n, value) };
     let served = s.served.as_mut().expect("MMIO path");
     if address >= served.port && address < served.port + PORT_SIZE {
         // Without a clock there is no block hook, so no block address.
