@@ -189,3 +189,60 @@ fn the_cmsis_nn_executor_is_bit_exact_with_current_tflm() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// The host oracle takes a core while the plan under test runs. A short
+/// plan run is then one timed run (a split trace's second run would compete
+/// with the oracle's Python instead of using a free core), and without an
+/// oracle it is a split trace; either way the report is the same, and the
+/// oracle agrees.
+#[test]
+#[cfg_attr(
+    no_oracle,
+    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+)]
+fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
+    let py = python();
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models/mlperf_tiny_ad_fc_autoencoder_int8.tflite");
+    let home = std::env::temp_dir().join(format!("memtrace-no-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let verify = |oracle: bool| -> Value {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
+        cmd.arg("verify")
+            .arg(&model)
+            .args(["--runtime", "tflm", "--no-cache", "--format", "json"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if oracle {
+            cmd.env("MEMTRACE_TFLM_PYTHON", &py);
+        } else {
+            // No oracle configured and no virtual environment to find.
+            cmd.env_remove("MEMTRACE_TFLM_PYTHON").env("HOME", &home);
+        }
+        let out = cmd.output().expect("memtrace verify runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("a JSON report")
+    };
+    let mut beside = verify(true);
+    let mut alone = verify(false);
+    std::fs::remove_dir_all(&home).ok();
+    assert_eq!(beside["oracle"]["bit_exact"], true, "{}", beside["oracle"]);
+    assert!(alone["oracle"].is_null());
+    assert_eq!(beside["plan"]["runs"], 1, "one timed run beside the oracle");
+    assert_eq!(alone["plan"]["runs"], 2, "a split trace without it");
+    assert_eq!(beside["reference"]["runs"], 2);
+    for report in [&mut beside, &mut alone] {
+        let r = report.as_object_mut().unwrap();
+        r.remove("oracle");
+        r.remove("seconds");
+        for run in ["reference", "plan"] {
+            let run = r[run].as_object_mut().unwrap();
+            run.remove("seconds");
+            run.remove("runs");
+        }
+    }
+    assert_eq!(beside, alone, "the same clobbers, placements and outputs");
+}

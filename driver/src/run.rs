@@ -381,6 +381,7 @@ fn trace_guest(
                 weights: true,
                 scratch: ScratchWatch::Traced,
                 max_instructions: opts.max_instructions,
+                split: true,
             };
             let outcome = run.trace(access, layers, true, analyses)?;
             let r = &outcome.result;

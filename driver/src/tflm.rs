@@ -100,6 +100,10 @@ pub struct ModelRun<'a> {
     pub scratch: ScratchWatch,
     /// Instruction budget.
     pub max_instructions: u64,
+    /// Two runs at once, one counting instructions beside one recording
+    /// ([`ClockMode::Parallel`], the default), or one timed run: the pair
+    /// costs twice the CPU, which pays only while a core is free.
+    pub split: bool,
 }
 
 /// What a run records of the operators' scratch buffers.
@@ -178,6 +182,7 @@ impl<'a> ModelRun<'a> {
             weights: false,
             scratch: ScratchWatch::Traced,
             max_instructions,
+            split: true,
         }
     }
 
@@ -260,7 +265,11 @@ impl<'a> ModelRun<'a> {
                 // A whole model is one run: the second core counts its
                 // instructions (the tracer counts in this run instead when
                 // an analysis reads event times).
-                clock: ClockMode::Parallel,
+                clock: if self.split {
+                    ClockMode::Parallel
+                } else {
+                    ClockMode::Auto
+                },
                 untraced_roles: match self.scratch {
                     ScratchWatch::Untraced => vec![Role::Scratch],
                     _ => Vec::new(),

@@ -185,6 +185,9 @@ pub struct RunSummary {
     /// buffer beside a layer's input, say) or with the port. Each cost an
     /// MMIO dispatch and recorded nothing; 0 on the hook path.
     pub idle_dispatches: u64,
+    /// Emulator runs the trace took: 2 for a split trace
+    /// ([`ClockMode::Parallel`]), 1 otherwise.
+    pub runs: u32,
 }
 
 enum Clock {
@@ -378,6 +381,7 @@ pub(crate) fn run(
                     .served
                     .as_ref()
                     .map_or(0, |s| s.idle_dispatches),
+                runs: 1,
             })
         }
         (None, Err(e)) => finish(TraceError::GuestFault {

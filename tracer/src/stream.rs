@@ -235,6 +235,7 @@ fn same_run(recorded: RunSummary, count: RunSummary) -> Result<RunSummary, Trace
     Ok(RunSummary {
         instructions: count.instructions,
         idle_dispatches: recorded.idle_dispatches + count.idle_dispatches,
+        runs: 2,
         ..recorded
     })
 }
