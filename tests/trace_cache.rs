@@ -181,7 +181,8 @@ fn traced_monotone_total(v: &serde_json::Value) -> u64 {
         .sum()
 }
 
-/// A verify report without its timings and cache marks.
+/// A verify report without its timings and cache marks (a run from the
+/// cache took no emulator run: its `runs` is 0).
 fn untimed(mut v: serde_json::Value) -> serde_json::Value {
     let o = v.as_object_mut().unwrap();
     o.remove("seconds");
@@ -189,6 +190,7 @@ fn untimed(mut v: serde_json::Value) -> serde_json::Value {
         let r = o[run].as_object_mut().unwrap();
         r.remove("seconds");
         r.remove("cached");
+        r.remove("runs");
     }
     v
 }
