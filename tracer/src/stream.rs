@@ -155,14 +155,30 @@ impl Stream {
                 return Some(instructions);
             }
             match analyses.as_deref_mut() {
-                Some(analyses) => feed(message, analyses, &self.recycle),
+                Some(analyses) => self.feed(message, analyses),
                 None => self.give_back(message),
             }
         }
         None
     }
 
-    /// Returns a batch's vector for reuse.
+    /// Hands one message to every analysis, and an emptied batch vector
+    /// back.
+    fn feed(&self, message: Message, analyses: &mut [&mut (dyn Analysis + Send)]) {
+        match &message {
+            Message::LayerBegin(layer) => analyses.iter_mut().for_each(|a| a.layer_begin(layer)),
+            Message::BufferDeclared(b) => analyses.iter_mut().for_each(|a| a.buffer(b)),
+            Message::Events(batch) => analyses.iter_mut().for_each(|a| a.events(batch)),
+            Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(w)),
+            Message::LayerEnd { instructions } => {
+                analyses.iter_mut().for_each(|a| a.layer_end(*instructions))
+            }
+            Message::Exit { .. } => {}
+        }
+        self.give_back(message);
+    }
+
+    /// Returns a batch's vector for reuse (other messages are dropped).
     fn give_back(&self, message: Message) {
         if let Message::Events(mut batch) = message {
             batch.clear();
@@ -244,7 +260,7 @@ fn same_run(recorded: RunSummary, count: RunSummary) -> Result<RunSummary, Trace
 /// handing emptied batch vectors back.
 fn consume(stream: Stream, analyses: &mut [&mut (dyn Analysis + Send)]) {
     for message in &stream.received {
-        feed(message, analyses, &stream.recycle);
+        stream.feed(message, analyses);
     }
 }
 
@@ -289,29 +305,6 @@ fn consume_split(
         stream.received.iter().for_each(|m| stream.give_back(m));
     }
     result
-}
-
-/// Hands one message to every analysis, and an emptied batch vector back.
-fn feed(
-    message: Message,
-    analyses: &mut [&mut (dyn Analysis + Send)],
-    recycle: &Sender<Vec<Event>>,
-) {
-    match message {
-        Message::LayerBegin(layer) => analyses.iter_mut().for_each(|a| a.layer_begin(&layer)),
-        Message::BufferDeclared(b) => analyses.iter_mut().for_each(|a| a.buffer(&b)),
-        Message::Events(mut batch) => {
-            analyses.iter_mut().for_each(|a| a.events(&batch));
-            batch.clear();
-            // The tracer may have finished; a lost vector is fine.
-            let _ = recycle.try_send(batch);
-        }
-        Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(&w)),
-        Message::LayerEnd { instructions } => {
-            analyses.iter_mut().for_each(|a| a.layer_end(instructions))
-        }
-        Message::Exit { .. } => {}
-    }
 }
 
 #[cfg(test)]

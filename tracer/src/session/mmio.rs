@@ -61,8 +61,6 @@ pub(super) struct Served {
     signal: (u64, u64),
     /// The instruction of `memtrace_signal` its code hook saw last.
     signal_pc: u64,
-    /// The engine's page: the unit a buffer's accesses are served in.
-    page: u64,
     /// Served accesses that touched no traced byte
     /// ([`crate::RunSummary::idle_dispatches`]).
     pub(super) idle_dispatches: u64,
@@ -77,7 +75,6 @@ impl Served {
             port,
             signal: (signal.address, signal.address + signal.size.max(1)),
             signal_pc: 0,
-            page: PAGE,
             idle_dispatches: 0,
         })
     }
@@ -110,12 +107,6 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
     let (port, signal) = (served.port, served.signal);
     let page = port & !(PAGE - 1);
     serve(uc, page, page + PAGE, true).map_err(TraceError::Emulator)?;
-    let engine_page = uc
-        .ctl_get_page_size()
-        .map_err(|e| emulator_error("reading the engine's page size", e))?;
-    if let Some(s) = uc.get_data_mut().served.as_mut() {
-        s.page = u64::from(engine_page);
-    }
     uc.add_code_hook(signal.0, signal.1 - 1, |uc: &mut HookUc<'_, '_>, pc, _| {
         if let Some(s) = uc.get_data_mut().served.as_mut() {
             s.signal_pc = pc;
@@ -141,7 +132,10 @@ pub(super) fn install(uc: &mut Unicorn<'_, Session<'_>>) -> Result<(), TraceErro
 /// into one when the merged range is still one range of guest RAM and holds
 /// no code.
 pub(super) fn serve_range(uc: &mut HookUc<'_, '_>, start: u64, end: u64) -> Result<(), String> {
-    let page = uc.get_data().served.as_ref().map_or(PAGE, |s| s.page);
+    let page = uc
+        .ctl_get_page_size()
+        .map(u64::from)
+        .map_err(|e| format!("reading the engine's page size: {e:?}"))?;
     let (mut lo, mut hi) = (start & !(page - 1), end.div_ceil(page) * page);
     while let Some(slot) = touching_region(uc.get_data(), lo, hi) {
         let s = uc.get_data_mut().served.as_mut().expect("MMIO path");
