@@ -192,9 +192,10 @@ fn the_cmsis_nn_executor_is_bit_exact_with_current_tflm() {
 
 /// The host oracle takes a core while the plan under test runs. A short
 /// plan run is then one timed run (a split trace's second run would compete
-/// with the oracle's Python instead of using a free core), and without an
-/// oracle it is a split trace; either way the report is the same, and the
-/// oracle agrees.
+/// with the oracle's Python instead of using a free core). With
+/// `--no-oracle` no Python runs, though one is installed, and the plan run
+/// is a split trace; either way the report is the same, and the oracle
+/// agrees.
 #[test]
 #[cfg_attr(
     no_oracle,
@@ -204,39 +205,48 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
     let py = python();
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/models/mlperf_tiny_ad_fc_autoencoder_int8.tflite");
-    let home = std::env::temp_dir().join(format!("memtrace-no-oracle-{}", std::process::id()));
-    std::fs::create_dir_all(&home).unwrap();
-    let verify = |oracle: bool| -> Value {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
-        cmd.arg("verify")
-            .arg(&model)
-            .args(["--runtime", "tflm", "--no-cache", "--format", "json"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if oracle {
-            cmd.env("MEMTRACE_TFLM_PYTHON", &py);
-        } else {
-            // No oracle configured and no virtual environment to find.
-            cmd.env_remove("MEMTRACE_TFLM_PYTHON").env("HOME", &home);
-        }
-        let out = cmd.output().expect("memtrace verify runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("a JSON report")
+    let verify = |extra: &[&str]| -> (Value, String) {
+        let run = |format: &str| {
+            let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+                .arg("verify")
+                .arg(&model)
+                .args(["--runtime", "tflm", "--no-cache", "--format", format])
+                .args(extra)
+                .env("MEMTRACE_TFLM_PYTHON", &py)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .expect("memtrace verify runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        let json = serde_json::from_slice(&run("json")).expect("a JSON report");
+        (json, String::from_utf8(run("table")).unwrap())
     };
-    let mut beside = verify(true);
-    let mut alone = verify(false);
-    std::fs::remove_dir_all(&home).ok();
+    let (mut beside, beside_text) = verify(&[]);
+    let (mut alone, alone_text) = verify(&["--no-oracle"]);
     assert_eq!(beside["oracle"]["bit_exact"], true, "{}", beside["oracle"]);
+    assert!(beside.get("oracle_off").is_none(), "{beside}");
     assert!(alone["oracle"].is_null());
+    assert_eq!(alone["oracle_off"], true);
+    assert!(
+        beside_text.contains("host oracle (PyPI tflite-micro"),
+        "{beside_text}"
+    );
+    assert!(
+        alone_text.contains("host oracle: not run (--no-oracle)"),
+        "{alone_text}"
+    );
     assert_eq!(beside["plan"]["runs"], 1, "one timed run beside the oracle");
     assert_eq!(alone["plan"]["runs"], 2, "a split trace without it");
     assert_eq!(beside["reference"]["runs"], 2);
     for report in [&mut beside, &mut alone] {
         let r = report.as_object_mut().unwrap();
         r.remove("oracle");
+        r.remove("oracle_off");
         r.remove("seconds");
         for run in ["reference", "plan"] {
             let run = r[run].as_object_mut().unwrap();
@@ -245,4 +255,35 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
         }
     }
     assert_eq!(beside, alone, "the same clobbers, placements and outputs");
+}
+
+/// `--no-oracle` on memtrace's executor: the report has no host comparison,
+/// where the same verify without the flag has one that agrees.
+#[test]
+#[cfg_attr(
+    no_oracle,
+    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+)]
+fn no_oracle_leaves_out_the_host_comparison_on_the_executor_too() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models/mlperf_tiny_ad_fc_autoencoder_int8.tflite");
+    let verify = |extra: &[&str]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+            .arg("verify")
+            .arg(&model)
+            .args(["--runtime", "executor", "--format", "json"])
+            .args(extra)
+            .env("MEMTRACE_TFLM_PYTHON", python())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("memtrace verify runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("a JSON report")
+    };
+    assert_eq!(verify(&[])["oracle"]["bit_exact"], true);
+    assert!(verify(&["--no-oracle"]).get("oracle").is_none());
 }

@@ -5,7 +5,8 @@
 //! The phases are those of `memtrace verify` (without the trace cache):
 //! the O_s trace (TFLM's own plan, one layer per operator: the reference
 //! run), the run of memtrace's plan under the shadow map, and PyPI
-//! `tflite-micro` on the host (the oracle, beside the plan run). A first row
+//! `tflite-micro` on the host (the oracle, beside the plan run), and the
+//! plan run once more in `verify --no-oracle`, with nothing beside it. A first row
 //! times the O_s trace alone, fastest of `repeat`, with its event count; a
 //! second the same run with no layer selected (the instruction clock's
 //! block hook alone, no event: what the run that counts beside the one
@@ -67,7 +68,7 @@ pub fn bench_models(
     )?;
     writeln!(
         out,
-        "{:<44} {:<9} {:<22} {:>13} {:>10} {:>9} {:>9} {:>7} {:>9}",
+        "{:<44} {:<9} {:<26} {:>13} {:>10} {:>9} {:>9} {:>7} {:>9}",
         "model",
         "kernels",
         "phase",
@@ -121,7 +122,7 @@ fn write_row(out: &mut impl Write, model: &str, kernels: Kernels, p: &Phase) -> 
     );
     writeln!(
         out,
-        "{:<44} {:<9} {:<22} {:>13} {:>10} {:>9.3} {:>9} {:>7} {:>9}",
+        "{:<44} {:<9} {:<26} {:>13} {:>10} {:>9.3} {:>9} {:>7} {:>9}",
         model,
         kernels.name(),
         p.name,
@@ -203,7 +204,7 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
 /// runs them, the runs without hooks from as many verifies with
 /// `--baseline` (which time them just before each traced run).
 fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPhases> {
-    let options = |baseline| VerifyOptions {
+    let options = |baseline, oracle| VerifyOptions {
         model: model.to_string(),
         planner: PlannerKind::DmoHeap,
         overlap: OverlapChoice::Traced,
@@ -222,11 +223,12 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         runtime: Runtime::Tflm,
         allow_foreign_plan: false,
         cache: TraceCache::new(false),
+        oracle,
     };
     let plain: Vec<(TflmVerifyReport, f64)> = (0..repeat.max(1))
         .map(|_| {
             let before = cpu_seconds();
-            let report = verify_tflm(&options(false))?;
+            let report = verify_tflm(&options(false, true))?;
             Ok((report, cpu_seconds() - before))
         })
         .collect::<Result<_>>()?;
@@ -237,7 +239,7 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
     let (wall, cpu) = (fastest.0.seconds, fastest.1);
     let plain: Vec<TflmVerifyReport> = plain.into_iter().map(|(r, _)| r).collect();
     let timed: Vec<TflmVerifyReport> = (0..repeat.max(1))
-        .map(|_| verify_tflm(&options(true)))
+        .map(|_| verify_tflm(&options(true, true)))
         .collect::<Result<_>>()?;
     let min = |values: &mut dyn Iterator<Item = f64>| values.fold(f64::INFINITY, f64::min);
     let least = |f: &dyn Fn(&TflmVerifyReport) -> Option<f64>, of: &[TflmVerifyReport]| {
@@ -264,6 +266,20 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
             raw_seconds: least(&|r| r.plan.untraced_seconds, &timed),
         },
     ];
+    if oracle.is_some() {
+        // The plan run again with no oracle beside it: what its tracing
+        // costs on a machine that runs nothing else.
+        let alone: Vec<TflmVerifyReport> = (0..repeat.max(1))
+            .map(|_| verify_tflm(&options(false, false)))
+            .collect::<Result<_>>()?;
+        phases.push(Phase {
+            name: "verify --no-oracle: plan",
+            instructions: Some(alone[0].plan.instructions),
+            events: None,
+            seconds: least(&|r| Some(r.plan.seconds), &alone).unwrap_or_default(),
+            raw_seconds: least(&|r| r.plan.untraced_seconds, &timed),
+        });
+    }
     if let Some(oracle) = oracle {
         phases.push(Phase {
             name: "verify: host oracle",

@@ -6,7 +6,7 @@
 //! `make test` creates (`~/.cache/memtrace-venv`); without either, nothing
 //! is compared and reports say so.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::error::Result;
@@ -48,18 +48,16 @@ pub fn python() -> Option<PathBuf> {
 }
 
 /// Runs `model` on `inputs` (all graph inputs, concatenated) in the host
-/// TFLM and compares its outputs with `outputs`; `None` without an oracle.
+/// TFLM of Python `py` ([`python`]) and compares its outputs with `outputs`.
 pub fn compare(
+    py: &Path,
     model: &[u8],
     n_inputs: usize,
     n_outputs: usize,
     inputs: &[u8],
     outputs: &[u8],
     float_outputs: bool,
-) -> Result<Option<OracleComparison>> {
-    let Some(py) = python() else {
-        return Ok(None);
-    };
+) -> Result<OracleComparison> {
     let dir = tempfile::tempdir().map_err(|e| failed!("a temporary folder for the oracle: {e}"))?;
     let (m, i, o) = (
         dir.path().join("model.tflite"),
@@ -70,7 +68,7 @@ pub fn compare(
         .and_then(|()| std::fs::write(&i, inputs))
         .map_err(|e| failed!("writing the oracle's inputs: {e}"))?;
     let started = std::time::Instant::now();
-    let out = Command::new(&py)
+    let out = Command::new(py)
         .arg("-c")
         .arg(SCRIPT)
         .args([&m, &i, &o])
@@ -92,7 +90,7 @@ pub fn compare(
         if last.contains("No module named") {
             bail!("{python} has no tflite-micro ({last}): `pip install tflite-micro` or unset MEMTRACE_TFLM_PYTHON");
         }
-        return Ok(Some(OracleComparison {
+        return Ok(OracleComparison {
             python,
             version: String::new(),
             error: Some(last.to_string()),
@@ -100,11 +98,11 @@ pub fn compare(
             bit_exact: false,
             float_outputs,
             seconds: started.elapsed().as_secs_f64(),
-        }));
+        });
     }
     let host = std::fs::read(&o).map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
     let mismatched = memtrace_analyzer::verify::mismatched_bytes(&host, outputs);
-    Ok(Some(OracleComparison {
+    Ok(OracleComparison {
         python,
         version: String::from_utf8_lossy(&out.stdout).trim().to_string(),
         error: None,
@@ -112,5 +110,5 @@ pub fn compare(
         bit_exact: mismatched == 0,
         float_outputs,
         seconds: started.elapsed().as_secs_f64(),
-    }))
+    })
 }

@@ -64,6 +64,11 @@ pub struct VerifyArgs {
     /// ~/.cache/memtrace/traces)
     #[arg(long)]
     pub no_cache: bool,
+    /// Do not compare the outputs with real TFLM on the host (PyPI
+    /// `tflite-micro`, which takes a core for about 0.1 s beside the plan
+    /// run); the shadow map and the comparison with the reference run stay.
+    #[arg(long)]
+    pub no_oracle: bool,
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = 200_000_000_000)]
     pub max_instructions: u64,
@@ -125,6 +130,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         allow_foreign_plan: args.allow_foreign_plan,
         runtime,
         cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
+        oracle: !args.no_oracle,
     };
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;

@@ -171,11 +171,15 @@ fn host_oracle(
     model: &Model,
     reference: &Outcome,
 ) -> Result<Option<crate::oracle::OracleComparison>> {
-    if req.accumulator != Accumulator::Int32 || crate::oracle::python().is_none() {
+    let Some(py) = req.oracle_python() else {
+        return Ok(None);
+    };
+    if req.accumulator != Accumulator::Int32 {
         return Ok(None);
     }
     let bytes = crate::tflm::model_bytes(&req.model, req.seed)?;
     crate::oracle::compare(
+        &py,
         &bytes,
         model.inputs.len(),
         model.outputs.len(),
@@ -186,6 +190,7 @@ fn host_oracle(
             .iter()
             .any(|&t| model.tensors[t].dtype == memtrace_model::Dtype::Float32),
     )
+    .map(Some)
 }
 
 /// Layers of a reference run that read back their own output.

@@ -62,6 +62,16 @@ pub struct VerifyOptions {
     pub allow_foreign_plan: bool,
     /// Runs kept from earlier verifies ([`crate::trace_cache::TraceCache`]).
     pub cache: TraceCache,
+    /// Compare the outputs with the host oracle when one is installed
+    /// (false: `--no-oracle`).
+    pub oracle: bool,
+}
+
+impl VerifyOptions {
+    /// The host oracle's Python when this verify compares with it.
+    pub fn oracle_python(&self) -> Option<PathBuf> {
+        self.oracle.then(crate::oracle::python).flatten()
+    }
 }
 
 /// A `--plan` file. Unknown keys are errors that name them (a misspelt

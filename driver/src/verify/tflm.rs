@@ -142,6 +142,9 @@ pub struct TflmVerifyReport {
     pub output_hex: String,
     /// The same model and input in PyPI `tflite-micro` on the host.
     pub oracle: Option<OracleComparison>,
+    /// The oracle was not asked for (`--no-oracle`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub oracle_off: bool,
     /// Every operator's traced O_s.
     pub traced_overlaps: Vec<TflmOpOverlap>,
     /// Every arena tensor: planned offset and where TFLM put it.
@@ -219,6 +222,7 @@ impl TflmVerifyReport {
         );
         match &self.oracle {
             Some(o) => s += &o.to_text(),
+            None if self.oracle_off => s += "host oracle: not run (--no-oracle)\n",
             None => {
                 s +=
                     "host oracle: not run (no Python with tflite-micro; set MEMTRACE_TFLM_PYTHON)\n"
@@ -500,6 +504,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         output_digest: digest(a),
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
         oracle,
+        oracle_off: !req.oracle,
         traced_overlaps: traced_report,
         tensors: tensor_placements(&subject.graph, &offsets, &reference, &planned),
         seconds: started.elapsed().as_secs_f64(),
@@ -683,20 +688,24 @@ fn plan_run(
     let offline = tflite::emit_offline(&subject.bytes, offsets)?;
     let graph = &subject.graph;
     let extent = under_test.arena.max(reference.result.head_bytes);
-    let split = oracle::python().is_none() || reference.seconds >= ONE_RUN_BESIDE_THE_ORACLE;
+    let python = req.oracle_python();
+    let split = python.is_none() || reference.seconds >= ONE_RUN_BESIDE_THE_ORACLE;
     let (planned, oracle) = std::thread::scope(|scope| {
-        let oracle = scope.spawn(|| {
-            oracle::compare(
-                &subject.bytes,
-                graph.inputs.len(),
-                graph.outputs.len(),
-                &subject.inputs,
-                &reference.result.output_bytes,
-                graph
-                    .outputs
-                    .iter()
-                    .any(|&t| graph.tensors[t].dtype == Some(Dtype::Float32)),
-            )
+        let oracle = python.as_deref().map(|py| {
+            scope.spawn(move || {
+                oracle::compare(
+                    py,
+                    &subject.bytes,
+                    graph.inputs.len(),
+                    graph.outputs.len(),
+                    &subject.inputs,
+                    &reference.result.output_bytes,
+                    graph
+                        .outputs
+                        .iter()
+                        .any(|&t| graph.tensors[t].dtype == Some(Dtype::Float32)),
+                )
+            })
         });
         let planned = shadow_run(
             &subject.image,
@@ -718,8 +727,12 @@ fn plan_run(
             req.max_instructions,
         );
         let oracle = oracle
-            .join()
-            .unwrap_or_else(|_| Err(failed!("the host oracle's thread panicked")));
+            .map(|thread| {
+                thread
+                    .join()
+                    .unwrap_or_else(|_| Err(failed!("the host oracle's thread panicked")))
+            })
+            .transpose();
         (planned, oracle)
     });
     Ok((planned?, oracle?))
