@@ -190,6 +190,31 @@ fn the_cmsis_nn_executor_is_bit_exact_with_current_tflm() {
     std::fs::remove_dir_all(&tmp).ok();
 }
 
+/// MLPerf Tiny AD, the shortest model to verify.
+fn ad_model() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models/mlperf_tiny_ad_fc_autoencoder_int8.tflite")
+}
+
+/// The report of `memtrace verify MODEL ARGS` with the oracle's Python
+/// installed, which must succeed.
+fn verify_with_python(model: &std::path::Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .arg("verify")
+        .arg(model)
+        .args(args)
+        .env("MEMTRACE_TFLM_PYTHON", python())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("memtrace verify runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// The host oracle takes a core while the plan under test runs. A short
 /// plan run is then one timed run (a split trace's second run would compete
 /// with the oracle's Python instead of using a free core). With
@@ -202,26 +227,15 @@ fn the_cmsis_nn_executor_is_bit_exact_with_current_tflm() {
     ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
 )]
 fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
-    let py = python();
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models/mlperf_tiny_ad_fc_autoencoder_int8.tflite");
+    let model = ad_model();
     let verify = |extra: &[&str]| -> (Value, String) {
         let run = |format: &str| {
-            let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-                .arg("verify")
-                .arg(&model)
-                .args(["--runtime", "tflm", "--no-cache", "--format", format])
-                .args(extra)
-                .env("MEMTRACE_TFLM_PYTHON", &py)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("memtrace verify runs");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            out.stdout
+            let args = [
+                &["--runtime", "tflm", "--no-cache", "--format", format],
+                extra,
+            ]
+            .concat();
+            verify_with_python(&model, &args)
         };
         let json = serde_json::from_slice(&run("json")).expect("a JSON report");
         (json, String::from_utf8(run("table")).unwrap())
@@ -240,7 +254,16 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
         alone_text.contains("host oracle: not run (--no-oracle)"),
         "{alone_text}"
     );
-    assert_eq!(beside["plan"]["runs"], 1, "one timed run beside the oracle");
+    // The rule is for a model whose reference run traced in under 0.2 s,
+    // as AD's does on an idle machine (about 0.03 s); a machine busy with
+    // other work may take longer, and then the plan run stays split.
+    let short = beside["reference"]["seconds"].as_f64().unwrap() < 0.2;
+    assert_eq!(
+        beside["plan"]["runs"],
+        if short { 1 } else { 2 },
+        "one timed run beside the oracle after a reference run of {} s",
+        beside["reference"]["seconds"]
+    );
     assert_eq!(alone["plan"]["runs"], 2, "a split trace without it");
     assert_eq!(beside["reference"]["runs"], 2);
     for report in [&mut beside, &mut alone] {
@@ -265,24 +288,9 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
     ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
 )]
 fn no_oracle_leaves_out_the_host_comparison_on_the_executor_too() {
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models/mlperf_tiny_ad_fc_autoencoder_int8.tflite");
     let verify = |extra: &[&str]| -> Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-            .arg("verify")
-            .arg(&model)
-            .args(["--runtime", "executor", "--format", "json"])
-            .args(extra)
-            .env("MEMTRACE_TFLM_PYTHON", python())
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("memtrace verify runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("a JSON report")
+        let args = [&["--runtime", "executor", "--format", "json"], extra].concat();
+        serde_json::from_slice(&verify_with_python(&ad_model(), &args)).expect("a JSON report")
     };
     assert_eq!(verify(&[])["oracle"]["bit_exact"], true);
     assert!(verify(&["--no-oracle"]).get("oracle").is_none());
