@@ -266,7 +266,7 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
             raw_seconds: least(&|r| r.plan.untraced_seconds, &timed),
         },
     ];
-    if oracle.is_some() {
+    if let Some(oracle) = oracle {
         // The plan run again with no oracle beside it: what its tracing
         // costs on a machine that runs nothing else.
         let alone: Vec<TflmVerifyReport> = (0..repeat.max(1))
@@ -279,8 +279,6 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
             seconds: least(&|r| Some(r.plan.seconds), &alone).unwrap_or_default(),
             raw_seconds: least(&|r| r.plan.untraced_seconds, &timed),
         });
-    }
-    if let Some(oracle) = oracle {
         phases.push(Phase {
             name: "verify: host oracle",
             instructions: None,

@@ -171,12 +171,10 @@ fn host_oracle(
     model: &Model,
     reference: &Outcome,
 ) -> Result<Option<crate::oracle::OracleComparison>> {
-    let Some(py) = req.oracle_python() else {
-        return Ok(None);
+    let py = match req.oracle_python() {
+        Some(py) if req.accumulator == Accumulator::Int32 => py,
+        _ => return Ok(None),
     };
-    if req.accumulator != Accumulator::Int32 {
-        return Ok(None);
-    }
     let bytes = crate::tflm::model_bytes(&req.model, req.seed)?;
     crate::oracle::compare(
         &py,
