@@ -224,6 +224,7 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         allow_foreign_plan: false,
         cache: TraceCache::new(false),
         oracle,
+        embedded_plan: false,
     };
     let plain: Vec<(TflmVerifyReport, f64)> = (0..repeat.max(1))
         .map(|_| {

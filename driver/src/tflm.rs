@@ -142,6 +142,13 @@ fn region(image: &ElfImage, start: &str, end: &str) -> Result<Region> {
     }
 }
 
+/// Bytes of the runner's arena region (`memtrace_arena`..`memtrace_arena_end`):
+/// the most TFLM can be given, so the bound for every size taken from a
+/// model or a plan before anything is allocated for it.
+pub fn runner_arena_bytes(image: &ElfImage) -> Result<u64> {
+    Ok(region(image, symbols::ARENA, symbols::ARENA_END)?.len)
+}
+
 /// What one run produced.
 pub struct ModelOutcome {
     /// The runner's answer.
@@ -313,6 +320,13 @@ impl<'a> ModelRun<'a> {
 /// Seeded bytes for every graph input, concatenated in order (the same
 /// generator as the executor's inputs, `verify::lower::synth_values`).
 pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
+    // Sizes come from the model: bounded before anything is generated, by
+    // the bound an `--input` file has.
+    let total = input_bytes(graph)?;
+    let limit = memtrace_io::input::MAX_INPUT_FILE;
+    if total > limit {
+        bail!("the graph inputs need {total} bytes, more than memtrace generates ({limit} bytes)");
+    }
     let mut rng = Rng::new(seed ^ 0x5446_4C4D);
     let mut out = Vec::new();
     for &t in &graph.inputs {
@@ -336,7 +350,7 @@ pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
 /// size is unknown.
 pub fn input_bytes(graph: &TfliteGraph) -> Result<u64> {
     graph.inputs.iter().try_fold(0u64, |acc, &t| {
-        graph.tensors[t].bytes.map(|b| acc + b).ok_or_else(|| {
+        graph.tensors[t].bytes.map(|b| acc.saturating_add(b)).ok_or_else(|| {
             failed!(
                 "graph input `{}` has no fixed size (shape {:?})",
                 graph.tensor_name(t),
@@ -427,7 +441,10 @@ pub fn plan_inputs(
     kernels: Kernels,
     cache: &TraceCache,
 ) -> Result<PlanInputs> {
+    // TFLM's own plan gives the scratch and O_s, not an offline plan the
+    // model may carry.
     let bytes = model_bytes(model, 1)?;
+    let bytes = tflite::strip_offline(&bytes)?.unwrap_or(bytes);
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
     let image = load_runner(

@@ -217,7 +217,7 @@ fn read_tensor(
         .map_err(fb_err(format!("tensor {i} is_variable")))?;
     Ok(Tensor {
         name: if tname.is_empty() {
-            format!("tensor_{i}")
+            format!("tensor{i}")
         } else {
             tname
         },
@@ -777,6 +777,61 @@ pub fn read_offline(bytes: &[u8]) -> Result<Option<Vec<i64>>, ModelError> {
         return Ok(Some(words[3..].iter().map(|&w| w as i64).collect()));
     }
     Ok(None)
+}
+
+/// A copy of the `.tflite` `original` without its `OfflineMemoryAllocation`,
+/// or `None` when it carries none: the model TFLM lays out with its own
+/// planner. The metadata entry is removed and the buffer it named emptied
+/// (not removed, so every other buffer keeps its index), unless a tensor or
+/// another metadata entry also names that buffer.
+pub fn strip_offline(original: &[u8]) -> Result<Option<Vec<u8>>, ModelError> {
+    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
+        .map_err(fb_err("model root"))?;
+    // Most models carry none: seen without decoding the whole model.
+    let mut carries = false;
+    if let Some(metadata) = root.metadata().map_err(fb_err("model.metadata"))? {
+        for m in metadata.iter() {
+            let m = m.map_err(fb_err("metadata entry"))?;
+            carries |= m.name().map_err(fb_err("metadata name"))? == Some(OFFLINE_METADATA);
+        }
+    }
+    if !carries {
+        return Ok(None);
+    }
+    let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
+    let Some(metadata) = model.metadata.as_mut() else {
+        return Ok(None);
+    };
+    let mut planned = Vec::new();
+    metadata.retain(|m| {
+        let offline = m.name.as_deref() == Some(OFFLINE_METADATA);
+        if offline {
+            planned.push(m.buffer);
+        }
+        !offline
+    });
+    if planned.is_empty() {
+        return Ok(None);
+    }
+    let still_named: std::collections::HashSet<u32> = metadata
+        .iter()
+        .map(|m| m.buffer)
+        .chain(
+            model
+                .subgraphs
+                .iter()
+                .flatten()
+                .flat_map(|g| g.tensors.iter().flatten())
+                .map(|t| t.buffer),
+        )
+        .collect();
+    let buffers = model.buffers.get_or_insert_with(Vec::new);
+    for b in planned.iter().filter(|b| !still_named.contains(b)) {
+        if let Some(buffer) = buffers.get_mut(*b as usize) {
+            buffer.data = None;
+        }
+    }
+    Ok(Some(serialize(&model)))
 }
 
 fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {

@@ -111,6 +111,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     let runtime = Runtime::for_verify(args.runtime, planner, args.accumulator)
         .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
+    let embedded_plan =
+        args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();
     let opts = VerifyOptions {
         model: args.model,
         planner,
@@ -131,9 +133,13 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         runtime,
         cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
         oracle: !args.no_oracle,
+        embedded_plan,
     };
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;
+        for w in &report.warnings {
+            eprintln!("WARNING: {w}");
+        }
         match format {
             Format::Table => super::emit(&report.to_text())?,
             Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,

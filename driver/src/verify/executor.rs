@@ -24,7 +24,7 @@ use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, Tr
 use memtrace_model::{Accumulator, Model};
 use memtrace_tracer::ElfImage;
 
-use super::{placement_from_plan, plan_kernels, VerifyOptions};
+use super::{check_plan_kernels, placement_from_plan, VerifyOptions};
 use crate::common::{check_output, load_model};
 use crate::error::{Context, Result};
 use crate::executor_run::{executor, ExecutorRun, Outcome, Placement, Watch};
@@ -242,25 +242,7 @@ fn plan_from_file(
     let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
     let (offsets, arena_bytes) = placement_from_plan(&r.model, &r.placement.offsets, &text)
         .with_context(|| path.display().to_string())?;
-    if let Some(made_for) = plan_kernels(&text).with_context(|| path.display().to_string())? {
-        if made_for != req.kernels {
-            let what = format!(
-                "{}: the plan was made for the {} kernels, not {} (--kernels): its overlaps \
-                 may corrupt data on {}",
-                path.display(),
-                made_for.name(),
-                req.kernels.name(),
-                req.kernels.name()
-            );
-            if !req.allow_foreign_plan {
-                bail!(
-                    "{what}; pass --allow-foreign-plan to check it on {} anyway",
-                    req.kernels.name()
-                );
-            }
-            warnings.push(what);
-        }
-    }
+    warnings.extend(check_plan_kernels(path, &text, req)?);
     Ok(PlanUnderTest {
         model: None,
         spill: None,

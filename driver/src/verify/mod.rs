@@ -13,7 +13,7 @@ use memtrace_model::{Accumulator, Model};
 use memtrace_tracer::Arch;
 use serde::Deserialize;
 
-use crate::error::Result;
+use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::provenance::OverlapChoice;
 use crate::spill::SpillOptions;
@@ -65,6 +65,11 @@ pub struct VerifyOptions {
     /// Compare the outputs with the host oracle when one is installed
     /// (false: `--no-oracle`).
     pub oracle: bool,
+    /// On real TFLM, verify the offline plan the model carries
+    /// (`OfflineMemoryAllocation`) when it has one, instead of planning
+    /// (the command line's choice when neither `--plan` nor `--planner`
+    /// nor `--overlap` is given).
+    pub embedded_plan: bool,
 }
 
 impl VerifyOptions {
@@ -100,6 +105,11 @@ struct PlanFileTensor {
 /// their offsets, the others at their `reference` offsets; the arena
 /// `arena_bytes`, which every placed tensor must fit (an error names the
 /// first that does not), or without it the end of the last tensor.
+///
+/// A tensor is named as reports name it; an unnamed tensor N is `tensorN`,
+/// and the older spelling `tensor_N` is accepted too. A tensor listed twice
+/// (under either spelling) is an error naming it: which offset was meant
+/// cannot be told.
 pub fn placement_from_plan(
     model: &Model,
     reference: &[Option<u64>],
@@ -108,12 +118,24 @@ pub fn placement_from_plan(
     let names = model.tensor_names();
     let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
     let mut offsets = reference.to_vec();
+    let mut listed = vec![false; names.len()];
     for t in &file.tensors {
-        let i = names
-            .iter()
-            .position(|n| *n == t.name)
-            .ok_or_else(|| failed!("no tensor `{}`", t.name))?;
+        let i = plan_tensor_index(&names, &t.name).ok_or_else(|| failed!("no tensor `{}`", t.name))?;
+        if std::mem::replace(&mut listed[i], true) {
+            bail!(
+                "tensor `{}` is listed twice in the plan (as `{}` again): give each tensor one offset",
+                names[i],
+                t.name
+            );
+        }
         if offsets[i].is_none() {
+            if model.tensors[i].is_variable {
+                bail!(
+                    "tensor `{}` is a variable tensor: it persists across runs outside the \
+                     planned arena, so a plan cannot place it",
+                    t.name
+                );
+            }
             bail!("tensor `{}` is not an arena tensor", t.name);
         }
         offsets[i] = Some(t.offset);
@@ -140,6 +162,17 @@ pub fn placement_from_plan(
     Ok((offsets, file.arena_bytes.unwrap_or(end)))
 }
 
+/// The index of the tensor a plan file calls `name`: the tensor so named,
+/// or for `tensor_N` (the spelling older reports gave an unnamed tensor)
+/// tensor N when it is unnamed (`tensorN`).
+fn plan_tensor_index(names: &[String], name: &str) -> Option<usize> {
+    if let Some(i) = names.iter().position(|n| n == name) {
+        return Some(i);
+    }
+    let n: usize = name.strip_prefix("tensor_")?.parse().ok()?;
+    (names.get(n)? == &format!("tensor{n}")).then_some(n)
+}
+
 /// The kernel library a plan file says it was made for (`"kernels"`), if it
 /// says.
 pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
@@ -150,4 +183,37 @@ pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
                 .ok_or_else(|| failed!("unknown \"kernels\": \"{name}\" (known: tflm, cmsis-nn)"))
         })
         .transpose()
+}
+
+/// Checks the library a plan file (`text`, read from `path`) says it was
+/// made for against the run's `--kernels`: an unknown name is an error; a
+/// plan for another library is refused, or with `--allow-foreign-plan`
+/// accepted with the warning returned (its overlaps were proven on the
+/// other library's loop nests, not these).
+pub fn check_plan_kernels(
+    path: &std::path::Path,
+    text: &str,
+    req: &VerifyOptions,
+) -> Result<Option<String>> {
+    let Some(made_for) = plan_kernels(text).with_context(|| path.display().to_string())? else {
+        return Ok(None);
+    };
+    if made_for == req.kernels {
+        return Ok(None);
+    }
+    let what = format!(
+        "{}: the plan was made for the {} kernels, not {} (--kernels): its overlaps may corrupt \
+         data on {}",
+        path.display(),
+        made_for.name(),
+        req.kernels.name(),
+        req.kernels.name()
+    );
+    if !req.allow_foreign_plan {
+        bail!(
+            "{what}; pass --allow-foreign-plan to check it on {} anyway",
+            req.kernels.name()
+        );
+    }
+    Ok(Some(what))
 }

@@ -149,6 +149,13 @@ pub struct TflmVerifyReport {
     pub traced_overlaps: Vec<TflmOpOverlap>,
     /// Every arena tensor: planned offset and where TFLM put it.
     pub tensors: Vec<TensorPlacement>,
+    /// Tensors the model's own `OfflineMemoryAllocation` placed, when it
+    /// carried one: the reference run and the host oracle ran the model
+    /// without it (TFLM's own plan).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded_plan_tensors: Option<usize>,
+    /// Warnings (a plan file made for other kernels, `--allow-foreign-plan`).
+    pub warnings: Vec<String>,
     /// Wall-clock seconds of the whole verification.
     pub seconds: f64,
 }
@@ -183,6 +190,13 @@ impl TflmVerifyReport {
                 r.instructions
             );
         }
+        if let Some(n) = self.embedded_plan_tensors {
+            s += &format!(
+                "model: carries an embedded offline plan (OfflineMemoryAllocation, {n} tensors \
+                 placed); the reference run and the host oracle ran it without, with TFLM's own \
+                 plan\n"
+            );
+        }
         if self.reference.cached {
             s += "reference: TFLM's own plan from the trace cache (--no-cache runs it again)\n";
         }
@@ -208,6 +222,13 @@ impl TflmVerifyReport {
                     .as_ref()
                     .map(|w| format!("`{}` of operator `{}`", w.tensor, w.op))
                     .unwrap_or_else(|| "nothing (never written)".into())
+            );
+        }
+        if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
+            s += &format!(
+                "culprit: the model's embedded offline plan (OfflineMemoryAllocation) is unsafe \
+                 on the {} kernels: operator `{}` reads `{}` after its bytes were overwritten\n",
+                self.kernels, c.op, c.tensor
             );
         }
         s += &format!(
@@ -462,15 +483,18 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
-    let under_test = match &req.plan {
-        Some(path) => {
-            let reference_offsets: Vec<Option<u64>> = (0..planned_model.tensors.len())
-                .map(|t| head_offset(&reference.result, t))
-                .collect();
-            plan_from_file(path, &planned_model, &reference_offsets)?
+    let mut warnings = Vec::new();
+    let under_test = match (&req.plan, &subject.embedded) {
+        (Some(path), _) => {
+            let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
+            let (under_test, warning) = plan_from_file(req, path, &planned_model, &reference_offsets)?;
+            warnings.extend(warning);
+            under_test
         }
-        None => plan_from_planner(req, &planned_model, &source_overlaps)?,
+        (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
+        _ => plan_from_planner(req, &planned_model, &source_overlaps)?,
     };
+    check_arena_fits(&under_test, &planned_model, subject.arena_limit)?;
     let mut offsets = under_test.offsets.clone();
     offsets.truncate(subject.graph.tensors.len());
 
@@ -507,6 +531,11 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         oracle_off: !req.oracle,
         traced_overlaps: traced_report,
         tensors: tensor_placements(&subject.graph, &offsets, &reference, &planned),
+        embedded_plan_tensors: subject
+            .embedded
+            .as_ref()
+            .map(|o| o.iter().filter(|&&v| v >= 0).count()),
+        warnings,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -514,11 +543,18 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
 /// What a TFLM verify runs: the model's bytes, graph and memtrace model,
 /// the inputs, and the runner.
 struct Subject {
+    /// The model without any `OfflineMemoryAllocation` it carried: what
+    /// TFLM's own plan, the host oracle and every plan under test start from.
     bytes: Vec<u8>,
+    /// The offsets of the offline plan the model carried, if any.
+    embedded: Option<Vec<i64>>,
     graph: TfliteGraph,
     model: Model,
     inputs: Vec<u8>,
     image: ElfImage,
+    /// Bytes of the runner's arena: the bound of every size a plan or the
+    /// model asks for.
+    arena_limit: u64,
 }
 
 impl Subject {
@@ -528,8 +564,18 @@ impl Subject {
         if let Some(p) = &req.plot {
             crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
         }
-        let bytes = model_bytes(&req.model, req.seed)?;
-        let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
+        let given = model_bytes(&req.model, req.seed)?;
+        let graph = read_graph(&given).with_context(|| format!("reading {}", req.model))?;
+        // TFLM's own plan is the reference: an offline plan the model
+        // carries is taken out of every run but the one that verifies it.
+        let embedded =
+            tflite::read_offline(&given).with_context(|| format!("reading {}", req.model))?;
+        let bytes = match embedded {
+            Some(_) => tflite::strip_offline(&given)
+                .with_context(|| format!("reading {}", req.model))?
+                .unwrap_or(given),
+            None => given,
+        };
         if graph.outputs.is_empty() {
             bail!(
                 "{} has no graph outputs: there is nothing to compare",
@@ -547,7 +593,6 @@ impl Subject {
             None => tflite::import_for_tflm(&name, &bytes)
                 .with_context(|| format!("planning {}", req.model))?,
         };
-        let inputs = inputs_of(req, &graph)?;
         let path = runner_path(
             req.target,
             req.kernels,
@@ -563,20 +608,77 @@ impl Subject {
                 req.target.name()
             );
         }
+        let arena_limit = crate::tflm::runner_arena_bytes(&image)?;
+        check_tensors_fit(&model, arena_limit, &path)?;
+        let inputs = inputs_of(req, &graph)?;
         Ok(Subject {
             bytes,
+            embedded,
             graph,
             model,
             inputs,
             image,
+            arena_limit,
         })
     }
 }
 
 /// Bytes the shadow map watches for an arena of `planned` bytes: twice as
-/// many and a MiB more, whole pages (TFLM's head may outgrow a prediction).
-fn watched_bytes(planned: u64) -> u64 {
-    (planned * 2 + (1 << 20)).next_multiple_of(4096)
+/// many and a MiB more, whole pages (TFLM's head may outgrow a prediction),
+/// but never more than the runner's arena of `limit` bytes (TFLM's head
+/// cannot outgrow it, and the map takes 8 bytes of host memory per byte).
+fn watched_bytes(planned: u64, limit: u64) -> u64 {
+    planned
+        .saturating_mul(2)
+        .saturating_add(1 << 20)
+        .min(limit)
+        .next_multiple_of(4096)
+}
+
+/// Refuses a model with a tensor TFLM could never hold in the runner's
+/// arena of `limit` bytes (checked before any size is taken from the
+/// model): constants live in the model, everything else in the arena.
+fn check_tensors_fit(model: &Model, limit: u64, runner: &std::path::Path) -> Result<()> {
+    let names = model.tensor_names();
+    for (t, tensor) in model.tensors.iter().enumerate() {
+        if !tensor.is_constant && tensor.bytes > limit {
+            bail!(
+                "tensor `{}` needs {} bytes, more than the runner's arena of {limit} bytes ({})",
+                names[t],
+                tensor.bytes,
+                runner.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a plan under test whose arena exceeds the runner's arena of
+/// `limit` bytes, naming the first tensor that ends beyond it (or the
+/// plan's arena when every tensor fits).
+fn check_arena_fits(under_test: &UnderTest, model: &Model, limit: u64) -> Result<()> {
+    if under_test.arena <= limit {
+        return Ok(());
+    }
+    let names = model.tensor_names();
+    for (t, &o) in under_test.offsets.iter().enumerate() {
+        let Ok(o) = u64::try_from(o) else { continue };
+        let end = o.saturating_add(model.tensors.get(t).map_or(0, |x| x.bytes));
+        if end > limit {
+            bail!(
+                "{}: tensor `{}` at offset {o} ends at byte {end}, beyond the runner's arena of \
+                 {limit} bytes",
+                under_test.label(),
+                names[t]
+            );
+        }
+    }
+    bail!(
+        "{}: the plan's arena of {} bytes (\"arena_bytes\") is larger than the runner's arena of \
+         {limit} bytes",
+        under_test.label(),
+        under_test.arena
+    )
 }
 
 /// Step 1: TFLM's own plan, run with the shadow map and every operator's
@@ -588,6 +690,7 @@ fn own_plan_run(
 ) -> Result<(ShadowRun, TracedOverlaps, Vec<TflmOpOverlap>)> {
     // The shadow map's extent, before TFLM has said what its scratch is.
     let estimate = greedy_prediction(&subject.model.with_reference_scratch())?;
+    let watched = watched_bytes(estimate, subject.arena_limit);
     // The run depends on nothing but the runner, the model, the inputs and
     // the shadow map's extent.
     let key = TraceCache::key(
@@ -596,7 +699,7 @@ fn own_plan_run(
             &subject.image.bytes,
             &subject.bytes,
             &subject.inputs,
-            &watched_bytes(estimate).to_le_bytes(),
+            &watched.to_le_bytes(),
         ],
     );
     // Not with --plot (which draws the run) or --baseline (which times it).
@@ -612,12 +715,12 @@ fn own_plan_run(
         &subject.bytes,
         &subject.inputs,
         Watch {
-            bytes: watched_bytes(estimate),
+            bytes: watched,
             output_readers: &[],
             plot: req
                 .plot
                 .as_ref()
-                .map(|_| ("reference (TFLM's own plan)".to_string(), estimate)),
+                .map(|_| ("reference (TFLM's own plan)".to_string(), estimate.min(watched))),
             baseline: req.baseline,
             scratch: false,
             split: true,
@@ -712,7 +815,7 @@ fn plan_run(
             &offline.bytes,
             &subject.inputs,
             Watch {
-                bytes: watched_bytes(extent),
+                bytes: watched_bytes(extent, subject.arena_limit),
                 output_readers: &reference.readers,
                 plot: req.plot.as_ref().map(|_| {
                     (
@@ -794,13 +897,26 @@ struct UnderTest {
     overlap: String,
 }
 
+impl UnderTest {
+    /// What an error calls this plan: the file it came from, or its planner.
+    fn label(&self) -> String {
+        match self.planner.as_str() {
+            "file" => self.overlap.clone(),
+            EMBEDDED => "the model's embedded offline plan".into(),
+            p => format!("the {p} plan"),
+        }
+    }
+}
+
 /// `--plan FILE`: the listed tensors at their offsets, every other arena
-/// tensor where TFLM's own plan put it.
+/// tensor where TFLM's own plan put it; with the warning to give when the
+/// plan was made for other kernels (`--allow-foreign-plan`).
 fn plan_from_file(
+    req: &VerifyOptions,
     path: &std::path::Path,
     model: &Model,
     reference: &[Option<u64>],
-) -> Result<UnderTest> {
+) -> Result<(UnderTest, Option<String>)> {
     let text = memtrace_io::input::read_text_limited(
         path,
         memtrace_io::input::MAX_TEXT_FILE,
@@ -808,11 +924,57 @@ fn plan_from_file(
     )?;
     let (offsets, arena) = super::placement_from_plan(model, reference, &text)
         .with_context(|| path.display().to_string())?;
-    Ok(UnderTest {
+    let warning = super::check_plan_kernels(path, &text, req)?;
+    let under_test = UnderTest {
         offsets: offsets.iter().map(|o| o.map_or(-1, |v| v as i64)).collect(),
         arena,
         planner: "file".into(),
         overlap: path.display().to_string(),
+    };
+    Ok((under_test, warning))
+}
+
+/// Where TFLM's own plan put each tensor memtrace plans (`None` for the
+/// others): the offsets a plan file's unlisted tensors keep. A variable
+/// tensor lives in TFLM's persistent tail, not its head; giving it its
+/// reference address as a head offset would ask TFLM for a head reaching
+/// into the tail, so it stays TFLM's to place.
+fn planned_reference_offsets(model: &Model, reference: &TflmResult) -> Vec<Option<u64>> {
+    (0..model.tensors.len())
+        .map(|t| {
+            let tensor = &model.tensors[t];
+            let planned = !tensor.is_constant && !tensor.is_variable && !tensor.in_storage;
+            head_offset(reference, t)
+                .filter(|&o| planned && o.saturating_add(tensor.bytes) <= reference.head_bytes)
+        })
+        .collect()
+}
+
+/// Planner name of the offline plan a model carried, as the report shows it.
+const EMBEDDED: &str = "embedded";
+
+/// The offline plan the model carried (its `OfflineMemoryAllocation`), as
+/// the plan under test: `offsets` has one entry per tensor of the model's
+/// graph (the scratch tensors after them stay TFLM's to place).
+fn embedded_plan(model: &Model, offsets: &[i64]) -> Result<UnderTest> {
+    if offsets.len() > model.tensors.len() {
+        bail!(
+            "the model's OfflineMemoryAllocation has {} offsets, its graph {} tensors",
+            offsets.len(),
+            model.tensors.len()
+        );
+    }
+    let arena = offsets
+        .iter()
+        .zip(&model.tensors)
+        .filter_map(|(&o, t)| u64::try_from(o).ok().map(|o| o.saturating_add(t.bytes)))
+        .max()
+        .unwrap_or(0);
+    Ok(UnderTest {
+        offsets: offsets.to_vec(),
+        arena,
+        planner: EMBEDDED.into(),
+        overlap: "OfflineMemoryAllocation".into(),
     })
 }
 

@@ -45,6 +45,21 @@ pub fn check_placement(
         reason,
     };
     if arena_bytes > MAX_ARENA_BYTES {
+        // Name the tensor when one alone is too large: the model is the
+        // culprit, not the plan.
+        let names = model.tensor_names();
+        let too_large = offsets
+            .iter()
+            .zip(&model.tensors)
+            .zip(&names)
+            .find(|((o, t), _)| o.is_some() && t.bytes > MAX_ARENA_BYTES);
+        if let Some(((_, t), name)) = too_large {
+            return Err(placement(format!(
+                "tensor `{name}` needs {} bytes, more than the executor's arena limit of \
+                 {MAX_ARENA_BYTES} bytes",
+                t.bytes
+            )));
+        }
         return Err(placement(format!(
             "an arena of {arena_bytes} bytes is larger than the executor's limit of {MAX_ARENA_BYTES} bytes"
         )));
