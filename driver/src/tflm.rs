@@ -350,13 +350,16 @@ pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
 /// size is unknown.
 pub fn input_bytes(graph: &TfliteGraph) -> Result<u64> {
     graph.inputs.iter().try_fold(0u64, |acc, &t| {
-        graph.tensors[t].bytes.map(|b| acc.saturating_add(b)).ok_or_else(|| {
-            failed!(
-                "graph input `{}` has no fixed size (shape {:?})",
-                graph.tensor_name(t),
-                graph.tensors[t].shape
-            )
-        })
+        graph.tensors[t]
+            .bytes
+            .map(|b| acc.saturating_add(b))
+            .ok_or_else(|| {
+                failed!(
+                    "graph input `{}` has no fixed size (shape {:?})",
+                    graph.tensor_name(t),
+                    graph.tensors[t].shape
+                )
+            })
     })
 }
 

@@ -111,8 +111,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     let runtime = Runtime::for_verify(args.runtime, planner, args.accumulator)
         .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
-    let embedded_plan =
-        args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();
+    let embedded_plan = args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();
     let opts = VerifyOptions {
         model: args.model,
         planner,

@@ -196,9 +196,18 @@ fn huge_plan_sizes_are_errors_naming_the_field_not_aborts() {
     let m = import(&model);
     let first = m.tensors[planned(&m)[0]].name.clone();
     let cases = [
-        (json!({"tensors": [], "arena_bytes": 1u64 << 33}), "arena_bytes"),
-        (json!({"tensors": [], "arena_bytes": 1u64 << 40}), "arena_bytes"),
-        (json!({"tensors": [], "arena_bytes": u64::MAX}), "arena_bytes"),
+        (
+            json!({"tensors": [], "arena_bytes": 1u64 << 33}),
+            "arena_bytes",
+        ),
+        (
+            json!({"tensors": [], "arena_bytes": 1u64 << 40}),
+            "arena_bytes",
+        ),
+        (
+            json!({"tensors": [], "arena_bytes": u64::MAX}),
+            "arena_bytes",
+        ),
         (
             json!({"tensors": [{"name": first, "offset": 1u64 << 40}]}),
             first.as_str(),
@@ -246,7 +255,10 @@ fn with_extra_output(name: &str, shape: Vec<u32>) -> Vec<u8> {
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 fn a_model_with_a_4_gib_output_is_an_error_naming_the_tensor_not_an_abort() {
     let dir = Scratch::new("huge-model");
-    let model = dir.write("huge.tflite", with_extra_output("huge_out", vec![65536, 65536]));
+    let model = dir.write(
+        "huge.tflite",
+        with_extra_output("huge_out", vec![65536, 65536]),
+    );
     let r = memtrace(&dir, &["verify", &model, "--no-oracle"]);
     assert_eq!(r.signal, None, "killed: {}", r.stderr);
     r.assert_error(&["huge_out", "4294967296", &RUNNER_ARENA.to_string()]);
@@ -258,7 +270,12 @@ fn a_model_with_a_4_gib_output_is_an_error_naming_the_tensor_not_an_abort() {
     // of the tensor wraps to 0, so TFLM runs it. No abort either way.
     for args in [vec!["plan", model.as_str()], vec!["run", model.as_str()]] {
         let r = memtrace(&dir, &args);
-        assert!(matches!(r.code, Some(0 | 1)), "{args:?}: {:?}: {}", r.signal, r.stderr);
+        assert!(
+            matches!(r.code, Some(0 | 1)),
+            "{args:?}: {:?}: {}",
+            r.signal,
+            r.stderr
+        );
     }
     assert!(dir.leftovers().is_empty(), "{:?}", dir.leftovers());
 }
@@ -300,7 +317,12 @@ fn plans_of_models_with_variable_tensors_verify() {
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|t| Some((t["name"].as_str()?.to_string(), t["planned_offset"].as_u64()?)))
+            .filter_map(|t| {
+                Some((
+                    t["name"].as_str()?.to_string(),
+                    t["planned_offset"].as_u64()?,
+                ))
+            })
             .collect();
         let names = m.tensor_names();
         for (n, _) in &placed {
@@ -321,7 +343,12 @@ fn plans_of_models_with_variable_tensors_verify() {
         verify_plan(&dir, &model, &printed, &[]).assert_ok();
         // A variable tensor listed: refused, named.
         let var = names[m.tensors.iter().position(|t| t.is_variable).unwrap()].clone();
-        let r = verify_plan(&dir, &model, &json!({"tensors": [{"name": var, "offset": 0}]}), &[]);
+        let r = verify_plan(
+            &dir,
+            &model,
+            &json!({"tensors": [{"name": var, "offset": 0}]}),
+            &[],
+        );
         r.assert_error(&[&var, "variable"]);
     }
     assert!(dir.leftovers().is_empty(), "{:?}", dir.leftovers());
@@ -332,7 +359,12 @@ fn plans_of_models_with_variable_tensors_verify() {
 fn a_plans_kernels_are_checked_on_real_tflm() {
     let dir = Scratch::new("kernels");
     let model = hello_world();
-    let r = verify_plan(&dir, &model, &json!({"tensors": [], "kernels": "bogus"}), &[]);
+    let r = verify_plan(
+        &dir,
+        &model,
+        &json!({"tensors": [], "kernels": "bogus"}),
+        &[],
+    );
     r.assert_error(&["bogus", "tflm, cmsis-nn"]);
     let foreign = json!({"tensors": [], "kernels": "cmsis-nn"});
     let r = verify_plan(&dir, &model, &foreign, &["--kernels", "tflm"]);
@@ -340,62 +372,121 @@ fn a_plans_kernels_are_checked_on_real_tflm() {
     let r = verify_plan(&dir, &model, &foreign, &["--allow-foreign-plan"]);
     let v = r.assert_ok();
     assert!(r.stderr.contains("WARNING: "), "{}", r.stderr);
-    assert!(v["warnings"][0].as_str().unwrap().contains("cmsis-nn"), "{v}");
+    assert!(
+        v["warnings"][0].as_str().unwrap().contains("cmsis-nn"),
+        "{v}"
+    );
     // The plan's own library: no warning.
     let own = json!({"tensors": [], "kernels": "tflm"});
     let v = verify_plan(&dir, &model, &own, &[]).assert_ok();
     assert_eq!(v["warnings"], json!([]));
 }
 
-#[test]
-#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
-fn an_embedded_offline_plan_is_checked_against_tflms_own_plan() {
-    let dir = Scratch::new("embedded");
-    let zoo = "zoo:mobilenet_v1_0.25_128_int8";
-    // The model as it is, and with a dmo-heap plan for the reference
-    // kernels embedded.
-    let plain = dir.path("plain.tflite").display().to_string();
-    let r = memtrace(&dir, &["zoo", "export", zoo, &plain]);
-    assert_eq!(r.code, Some(0), "{}", r.stderr);
-    let embedded = dir.path("embedded.tflite").display().to_string();
+/// `plan MODEL --runtime tflm --kernels tflm --emit-offline` into `dir`:
+/// the model with a dmo-heap plan for the reference kernels embedded, and
+/// that plan's offsets.
+fn emit_offline(dir: &Scratch, model: &str, out: &str) -> (String, Vec<i64>) {
+    let embedded = dir.path(out).display().to_string();
     let r = memtrace(
-        &dir,
-        &["plan", &plain, "--runtime", "tflm", "--kernels", "tflm", "--emit-offline", &embedded],
+        dir,
+        &[
+            "plan",
+            model,
+            "--runtime",
+            "tflm",
+            "--kernels",
+            "tflm",
+            "--emit-offline",
+            &embedded,
+        ],
     );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let offsets = tflite::read_offline(&std::fs::read(&embedded).unwrap())
         .unwrap()
         .expect("an embedded plan");
-    let verify = |model: &str, kernels: &str| {
-        memtrace(
-            &dir,
-            &["verify", model, "--kernels", kernels, "--no-oracle", "--format", "json"],
-        )
+    (embedded, offsets)
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn an_embedded_offline_plan_is_verified_against_tflms_own_plan() {
+    let dir = Scratch::new("embedded");
+    let plain = hello_world();
+    let (embedded, offsets) = emit_offline(&dir, &plain, "embedded.tflite");
+    let verify = |model: &str| {
+        memtrace(&dir, &["verify", model, "--no-oracle", "--format", "json"]).assert_ok()
     };
-    let own = verify(&plain, "tflm").assert_ok();
+    let own = verify(&plain);
     assert!(own.get("embedded_plan_tensors").is_none(), "{own}");
-    // On its own kernels the embedded plan is what is verified, against
-    // TFLM's own plan: the reference row is the plain model's.
-    let v = verify(&embedded, "tflm").assert_ok();
+    // The embedded plan is what is verified, against TFLM's own plan: the
+    // reference row is the plain model's.
+    let v = verify(&embedded);
     assert_eq!(v["reference"]["head_bytes"], own["reference"]["head_bytes"]);
+    assert_eq!(v["reference"]["planner"], "tflm");
     assert_eq!(v["plan"]["planner"], "embedded");
     let placed = offsets.iter().filter(|&&o| o >= 0).count();
-    assert_eq!(u64::try_from(placed).ok(), v["embedded_plan_tensors"].as_u64());
-    assert!(
-        v["plan"]["head_bytes"].as_u64() < own["reference"]["head_bytes"].as_u64(),
-        "a DMO plan overlaps: {v}"
+    assert_eq!(
+        u64::try_from(placed).ok(),
+        v["embedded_plan_tensors"].as_u64()
     );
-    // On CMSIS-NN's kernels it clobbers: the embedded plan is the culprit.
-    let r = memtrace(&dir, &["verify", &embedded, "--kernels", "cmsis-nn", "--no-oracle"]);
+    // Where TFLM put each tensor in the plan run is the embedded offset.
+    for row in v["tensors"].as_array().unwrap() {
+        if let Some(p) = row["planned_offset"].as_u64() {
+            assert_eq!(row["tflm_offset"].as_u64(), Some(p), "{row}");
+        }
+    }
+    // --planner replaces the embedded plan.
+    let r = memtrace(
+        &dir,
+        &[
+            "verify",
+            &embedded,
+            "--planner",
+            "tflm-greedy",
+            "--no-oracle",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(r.json()["plan"]["planner"], "tflm-greedy");
+    assert!(dir.leftovers().is_empty(), "{:?}", dir.leftovers());
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn an_unsafe_embedded_plan_is_named_the_culprit() {
+    let dir = Scratch::new("embedded-unsafe");
+    let zoo = "zoo:mobilenet_v1_0.25_128_int8";
+    let plain = dir.path("plain.tflite").display().to_string();
+    let r = memtrace(&dir, &["zoo", "export", zoo, &plain]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    // A plan certified on the reference kernels, embedded, run on
+    // CMSIS-NN's kernels, whose pointwise convolutions allow less overlap.
+    let (embedded, _) = emit_offline(&dir, &plain, "embedded.tflite");
+    let r = memtrace(
+        &dir,
+        &["verify", &embedded, "--kernels", "cmsis-nn", "--no-oracle"],
+    );
     assert_eq!(r.code, Some(1), "{}{}", r.stdout, r.stderr);
-    assert!(!r.stderr.contains("the shadow map or the runner is wrong"), "{}", r.stderr);
     assert!(
-        r.stdout.contains("culprit: the model's embedded offline plan"),
+        !r.stderr.contains("the shadow map or the runner is wrong"),
         "{}",
-        r.stdout
+        r.stderr
     );
-    assert!(r.stdout.contains("operator `2:CONV_2D:conv_pw_1` reads `conv_dw_1`"), "{}", r.stdout);
-    assert!(r.stdout.contains("model: carries an embedded offline plan"), "{}", r.stdout);
+    for needle in [
+        "model: carries an embedded offline plan",
+        "culprit: the model's embedded offline plan",
+        "operator `2:CONV_2D:conv_pw_1` reads `conv_dw_1`",
+    ] {
+        assert!(r.stdout.contains(needle), "`{needle}` not in {}", r.stdout);
+    }
+    // TFLM's own plan of the same model is clean: the reference row.
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("tflm (none)"))
+        .unwrap();
+    assert_eq!(row.split_whitespace().nth(6), Some("0"), "{row}");
     assert!(dir.leftovers().is_empty(), "{:?}", dir.leftovers());
 }
 
@@ -426,7 +517,10 @@ fn an_unnamed_tensor_has_one_name_in_reports_and_plans() {
         .unwrap_or_else(|| panic!("no `{name}` in {}", v["tensors"]));
     let offset = row["reference_offset"].as_u64().unwrap();
     // `plan` calls it the same.
-    let r = memtrace(&dir, &["plan", &model, "--runtime", "tflm", "--format", "json"]);
+    let r = memtrace(
+        &dir,
+        &["plan", &model, "--runtime", "tflm", "--format", "json"],
+    );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stdout.contains(&format!("\"{name}\"")), "{}", r.stdout);
     // Both spellings are accepted in a plan, at its reference offset.
@@ -498,7 +592,8 @@ fn mutant(rng: &mut Rng, names: &[(String, u64)]) -> (Value, Expect) {
             expect = Expect::Refused;
         }
         3 => {
-            plan["kernels"] = json!(["bogus", "cmsis-nn", "CMSIS-NN", ""][rng.range(0, 3) as usize]);
+            plan["kernels"] =
+                json!(["bogus", "cmsis-nn", "CMSIS-NN", ""][rng.range(0, 3) as usize]);
             expect = Expect::Refused;
         }
         4 => {
@@ -572,7 +667,10 @@ fn campaign_of_mutant_plans_and_sizes() {
         };
         *tally.entry(outcome).or_default() += 1;
         if outcome != "refused" {
-            failures.push(format!("{outcome}: huge output: {:?} {}", r.signal, r.stderr));
+            failures.push(format!(
+                "{outcome}: huge output: {:?} {}",
+                r.signal, r.stderr
+            ));
         }
     }
     let leftovers = dir.leftovers();

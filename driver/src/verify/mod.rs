@@ -120,7 +120,8 @@ pub fn placement_from_plan(
     let mut offsets = reference.to_vec();
     let mut listed = vec![false; names.len()];
     for t in &file.tensors {
-        let i = plan_tensor_index(&names, &t.name).ok_or_else(|| failed!("no tensor `{}`", t.name))?;
+        let i =
+            plan_tensor_index(&names, &t.name).ok_or_else(|| failed!("no tensor `{}`", t.name))?;
         if std::mem::replace(&mut listed[i], true) {
             bail!(
                 "tensor `{}` is listed twice in the plan (as `{}` again): give each tensor one offset",

@@ -487,8 +487,10 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let under_test = match (&req.plan, &subject.embedded) {
         (Some(path), _) => {
             let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
-            let (under_test, warning) = plan_from_file(req, path, &planned_model, &reference_offsets)?;
-            warnings.extend(warning);
+            let graph_tensors = subject.graph.tensors.len();
+            let (under_test, notes) =
+                plan_from_file(req, path, &planned_model, &reference_offsets, graph_tensors)?;
+            warnings.extend(notes);
             under_test
         }
         (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
@@ -717,10 +719,12 @@ fn own_plan_run(
         Watch {
             bytes: watched,
             output_readers: &[],
-            plot: req
-                .plot
-                .as_ref()
-                .map(|_| ("reference (TFLM's own plan)".to_string(), estimate.min(watched))),
+            plot: req.plot.as_ref().map(|_| {
+                (
+                    "reference (TFLM's own plan)".to_string(),
+                    estimate.min(watched),
+                )
+            }),
             baseline: req.baseline,
             scratch: false,
             split: true,
@@ -909,14 +913,16 @@ impl UnderTest {
 }
 
 /// `--plan FILE`: the listed tensors at their offsets, every other arena
-/// tensor where TFLM's own plan put it; with the warning to give when the
-/// plan was made for other kernels (`--allow-foreign-plan`).
+/// tensor where TFLM's own plan put it; with the warnings to give: the plan
+/// was made for other kernels (`--allow-foreign-plan`), or it moves a
+/// scratch tensor (index `graph_tensors` on), which TFLM places itself.
 fn plan_from_file(
     req: &VerifyOptions,
     path: &std::path::Path,
     model: &Model,
     reference: &[Option<u64>],
-) -> Result<(UnderTest, Option<String>)> {
+    graph_tensors: usize,
+) -> Result<(UnderTest, Vec<String>)> {
     let text = memtrace_io::input::read_text_limited(
         path,
         memtrace_io::input::MAX_TEXT_FILE,
@@ -924,14 +930,30 @@ fn plan_from_file(
     )?;
     let (offsets, arena) = super::placement_from_plan(model, reference, &text)
         .with_context(|| path.display().to_string())?;
-    let warning = super::check_plan_kernels(path, &text, req)?;
+    let mut warnings: Vec<String> = super::check_plan_kernels(path, &text, req)?
+        .into_iter()
+        .collect();
+    let names = model.tensor_names();
+    for t in graph_tensors..offsets.len().min(reference.len()) {
+        if let (Some(o), Some(r)) = (offsets[t], reference[t]) {
+            if o != r {
+                warnings.push(format!(
+                    "{}: scratch tensor `{}` at offset {o} is not given to TFLM, which places \
+                     scratch buffers itself (at {r} in its own plan); the shadow map checks \
+                     where it put it",
+                    path.display(),
+                    names[t]
+                ));
+            }
+        }
+    }
     let under_test = UnderTest {
         offsets: offsets.iter().map(|o| o.map_or(-1, |v| v as i64)).collect(),
         arena,
         planner: "file".into(),
         overlap: path.display().to_string(),
     };
-    Ok((under_test, warning))
+    Ok((under_test, warnings))
 }
 
 /// Where TFLM's own plan put each tensor memtrace plans (`None` for the
@@ -940,14 +962,26 @@ fn plan_from_file(
 /// reference address as a head offset would ask TFLM for a head reaching
 /// into the tail, so it stays TFLM's to place.
 fn planned_reference_offsets(model: &Model, reference: &TflmResult) -> Vec<Option<u64>> {
-    (0..model.tensors.len())
+    let mut offsets: Vec<Option<u64>> = (0..model.tensors.len())
         .map(|t| {
             let tensor = &model.tensors[t];
             let planned = !tensor.is_constant && !tensor.is_variable && !tensor.in_storage;
             head_offset(reference, t)
                 .filter(|&o| planned && o.saturating_add(tensor.bytes) <= reference.head_bytes)
         })
-        .collect()
+        .collect();
+    // A scratch tensor stands for its operator's scratch buffers: where
+    // TFLM put the first of them.
+    for (op, o) in model.ops.iter().enumerate() {
+        let Some(t) = o.scratch else { continue };
+        offsets[t] = reference
+            .scratch
+            .iter()
+            .filter(|s| s.op as usize == op)
+            .filter_map(|s| s.offset.checked_sub(reference.head_offset))
+            .min();
+    }
+    offsets
 }
 
 /// Planner name of the offline plan a model carried, as the report shows it.
