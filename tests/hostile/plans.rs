@@ -197,6 +197,10 @@ fn huge_plan_sizes_are_errors_naming_the_field_not_aborts() {
     let first = m.tensors[planned(&m)[0]].name.clone();
     let cases = [
         (
+            json!({"tensors": [], "arena_bytes": i32::MAX}),
+            "arena_bytes",
+        ),
+        (
             json!({"tensors": [], "arena_bytes": 1u64 << 33}),
             "arena_bytes",
         ),
@@ -629,7 +633,7 @@ fn campaign_of_mutant_plans_and_sizes() {
             .iter()
             .filter_map(|t| Some((t["name"].as_str()?.into(), t["reference_offset"].as_u64()?)))
             .collect();
-        let mut rng = Rng::new(0x706c_616e_73 ^ names.len() as u64);
+        let mut rng = Rng::new(0x0070_6c61_6e73 ^ names.len() as u64);
         for i in 0..8 {
             let (plan, expect) = mutant(&mut rng, &names);
             let r = verify_plan(&dir, &model, &plan, &[]);
