@@ -123,10 +123,14 @@ pub fn placement_from_plan(
         let i =
             plan_tensor_index(&names, &t.name).ok_or_else(|| failed!("no tensor `{}`", t.name))?;
         if std::mem::replace(&mut listed[i], true) {
+            let spelling = if t.name == names[i] {
+                String::new()
+            } else {
+                format!(" (the second time as `{}`)", t.name)
+            };
             bail!(
-                "tensor `{}` is listed twice in the plan (as `{}` again): give each tensor one offset",
-                names[i],
-                t.name
+                "tensor `{}` is listed twice in the plan{spelling}: give each tensor one offset",
+                names[i]
             );
         }
         if offsets[i].is_none() {
