@@ -338,7 +338,9 @@ fn float_outputs_that_differ_from_the_host_oracle_fail_verify() {
     let path = dir.join("absurd.tflite");
     std::fs::write(&path, to_tflite(&with_dequantize(absurd)).unwrap()).unwrap();
     let v = verify_float_model(&dir, &path, &input).expect("no hang");
-    let ulps = v.ulps.unwrap_or_else(|| panic!("both ran: {v:?}"));
+    let ulps = v
+        .ulps
+        .unwrap_or_else(|| panic!("both ran: {v:?}\n{}", v.stderr));
     assert!(ulps > STATED_ULPS, "the mutant does not diverge: {v:?}");
     assert_eq!((v.exit, v.ok), (Some(1), Some(false)), "{v:?}");
     assert_eq!(v.result_line.as_deref(), Some("result: FAILED"));
@@ -657,5 +659,57 @@ fn campaign_float_output_mutants_against_the_oracle() {
         tally.failures
     );
     assert!(tally.accepted > 0 && tally.refused > 0, "{tally:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runner guests not built: set TFLM_TREE")]
+fn a_tflm_abort_inside_an_operator_is_reported_with_the_operator_and_the_check() {
+    let dir = fresh_dir("abort");
+    // The first FULLY_CONNECTED's (RELU) output with a zero point outside
+    // int8: the runner's TFLM (debug checks on) aborts in that operator;
+    // PyPI's runs it.
+    let mut model = hello_world();
+    let out = model.ops[0].outputs[0];
+    model.tensors[out].quantization.as_mut().unwrap().zero_point = vec![200];
+    let path = dir.join("zero-point.tflite");
+    std::fs::write(&path, to_tflite(&model).unwrap()).unwrap();
+    if cfg!(not(no_oracle)) {
+        let input = hello_input(&model);
+        assert!(
+            host_outputs(&dir, &path, &input).is_ok(),
+            "PyPI tflite-micro runs the model"
+        );
+    }
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for args in [
+        &["run", common::path_str(&path)][..],
+        &[
+            "verify",
+            common::path_str(&path),
+            "--no-cache",
+            "--no-oracle",
+        ],
+    ] {
+        let out = memtrace_in(&dir, &tmp, &[], args).expect("no hang");
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(!err.contains("protocol violation"), "{args:?}: {err}");
+        assert!(
+            err.contains("aborted in operator 0 (FULLY_CONNECTED)"),
+            "{args:?}: {err}"
+        );
+        // Where TFLM's check is: a function and a source line.
+        let site = err
+            .split("abort() called from `")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{args:?}: no call site: {err}"));
+        assert!(
+            site.contains(".h:") || site.contains(".cc:"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(entries(&tmp), Vec::<String>::new());
     std::fs::remove_dir_all(&dir).unwrap();
 }
