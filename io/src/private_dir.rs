@@ -183,3 +183,33 @@ pub(crate) fn remove_all_on_signal() {
     // Left locked on purpose: the process ends right after.
     std::mem::forget(registry);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_child_runs_inside_and_the_directory_goes_with_its_guard() {
+        let dir = PrivateDir::new(".memtrace-test.").unwrap();
+        let path = dir.path().to_path_buf();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::write(path.join("given"), "data").unwrap();
+        let out = dir
+            .run(Command::new("sh").args(["-c", "pwd; cat given; echo why >&2; exit 3"]))
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (cwd, given) = text.split_once('\n').unwrap();
+        assert_eq!(
+            std::fs::canonicalize(cwd).unwrap(),
+            std::fs::canonicalize(&path).unwrap()
+        );
+        assert_eq!((given, out.stderr.as_slice()), ("data", &b"why\n"[..]));
+        assert!(dirs().iter().any(|e| e.path == path && e.child.is_none()));
+        drop(dir);
+        assert!(!path.exists());
+        assert!(!dirs().iter().any(|e| e.path == path));
+    }
+}
