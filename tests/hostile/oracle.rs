@@ -470,7 +470,7 @@ fn a_signal_while_the_oracle_runs_leaves_no_file_and_no_python() {
     let dir = fresh_dir("signals");
     let py = slow_python(&dir);
     let model = shared_model("tflm_hello_world_int8.tflite");
-    for (signal, number) in [("INT", 2), ("TERM", 15)] {
+    for (signal, number) in [("INT", 2), ("TERM", 15), ("HUP", 1)] {
         let tmp = dir.join(format!("tmp-{signal}"));
         std::fs::create_dir_all(&tmp).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
@@ -711,5 +711,60 @@ fn a_tflm_abort_inside_an_operator_is_reported_with_the_operator_and_the_check()
         );
     }
     assert_eq!(entries(&tmp), Vec::<String>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runner guests not built: set TFLM_TREE")]
+fn campaign_zero_point_mutants_end_with_tflms_reason() {
+    let dir = fresh_dir("zero-points");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let base = hello_world();
+    let activations: Vec<usize> = (0..base.tensors.len())
+        .filter(|&t| !base.tensors[t].is_constant && base.tensors[t].quantization.is_some())
+        .collect();
+    let mut rng = Rng::new(0x7a65_726f);
+    let mut tally = Tally::default();
+    for n in 0..8 {
+        let mut m = base.clone();
+        let t = activations[rng.range(0, activations.len() as u32 - 1) as usize];
+        let zero_point = *[-129i64, 128, 200, -1000, 1 << 20, i32::MIN as i64]
+            .get(rng.range(0, 5) as usize)
+            .unwrap();
+        m.tensors[t].quantization.as_mut().unwrap().zero_point = vec![zero_point];
+        let path = dir.join(format!("mutant-{n}.tflite"));
+        std::fs::write(&path, to_tflite(&m).unwrap()).unwrap();
+        let what = format!("tensor {t} zero point {zero_point}");
+        tally.mutants += 1;
+        let Some(out) = memtrace_in(&dir, &tmp, &[], &["run", common::path_str(&path)]) else {
+            tally.hangs += 1;
+            tally.failures.push(format!("{what}: hang"));
+            continue;
+        };
+        let err = common::stderr(&out);
+        match out.status.code() {
+            Some(0) => tally.accepted += 1,
+            Some(1) if !err.contains("protocol violation") => tally.refused += 1,
+            other => {
+                tally.aborts += 1;
+                tally
+                    .failures
+                    .push(format!("{what}: status {other:?}: {err}"));
+            }
+        }
+        if !entries(&tmp).is_empty() {
+            tally.leftovers += 1;
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+    println!("zero-point campaign: {tally:?}");
+    assert_eq!(
+        (tally.aborts, tally.hangs, tally.leftovers),
+        (0, 0, 0),
+        "{:#?}",
+        tally.failures
+    );
+    assert!(tally.refused > 0, "{tally:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
