@@ -316,7 +316,16 @@ pub fn bench(opts: &BenchOptions, out: &mut impl Write) -> Result<()> {
 }
 
 fn valgrind_comparison(args: &BenchOptions, job: &Job, out: &mut impl Write) -> Result<()> {
-    if Command::new("valgrind").arg("--version").output().is_err() {
+    // Valgrind reads options from `./.valgrindrc`: it runs in an empty
+    // private directory, not in whatever directory memtrace was started from.
+    let workdir = memtrace_io::private_dir::PrivateDir::new(".memtrace-valgrind.")
+        .map_err(|e| failed!("a temporary folder for valgrind: {e}"))?;
+    if Command::new("valgrind")
+        .current_dir(workdir.path())
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         writeln!(
             out,
             "\n[valgrind] skipped: valgrind is not installed (apt-get install valgrind)"
@@ -334,14 +343,18 @@ fn valgrind_comparison(args: &BenchOptions, job: &Job, out: &mut impl Write) -> 
             },
         )?)
     })?;
-    let native = patched_native(&args.build_dir.join("x86_64/suite-native.elf"), job)?;
+    // Removed when dropped, at the end of this function.
+    let native_file = patched_native(&args.build_dir.join("x86_64/suite-native.elf"), job)?;
+    let native = std::path::absolute(&*native_file)
+        .map_err(|e| failed!("the patched native suite's path: {e}"))?;
     let run_valgrind = |tool: &[&str]| -> Result<Duration> {
         fastest(args.repeat, || {
             let start = Instant::now();
             let status = Command::new("valgrind")
+                .current_dir(workdir.path())
                 .args(tool)
                 .arg("--log-file=/dev/null")
-                .arg(&*native)
+                .arg(&native)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()

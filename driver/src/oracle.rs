@@ -1,13 +1,21 @@
 //! The host oracle: the same model and input in PyPI `tflite-micro` (the
 //! real TensorFlow Lite Micro, built for the host, reference kernels), whose
-//! outputs memtrace's emulated runs must equal byte for byte.
+//! outputs memtrace's emulated runs must equal: byte for byte, float outputs
+//! within [`FLOAT_ULP_TOLERANCE`](memtrace_analyzer::verify::FLOAT_ULP_TOLERANCE).
 //!
 //! The Python is `MEMTRACE_TFLM_PYTHON`, or the virtual environment that
 //! `make test` creates (`~/.cache/memtrace-venv`); without either, nothing
-//! is compared and reports say so.
+//! is compared and reports say so. It runs isolated (`-I`: no current
+//! directory, script directory, user site-packages or `PYTHON*` variables on
+//! its module path) in a private temporary directory that holds the model
+//! and the input and output files, so nothing in the directory memtrace runs
+//! from is imported, and an interrupted run leaves nothing behind
+//! ([`memtrace_io::private_dir`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use memtrace_io::private_dir::PrivateDir;
 
 use crate::error::Result;
 use crate::{bail, failed};
@@ -36,29 +44,39 @@ with open(out, "wb") as f:
 print(importlib.metadata.version("tflite-micro"))
 "#;
 
-pub use memtrace_analyzer::verify::OracleComparison;
+pub use memtrace_analyzer::verify::{OracleComparison, OutputLayout};
 
-/// The oracle's Python, if one is configured or installed.
+/// The oracle's Python, if one is configured or installed. A relative
+/// `MEMTRACE_TFLM_PYTHON` with a directory part is taken from the current
+/// directory now (the Python runs in another); one without is looked up on
+/// `PATH`.
 pub fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MEMTRACE_TFLM_PYTHON") {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        if p.components().count() > 1 {
+            // Not canonicalised: a virtual environment's python is a link
+            // that must keep its own path.
+            return Some(std::path::absolute(&p).unwrap_or(p));
+        }
+        return Some(p);
     }
     let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/memtrace-venv/bin/python");
     venv.exists().then_some(venv)
 }
 
 /// Runs `model` on `inputs` (all graph inputs, concatenated) in the host
-/// TFLM of Python `py` ([`python`]) and compares its outputs with `outputs`.
+/// TFLM of Python `py` ([`python`]) and compares its outputs with `outputs`
+/// (the graph outputs of `layout`, concatenated).
 pub fn compare(
     py: &Path,
     model: &[u8],
     n_inputs: usize,
-    n_outputs: usize,
+    layout: &[OutputLayout],
     inputs: &[u8],
     outputs: &[u8],
-    float_outputs: bool,
 ) -> Result<OracleComparison> {
-    let dir = tempfile::tempdir().map_err(|e| failed!("a temporary folder for the oracle: {e}"))?;
+    let dir = PrivateDir::new(".memtrace-oracle.")
+        .map_err(|e| failed!("a temporary folder for the oracle: {e}"))?;
     let (m, i, o) = (
         dir.path().join("model.tflite"),
         dir.path().join("input.bin"),
@@ -68,16 +86,20 @@ pub fn compare(
         .and_then(|()| std::fs::write(&i, inputs))
         .map_err(|e| failed!("writing the oracle's inputs: {e}"))?;
     let started = std::time::Instant::now();
-    let out = Command::new(py)
-        .arg("-c")
-        .arg(SCRIPT)
-        .args([&m, &i, &o])
-        .arg(n_inputs.to_string())
-        .arg(n_outputs.to_string())
-        // numpy's OpenBLAS would start a thread per core that spins while
-        // idle, taking the core of the emulator run beside the oracle.
-        .env("OPENBLAS_NUM_THREADS", "1")
-        .output()
+    let out = dir
+        .run(
+            Command::new(py)
+                .arg("-I")
+                .arg("-c")
+                .arg(SCRIPT)
+                .args([&m, &i, &o])
+                .arg(n_inputs.to_string())
+                .arg(layout.len().to_string())
+                // numpy's OpenBLAS would start a thread per core that spins
+                // while idle, taking the core of the emulator run beside the
+                // oracle.
+                .env("OPENBLAS_NUM_THREADS", "1"),
+        )
         .map_err(|e| failed!("running the oracle {}: {e}", py.display()))?;
     let python = py.display().to_string();
     if !out.status.success() {
@@ -86,29 +108,25 @@ pub fn compare(
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("the oracle's Python ended with {}", out.status));
         if last.contains("No module named") {
             bail!("{python} has no tflite-micro ({last}): `pip install tflite-micro` or unset MEMTRACE_TFLM_PYTHON");
         }
         return Ok(OracleComparison {
-            python,
-            version: String::new(),
-            error: Some(last.to_string()),
-            mismatched_bytes: 0,
-            bit_exact: false,
-            float_outputs,
             seconds: started.elapsed().as_secs_f64(),
+            ..OracleComparison::not_run(python, last)
         });
     }
-    let host = std::fs::read(&o).map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
-    let mismatched = memtrace_analyzer::verify::mismatched_bytes(&host, outputs);
+    let host = memtrace_io::input::read_limited(
+        &o,
+        (outputs.len() as u64).saturating_mul(2).max(1 << 20),
+        "the oracle's outputs",
+    )
+    .map_err(|e| failed!("reading the oracle's outputs: {e}"))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Ok(OracleComparison {
-        python,
-        version: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        error: None,
-        mismatched_bytes: mismatched,
-        bit_exact: mismatched == 0,
-        float_outputs,
         seconds: started.elapsed().as_secs_f64(),
+        ..OracleComparison::of_outputs(python, version, layout, &host, outputs)
     })
 }

@@ -290,11 +290,15 @@ impl<'a> ModelRun<'a> {
             analyses,
         )?;
         if summary.exit_code != 0 {
+            let reason = summary
+                .exit_reason
+                .as_deref()
+                .map(|r| with_abort_site(image, r));
             bail!(
                 "TFLM {}",
                 crate::common::exit_text(
                     summary.exit_code,
-                    summary.exit_reason.as_deref(),
+                    reason.as_deref(),
                     "2: bad job, 3: bad model, 4: AllocateTensors failed, 5: Invoke failed, \
                      6: inputs or outputs do not fit; docs/protocol.md, \"The TFLM runner\""
                 )
@@ -315,6 +319,37 @@ impl<'a> ModelRun<'a> {
             arena_bytes: layout.arena_bytes,
         })
     }
+}
+
+/// What the runner says of an abort ("abort() called from 0xADDR", its
+/// `memtrace_rt_abort_hook`) with the address turned into the call's
+/// function and source line: which of TFLM's checks failed.
+fn with_abort_site(image: &ElfImage, reason: &str) -> String {
+    const FROM: &str = "abort() called from 0x";
+    let Some(at) = reason.find(FROM) else {
+        return reason.to_string();
+    };
+    let digits = &reason[at + FROM.len()..];
+    let end = digits
+        .find(|c: char| !c.is_ascii_hexdigit())
+        .unwrap_or(digits.len());
+    let Ok(address) = u64::from_str_radix(&digits[..end], 16) else {
+        return reason.to_string();
+    };
+    // A return address: the call is the instruction before it (on the
+    // Cortex-M4 without the Thumb bit).
+    let call = (address & !1).saturating_sub(1);
+    let site = memtrace_tracer::debuginfo::DebugInfo::load(image).locate(image, call);
+    let function = site.function.as_deref().unwrap_or("?");
+    let line = match (&site.file, site.line) {
+        (Some(file), Some(line)) => format!(" ({file}:{line})"),
+        _ => String::new(),
+    };
+    format!(
+        "{}abort() called from `{function}`{line}{}",
+        &reason[..at],
+        &digits[end..]
+    )
 }
 
 /// Seeded bytes for every graph input, concatenated in order (the same

@@ -81,7 +81,12 @@ size_t strlen(const char *s) {
     return n;
 }
 
-void abort(void) { memtrace_rt_exit(MEMTRACE_RT_EXIT_ABORT); }
+void abort(void) {
+    if (memtrace_rt_abort_hook) {
+        memtrace_rt_abort_hook(__builtin_return_address(0));
+    }
+    memtrace_rt_exit(MEMTRACE_RT_EXIT_ABORT);
+}
 
 /* glibc's assert() */
 void __assert_fail(const char *expr, const char *file, unsigned line, const char *func) {

@@ -24,6 +24,9 @@ char g_last[mtflm::kMaxReason];
 char g_both[mtflm::kMaxReason];
 char g_pending[mtflm::kMaxReason];
 size_t g_pending_len;
+// The same since mark_log() (the operator being invoked).
+char g_mark_first[mtflm::kMaxReason];
+char g_mark_last[mtflm::kMaxReason];
 
 struct Sink {
     char *buf;
@@ -307,13 +310,23 @@ int format(char *buf, size_t cap, const char *fmt, ...) {
     return n;
 }
 
-const char *last_log() {
-    if (g_first[0] == '\0' || strcmp(g_first, g_last) == 0) {
-        return g_last;
+// "first; last", or the one message when they are the same.
+static const char *first_and_last(const char *first, const char *last) {
+    if (first[0] == '\0' || strcmp(first, last) == 0) {
+        return last;
     }
-    format(g_both, sizeof(g_both), "%s; %s", g_first, g_last);
+    format(g_both, sizeof(g_both), "%s; %s", first, last);
     return g_both;
 }
+
+const char *last_log() { return first_and_last(g_first, g_last); }
+
+void mark_log() {
+    g_mark_first[0] = '\0';
+    g_mark_last[0] = '\0';
+}
+
+const char *log_since_mark() { return first_and_last(g_mark_first, g_mark_last); }
 
 }  // namespace mtflm
 
@@ -327,8 +340,12 @@ void DebugLog(const char *format, va_list args) {
     if (strcmp(piece, "\r\n") == 0 || strcmp(piece, "\n") == 0) {
         if (g_pending_len > 0) {
             memcpy(g_last, g_pending, g_pending_len + 1);
+            memcpy(g_mark_last, g_pending, g_pending_len + 1);
             if (g_first[0] == '\0') {
                 memcpy(g_first, g_pending, g_pending_len + 1);
+            }
+            if (g_mark_first[0] == '\0') {
+                memcpy(g_mark_first, g_pending, g_pending_len + 1);
             }
         }
         g_pending_len = 0;

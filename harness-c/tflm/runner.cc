@@ -322,6 +322,8 @@ class LayerProfiler : public tflite::MicroProfilerInterface {
             if (!g_scratch_resolved) {
                 resolve_scratch();
             }
+            tag_ = tag != nullptr ? tag : "";
+            mark_log();
             open_ = (g_flags & TFLM_FLAG_LAYERS) != 0;
             if (open_) {
                 plan_operator(next_op_, tag != nullptr ? tag : "");
@@ -343,10 +345,25 @@ class LayerProfiler : public tflite::MicroProfilerInterface {
         }
     }
 
+    // Whether an operator of subgraph 0 is being invoked, and which.
+    bool in_operator() const { return depth_ > 0; }
+    uint32_t op() const { return next_op_; }
+    const char *tag() const { return tag_; }
+
+    // Ends the open window, if any, where the operator will never end it
+    // (TFLM aborted inside it).
+    void close_window() {
+        if (open_) {
+            memtrace_layer_end();
+            open_ = false;
+        }
+    }
+
   private:
     uint32_t depth_ = 0;
     uint32_t next_op_ = 0;
     bool open_ = false;
+    const char *tag_ = "";
 };
 
 LayerProfiler g_profiler;
@@ -605,3 +622,25 @@ int run() {
 }  // namespace mtflm
 
 int main(void) { return mtflm::run(); }
+
+// TFLM's TFLITE_ABORT (a failed TFLITE_CHECK, TF_LITE_FATAL) calls abort(),
+// which calls this (rt/memtrace_rt.h): the window of the operator it aborted
+// in is closed first (the program writes nothing but the port while one is
+// open), then the reason names the operator, what TFLM logged while it ran,
+// and where abort() was called from (the host turns the address into a
+// function and source line).
+extern "C" void memtrace_rt_abort_hook(const void *caller) {
+    using mtflm::g_profiler;
+    g_profiler.close_window();
+    const bool in_op = g_profiler.in_operator();
+    const char *log = in_op ? mtflm::log_since_mark() : mtflm::last_log();
+    if (log[0] == '\0') {
+        log = "TFLM logged nothing";
+    }
+    if (in_op) {
+        mtflm::fail(MEMTRACE_RT_EXIT_ABORT, "aborted in operator %u (%s), abort() called from %p: %s",
+                    static_cast<unsigned>(g_profiler.op()), g_profiler.tag(), caller, log);
+    }
+    mtflm::fail(MEMTRACE_RT_EXIT_ABORT, "aborted outside any operator, abort() called from %p: %s", caller,
+                log);
+}

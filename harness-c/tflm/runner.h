@@ -24,6 +24,11 @@ int format(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(pr
 // The last complete message TFLM logged through MicroPrintf, or "".
 const char *last_log();
 
+// Starts a new span of TFLM's log (at each operator): log_since_mark()
+// gives its first and last complete messages ("first; last"), or "".
+void mark_log();
+const char *log_since_mark();
+
 // One scratch buffer a kernel asked for (context->RequestScratchBufferInArena
 // during Prepare), in the order TFLM numbers them (its buffer index).
 struct ScratchRequest {

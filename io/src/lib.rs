@@ -1,5 +1,7 @@
 //! memtrace's file I/O, one copy for every crate: bounded reads of regular
-//! files only ([`input`]) and atomic writes of outputs ([`output`]).
+//! files only ([`input`]), atomic writes of outputs ([`output`]) and the
+//! private working directories of the child processes it starts
+//! ([`private_dir`]).
 //!
 //! It knows files, and nothing of ELF images, models or events: the tracer
 //! reads guests through it, the model crate `.tflite` files, the analyzer and
@@ -7,6 +9,7 @@
 
 pub mod input;
 pub mod output;
+pub mod private_dir;
 
 pub use input::ReadError;
 pub use output::WriteError;

@@ -374,10 +374,11 @@ pub fn registered_temporaries() -> Vec<PathBuf> {
 }
 
 /// Installs, once, a thread that on SIGINT, SIGTERM or SIGHUP removes every
-/// registered temporary file and then ends the process the way the signal
-/// would have. If the handler cannot be installed, outputs are still
+/// registered temporary file (and every private directory, its child killed
+/// first: [`crate::private_dir`]) and then ends the process the way the
+/// signal would have. If the handler cannot be installed, outputs are still
 /// written; only an interrupted run may leave its temporary file.
-fn install_signal_cleanup() {
+pub(crate) fn install_signal_cleanup() {
     HANDLER.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
@@ -387,6 +388,7 @@ fn install_signal_cleanup() {
             .name("memtrace-cleanup".into())
             .spawn(move || {
                 if let Some(signal) = signals.forever().next() {
+                    crate::private_dir::remove_all_on_signal();
                     for path in temporaries().drain(..) {
                         let _ = std::fs::remove_file(path);
                     }

@@ -141,7 +141,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         }
         match format {
             Format::Table => super::emit(&report.to_text())?,
-            Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+            Format::Json => super::emit(&json_with_verdict(&report, report.ok())?)?,
         }
         return Ok(ExitCode::from(u8::from(!report.ok())));
     }
@@ -151,7 +151,22 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     }
     match format {
         Format::Table => super::emit(&report.to_text())?,
-        Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
+        Format::Json => super::emit(&json_with_verdict(&report, report.ok())?)?,
     }
     Ok(ExitCode::from(u8::from(!report.ok())))
+}
+
+/// A report and its verdict, as the JSON output prints them: every field of
+/// the report, then `"ok"` (what the text's `result:` line and the exit
+/// status say).
+#[derive(serde::Serialize)]
+struct WithVerdict<'a, R: serde::Serialize> {
+    #[serde(flatten)]
+    report: &'a R,
+    ok: bool,
+}
+
+/// `report` as pretty JSON with its verdict, and a final newline.
+fn json_with_verdict<R: serde::Serialize>(report: &R, ok: bool) -> Result<String> {
+    Ok(serde_json::to_string_pretty(&WithVerdict { report, ok })? + "\n")
 }

@@ -176,17 +176,22 @@ fn host_oracle(
         _ => return Ok(None),
     };
     let bytes = crate::tflm::model_bytes(&req.model, req.seed)?;
+    let layout: Vec<_> = model
+        .outputs
+        .iter()
+        .map(|&t| crate::oracle::OutputLayout {
+            name: model.tensors[t].name.clone(),
+            dtype: Some(model.tensors[t].dtype),
+            bytes: model.tensors[t].bytes,
+        })
+        .collect();
     crate::oracle::compare(
         &py,
         &bytes,
         model.inputs.len(),
-        model.outputs.len(),
+        &layout,
         &reference.inputs,
         &reference.outputs,
-        model
-            .outputs
-            .iter()
-            .any(|&t| model.tensors[t].dtype == memtrace_model::Dtype::Float32),
     )
     .map(Some)
 }

@@ -25,7 +25,7 @@ use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::{digest, mismatched_bytes};
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, TracedOverlaps};
-use memtrace_model::{self as model, tflite, Dtype, Model};
+use memtrace_model::{self as model, tflite, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::VerifyOptions;
@@ -804,13 +804,9 @@ fn plan_run(
                     py,
                     &subject.bytes,
                     graph.inputs.len(),
-                    graph.outputs.len(),
+                    &output_layout(graph),
                     &subject.inputs,
                     &reference.result.output_bytes,
-                    graph
-                        .outputs
-                        .iter()
-                        .any(|&t| graph.tensors[t].dtype == Some(Dtype::Float32)),
                 )
             })
         });
@@ -843,6 +839,20 @@ fn plan_run(
         (planned, oracle)
     });
     Ok((planned?, oracle?))
+}
+
+/// The graph outputs as the oracle compares them: name, element type,
+/// bytes.
+fn output_layout(graph: &TfliteGraph) -> Vec<oracle::OutputLayout> {
+    graph
+        .outputs
+        .iter()
+        .map(|&t| oracle::OutputLayout {
+            name: graph.tensor_name(t),
+            dtype: graph.tensors[t].dtype,
+            bytes: graph.tensors[t].bytes.unwrap_or(0),
+        })
+        .collect()
 }
 
 /// One run's report.
