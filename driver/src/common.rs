@@ -16,6 +16,13 @@ use memtrace_tracer::{AccessPath, ElfImage, Progress, RunSummary, TraceOptions};
 use crate::bail;
 use crate::error::{Context, Error, Result};
 
+/// The instruction budget of one guest run unless `--max-instructions`
+/// says otherwise, the same for every command: about 40 s of emulation on
+/// one core (a runaway guest is stopped within about a minute, beside the
+/// oracle), and 7 times the longest whole-model run measured (TinySeg's
+/// executor, 2.7·10⁹ instructions).
+pub const MAX_INSTRUCTIONS: u64 = 20_000_000_000;
+
 /// Traces `image` with `analyses`, showing a spinner on an interactive stderr.
 pub fn trace_with(
     image: &ElfImage,
