@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use memtrace_model::schema::tflite as fb;
 use memtrace_model::tflite;
+use memtrace_overlap::rng::Rng;
 use serde_json::Value;
 
 use crate::common;
@@ -63,15 +64,31 @@ impl Outcome {
     }
 }
 
-/// Runs `memtrace ARGS` in `dir` (also its `TMPDIR`), killed after `limit`.
+/// Runs `memtrace ARGS` in `dir` (also its `TMPDIR`), killed after `limit`,
+/// without the host oracle.
 fn bounded(dir: &Path, args: &[String], limit: Duration) -> Outcome {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
+    cmd.env_remove("MEMTRACE_TFLM_PYTHON");
+    bounded_command(cmd, dir, args, limit)
+}
+
+/// [`bounded`] with the host oracle of `MEMTRACE_TFLM_PYTHON`, if set.
+fn bounded_with_oracle(dir: &Path, args: &[String], limit: Duration) -> Outcome {
+    bounded_command(
+        Command::new(env!("CARGO_BIN_EXE_memtrace")),
+        dir,
+        args,
+        limit,
+    )
+}
+
+fn bounded_command(mut cmd: Command, dir: &Path, args: &[String], limit: Duration) -> Outcome {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+    let mut child = cmd
         .args(args)
         .current_dir(dir)
         .env("CI", "1")
         .env("TMPDIR", dir)
-        .env_remove("MEMTRACE_TFLM_PYTHON")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -187,7 +204,13 @@ fn an_offline_plan_covers_every_subgraph_and_tflm_takes_it() {
     let mut plans = Vec::new();
     for (model, out) in [(&one, "one-plan.tflite"), (&two, "two-plan.tflite")] {
         let out = dir.path().join(out);
-        let a = args(&["plan", &path_arg(model), "--runtime", "tflm", "--emit-offline"]);
+        let a = args(&[
+            "plan",
+            &path_arg(model),
+            "--runtime",
+            "tflm",
+            "--emit-offline",
+        ]);
         let a = [a, vec![path_arg(&out)]].concat();
         let o = bounded(dir.path(), &a, Duration::from_secs(120));
         assert_eq!(o.code, Some(0), "{}", o.show(&a));
@@ -305,8 +328,23 @@ fn tflm_commands(model: &Path) -> Vec<Vec<String>> {
     let m = path_arg(model);
     vec![
         args(&["run", &m, "--kernels", "cmsis-nn"]),
-        args(&["plan", &m, "--runtime", "tflm", "--kernels", "cmsis-nn", "--no-cache"]),
-        args(&["verify", &m, "--kernels", "cmsis-nn", "--no-oracle", "--no-cache"]),
+        args(&[
+            "plan",
+            &m,
+            "--runtime",
+            "tflm",
+            "--kernels",
+            "cmsis-nn",
+            "--no-cache",
+        ]),
+        args(&[
+            "verify",
+            &m,
+            "--kernels",
+            "cmsis-nn",
+            "--no-oracle",
+            "--no-cache",
+        ]),
     ]
 }
 
@@ -370,9 +408,20 @@ fn malformed_operator_options_are_refused_before_anything_runs() {
                 };
                 assert!(o.stderr.contains(wanted), "{}", o.show(&a));
             }
-            assert!(o.seconds < 10.0, "{what}: refused only after {:.1} s", o.seconds);
+            assert!(
+                o.seconds < 10.0,
+                "{what}: refused only after {:.1} s",
+                o.seconds
+            );
         }
     }
+}
+
+/// Seconds of a shell's `times` field (`1m2.500s`).
+fn shell_seconds(field: &str) -> f64 {
+    let (m, rest) = field.split_once('m').unwrap_or(("0", field));
+    m.parse::<f64>().unwrap_or(0.0) * 60.0
+        + rest.trim_end_matches('s').parse::<f64>().unwrap_or(0.0)
 }
 
 /// The `--max-instructions` default a command's `--help` states.
@@ -399,17 +448,30 @@ fn run_verify_and_cold_share_one_budget_that_ends_within_a_minute() {
         "run, verify and cold budgets differ: {budgets:?}"
     );
     // The rate of a guest that never ends, counted by the same tracer: 10^9
-    // instructions, then what the default budget costs at that rate.
+    // instructions, then what the default budget costs at that rate. CPU
+    // time (the shell's `times` for its children), not wall time: the
+    // machine may be shared.
     let spin = common::guest("cortex-m4", "spin");
-    let dir = tempfile::tempdir().unwrap();
-    let a = args(&["run", &path_arg(&spin), "--max-instructions", "1000000000"]);
-    let o = bounded(dir.path(), &a, Duration::from_secs(120));
-    assert_eq!(o.code, Some(1), "{}", o.show(&a));
-    assert!(o.stderr.contains("instruction budget"), "{}", o.show(&a));
-    let per_second = 1e9 / o.seconds;
+    let script = "\"$0\" run \"$1\" --max-instructions 1000000000 >/dev/null 2>&1; \
+                  echo status $?; times";
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            script,
+            env!("CARGO_BIN_EXE_memtrace"),
+            &path_arg(&spin),
+        ])
+        .output()
+        .unwrap();
+    let text = common::stdout(&out);
+    assert!(text.contains("status 1"), "the budget stops spin: {text}");
+    let children = text.lines().last().unwrap_or("");
+    let cpu: f64 = children.split_whitespace().map(shell_seconds).sum();
+    assert!(cpu > 0.0, "{text}");
+    let per_second = 1e9 / cpu;
     let default_seconds = budgets[0] as f64 / per_second;
     eprintln!(
-        "budget {} instructions: {:.0} M instructions/s, {default_seconds:.0} s",
+        "budget {} instructions: {:.0} M instructions per CPU second, {default_seconds:.0} s",
         budgets[0],
         per_second / 1e6
     );
@@ -448,11 +510,7 @@ fn assert_no_raw_controls(o: &Outcome, a: &[String]) {
         let raw = text
             .chars()
             .find(|&c| (c.is_control() && c != '\n') || c == '\u{202e}');
-        assert!(
-            raw.is_none(),
-            "{stream} holds a raw {raw:?}\n{}",
-            o.show(a)
-        );
+        assert!(raw.is_none(), "{stream} holds a raw {raw:?}\n{}", o.show(a));
     }
 }
 
@@ -554,6 +612,22 @@ fn cast_chain(n: i32, via: &[fb::TensorType]) -> Vec<u8> {
     tflite::encode(&model)
 }
 
+/// Every number stored under `key` anywhere in `v`.
+fn collect_numbers(v: &Value, key: &str, out: &mut Vec<u64>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                match x.as_u64() {
+                    Some(n) if k == key => out.push(n),
+                    _ => collect_numbers(x, key, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|x| collect_numbers(x, key, out)),
+        _ => {}
+    }
+}
+
 #[test]
 fn uint32_tensors_run_plan_and_verify_on_real_tflm() {
     let dir = tempfile::tempdir().unwrap();
@@ -568,12 +642,26 @@ fn uint32_tensors_run_plan_and_verify_on_real_tflm() {
 
     // Any plan keeps a CAST's input and output apart: 256 B of UINT32 and
     // 128 B of INT16 are live together.
-    let a = args(&["plan", &m, "--runtime", "tflm", "--format", "json", "--no-cache"]);
+    let a = args(&[
+        "plan",
+        &m,
+        "--runtime",
+        "tflm",
+        "--format",
+        "json",
+        "--no-cache",
+    ]);
     let o = bounded(dir.path(), &a, Duration::from_secs(60));
     assert_eq!(o.code, Some(0), "{}", o.show(&a));
     let plan: Value = serde_json::from_str(&o.stdout).unwrap();
-    let text = plan.to_string();
-    assert!(text.contains("peak"), "{text}");
+    let mut peaks = Vec::new();
+    collect_numbers(&plan, "peak_bytes", &mut peaks);
+    let live_together = (n as u64) * 4 + (n as u64) * 2;
+    assert!(!peaks.is_empty(), "{plan}");
+    assert!(
+        peaks.iter().all(|&p| p >= live_together),
+        "{peaks:?} {plan}"
+    );
 
     // Values below 2^15 come back unchanged through INT16: the output is
     // the input, which the test chose.
@@ -582,7 +670,14 @@ fn uint32_tensors_run_plan_and_verify_on_real_tflm() {
         .collect();
     let input = dir.path().join("in.bin");
     std::fs::write(&input, &values).unwrap();
-    let mut a = args(&["verify", &m, "--input", &path_arg(&input), "--format", "json"]);
+    let mut a = args(&[
+        "verify",
+        &m,
+        "--input",
+        &path_arg(&input),
+        "--format",
+        "json",
+    ]);
     a.push("--no-cache".into());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
     cmd.args(&a).current_dir(dir.path()).env("CI", "1");
@@ -596,4 +691,288 @@ fn uint32_tensors_run_plan_and_verify_on_real_tflm() {
     if oracle_python().is_some() {
         assert_eq!(v["oracle"]["bit_exact"], true, "{v}");
     }
+}
+
+#[test]
+fn every_element_type_tflm_sizes_is_read_with_tflm_s_size() {
+    // TFLM's TfLiteTypeSizeOf (memory_helpers.cc), as the arena holds them.
+    use fb::TensorType as T;
+    let sizes = [
+        (T::Float16, 2),
+        (T::Float32, 4),
+        (T::Float64, 8),
+        (T::Int16, 2),
+        (T::Int32, 4),
+        (T::Uint32, 4),
+        (T::Uint8, 1),
+        (T::Uint16, 2),
+        (T::Int8, 1),
+        (T::Int64, 8),
+        (T::Uint64, 8),
+        (T::Bool, 1),
+        (T::Resource, 4),
+        (T::Complex64, 8),
+        (T::Complex128, 16),
+        (T::Int4, 1),
+    ];
+    let n = 12u64;
+    for (ty, size) in sizes {
+        let bytes = cast_chain(n as i32, &[ty]);
+        let g = memtrace_model::graph::read_graph(&bytes).unwrap();
+        assert_eq!(g.tensors[1].bytes, Some(n * size), "{ty:?}");
+        let m = tflite::import_for_tflm("casts", &bytes).unwrap_or_else(|e| panic!("{ty:?}: {e}"));
+        assert_eq!(m.tensors[1].bytes, n * size, "{ty:?}");
+    }
+    // Types TFLM gives no size stay refused, by TFLite's name.
+    for ty in [T::String, T::Variant] {
+        let e = tflite::import_for_tflm("casts", &cast_chain(4, &[ty]))
+            .unwrap_err()
+            .to_string();
+        let name = format!("{ty:?}").to_uppercase();
+        assert!(
+            e.contains(&format!("unsupported element type {name}")),
+            "{e}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------
+// The campaign: seeded mutants of each class above through the binary.
+
+/// What the campaign counts.
+#[derive(Default, Debug)]
+struct Tally {
+    cases: usize,
+    accepted: usize,
+    refused: usize,
+    wrong_but_accepted: Vec<String>,
+    aborts: Vec<String>,
+    hangs: Vec<String>,
+    leftovers: Vec<String>,
+    raw_controls: Vec<String>,
+}
+
+impl Tally {
+    /// Counts one bounded run; `wrong` says whether an accepted run was
+    /// wrong (given the outcome).
+    fn record(
+        &mut self,
+        what: &str,
+        o: &Outcome,
+        a: &[String],
+        wrong: impl FnOnce(&Outcome) -> bool,
+    ) {
+        self.cases += 1;
+        let label = format!("{what}: {}", o.show(a));
+        match o.code {
+            _ if o.timed_out => self.hangs.push(label),
+            Some(0) => {
+                self.accepted += 1;
+                if wrong(o) {
+                    self.wrong_but_accepted.push(label);
+                }
+            }
+            Some(1) | Some(2) => self.refused += 1,
+            _ => self.aborts.push(label),
+        }
+        let raw = |t: &str| {
+            t.chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}')
+        };
+        if raw(&o.stdout) || raw(&o.stderr) {
+            self.raw_controls.push(what.to_string());
+        }
+    }
+
+    /// Files in `dir` other than `expected`: what a run left behind.
+    fn check_leftovers(&mut self, what: &str, dir: &Path, expected: &[&Path]) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if !expected.iter().any(|e| *e == p) {
+                self.leftovers.push(format!("{what}: {}", p.display()));
+            }
+        }
+    }
+}
+
+/// Kinds of operator options the option mutants change.
+const OPTION_FIELDS: [&str; 6] = [
+    "depth_multiplier",
+    "stride_w",
+    "stride_h",
+    "dilation_w_factor",
+    "dilation_h_factor",
+    "conv_stride_w",
+];
+
+/// A mutant of `kws`: one option of its first depthwise or convolution set
+/// to `value`; whether TFLM's kernels could run it.
+fn option_mutant(kws: &[u8], field: &str, value: i32) -> (Vec<u8>, bool) {
+    let m = decoded(kws);
+    let dw = first_op(&m, fb::BuiltinOperator::DepthwiseConv2d);
+    let conv = first_op(&m, fb::BuiltinOperator::Conv2d);
+    let bytes = match field {
+        "conv_stride_w" => with_conv(kws, conv, |o| o.stride_w = value),
+        _ => with_depthwise(kws, dw, |o| match field {
+            "depth_multiplier" => o.depth_multiplier = value,
+            "stride_w" => o.stride_w = value,
+            "stride_h" => o.stride_h = value,
+            "dilation_w_factor" => o.dilation_w_factor = value,
+            _ => o.dilation_h_factor = value,
+        }),
+    };
+    // The filter has the input's channels: only a multiplier of 1 fits.
+    let valid = value >= 1 && (field != "depth_multiplier" || value == 1);
+    (bytes, valid)
+}
+
+/// The types a CAST reads and writes in TFLM.
+const CAST_TYPES: [fb::TensorType; 5] = [
+    fb::TensorType::Int8,
+    fb::TensorType::Int16,
+    fb::TensorType::Int32,
+    fb::TensorType::Uint32,
+    fb::TensorType::Float32,
+];
+
+#[test]
+fn campaign_of_subgraph_option_name_and_type_mutants() {
+    let mut rng = Rng::new(0x6d6f_6465_6c73);
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.tflite");
+    let emitted = dir.path().join("planned.tflite");
+    let limit = Duration::from_secs(90);
+    let mut tally = Tally::default();
+    let hello = shared("tflm_hello_world_int8");
+    let kws = shared("mlperf_tiny_kws_ds_cnn_int8");
+
+    // Extra subgraphs: the emitted plan must count every tensor, and verify
+    // prove the plan of subgraph 0.
+    for _ in 0..3 {
+        let extra = rng.range(1, 3) as usize;
+        let bytes = with_extra_subgraphs(&hello, extra);
+        let total: usize = tensor_counts(&bytes).iter().sum();
+        std::fs::write(&model, &bytes).unwrap();
+        let a = args(&[
+            "plan",
+            &path_arg(&model),
+            "--runtime",
+            "tflm",
+            "--no-cache",
+            "--emit-offline",
+        ]);
+        let a = [a, vec![path_arg(&emitted)]].concat();
+        let o = bounded(dir.path(), &a, limit);
+        tally.record(&format!("{extra} extra subgraphs, plan"), &o, &a, |_| {
+            let back = std::fs::read(&emitted)
+                .ok()
+                .and_then(|b| tflite::read_offline(&b).ok().flatten());
+            back.map_or(true, |offsets| offsets.len() != total)
+        });
+        tally.check_leftovers("plan", dir.path(), &[&model, &emitted]);
+        let _ = std::fs::remove_file(&emitted);
+        let a = args(&[
+            "verify",
+            &path_arg(&model),
+            "--no-oracle",
+            "--no-cache",
+            "--format",
+            "json",
+        ]);
+        let o = bounded(dir.path(), &a, limit);
+        tally.record(&format!("{extra} extra subgraphs, verify"), &o, &a, |o| {
+            serde_json::from_str::<Value>(&o.stdout).map_or(true, |v| {
+                v["bit_exact"] != true || v["clobbers"] != Value::Array(vec![])
+            })
+        });
+        tally.check_leftovers("verify", dir.path(), &[&model]);
+    }
+
+    // Operator options: a value TFLM's kernels cannot run is never accepted.
+    for _ in 0..5 {
+        let field = OPTION_FIELDS[rng.range(0, OPTION_FIELDS.len() as u32 - 1) as usize];
+        let value = rng.int(-2, 2) as i32;
+        let (bytes, valid) = option_mutant(&kws, field, value);
+        std::fs::write(&model, &bytes).unwrap();
+        let command = if rng.chance(50) { "run" } else { "verify" };
+        let mut a = args(&[command, &path_arg(&model), "--kernels", "cmsis-nn"]);
+        if command == "verify" {
+            a.extend(args(&["--no-oracle", "--no-cache"]));
+        }
+        let o = bounded(dir.path(), &a, limit);
+        tally.record(&format!("{field} = {value}"), &o, &a, |_| !valid);
+        tally.check_leftovers(field, dir.path(), &[&model]);
+    }
+
+    // Names with control characters, in tensors and a custom operator code.
+    let controls = ['\x1b', '\r', '\x07', '\x08', '\u{9b}', '\u{202e}', '\x00'];
+    for k in 0..3 {
+        let c = controls[rng.range(0, controls.len() as u32 - 1) as usize];
+        let custom = k == 2;
+        let bytes = edited(&hello, |m| {
+            for t in main_graph(m).tensors.as_mut().unwrap() {
+                t.name = Some(format!("n{c}[2J{c}"));
+            }
+            if custom {
+                let code = &mut m.operator_codes.as_mut().unwrap()[0];
+                code.builtin_code = fb::BuiltinOperator::Custom;
+                code.deprecated_builtin_code = fb::BuiltinOperator::Custom as i8;
+                code.custom_code = Some(format!("op{c}]0;title{c}"));
+            }
+        });
+        std::fs::write(&model, &bytes).unwrap();
+        let a = args(&["run", &path_arg(&model)]);
+        let o = bounded(dir.path(), &a, limit);
+        tally.record(&format!("names with {c:?}"), &o, &a, |_| custom);
+        tally.check_leftovers("names", dir.path(), &[&model]);
+    }
+
+    // Element types: a CAST chain through random TFLM types, against the
+    // host oracle when there is one.
+    for _ in 0..3 {
+        let via: Vec<fb::TensorType> = (0..rng.range(1, 2))
+            .map(|_| CAST_TYPES[rng.range(0, CAST_TYPES.len() as u32 - 1) as usize])
+            .collect();
+        std::fs::write(&model, cast_chain(rng.range(1, 40) as i32, &via)).unwrap();
+        let mut a = args(&[
+            "verify",
+            &path_arg(&model),
+            "--no-cache",
+            "--format",
+            "json",
+        ]);
+        a.push("--seed".into());
+        a.push(rng.range(1, 1000).to_string());
+        let o = bounded_with_oracle(dir.path(), &a, limit);
+        tally.record(&format!("casts via {via:?}"), &o, &a, |o| {
+            serde_json::from_str::<Value>(&o.stdout).map_or(true, |v| {
+                v["bit_exact"] != true
+                    || (oracle_python().is_some() && v["oracle"]["bit_exact"] != true)
+            })
+        });
+        tally.check_leftovers("casts", dir.path(), &[&model]);
+    }
+
+    eprintln!(
+        "models campaign: {} cases, {} accepted, {} refused; {} wrong-but-accepted, {} aborts, \
+         {} hangs, {} leftovers, {} with raw control characters",
+        tally.cases,
+        tally.accepted,
+        tally.refused,
+        tally.wrong_but_accepted.len(),
+        tally.aborts.len(),
+        tally.hangs.len(),
+        tally.leftovers.len(),
+        tally.raw_controls.len()
+    );
+    assert!(
+        tally.wrong_but_accepted.is_empty(),
+        "{:#?}",
+        tally.wrong_but_accepted
+    );
+    assert!(tally.aborts.is_empty(), "{:#?}", tally.aborts);
+    assert!(tally.hangs.is_empty(), "{:#?}", tally.hangs);
+    assert!(tally.leftovers.is_empty(), "{:#?}", tally.leftovers);
+    assert!(tally.raw_controls.is_empty(), "{:#?}", tally.raw_controls);
+    assert!(tally.accepted > 0 && tally.refused > 0, "{tally:?}");
 }
