@@ -515,6 +515,20 @@ fn assert_no_raw_controls(o: &Outcome, a: &[String]) {
 }
 
 #[test]
+fn terminal_safe_shows_controls_and_keeps_plain_text() {
+    use memtrace_driver::text::terminal_safe;
+    assert_eq!(
+        terminal_safe("a\x1b[31mred\rb\u{202e}c\u{7f}\u{9b}"),
+        "a\\x1b[31mred\\rb\\u{202e}c\\x7f\\u{9b}"
+    );
+    let plain = "tensor `conv/1`\tμ 12 B\nnext line";
+    assert!(matches!(
+        terminal_safe(plain),
+        std::borrow::Cow::Borrowed(t) if t == plain
+    ));
+}
+
+#[test]
 fn model_strings_are_printed_escaped_in_reports_and_errors() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("names.tflite");
