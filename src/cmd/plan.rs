@@ -117,7 +117,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         super::say(&format!("WARNING: {w}"));
     }
     if let Some(line) = &report.emitted {
-        super::say(&line);
+        super::say(line);
     }
     match args.format {
         Format::Json => super::emit(&report.to_json()?)?,

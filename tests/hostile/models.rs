@@ -881,7 +881,7 @@ fn campaign_of_subgraph_option_name_and_type_mutants() {
             let back = std::fs::read(&emitted)
                 .ok()
                 .and_then(|b| tflite::read_offline(&b).ok().flatten());
-            back.map_or(true, |offsets| offsets.len() != total)
+            back.is_none_or(|offsets| offsets.len() != total)
         });
         tally.check_leftovers("plan", dir.path(), &[&model, &emitted]);
         let _ = std::fs::remove_file(&emitted);
