@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         // A reader that closed the pipe (`| head`) wants no more: end quietly.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {}", error_text(&err));
+            cmd::say(&format!("error: {}", error_text(&err)));
             ExitCode::from(1)
         }
     }

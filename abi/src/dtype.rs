@@ -48,19 +48,38 @@ pub enum Dtype {
     Bool,
     /// 16-bit float.
     Float16,
+    /// Unsigned 16-bit integer.
+    Uint16,
+    /// Unsigned 32-bit integer (TFLM's signal library, e.g. its energy op).
+    Uint32,
+    /// Unsigned 64-bit integer.
+    Uint64,
+    /// 64-bit float.
+    Float64,
+    /// Complex number of two 32-bit floats.
+    Complex64,
+    /// Complex number of two 64-bit floats.
+    Complex128,
+    /// Signed 4-bit integer: packed two to a byte in the file's constant
+    /// buffers, one byte per element in the arena (TFLM unpacks it).
+    Int4,
+    /// A resource handle (TFLM's resource variables), an int32 in the arena.
+    Resource,
 }
 
 impl Dtype {
     /// The element types of kernel-suite layers, by their spec names.
     pub const SUITE: [Dtype; 2] = [Dtype::Float32, Dtype::Int8];
 
-    /// Bytes per element (T_s in the DMO paper).
+    /// Bytes per element (T_s in the DMO paper), as TFLM's
+    /// `TfLiteTypeSizeOf` counts them in the arena.
     pub fn size(self) -> u64 {
         match self {
-            Dtype::Int8 | Dtype::Uint8 | Dtype::Bool => 1,
-            Dtype::Int16 | Dtype::Float16 => 2,
-            Dtype::Float32 | Dtype::Int32 => 4,
-            Dtype::Int64 => 8,
+            Dtype::Int8 | Dtype::Uint8 | Dtype::Bool | Dtype::Int4 => 1,
+            Dtype::Int16 | Dtype::Float16 | Dtype::Uint16 => 2,
+            Dtype::Float32 | Dtype::Int32 | Dtype::Uint32 | Dtype::Resource => 4,
+            Dtype::Int64 | Dtype::Uint64 | Dtype::Float64 | Dtype::Complex64 => 8,
+            Dtype::Complex128 => 16,
         }
     }
 
@@ -76,6 +95,14 @@ impl Dtype {
             Dtype::Int64 => "int64",
             Dtype::Bool => "bool",
             Dtype::Float16 => "float16",
+            Dtype::Uint16 => "uint16",
+            Dtype::Uint32 => "uint32",
+            Dtype::Uint64 => "uint64",
+            Dtype::Float64 => "float64",
+            Dtype::Complex64 => "complex64",
+            Dtype::Complex128 => "complex128",
+            Dtype::Int4 => "int4",
+            Dtype::Resource => "resource",
         }
     }
 

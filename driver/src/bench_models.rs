@@ -150,7 +150,8 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
         &build_dir.join("cortex-m4").join(kernels.runner_file()),
         kernels,
     )?;
-    let run = ModelRun::whole(&image, &bytes, &inputs, 200_000_000_000).without_scratch();
+    let run =
+        ModelRun::whole(&image, &bytes, &inputs, crate::common::MAX_INSTRUCTIONS).without_scratch();
     let traced_run = |layers: Option<Vec<String>>| {
         let mut stats = LayerStats::default();
         let o = run.trace(AccessPath::Mmio, layers, false, &mut [&mut stats])?;
@@ -217,7 +218,7 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         executor: None,
         plot: None,
         baseline,
-        max_instructions: 200_000_000_000,
+        max_instructions: crate::common::MAX_INSTRUCTIONS,
         spill: Default::default(),
         accumulator: Default::default(),
         runtime: Runtime::Tflm,

@@ -16,6 +16,15 @@ use memtrace_tracer::{AccessPath, ElfImage, Progress, RunSummary, TraceOptions};
 use crate::bail;
 use crate::error::{Context, Error, Result};
 
+/// The instruction budget of one guest run unless `--max-instructions`
+/// says otherwise, the same for every command: about 30 to 50 s of
+/// emulation on one core (a runaway guest is stopped within about a
+/// minute), far above every shared model's run (ResNet-8, the
+/// longest, retires 8.3·10⁸ on TFLM's reference kernels). A larger model
+/// (`zoo:mobilenet_v1_1.0_224_int8` on the reference kernels passes it)
+/// needs `--max-instructions`, which the budget error names.
+pub const MAX_INSTRUCTIONS: u64 = 20_000_000_000;
+
 /// Traces `image` with `analyses`, showing a spinner on an interactive stderr.
 pub fn trace_with(
     image: &ElfImage,

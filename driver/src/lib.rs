@@ -27,6 +27,7 @@ pub mod regress;
 pub mod run;
 pub mod spill;
 pub mod sweep;
+pub mod text;
 pub mod tflm;
 pub mod trace_cache;
 pub mod validate;

@@ -301,7 +301,7 @@ fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
     ExecutorRun {
         image: &image,
         seed: 1,
-        max_instructions: 200_000_000_000,
+        max_instructions: crate::common::MAX_INSTRUCTIONS,
         input: None,
     }
     .with_scratch(&model)
@@ -362,7 +362,7 @@ fn reference_overlaps(
     let run = ExecutorRun {
         image,
         seed: 1,
-        max_instructions: 200_000_000_000,
+        max_instructions: crate::common::MAX_INSTRUCTIONS,
         input: None,
     };
     let reference = crate::reference::reference_run(&run, base, Watch::default())?;

@@ -494,7 +494,8 @@ pub fn plan_inputs(
         &[&image.bytes, &bytes, &inputs, &(ops as u64).to_le_bytes()],
     );
     cache.fetch(&key, || {
-        let (result, layers) = trace_layers(&image, &bytes, &inputs, 200_000_000_000)?;
+        let (result, layers) =
+            trace_layers(&image, &bytes, &inputs, crate::common::MAX_INSTRUCTIONS)?;
         Ok(PlanInputs {
             scratch: scratch_needs(&result, ops),
             overlaps: traced_overlaps(&layers),

@@ -18,6 +18,14 @@ fn tensor_type(d: Dtype) -> fb::TensorType {
         Dtype::Int64 => fb::TensorType::Int64,
         Dtype::Bool => fb::TensorType::Bool,
         Dtype::Float16 => fb::TensorType::Float16,
+        Dtype::Uint16 => fb::TensorType::Uint16,
+        Dtype::Uint32 => fb::TensorType::Uint32,
+        Dtype::Uint64 => fb::TensorType::Uint64,
+        Dtype::Float64 => fb::TensorType::Float64,
+        Dtype::Complex64 => fb::TensorType::Complex64,
+        Dtype::Complex128 => fb::TensorType::Complex128,
+        Dtype::Int4 => fb::TensorType::Int4,
+        Dtype::Resource => fb::TensorType::Resource,
     }
 }
 

@@ -10,8 +10,8 @@
 use serde::Serialize;
 
 use super::schema::tflite as fb;
-use super::tflite::{builtin_name, dtype, fb_err, operator_code};
-use super::{Dtype, ModelError};
+use super::tflite::{builtin_name, dtype, fb_err, operator_code, operator_kind, read_options};
+use super::{Dtype, ModelError, OpKind};
 
 /// One tensor of subgraph 0.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -143,7 +143,7 @@ pub fn read_graph(bytes: &[u8]) -> Result<TfliteGraph, ModelError> {
             let list = |v: Option<planus::Vector<'_, i32>>| -> Vec<i32> {
                 v.map(|v| v.iter().collect()).unwrap_or_default()
             };
-            ops.push(GraphOp {
+            let graph_op = GraphOp {
                 name,
                 inputs: list(
                     op.inputs()
@@ -153,7 +153,9 @@ pub fn read_graph(bytes: &[u8]) -> Result<TfliteGraph, ModelError> {
                     op.outputs()
                         .map_err(fb_err(format!("operator {i} outputs")))?,
                 ),
-            });
+            };
+            check_options(&op, &code, i, &graph_op, &tensors)?;
+            ops.push(graph_op);
         }
     }
     let index_list = |v: Option<planus::Vector<'_, i32>>, what: &str| {
@@ -187,6 +189,56 @@ pub fn read_graph(bytes: &[u8]) -> Result<TfliteGraph, ModelError> {
         outputs,
         subgraphs: subgraphs.len(),
     })
+}
+
+/// Refuses options of operator `i` that TFLM's own `Prepare` lets through
+/// but its kernels cannot run: a stride, dilation, pool window or depth
+/// multiplier below 1 (a division by zero, or a CMSIS-NN loop that never
+/// ends), and a depthwise multiplier that disagrees with the channels.
+/// Operators memtrace does not model are TFLM's to judge.
+fn check_options(
+    op: &fb::OperatorRef<'_>,
+    code: &fb::OperatorCodeRef<'_>,
+    i: usize,
+    graph_op: &GraphOp,
+    tensors: &[GraphTensor],
+) -> Result<(), ModelError> {
+    let Ok(kind) = operator_kind(code, i) else {
+        return Ok(());
+    };
+    let options = read_options(op, i, kind)?;
+    if kind == OpKind::DepthwiseConv2d {
+        check_depthwise_channels(i, options.depth_multiplier, graph_op, tensors)?;
+    }
+    Ok(())
+}
+
+/// A depthwise filter has the input's channels times the multiplier (when
+/// both are 4-D; other shapes are TFLM's to refuse).
+fn check_depthwise_channels(
+    i: usize,
+    multiplier: u32,
+    op: &GraphOp,
+    tensors: &[GraphTensor],
+) -> Result<(), ModelError> {
+    let shape = |k: usize| {
+        op.inputs
+            .get(k)
+            .and_then(|&t| usize::try_from(t).ok())
+            .and_then(|t| tensors.get(t))
+            .map(|t| t.shape.as_slice())
+    };
+    let (Some(&[_, _, _, c]), Some(&[_, _, _, f])) = (shape(0), shape(1)) else {
+        return Ok(());
+    };
+    if i64::from(c) * i64::from(multiplier) != i64::from(f) {
+        return Err(ModelError::Invalid(format!(
+            "operator {i} (DEPTHWISE_CONV_2D): depth_multiplier {multiplier} with {c} input \
+             channels makes {} output channels, but the filter has {f}",
+            i64::from(c) * i64::from(multiplier)
+        )));
+    }
+    Ok(())
 }
 
 /// TFLite's name of an operator code: the builtin's (the larger of the two

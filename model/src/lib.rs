@@ -24,7 +24,10 @@ pub mod graph;
 pub mod lower;
 pub(crate) mod order;
 pub mod planner;
-pub(crate) mod schema;
+/// The Rust flatbuffers code generated from TensorFlow's TFLite schema:
+/// public so that tools and tests can edit a model with
+/// [`tflite::rewrite`] instead of hand-written flatbuffer code.
+pub mod schema;
 mod shape;
 pub mod source;
 pub(crate) mod spill_ops;

@@ -212,8 +212,11 @@ fn conv_output_channels(o: &Operands<'_>, w: &Tensor, f4: [u64; 4], c: u64) -> R
         }
         return Ok(f4[0]);
     }
+    // TFLM's kernels compute C·M output channels from the multiplier, and
+    // none of them checks it against the filter: a mismatch reads past
+    // the filter or leaves channels unwritten.
     let m = o.op.options.depth_multiplier as u64;
-    if f4[0] != 1 || c == 0 || !f4[3].is_multiple_of(c) || (m > 1 && f4[3] != c * m) {
+    if f4[0] != 1 || c == 0 || f4[3] != c * m {
         return Err(format!(
             "depthwise filter {} must be 1xKHxKWx(C·M) for input {} and depth_multiplier {m}",
             show(w),

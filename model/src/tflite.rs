@@ -59,6 +59,9 @@ pub(super) fn builtin_name(debug: &str) -> String {
     out
 }
 
+/// The element type of a TFLite tensor type: every type TFLM gives a size
+/// in the arena (`TfLiteTypeSizeOf`); `None` for those it has none for
+/// (strings, variants, and types newer than TFLM's allocator).
 pub(super) fn dtype(t: fb::TensorType) -> Option<Dtype> {
     use fb::TensorType as T;
     Some(match t {
@@ -70,6 +73,14 @@ pub(super) fn dtype(t: fb::TensorType) -> Option<Dtype> {
         T::Int64 => Dtype::Int64,
         T::Bool => Dtype::Bool,
         T::Float16 => Dtype::Float16,
+        T::Uint16 => Dtype::Uint16,
+        T::Uint32 => Dtype::Uint32,
+        T::Uint64 => Dtype::Uint64,
+        T::Float64 => Dtype::Float64,
+        T::Complex64 => Dtype::Complex64,
+        T::Complex128 => Dtype::Complex128,
+        T::Int4 => Dtype::Int4,
+        T::Resource => Dtype::Resource,
         _ => return None,
     })
 }
@@ -90,16 +101,6 @@ fn padding(p: fb::Padding) -> Padding {
     match p {
         fb::Padding::Same => Padding::Same,
         fb::Padding::Valid => Padding::Valid,
-    }
-}
-
-fn positive(v: i32, what: &str, op: usize) -> Result<u32, ModelError> {
-    if v >= 1 {
-        Ok(v as u32)
-    } else {
-        Err(ModelError::Invalid(format!(
-            "operator {op}: {what} is {v}, must be at least 1"
-        )))
     }
 }
 
@@ -192,7 +193,7 @@ fn read_tensor(
     let dt = dtype(ty).ok_or_else(|| ModelError::UnsupportedType {
         index: i,
         name: tname.clone(),
-        dtype: format!("{ty:?}"),
+        dtype: builtin_name(&format!("{ty:?}")),
     })?;
     let shape = tensor_shape(i, t, &tname)?;
     let bytes_needed = shape
@@ -204,10 +205,11 @@ fn read_tensor(
     let buffer = t.buffer().map_err(fb_err(format!("tensor {i} buffer")))?;
     let data = tensor_data(i, &tname, buffer, buffers)?;
     if let Some(d) = &data {
-        if d.len() as u64 != bytes_needed {
+        if d.len() as u64 != constant_bytes(dt, bytes_needed) {
             return Err(ModelError::Invalid(format!(
-                "tensor {i} `{tname}`: constant buffer {buffer} holds {} bytes, its shape needs {bytes_needed}",
-                d.len()
+                "tensor {i} `{tname}`: constant buffer {buffer} holds {} bytes, its shape needs {}",
+                d.len(),
+                constant_bytes(dt, bytes_needed)
             )));
         }
     }
@@ -230,6 +232,16 @@ fn read_tensor(
         data,
         in_storage: false,
     })
+}
+
+/// Bytes of a constant buffer holding a tensor of `arena_bytes` in the
+/// arena: int4 constants are packed two elements to a byte (TFLM unpacks
+/// them), every other type is stored as it is used.
+fn constant_bytes(dt: Dtype, arena_bytes: u64) -> u64 {
+    match dt {
+        Dtype::Int4 => arena_bytes.div_ceil(2),
+        _ => arena_bytes,
+    }
 }
 
 /// The tensor's dimensions; a dynamic one (negative) is an error.
@@ -412,7 +424,10 @@ pub(super) fn operator_code<'a>(
 
 /// The kind of an operator code, or an error naming the operator memtrace
 /// does not model.
-fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, ModelError> {
+pub(super) fn operator_kind(
+    code: &fb::OperatorCodeRef<'_>,
+    i: usize,
+) -> Result<OpKind, ModelError> {
     // TFLM's GetBuiltinCode: the larger of the two fields (files from
     // before schema 3a only set the deprecated byte).
     let deprecated = code
@@ -448,7 +463,13 @@ fn operator_kind(code: &fb::OperatorCodeRef<'_>, i: usize) -> Result<OpKind, Mod
     })
 }
 
-fn read_options(op: &fb::OperatorRef<'_>, i: usize, kind: OpKind) -> Result<OpOptions, ModelError> {
+/// The options of operator `i` of `kind`, each checked: a stride, dilation,
+/// window or depth multiplier below 1 is an error naming the operator.
+pub(super) fn read_options(
+    op: &fb::OperatorRef<'_>,
+    i: usize,
+    kind: OpKind,
+) -> Result<OpOptions, ModelError> {
     use fb::BuiltinOptionsRef as O;
     let r = OptionsReader { i, kind };
     let opts = op.builtin_options().map_err(fb_err(r.context()))?;
@@ -515,19 +536,30 @@ impl OptionsReader {
         Ok(activation(f.map_err(fb_err(self.context()))?))
     }
 
+    /// An option that must be at least 1 (a stride, dilation, window or
+    /// multiplier of 0 makes TFLM's kernels divide by zero or loop for ever).
+    fn positive(&self, v: i32, what: &str) -> Result<u32, ModelError> {
+        if v >= 1 {
+            Ok(v as u32)
+        } else {
+            Err(ModelError::Invalid(format!(
+                "operator {} ({}): {what} is {v}, must be at least 1",
+                self.i,
+                self.kind.tflite_name()
+            )))
+        }
+    }
+
     /// Stride (height, width), each at least 1.
     fn stride(&self, h: i32, w: i32) -> Result<(u32, u32), ModelError> {
-        Ok((
-            positive(h, "stride_h", self.i)?,
-            positive(w, "stride_w", self.i)?,
-        ))
+        Ok((self.positive(h, "stride_h")?, self.positive(w, "stride_w")?))
     }
 
     /// Dilation (height, width), each at least 1.
     fn dilation(&self, h: i32, w: i32) -> Result<(u32, u32), ModelError> {
         Ok((
-            positive(h, "dilation_h", self.i)?,
-            positive(w, "dilation_w", self.i)?,
+            self.positive(h, "dilation_h_factor")?,
+            self.positive(w, "dilation_w_factor")?,
         ))
     }
 
@@ -571,8 +603,8 @@ impl OptionsReader {
         o.stride = self.stride(r.1, r.2)?;
         o.dilation = self.dilation(r.3, r.4)?;
         o.activation = activation(r.5);
-        // Some converters write 0; the filter shape is authoritative.
-        o.depth_multiplier = r.6.max(1) as u32;
+        // CMSIS-NN's depthwise kernels loop on the multiplier: 0 never ends.
+        o.depth_multiplier = self.positive(r.6, "depth_multiplier")?;
         Ok(())
     }
 
@@ -591,8 +623,8 @@ impl OptionsReader {
         o.padding = padding(r.0);
         o.stride = self.stride(r.1, r.2)?;
         o.filter = (
-            positive(r.3, "filter_height", self.i)?,
-            positive(r.4, "filter_width", self.i)?,
+            self.positive(r.3, "filter_height")?,
+            self.positive(r.4, "filter_width")?,
         );
         o.activation = activation(r.5);
         Ok(())
@@ -625,10 +657,16 @@ pub(crate) const OFFLINE_METADATA: &str = "OfflineMemoryAllocation";
 /// Writes `offsets` (one per tensor of subgraph 0: a byte offset into the
 /// arena's head section, or -1 to leave the tensor to TFLM's own planner) as
 /// TFLM `OfflineMemoryAllocation` metadata into a copy of the `.tflite`
-/// `original`: a new buffer holding the int32 words `[version 1, subgraph
-/// count 1, n, offset_0, …, offset_{n-1}]` and a `Metadata` entry naming it.
-/// An existing entry of that name is replaced (its old buffer is left
-/// unreferenced but kept, so buffer indices stay valid).
+/// `original`: a new buffer holding the int32 words `[version 1, 1, n,
+/// offset_0, …, offset_{n-1}]` and a `Metadata` entry naming it. An existing
+/// entry of that name is replaced (its old buffer is left unreferenced but
+/// kept, so buffer indices stay valid).
+///
+/// TFLM reads one offset per tensor of *every* subgraph, subgraph after
+/// subgraph, and refuses a list of any other length; memtrace plans
+/// subgraph 0 only, so the tensors of the other subgraphs (the bodies of
+/// control-flow operators) get -1: TFLM places them online, around the
+/// offline ones. `n` counts them all.
 ///
 /// The file is decoded into planus' owned types and serialised again with
 /// the generated builders. planus 1.1 ignores the schema's
@@ -639,27 +677,17 @@ pub fn emit_offline(original: &[u8], offsets: &[i64]) -> Result<EmitReport, Mode
     let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
         .map_err(fb_err("model root"))?;
     let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
-    let n_tensors = model
-        .subgraphs
-        .as_ref()
-        .and_then(|s| s.first())
-        .and_then(|g| g.tensors.as_ref())
-        .map_or(0, |t| t.len());
+    let counts = tensors_per_subgraph(&model);
+    let n_tensors = counts.first().copied().unwrap_or(0);
     if offsets.len() != n_tensors {
         return Err(ModelError::Invalid(format!(
             "the plan has {} offsets, subgraph 0 has {n_tensors} tensors",
             offsets.len()
         )));
     }
-    let mut words: Vec<i32> = vec![1, 1, n_tensors as i32];
-    for (i, &o) in offsets.iter().enumerate() {
-        let w = i32::try_from(o).map_err(|_| {
-            ModelError::Invalid(format!(
-                "offset {o} of tensor {i} does not fit TFLM's int32"
-            ))
-        })?;
-        words.push(w);
-    }
+    let all_offsets = offline_words(offsets, counts.iter().sum())?;
+    let mut words: Vec<i32> = vec![1, 1, word_count(all_offsets.len())?];
+    words.extend(&all_offsets);
     let data: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let buffers = model.buffers.get_or_insert_with(Vec::new);
     if buffers.is_empty() {
@@ -679,7 +707,11 @@ pub fn emit_offline(original: &[u8], offsets: &[i64]) -> Result<EmitReport, Mode
     let check = read_offline(&bytes)?.ok_or_else(|| {
         ModelError::Invalid("the written model has no OfflineMemoryAllocation entry".into())
     })?;
-    if check != offsets {
+    if !check
+        .iter()
+        .copied()
+        .eq(all_offsets.iter().map(|&w| i64::from(w)))
+    {
         return Err(ModelError::Invalid(
             "the written OfflineMemoryAllocation does not read back as written".into(),
         ));
@@ -690,6 +722,58 @@ pub fn emit_offline(original: &[u8], offsets: &[i64]) -> Result<EmitReport, Mode
         buffer_index,
         min_buffer_alignment: min_alignment,
     })
+}
+
+/// Tensors of each subgraph, in the file's order.
+fn tensors_per_subgraph(model: &fb::Model) -> Vec<usize> {
+    model
+        .subgraphs
+        .iter()
+        .flatten()
+        .map(|g| g.tensors.as_ref().map_or(0, |t| t.len()))
+        .collect()
+}
+
+/// The plan's words for all `total` tensors of the file: subgraph 0's
+/// `offsets` (each an int32, as TFLM reads them), then -1 (online) for every
+/// tensor of the other subgraphs.
+fn offline_words(offsets: &[i64], total: usize) -> Result<Vec<i32>, ModelError> {
+    let mut words = Vec::with_capacity(total);
+    for (i, &o) in offsets.iter().enumerate() {
+        words.push(i32::try_from(o).map_err(|_| {
+            ModelError::Invalid(format!(
+                "offset {o} of tensor {i} does not fit TFLM's int32"
+            ))
+        })?);
+    }
+    words.resize(total.max(offsets.len()), -1);
+    Ok(words)
+}
+
+/// A count of offsets as the plan's int32 header word.
+fn word_count(n: usize) -> Result<i32, ModelError> {
+    i32::try_from(n).map_err(|_| {
+        ModelError::Invalid(format!(
+            "the model has {n} tensors, more than TFLM's offline plan can count"
+        ))
+    })
+}
+
+/// Decodes `.tflite` bytes into planus' owned model, lets `edit` change it
+/// and serialises the result again (with TFLite's file identifier): one
+/// model derived from another with the generated code only.
+pub fn rewrite(original: &[u8], edit: impl FnOnce(&mut fb::Model)) -> Result<Vec<u8>, ModelError> {
+    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
+        .map_err(fb_err("model root"))?;
+    let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
+    edit(&mut model);
+    Ok(serialize(&model))
+}
+
+/// Serialises an owned model as a `.tflite` file: how a model built from
+/// the schema's types (a test's, a tool's) becomes one TFLM reads.
+pub fn encode(model: &fb::Model) -> Vec<u8> {
+    serialize(model)
 }
 
 /// Serialises a model with TFLite's file identifier `TFL3`.

@@ -50,7 +50,7 @@ pub struct ColdArgs {
     #[arg(long)]
     pub exact_time: bool,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 200_000_000_000)]
+    #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
 }
 

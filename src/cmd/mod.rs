@@ -16,6 +16,14 @@ pub mod zoo;
 
 use std::path::Path;
 
+pub use memtrace_driver::text::terminal_safe;
+
+/// Prints one line to stderr, its control characters escaped
+/// ([`terminal_safe`]): warnings and notes quote model and guest strings.
+pub fn say(line: &str) {
+    eprintln!("{}", terminal_safe(line));
+}
+
 /// `--format` of the commands that print a table or JSON.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Format {
@@ -23,8 +31,11 @@ pub enum Format {
     Json,
 }
 
-/// Writes `text` to `out` atomically, or to stdout.
+/// Writes `text` to `out` atomically, or to stdout; either way with its
+/// control characters escaped ([`terminal_safe`]), as whoever reads a text
+/// report reads it on a terminal.
 pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
+    let text = &*terminal_safe(text);
     match out {
         Some(path) => memtrace_io::output::write_atomically(path, |w| {
             std::io::Write::write_all(w, text.as_bytes())
@@ -35,13 +46,15 @@ pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `text` to stdout; a closed or full stdout is an error (not a
-/// panic), which `main` reports, or for a closed pipe ends quietly.
+/// Writes `text` to stdout, its control characters escaped
+/// ([`terminal_safe`]: reports carry names a model chose); a closed or full
+/// stdout is an error (not a panic), which `main` reports, or for a closed
+/// pipe ends quietly.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     use anyhow::Context;
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
+    out.write_all(terminal_safe(text).as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")
 }

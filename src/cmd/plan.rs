@@ -114,10 +114,10 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         cache: TraceCache::new(!args.no_cache),
     })?;
     for w in &report.warnings {
-        eprintln!("WARNING: {w}");
+        super::say(&format!("WARNING: {w}"));
     }
     if let Some(line) = &report.emitted {
-        eprintln!("{line}");
+        super::say(line);
     }
     match args.format {
         Format::Json => super::emit(&report.to_json()?)?,

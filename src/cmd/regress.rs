@@ -60,7 +60,7 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         instruction_threshold: args.instruction_threshold,
     })?;
     for w in report.warnings() {
-        eprintln!("{w}");
+        super::say(&w);
     }
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
@@ -68,9 +68,9 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
     };
     write_report(args.out.as_deref(), &text)?;
     for line in report.failure_lines() {
-        eprintln!("{line}");
+        super::say(&line);
     }
-    eprintln!("{}", report.summary_line());
+    super::say(&report.summary_line());
     Ok(if report.passed {
         ExitCode::SUCCESS
     } else {

@@ -58,7 +58,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 20_000_000_000)]
+    #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
     /// Observe buffers with memory hooks even when neither --events nor
     /// --plot needs each access's exact instruction (several times slower;
@@ -116,7 +116,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         Format::Table => super::emit(&tables_text(&report)?)?,
     }
     for line in warnings(&report) {
-        eprintln!("{line}");
+        super::say(&line);
     }
     let flagged = flagged_layers(&report);
     let failed_os = flagged > 0 && args.strict_os;

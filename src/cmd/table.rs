@@ -43,12 +43,13 @@ pub fn run(args: TableArgs) -> Result<ExitCode> {
     );
     for r in t.rows.iter().filter(|r| !r.flags.is_empty()) {
         let flags: Vec<&str> = r.flags.iter().map(|f| f.name()).collect();
-        eprintln!(
+        // Layer names are the guest's.
+        super::say(&format!(
             "WARNING {}: {} fails the O_s cross-checks [{}] (recorded as traced)",
             r.name,
             r.spec,
             flags.join(" ")
-        );
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -49,10 +49,10 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
     };
     write_report(args.out.as_deref(), &text)?;
     if !matches!(args.format, Format::Table) || args.out.is_some() {
-        eprintln!("{}", report.summary_line());
+        super::say(&report.summary_line());
     }
     for line in report.problem_lines() {
-        eprintln!("{line}");
+        super::say(&line);
     }
     Ok(
         if report.summary.violations > 0 || report.summary.errors > 0 {

@@ -70,7 +70,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub no_oracle: bool,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = 200_000_000_000)]
+    #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
     /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary tensor
     /// quantisation, half the scratch; compare the output digest with int32's).
@@ -147,7 +147,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     }
     let report = verify(&opts)?;
     for w in &report.warnings {
-        eprintln!("WARNING: {w}");
+        super::say(&format!("WARNING: {w}"));
     }
     match format {
         Format::Table => super::emit(&report.to_text())?,

@@ -782,6 +782,19 @@ fn foreign_overlaps(
 /// more. Longer runs outlast the oracle and keep both runs.
 const ONE_RUN_BESIDE_THE_ORACLE: f64 = 0.2;
 
+/// The instruction budget of the run under a plan: twice the reference
+/// run's and 10⁸ more, within `--max-instructions`. The same kernels on
+/// the same inputs retire the same instructions wherever the tensors lie,
+/// so a plan that makes TFLM loop (a clobbered loop bound or WHILE
+/// condition) is stopped at about the reference run's time, not the
+/// budget's.
+fn plan_budget(max_instructions: u64, reference: u64) -> u64 {
+    reference
+        .saturating_mul(2)
+        .saturating_add(100_000_000)
+        .min(max_instructions)
+}
+
 /// TFLM's run of the plan under test (tensors at `offsets`, as
 /// `OfflineMemoryAllocation`) with the shadow map, while the host oracle
 /// runs the model on the other core.
@@ -827,7 +840,7 @@ fn plan_run(
                 scratch: true,
                 split,
             },
-            req.max_instructions,
+            plan_budget(req.max_instructions, reference.instructions),
         );
         let oracle = oracle
             .map(|thread| {

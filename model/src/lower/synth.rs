@@ -237,8 +237,9 @@ pub(crate) fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
 }
 
 /// `n` seeded values of `dtype`, little-endian: the whole range of 8- and
-/// 16-bit integers, floats in [−1, 1), small wider integers (shape and
-/// index operands stay meaningful), booleans as 0 or 1.
+/// 16-bit integers, floats in [−1, 1) (complex numbers: both parts), small
+/// wider integers (shape and index operands stay meaningful), booleans as 0
+/// or 1.
 pub fn synth_values(rng: &mut Rng, dtype: Dtype, n: usize) -> Vec<u8> {
     match dtype {
         Dtype::Float32 => (0..n)
@@ -259,5 +260,27 @@ pub fn synth_values(rng: &mut Rng, dtype: Dtype, n: usize) -> Vec<u8> {
             .flat_map(|_| (rng.int(0, 0x3bff) as u16).to_le_bytes())
             .collect(),
         Dtype::Int8 => (0..n).map(|_| rng.int(-128, 127) as i8 as u8).collect(),
+        Dtype::Uint16 => (0..n)
+            .flat_map(|_| (rng.int(0, 65535) as u16).to_le_bytes())
+            .collect(),
+        Dtype::Uint32 => (0..n)
+            .flat_map(|_| (rng.int(0, 255) as u32).to_le_bytes())
+            .collect(),
+        Dtype::Uint64 => (0..n)
+            .flat_map(|_| (rng.int(0, 255) as u64).to_le_bytes())
+            .collect(),
+        Dtype::Float64 => (0..n)
+            .flat_map(|_| f64::from(rng.float(-1.0, 1.0)).to_le_bytes())
+            .collect(),
+        Dtype::Complex64 => (0..2 * n)
+            .flat_map(|_| rng.float(-1.0, 1.0).to_le_bytes())
+            .collect(),
+        Dtype::Complex128 => (0..2 * n)
+            .flat_map(|_| f64::from(rng.float(-1.0, 1.0)).to_le_bytes())
+            .collect(),
+        // One byte per element in the arena, the int4 range.
+        Dtype::Int4 => (0..n).map(|_| rng.int(-8, 7) as i8 as u8).collect(),
+        // A handle is TFLM's to give; an input of one gets handle 0.
+        Dtype::Resource => vec![0; 4 * n],
     }
 }
