@@ -240,16 +240,11 @@ pub fn contract_frame(
         .filter_map(|l| l.contract.as_ref().map(|c| (l.name.as_str(), c)))
         .collect();
     let verdict = |c: &ContractReport| {
-        let broken: Vec<&str> = c
-            .rules()
-            .iter()
-            .filter(|(_, r)| !r.ok)
-            .map(|(name, _)| *name)
-            .collect();
-        if broken.is_empty() {
-            "ok".to_owned()
-        } else {
-            format!("!! {}", broken.join(" "))
+        let broken: Vec<&str> = c.violated().map(|(name, _)| name).collect();
+        match (broken.is_empty(), c.library_scratch) {
+            (true, false) => "ok".to_owned(),
+            (true, true) => "ok (library scratch padding)".to_owned(),
+            (false, _) => format!("!! {}", broken.join(" ")),
         }
     };
     let first = |c: &ContractReport| {

@@ -303,6 +303,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         attach_model_specs(&opts.elf, model, &mut stats.layers);
     }
     KernelResolver::new(image).attribute(&mut stats.layers, &pcs);
+    crate::contract::excuse_library_scratch(&mut stats.layers);
     if let Some(table) = table {
         table.finish()?;
     }
