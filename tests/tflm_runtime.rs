@@ -521,3 +521,36 @@ fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_model_layer_is_named_by_its_short_id_and_tables_do_not_wrap_tensor_names() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let all = run_model(&model, &[]);
+    // The first operator whose tensor name is too long for a table cell.
+    let long = op_layers(&all)
+        .into_iter()
+        .find(|l| l["name"].as_str().unwrap().len() > 32)
+        .expect("person_detect names its layers after long TF tensor names");
+    let (index, op) = (u(&long["index"]), long["op"].as_str().unwrap());
+    let id = format!("{index}:{op}");
+    // By index, by index and operator (any case), and by full name: the
+    // same one layer as in the full run.
+    for sel in [index.to_string(), id.clone(), id.to_lowercase()] {
+        let one = run_model(&model, &["--layer", &sel]);
+        let layers = one["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 1, "--layer {sel}");
+        assert_eq!(layers[0]["name"], long["name"], "--layer {sel}");
+        assert_eq!(layers[0]["overlap"], long["overlap"], "--layer {sel}");
+    }
+    // A wrong operator is an unknown layer, and the error says the forms.
+    let out = memtrace(["run", &model, "--layer", &format!("{index}:SOFTMAX_X")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("`3:CONV_2D`"), "{}", stderr(&out));
+    // The table shows the short id instead of wrapping the tensor name.
+    let out = memtrace(["run", &model, "--layer", &id]);
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(table.contains(&format!("| {id} …")), "{table}");
+    let name = long["name"].as_str().unwrap();
+    assert!(!table.contains(name), "{table}");
+}

@@ -111,7 +111,29 @@ pub struct LayerReport {
     pub attribution: Option<KernelReport>,
 }
 
+/// Longest layer name a table prints as it is.
+const TABLE_NAME_CHARS: usize = 32;
+
 impl LayerReport {
+    /// The layer's name as tables print it: the name itself when short (a
+    /// kernel binary's `conv1`), else its short id `3:CONV_2D` (what
+    /// `--layer` takes) and the end of the name's first part, so that a
+    /// TFLite tensor name such as `model/conv2d_1/Relu;model/conv2d_1/BiasAdd`
+    /// neither wraps nor hides which layer it is. JSON keeps the full name.
+    pub fn table_name(&self) -> String {
+        if self.name.chars().count() <= TABLE_NAME_CHARS {
+            return self.name.clone();
+        }
+        let first = self.name.split(';').next().unwrap_or_default();
+        let tail: Vec<char> = first.chars().collect();
+        let keep = TABLE_NAME_CHARS / 2;
+        let tail: String = tail[tail.len().saturating_sub(keep)..].iter().collect();
+        format!(
+            "{} …{tail}",
+            memtrace_abi::selection::short_id(self.index, &self.op)
+        )
+    }
+
     /// The O_s of each input against the output: the first input's, then
     /// the second's.
     pub fn overlaps(&self) -> impl Iterator<Item = &OverlapReport> {
@@ -183,7 +205,7 @@ pub fn buffers_frame(
         .flat_map(|l| l.buffers.iter().map(move |b| (l, b)))
         .collect();
     df!(
-        "layer" => rows.iter().map(|(l, _)| l.name.as_str()).collect::<Vec<_>>(),
+        "layer" => rows.iter().map(|(l, _)| l.table_name()).collect::<Vec<_>>(),
         "op" => rows.iter().map(|(l, _)| l.op.as_str()).collect::<Vec<_>>(),
         "instructions" => rows.iter().map(|(l, _)| l.instructions).collect::<Vec<_>>(),
         "buffer" => rows.iter().map(|(_, b)| b.name.as_str()).collect::<Vec<_>>(),
@@ -208,8 +230,8 @@ pub fn overlap_frame(
         .collect();
     // A second input's row names its buffer: `concat (input2)`.
     let name = |l: &LayerReport, o: &OverlapReport| match &l.overlap {
-        Some(first) if !std::ptr::eq(first, o) => format!("{} ({})", l.name, o.input),
-        _ => l.name.clone(),
+        Some(first) if !std::ptr::eq(first, o) => format!("{} ({})", l.table_name(), o.input),
+        _ => l.table_name(),
     };
     df!(
         "layer" => rows.iter().map(|(l, o)| name(l, o)).collect::<Vec<_>>(),
@@ -234,10 +256,10 @@ pub fn contract_frame(
     report: &RunReport,
 ) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
     use polars::prelude::*;
-    let rows: Vec<(&str, &ContractReport)> = report
+    let rows: Vec<(String, &ContractReport)> = report
         .layers
         .iter()
-        .filter_map(|l| l.contract.as_ref().map(|c| (l.name.as_str(), c)))
+        .filter_map(|l| l.contract.as_ref().map(|c| (l.table_name(), c)))
         .collect();
     let verdict = |c: &ContractReport| {
         let broken: Vec<&str> = c.violated().map(|(name, _)| name).collect();
@@ -262,7 +284,7 @@ pub fn contract_frame(
             .join(" ")
     };
     df!(
-        "layer" => rows.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        "layer" => rows.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
         "contract" => rows.iter().map(|(_, c)| verdict(c)).collect::<Vec<_>>(),
         "scratch used/declared B" => rows.iter().map(|(_, c)| scratch(c)).collect::<Vec<_>>(),
         "first violation" => rows.iter().map(|(_, c)| first(c)).collect::<Vec<_>>(),

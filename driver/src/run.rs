@@ -19,6 +19,7 @@ use memtrace_analyzer::report::{
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
 use memtrace_model::graph::read_graph;
 use memtrace_overlap::check::{explain, explain_other_kernel, MethodValues};
+use memtrace_abi::selection::selects;
 use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
@@ -259,18 +260,25 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let unknown: Vec<&String> = opts
         .layers
         .iter()
-        .filter(|l| !summary.layers.contains(l))
+        .filter(|sel| {
+            !stats
+                .layers
+                .iter()
+                .any(|l| selects(sel, l.index, &l.name, &l.op))
+        })
         .collect();
     if !unknown.is_empty() {
         bail!(
-            "unknown --layer {}; {} has the layers: {}",
+            "unknown --layer {}; {} has the layers: {} (a layer is also named by its index, \
+             `3`, or its index and operator, `3:CONV_2D`; {} layer(s) in all)",
             unknown
                 .iter()
                 .map(|l| format!("`{l}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
             opts.elf.display(),
-            summary.layers.join(", ")
+            summary.layers.join(", "),
+            summary.layers.len()
         );
     }
     if summary.exit_code != 0 {
