@@ -554,3 +554,33 @@ fn a_model_layer_is_named_by_its_short_id_and_tables_do_not_wrap_tensor_names() 
     let name = long["name"].as_str().unwrap();
     assert!(!table.contains(name), "{table}");
 }
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_model_layer_s_plot_draws_the_traced_fronts_and_o_s_under_a_title_that_fits() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let all = run_model(&model, &[]);
+    let layer = op_layers(&all)
+        .into_iter()
+        .find(|l| l["op"] == "DEPTHWISE_CONV_2D")
+        .expect("person_detect has depthwise layers");
+    let id = format!("{}:{}", u(&layer["index"]), layer["op"].as_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("layer.svg");
+    let out = memtrace(["run", &model, "--layer", &id, "--plot", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let os = u(&layer["overlap"]["monotone_bytes"]);
+    for label in [
+        "minR (traced)".to_owned(),
+        "maxW (traced)".to_owned(),
+        format!("traced O_s = {os} B"),
+        format!("{id} …"),
+    ] {
+        assert!(text.contains(&label), "{label} not drawn");
+    }
+    // No modelled curve without a kernel-suite spec, and no full tensor name
+    // (which overprinted the next panel's title).
+    assert!(!text.contains("modelled"));
+    assert!(!text.contains(layer["name"].as_str().unwrap()));
+}

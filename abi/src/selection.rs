@@ -20,6 +20,25 @@ pub fn short_id(index: usize, op: &str) -> String {
     format!("{index}:{op}")
 }
 
+/// Longest layer name that tables and pictures print as it is.
+pub const DISPLAY_NAME_CHARS: usize = 32;
+
+/// A layer's name as tables and pictures print it: the name itself when
+/// short (a kernel binary's `conv1`), else its short id and the end of the
+/// name's first part (`3:CONV_2D …conv2d_1/Relu`), so that a TFLite tensor
+/// name such as `model/conv2d_1/Relu;model/conv2d_1/BiasAdd` neither wraps
+/// nor hides which layer it is. Reports in JSON keep the full name.
+pub fn display_name(index: usize, name: &str, op: &str) -> String {
+    if name.chars().count() <= DISPLAY_NAME_CHARS {
+        return name.to_owned();
+    }
+    let first: Vec<char> = name.split(';').next().unwrap_or_default().chars().collect();
+    let tail: String = first[first.len().saturating_sub(DISPLAY_NAME_CHARS / 2)..]
+        .iter()
+        .collect();
+    format!("{} …{tail}", short_id(index, op))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +55,15 @@ mod tests {
         // A layer really named `7` keeps its name.
         assert!(selects("7", 0, "7", "relu"));
         assert_eq!(short_id(index, op), "3:CONV_2D");
+    }
+
+    #[test]
+    fn long_names_are_shown_by_short_id_and_their_end() {
+        assert_eq!(display_name(1, "conv1", "conv2d"), "conv1");
+        let long = "MobilenetV1/MobilenetV1/Conv2d_1_depthwise/Relu6;other/part";
+        assert_eq!(
+            display_name(4, long, "DEPTHWISE_CONV_2D"),
+            "4:DEPTHWISE_CONV_2D …_depthwise/Relu6"
+        );
     }
 }

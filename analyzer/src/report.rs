@@ -111,27 +111,11 @@ pub struct LayerReport {
     pub attribution: Option<KernelReport>,
 }
 
-/// Longest layer name a table prints as it is.
-const TABLE_NAME_CHARS: usize = 32;
-
 impl LayerReport {
-    /// The layer's name as tables print it: the name itself when short (a
-    /// kernel binary's `conv1`), else its short id `3:CONV_2D` (what
-    /// `--layer` takes) and the end of the name's first part, so that a
-    /// TFLite tensor name such as `model/conv2d_1/Relu;model/conv2d_1/BiasAdd`
-    /// neither wraps nor hides which layer it is. JSON keeps the full name.
+    /// The layer's name as tables print it
+    /// ([`memtrace_abi::selection::display_name`]).
     pub fn table_name(&self) -> String {
-        if self.name.chars().count() <= TABLE_NAME_CHARS {
-            return self.name.clone();
-        }
-        let first = self.name.split(';').next().unwrap_or_default();
-        let tail: Vec<char> = first.chars().collect();
-        let keep = TABLE_NAME_CHARS / 2;
-        let tail: String = tail[tail.len().saturating_sub(keep)..].iter().collect();
-        format!(
-            "{} …{tail}",
-            memtrace_abi::selection::short_id(self.index, &self.op)
-        )
+        memtrace_abi::selection::display_name(self.index, &self.name, &self.op)
     }
 
     /// The O_s of each input against the output: the first input's, then
