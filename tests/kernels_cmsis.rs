@@ -152,8 +152,14 @@ fn run_on_cmsis_nn_flags_the_reference_models_and_says_why() {
     assert!(!err.contains("WARNING"), "{err}");
     let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
     assert_eq!(notes.len(), 1, "{err}");
-    assert!(notes[0].contains("2 O_s cross-check(s) of 1 layer input(s)"), "{err}");
-    assert!(notes[0].contains("`arm_nn_mat_mult_nt_t_s8` (CMSIS-NN)"), "{err}");
+    assert!(
+        notes[0].contains("2 O_s cross-check(s) of 1 layer input(s)"),
+        "{err}"
+    );
+    assert!(
+        notes[0].contains("`arm_nn_mat_mult_nt_t_s8` (CMSIS-NN)"),
+        "{err}"
+    );
     assert!(notes[0].contains("docs/kernels.md"), "{err}");
     // --explain gives each, saying why.
     let o = memtrace([

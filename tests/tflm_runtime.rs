@@ -567,7 +567,14 @@ fn a_model_layer_s_plot_draws_the_traced_fronts_and_o_s_under_a_title_that_fits(
     let id = format!("{}:{}", u(&layer["index"]), layer["op"].as_str().unwrap());
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("layer.svg");
-    let out = memtrace(["run", &model, "--layer", &id, "--plot", svg.to_str().unwrap()]);
+    let out = memtrace([
+        "run",
+        &model,
+        "--layer",
+        &id,
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&svg).unwrap();
     let os = u(&layer["overlap"]["monotone_bytes"]);

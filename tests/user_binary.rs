@@ -469,7 +469,10 @@ fn strict_passes_correct_cmsis_nn_code_and_strict_os_fails_its_mismatch() {
         let err = stderr(&o);
         // CMSIS-NN's expected O_s differences: one note, no warning.
         assert!(!err.contains("WARNING"), "{err}");
-        assert!(err.contains("note: ") && err.contains("(CMSIS-NN)"), "{err}");
+        assert!(
+            err.contains("note: ") && err.contains("(CMSIS-NN)"),
+            "{err}"
+        );
         let o = memtrace(["run", path_str(&elf), "--explain"]);
         let err = stderr(&o);
         assert!(err.contains("WARNING: layer `conv`"), "{err}");

@@ -49,7 +49,13 @@ mod tests {
         for yes in [name, "3", "3:CONV_2D", "3:conv_2d"] {
             assert!(selects(yes, index, name, op), "{yes}");
         }
-        for no in ["2", "3:DEPTHWISE_CONV_2D", "model/conv2d_1", "x:CONV_2D", ""] {
+        for no in [
+            "2",
+            "3:DEPTHWISE_CONV_2D",
+            "model/conv2d_1",
+            "x:CONV_2D",
+            "",
+        ] {
             assert!(!selects(no, index, name, op), "{no}");
         }
         // A layer really named `7` keeps its name.

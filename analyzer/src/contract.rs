@@ -352,7 +352,8 @@ impl ContractReport {
     /// violation.
     pub fn excuse_library_scratch(&mut self) {
         self.library_scratch = !self.scratch_unused.ok;
-        self.ok = self.violated().next().is_none();
+        let ok = self.violated().next().is_none();
+        self.ok = ok;
     }
 
     /// The rules this layer violates: every rule that does not hold, except

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use memtrace_abi::selection::selects;
 use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::contract::ContractCheck;
@@ -14,12 +15,12 @@ use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{
-    buffers_frame, contract_frame, overlap_frame, LayerReport, OverlapReport, RunReport, TflmRunInfo,
+    buffers_frame, contract_frame, overlap_frame, LayerReport, OverlapReport, RunReport,
+    TflmRunInfo,
 };
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
 use memtrace_model::graph::read_graph;
 use memtrace_overlap::check::{explain, explain_other_kernel, MethodValues};
-use memtrace_abi::selection::selects;
 use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions};
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
@@ -411,10 +412,10 @@ fn trace_guest(
 ///
 /// A layer that ran CMSIS-NN is expected to fail the cross-checks (the
 /// algorithmic and analytic methods model the reference loop nests, and
-/// docs/kernels.md says where the libraries differ): unless `explain` asks
-/// for each, those become one summary line that points to the
+/// docs/kernels.md says where the libraries differ): unless asked
+/// for each (`explain_each`), those become one summary line that points to the
 /// documentation, so that the warnings left are the ones to act on.
-pub fn warnings(report: &RunReport, explain: bool) -> Vec<String> {
+pub fn warnings(report: &RunReport, explain_each: bool) -> Vec<String> {
     let mut lines = Vec::new();
     let mut expected = ExpectedDifferences::default();
     for layer in &report.layers {
@@ -424,7 +425,7 @@ pub fn warnings(report: &RunReport, explain: bool) -> Vec<String> {
             // Only a known library's differences are documented as expected;
             // a kernel of the user's own that differs is what to look at.
             let documented = library == Some(Library::CmsisNn.name());
-            if documented && !explain {
+            if documented && !explain_each {
                 expected.add(o, &kernel_text(library, kernel));
                 continue;
             }

@@ -28,7 +28,6 @@ pub(crate) use stop::StopSwitch;
 
 use commands::{guest_read, on_port_write, port_store};
 
-
 use crossbeam_channel::{Receiver, Sender};
 use unicorn_engine::{HookType, MemType, Unicorn};
 

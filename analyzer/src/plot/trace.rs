@@ -363,10 +363,7 @@ fn overlay_curves(
         points: at(&|i| Some(curves.points[i].max_write_end)),
     }];
     let mut input = vec![Overlay {
-        label: format!(
-            "minR modelled (algorithmic O_s = {} B)",
-            curves.overlap
-        ),
+        label: format!("minR modelled (algorithmic O_s = {} B)", curves.overlap),
         colour: MODELLED,
         points: at(&|i| Some(curves.points[i].min_future_read)),
     }];
@@ -552,7 +549,8 @@ fn draw_panel<DB: DrawingBackend>(
     let family = font();
     let x_max = pic.instructions.max(1);
     let y_max = panel.buffer.size.max(1) as u64;
-    let name = memtrace_abi::selection::display_name(pic.layer.index, &pic.layer.name, &pic.layer.op);
+    let name =
+        memtrace_abi::selection::display_name(pic.layer.index, &pic.layer.name, &pic.layer.op);
     let title = format!(
         "{name} ({}) - {} `{}`, {} B",
         pic.layer.op,
