@@ -205,7 +205,7 @@ fn a_fast_path_mismatch_on_cmsis_nn_points_to_the_exact_path() {
     let spec = "op=max_pool,dtype=int8,input=1x9x7x5,filter=1x2,stride=2x1,padding=same";
     let elf = suite_cmsis("cortex-m4");
     let run = |exact: bool| {
-        let mut args = vec!["run", path_str(&elf), "--job", spec];
+        let mut args = vec!["run", path_str(&elf), "--job", spec, "--explain"];
         if exact {
             args.push("--exact-time");
         }
