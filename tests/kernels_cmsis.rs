@@ -147,6 +147,28 @@ fn run_on_cmsis_nn_flags_the_reference_models_and_says_why() {
     let overlap = &layer["overlap"];
     assert_eq!(overlap["flags"], serde_json::json!(["UNSAFE", "MISMATCH"]));
     assert!(u(&overlap["analytic_bytes"]) > u(&overlap["monotone_bytes"]));
+    // Expected on CMSIS-NN: one note pointing to the docs, no warning.
+    let err = stderr(&o);
+    assert!(!err.contains("WARNING"), "{err}");
+    let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
+    assert!(
+        notes[0].contains("2 O_s cross-check(s) of 1 layer input(s)"),
+        "{err}"
+    );
+    assert!(
+        notes[0].contains("`arm_nn_mat_mult_nt_t_s8` (CMSIS-NN)"),
+        "{err}"
+    );
+    assert!(notes[0].contains("docs/kernels.md"), "{err}");
+    // --explain gives each, saying why.
+    let o = memtrace([
+        "run",
+        path_str(&suite_cmsis("cortex-m4")),
+        "--layer",
+        "conv2",
+        "--explain",
+    ]);
     let err = stderr(&o);
     let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("WARNING")).collect();
     assert_eq!(warnings.len(), 2, "{err}");
@@ -183,7 +205,7 @@ fn a_fast_path_mismatch_on_cmsis_nn_points_to_the_exact_path() {
     let spec = "op=max_pool,dtype=int8,input=1x9x7x5,filter=1x2,stride=2x1,padding=same";
     let elf = suite_cmsis("cortex-m4");
     let run = |exact: bool| {
-        let mut args = vec!["run", path_str(&elf), "--job", spec];
+        let mut args = vec!["run", path_str(&elf), "--job", spec, "--explain"];
         if exact {
             args.push("--exact-time");
         }

@@ -177,12 +177,17 @@ fn plot_overlays_min_r_max_w_and_the_analytic_bound() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&svg).unwrap();
+    // The traced O_s the table gives is the one the clobber front uses.
+    let layer = job_layer("cortex-m4", spec);
+    let os = u(&layer["overlap"]["monotone_bytes"]);
+    let front = format!("clobber front maxW - OB + O_s (traced O_s = {os} B)");
     for label in [
-        "minR",
-        "maxW",
-        "clobber front",
-        "analytic bound on minR",
-        "step k = k-th output write",
+        "minR (traced)",
+        "maxW (traced)",
+        front.as_str(),
+        "minR modelled (algorithmic O_s",
+        "maxW modelled (algorithmic; step k = k-th output write",
+        "analytic bound on minR modelled",
     ] {
         assert!(text.contains(label), "{label} not drawn");
     }

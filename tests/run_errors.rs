@@ -50,6 +50,32 @@ fn a_truncated_elf_is_malformed_not_a_crash() {
     );
 }
 
+/// The first relocatable object the harness build left behind.
+fn an_object_file(dir: &Path) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = an_object_file(&path) {
+                return Some(found);
+            }
+        } else if path.extension().is_some_and(|e| e == "o") {
+            return Some(path);
+        }
+    }
+    None
+}
+
+#[test]
+fn an_object_file_is_said_to_be_not_linked() {
+    // A Cortex-M object compiled but not linked: no entry point yet, so the
+    // message is about linking, not about an A32 entry point.
+    let build = guest("cortex-m4", "suite").parent().unwrap().join("obj");
+    let object = an_object_file(&build).expect("the harness build keeps its objects");
+    let err = fails(&["run", p(&object)]);
+    assert!(err.contains("not linked"), "{err}");
+    assert!(!err.contains("A32"), "{err}");
+}
+
 #[test]
 fn an_unsupported_architecture_is_rejected() {
     // The Cortex-M4 suite relabelled as RISC-V (e_machine = 243).

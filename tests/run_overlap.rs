@@ -125,4 +125,8 @@ fn table_one_layer_has_the_papers_exact_overlap() {
     );
     assert_eq!(u(&buffer(&layer, "output")["size"]), 56 * 56 * 96 * 4);
     assert_eq!(u(&layer["overlap"]["exact_bytes"]), 1_204_224);
+    // The input is four times the output, so an O_s of the whole output
+    // saves a fifth of the pair: a share of the memory, never over 100.
+    let saving = layer["overlap"]["exact_saving_percent"].as_f64().unwrap();
+    assert!((saving - 20.0).abs() < 1e-9, "{saving}");
 }

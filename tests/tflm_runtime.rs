@@ -526,3 +526,73 @@ fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_model_layer_is_named_by_its_short_id_and_tables_do_not_wrap_tensor_names() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let all = run_model(&model, &[]);
+    // The first operator whose tensor name is too long for a table cell.
+    let long = op_layers(&all)
+        .into_iter()
+        .find(|l| l["name"].as_str().unwrap().len() > 32)
+        .expect("person_detect names its layers after long TF tensor names");
+    let (index, op) = (u(&long["index"]), long["op"].as_str().unwrap());
+    let id = format!("{index}:{op}");
+    // By index, by index and operator (any case), and by full name: the
+    // same one layer as in the full run.
+    for sel in [index.to_string(), id.clone(), id.to_lowercase()] {
+        let one = run_model(&model, &["--layer", &sel]);
+        let layers = one["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 1, "--layer {sel}");
+        assert_eq!(layers[0]["name"], long["name"], "--layer {sel}");
+        assert_eq!(layers[0]["overlap"], long["overlap"], "--layer {sel}");
+    }
+    // A wrong operator is an unknown layer, and the error says the forms.
+    let out = memtrace(["run", &model, "--layer", &format!("{index}:SOFTMAX_X")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("`3:CONV_2D`"), "{}", stderr(&out));
+    // The table shows the short id instead of wrapping the tensor name.
+    let out = memtrace(["run", &model, "--layer", &id]);
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(table.contains(&format!("| {id} …")), "{table}");
+    let name = long["name"].as_str().unwrap();
+    assert!(!table.contains(name), "{table}");
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_model_layer_s_plot_draws_the_traced_fronts_and_o_s_under_a_title_that_fits() {
+    let model = shared_model("tflm_person_detect.tflite");
+    let all = run_model(&model, &[]);
+    let layer = op_layers(&all)
+        .into_iter()
+        .find(|l| l["op"] == "DEPTHWISE_CONV_2D" && l["name"].as_str().unwrap().len() > 32)
+        .expect("person_detect has depthwise layers named after long tensor names");
+    let id = format!("{}:{}", u(&layer["index"]), layer["op"].as_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("layer.svg");
+    let out = memtrace([
+        "run",
+        &model,
+        "--layer",
+        &id,
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let os = u(&layer["overlap"]["monotone_bytes"]);
+    for label in [
+        "minR (traced)".to_owned(),
+        "maxW (traced)".to_owned(),
+        format!("traced O_s = {os} B"),
+        format!("{id} …"),
+    ] {
+        assert!(text.contains(&label), "{label} not drawn");
+    }
+    // No modelled curve without a kernel-suite spec, and no full tensor name
+    // (which overprinted the next panel's title).
+    assert!(!text.contains("modelled"));
+    assert!(!text.contains(layer["name"].as_str().unwrap()));
+}

@@ -467,6 +467,14 @@ fn strict_passes_correct_cmsis_nn_code_and_strict_os_fails_its_mismatch() {
         let o = memtrace(["run", path_str(&elf), "--strict"]);
         assert_eq!(o.status.code(), Some(0), "{target}: {}", stderr(&o));
         let err = stderr(&o);
+        // CMSIS-NN's expected O_s differences: one note, no warning.
+        assert!(!err.contains("WARNING"), "{err}");
+        assert!(
+            err.contains("note: ") && err.contains("(CMSIS-NN)"),
+            "{err}"
+        );
+        let o = memtrace(["run", path_str(&elf), "--explain"]);
+        let err = stderr(&o);
         assert!(err.contains("WARNING: layer `conv`"), "{err}");
         assert!(err.contains("MISMATCH"), "{err}");
         assert!(!err.contains("error:"), "{err}");

@@ -322,6 +322,13 @@ pub struct ContractReport {
     /// between operators): not the kernel's, so no violation.
     #[serde(skip_serializing_if = "is_zero")]
     pub runtime_writes: u64,
+    /// The layer ran a kernel library (CMSIS-NN, the TFLM reference
+    /// kernels), which sizes its own scratch buffers: bytes of them it never
+    /// writes (CMSIS-NN pads each im2col column, older releases asked for
+    /// buffers a kernel path does not use) are its padding. `scratch_unused`
+    /// still reports them, as information: `ok` holds without that rule.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub library_scratch: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -338,6 +345,24 @@ impl ContractReport {
             ("weights_write", &self.weights_write),
             ("scratch_unused", &self.scratch_unused),
         ]
+    }
+
+    /// Takes the layer's unused scratch as its kernel library's own padding
+    /// (see [`ContractReport::library_scratch`]): information, not a
+    /// violation.
+    pub fn excuse_library_scratch(&mut self) {
+        self.library_scratch = !self.scratch_unused.ok;
+        let ok = self.violated().next().is_none();
+        self.ok = ok;
+    }
+
+    /// The rules this layer violates: every rule that does not hold, except
+    /// unused scratch that its kernel library sized.
+    pub fn violated(&self) -> impl Iterator<Item = (&'static str, &RuleReport)> {
+        let excused = self.library_scratch;
+        self.rules()
+            .into_iter()
+            .filter(move |(name, r)| !r.ok && !(excused && *name == "scratch_unused"))
     }
 
     /// The first violations that have a PC (rules (a) to (d)).
@@ -535,6 +560,7 @@ impl Analysis for ContractCheck {
                 scratch: Vec::new(),
                 stray_reach: Vec::new(),
                 runtime_writes: 0,
+                library_scratch: false,
             },
             buffers: Vec::new(),
             slot: Vec::new(),

@@ -173,6 +173,8 @@ fn overlap_report(
         reverse_exact_bytes: r.reverse_exact_bytes,
         monotone_percent: percent(r.monotone_bytes, o.size),
         exact_percent: percent(r.exact_bytes, o.size),
+        monotone_saving_percent: percent(r.monotone_bytes, i.size + o.size),
+        exact_saving_percent: percent(r.exact_bytes, i.size + o.size),
         algorithmic_bytes: algorithmic,
         analytic_bytes: analytic,
         analytic_printed_bytes: analytic_printed,

@@ -51,10 +51,17 @@ pub struct OverlapReport {
     pub reverse_monotone_bytes: u64,
     /// Exact O_s of the reverse placement, in bytes.
     pub reverse_exact_bytes: u64,
-    /// Monotone O_s as % of the output size.
+    /// Monotone O_s as % of the output size (over 100 when the input is
+    /// larger than the output: kept for JSON readers; the table shows
+    /// `monotone_saving_percent`).
     pub monotone_percent: f64,
-    /// Exact O_s as % of the output size.
+    /// Exact O_s as % of the output size (see `monotone_percent`).
     pub exact_percent: f64,
+    /// The share of the input/output pair's memory (IB + OB) that placing
+    /// them at the monotone O_s saves: at most 100.
+    pub monotone_saving_percent: f64,
+    /// The same share at the exact O_s.
+    pub exact_saving_percent: f64,
     /// Algorithmic O_s (DMO §III-C) of the layer's spec; `null` without a spec
     /// whose buffers match the traced ones, or for an op without a method.
     pub algorithmic_bytes: Option<u64>,
@@ -105,6 +112,12 @@ pub struct LayerReport {
 }
 
 impl LayerReport {
+    /// The layer's name as tables print it
+    /// ([`memtrace_abi::selection::display_name`]).
+    pub fn table_name(&self) -> String {
+        memtrace_abi::selection::display_name(self.index, &self.name, &self.op)
+    }
+
     /// The O_s of each input against the output: the first input's, then
     /// the second's.
     pub fn overlaps(&self) -> impl Iterator<Item = &OverlapReport> {
@@ -176,7 +189,7 @@ pub fn buffers_frame(
         .flat_map(|l| l.buffers.iter().map(move |b| (l, b)))
         .collect();
     df!(
-        "layer" => rows.iter().map(|(l, _)| l.name.as_str()).collect::<Vec<_>>(),
+        "layer" => rows.iter().map(|(l, _)| l.table_name()).collect::<Vec<_>>(),
         "op" => rows.iter().map(|(l, _)| l.op.as_str()).collect::<Vec<_>>(),
         "instructions" => rows.iter().map(|(l, _)| l.instructions).collect::<Vec<_>>(),
         "buffer" => rows.iter().map(|(_, b)| b.name.as_str()).collect::<Vec<_>>(),
@@ -201,17 +214,17 @@ pub fn overlap_frame(
         .collect();
     // A second input's row names its buffer: `concat (input2)`.
     let name = |l: &LayerReport, o: &OverlapReport| match &l.overlap {
-        Some(first) if !std::ptr::eq(first, o) => format!("{} ({})", l.name, o.input),
-        _ => l.name.clone(),
+        Some(first) if !std::ptr::eq(first, o) => format!("{} ({})", l.table_name(), o.input),
+        _ => l.table_name(),
     };
     df!(
         "layer" => rows.iter().map(|(l, o)| name(l, o)).collect::<Vec<_>>(),
         "input B" => rows.iter().map(|(_, o)| o.input_bytes).collect::<Vec<_>>(),
         "output B" => rows.iter().map(|(_, o)| o.output_bytes).collect::<Vec<_>>(),
         "O_s monotone B" => rows.iter().map(|(_, o)| o.monotone_bytes).collect::<Vec<_>>(),
-        "% of output" => rows.iter().map(|(_, o)| (o.monotone_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        "saves % of in+out" => rows.iter().map(|(_, o)| (o.monotone_saving_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
         "O_s exact B" => rows.iter().map(|(_, o)| o.exact_bytes).collect::<Vec<_>>(),
-        "exact % of output" => rows.iter().map(|(_, o)| (o.exact_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        "exact saves %" => rows.iter().map(|(_, o)| (o.exact_saving_percent * 10.0).round() / 10.0).collect::<Vec<_>>(),
         "algorithmic B" => rows.iter().map(|(_, o)| o.algorithmic_bytes).collect::<Vec<_>>(),
         "analytic B" => rows.iter().map(|(_, o)| o.analytic_bytes).collect::<Vec<_>>(),
         "reverse exact B" => rows.iter().map(|(_, o)| o.reverse_exact_bytes).collect::<Vec<_>>(),
@@ -227,22 +240,17 @@ pub fn contract_frame(
     report: &RunReport,
 ) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
     use polars::prelude::*;
-    let rows: Vec<(&str, &ContractReport)> = report
+    let rows: Vec<(String, &ContractReport)> = report
         .layers
         .iter()
-        .filter_map(|l| l.contract.as_ref().map(|c| (l.name.as_str(), c)))
+        .filter_map(|l| l.contract.as_ref().map(|c| (l.table_name(), c)))
         .collect();
     let verdict = |c: &ContractReport| {
-        let broken: Vec<&str> = c
-            .rules()
-            .iter()
-            .filter(|(_, r)| !r.ok)
-            .map(|(name, _)| *name)
-            .collect();
-        if broken.is_empty() {
-            "ok".to_owned()
-        } else {
-            format!("!! {}", broken.join(" "))
+        let broken: Vec<&str> = c.violated().map(|(name, _)| name).collect();
+        match (broken.is_empty(), c.library_scratch) {
+            (true, false) => "ok".to_owned(),
+            (true, true) => "ok (library scratch padding)".to_owned(),
+            (false, _) => format!("!! {}", broken.join(" ")),
         }
     };
     let first = |c: &ContractReport| {
@@ -260,7 +268,7 @@ pub fn contract_frame(
             .join(" ")
     };
     df!(
-        "layer" => rows.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        "layer" => rows.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
         "contract" => rows.iter().map(|(_, c)| verdict(c)).collect::<Vec<_>>(),
         "scratch used/declared B" => rows.iter().map(|(_, c)| scratch(c)).collect::<Vec<_>>(),
         "first violation" => rows.iter().map(|(_, c)| first(c)).collect::<Vec<_>>(),

@@ -9,7 +9,7 @@
 //! and runs without violations, cost nothing extra.
 
 use memtrace_analyzer::contract::{CallSite, ContractCheck, ContractReport};
-use memtrace_analyzer::report::RunReport;
+use memtrace_analyzer::report::{LayerReport, RunReport};
 use memtrace_tracer::debuginfo::{short_path, DebugInfo, Frame};
 use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
 
@@ -126,12 +126,38 @@ fn call_sites(debug: &DebugInfo, image: &ElfImage, pc: u64, returns: &[u64]) -> 
     sites
 }
 
-/// One warning per broken rule of each layer.
+/// Takes the unused scratch of the layers that ran a kernel library as that
+/// library's own padding: information, not a violation (`--strict` passes
+/// correct code on every kernel library). Needs the layers' attribution.
+pub fn excuse_library_scratch(layers: &mut [LayerReport]) {
+    for layer in layers {
+        let library = layer.attribution.as_ref().map(|a| a.library);
+        if let (Some(c), Some(library)) = (layer.contract.as_mut(), library) {
+            if library.is_kernel_library() {
+                c.excuse_library_scratch();
+            }
+        }
+    }
+}
+
+/// One warning per broken rule of each layer; a note for unused scratch of
+/// a kernel library's own sizing.
 pub fn warnings(report: &RunReport) -> Vec<String> {
     let mut lines = Vec::new();
     for layer in &report.layers {
         let Some(c) = &layer.contract else { continue };
-        for (rule, r) in c.rules() {
+        if let (true, Some(v)) = (c.library_scratch, &c.scratch_unused.first) {
+            lines.push(format!(
+                "note: layer `{}`: scratch `{}` bytes {}..{} ({} B) never written: the kernel \
+                 library's own padding of the size it asks for (information, not a violation)",
+                layer.name,
+                v.buffer.as_deref().unwrap_or("?"),
+                v.offset,
+                v.offset + v.size,
+                v.size
+            ));
+        }
+        for (rule, r) in c.violated() {
             if let Some(v) = &r.first {
                 // Where all of a layer's stray writes reach, when the first
                 // does not say it alone.

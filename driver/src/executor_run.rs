@@ -211,7 +211,7 @@ impl ExecutorRun<'_> {
             ShadowMap::new(loaded.base, arena).with_output_readers(watch.output_readers);
         let mut trace = watch
             .plot_title
-            .map(|t| ArenaTrace::new(t, loaded.base, arena));
+            .map(|t| ArenaTrace::new(format!("{t}: {arena} B"), loaded.base, arena));
         let storage_bytes = loaded.program.storage_bytes;
         let mut storage_shadow = loaded.storage.map(|at| ShadowMap::new(at, storage_bytes));
         // Only the arena plot (or an added analysis) needs each access's

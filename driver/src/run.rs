@@ -5,15 +5,18 @@
 
 use std::path::PathBuf;
 
+use memtrace_abi::selection::selects;
 use memtrace_abi::Analysis;
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::contract::ContractCheck;
 use memtrace_analyzer::event_table::EventTable;
+use memtrace_analyzer::kernel::Library;
 use memtrace_analyzer::layer_stats::{attach_spec, LayerStats};
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::{
-    buffers_frame, contract_frame, overlap_frame, LayerReport, RunReport, TflmRunInfo,
+    buffers_frame, contract_frame, overlap_frame, LayerReport, OverlapReport, RunReport,
+    TflmRunInfo,
 };
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
 use memtrace_model::graph::read_graph;
@@ -258,18 +261,25 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let unknown: Vec<&String> = opts
         .layers
         .iter()
-        .filter(|l| !summary.layers.contains(l))
+        .filter(|sel| {
+            !stats
+                .layers
+                .iter()
+                .any(|l| selects(sel, l.index, &l.name, &l.op))
+        })
         .collect();
     if !unknown.is_empty() {
         bail!(
-            "unknown --layer {}; {} has the layers: {}",
+            "unknown --layer {}; {} has the layers: {} (a layer is also named by its index, \
+             `3`, or its index and operator, `3:CONV_2D`; {} layer(s) in all)",
             unknown
                 .iter()
                 .map(|l| format!("`{l}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
             opts.elf.display(),
-            summary.layers.join(", ")
+            summary.layers.join(", "),
+            summary.layers.len()
         );
     }
     if summary.exit_code != 0 {
@@ -302,6 +312,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         attach_model_specs(&opts.elf, model, &mut stats.layers);
     }
     KernelResolver::new(image).attribute(&mut stats.layers, &pcs);
+    crate::contract::excuse_library_scratch(&mut stats.layers);
     if let Some(table) = table {
         table.finish()?;
     }
@@ -398,16 +409,31 @@ fn trace_guest(
 
 /// One warning per failed O_s cross-check of each layer, then one per
 /// broken rule of the memory contract.
-pub fn warnings(report: &RunReport) -> Vec<String> {
+///
+/// A layer that ran CMSIS-NN is expected to fail the cross-checks (the
+/// algorithmic and analytic methods model the reference loop nests, and
+/// docs/kernels.md says where the libraries differ): unless asked
+/// for each (`explain_each`), those become one summary line that points to the
+/// documentation, so that the warnings left are the ones to act on.
+pub fn warnings(report: &RunReport, explain_each: bool) -> Vec<String> {
     let mut lines = Vec::new();
+    let mut expected = ExpectedDifferences::default();
     for layer in &report.layers {
         for (k, o) in layer.overlaps().enumerate() {
+            let (library, kernel) = kernel_of(layer);
+            let other = other_than_reference(library, kernel);
+            // Only a known library's differences are documented as expected;
+            // a kernel of the user's own that differs is what to look at.
+            let documented = library == Some(Library::CmsisNn.name());
+            if documented && !explain_each {
+                expected.add(o, &kernel_text(library, kernel));
+                continue;
+            }
             let methods = MethodValues {
                 algorithmic: o.algorithmic_bytes,
                 analytic: o.analytic_bytes,
                 analytic_printed: o.analytic_printed_bytes,
             };
-            let (library, kernel) = kernel_of(layer);
             // A second input's warnings name it.
             let which = if k > 0 {
                 format!(" input `{}`", o.input)
@@ -415,7 +441,7 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
                 String::new()
             };
             for flag in &o.flags {
-                let text = if other_than_reference(library, kernel) {
+                let text = if other {
                     let kernel = kernel_text(library, kernel);
                     let text = explain_other_kernel(
                         *flag,
@@ -445,8 +471,48 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
             }
         }
     }
+    lines.extend(expected.summary());
     lines.extend(crate::contract::warnings(report));
     lines
+}
+
+/// The failed O_s cross-checks of layers that ran CMSIS-NN, counted for one
+/// summary line.
+#[derive(Default)]
+struct ExpectedDifferences {
+    checks: usize,
+    layers: usize,
+    kernels: Vec<String>,
+}
+
+impl ExpectedDifferences {
+    fn add(&mut self, o: &OverlapReport, kernel: &str) {
+        if o.flags.is_empty() {
+            return;
+        }
+        self.checks += o.flags.len();
+        self.layers += 1;
+        if !self.kernels.iter().any(|k| k == kernel) {
+            self.kernels.push(kernel.to_owned());
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        if self.checks == 0 {
+            return None;
+        }
+        const SHOWN: usize = 3;
+        let mut kernels = self.kernels[..self.kernels.len().min(SHOWN)].join(", ");
+        if self.kernels.len() > SHOWN {
+            kernels += &format!(" and {} more", self.kernels.len() - SHOWN);
+        }
+        Some(format!(
+            "note: {} O_s cross-check(s) of {} layer input(s) differ from the reference-kernel \
+             models because those layers ran {kernels}: expected, and the traced O_s is the one \
+             plans use (docs/kernels.md, \"Reference vs CMSIS-NN O_s\"); `--explain` lists each",
+            self.checks, self.layers
+        ))
+    }
 }
 
 /// Layers with at least one failed cross-check.

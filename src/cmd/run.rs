@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// traced value is the one to use; without it they are warnings.
     #[arg(long)]
     pub strict_os: bool,
+    /// One warning per failed O_s cross-check, also on layers that ran other
+    /// kernels than the TFLM reference, where a difference is expected and
+    /// otherwise summed up in one note.
+    #[arg(long)]
+    pub explain: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Stop a guest that runs longer than this many instructions.
@@ -115,7 +120,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
         Format::Table => super::emit(&tables_text(&report)?)?,
     }
-    for line in warnings(&report) {
+    for line in warnings(&report, args.explain) {
         super::say(&line);
     }
     let flagged = flagged_layers(&report);

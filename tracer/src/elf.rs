@@ -163,25 +163,8 @@ impl ElfImage {
             path: path.to_owned(),
             reason: e.to_string(),
         })?;
-        let raw_entry = file.entry();
-        let arch = match (file.architecture(), file.is_64()) {
-            (object::Architecture::Arm, false) => {
-                if raw_entry & 1 == 0 {
-                    return Err(TraceError::UnsupportedArch {
-                        path: path.to_owned(),
-                        arch: "ARM (A32 entry point, not Thumb)".into(),
-                    });
-                }
-                Arch::CortexM4
-            }
-            (object::Architecture::X86_64, true) => Arch::X86_64,
-            (other, _) => {
-                return Err(TraceError::UnsupportedArch {
-                    path: path.to_owned(),
-                    arch: format!("{other:?}"),
-                })
-            }
-        };
+        // The kind first: an object file not linked yet has no entry point,
+        // so its architecture check would only confuse.
         if file.kind() != object::ObjectKind::Executable {
             let kind = match file.kind() {
                 object::ObjectKind::Dynamic => {
@@ -201,6 +184,25 @@ impl ElfImage {
                 ),
             });
         }
+        let raw_entry = file.entry();
+        let arch = match (file.architecture(), file.is_64()) {
+            (object::Architecture::Arm, false) => {
+                if raw_entry & 1 == 0 {
+                    return Err(TraceError::UnsupportedArch {
+                        path: path.to_owned(),
+                        arch: "ARM (A32 entry point, not Thumb)".into(),
+                    });
+                }
+                Arch::CortexM4
+            }
+            (object::Architecture::X86_64, true) => Arch::X86_64,
+            (other, _) => {
+                return Err(TraceError::UnsupportedArch {
+                    path: path.to_owned(),
+                    arch: format!("{other:?}"),
+                })
+            }
+        };
         // Sizes and places first: nothing below allocates from them unchecked.
         let places: Vec<(u64, u64)> = file
             .segments()

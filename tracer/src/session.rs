@@ -28,8 +28,6 @@ pub(crate) use stop::StopSwitch;
 
 use commands::{guest_read, on_port_write, port_store};
 
-use std::collections::HashSet;
-
 use crossbeam_channel::{Receiver, Sender};
 use unicorn_engine::{HookType, MemType, Unicorn};
 
@@ -87,7 +85,8 @@ pub struct Progress {
 pub struct TraceOptions<'a> {
     /// Kernel-suite job to write into the `memtrace_job` mailbox; `None` writes none.
     pub job: Option<Job>,
-    /// Layers to record events for; `None` records all.
+    /// Layers to record events for, each by name, index or `index:op`
+    /// ([`memtrace_abi::selection::selects`]); `None` records all.
     pub layers: Option<Vec<String>>,
     /// Instruction budget: the run fails with `BudgetExceeded` once it retires more.
     pub max_instructions: u64,
@@ -244,7 +243,7 @@ struct Session<'a> {
     layers_seen: Vec<String>,
     /// The text of the last REASON command.
     exit_reason: Option<String>,
-    selection: Option<HashSet<String>>,
+    selection: Option<Vec<String>>,
     batch: Vec<Event>,
     batch_size: usize,
     sink: EventSink,
@@ -310,7 +309,7 @@ pub(crate) fn run(
         layer: None,
         layers_seen: Vec::new(),
         exit_reason: None,
-        selection: options.layers.map(|l| l.into_iter().collect()),
+        selection: options.layers,
         batch: Vec::with_capacity(options.batch_size),
         batch_size: options.batch_size.max(1),
         sink,

@@ -36,7 +36,9 @@ struct Span {
 
 /// The binned trace of one run (an [`Analysis`]).
 pub struct ArenaTrace {
-    /// Title of the picture.
+    /// Title of the picture, with the sizes it shows: the drawn extent may
+    /// be larger than the plan's arena (one scale for runs side by side), so
+    /// the title, not the axis, states the plan's own size.
     pub title: String,
     base: u64,
     arena_bytes: u64,
@@ -168,10 +170,7 @@ fn draw_run<DB: DrawingBackend>(
     let family = font();
     let t_max = run.total.max(1);
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("{}: {} B", run.title, run.arena_bytes),
-            (family, 16),
-        )
+        .caption(&run.title, (family, 16))
         .margin(10)
         .x_label_area_size(36)
         .y_label_area_size(80)

@@ -5,11 +5,15 @@
 //! time bins double in width whenever the layer runs past the grid, so memory
 //! stays constant however many millions of events a layer has.
 //!
-//! With [`TracePlot::with_overlays`], a layer whose spec is known (a `--job`
-//! or a suite layer) also gets the O_s curves of docs/overlap.md drawn over
-//! its panels: `maxW` on the output, `minR`, the clobber front
-//! `maxW − OB + O_s` and the analytic read bound (eq. 9) on the input. Steps
-//! are placed on the instruction axis by a [`StepClock`].
+//! With [`TracePlot::with_overlays`], every layer with an input and an output
+//! gets the O_s curves of docs/overlap.md as traced: `maxW` (the largest
+//! output byte written so far) on the output, `minR` (the lowest input byte
+//! read later) and the clobber front `maxW − OB + O_s` at the traced
+//! monotone O_s on the input — a model's operators as much as a kernel
+//! binary's layers. A layer whose spec is known (a `--job` or a suite layer)
+//! also gets the modelled curves: the algorithmic `maxW` and the analytic
+//! read bound (eq. 9), placed on the instruction axis by a [`StepClock`].
+//! The legend says which curve is traced and which is modelled.
 
 use std::path::Path;
 
@@ -23,6 +27,7 @@ use crate::plot::font;
 use memtrace_abi::Analysis;
 use memtrace_overlap::algorithmic::{algorithmic_curves, Curves, Geometry};
 use memtrace_overlap::analytic::windowed_safe_detail;
+use memtrace_overlap::empirical::OverlapAccumulator;
 use memtrace_overlap::timeline::{StepClock, StepMapping};
 
 const COLUMNS: usize = 640;
@@ -33,6 +38,7 @@ const UPDATE: RGBColor = RGBColor(44, 160, 44);
 const MIN_R: RGBColor = RGBColor(0, 0, 0);
 const MAX_W: RGBColor = RGBColor(0, 0, 0);
 const FRONT: RGBColor = RGBColor(148, 103, 189);
+const MODELLED: RGBColor = RGBColor(127, 127, 127);
 const BOUND: RGBColor = RGBColor(255, 127, 14);
 /// Sampled steps of the overlay curves.
 const OVERLAY_POINTS: usize = 1000;
@@ -172,6 +178,8 @@ pub struct LayerPicture {
     pub instructions: u64,
     /// Panels of the first declared input and the first declared output, in declaration order.
     pub panels: Vec<Panel>,
+    /// The traced monotone O_s of the input/output pair, when drawn.
+    pub traced_overlap: Option<u64>,
 }
 
 /// Streams events of every layer into pictures.
@@ -185,6 +193,118 @@ pub struct TracePlot {
     overlays: bool,
     /// Curves and step clock of the open layer.
     pending: Option<PendingOverlay>,
+    /// The traced fronts of the open layer's input and output.
+    fronts: Option<Fronts>,
+}
+
+/// `minR` and `maxW` as traced, per time bin of the layer (bins double in
+/// width like the grid's, so memory stays constant), and the layer's traced
+/// O_s for the clobber front.
+struct Fronts {
+    input: u32,
+    output: u32,
+    output_bytes: u64,
+    /// Instructions per bin.
+    bin: u64,
+    /// Per bin: the lowest input offset read in it (`u64::MAX`: none).
+    min_read: Vec<u64>,
+    /// Per bin: the largest output write end in it (0: none).
+    max_write_end: Vec<u64>,
+    overlap: OverlapAccumulator,
+}
+
+impl Fronts {
+    fn new(input: &Buffer, output: &Buffer) -> Fronts {
+        Fronts {
+            input: input.id,
+            output: output.id,
+            output_bytes: output.size as u64,
+            bin: 1,
+            min_read: vec![u64::MAX; COLUMNS],
+            max_write_end: vec![0; COLUMNS],
+            overlap: OverlapAccumulator::new(
+                input.id,
+                input.size as u64,
+                output.id,
+                output.size as u64,
+            ),
+        }
+    }
+
+    fn observe(&mut self, events: &[Event]) {
+        for e in events {
+            while e.t >= self.bin * COLUMNS as u64 {
+                self.fold();
+            }
+            let col = (e.t / self.bin) as usize;
+            if e.buffer == self.input && e.kind != AccessKind::Store {
+                self.min_read[col] = self.min_read[col].min(e.offset as u64);
+            }
+            if e.buffer == self.output && e.kind != AccessKind::Load {
+                let end = (e.offset + e.size) as u64;
+                self.max_write_end[col] = self.max_write_end[col].max(end);
+            }
+        }
+        self.overlap.observe(events);
+    }
+
+    fn fold(&mut self) {
+        for c in 0..COLUMNS / 2 {
+            self.min_read[c] = self.min_read[2 * c].min(self.min_read[2 * c + 1]);
+            self.max_write_end[c] = self.max_write_end[2 * c].max(self.max_write_end[2 * c + 1]);
+        }
+        self.min_read[COLUMNS / 2..].fill(u64::MAX);
+        self.max_write_end[COLUMNS / 2..].fill(0);
+        self.bin *= 2;
+    }
+
+    /// The traced curves: (input overlays, output overlays), and the traced
+    /// monotone O_s.
+    fn curves(&self) -> (Vec<Overlay>, Vec<Overlay>, u64) {
+        let os = self.overlap.result().monotone_bytes;
+        let at = |c: usize| c as u64 * self.bin;
+        // maxW after bin c: the running maximum.
+        let mut max_w = Vec::new();
+        let mut m = 0;
+        for (c, &w) in self.max_write_end.iter().enumerate() {
+            m = m.max(w);
+            if m > 0 {
+                max_w.push((at(c + 1), m));
+            }
+        }
+        // minR after bin c: the minimum over the later bins.
+        let mut min_r = Vec::new();
+        let mut r = u64::MAX;
+        for c in (0..COLUMNS).rev() {
+            if r != u64::MAX {
+                min_r.push((at(c + 1), r));
+            }
+            r = r.min(self.min_read[c]);
+        }
+        min_r.reverse();
+        let front: Vec<(u64, u64)> = max_w
+            .iter()
+            .filter_map(|&(t, w)| (w + os).checked_sub(self.output_bytes).map(|v| (t, v)))
+            .collect();
+        let input = vec![
+            Overlay {
+                label: "minR (traced): lowest input byte read later".into(),
+                colour: MIN_R,
+                points: min_r,
+            },
+            Overlay {
+                label: format!("clobber front maxW - OB + O_s (traced O_s = {os} B)"),
+                colour: FRONT,
+                points: front,
+            },
+        ];
+        let output = vec![Overlay {
+            label: "maxW (traced): largest output byte written so far".into(),
+            colour: MAX_W,
+            points: max_w,
+        }];
+        (input, output, os)
+    }
 }
 
 struct PendingOverlay {
@@ -237,28 +357,16 @@ fn overlay_curves(
             .filter_map(|i| f(i).map(|y| (times[i], y)))
             .collect()
     };
-    let ob = curves.output_bytes as i64;
-    let os = curves.overlap as i64;
     let output = vec![Overlay {
-        label: format!("maxW (algorithmic; {how})"),
-        colour: MAX_W,
+        label: format!("maxW modelled (algorithmic; {how})"),
+        colour: MODELLED,
         points: at(&|i| Some(curves.points[i].max_write_end)),
     }];
-    let mut input = vec![
-        Overlay {
-            label: "minR: lowest input byte read after step k".into(),
-            colour: MIN_R,
-            points: at(&|i| Some(curves.points[i].min_future_read)),
-        },
-        Overlay {
-            label: format!("clobber front maxW - OB + O_s (O_s = {os} B)"),
-            colour: FRONT,
-            points: at(&|i| {
-                let v = curves.points[i].max_write_end as i64 - ob + os;
-                (v >= 0).then_some(v as u64)
-            }),
-        },
-    ];
+    let mut input = vec![Overlay {
+        label: format!("minR modelled (algorithmic O_s = {} B)", curves.overlap),
+        colour: MODELLED,
+        points: at(&|i| Some(curves.points[i].min_future_read)),
+    }];
     if let Some(spec) = &pic.layer.spec {
         if let Some(d) = windowed_safe_detail(spec) {
             let g = Geometry::of(spec);
@@ -269,7 +377,7 @@ fn overlay_curves(
             let ib = curves.input_bytes as f64;
             input.push(Overlay {
                 label: format!(
-                    "analytic bound on minR, eq. 9 (a = {}, b = {})",
+                    "analytic bound on minR modelled, eq. 9 (a = {}, b = {})",
                     d.line.a, d.line.b
                 ),
                 colour: BOUND,
@@ -291,9 +399,11 @@ impl Analysis for TracePlot {
             layer: layer.clone(),
             instructions: 0,
             panels: Vec::new(),
+            traced_overlap: None,
         });
         self.panel_of.clear();
         self.pending = None;
+        self.fronts = None;
         if self.overlays {
             if let Some(curves) = layer
                 .spec
@@ -328,6 +438,12 @@ impl Analysis for TracePlot {
             grid: Grid::new(b.size as u64),
             overlays: Vec::new(),
         });
+        if self.overlays && self.fronts.is_none() {
+            let panel = |role| pic.panels.iter().find(|p| p.buffer.role == role);
+            if let (Some(i), Some(o)) = (panel(Role::Input), panel(Role::Output)) {
+                self.fronts = Some(Fronts::new(&i.buffer, &o.buffer));
+            }
+        }
         self.arm_clock();
     }
 
@@ -345,12 +461,27 @@ impl Analysis for TracePlot {
         if let Some(clock) = self.pending.as_mut().and_then(|p| p.clock.as_mut()) {
             clock.observe(events);
         }
+        if let Some(fronts) = self.fronts.as_mut() {
+            fronts.observe(events);
+        }
     }
 
     fn layer_end(&mut self, instructions: u64) {
         let pending = self.pending.take();
+        let fronts = self.fronts.take();
         if let Some(pic) = self.layers.last_mut() {
             pic.instructions = instructions;
+            if let Some(fronts) = fronts {
+                let (input, output, os) = fronts.curves();
+                pic.traced_overlap = Some(os);
+                for panel in &mut pic.panels {
+                    match panel.buffer.role {
+                        Role::Input => panel.overlays.extend(input.iter().cloned()),
+                        Role::Output => panel.overlays.extend(output.iter().cloned()),
+                        _ => {}
+                    }
+                }
+            }
             if let Some(PendingOverlay {
                 curves,
                 clock: Some(clock),
@@ -397,6 +528,18 @@ impl Picture for TracePlot {
     }
 }
 
+/// A buffer name short enough for a panel title (a TFLite tensor name can
+/// be longer than the panel is wide): its end.
+fn shortened(name: &str) -> String {
+    const KEEP: usize = 24;
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= KEEP {
+        return name.to_owned();
+    }
+    let tail: String = chars[chars.len() - KEEP..].iter().collect();
+    format!("…{tail}")
+}
+
 fn draw_panel<DB: DrawingBackend>(
     pic: &LayerPicture,
     panel: &Panel,
@@ -406,12 +549,13 @@ fn draw_panel<DB: DrawingBackend>(
     let family = font();
     let x_max = pic.instructions.max(1);
     let y_max = panel.buffer.size.max(1) as u64;
+    let name =
+        memtrace_abi::selection::display_name(pic.layer.index, &pic.layer.name, &pic.layer.op);
     let title = format!(
-        "{} ({}) - {} `{}`, {} B",
-        pic.layer.name,
+        "{name} ({}) - {} `{}`, {} B",
         pic.layer.op,
         panel.buffer.role.name(),
-        panel.buffer.name,
+        shortened(&panel.buffer.name),
         panel.buffer.size
     );
     let mut chart = ChartBuilder::on(area)

@@ -470,7 +470,7 @@ fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
 pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let started = Instant::now();
     let subject = Subject::load(req)?;
-    let (reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
+    let (mut reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)
@@ -501,8 +501,18 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     offsets.truncate(subject.graph.tensors.len());
 
     // 3. TFLM runs memtrace's plan, beside the host oracle.
-    let (planned, oracle) = plan_run(req, &subject, &reference, &under_test, &offsets)?;
-    if let (Some(path), Some(a), Some(b)) = (&req.plot, &reference.trace, &planned.trace) {
+    let (mut planned, oracle) = plan_run(req, &subject, &reference, &under_test, &offsets)?;
+    let reference_head = reference.result.head_bytes;
+    if let (Some(path), Some(a), Some(b)) =
+        (&req.plot, reference.trace.as_mut(), planned.trace.as_mut())
+    {
+        // Each panel states its own plan's sizes: both are drawn on the
+        // larger extent.
+        a.title = format!("TFLM's own plan: head {reference_head} B");
+        b.title = format!(
+            "{} ({}) on TFLM: {} B planned, head {} B",
+            under_test.planner, under_test.overlap, under_test.arena, planned.result.head_bytes
+        );
         memtrace_analyzer::plot::arena::render(&[a, b], path)?;
     }
     let a = &reference.result.output_bytes;

@@ -84,8 +84,11 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
             let spec = LayerSpec::parse(&params).ok().filter(|s| s.op.name() == op);
             let s = uc.get_data_mut();
             let t0 = s.clock.now(pc);
-            let selected = s.selection.as_ref().is_none_or(|sel| sel.contains(&name));
             let index = s.layers_seen.len();
+            let selected = s.selection.as_ref().is_none_or(|sel| {
+                sel.iter()
+                    .any(|l| memtrace_abi::selection::selects(l, index, &name, &op))
+            });
             let recorded = selected && s.sink.records_layer(index);
             s.layers_seen.push(name.clone());
             s.layer = Some(OpenLayer {
