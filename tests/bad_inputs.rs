@@ -1,4 +1,4 @@
-//! Hostile inputs through the real binary (issue #12): huge or overlapping
+//! Hostile inputs through the real binary: huge or overlapping
 //! ELF segments, special files as inputs, plans with sizes near 2^64. Each
 //! must end quickly with exit status 1 and a one-line `error:` naming what
 //! was wrong, never an abort, a panic or a hang.

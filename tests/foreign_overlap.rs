@@ -1,5 +1,5 @@
 //! A plan memtrace prints for a kernel library is safe on that library, or
-//! says loudly that it is not (issue #20, item 1). The analytic and
+//! says loudly that it is not. The analytic and
 //! algorithmic O_s model the TFLM reference kernels' loop nests; CMSIS-NN
 //! walks memory differently, so with `--kernels cmsis-nn` the default O_s
 //! comes from CMSIS-NN's own traces, a reference-model O_s is refused for
@@ -238,7 +238,7 @@ fn verify_rejects_an_unknown_kernel_library_in_a_plan_file() {
 #[test]
 #[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
 fn an_executor_of_another_library_than_kernels_is_an_error() {
-    // Issue #20, item 6: the report must never say cmsis-nn when no
+    // The report must never say cmsis-nn when no
     // CMSIS-NN code ran, nor tflm when CMSIS-NN did.
     let model = tfmicro_model("hello_world");
     let reference = guest("cortex-m4", "executor");

@@ -1,4 +1,4 @@
-//! A bounded, deterministic, seeded mutation campaign (issue #12, item 9):
+//! A bounded, deterministic, seeded mutation campaign:
 //! the ELF loader, the `.tflite` importer, the `--job` spec parser and the
 //! plan / baseline JSON readers, fed mutants of real inputs (the harness
 //! ELFs, the tfmicro crate's models, zoo exports, canonical specs, a plan and
@@ -10,7 +10,7 @@
 //! file behind. Each target prints its counts and asserts panics = timeouts
 //! = signals = 0.
 //!
-//! Issue #20 added four classes through the binary, each with a rule
+//! Four classes run through the binary, each with a rule
 //! beyond "exit 0 or 1": `verify --plan` files mutated from `plan`'s own
 //! placements, judged by a live-overlap oracle written here (a placement
 //! that overlaps two tensors live at once, neither the other's same-operator
@@ -1354,7 +1354,7 @@ fn fuzz_through_the_binary() {
     for _ in 0..scaled(40) {
         jobs.push(baseline_job(&mutate_json(&mut rng, &baseline_seed)));
     }
-    // Issue #20's classes: plan files against the live-overlap oracle,
+    // The classes with their own rules: plan files against the live-overlap oracle,
     // TinySeg options, libraries and executors, and every plan `plan` makes
     // for a library verified on it (slow ones first).
     let (mut more, more_replayed) = issue20_jobs(&mut seed(6));
@@ -1414,7 +1414,7 @@ fn fuzz_through_the_binary() {
     total.finish("binary", started);
 }
 
-// ------------------------- issue #20's classes, through the binary as well
+// ------------------------- the classes with rules of their own, through the binary
 
 /// Small models of `../shared/models/` (each verifies in well under a
 /// second): plan files against the oracle, TinySeg options, libraries.

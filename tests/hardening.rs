@@ -1,7 +1,6 @@
 //! Inputs a careless or hostile user gives memtrace, each answered with a
 //! clear `error:` (or the documented behaviour) instead of a file memtrace
-//! cannot read, a pass that checked nothing, or an emulator fault (issue #20,
-//! items 7, 8, 10, 11).
+//! cannot read, a pass that checked nothing, or an emulator fault.
 
 mod common;
 
@@ -268,7 +267,7 @@ fn jobs_is_bounded_with_a_clear_error() {
 
 #[test]
 fn a_plan_overlapping_two_buffers_of_one_operator_is_a_plan_error_naming_both() {
-    // Issue #20, item 9: two CONCATENATION inputs over each other were a
+    // Two CONCATENATION inputs over each other were a
     // guest "protocol violation"; they are a plan error found on the host.
     let dir = scratch("two-buffers");
     let mut g = zoo::GraphBuilder::new("two_branches", memtrace_model::Dtype::Int8);
@@ -311,7 +310,7 @@ fn a_plan_overlapping_two_buffers_of_one_operator_is_a_plan_error_naming_both() 
 
 #[test]
 fn a_configs_file_is_bounded_in_all_with_a_clear_error() {
-    // Issue #20, item 4: every line may expand to 100 000 configurations;
+    // Every line may expand to 100 000 configurations;
     // 7 KB of such lines made 18 M configurations and an allocation abort.
     let dir = scratch("configs");
     let line = "op=relu,input=1x{1..100}x{1..1000}x1\n";
@@ -337,7 +336,7 @@ fn a_configs_file_is_bounded_in_all_with_a_clear_error() {
 
 #[test]
 fn make_install_links_memtrace_into_a_bin_directory_and_says_where() {
-    // Issue #20, item 15: after `make demo` / `make install` the README's
+    // After `make demo` / `make install` the README's
     // commands work as typed. (`link` is install's last step, without the
     // build this test runs inside.)
     let dir = scratch("bindir");
@@ -371,7 +370,7 @@ fn make_install_links_memtrace_into_a_bin_directory_and_says_where() {
 
 #[test]
 fn per_channel_fully_connected_uses_every_scale_and_hybrids_are_refused() {
-    // Issue #20, item 12: a per-channel FULLY_CONNECTED used scale[0] only,
+    // A per-channel FULLY_CONNECTED used scale[0] only,
     // and a hybrid model (float activations, int8 weights) ran to NaNs;
     // both were called OK.
     let dir = scratch("wrong-outputs");

@@ -1,5 +1,5 @@
 //! `plan --overlap traced` and `verify` take their traced O_s from one
-//! source (issue #20, item 14): the un-overlapped run of the whole model in
+//! source: the un-overlapped run of the whole model in
 //! the library's executor. Before, `plan` traced kernel-suite layers only,
 //! so QUANTIZE and DEQUANTIZE (no suite layer) got no overlap while
 //! `verify` measured one, and the two planned different arenas.

@@ -1,5 +1,5 @@
 //! The files memtrace reads back — `verify --plan` placements and `regress`
-//! baselines — are read strictly (issue #20, item 2): an arena smaller than
+//! baselines — are read strictly: an arena smaller than
 //! the plan's tensors is an error naming the tensor, never silently
 //! enlarged, and a key the format does not have (a misspelt `"arena_btes"`)
 //! is an error naming the key, never ignored.

@@ -5,7 +5,7 @@
 //! Its DMO plans put the RESHAPE (flatten) output exactly on its input, as
 //! TFLM may: the executor's reshape, like TFLM's, then copies nothing. The
 //! shadow map used to keep those bytes owned by the MAX_POOL_2D output and
-//! reported a clobber on bit-exact outputs (issue #12, item 6).
+//! reported a clobber on bit-exact outputs.
 
 mod common;
 

@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_streamed_table_holds_at_most_one_row_group_and_writes_every_event() {
-        // Issue #20, item 3: 37 M events were 3.2 GB held until the end.
+        // 37 M events were 3.2 GB held until the end.
         let dir = std::env::temp_dir().join(format!("memtrace-events-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("events.parquet");

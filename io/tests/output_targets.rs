@@ -1,5 +1,5 @@
 //! Outputs over special files, symbolic links and FIFOs; temporary files on
-//! errors, panics and signals; outputs that are inputs (issue #12, item 8).
+//! errors, panics and signals; outputs that are inputs.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::FileTypeExt;

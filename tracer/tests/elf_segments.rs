@@ -1,5 +1,5 @@
 //! Loadable segments are checked against the guest address space before
-//! anything is mapped or allocated (issue #12, item 1). Each case is a copy of
+//! anything is mapped or allocated. Each case is a copy of
 //! a real harness ELF with one program-header field patched in place.
 
 mod common;

@@ -652,8 +652,8 @@ pub fn run(
 /// `plan` (from `planner` with `overlaps`), or whichever of the same
 /// planner without overlaps and TFLM's greedy plan has a smaller peak: both
 /// place no tensor over another, so they hold under any O_s, and a heuristic
-/// that may use overlaps must never do worse than either (issue #20: on
-/// MLPerf Tiny's ad01, the heap with overlaps needed 896 B where greedy
+/// that may use overlaps must never do worse than either (on MLPerf
+/// Tiny's ad01, the heap with overlaps needed 896 B where greedy
 /// needed 768 B). A replacement keeps the planner's name and O_s source; its
 /// note says where the placement came from.
 fn never_worse_than_without_overlaps(

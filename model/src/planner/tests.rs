@@ -599,7 +599,7 @@ fn ad01_like() -> Model {
 
 #[test]
 fn planners_with_overlaps_never_need_more_than_without_them_or_than_tflm_greedy() {
-    // Issue #20, item 13: on ad01 the heap with overlaps gave 896 B where
+    // On ad01 the heap with overlaps gave 896 B where
     // TFLM's greedy plan needs 768 B. Both placements without overlaps hold
     // under any O_s, so a planner allowed to overlap must never do worse.
     let mut models = vec![ad01_like()];
