@@ -362,7 +362,7 @@ impl ContractReport {
         let excused = self.library_scratch;
         self.rules()
             .into_iter()
-            .filter(move |(name, r)| !r.ok && !(excused && *name == "scratch_unused"))
+            .filter(move |(name, r)| !(r.ok || excused && *name == "scratch_unused"))
     }
 
     /// The first violations that have a PC (rules (a) to (d)).
