@@ -132,8 +132,12 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         Format::Table => super::emit(&report.to_table())?,
     }
     if let Some(budget) = report.budget {
-        if !budget.fits() {
+        // The table states it; a JSON reader gets it in `budget`, a person
+        // on stderr.
+        if matches!(args.format, Format::Json) || !budget.fits() {
             eprintln!("{}", budget.message());
+        }
+        if !budget.fits() {
             return Ok(ExitCode::FAILURE);
         }
     }
