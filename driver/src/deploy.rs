@@ -396,7 +396,7 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
         fraction.parse().map_err(|_| bad())?
     };
     let fraction_bytes = (numerator as u128) * scale as u128;
-    if fraction_bytes % denominator as u128 != 0 {
+    if !fraction_bytes.is_multiple_of(denominator as u128) {
         return Err(format!("`{text}` is not a whole number of bytes"));
     }
     (whole as u128 * scale as u128 + fraction_bytes / denominator as u128)
