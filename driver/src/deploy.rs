@@ -151,8 +151,8 @@ impl RunnerLayout {
 
 /// Instruction budget of an allocation probe (a time limit without hooks):
 /// `AllocateTensors()` takes millions, a model that makes it loop must not
-/// hold `plan` for hours.
-const PROBE_INSTRUCTIONS: u64 = 5_000_000_000;
+/// hold `plan` for minutes (this budget is a 10 s limit).
+const PROBE_INSTRUCTIONS: u64 = 250_000_000;
 
 /// Instruction budget of the confirming run of the whole model.
 const RUN_INSTRUCTIONS: u64 = 200_000_000_000;

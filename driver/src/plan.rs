@@ -14,7 +14,9 @@ use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::common::{check_output, threads};
-use crate::deploy::{measure_arena, write_deployment, Budget, MeasuredPlan, Provenance};
+use crate::deploy::{
+    measure_arena, write_deployment, ArenaToAllocate, Budget, MeasuredPlan, Provenance,
+};
 use crate::error::{Context, Result};
 use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::Runtime;
@@ -23,7 +25,7 @@ use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
 use crate::trace_cache::TraceCache;
-use crate::{bail, failed};
+use crate::bail;
 
 /// What to plan and what to write.
 #[derive(Debug, Clone)]
@@ -336,8 +338,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
 /// The best plan written into the model, and the arena TFLM needs for it.
 struct Deployable {
     measured: MeasuredPlan,
-    /// The `.tflite` with the plan as `OfflineMemoryAllocation`.
-    emitted: tflite::EmitReport,
+    /// The `.tflite` with the plan as `OfflineMemoryAllocation`, when
+    /// measured.
+    emitted: Option<tflite::EmitReport>,
 }
 
 /// The best plan's offsets of the file's own `file_tensors` tensors in a
@@ -359,36 +362,50 @@ fn deployable(
     if req.model.starts_with("zoo:") {
         return Ok(None);
     }
+    let needed = req.emit_offline.is_some() || req.fits.is_some();
+    // Planning for memtrace's executor runs no TFLM: measure only when asked.
+    let wanted = needed || req.runtime == Runtime::Tflm;
+    let measured = |arena, not_measured| MeasuredPlan {
+        planner: plan.planner.name().into(),
+        overlap: plan.overlap.clone(),
+        planned_bytes: plan.peak_bytes.unwrap_or(0),
+        arena,
+        not_measured,
+    };
+    if !wanted {
+        let why = "measured with --runtime tflm, --emit-offline or --fits".to_string();
+        return Ok(Some(Deployable {
+            measured: measured(None, Some(why)),
+            emitted: None,
+        }));
+    }
     let mut offsets = plan.offline_offsets(model);
     offsets.truncate(file_tensors);
-    let source = crate::tflm::model_bytes(&req.model, 1)?;
-    let emitted = tflite::emit_offline(&source, &offsets)?;
-    let needed = req.emit_offline.is_some() || req.fits.is_some();
-    let (arena, not_measured) = match measure_arena(
-        &emitted.bytes,
-        req.kernels,
-        Arch::CortexM4,
-        None,
-        &req.cache,
-    ) {
-        Ok(a) => (Some(a), None),
-        Err(e) if !needed => (None, Some(e.to_string())),
-        Err(e) => {
-            return Err(e).with_context(|| {
-                "measuring the arena to allocate on real TFLM (docs/deploy.md)".to_string()
-            })
-        }
+    let attempt = || -> Result<(tflite::EmitReport, ArenaToAllocate)> {
+        let source = crate::tflm::model_bytes(&req.model, 1)?;
+        let emitted = tflite::emit_offline(&source, &offsets)?;
+        let arena = measure_arena(
+            &emitted.bytes,
+            req.kernels,
+            Arch::CortexM4,
+            None,
+            &req.cache,
+        )?;
+        Ok((emitted, arena))
     };
-    Ok(Some(Deployable {
-        measured: MeasuredPlan {
-            planner: plan.planner.name().into(),
-            overlap: plan.overlap.clone(),
-            planned_bytes: plan.peak_bytes.unwrap_or(0),
-            arena,
-            not_measured,
-        },
-        emitted,
-    }))
+    match attempt() {
+        Ok((emitted, arena)) => Ok(Some(Deployable {
+            measured: measured(Some(arena), None),
+            emitted: Some(emitted),
+        })),
+        Err(e) if !needed => Ok(Some(Deployable {
+            measured: measured(None, Some(e.to_string())),
+            emitted: None,
+        })),
+        Err(e) => Err(e).with_context(|| {
+            "measuring the arena to allocate on real TFLM (docs/deploy.md)".to_string()
+        }),
+    }
 }
 
 /// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4
@@ -529,10 +546,9 @@ pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedO
 /// `--fits` budget); the line saying what was written.
 fn emit(req: &PlanRequest, d: &Deployable, budget: Option<Budget>, dest: &Path) -> Result<String> {
     let m = &d.measured;
-    let arena = m
-        .arena
-        .as_ref()
-        .ok_or_else(|| failed!("the arena to allocate was not measured"))?;
+    let (Some(arena), Some(emitted)) = (&m.arena, &d.emitted) else {
+        bail!("the arena to allocate was not measured");
+    };
     if let Some(b) = budget.filter(|b| !b.fits()) {
         return Ok(format!(
             "did not write {}: the arena to allocate ({} B) misses the --fits budget by {} B",
@@ -544,7 +560,7 @@ fn emit(req: &PlanRequest, d: &Deployable, budget: Option<Budget>, dest: &Path) 
     let planner = format!("{} planner (O_s: {})", m.planner, m.overlap);
     let header = write_deployment(
         dest,
-        &d.emitted.bytes,
+        &emitted.bytes,
         arena,
         &Provenance {
             command: "plan --emit-offline",
@@ -564,6 +580,6 @@ fn emit(req: &PlanRequest, d: &Deployable, budget: Option<Budget>, dest: &Path) 
         arena.bytes,
         arena.kernels,
         arena.target,
-        d.emitted.buffer_index
+        emitted.buffer_index
     ))
 }
