@@ -13,10 +13,9 @@ use memtrace_model::planner::{OverlapSource, Overlaps, Plan, PlanOptions, Planne
 use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
+use crate::bail;
 use crate::common::{check_output, threads};
-use crate::deploy::{
-    measure_arena, write_deployment, ArenaToAllocate, Budget, MeasuredPlan, Provenance,
-};
+use crate::deploy::{measure_arena, write_deployment, Budget, MeasuredPlan, Provenance};
 use crate::error::{Context, Result};
 use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::Runtime;
@@ -25,7 +24,6 @@ use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
 use crate::trace_cache::TraceCache;
-use crate::bail;
 
 /// What to plan and what to write.
 #[derive(Debug, Clone)]
@@ -381,31 +379,40 @@ fn deployable(
     }
     let mut offsets = plan.offline_offsets(model);
     offsets.truncate(file_tensors);
-    let attempt = || -> Result<(tflite::EmitReport, ArenaToAllocate)> {
-        let source = crate::tflm::model_bytes(&req.model, 1)?;
-        let emitted = tflite::emit_offline(&source, &offsets)?;
-        let arena = measure_arena(
-            &emitted.bytes,
-            req.kernels,
-            Arch::CortexM4,
-            None,
-            &req.cache,
-        )?;
-        Ok((emitted, arena))
+    let emitted = crate::tflm::model_bytes(&req.model, 1)
+        .and_then(|source| Ok(tflite::emit_offline(&source, &offsets)?));
+    let emitted = match emitted {
+        Ok(e) => e,
+        Err(e) if !needed => {
+            return Ok(Some(Deployable {
+                measured: measured(None, Some(e.to_string())),
+                emitted: None,
+            }))
+        }
+        Err(e) => return Err(e),
     };
-    match attempt() {
-        Ok((emitted, arena)) => Ok(Some(Deployable {
-            measured: measured(Some(arena), None),
-            emitted: Some(emitted),
-        })),
-        Err(e) if !needed => Ok(Some(Deployable {
-            measured: measured(None, Some(e.to_string())),
-            emitted: None,
-        })),
-        Err(e) => Err(e).with_context(|| {
-            "measuring the arena to allocate on real TFLM (docs/deploy.md)".to_string()
-        }),
-    }
+    // A model TFLM refuses still gets its plan written (without a header);
+    // only the budget cannot do without the number.
+    let arena = measure_arena(
+        &emitted.bytes,
+        req.kernels,
+        Arch::CortexM4,
+        None,
+        &req.cache,
+    );
+    let (arena, not_measured) = match arena {
+        Ok(a) => (Some(a), None),
+        Err(e) if req.fits.is_none() => (None, Some(e.to_string())),
+        Err(e) => {
+            return Err(e).with_context(|| {
+                "measuring the arena to allocate on real TFLM (docs/deploy.md)".to_string()
+            })
+        }
+    };
+    Ok(Some(Deployable {
+        measured: measured(arena, not_measured),
+        emitted: Some(emitted),
+    }))
 }
 
 /// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4
@@ -546,8 +553,23 @@ pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedO
 /// `--fits` budget); the line saying what was written.
 fn emit(req: &PlanRequest, d: &Deployable, budget: Option<Budget>, dest: &Path) -> Result<String> {
     let m = &d.measured;
-    let (Some(arena), Some(emitted)) = (&m.arena, &d.emitted) else {
-        bail!("the arena to allocate was not measured");
+    let Some(emitted) = &d.emitted else {
+        bail!("no plan to emit");
+    };
+    let Some(arena) = &m.arena else {
+        memtrace_io::output::write_atomically(dest, |w| {
+            std::io::Write::write_all(w, &emitted.bytes)
+                .map_err(|e| memtrace_io::output::write_error(dest, e))
+        })?;
+        return Ok(format!(
+            "wrote {} ({} planner, head {} B) with OfflineMemoryAllocation in buffer {}; \
+             no header: the arena to allocate was not measured: {}",
+            dest.display(),
+            m.planner,
+            m.planned_bytes,
+            emitted.buffer_index,
+            m.not_measured.as_deref().unwrap_or("unknown reason")
+        ));
     };
     if let Some(b) = budget.filter(|b| !b.fits()) {
         return Ok(format!(
