@@ -15,6 +15,7 @@ pub mod bench_models;
 pub mod cold;
 pub mod common;
 pub mod contract;
+pub mod deploy;
 pub mod error;
 pub(crate) mod executor_run;
 pub mod kernels;

@@ -13,7 +13,9 @@ use memtrace_model::planner::{OverlapSource, Overlaps, Plan, PlanOptions, Planne
 use memtrace_model::{self as model, tflite, Accumulator, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
+use crate::bail;
 use crate::common::{check_output, threads};
+use crate::deploy::{measure_arena, write_deployment, Budget, MeasuredPlan, Provenance};
 use crate::error::{Context, Result};
 use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::Runtime;
@@ -22,7 +24,6 @@ use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
 use crate::trace_cache::TraceCache;
-use crate::{bail, failed};
 
 /// What to plan and what to write.
 #[derive(Debug, Clone)]
@@ -59,6 +60,8 @@ pub struct PlanRequest {
     pub runtime: Runtime,
     /// Traced O_s kept from earlier runs ([`TraceCache`]).
     pub cache: TraceCache,
+    /// The firmware's arena budget in bytes (`--fits`).
+    pub fits: Option<u64>,
 }
 
 /// What `memtrace plan` found, and for which library and O_s source.
@@ -76,12 +79,24 @@ pub struct PlanReport {
     /// The O_s the plans with overlaps credited, per operator index (0
     /// where the source has none).
     pub op_overlap_bytes: Vec<u64>,
+    /// The arena a firmware must allocate for the best plan (the one
+    /// `--emit-offline` writes), measured on real TFLM, or why not.
+    pub deploy: Option<MeasuredPlan>,
+    /// `--fits`: the arena to allocate against the budget.
+    pub budget: Option<Budget>,
 }
 
 impl PlanReport {
-    /// Text table.
+    /// Text table, then the arena to allocate and the budget.
     pub fn to_table(&self) -> String {
-        self.outcome.to_table()
+        let mut s = self.outcome.to_table();
+        if let Some(d) = &self.deploy {
+            s += &d.to_text();
+        }
+        if let Some(b) = &self.budget {
+            s += &format!("{}\n", b.message());
+        }
+        s
     }
 
     /// Pretty JSON with a final newline: the outcome's document with
@@ -107,6 +122,8 @@ impl PlanReport {
             foreign_overlap: p.is_foreign(),
             warnings: &self.warnings,
             op_overlap_bytes: &self.op_overlap_bytes,
+            arena_to_allocate: self.deploy.as_ref(),
+            budget: self.budget.as_ref(),
         }
     }
 }
@@ -123,6 +140,8 @@ struct Document<'a, T: serde::Serialize> {
     foreign_overlap: bool,
     warnings: &'a [String],
     op_overlap_bytes: &'a [u64],
+    arena_to_allocate: Option<&'a MeasuredPlan>,
+    budget: Option<&'a Budget>,
 }
 
 /// What `memtrace plan` found.
@@ -186,6 +205,12 @@ fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)>
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     for path in req.plot.iter().chain(&req.emit_offline) {
         check_output(path, &[Path::new(&req.model)])?;
+    }
+    if let Some(dest) = &req.emit_offline {
+        check_output(
+            &crate::deploy::header_path(dest),
+            &[Path::new(&req.model), dest],
+        )?;
     }
     if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
@@ -266,6 +291,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             warnings,
             emitted: None,
             op_overlap_bytes: overlaps.per_op.clone(),
+            deploy: None,
+            budget: None,
         });
     }
     let comparison = match req.planner {
@@ -275,9 +302,25 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     if let Some(path) = &req.plot {
         plot_comparison(&model, &comparison, path)?;
     }
-    let emitted = match &req.emit_offline {
-        Some(dest) => Some(emit(&req.model, &model, file_tensors, &comparison, dest)?),
-        None => None,
+    let deployable = deployable(req, &model, file_tensors, &comparison)?;
+    let deploy = deployable.as_ref().map(|d| d.measured.clone());
+    let budget = match (req.fits, &deploy) {
+        (None, _) => None,
+        (Some(budget_bytes), Some(MeasuredPlan { arena: Some(a), .. })) => Some(Budget {
+            budget_bytes,
+            arena_bytes: a.bytes,
+        }),
+        (Some(_), d) => bail!(
+            "--fits needs the arena to allocate, which was not measured: {}",
+            d.as_ref()
+                .and_then(|d| d.not_measured.clone())
+                .unwrap_or_else(|| "no plan applies".into())
+        ),
+    };
+    let emitted = match (&req.emit_offline, deployable) {
+        (Some(dest), Some(d)) => Some(emit(req, &d, budget, dest)?),
+        (Some(_), None) => bail!("no plan to emit"),
+        (None, _) => None,
     };
     Ok(PlanReport {
         outcome: PlanOutcome::Comparison(comparison),
@@ -285,7 +328,91 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         warnings,
         emitted,
         op_overlap_bytes: overlaps.per_op,
+        deploy,
+        budget,
     })
+}
+
+/// The best plan written into the model, and the arena TFLM needs for it.
+struct Deployable {
+    measured: MeasuredPlan,
+    /// The `.tflite` with the plan as `OfflineMemoryAllocation`, when
+    /// measured.
+    emitted: Option<tflite::EmitReport>,
+}
+
+/// The best plan's offsets of the file's own `file_tensors` tensors in a
+/// copy of the model (the scratch tensors added after them are TFLM's to
+/// place: it plans scratch buffers online around the offline ones), and the
+/// arena TFLM needs for that copy, measured on the runner of `req.kernels`.
+/// `None` for a zoo model without `--emit-offline` or `--fits` (it has no
+/// `.tflite` of its own) or when no plan applies. Without a runner the
+/// measurement is a note, unless the header or the budget needs it.
+fn deployable(
+    req: &PlanRequest,
+    model: &Model,
+    file_tensors: usize,
+    comparison: &Comparison,
+) -> Result<Option<Deployable>> {
+    let Some(plan) = comparison.best_plan() else {
+        return Ok(None);
+    };
+    if req.model.starts_with("zoo:") {
+        return Ok(None);
+    }
+    let needed = req.emit_offline.is_some() || req.fits.is_some();
+    // Planning for memtrace's executor runs no TFLM: measure only when asked.
+    let wanted = needed || req.runtime == Runtime::Tflm;
+    let measured = |arena, not_measured| MeasuredPlan {
+        planner: plan.planner.name().into(),
+        overlap: plan.overlap.clone(),
+        planned_bytes: plan.peak_bytes.unwrap_or(0),
+        arena,
+        not_measured,
+    };
+    if !wanted {
+        let why = "measured with --runtime tflm, --emit-offline or --fits".to_string();
+        return Ok(Some(Deployable {
+            measured: measured(None, Some(why)),
+            emitted: None,
+        }));
+    }
+    let mut offsets = plan.offline_offsets(model);
+    offsets.truncate(file_tensors);
+    let emitted = crate::tflm::model_bytes(&req.model, 1)
+        .and_then(|source| Ok(tflite::emit_offline(&source, &offsets)?));
+    let emitted = match emitted {
+        Ok(e) => e,
+        Err(e) if !needed => {
+            return Ok(Some(Deployable {
+                measured: measured(None, Some(e.to_string())),
+                emitted: None,
+            }))
+        }
+        Err(e) => return Err(e),
+    };
+    // A model TFLM refuses still gets its plan written (without a header);
+    // only the budget cannot do without the number.
+    let arena = measure_arena(
+        &emitted.bytes,
+        req.kernels,
+        Arch::CortexM4,
+        None,
+        &req.cache,
+    );
+    let (arena, not_measured) = match arena {
+        Ok(a) => (Some(a), None),
+        Err(e) if req.fits.is_none() => (None, Some(e.to_string())),
+        Err(e) => {
+            return Err(e).with_context(|| {
+                "measuring the arena to allocate on real TFLM (docs/deploy.md)".to_string()
+            })
+        }
+    };
+    Ok(Some(Deployable {
+        measured: measured(arena, not_measured),
+        emitted: Some(emitted),
+    }))
 }
 
 /// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4
@@ -422,27 +549,59 @@ pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedO
     })
 }
 
-/// Writes the best plan's offsets of the file's own `file_tensors` tensors;
-/// the scratch tensors added after them are TFLM's to place (it plans
-/// scratch buffers online around the offline ones).
-fn emit(
-    source: &str,
-    model: &Model,
-    file_tensors: usize,
-    comparison: &Comparison,
-    dest: &Path,
-) -> Result<String> {
-    let plan = comparison
-        .best_plan()
-        .ok_or_else(|| failed!("no plan to emit"))?;
-    let mut offsets = plan.offline_offsets(model);
-    offsets.truncate(file_tensors);
-    let report = tflite::write_offline(Path::new(source), &offsets, dest)?;
+/// Writes the deployable model and its header (unless it misses the
+/// `--fits` budget); the line saying what was written.
+fn emit(req: &PlanRequest, d: &Deployable, budget: Option<Budget>, dest: &Path) -> Result<String> {
+    let m = &d.measured;
+    let Some(emitted) = &d.emitted else {
+        bail!("no plan to emit");
+    };
+    let Some(arena) = &m.arena else {
+        memtrace_io::output::write_atomically(dest, |w| {
+            std::io::Write::write_all(w, &emitted.bytes)
+                .map_err(|e| memtrace_io::output::write_error(dest, e))
+        })?;
+        return Ok(format!(
+            "wrote {} ({} planner, head {} B) with OfflineMemoryAllocation in buffer {}; \
+             no header: the arena to allocate was not measured: {}",
+            dest.display(),
+            m.planner,
+            m.planned_bytes,
+            emitted.buffer_index,
+            m.not_measured.as_deref().unwrap_or("unknown reason")
+        ));
+    };
+    if let Some(b) = budget.filter(|b| !b.fits()) {
+        return Ok(format!(
+            "did not write {}: the arena to allocate ({} B) misses the --fits budget by {} B",
+            dest.display(),
+            arena.bytes,
+            b.arena_bytes - b.budget_bytes
+        ));
+    }
+    let planner = format!("{} planner (O_s: {})", m.planner, m.overlap);
+    let header = write_deployment(
+        dest,
+        &emitted.bytes,
+        arena,
+        &Provenance {
+            command: "plan --emit-offline",
+            source: &req.model,
+            planner: &planner,
+            planned_bytes: m.planned_bytes,
+            proven: false,
+        },
+    )?;
     Ok(format!(
-        "wrote {} ({} planner, {} B arena) with OfflineMemoryAllocation in buffer {}",
+        "wrote {} and {} ({} planner, head {} B; arena to allocate {} B on TFLM {} kernels, {}) \
+         with OfflineMemoryAllocation in buffer {}",
         dest.display(),
-        plan.planner,
-        plan.peak_bytes.unwrap_or(0),
-        report.buffer_index
+        header.display(),
+        m.planner,
+        m.planned_bytes,
+        arena.bytes,
+        arena.kernels,
+        arena.target,
+        emitted.buffer_index
     ))
 }

@@ -506,6 +506,9 @@ int run() {
     set_word(TFLM_N_TENSORS, n_tensors);
     set_word(TFLM_N_SCRATCH, static_cast<uint32_t>(n_scratch));
     set_word(TFLM_N_OPS, n_ops);
+    if (g_flags & TFLM_FLAG_ALLOCATE_ONLY) {
+        return TFLM_EXIT_OK;  // an arena probe: AllocateTensors() fitted
+    }
 
     // --- inputs --------------------------------------------------------------
     uint32_t model_input_bytes = 0;

@@ -73,9 +73,16 @@ pub struct PlanArgs {
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
     /// Write the best plan (or --planner's) into a copy of the model as TFLM
-    /// `OfflineMemoryAllocation` metadata.
+    /// `OfflineMemoryAllocation` metadata, and beside it OUT.h, the C header
+    /// a firmware includes: kTensorArenaSize (the arena to allocate, measured
+    /// on real TFLM) and the model bytes (docs/deploy.md).
     #[arg(long, value_name = "OUT.tflite")]
     pub emit_offline: Option<PathBuf>,
+    /// The firmware's arena budget (e.g. 128K, 131072, 0.5M): exit 1 with
+    /// the shortfall in bytes when the arena to allocate exceeds it (and
+    /// write no --emit-offline files), say what is left when it fits.
+    #[arg(long, value_name = "SIZE", value_parser = memtrace_driver::deploy::parse_size)]
+    pub fits: Option<u64>,
     /// Offsets and sizes are multiples of this (TFLM uses 16): a power of
     /// two from 1 to 4096.
     #[arg(long, default_value_t = 16, value_parser = alignment)]
@@ -112,6 +119,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         accumulator: args.accumulator,
         runtime: args.runtime,
         cache: TraceCache::new(!args.no_cache),
+        fits: args.fits,
     })?;
     for w in &report.warnings {
         super::say(&format!("WARNING: {w}"));
@@ -122,6 +130,16 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
     match args.format {
         Format::Json => super::emit(&report.to_json()?)?,
         Format::Table => super::emit(&report.to_table())?,
+    }
+    if let Some(budget) = report.budget {
+        // The table states it; a JSON reader gets it in `budget`, a person
+        // on stderr.
+        if matches!(args.format, Format::Json) || !budget.fits() {
+            eprintln!("{}", budget.message());
+        }
+        if !budget.fits() {
+            return Ok(ExitCode::FAILURE);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

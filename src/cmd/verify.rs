@@ -8,11 +8,13 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::Args;
+use memtrace_driver::common::check_output;
+use memtrace_driver::deploy::{header_path, write_deployment, Budget, Provenance};
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::kernels::Runtime;
 use memtrace_driver::provenance::OverlapChoice;
 use memtrace_driver::verify::executor::verify;
-use memtrace_driver::verify::tflm::verify_tflm;
+use memtrace_driver::verify::tflm::{verify_tflm, TflmVerifyReport};
 use memtrace_driver::verify::VerifyOptions;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::Accumulator;
@@ -83,6 +85,18 @@ pub struct VerifyArgs {
     /// executor runs (--planner tinyseg, --accumulator int16).
     #[arg(long, value_enum)]
     pub runtime: Option<Runtime>,
+    /// Once the plan is proven (result OK), write the model with it as
+    /// OfflineMemoryAllocation to OUT.tflite and its C header to OUT.h
+    /// (kTensorArenaSize, the model bytes; docs/deploy.md). Nothing is
+    /// written when the proof fails. Real TFLM only.
+    #[arg(long, value_name = "OUT.tflite")]
+    pub emit_offline: Option<PathBuf>,
+    /// The firmware's arena budget (e.g. 128K, 131072, 0.5M): exit 1 with
+    /// the shortfall in bytes when the arena to allocate exceeds it (and
+    /// write no --emit-offline files), say what is left when it fits.
+    /// Real TFLM only.
+    #[arg(long, value_name = "SIZE", value_parser = memtrace_driver::deploy::parse_size)]
+    pub fits: Option<u64>,
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
@@ -112,6 +126,25 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
     let embedded_plan = args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();
+    let deploy = Deploy {
+        dest: args.emit_offline,
+        fits: args.fits,
+    };
+    if runtime != Runtime::Tflm && (deploy.dest.is_some() || deploy.fits.is_some()) {
+        super::usage_error(
+            "--emit-offline and --fits prove the plan on real TFLM: they need --runtime tflm",
+        );
+    }
+    if let Some(dest) = &deploy.dest {
+        let model = std::path::Path::new(&args.model);
+        if args.model.starts_with("zoo:") {
+            super::usage_error(
+                "--emit-offline needs a .tflite model to copy; a zoo model has none",
+            );
+        }
+        check_output(dest, &[model])?;
+        check_output(&header_path(dest), &[model, dest])?;
+    }
     let opts = VerifyOptions {
         model: args.model,
         planner,
@@ -137,13 +170,14 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;
         for w in &report.warnings {
-            eprintln!("WARNING: {w}");
+            super::say(&format!("WARNING: {w}"));
         }
         match format {
             Format::Table => super::emit(&report.to_text())?,
             Format::Json => super::emit(&json_with_verdict(&report, report.ok())?)?,
         }
-        return Ok(ExitCode::from(u8::from(!report.ok())));
+        let deployed = deploy.finish(&report)?;
+        return Ok(ExitCode::from(u8::from(!report.ok() || !deployed)));
     }
     let report = verify(&opts)?;
     for w in &report.warnings {
@@ -169,4 +203,75 @@ struct WithVerdict<'a, R: serde::Serialize> {
 /// `report` as pretty JSON with its verdict, and a final newline.
 fn json_with_verdict<R: serde::Serialize>(report: &R, ok: bool) -> Result<String> {
     Ok(serde_json::to_string_pretty(&WithVerdict { report, ok })? + "\n")
+}
+
+/// `--emit-offline` and `--fits` of a verify on real TFLM.
+struct Deploy {
+    dest: Option<PathBuf>,
+    fits: Option<u64>,
+}
+
+impl Deploy {
+    /// Checks the budget and writes the proven model and its header; says
+    /// on stderr what it did. False when the budget is missed or the proof
+    /// failed with files asked for.
+    fn finish(&self, report: &TflmVerifyReport) -> Result<bool> {
+        if self.dest.is_none() && self.fits.is_none() {
+            return Ok(true);
+        }
+        let m = &report.arena_to_allocate;
+        let Some(arena) = &m.arena else {
+            anyhow::bail!(
+                "the arena to allocate was not measured: {}",
+                m.not_measured.as_deref().unwrap_or("unknown reason")
+            );
+        };
+        let budget = self.fits.map(|budget_bytes| Budget {
+            budget_bytes,
+            arena_bytes: arena.bytes,
+        });
+        if let Some(b) = &budget {
+            eprintln!("{}", b.message());
+        }
+        let fits = budget.is_none_or(|b| b.fits());
+        let Some(dest) = &self.dest else {
+            return Ok(fits);
+        };
+        if !report.ok() {
+            eprintln!("did not write {}: the plan was not proven", dest.display());
+            return Ok(false);
+        }
+        if !fits {
+            eprintln!(
+                "did not write {}: it misses the --fits budget",
+                dest.display()
+            );
+            return Ok(false);
+        }
+        let planner = format!("{} planner (O_s: {})", m.planner, m.overlap);
+        let header = write_deployment(
+            dest,
+            &report.plan_model,
+            arena,
+            &Provenance {
+                command: "verify --emit-offline",
+                source: &report.model,
+                planner: &planner,
+                planned_bytes: m.planned_bytes,
+                proven: true,
+            },
+        )?;
+        eprintln!(
+            "wrote {} and {} ({} planner, head {} B, proven on TFLM; arena to allocate {} B on \
+             TFLM {} kernels, {})",
+            dest.display(),
+            header.display(),
+            m.planner,
+            m.planned_bytes,
+            arena.bytes,
+            arena.kernels,
+            arena.target
+        );
+        Ok(true)
+    }
 }

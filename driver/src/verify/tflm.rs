@@ -30,6 +30,7 @@ use memtrace_tracer::{Arch, ElfImage};
 
 use super::VerifyOptions;
 use crate::common::{exit_text, run_without_hooks};
+use crate::deploy::{measure_arena_on, MeasuredPlan};
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
@@ -158,6 +159,13 @@ pub struct TflmVerifyReport {
     pub warnings: Vec<String>,
     /// Wall-clock seconds of the whole verification.
     pub seconds: f64,
+    /// The arena a firmware must allocate for the plan under test, measured
+    /// on this runner ([`crate::deploy`]).
+    pub arena_to_allocate: MeasuredPlan,
+    /// The model as TFLM ran it under the plan under test (with the plan as
+    /// `OfflineMemoryAllocation`): what `--emit-offline` writes once proven.
+    #[serde(skip)]
+    pub plan_model: Vec<u8>,
 }
 
 impl TflmVerifyReport {
@@ -249,6 +257,7 @@ impl TflmVerifyReport {
                     "host oracle: not run (no Python with tflite-micro; set MEMTRACE_TFLM_PYTHON)\n"
             }
         }
+        s += &self.arena_to_allocate.to_text();
         s += &format!("result: {}\n", if self.ok() { "OK" } else { "FAILED" });
         s
     }
@@ -519,6 +528,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let b = &planned.result.output_bytes;
     let mismatched = mismatched_bytes(a, b);
     let planned_bytes = under_test.arena;
+    let arena_to_allocate = deploy_figures(req, &subject, &under_test, &offsets)?;
     Ok(TflmVerifyReport {
         model: req.model.clone(),
         runtime: "tflm",
@@ -549,7 +559,34 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             .map(|o| o.iter().filter(|&&v| v >= 0).count()),
         warnings,
         seconds: started.elapsed().as_secs_f64(),
+        plan_model: arena_to_allocate.1,
+        arena_to_allocate: arena_to_allocate.0,
     })
+}
+
+/// The arena a firmware must allocate for the plan under test (TFLM's
+/// refusal of the model at any arena is a note, not an error: the proof
+/// above already says what failed), and the model with that plan.
+fn deploy_figures(
+    req: &VerifyOptions,
+    subject: &Subject,
+    under_test: &UnderTest,
+    offsets: &[i64],
+) -> Result<(MeasuredPlan, Vec<u8>)> {
+    let model = tflite::emit_offline(&subject.bytes, offsets)?.bytes;
+    let (arena, not_measured) =
+        match measure_arena_on(&subject.image, &model, req.kernels, &req.cache) {
+            Ok(a) => (Some(a), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+    let measured = MeasuredPlan {
+        planner: under_test.planner.clone(),
+        overlap: under_test.overlap.clone(),
+        planned_bytes: under_test.arena,
+        arena,
+        not_measured,
+    };
+    Ok((measured, model))
 }
 
 /// What a TFLM verify runs: the model's bytes, graph and memtrace model,
