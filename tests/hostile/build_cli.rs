@@ -124,15 +124,19 @@ fn private_cache(dir: &Path) -> PathBuf {
     cache
 }
 
-/// A run that fills the trace cache quickly: TFLM's own plan of a small
-/// built-in model (without the host oracle).
-const CACHED_RUN: [&str; 5] = [
-    "verify",
-    "zoo:sakr_cifar10",
-    "--no-oracle",
-    "--format",
-    "json",
-];
+/// The smallest shared model (hello_world: three FULLY_CONNECTED, 0.3 s
+/// to verify).
+fn small_model() -> String {
+    path_str(&repo().join("../shared/models/tflm_hello_world_int8.tflite")).to_owned()
+}
+
+/// A run that fills the trace cache quickly: TFLM's own plan of the small
+/// model (without the host oracle), as JSON.
+fn cached_run(cache: &Path, limit: Duration) -> Ended {
+    let model = small_model();
+    let args = ["verify", &model, "--no-oracle", "--format", "json"];
+    memtrace_with_cache(cache, &args, limit)
+}
 
 /// Sets `path`'s modification time to `secs` after the epoch.
 fn age(path: &Path, secs: u64) {
@@ -165,7 +169,7 @@ fn the_cache_trim_deletes_only_its_own_entries_and_follows_no_link() {
     std::os::unix::fs::symlink(&victim, &link).unwrap();
 
     let out = exited(
-        memtrace_with_cache(&cache, &CACHED_RUN, Duration::from_secs(120)),
+        cached_run(&cache, Duration::from_secs(120)),
         "verify",
     );
     assert!(out.status.success(), "{}", stderr(&out));
@@ -200,7 +204,7 @@ fn a_cache_folder_others_may_write_to_is_not_used() {
     let user = cache.join("config.json");
     std::fs::write(&user, b"{}").unwrap();
     let out = exited(
-        memtrace_with_cache(&cache, &CACHED_RUN, Duration::from_secs(120)),
+        cached_run(&cache, Duration::from_secs(120)),
         "verify",
     );
     assert!(out.status.success(), "{}", stderr(&out));
@@ -218,7 +222,7 @@ fn a_fifo_at_a_cache_entry_is_a_miss_not_a_hang() {
     let dir = tempfile::tempdir().unwrap();
     let cache = private_cache(dir.path());
     let first = exited(
-        memtrace_with_cache(&cache, &CACHED_RUN, Duration::from_secs(120)),
+        cached_run(&cache, Duration::from_secs(120)),
         "first verify",
     );
     assert!(first.status.success(), "{}", stderr(&first));
@@ -230,14 +234,19 @@ fn a_fifo_at_a_cache_entry_is_a_miss_not_a_hang() {
         mkfifo(&p);
     }
     let second = exited(
-        memtrace_with_cache(&cache, &CACHED_RUN, Duration::from_secs(60)),
+        cached_run(&cache, Duration::from_secs(60)),
         "verify with FIFOs in the cache",
     );
     assert!(second.status.success(), "{}", stderr(&second));
     let a: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
     let b: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
     assert_eq!(a["output_digest"], b["output_digest"]);
-    assert_eq!(b["reference"]["cached"], false, "a FIFO was read as a hit");
+    assert_ne!(b["reference"]["cached"], true, "a FIFO was read as a hit");
+    // The entry written over the FIFO is a hit the next time.
+    let third = exited(cached_run(&cache, Duration::from_secs(60)), "third verify");
+    let c: serde_json::Value = serde_json::from_slice(&third.stdout).unwrap();
+    assert_eq!(c["reference"]["cached"], true, "{c}");
+    assert_eq!(a["output_digest"], c["output_digest"]);
 }
 
 #[test]
@@ -277,8 +286,9 @@ fn guests_come_from_the_source_tree_not_the_working_directory_and_are_named() {
     for name in ["tflm-runner.elf", "tflm-runner-cmsis.elf", "executor.elf"] {
         std::fs::write(planted.join(name), b"\x7fELF planted").unwrap();
     }
+    let model = small_model();
     let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["verify", "zoo:sakr_cifar10", "--no-oracle", "--no-cache"])
+        .args(["verify", &model, "--no-oracle", "--no-cache"])
         .args(["--format", "json"])
         .current_dir(dir.path())
         .env("MEMTRACE_CACHE_DIR", dir.path().join("cache"))
@@ -295,7 +305,7 @@ fn guests_come_from_the_source_tree_not_the_working_directory_and_are_named() {
     );
     // The text report names it too.
     let out = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["verify", "zoo:sakr_cifar10", "--no-oracle"])
+        .args(["verify", &model, "--no-oracle"])
         .current_dir(dir.path())
         .env("MEMTRACE_CACHE_DIR", dir.path().join("cache"))
         .env("CI", "1")
@@ -542,9 +552,9 @@ fn verify_and_plan_options_without_effect_are_usage_errors() {
 /// The graph input bytes of `model`, from verify's own error for an input
 /// of the wrong size.
 fn graph_input_bytes(model: &str, dir: &Path) -> usize {
-    let one = dir.join("one.bin");
-    std::fs::write(&one, [0u8]).unwrap();
-    let out = common::memtrace(["verify", model, "--no-oracle", "--input", path_str(&one)]);
+    let empty = dir.join("empty.bin");
+    std::fs::write(&empty, []).unwrap();
+    let out = common::memtrace(["verify", model, "--no-oracle", "--input", path_str(&empty)]);
     let err = stderr(&out);
     err.split("need ")
         .nth(1)
@@ -557,13 +567,12 @@ fn graph_input_bytes(model: &str, dir: &Path) -> usize {
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 fn verify_names_the_input_file_not_the_seed_it_did_not_use() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("m.tflite");
-    let out = common::memtrace(["zoo", "export", "sakr_cifar10", path_str(&model)]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let m = path_str(&model);
+    let model = small_model();
+    let m = model.as_str();
     let size = graph_input_bytes(m, dir.path());
     let input = dir.path().join("in.bin");
-    std::fs::write(&input, (0..size).map(|i| (i * 7) as u8).collect::<Vec<_>>()).unwrap();
+    assert!(size > 0);
+    std::fs::write(&input, (0..size).map(|i| (i * 7 + 3) as u8).collect::<Vec<_>>()).unwrap();
     let i = path_str(&input);
     let out = common::memtrace(["verify", m, "--no-oracle", "--seed", "9", "--input", i]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -624,7 +633,11 @@ fn campaign_hostile_files_options_and_cache_states() {
     std::fs::write(&outside, b"keep").unwrap();
     // Argument sets: each must end at once with 0, 1 or 2, never a signal,
     // a panic (101) or a hang.
+    let small = small_model();
+    let m = small.as_str();
     let cases: Vec<Vec<String>> = [
+        vec!["verify", m, "--no-oracle"],
+        vec!["verify", m, "--no-oracle", "--seed", "3"],
         vec!["run", f],
         vec!["run", s, "--layer", "conv1", "--events", f, "--plot", f],
         vec!["run", s, "--no-overlay"],
