@@ -77,7 +77,12 @@ pub fn guest_roots() -> Vec<PathBuf> {
     let beside_exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
         .ok()
-        .map(|exe| exe.ancestors().skip(1).map(Path::to_path_buf).collect::<Vec<_>>())
+        .map(|exe| {
+            exe.ancestors()
+                .skip(1)
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     let mut roots: Vec<PathBuf> = Vec::new();
     for base in source_tree.into_iter().chain(beside_exe) {

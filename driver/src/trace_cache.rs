@@ -107,8 +107,8 @@ impl TraceCache {
         }
         self.usable_dir()?;
         let file = open_entry(&path)?;
-        let text = memtrace_io::input::read_open_limited(&path, file, MAX_BYTES, "cache entries")
-            .ok()?;
+        let text =
+            memtrace_io::input::read_open_limited(&path, file, MAX_BYTES, "cache entries").ok()?;
         let value = serde_json::from_slice(&text).ok()?;
         // Least recently *used*: a hit refreshes the entry (through a
         // handle checked as ours, never by path).
@@ -276,10 +276,7 @@ fn safe_dir(dir: &Path) -> Result<(), String> {
 fn warn_once(dir: &Path, why: &str) {
     static WARNED: std::sync::Once = std::sync::Once::new();
     WARNED.call_once(|| {
-        eprintln!(
-            "WARNING: trace cache {} not used: {why}",
-            dir.display()
-        );
+        eprintln!("WARNING: trace cache {} not used: {why}", dir.display());
     });
 }
 
@@ -352,10 +349,7 @@ mod tests {
         let file = |k: &str| dir.path().join(entry_name(&key(k)));
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
             cache.put(&key(k), &vec![0u8; 100]);
-            let f = std::fs::File::options()
-                .append(true)
-                .open(file(k))
-                .unwrap();
+            let f = std::fs::File::options().append(true).open(file(k)).unwrap();
             f.set_modified(old + std::time::Duration::from_secs(i as u64))
                 .unwrap();
         }

@@ -155,7 +155,10 @@ fn the_cache_trim_deletes_only_its_own_entries_and_follows_no_link() {
     // the user's.
     let big = 300u64 << 20;
     let config = cache.join("config.json");
-    std::fs::File::create(&config).unwrap().set_len(big).unwrap();
+    std::fs::File::create(&config)
+        .unwrap()
+        .set_len(big)
+        .unwrap();
     age(&config, 1_000);
     let own = cache.join(format!("trace-{}.json", "0".repeat(64)));
     std::fs::File::create(&own).unwrap().set_len(big).unwrap();
@@ -163,15 +166,15 @@ fn the_cache_trim_deletes_only_its_own_entries_and_follows_no_link() {
     let elsewhere = dir.path().join("home");
     std::fs::create_dir(&elsewhere).unwrap();
     let victim = elsewhere.join("notes.json");
-    std::fs::File::create(&victim).unwrap().set_len(big).unwrap();
+    std::fs::File::create(&victim)
+        .unwrap()
+        .set_len(big)
+        .unwrap();
     age(&victim, 500);
     let link = cache.join(format!("trace-{}.json", "1".repeat(64)));
     std::os::unix::fs::symlink(&victim, &link).unwrap();
 
-    let out = exited(
-        cached_run(&cache, Duration::from_secs(120)),
-        "verify",
-    );
+    let out = exited(cached_run(&cache, Duration::from_secs(120)), "verify");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         config.exists(),
@@ -203,10 +206,7 @@ fn a_cache_folder_others_may_write_to_is_not_used() {
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
     let user = cache.join("config.json");
     std::fs::write(&user, b"{}").unwrap();
-    let out = exited(
-        cached_run(&cache, Duration::from_secs(120)),
-        "verify",
-    );
+    let out = exited(cached_run(&cache, Duration::from_secs(120)), "verify");
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -221,10 +221,7 @@ fn a_cache_folder_others_may_write_to_is_not_used() {
 fn a_fifo_at_a_cache_entry_is_a_miss_not_a_hang() {
     let dir = tempfile::tempdir().unwrap();
     let cache = private_cache(dir.path());
-    let first = exited(
-        cached_run(&cache, Duration::from_secs(120)),
-        "first verify",
-    );
+    let first = exited(cached_run(&cache, Duration::from_secs(120)), "first verify");
     assert!(first.status.success(), "{}", stderr(&first));
     let entries: Vec<String> = names(&cache).into_iter().filter(|n| is_entry(n)).collect();
     assert!(!entries.is_empty(), "{:?}", names(&cache));
@@ -265,10 +262,19 @@ fn fifos_given_as_files_are_refused_at_once() {
         vec!["verify", "zoo:sakr_cifar10", "--no-oracle", "--plan", f],
         vec!["verify", "zoo:sakr_cifar10", "--no-oracle", "--input", f],
         vec!["verify", "zoo:sakr_cifar10", "--no-oracle", "--executor", f],
-        vec!["verify", "zoo:sakr_cifar10", "--no-oracle", "--plan", p, "--executor", f],
+        vec![
+            "verify",
+            "zoo:sakr_cifar10",
+            "--no-oracle",
+            "--plan",
+            p,
+            "--executor",
+            f,
+        ],
     ] {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
-        cmd.args(&args).env("MEMTRACE_CACHE_DIR", dir.path().join("c"));
+        cmd.args(&args)
+            .env("MEMTRACE_CACHE_DIR", dir.path().join("c"));
         let out = exited(run_for(cmd, Duration::from_secs(60)), &args.join(" "));
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
@@ -297,7 +303,11 @@ fn guests_come_from_the_source_tree_not_the_working_directory_and_are_named() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let runner = Path::new(report["runner"].as_str().expect("the report names the runner"));
+    let runner = Path::new(
+        report["runner"]
+            .as_str()
+            .expect("the report names the runner"),
+    );
     let expected = common::guest("cortex-m4", "tflm-runner");
     assert_eq!(
         runner.canonicalize().unwrap(),
@@ -336,7 +346,10 @@ fn an_explicit_source_tree_that_is_not_one_fails_the_build() {
     let build = dir.path().join("build");
     let missing = dir.path().join("nowhere");
     for var in ["CMSIS_NN_DIR", "TFLM_TREE", "TFLM_DIR"] {
-        let out = make_harness_into(&build, &[format!("{var}={}", missing.display()), "rt".into()]);
+        let out = make_harness_into(
+            &build,
+            &[format!("{var}={}", missing.display()), "rt".into()],
+        );
         let text = format!("{}{}", stdout(&out), stderr(&out));
         assert!(!out.status.success(), "{var}: make succeeded:\n{text}");
         assert!(
@@ -360,7 +373,10 @@ fn release_relying_on_arm_acle(to: &Path) -> PathBuf {
         .status()
         .unwrap();
     assert!(status.success());
-    for header in ["Include/Internal/arm_nn_compiler.h", "Include/arm_nn_math_types.h"] {
+    for header in [
+        "Include/Internal/arm_nn_compiler.h",
+        "Include/arm_nn_math_types.h",
+    ] {
         let path = to.join(header);
         let text = std::fs::read_to_string(&path).unwrap();
         let edited = text.replace("#include <stdint.h>", "/* stdint.h: from arm_acle.h */");
@@ -401,12 +417,7 @@ fn a_release_whose_headers_need_arm_acle_for_stdint_builds_for_x86_64() {
     let mut args = vec![cmsis];
     args.extend(goals.iter().map(|g| g.display().to_string()));
     let out = make_harness_into(&build, &args);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     for g in &goals {
         assert!(g.exists(), "{} not built", g.display());
     }
@@ -471,7 +482,10 @@ fn make_test_runs_every_test_binary_and_still_fails() {
         .unwrap_or_else(|| panic!("no cargo test in: {made}"));
     assert!(line.contains("--no-fail-fast"), "{line}");
     // A failing command still fails make (no `|| true`, no `-` prefix).
-    assert!(!line.contains("||") && !line.trim_start().starts_with('-'), "{line}");
+    assert!(
+        !line.contains("||") && !line.trim_start().starts_with('-'),
+        "{line}"
+    );
 }
 
 #[test]
@@ -507,14 +521,7 @@ fn model_options_on_a_kernel_binary_are_errors_naming_them() {
         ("--target", "x86-64"),
         ("--arena-bytes", "4096"),
     ] {
-        let out = common::memtrace([
-            "run",
-            path_str(&suite),
-            "--layer",
-            "conv1",
-            option,
-            value,
-        ]);
+        let out = common::memtrace(["run", path_str(&suite), "--layer", "conv1", option, value]);
         assert_usage_error(&out, &[option, "kernel binary"]);
     }
     let out = common::memtrace(["run", path_str(&suite), "--no-overlay"]);
@@ -538,14 +545,7 @@ fn verify_and_plan_options_without_effect_are_usage_errors() {
     assert_usage_error(&out, &["--overlap-from", "--plan"]);
     let out = common::memtrace(["verify", model, "--allow-foreign-plan"]);
     assert_usage_error(&out, &["--allow-foreign-plan", "--plan"]);
-    let out = common::memtrace([
-        "plan",
-        model,
-        "--runtime",
-        "tflm",
-        "--accumulator",
-        "int16",
-    ]);
+    let out = common::memtrace(["plan", model, "--runtime", "tflm", "--accumulator", "int16"]);
     assert_usage_error(&out, &["--accumulator", "--runtime tflm"]);
 }
 
@@ -572,7 +572,11 @@ fn verify_names_the_input_file_not_the_seed_it_did_not_use() {
     let size = graph_input_bytes(m, dir.path());
     let input = dir.path().join("in.bin");
     assert!(size > 0);
-    std::fs::write(&input, (0..size).map(|i| (i * 7 + 3) as u8).collect::<Vec<_>>()).unwrap();
+    std::fs::write(
+        &input,
+        (0..size).map(|i| (i * 7 + 3) as u8).collect::<Vec<_>>(),
+    )
+    .unwrap();
     let i = path_str(&input);
     let out = common::memtrace(["verify", m, "--no-oracle", "--seed", "9", "--input", i]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -581,7 +585,15 @@ fn verify_names_the_input_file_not_the_seed_it_did_not_use() {
     assert!(head.contains(&format!("input {i}")), "{head}");
     assert!(!head.contains("seed 9"), "{head}");
     let out = common::memtrace([
-        "verify", m, "--no-oracle", "--seed", "9", "--input", i, "--format", "json",
+        "verify",
+        m,
+        "--no-oracle",
+        "--seed",
+        "9",
+        "--input",
+        i,
+        "--format",
+        "json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -644,11 +656,25 @@ fn campaign_hostile_files_options_and_cache_states() {
         vec!["run", s, "--target", "x86-64"],
         vec!["run", s, "--input", f],
         vec!["plan", f],
-        vec!["plan", "zoo:sakr_cifar10", "--runtime", "tflm", "--accumulator", "int16"],
+        vec![
+            "plan",
+            "zoo:sakr_cifar10",
+            "--runtime",
+            "tflm",
+            "--accumulator",
+            "int16",
+        ],
         vec!["verify", "zoo:sakr_cifar10", "--no-oracle", "--plan", f],
         vec!["verify", "zoo:sakr_cifar10", "--no-oracle", "--input", f],
         vec!["verify", "zoo:sakr_cifar10", "--allow-foreign-plan"],
-        vec!["verify", "zoo:sakr_cifar10", "--plan", f, "--overlap-from", "tflm"],
+        vec![
+            "verify",
+            "zoo:sakr_cifar10",
+            "--plan",
+            f,
+            "--overlap-from",
+            "tflm",
+        ],
         vec!["validate", f],
     ]
     .iter()
