@@ -293,7 +293,9 @@ fn trim(dir: &Path, max: u64) {
         .filter(|e| is_entry_name(&e.file_name()))
         .filter_map(|e| {
             let m = std::fs::symlink_metadata(e.path()).ok()?;
-            is_own_regular_file(&m).then_some(())?;
+            if !is_own_regular_file(&m) {
+                return None;
+            }
             Some((m.modified().ok()?, m.len(), e.path()))
         })
         .collect();
