@@ -66,12 +66,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         } else {
             models.clone()
         };
-        memtrace_driver::bench_models::bench_models(
-            &models,
-            &build_dir,
-            args.repeat,
-            &mut out,
-        )?;
+        memtrace_driver::bench_models::bench_models(&models, &build_dir, args.repeat, &mut out)?;
     } else if let Some(models) = &args.tinyseg {
         memtrace_driver::spill::bench_tinyseg(models, args.repeat, &mut out)?;
     } else if args.ladder {

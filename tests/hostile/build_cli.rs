@@ -633,7 +633,7 @@ enum CacheFault {
 #[test]
 fn campaign_hostile_files_options_and_cache_states() {
     use std::os::unix::fs::PermissionsExt;
-    let seed = 0x5eed_0b11d_c11u64;
+    let seed = 0x5eed_0b11_dc11_u64;
     let mut rng = Rng(seed);
     let suite = common::suite("cortex-m4");
     let s = path_str(&suite);
