@@ -61,9 +61,11 @@ demo: install
 oracle: deps
 	@bash scripts/install-oracle.sh $(ORACLE_VENV)
 
+# --no-fail-fast: every test binary runs, so one failure does not hide the
+# others; cargo still exits non-zero when any test failed.
 test: build oracle
 	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python \
-	    $(CARGO) test --release --workspace --all-targets
+	    $(CARGO) test --release --workspace --all-targets --no-fail-fast
 
 bench: build
 	$(MEMTRACE) bench

@@ -501,6 +501,8 @@ pub struct VerifyReport {
     pub seed: u64,
     /// Kernel library of the executor both runs used (`tflm`, `cmsis-nn`).
     pub kernels: Kernels,
+    /// The executor guest ELF both runs used.
+    pub executor: String,
     /// Kernel library whose traces gave the plan's traced O_s.
     pub overlap_kernels: Kernels,
     /// The run under TFLM's greedy plan without overlaps.
@@ -595,8 +597,8 @@ impl VerifyReport {
     pub fn to_text(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "model   {}  (memtrace's executor, target {}, seed {})\n",
-            self.model, self.target, self.seed
+            "model   {}  (memtrace's executor, target {}, seed {})\nexecutor: {}\n",
+            self.model, self.target, self.seed, self.executor
         ));
         if self.kernels != Kernels::Tflm || self.overlap_kernels != self.kernels {
             s.push_str(&format!(

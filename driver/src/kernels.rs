@@ -65,29 +65,56 @@ pub fn build_dir(arch: Arch) -> &'static str {
     }
 }
 
-/// `harness-c/build/ARCH/FILE`, from the working directory or the source
-/// tree; the error says how to get it.
+/// The harness build folders guests are looked for in, first to last: the
+/// source tree this memtrace was built from, then `harness-c/build` beside
+/// any folder holding the running executable (a target directory inside a
+/// clone). Never the working directory: a `harness-c/build` planted where
+/// memtrace happens to run would otherwise silently replace the guests.
+pub fn guest_roots() -> Vec<PathBuf> {
+    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf);
+    let beside_exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .ok()
+        .map(|exe| {
+            exe.ancestors()
+                .skip(1)
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for base in source_tree.into_iter().chain(beside_exe) {
+        let root = base.join("harness-c").join("build");
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+    roots
+}
+
+/// `harness-c/build/ARCH/FILE` of the first of [`guest_roots`] that has it;
+/// the error says where it was looked for and how to get it.
 pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
-    let rel = Path::new("harness-c/build")
-        .join(build_dir(arch))
-        .join(file);
-    let candidates = [
-        rel.clone(),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(&rel),
-    ];
-    candidates
+    let rel = Path::new(build_dir(arch)).join(file);
+    let roots = guest_roots();
+    roots
         .iter()
-        .find(|p| p.exists())
-        .cloned()
+        .map(|root| root.join(&rel))
+        .find(|p| p.is_file())
         .ok_or_else(|| {
             let cmsis = if file.contains("cmsis") {
                 " with CMSIS_NN_DIR=/path/to/CMSIS-NN"
             } else {
                 ""
             };
+            let first = roots
+                .first()
+                .map_or_else(|| rel.clone(), |root| root.join(&rel));
             failed!(
                 "{} not found: build the guests (`make -C harness-c`{cmsis}) or pass {option}",
-                rel.display()
+                first.display()
             )
         })
 }

@@ -68,35 +68,89 @@ pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// Opens `path` for reading if it is a regular file, without ever waiting:
+/// the open does not block (`O_NONBLOCK`, so a FIFO swapped in after any
+/// earlier look cannot hang the process) and the handle's own metadata
+/// decides, not a look at the path that may since have changed. With
+/// `follow_links` false a symbolic link is refused (`O_NOFOLLOW`).
+pub fn open_regular(path: &Path, follow_links: bool) -> Result<std::fs::File, ReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source: std::io::Error| ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    // A first look spares opening devices at all; the handle decides.
+    let looked = if follow_links {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    };
+    let kind = looked.map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(ReadError::NotRegular {
+            path: path.display().to_string(),
+            kind: if kind.is_symlink() {
+                "a symbolic link"
+            } else {
+                file_kind(&kind)
+            },
+        });
+    }
+    let mut flags = libc::O_NONBLOCK;
+    if !follow_links {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| {
+            // O_NOFOLLOW on a link fails with ELOOP: say what it is.
+            if !follow_links && e.raw_os_error() == Some(libc::ELOOP) {
+                ReadError::NotRegular {
+                    path: path.display().to_string(),
+                    kind: "a symbolic link",
+                }
+            } else {
+                io(e)
+            }
+        })?;
+    let kind = file.metadata().map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(ReadError::NotRegular {
+            path: path.display().to_string(),
+            kind: file_kind(&kind),
+        });
+    }
+    Ok(file)
+}
+
 /// Reads the regular file `path` (symbolic links followed) of at most
 /// `limit` bytes; `what` names the kind of file in the error ("`.tflite`
-/// models"). Never reads more than `limit + 1` bytes, and refuses a FIFO
-/// before opening it (opening one for reading would wait for a writer).
+/// models"). Never reads more than `limit + 1` bytes, and never blocks on a
+/// FIFO, even one put in place while it looks ([`open_regular`]).
 pub fn read_limited(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>, ReadError> {
+    read_open_limited(path, open_regular(path, true)?, limit, what)
+}
+
+/// [`read_limited`] of an opened regular file; `path` names it in errors.
+pub fn read_open_limited(
+    path: &Path,
+    file: std::fs::File,
+    limit: u64,
+    what: &str,
+) -> Result<Vec<u8>, ReadError> {
     let shown = || path.display().to_string();
     let io = |source: std::io::Error| ReadError::Io {
         path: shown(),
         source,
-    };
-    let not_regular = |kind: &std::fs::FileType| ReadError::NotRegular {
-        path: shown(),
-        kind: file_kind(kind),
     };
     let too_large = || ReadError::TooLarge {
         path: shown(),
         limit,
         what: what.to_string(),
     };
-    let kind = std::fs::metadata(path).map_err(io)?.file_type();
-    if !kind.is_file() {
-        return Err(not_regular(&kind));
-    }
-    let file = std::fs::File::open(path).map_err(io)?;
-    // The file may have been replaced between the two looks.
     let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(not_regular(&meta.file_type()));
-    }
     if meta.len() > limit {
         return Err(too_large());
     }
@@ -140,6 +194,23 @@ mod tests {
         let dir = std::env::temp_dir();
         let e = read_limited(&dir, 1 << 20, "models").unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = std::env::temp_dir().join(format!("memtrace-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_limited(&fifo, 1 << 20, "models").unwrap_err();
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        let e = open_regular(&link, false).unwrap_err();
+        assert!(e.to_string().contains("a symbolic link"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -12,9 +12,11 @@ use memtrace_driver::ladder::{ladder, TABLE_ONE};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Directory holding cortex-m4/ and x86_64/ guest builds.
-    #[arg(long, default_value = "harness-c/build")]
-    pub build_dir: PathBuf,
+    /// Directory holding cortex-m4/ and x86_64/ guest builds (default: the
+    /// harness build of the source tree memtrace was built from, not the
+    /// working directory's).
+    #[arg(long)]
+    pub build_dir: Option<PathBuf>,
     /// Layer for the overhead and Valgrind comparisons (≥ 10 M instructions).
     #[arg(
         long,
@@ -57,23 +59,19 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
+    let build_dir = args.build_dir.clone().unwrap_or_else(default_build_dir);
     if let Some(models) = &args.models {
         let models = if models.is_empty() {
             shared_models()?
         } else {
             models.clone()
         };
-        memtrace_driver::bench_models::bench_models(
-            &models,
-            &args.build_dir,
-            args.repeat,
-            &mut out,
-        )?;
+        memtrace_driver::bench_models::bench_models(&models, &build_dir, args.repeat, &mut out)?;
     } else if let Some(models) = &args.tinyseg {
         memtrace_driver::spill::bench_tinyseg(models, args.repeat, &mut out)?;
     } else if args.ladder {
         ladder(
-            &args.build_dir.join("cortex-m4/suite.elf"),
+            &build_dir.join("cortex-m4/suite.elf"),
             &args.ladder_job,
             args.ladder_configs,
             &mut out,
@@ -81,7 +79,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     } else {
         bench(
             &BenchOptions {
-                build_dir: args.build_dir,
+                build_dir,
                 job: args.job,
                 rss_job: args.rss_job,
                 repeat: args.repeat,
@@ -106,4 +104,13 @@ fn shared_models() -> Result<Vec<String>> {
         .collect();
     models.sort();
     Ok(models)
+}
+
+/// The first harness build folder memtrace looks for guests in (the source
+/// tree's), whether or not it holds them yet: the errors then name it.
+fn default_build_dir() -> PathBuf {
+    memtrace_driver::kernels::guest_roots()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| PathBuf::from("harness-c/build"))
 }

@@ -103,6 +103,12 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
+    if args.runtime == Runtime::Tflm && args.accumulator != Accumulator::Int32 {
+        super::usage_error(
+            "--accumulator int16 has no effect with --runtime tflm (TFLM's TRANSPOSE_CONV keeps \
+             its own int32 accumulator): use --runtime executor",
+        );
+    }
     args.spill
         .check(args.planner.0 == Some(PlannerKind::Tinyseg));
     let report = plan(&PlanRequest {

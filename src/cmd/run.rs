@@ -40,7 +40,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
     /// With --plot: draw only the trace, without the O_s curves.
-    #[arg(long)]
+    #[arg(long, requires = "plot")]
     pub no_overlay: bool,
     /// Exit with status 1 when a layer breaks the memory contract (stray
     /// write, output read before written, write to an input, weights or
@@ -72,11 +72,12 @@ pub struct RunArgs {
     pub exact_time: bool,
     /// With a .tflite: TFLM's kernels (tflm: its reference kernels,
     /// tflm-runner.elf; cmsis-nn: its CMSIS-NN kernels, tflm-runner-cmsis.elf).
-    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
-    pub kernels: Kernels,
-    /// With a .tflite: the runner's architecture.
-    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
-    pub target: Arch,
+    /// Default: tflm.
+    #[arg(long, value_enum)]
+    pub kernels: Option<Kernels>,
+    /// With a .tflite: the runner's architecture. Default: cortex-m4.
+    #[arg(long, value_enum)]
+    pub target: Option<Arch>,
     /// With a .tflite: the TFLM runner ELF (default:
     /// harness-c/build/TARGET/tflm-runner.elf or tflm-runner-cmsis.elf).
     #[arg(long, value_name = "ELF")]
@@ -104,8 +105,8 @@ impl From<&RunArgs> for RunOptions {
             max_instructions: a.max_instructions,
             exact_time: a.exact_time,
             model: ModelOptions {
-                kernels: a.kernels,
-                target: a.target,
+                kernels: a.kernels.unwrap_or(Kernels::Tflm),
+                target: a.target.unwrap_or(Arch::CortexM4),
                 runner: a.runner.clone(),
                 arena_bytes: a.arena_bytes,
                 input: a.input.clone(),
@@ -114,7 +115,62 @@ impl From<&RunArgs> for RunOptions {
     }
 }
 
+/// Ends with a usage error when two outputs name one file (the second
+/// written would replace the first).
+fn check_distinct_outputs(args: &RunArgs) {
+    if let (Some(plot), Some(events)) = (&args.plot, &args.events) {
+        if same_output(plot, events) {
+            super::usage_error(&format!(
+                "--plot and --events both name {}: each output needs a file of its own",
+                plot.display()
+            ));
+        }
+    }
+}
+
+/// Whether two output paths name one file, existing or not: the same text
+/// once `.` parts are dropped, the same file, or the same file name in one
+/// folder.
+fn same_output(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let plain = |p: &std::path::Path| -> PathBuf { p.components().collect() };
+    let folder = |p: &std::path::Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        std::fs::canonicalize(dir.unwrap_or(std::path::Path::new(".")))
+    };
+    plain(a) == plain(b)
+        || memtrace_io::output::same_file(a, b)
+        || (a.file_name() == b.file_name()
+            && matches!((folder(a), folder(b)), (Ok(x), Ok(y)) if x == y))
+}
+
+/// Ends with a usage error naming the first option that only a model run
+/// uses when `args.elf` is a kernel binary (an existing file that is no
+/// model; a missing one gets the loader's error).
+fn check_model_only_options(args: &RunArgs) {
+    let is_binary = std::fs::metadata(&args.elf).is_ok_and(|m| m.is_file())
+        && !memtrace_driver::run::is_model(&args.elf);
+    if !is_binary {
+        return;
+    }
+    let given = [
+        (args.kernels.is_some(), "--kernels"),
+        (args.target.is_some(), "--target"),
+        (args.runner.is_some(), "--runner"),
+        (args.arena_bytes.is_some(), "--arena-bytes"),
+        (args.input.is_some(), "--input"),
+    ];
+    if let Some((_, option)) = given.iter().find(|(g, _)| *g) {
+        super::usage_error(&format!(
+            "{option} has no effect on a kernel binary: {} is an ELF, and {option} is for a \
+             .tflite model run on TFLM (the ELF's own code and architecture run)",
+            args.elf.display()
+        ));
+    }
+}
+
 pub fn run(args: RunArgs) -> Result<ExitCode> {
+    check_distinct_outputs(&args);
+    check_model_only_options(&args);
     let report = trace_layers(&RunOptions::from(&args))?;
     match args.format {
         Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,

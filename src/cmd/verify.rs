@@ -42,13 +42,14 @@ pub struct VerifyArgs {
     pub plan: Option<PathBuf>,
     /// Check a --plan file whose "kernels" names another library than
     /// --kernels (with a warning) instead of refusing it.
-    #[arg(long)]
+    #[arg(long, requires = "plan")]
     pub allow_foreign_plan: bool,
     #[command(flatten)]
     pub run: super::executor_args::ExecutorArgs,
     /// Take the traced O_s from this library's run instead (e.g. check a
-    /// plan certified for tflm on cmsis-nn).
-    #[arg(long, value_enum, value_name = "KERNELS")]
+    /// plan certified for tflm on cmsis-nn). Not with --plan, whose file
+    /// gives the placement.
+    #[arg(long, value_enum, value_name = "KERNELS", conflicts_with = "plan")]
     pub overlap_from: Option<Kernels>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

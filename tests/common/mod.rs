@@ -177,3 +177,20 @@ pub fn layer<'a>(report: &'a Value, name: &str) -> &'a Value {
         .find(|l| l["name"] == name)
         .unwrap_or_else(|| panic!("no layer `{name}`: {report}"))
 }
+
+/// `word` with an include folder of the CMSIS-NN checkout `cmsis`
+/// (canonical) written `-I$CMSIS_NN_DIR/Include`, as the doc writes it. Both
+/// sides are compared canonical: make names the checkout by a path that may
+/// reach it through a symbolic link (`../shared` a link), the test by its
+/// real path.
+pub fn cmsis_written_as_the_doc(word: &str, cmsis: &Path) -> String {
+    let include = word
+        .strip_prefix("-I")
+        .and_then(|w| w.strip_suffix("/Include"))
+        .and_then(|dir| Path::new(dir).canonicalize().ok());
+    if include.as_deref() == Some(cmsis) {
+        "-I$CMSIS_NN_DIR/Include".to_owned()
+    } else {
+        word.to_owned()
+    }
+}

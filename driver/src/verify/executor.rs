@@ -435,6 +435,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         target: req.target,
         seed: req.seed,
         kernels: req.kernels,
+        executor: image.path.display().to_string(),
         overlap_kernels,
         reference: run_report(model, &PlanUnderTest::reference(&reference), ref_out),
         plan: run_report(plan_model, &under_test, &plan_out),

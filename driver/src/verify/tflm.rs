@@ -123,8 +123,13 @@ pub struct TflmVerifyReport {
     pub kernels: Kernels,
     /// Kernels whose traces gave the plan's traced O_s.
     pub overlap_kernels: Kernels,
-    /// Seed of the generated input.
+    /// Seed of the generated input (and of a zoo model's weights).
     pub seed: u64,
+    /// The `--input` file the graph inputs came from instead of the seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// The TFLM runner guest that ran both plans.
+    pub runner: String,
     /// TFLM's own plan.
     pub reference: TflmRunReport,
     /// memtrace's plan, run by TFLM as `OfflineMemoryAllocation`.
@@ -176,11 +181,25 @@ impl TflmVerifyReport {
             && self.oracle.as_ref().is_none_or(|o| o.agrees())
     }
 
+    /// Where the inputs came from: the `--input` file, or the seed (a zoo
+    /// model's weights come from the seed either way).
+    fn data_source(&self) -> String {
+        match (&self.input, self.model.starts_with("zoo:")) {
+            (Some(file), true) => format!("weights from seed {}, input {file}", self.seed),
+            (Some(file), false) => format!("input {file}"),
+            (None, _) => format!("seed {}", self.seed),
+        }
+    }
+
     /// The human-readable report.
     pub fn to_text(&self) -> String {
         let mut s = format!(
-            "{} on real TFLM ({} kernels, {}), seed {}\n",
-            self.model, self.kernels, self.target, self.seed
+            "{} on real TFLM ({} kernels, {}), {}\nrunner: {}\n",
+            self.model,
+            self.kernels,
+            self.target,
+            self.data_source(),
+            self.runner
         );
         s += &format!(
             "{:<28} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}\n",
@@ -536,6 +555,8 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         kernels: req.kernels,
         overlap_kernels,
         seed: req.seed,
+        input: req.input.as_ref().map(|p| p.display().to_string()),
+        runner: subject.image.path.display().to_string(),
         reference: run_report(&reference, "tflm".into(), "none".into(), predicted),
         plan: run_report(
             &planned,
