@@ -18,6 +18,7 @@ use crate::error::{Context, Result};
 use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::Runtime;
 use crate::kernels::{harness_guest, library_of, Kernels};
+use crate::plan_file::PlanProvenance;
 use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
@@ -76,6 +77,9 @@ pub struct PlanReport {
     /// The O_s the plans with overlaps credited, per operator index (0
     /// where the source has none).
     pub op_overlap_bytes: Vec<u64>,
+    /// Model digest, kernels, target and TFLM build the plans are for
+    /// (`verify --plan` checks them).
+    pub plan_provenance: PlanProvenance,
 }
 
 impl PlanReport {
@@ -107,6 +111,7 @@ impl PlanReport {
             foreign_overlap: p.is_foreign(),
             warnings: &self.warnings,
             op_overlap_bytes: &self.op_overlap_bytes,
+            provenance: &self.plan_provenance,
         }
     }
 }
@@ -123,6 +128,7 @@ struct Document<'a, T: serde::Serialize> {
     foreign_overlap: bool,
     warnings: &'a [String],
     op_overlap_bytes: &'a [u64],
+    provenance: &'a PlanProvenance,
 }
 
 /// What `memtrace plan` found.
@@ -191,6 +197,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
     let (provenance, suite) = provenance(req)?;
+    let plan_provenance = PlanProvenance::new(
+        &req.model,
+        req.kernels,
+        Arch::CortexM4,
+        runtime_name(req.runtime),
+        provenance.source,
+    )?;
     let warnings: Vec<String> = provenance.warning().into_iter().collect();
     if provenance.is_foreign() && req.emit_offline.is_some() && !req.allow_foreign_overlap {
         bail!(
@@ -266,6 +279,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             warnings,
             emitted: None,
             op_overlap_bytes: overlaps.per_op.clone(),
+            plan_provenance,
         });
     }
     let comparison = match req.planner {
@@ -276,7 +290,14 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         plot_comparison(&model, &comparison, path)?;
     }
     let emitted = match &req.emit_offline {
-        Some(dest) => Some(emit(&req.model, &model, file_tensors, &comparison, dest)?),
+        Some(dest) => Some(emit(
+            &req.model,
+            &model,
+            file_tensors,
+            &comparison,
+            &plan_provenance,
+            dest,
+        )?),
         None => None,
     };
     Ok(PlanReport {
@@ -285,6 +306,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         warnings,
         emitted,
         op_overlap_bytes: overlaps.per_op,
+        plan_provenance,
     })
 }
 
@@ -422,14 +444,24 @@ pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedO
     })
 }
 
+/// The name a plan's provenance gives `runtime`.
+fn runtime_name(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Tflm => "tflm",
+        Runtime::Executor => "executor",
+    }
+}
+
 /// Writes the best plan's offsets of the file's own `file_tensors` tensors;
 /// the scratch tensors added after them are TFLM's to place (it plans
-/// scratch buffers online around the offline ones).
+/// scratch buffers online around the offline ones). The plan's provenance
+/// goes beside it, as the `memtrace_plan` metadata entry.
 fn emit(
     source: &str,
     model: &Model,
     file_tensors: usize,
     comparison: &Comparison,
+    provenance: &PlanProvenance,
     dest: &Path,
 ) -> Result<String> {
     let plan = comparison
@@ -437,7 +469,12 @@ fn emit(
         .ok_or_else(|| failed!("no plan to emit"))?;
     let mut offsets = plan.offline_offsets(model);
     offsets.truncate(file_tensors);
-    let report = tflite::write_offline(Path::new(source), &offsets, dest)?;
+    let note = PlanProvenance {
+        planner: Some(plan.planner.name().to_string()),
+        ..provenance.clone()
+    }
+    .to_metadata()?;
+    let report = tflite::write_offline_noted(Path::new(source), &offsets, Some(&note), dest)?;
     Ok(format!(
         "wrote {} ({} planner, {} B arena) with OfflineMemoryAllocation in buffer {}",
         dest.display(),

@@ -22,6 +22,7 @@ use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions}
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
 use crate::common::{access_path, check_output, configure_table_printing, trace_with};
+use crate::plan_file::EmbeddedOrigin;
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
 use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, ScratchWatch};
@@ -163,10 +164,19 @@ fn model_guest(opts: &RunOptions) -> Result<Guest> {
             m.target.name()
         );
     }
+    // TFLM runs the offline plan a model carries: say whose it is, and
+    // warn when memtrace made it for other kernels.
+    let origin = memtrace_model::tflite::read_offline(&model)
+        .with_context(|| format!("reading {}", opts.elf.display()))?
+        .map(|_| EmbeddedOrigin::of(&model));
     let info = TflmRunInfo {
         model: opts.elf.display().to_string(),
         kernels: m.kernels,
         operators: graph.ops.len(),
+        embedded_plan: origin.as_ref().map(|o| o.describe()),
+        embedded_plan_warning: origin
+            .as_ref()
+            .and_then(|o| o.foreign_kernels_warning(m.kernels)),
         ..TflmRunInfo::default()
     };
     Ok(Guest::Model {
@@ -399,7 +409,13 @@ fn trace_guest(
 /// One warning per failed O_s cross-check of each layer, then one per
 /// broken rule of the memory contract.
 pub fn warnings(report: &RunReport) -> Vec<String> {
-    let mut lines = Vec::new();
+    // A plan made for other kernels is the loudest: it may corrupt data.
+    let mut lines: Vec<String> = report
+        .tflm
+        .iter()
+        .filter_map(|t| t.embedded_plan_warning.as_ref())
+        .map(|w| format!("WARNING: {w}"))
+        .collect();
     for layer in &report.layers {
         for (k, o) in layer.overlaps().enumerate() {
             let methods = MethodValues {
@@ -463,8 +479,17 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
     let what = match &report.tflm {
         Some(t) => format!(
-            "{} on TFLM ({} kernels, {}; arena used {} B: head {} B, tail {} B)",
-            t.model, t.kernels, report.elf, t.arena_used_bytes, t.head_bytes, t.tail_bytes
+            "{} on TFLM ({} kernels, {}; arena used {} B: head {} B, tail {} B){}",
+            t.model,
+            t.kernels,
+            report.elf,
+            t.arena_used_bytes,
+            t.head_bytes,
+            t.tail_bytes,
+            t.embedded_plan
+                .as_ref()
+                .map(|o| format!("\nmodel: carries an embedded offline plan, {o}"))
+                .unwrap_or_default()
         ),
         None => report.elf.clone(),
     };

@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::Args;
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::kernels::Runtime;
+use memtrace_driver::plan_file::PlanPick;
 use memtrace_driver::provenance::OverlapChoice;
 use memtrace_driver::verify::executor::verify;
 use memtrace_driver::verify::tflm::verify_tflm;
@@ -86,18 +87,22 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
-    if args.plan.is_some() {
-        for (given, option) in [
-            (args.planner.is_some(), "--planner"),
-            (args.overlap.is_some(), "--overlap"),
-        ] {
-            if given {
-                super::usage_error(&format!(
-                    "{option} has no effect with --plan (the plan file gives the placement)"
-                ));
-            }
-        }
+    if args.plan.is_some() && args.overlap.is_some() && args.planner.is_none() {
+        super::usage_error(
+            "--overlap with --plan only picks, beside --planner, one plan of a `memtrace plan` \
+             document (the plan file gives the placement)",
+        );
     }
+    // With --plan, --planner (and --overlap) pick one plan of a `plan`
+    // document that holds several.
+    let pick = args
+        .plan
+        .as_ref()
+        .and(args.planner)
+        .map(|planner| PlanPick {
+            planner,
+            overlap: args.overlap,
+        });
     let overlap = args.overlap.unwrap_or(OverlapChoice::Traced);
     if args.overlap_from.is_some() && overlap != OverlapChoice::Traced {
         super::usage_error(&format!(
@@ -133,6 +138,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
         oracle: !args.no_oracle,
         embedded_plan,
+        pick,
     };
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;

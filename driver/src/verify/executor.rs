@@ -19,14 +19,13 @@ use memtrace_analyzer::verify::{
     digest, mismatched_bytes, KernelsComparison, PlacedTensorReport, PlanRunReport,
     UsedOverlapReport, VerifyReport,
 };
-use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{Accumulator, Model};
 use memtrace_tracer::ElfImage;
 
-use super::{check_plan_kernels, placement_from_plan, VerifyOptions};
+use super::{read_plan_file, VerifyOptions};
 use crate::common::{check_output, load_model};
-use crate::error::{Context, Result};
+use crate::error::Result;
 use crate::executor_run::{executor, ExecutorRun, Outcome, Placement, Watch};
 use crate::kernels::Kernels;
 use crate::provenance::{OverlapChoice, OverlapProvenance};
@@ -239,10 +238,15 @@ fn plan_from_file(
     req: &VerifyOptions,
     warnings: &mut Vec<String>,
 ) -> Result<PlanUnderTest> {
-    let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
-    let (offsets, arena_bytes) = placement_from_plan(&r.model, &r.placement.offsets, &text)
-        .with_context(|| path.display().to_string())?;
-    warnings.extend(check_plan_kernels(path, &text, req)?);
+    let read = read_plan_file(path, &r.model, &r.placement.offsets, req)?;
+    warnings.extend(read.warnings);
+    // The report's plan column names the file, and which plan of a `plan`
+    // document was taken.
+    let source = match &read.taken {
+        Some(taken) => format!("{} ({taken})", path.display()),
+        None => path.display().to_string(),
+    };
+    let (offsets, arena_bytes) = (read.offsets, read.arena);
     Ok(PlanUnderTest {
         model: None,
         spill: None,
@@ -254,7 +258,7 @@ fn plan_from_file(
         },
         planner: "file".to_string(),
         cached: false,
-        overlap: path.display().to_string(),
+        overlap: source,
     })
 }
 

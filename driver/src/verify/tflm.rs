@@ -29,6 +29,7 @@ use memtrace_model::{self as model, tflite, Dtype, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::VerifyOptions;
+use crate::plan_file::EmbeddedOrigin;
 use crate::common::{exit_text, run_without_hooks};
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
@@ -154,6 +155,10 @@ pub struct TflmVerifyReport {
     /// without it (TFLM's own plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedded_plan_tensors: Option<usize>,
+    /// Whose that embedded plan is: memtrace's (with its provenance) or of
+    /// unknown origin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded_plan_origin: Option<EmbeddedOrigin>,
     /// Warnings (a plan file made for other kernels, `--allow-foreign-plan`).
     pub warnings: Vec<String>,
     /// Wall-clock seconds of the whole verification.
@@ -193,8 +198,12 @@ impl TflmVerifyReport {
         if let Some(n) = self.embedded_plan_tensors {
             s += &format!(
                 "model: carries an embedded offline plan (OfflineMemoryAllocation, {n} tensors \
-                 placed); the reference run and the host oracle ran it without, with TFLM's own \
-                 plan\n"
+                 placed){}; the reference run and the host oracle ran it without, with TFLM's own \
+                 plan\n",
+                self.embedded_plan_origin
+                    .as_ref()
+                    .map(|o| format!(", {}", o.describe()))
+                    .unwrap_or_default()
             );
         }
         if self.reference.cached {
@@ -226,9 +235,16 @@ impl TflmVerifyReport {
         }
         if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
             s += &format!(
-                "culprit: the model's embedded offline plan (OfflineMemoryAllocation) is unsafe \
-                 on the {} kernels: operator `{}` reads `{}` after its bytes were overwritten\n",
-                self.kernels, c.op, c.tensor
+                "culprit: the model's embedded offline plan (OfflineMemoryAllocation{}) is \
+                 unsafe on the {} kernels: operator `{}` reads `{}` after its bytes were \
+                 overwritten\n",
+                self.embedded_plan_origin
+                    .as_ref()
+                    .map(|o| format!(", {}", o.describe()))
+                    .unwrap_or_default(),
+                self.kernels,
+                c.op,
+                c.tensor
             );
         }
         s += &format!(
@@ -483,7 +499,12 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = subject
+        .origin
+        .as_ref()
+        .and_then(|o| o.foreign_kernels_warning(req.kernels))
+        .into_iter()
+        .collect();
     let under_test = match (&req.plan, &subject.embedded) {
         (Some(path), _) => {
             let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
@@ -537,6 +558,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             .embedded
             .as_ref()
             .map(|o| o.iter().filter(|&&v| v >= 0).count()),
+        embedded_plan_origin: subject.origin.clone(),
         warnings,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -550,6 +572,8 @@ struct Subject {
     bytes: Vec<u8>,
     /// The offsets of the offline plan the model carried, if any.
     embedded: Option<Vec<i64>>,
+    /// Whose that plan is.
+    origin: Option<EmbeddedOrigin>,
     graph: TfliteGraph,
     model: Model,
     inputs: Vec<u8>,
@@ -572,6 +596,7 @@ impl Subject {
         // carries is taken out of every run but the one that verifies it.
         let embedded =
             tflite::read_offline(&given).with_context(|| format!("reading {}", req.model))?;
+        let origin = embedded.as_ref().map(|_| EmbeddedOrigin::of(&given));
         let bytes = match embedded {
             Some(_) => tflite::strip_offline(&given)
                 .with_context(|| format!("reading {}", req.model))?
@@ -616,6 +641,7 @@ impl Subject {
         Ok(Subject {
             bytes,
             embedded,
+            origin,
             graph,
             model,
             inputs,
@@ -923,16 +949,9 @@ fn plan_from_file(
     reference: &[Option<u64>],
     graph_tensors: usize,
 ) -> Result<(UnderTest, Vec<String>)> {
-    let text = memtrace_io::input::read_text_limited(
-        path,
-        memtrace_io::input::MAX_TEXT_FILE,
-        "plan files",
-    )?;
-    let (offsets, arena) = super::placement_from_plan(model, reference, &text)
-        .with_context(|| path.display().to_string())?;
-    let mut warnings: Vec<String> = super::check_plan_kernels(path, &text, req)?
-        .into_iter()
-        .collect();
+    let read = super::read_plan_file(path, model, reference, req)?;
+    let (offsets, arena) = (read.offsets, read.arena);
+    let mut warnings = read.warnings;
     let names = model.tensor_names();
     for t in graph_tensors..offsets.len().min(reference.len()) {
         if let (Some(o), Some(r)) = (offsets[t], reference[t]) {
@@ -951,7 +970,11 @@ fn plan_from_file(
         offsets: offsets.iter().map(|o| o.map_or(-1, |v| v as i64)).collect(),
         arena,
         planner: "file".into(),
-        overlap: path.display().to_string(),
+        // Names the file, and which plan of a `plan` document was taken.
+        overlap: match &read.taken {
+            Some(taken) => format!("{} ({taken})", path.display()),
+            None => path.display().to_string(),
+        },
     };
     Ok((under_test, warnings))
 }
