@@ -195,8 +195,10 @@ pub(crate) struct FromDocument {
     pub file: serde_json::Value,
     /// The document's provenance.
     pub provenance: Option<PlanProvenance>,
-    /// Which plan was taken, for the report.
+    /// Which plan was taken (`exact (analytic O_s)`), for the report.
     pub taken: String,
+    /// Why that one, for the report.
+    pub why: String,
 }
 
 /// Reads `text` as a `plan` document, if it is one (see [`FromDocument`]).
@@ -222,7 +224,7 @@ pub(crate) fn from_document(text: &str, pick: Option<PlanPick>) -> Result<Option
         .iter()
         .filter(|p| p.peak_bytes.is_some() && !p.tensors.is_empty())
         .collect();
-    let (plan, taken) = choose(&applicable, pick, doc.plans.len())?;
+    let (plan, why) = choose(&applicable, pick, doc.plans.len())?;
     let tensors: Vec<serde_json::Value> = plan
         .tensors
         .iter()
@@ -238,17 +240,17 @@ pub(crate) fn from_document(text: &str, pick: Option<PlanPick>) -> Result<Option
             "kernels": kernels,
         }),
         provenance: doc.provenance,
-        taken,
+        taken: format!("{} ({} O_s)", plan.planner, plan.overlap),
+        why,
     }))
 }
 
-/// The plan of `plans` to take, and a line saying which and why.
+/// The plan of `plans` to take, and why that one.
 fn choose<'a>(
     plans: &[&'a DocumentPlan],
     pick: Option<PlanPick>,
     rows: usize,
 ) -> Result<(&'a DocumentPlan, String)> {
-    let name = |p: &DocumentPlan| format!("{} ({} O_s)", p.planner, p.overlap);
     let Some(pick) = pick else {
         let best = plans
             .iter()
@@ -262,7 +264,7 @@ fn choose<'a>(
                  another)"
             )
         };
-        return Ok((best, format!("took {}: {why}", name(best))));
+        return Ok((best, why));
     };
     let rows: Vec<&&DocumentPlan> = plans
         .iter()
@@ -274,14 +276,17 @@ fn choose<'a>(
         .find(|p| (p.overlap == "none") == without)
         .or(rows.first())
         .ok_or_else(|| {
-            let known: Vec<String> = plans.iter().map(|p| name(p)).collect();
+            let known: Vec<String> = plans
+                .iter()
+                .map(|p| format!("{} ({} O_s)", p.planner, p.overlap))
+                .collect();
             failed!(
                 "the `plan` document has no applicable {} plan (it has: {})",
                 pick.planner.name(),
                 known.join(", ")
             )
         })?;
-    Ok((chosen, format!("took {} (--planner)", name(chosen))))
+    Ok((chosen, "the one --planner names".to_string()))
 }
 
 /// Compares a plan's provenance with the run's: a plan made from another
@@ -303,7 +308,8 @@ pub(crate) fn check_provenance(
     }
     if made.target != target.name() {
         bail!(
-            "the plan was made for target {}, not {} (--target): re-plan for {}",
+            "the plan was made for target {}, not {} (--target): its scratch buffers and O_s are \
+             another target's kernels' (verify on {})",
             made.target,
             target.name(),
             target.name()

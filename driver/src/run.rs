@@ -22,9 +22,9 @@ use memtrace_tracer::{AccessPath, Arch, ElfImage, Job, RunSummary, TraceOptions}
 
 use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelResolver};
 use crate::common::{access_path, check_output, configure_table_printing, trace_with};
-use crate::plan_file::EmbeddedOrigin;
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
+use crate::plan_file::EmbeddedOrigin;
 use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, ScratchWatch};
 use crate::{bail, failed};
 
@@ -479,22 +479,21 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
     let what = match &report.tflm {
         Some(t) => format!(
-            "{} on TFLM ({} kernels, {}; arena used {} B: head {} B, tail {} B){}",
-            t.model,
-            t.kernels,
-            report.elf,
-            t.arena_used_bytes,
-            t.head_bytes,
-            t.tail_bytes,
-            t.embedded_plan
-                .as_ref()
-                .map(|o| format!("\nmodel: carries an embedded offline plan, {o}"))
-                .unwrap_or_default()
+            "{} on TFLM ({} kernels, {}; arena used {} B: head {} B, tail {} B)",
+            t.model, t.kernels, report.elf, t.arena_used_bytes, t.head_bytes, t.tail_bytes
         ),
         None => report.elf.clone(),
     };
+    // Whose offline plan TFLM ran, on a line of its own.
+    let embedded = report
+        .tflm
+        .as_ref()
+        .and_then(|t| t.embedded_plan.as_ref())
+        .map(|o| format!("model: carries an embedded offline plan, {o}\n"))
+        .unwrap_or_default();
     Ok(format!(
-        "{} ({}): {} layer(s) traced, {} instructions in total\n{}\n{}\nmemory contract:\n{}\n",
+        "{} ({}): {} layer(s) traced, {} instructions in total\n{embedded}{}\n{}\nmemory \
+         contract:\n{}\n",
         what,
         report.arch,
         report.layers.len(),

@@ -696,10 +696,13 @@ pub fn emit_offline_noted(
             data: Some(note.to_vec()),
         });
         let index = (buffers.len() - 1) as u32;
-        model.metadata.get_or_insert_with(Vec::new).push(fb::Metadata {
-            name: Some(PLAN_METADATA.to_string()),
-            buffer: index,
-        });
+        model
+            .metadata
+            .get_or_insert_with(Vec::new)
+            .push(fb::Metadata {
+                name: Some(PLAN_METADATA.to_string()),
+                buffer: index,
+            });
     }
     let bytes = serialize(&model);
     // Read it back through the same code: the plan must round-trip.
@@ -888,7 +891,9 @@ pub fn read_metadata(bytes: &[u8], name: &str) -> Result<Option<Vec<u8>>, ModelE
             .map_err(fb_err("model.buffers"))?
             .and_then(|b| b.get(index))
             .ok_or_else(|| {
-                ModelError::Invalid(format!("metadata `{name}` refers to missing buffer {index}"))
+                ModelError::Invalid(format!(
+                    "metadata `{name}` refers to missing buffer {index}"
+                ))
             })?
             .map_err(fb_err(format!("buffer {index}")))?
             .data()

@@ -243,7 +243,7 @@ fn plan_from_file(
     // The report's plan column names the file, and which plan of a `plan`
     // document was taken.
     let source = match &read.taken {
-        Some(taken) => format!("{} ({taken})", path.display()),
+        Some((taken, _)) => format!("{}: {taken}", path.display()),
         None => path.display().to_string(),
     };
     let (offsets, arena_bytes) = (read.offsets, read.arena);

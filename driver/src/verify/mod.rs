@@ -181,8 +181,8 @@ pub(crate) struct PlanFileRead {
     pub arena: u64,
     /// Warnings (a plan for other kernels let through, another TFLM build).
     pub warnings: Vec<String>,
-    /// With a `plan` document: which of its plans was taken.
-    pub taken: Option<String>,
+    /// With a `plan` document: which of its plans was taken, and why.
+    pub taken: Option<(String, String)>,
 }
 
 /// Reads `--plan path` for `model` (unlisted tensors at `reference`): a
@@ -211,13 +211,13 @@ pub(crate) fn read_plan_file(
                         .with_context(|| path.display().to_string())?,
                 );
             }
-            (d.file.to_string(), Some(d.taken))
+            (d.file.to_string(), Some((d.taken, d.why)))
         }
         None => (text, None),
     };
     warnings.extend(check_plan_kernels(path, &text, req)?);
-    let (offsets, arena) = placement_from_plan(model, reference, &text)
-        .with_context(|| path.display().to_string())?;
+    let (offsets, arena) =
+        placement_from_plan(model, reference, &text).with_context(|| path.display().to_string())?;
     Ok(PlanFileRead {
         offsets,
         arena,

@@ -29,11 +29,11 @@ use memtrace_model::{self as model, tflite, Dtype, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::VerifyOptions;
-use crate::plan_file::EmbeddedOrigin;
 use crate::common::{exit_text, run_without_hooks};
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
+use crate::plan_file::EmbeddedOrigin;
 use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
     ModelRun, ScratchWatch,
@@ -159,6 +159,9 @@ pub struct TflmVerifyReport {
     /// unknown origin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedded_plan_origin: Option<EmbeddedOrigin>,
+    /// Which plan of a `plan --format json` document `--plan` took, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_taken: Option<String>,
     /// Warnings (a plan file made for other kernels, `--allow-foreign-plan`).
     pub warnings: Vec<String>,
     /// Wall-clock seconds of the whole verification.
@@ -205,6 +208,9 @@ impl TflmVerifyReport {
                     .map(|o| format!(", {}", o.describe()))
                     .unwrap_or_default()
             );
+        }
+        if let Some(taken) = &self.plan_taken {
+            s += &format!("plan file: {taken}\n");
         }
         if self.reference.cached {
             s += "reference: TFLM's own plan from the trace cache (--no-cache runs it again)\n";
@@ -505,13 +511,15 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         .and_then(|o| o.foreign_kernels_warning(req.kernels))
         .into_iter()
         .collect();
+    let mut plan_taken = None;
     let under_test = match (&req.plan, &subject.embedded) {
         (Some(path), _) => {
             let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
             let graph_tensors = subject.graph.tensors.len();
-            let (under_test, notes) =
+            let (under_test, notes, taken) =
                 plan_from_file(req, path, &planned_model, &reference_offsets, graph_tensors)?;
             warnings.extend(notes);
+            plan_taken = taken;
             under_test
         }
         (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
@@ -559,6 +567,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             .as_ref()
             .map(|o| o.iter().filter(|&&v| v >= 0).count()),
         embedded_plan_origin: subject.origin.clone(),
+        plan_taken,
         warnings,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -948,12 +957,18 @@ fn plan_from_file(
     model: &Model,
     reference: &[Option<u64>],
     graph_tensors: usize,
-) -> Result<(UnderTest, Vec<String>)> {
+) -> Result<(UnderTest, Vec<String>, Option<String>)> {
     let read = super::read_plan_file(path, model, reference, req)?;
     let (offsets, arena) = (read.offsets, read.arena);
     let mut warnings = read.warnings;
     let names = model.tensor_names();
-    for t in graph_tensors..offsets.len().min(reference.len()) {
+    // A `plan` document's scratch offsets are memtrace's model of TFLM's,
+    // not a user's choice: TFLM placing them itself is no news.
+    let scratch_from = match read.taken {
+        Some(_) => offsets.len(),
+        None => graph_tensors,
+    };
+    for t in scratch_from..offsets.len().min(reference.len()) {
         if let (Some(o), Some(r)) = (offsets[t], reference[t]) {
             if o != r {
                 warnings.push(format!(
@@ -972,11 +987,14 @@ fn plan_from_file(
         planner: "file".into(),
         // Names the file, and which plan of a `plan` document was taken.
         overlap: match &read.taken {
-            Some(taken) => format!("{} ({taken})", path.display()),
+            Some((taken, _)) => format!("{}: {taken}", path.display()),
             None => path.display().to_string(),
         },
     };
-    Ok((under_test, warnings))
+    let taken = read
+        .taken
+        .map(|(taken, why)| format!("{}: took {taken}, {why}", path.display()));
+    Ok((under_test, warnings, taken))
 }
 
 /// Where TFLM's own plan put each tensor memtrace plans (`None` for the
