@@ -29,10 +29,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "memtrace-plan-files-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("memtrace-plan-files-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -231,7 +229,10 @@ fn planner_picks_one_plan_of_a_document() {
         "tflm",
         &["--planner", "dmo-heap", "--overlap", "none"],
     );
-    assert!(v["plan_taken"].as_str().unwrap().contains("dmo-heap (none O_s)"));
+    assert!(v["plan_taken"]
+        .as_str()
+        .unwrap()
+        .contains("dmo-heap (none O_s)"));
     // A plain placement has nothing to pick.
     std::fs::write(dir.path("plain.json"), r#"{"tensors": []}"#).unwrap();
     let out = memtrace([
@@ -244,7 +245,11 @@ fn planner_picks_one_plan_of_a_document() {
         "--no-oracle",
     ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("single placement"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("single placement"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `zoo export ZOO OUT` (seed 1, as `plan` reads the zoo model).
@@ -259,7 +264,13 @@ fn refused(model: &str, plan: &str, args: &[&str]) -> String {
     let mut all = vec!["verify", model, "--plan", plan, "--no-oracle"];
     all.extend_from_slice(args);
     let out = memtrace(&all);
-    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert!(stdout(&out).is_empty(), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(err.starts_with("error: "), "{err}");
@@ -281,19 +292,33 @@ fn a_plan_of_another_model_kernels_or_target_is_refused_naming_both() {
     let hello = shared_model("tflm_hello_world_int8.tflite");
     let theirs = fnv1a(&std::fs::read(&hello).unwrap());
     for runtime in ["tflm", "executor"] {
-        let err = refused(&hello, &file, &["--kernels", "cmsis-nn", "--runtime", runtime]);
+        let err = refused(
+            &hello,
+            &file,
+            &["--kernels", "cmsis-nn", "--runtime", runtime],
+        );
         assert!(err.contains(&ours) && err.contains(&theirs), "{err}");
         assert!(err.contains("another model"), "{err}");
         // Other kernels.
         let err = refused(ZOO, &file, &["--kernels", "tflm", "--runtime", runtime]);
-        assert!(err.contains("cmsis-nn") && err.contains("not tflm"), "{err}");
+        assert!(
+            err.contains("cmsis-nn") && err.contains("not tflm"),
+            "{err}"
+        );
         assert!(err.contains("--allow-foreign-plan"), "{err}");
     }
     // Another target (only the executor runs on x86-64).
     let err = refused(
         ZOO,
         &file,
-        &["--kernels", "cmsis-nn", "--runtime", "executor", "--target", "x86-64"],
+        &[
+            "--kernels",
+            "cmsis-nn",
+            "--runtime",
+            "executor",
+            "--target",
+            "x86-64",
+        ],
     );
     assert!(err.contains("cortex-m4") && err.contains("x86-64"), "{err}");
     // The exported file is the same model as the zoo's: taken.
@@ -344,7 +369,11 @@ fn an_embedded_plan_says_whose_it_is() {
     // run on the kernels it was made for: no warning.
     let r = memtrace(["run", &embedded, "--kernels", "tflm", "--format", "json"]);
     assert!(r.status.success(), "{}", stderr(&r));
-    assert!(!stderr(&r).contains("embedded offline plan"), "{}", stderr(&r));
+    assert!(
+        !stderr(&r).contains("embedded offline plan"),
+        "{}",
+        stderr(&r)
+    );
     let v = json(&r);
     assert!(v["tflm"]["embedded_plan"]
         .as_str()
@@ -353,7 +382,14 @@ fn an_embedded_plan_says_whose_it_is() {
     assert!(v["tflm"].get("embedded_plan_warning").is_none(), "{v}");
 
     // run on CMSIS-NN: a loud warning naming both libraries and what to do.
-    let r = memtrace(["run", &embedded, "--kernels", "cmsis-nn", "--format", "json"]);
+    let r = memtrace([
+        "run",
+        &embedded,
+        "--kernels",
+        "cmsis-nn",
+        "--format",
+        "json",
+    ]);
     assert!(r.status.success(), "{}", stderr(&r));
     let err = stderr(&r);
     let first = err.lines().next().unwrap_or_default();
