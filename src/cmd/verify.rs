@@ -23,7 +23,8 @@ pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
     /// Planner of the verified plan (default dmo-heap; tinyseg: the
-    /// transformed model, see --base).
+    /// transformed model, see --base). With --plan: which plan of a `memtrace
+    /// plan` document to take.
     #[arg(long, value_enum)]
     pub planner: Option<PlannerKind>,
     #[command(flatten)]
@@ -36,7 +37,9 @@ pub struct VerifyArgs {
     /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N,
     /// "kernels": "tflm"|"cmsis-nn"}` (tensors not listed keep their
     /// reference offsets; model order; a plan made for another library than
-    /// --kernels is refused).
+    /// --kernels is refused), or what `memtrace plan --format json` prints
+    /// (its smallest plan, or --planner's; refused for another model or
+    /// target).
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<PathBuf>,
     /// Check a --plan file whose "kernels" names another library than
