@@ -432,6 +432,19 @@ fn an_embedded_plan_says_whose_it_is() {
     assert!(!out.contains("the shadow map or the runner is wrong"));
     assert!(stderr(&r).contains("WARNING: the model's embedded offline plan"));
 
+    // memtrace's executor places tensors itself: it says so, and whose the
+    // plan it does not check is.
+    let r = memtrace(["verify", &embedded, "--runtime", "executor", "--no-oracle"]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let err = stderr(&r);
+    assert!(
+        err.contains("WARNING: ")
+            && err.contains("carries an embedded offline plan")
+            && err.contains("memtrace's plan")
+            && err.contains("--runtime tflm"),
+        "{err}"
+    );
+
     // The same offsets without memtrace's note: unknown origin.
     let stripped = tflite::strip_metadata(&bytes, tflite::PLAN_METADATA)
         .unwrap()
@@ -461,4 +474,8 @@ fn an_embedded_plan_says_whose_it_is() {
         culprit.contains("culprit: ") && culprit.contains("unknown origin"),
         "{culprit}"
     );
+    // Nothing to warn about kernels: nobody said which it was made for.
+    assert!(!stderr(&r).contains("made by memtrace"), "{}", stderr(&r));
+    let r = memtrace(["verify", &foreign, "--runtime", "executor", "--no-oracle"]);
+    assert!(stderr(&r).contains("unknown origin"), "{}", stderr(&r));
 }

@@ -25,7 +25,7 @@ use memtrace_tracer::ElfImage;
 
 use super::{read_plan_file, VerifyOptions};
 use crate::common::{check_output, load_model};
-use crate::error::Result;
+use crate::error::{Context, Result};
 use crate::executor_run::{executor, ExecutorRun, Outcome, Placement, Watch};
 use crate::kernels::Kernels;
 use crate::provenance::{OverlapChoice, OverlapProvenance};
@@ -311,6 +311,27 @@ fn plan_from_planner(
     })
 }
 
+/// The warning for a `.tflite` that carries an offline plan: memtrace's
+/// executor places the tensors itself, so that plan (whose it is said) is
+/// not the one checked here.
+fn embedded_plan_note(model: &str) -> Result<Option<String>> {
+    if model.starts_with("zoo:") {
+        return Ok(None);
+    }
+    let bytes = crate::tflm::model_bytes(model, 1)?;
+    if memtrace_model::tflite::read_offline(&bytes)
+        .with_context(|| format!("reading {model}"))?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{model} carries an embedded offline plan (OfflineMemoryAllocation), {}; memtrace's \
+         executor places the tensors itself and does not check it: `--runtime tflm` verifies it",
+        crate::plan_file::EmbeddedOrigin::of(&bytes).describe()
+    )))
+}
+
 /// Runs the model under the reference plan and under the chosen plan, and
 /// reports clobbers, bit-exactness and the O_s each operator traced.
 pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
@@ -375,7 +396,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     };
     let (traced, traced_report) = traced_overlaps(source);
     let model = &reference.model;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = embedded_plan_note(&req.model)?.into_iter().collect();
     let under_test = match &req.plan {
         Some(path) => plan_from_file(path, &reference, req, &mut warnings)?,
         None => {
