@@ -360,7 +360,14 @@ fn an_embedded_plan_says_whose_it_is() {
     assert_eq!(note["target"], "cortex-m4");
     assert_eq!(note["overlap_source"], "analytic");
     assert!(note["planner"].is_string(), "{note}");
-    assert!(note["tflm_build"].is_string(), "{note}");
+    // The TFLM build is the reference runner's bytes' digest.
+    let runner = common::guest("cortex-m4", "tflm-runner");
+    assert_eq!(
+        note["tflm_build"],
+        fnv1a(&std::fs::read(&runner).unwrap()).as_str(),
+        "{}",
+        runner.display()
+    );
     assert_eq!(
         note["model_digest"],
         fnv1a(&std::fs::read(&plain).unwrap()).as_str()
@@ -430,7 +437,12 @@ fn an_embedded_plan_says_whose_it_is() {
         assert!(culprit.contains(needle), "`{needle}` not in {culprit}");
     }
     assert!(!out.contains("the shadow map or the runner is wrong"));
-    assert!(stderr(&r).contains("WARNING: the model's embedded offline plan"));
+    let err = stderr(&r);
+    assert!(
+        err.contains("WARNING: the model's embedded offline plan")
+            && err.contains("This verify checks it on cmsis-nn"),
+        "{err}"
+    );
 
     // memtrace's executor places tensors itself: it says so, and whose the
     // plan it does not check is.

@@ -132,8 +132,9 @@ impl EmbeddedOrigin {
     }
 
     /// The loud warning for running a model whose embedded plan was made
-    /// by memtrace for other kernels than `kernels`, if it was.
-    pub fn foreign_kernels_warning(&self, kernels: Kernels) -> Option<String> {
+    /// by memtrace for other kernels than `kernels`, if it was: what is
+    /// wrong, then `advice`.
+    pub fn foreign_kernels_warning(&self, kernels: Kernels, advice: &str) -> Option<String> {
         let EmbeddedOrigin::Memtrace(p) = self else {
             return None;
         };
@@ -141,15 +142,21 @@ impl EmbeddedOrigin {
             format!(
                 "the model's embedded offline plan (OfflineMemoryAllocation) was made by memtrace \
                  for the {} kernels, but it runs on the {} kernels: its overlaps may corrupt data \
-                 on {}. Re-plan for them (`memtrace plan MODEL --kernels {} --emit-offline OUT`) \
-                 or check it (`memtrace verify MODEL --kernels {}`)",
+                 on {}. {advice}",
                 p.kernels,
-                kernels.name(),
-                kernels.name(),
                 kernels.name(),
                 kernels.name()
             )
         })
+    }
+
+    /// What `run` advises about a plan made for other kernels.
+    pub fn run_advice(kernels: Kernels) -> String {
+        let k = kernels.name();
+        format!(
+            "Re-plan for them (`memtrace plan MODEL --kernels {k} --emit-offline OUT`) or check \
+             it (`memtrace verify MODEL --kernels {k}`)"
+        )
     }
 }
 

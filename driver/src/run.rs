@@ -174,9 +174,9 @@ fn model_guest(opts: &RunOptions) -> Result<Guest> {
         kernels: m.kernels,
         operators: graph.ops.len(),
         embedded_plan: origin.as_ref().map(|o| o.describe()),
-        embedded_plan_warning: origin
-            .as_ref()
-            .and_then(|o| o.foreign_kernels_warning(m.kernels)),
+        embedded_plan_warning: origin.as_ref().and_then(|o| {
+            o.foreign_kernels_warning(m.kernels, &EmbeddedOrigin::run_advice(m.kernels))
+        }),
         ..TflmRunInfo::default()
     };
     Ok(Guest::Model {

@@ -508,7 +508,16 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let mut warnings: Vec<String> = subject
         .origin
         .as_ref()
-        .and_then(|o| o.foreign_kernels_warning(req.kernels))
+        .and_then(|o| {
+            o.foreign_kernels_warning(
+                req.kernels,
+                &format!(
+                    "This verify checks it on {k}; to deploy on {k}, re-plan for them (`memtrace \
+                     plan MODEL --kernels {k} --emit-offline OUT`)",
+                    k = req.kernels.name()
+                ),
+            )
+        })
         .into_iter()
         .collect();
     let mut plan_taken = None;
