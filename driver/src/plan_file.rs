@@ -214,6 +214,13 @@ pub(crate) struct FromDocument {
 pub(crate) fn from_document(text: &str, pick: Option<PlanPick>) -> Result<Option<FromDocument>> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
+    if value.get("steps").is_some() && value.get("base").is_some() {
+        bail!(
+            "a TinySeg plan transforms the model (spill and fetch operators), so its placement \
+             is not one of the model's own tensors: verify it with `memtrace verify MODEL \
+             --planner tinyseg`"
+        );
+    }
     if value.get("plans").is_none() {
         if let Some(p) = pick {
             bail!(
@@ -333,4 +340,65 @@ pub(crate) fn check_provenance(
         }
     }
     Ok(warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A document with `exact` (analytic, 96 B), `dmo-heap` without
+    /// overlaps (128 B) and with them (96 B), and a not-applicable row.
+    const DOC: &str = r#"{"model": "m", "kernels": "tflm", "plans": [
+        {"planner": "dmo-heap", "overlap": "none", "peak_bytes": 128,
+         "tensors": [{"name": "a", "offset": 0}]},
+        {"planner": "dmo-heap", "overlap": "analytic", "peak_bytes": 96,
+         "tensors": [{"name": "a", "offset": 32}]},
+        {"planner": "reorder", "overlap": "analytic", "peak_bytes": null, "tensors": []},
+        {"planner": "exact", "overlap": "analytic", "peak_bytes": 96,
+         "tensors": [{"name": "a", "offset": 64}]}]}"#;
+
+    fn offset(d: &FromDocument) -> u64 {
+        d.file["tensors"][0]["offset"].as_u64().unwrap()
+    }
+
+    #[test]
+    fn the_smallest_plan_is_taken_first_of_equals_as_emit_offline() {
+        let d = from_document(DOC, None).unwrap().unwrap();
+        assert_eq!(d.taken, "dmo-heap (analytic O_s)");
+        assert_eq!(offset(&d), 32);
+        assert_eq!(d.file["arena_bytes"], 96);
+        assert_eq!(d.file["kernels"], "tflm");
+        assert!(d.why.contains("smallest of its 4 plans"), "{}", d.why);
+    }
+
+    #[test]
+    fn planner_and_overlap_pick_a_row() {
+        let pick = |planner, overlap| {
+            from_document(DOC, Some(PlanPick { planner, overlap })).map(|d| d.unwrap())
+        };
+        assert_eq!(offset(&pick(PlannerKind::Exact, None).unwrap()), 64);
+        assert_eq!(offset(&pick(PlannerKind::DmoHeap, None).unwrap()), 32);
+        let none = pick(PlannerKind::DmoHeap, Some(OverlapChoice::None)).unwrap();
+        assert_eq!(offset(&none), 0);
+        let e = pick(PlannerKind::Reorder, None).err().unwrap().to_string();
+        assert!(e.contains("no applicable reorder plan"), "{e}");
+        assert!(e.contains("exact (analytic O_s)"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_placement_is_no_document_and_has_nothing_to_pick() {
+        let plain = r#"{"tensors": []}"#;
+        assert!(from_document(plain, None).unwrap().is_none());
+        let pick = PlanPick {
+            planner: PlannerKind::Exact,
+            overlap: None,
+        };
+        let e = from_document(plain, Some(pick)).err().unwrap().to_string();
+        assert!(
+            e.contains("--planner exact") && e.contains("single placement"),
+            "{e}"
+        );
+        let e = from_document("{", None).err().unwrap().to_string();
+        assert!(e.starts_with("not a plan file"), "{e}");
+    }
 }
