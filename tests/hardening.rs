@@ -161,8 +161,8 @@ fn options_that_would_have_no_effect_are_errors_naming_them() {
     let dir = scratch("no-effect");
     let plan = dir.join("p.json");
     std::fs::write(&plan, r#"{"tensors": []}"#).unwrap();
-    for (option, value) in [("--planner", "exact"), ("--overlap", "none")] {
-        let out = memtrace([
+    let with = |option: &str, value: &str| {
+        memtrace([
             "verify",
             "--runtime",
             "executor",
@@ -171,8 +171,16 @@ fn options_that_would_have_no_effect_are_errors_naming_them() {
             path_str(&plan),
             option,
             value,
-        ]);
-        assert_usage_error(&out, &[option, "--plan"]);
+        ])
+    };
+    assert_usage_error(&with("--overlap", "none"), &["--overlap", "--plan"]);
+    // --planner picks a plan of a `plan` document; a plain placement has
+    // none to pick, which only reading the file can tell.
+    let out = with("--planner", "exact");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+    for n in ["--planner exact", "single placement"] {
+        assert!(stderr(&out).contains(n), "`{n}` not in {}", stderr(&out));
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -167,6 +167,14 @@ pub struct TflmRunInfo {
     pub output_bytes: u64,
     /// A digest of the outputs (as `verify`'s `output_digest`).
     pub output_digest: String,
+    /// The offline plan the model carries (`OfflineMemoryAllocation`), and
+    /// whose it is, in words; `None` when it carries none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded_plan: Option<String>,
+    /// That plan was made by memtrace for other kernels than these: the
+    /// warning (also printed on stderr).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded_plan_warning: Option<String>,
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).

@@ -226,6 +226,7 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         cache: TraceCache::new(false),
         oracle,
         embedded_plan: false,
+        pick: None,
     };
     let plain: Vec<(TflmVerifyReport, f64)> = (0..repeat.max(1))
         .map(|_| {

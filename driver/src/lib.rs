@@ -22,6 +22,7 @@ pub mod kernels;
 pub mod ladder;
 pub mod oracle;
 pub mod plan;
+pub mod plan_file;
 pub mod provenance;
 pub(crate) mod reference;
 pub mod regress;

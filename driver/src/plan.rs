@@ -20,6 +20,7 @@ use crate::error::{Context, Result};
 use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::Runtime;
 use crate::kernels::{harness_guest, library_of, Kernels};
+use crate::plan_file::PlanProvenance;
 use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
 use crate::sweep::{Depth, Sweep};
@@ -84,6 +85,9 @@ pub struct PlanReport {
     pub deploy: Option<MeasuredPlan>,
     /// `--fits`: the arena to allocate against the budget.
     pub budget: Option<Budget>,
+    /// Model digest, kernels, target and TFLM build the plans are for
+    /// (`verify --plan` checks them).
+    pub plan_provenance: PlanProvenance,
 }
 
 impl PlanReport {
@@ -124,6 +128,7 @@ impl PlanReport {
             op_overlap_bytes: &self.op_overlap_bytes,
             arena_to_allocate: self.deploy.as_ref(),
             budget: self.budget.as_ref(),
+            provenance: &self.plan_provenance,
         }
     }
 }
@@ -142,6 +147,7 @@ struct Document<'a, T: serde::Serialize> {
     op_overlap_bytes: &'a [u64],
     arena_to_allocate: Option<&'a MeasuredPlan>,
     budget: Option<&'a Budget>,
+    provenance: &'a PlanProvenance,
 }
 
 /// What `memtrace plan` found.
@@ -216,6 +222,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
     let (provenance, suite) = provenance(req)?;
+    let plan_provenance = PlanProvenance::new(
+        &req.model,
+        req.kernels,
+        Arch::CortexM4,
+        runtime_name(req.runtime),
+        provenance.source,
+    )?;
     let warnings: Vec<String> = provenance.warning().into_iter().collect();
     if provenance.is_foreign() && req.emit_offline.is_some() && !req.allow_foreign_overlap {
         bail!(
@@ -293,6 +306,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             op_overlap_bytes: overlaps.per_op.clone(),
             deploy: None,
             budget: None,
+            plan_provenance,
         });
     }
     let comparison = match req.planner {
@@ -302,7 +316,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     if let Some(path) = &req.plot {
         plot_comparison(&model, &comparison, path)?;
     }
-    let deployable = deployable(req, &model, file_tensors, &comparison)?;
+    let deployable = deployable(req, &model, file_tensors, &comparison, &plan_provenance)?;
     let deploy = deployable.as_ref().map(|d| d.measured.clone());
     let budget = match (req.fits, &deploy) {
         (None, _) => None,
@@ -330,6 +344,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         op_overlap_bytes: overlaps.per_op,
         deploy,
         budget,
+        plan_provenance,
     })
 }
 
@@ -353,6 +368,7 @@ fn deployable(
     model: &Model,
     file_tensors: usize,
     comparison: &Comparison,
+    provenance: &PlanProvenance,
 ) -> Result<Option<Deployable>> {
     let Some(plan) = comparison.best_plan() else {
         return Ok(None);
@@ -379,8 +395,14 @@ fn deployable(
     }
     let mut offsets = plan.offline_offsets(model);
     offsets.truncate(file_tensors);
+    // The plan's provenance goes beside it, as the `memtrace_plan` entry.
+    let note = PlanProvenance {
+        planner: Some(plan.planner.name().to_string()),
+        ..provenance.clone()
+    }
+    .to_metadata()?;
     let emitted = crate::tflm::model_bytes(&req.model, 1)
-        .and_then(|source| Ok(tflite::emit_offline(&source, &offsets)?));
+        .and_then(|source| Ok(tflite::emit_offline_noted(&source, &offsets, Some(&note))?));
     let emitted = match emitted {
         Ok(e) => e,
         Err(e) if !needed => {
@@ -547,6 +569,14 @@ pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedO
         by_op: HashMap::new(),
         by_spec,
     })
+}
+
+/// The name a plan's provenance gives `runtime`.
+fn runtime_name(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Tflm => "tflm",
+        Runtime::Executor => "executor",
+    }
 }
 
 /// Writes the deployable model and its header (unless it misses the

@@ -27,6 +27,7 @@ use crate::attribution::{kernel_of, kernel_text, other_than_reference, KernelRes
 use crate::common::{access_path, check_output, configure_table_printing, trace_with};
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
+use crate::plan_file::EmbeddedOrigin;
 use crate::tflm::{input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, ScratchWatch};
 use crate::{bail, failed};
 
@@ -166,10 +167,19 @@ fn model_guest(opts: &RunOptions) -> Result<Guest> {
             m.target.name()
         );
     }
+    // TFLM runs the offline plan a model carries: say whose it is, and
+    // warn when memtrace made it for other kernels.
+    let origin = memtrace_model::tflite::read_offline(&model)
+        .with_context(|| format!("reading {}", opts.elf.display()))?
+        .map(|_| EmbeddedOrigin::of(&model));
     let info = TflmRunInfo {
         model: opts.elf.display().to_string(),
         kernels: m.kernels,
         operators: graph.ops.len(),
+        embedded_plan: origin.as_ref().map(|o| o.describe()),
+        embedded_plan_warning: origin.as_ref().and_then(|o| {
+            o.foreign_kernels_warning(m.kernels, &EmbeddedOrigin::run_advice(m.kernels))
+        }),
         ..TflmRunInfo::default()
     };
     Ok(Guest::Model {
@@ -416,7 +426,13 @@ fn trace_guest(
 /// for each (`explain_each`), those become one summary line that points to the
 /// documentation, so that the warnings left are the ones to act on.
 pub fn warnings(report: &RunReport, explain_each: bool) -> Vec<String> {
-    let mut lines = Vec::new();
+    // A plan made for other kernels is the loudest: it may corrupt data.
+    let mut lines: Vec<String> = report
+        .tflm
+        .iter()
+        .filter_map(|t| t.embedded_plan_warning.as_ref())
+        .map(|w| format!("WARNING: {w}"))
+        .collect();
     let mut expected = ExpectedDifferences::default();
     for layer in &report.layers {
         for (k, o) in layer.overlaps().enumerate() {
@@ -534,8 +550,16 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
         ),
         None => report.elf.clone(),
     };
+    // Whose offline plan TFLM ran, on a line of its own.
+    let embedded = report
+        .tflm
+        .as_ref()
+        .and_then(|t| t.embedded_plan.as_ref())
+        .map(|o| format!("model: carries an embedded offline plan, {o}\n"))
+        .unwrap_or_default();
     Ok(format!(
-        "{} ({}): {} layer(s) traced, {} instructions in total\n{}\n{}\nmemory contract:\n{}\n",
+        "{} ({}): {} layer(s) traced, {} instructions in total\n{embedded}{}\n{}\nmemory \
+         contract:\n{}\n",
         what,
         report.arch,
         report.layers.len(),

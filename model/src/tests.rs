@@ -191,6 +191,37 @@ fn offline_plan_round_trips_through_the_flatbuffer() {
     assert_eq!(&r2.bytes[4..8], b"TFL3");
 }
 
+#[test]
+fn a_plan_note_travels_with_its_offline_plan() {
+    let bytes = std::fs::read(tfmicro_models().join("hello_world.tflite")).unwrap();
+    let n = tflite::import_bytes("hello_world", &bytes)
+        .unwrap()
+        .tensors
+        .len();
+    let note = br#"{"kernels":"tflm"}"#;
+    let r = tflite::emit_offline_noted(&bytes, &vec![-1; n], Some(note)).unwrap();
+    let read = |b: &[u8]| tflite::read_metadata(b, tflite::PLAN_METADATA).unwrap();
+    assert_eq!(read(&r.bytes).as_deref(), Some(&note[..]));
+    // Emitting again without a note drops the old one: it described
+    // another plan.
+    let plain = tflite::emit_offline(&r.bytes, &vec![0; n]).unwrap();
+    assert_eq!(read(&plain.bytes), None);
+    // Stripping the offline plan strips its note; stripping only the note
+    // keeps the plan.
+    let stripped = tflite::strip_offline(&r.bytes).unwrap().unwrap();
+    assert_eq!(read(&stripped), None);
+    assert_eq!(tflite::read_offline(&stripped).unwrap(), None);
+    let unnoted = tflite::strip_metadata(&r.bytes, tflite::PLAN_METADATA)
+        .unwrap()
+        .unwrap();
+    assert_eq!(read(&unnoted), None);
+    assert_eq!(tflite::read_offline(&unnoted).unwrap(), Some(vec![-1; n]));
+    assert_eq!(
+        tflite::strip_metadata(&unnoted, tflite::PLAN_METADATA).unwrap(),
+        None
+    );
+}
+
 fn bytes_of(m: &Model, name: &str) -> u64 {
     m.tensors.iter().find(|t| t.name == name).unwrap().bytes
 }

@@ -654,6 +654,11 @@ impl OptionsReader {
 /// Name of the TFLM metadata entry that carries an offline arena plan.
 pub(crate) const OFFLINE_METADATA: &str = "OfflineMemoryAllocation";
 
+/// Name of the metadata entry in which `memtrace plan --emit-offline` says
+/// whose the `OfflineMemoryAllocation` is (a small JSON text: memtrace's
+/// version, planner, O_s source, kernels, target, TFLM build, model digest).
+pub const PLAN_METADATA: &str = "memtrace_plan";
+
 /// Writes `offsets` (one per tensor of subgraph 0: a byte offset into the
 /// arena's head section, or -1 to leave the tensor to TFLM's own planner) as
 /// TFLM `OfflineMemoryAllocation` metadata into a copy of the `.tflite`
@@ -674,6 +679,17 @@ pub(crate) const OFFLINE_METADATA: &str = "OfflineMemoryAllocation";
 /// (enough for TFLM's reference kernels, which read at most 32-bit elements
 /// from flash); [`emit_offline`] reports the alignment it achieved.
 pub fn emit_offline(original: &[u8], offsets: &[i64]) -> Result<EmitReport, ModelError> {
+    emit_offline_noted(original, offsets, None)
+}
+
+/// [`emit_offline`], with `note` (when given) written as the
+/// [`PLAN_METADATA`] entry that names the plan's maker. Any earlier entry
+/// of that name is replaced: it described another plan.
+pub fn emit_offline_noted(
+    original: &[u8],
+    offsets: &[i64],
+    note: Option<&[u8]>,
+) -> Result<EmitReport, ModelError> {
     let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
         .map_err(fb_err("model root"))?;
     let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
@@ -697,11 +713,25 @@ pub fn emit_offline(original: &[u8], offsets: &[i64]) -> Result<EmitReport, Mode
     buffers.push(fb::Buffer { data: Some(data) });
     let buffer_index = (buffers.len() - 1) as u32;
     let metadata = model.metadata.get_or_insert_with(Vec::new);
-    metadata.retain(|m| m.name.as_deref() != Some(OFFLINE_METADATA));
+    metadata.retain(|m| !matches!(m.name.as_deref(), Some(OFFLINE_METADATA | PLAN_METADATA)));
     metadata.push(fb::Metadata {
         name: Some(OFFLINE_METADATA.to_string()),
         buffer: buffer_index,
     });
+    if let Some(note) = note {
+        let buffers = model.buffers.get_or_insert_with(Vec::new);
+        buffers.push(fb::Buffer {
+            data: Some(note.to_vec()),
+        });
+        let index = (buffers.len() - 1) as u32;
+        model
+            .metadata
+            .get_or_insert_with(Vec::new)
+            .push(fb::Metadata {
+                name: Some(PLAN_METADATA.to_string()),
+                buffer: index,
+            });
+    }
     let bytes = serialize(&model);
     // Read it back through the same code: the plan must round-trip.
     let check = read_offline(&bytes)?.ok_or_else(|| {
@@ -863,38 +893,45 @@ pub fn read_offline(bytes: &[u8]) -> Result<Option<Vec<i64>>, ModelError> {
     Ok(None)
 }
 
-/// A copy of the `.tflite` `original` without its `OfflineMemoryAllocation`,
-/// or `None` when it carries none: the model TFLM lays out with its own
-/// planner. The metadata entry is removed and the buffer it named emptied
-/// (not removed, so every other buffer keeps its index), unless a tensor or
-/// another metadata entry also names that buffer.
+/// A copy of the `.tflite` `original` without its `OfflineMemoryAllocation`
+/// (and the `memtrace_plan` entry that describes it), or `None` when it
+/// carries none: the model TFLM lays out with its own planner. The metadata
+/// entries are removed and the buffers they named emptied (not removed, so
+/// every other buffer keeps its index), unless a tensor or another metadata
+/// entry also names that buffer.
 pub fn strip_offline(original: &[u8]) -> Result<Option<Vec<u8>>, ModelError> {
-    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
-        .map_err(fb_err("model root"))?;
-    // Most models carry none: seen without decoding the whole model.
-    let mut carries = false;
-    if let Some(metadata) = root.metadata().map_err(fb_err("model.metadata"))? {
-        for m in metadata.iter() {
-            let m = m.map_err(fb_err("metadata entry"))?;
-            carries |= m.name().map_err(fb_err("metadata name"))? == Some(OFFLINE_METADATA);
-        }
-    }
-    if !carries {
+    if read_metadata(original, OFFLINE_METADATA)?.is_none() {
         return Ok(None);
     }
+    strip_entries(original, &[OFFLINE_METADATA, PLAN_METADATA])
+}
+
+/// A copy of the `.tflite` `original` without its metadata entry `name`, or
+/// `None` when it has none (buffers emptied as by [`strip_offline`]).
+pub fn strip_metadata(original: &[u8], name: &str) -> Result<Option<Vec<u8>>, ModelError> {
+    if read_metadata(original, name)?.is_none() {
+        return Ok(None);
+    }
+    strip_entries(original, &[name])
+}
+
+/// [`strip_metadata`] of every entry named in `names`.
+fn strip_entries(original: &[u8], names: &[&str]) -> Result<Option<Vec<u8>>, ModelError> {
+    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
+        .map_err(fb_err("model root"))?;
     let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
     let Some(metadata) = model.metadata.as_mut() else {
         return Ok(None);
     };
-    let mut planned = Vec::new();
+    let mut removed = Vec::new();
     metadata.retain(|m| {
-        let offline = m.name.as_deref() == Some(OFFLINE_METADATA);
-        if offline {
-            planned.push(m.buffer);
+        let gone = m.name.as_deref().is_some_and(|n| names.contains(&n));
+        if gone {
+            removed.push(m.buffer);
         }
-        !offline
+        !gone
     });
-    if planned.is_empty() {
+    if removed.is_empty() {
         return Ok(None);
     }
     let still_named: std::collections::HashSet<u32> = metadata
@@ -910,12 +947,45 @@ pub fn strip_offline(original: &[u8]) -> Result<Option<Vec<u8>>, ModelError> {
         )
         .collect();
     let buffers = model.buffers.get_or_insert_with(Vec::new);
-    for b in planned.iter().filter(|b| !still_named.contains(b)) {
+    for b in removed.iter().filter(|b| !still_named.contains(b)) {
         if let Some(buffer) = buffers.get_mut(*b as usize) {
             buffer.data = None;
         }
     }
     Ok(Some(serialize(&model)))
+}
+
+/// The bytes of the buffer the metadata entry `name` of a `.tflite` names,
+/// or `None` when it has no such entry. Most models carry little metadata:
+/// read without decoding the whole model.
+pub fn read_metadata(bytes: &[u8], name: &str) -> Result<Option<Vec<u8>>, ModelError> {
+    let root =
+        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
+    let Some(metadata) = root.metadata().map_err(fb_err("model.metadata"))? else {
+        return Ok(None);
+    };
+    for m in metadata.iter() {
+        let m = m.map_err(fb_err("metadata entry"))?;
+        if m.name().map_err(fb_err("metadata name"))? != Some(name) {
+            continue;
+        }
+        let index = m.buffer().map_err(fb_err("metadata buffer"))? as usize;
+        let data = root
+            .buffers()
+            .map_err(fb_err("model.buffers"))?
+            .and_then(|b| b.get(index))
+            .ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "metadata `{name}` refers to missing buffer {index}"
+                ))
+            })?
+            .map_err(fb_err(format!("buffer {index}")))?
+            .data()
+            .map_err(fb_err(format!("buffer {index} data")))?
+            .unwrap_or(&[]);
+        return Ok(Some(data.to_vec()));
+    }
+    Ok(None)
 }
 
 fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
@@ -947,9 +1017,19 @@ pub fn write_offline(
     offsets: &[i64],
     dest: &Path,
 ) -> Result<EmitReport, ModelError> {
+    write_offline_noted(source, offsets, None, dest)
+}
+
+/// [`write_offline`] with a [`PLAN_METADATA`] note ([`emit_offline_noted`]).
+pub fn write_offline_noted(
+    source: &Path,
+    offsets: &[i64],
+    note: Option<&[u8]>,
+    dest: &Path,
+) -> Result<EmitReport, ModelError> {
     use memtrace_io::output::{write_atomically, write_error};
     let original = read_model_file(source)?;
-    let report = emit_offline(&original, offsets)?;
+    let report = emit_offline_noted(&original, offsets, note)?;
     write_atomically(dest, |w| {
         std::io::Write::write_all(w, &report.bytes).map_err(|e| write_error(dest, e))
     })?;

@@ -12,6 +12,7 @@ use memtrace_driver::common::check_output;
 use memtrace_driver::deploy::{header_path, write_deployment, Budget, Provenance};
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::kernels::Runtime;
+use memtrace_driver::plan_file::PlanPick;
 use memtrace_driver::provenance::OverlapChoice;
 use memtrace_driver::verify::executor::verify;
 use memtrace_driver::verify::tflm::{verify_tflm, TflmVerifyReport};
@@ -24,7 +25,8 @@ pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
     /// Planner of the verified plan (default dmo-heap; tinyseg: the
-    /// transformed model, see --base).
+    /// transformed model, see --base). With --plan: which plan of a `memtrace
+    /// plan` document to take.
     #[arg(long, value_enum)]
     pub planner: Option<PlannerKind>,
     #[command(flatten)]
@@ -37,7 +39,9 @@ pub struct VerifyArgs {
     /// `{"tensors": [{"name": ..., "offset": ...}], "arena_bytes": N,
     /// "kernels": "tflm"|"cmsis-nn"}` (tensors not listed keep their
     /// reference offsets; model order; a plan made for another library than
-    /// --kernels is refused).
+    /// --kernels is refused), or what `memtrace plan --format json` prints
+    /// (its smallest plan, or --planner's; refused for another model or
+    /// target).
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<PathBuf>,
     /// Check a --plan file whose "kernels" names another library than
@@ -101,18 +105,22 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
-    if args.plan.is_some() {
-        for (given, option) in [
-            (args.planner.is_some(), "--planner"),
-            (args.overlap.is_some(), "--overlap"),
-        ] {
-            if given {
-                super::usage_error(&format!(
-                    "{option} has no effect with --plan (the plan file gives the placement)"
-                ));
-            }
-        }
+    if args.plan.is_some() && args.overlap.is_some() && args.planner.is_none() {
+        super::usage_error(
+            "--overlap with --plan only picks, beside --planner, one plan of a `memtrace plan` \
+             document (the plan file gives the placement)",
+        );
     }
+    // With --plan, --planner (and --overlap) pick one plan of a `plan`
+    // document that holds several.
+    let pick = args
+        .plan
+        .as_ref()
+        .and(args.planner)
+        .map(|planner| PlanPick {
+            planner,
+            overlap: args.overlap,
+        });
     let overlap = args.overlap.unwrap_or(OverlapChoice::Traced);
     if args.overlap_from.is_some() && overlap != OverlapChoice::Traced {
         super::usage_error(&format!(
@@ -167,6 +175,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
         oracle: !args.no_oracle,
         embedded_plan,
+        pick,
     };
     if opts.runtime == Runtime::Tflm {
         let report = verify_tflm(&opts)?;

@@ -19,12 +19,11 @@ use memtrace_analyzer::verify::{
     digest, mismatched_bytes, KernelsComparison, PlacedTensorReport, PlanRunReport,
     UsedOverlapReport, VerifyReport,
 };
-use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{Accumulator, Model};
 use memtrace_tracer::ElfImage;
 
-use super::{check_plan_kernels, placement_from_plan, VerifyOptions};
+use super::{read_plan_file, VerifyOptions};
 use crate::common::{check_output, load_model};
 use crate::error::{Context, Result};
 use crate::executor_run::{executor, ExecutorRun, Outcome, Placement, Watch};
@@ -244,10 +243,15 @@ fn plan_from_file(
     req: &VerifyOptions,
     warnings: &mut Vec<String>,
 ) -> Result<PlanUnderTest> {
-    let text = read_text_limited(path, MAX_TEXT_FILE, "plan files")?;
-    let (offsets, arena_bytes) = placement_from_plan(&r.model, &r.placement.offsets, &text)
-        .with_context(|| path.display().to_string())?;
-    warnings.extend(check_plan_kernels(path, &text, req)?);
+    let read = read_plan_file(path, &r.model, &r.placement.offsets, req)?;
+    warnings.extend(read.warnings);
+    // The report's plan column names the file, and which plan of a `plan`
+    // document was taken.
+    let source = match &read.taken {
+        Some((taken, _)) => format!("{}: {taken}", path.display()),
+        None => path.display().to_string(),
+    };
+    let (offsets, arena_bytes) = (read.offsets, read.arena);
     Ok(PlanUnderTest {
         model: None,
         spill: None,
@@ -259,7 +263,7 @@ fn plan_from_file(
         },
         planner: "file".to_string(),
         cached: false,
-        overlap: path.display().to_string(),
+        overlap: source,
     })
 }
 
@@ -310,6 +314,27 @@ fn plan_from_planner(
         model: None,
         spill: None,
     })
+}
+
+/// The warning for a `.tflite` that carries an offline plan: memtrace's
+/// executor places the tensors itself, so that plan (whose it is said) is
+/// not the one checked here.
+fn embedded_plan_note(model: &str) -> Result<Option<String>> {
+    if model.starts_with("zoo:") {
+        return Ok(None);
+    }
+    let bytes = crate::tflm::model_bytes(model, 1)?;
+    if memtrace_model::tflite::read_offline(&bytes)
+        .with_context(|| format!("reading {model}"))?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{model} carries an embedded offline plan (OfflineMemoryAllocation), {}; memtrace's \
+         executor places the tensors itself and does not check it: `--runtime tflm` verifies it",
+        crate::plan_file::EmbeddedOrigin::of(&bytes).describe()
+    )))
 }
 
 /// Runs the model under the reference plan and under the chosen plan, and
@@ -376,7 +401,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     };
     let (traced, traced_report) = traced_overlaps(source);
     let model = &reference.model;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = embedded_plan_note(&req.model)?.into_iter().collect();
     let under_test = match &req.plan {
         Some(path) => plan_from_file(path, &reference, req, &mut warnings)?,
         None => {

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
+use crate::plan_file::{check_provenance, from_document, PlanPick};
 use crate::provenance::OverlapChoice;
 use crate::spill::SpillOptions;
 use crate::trace_cache::TraceCache;
@@ -70,6 +71,10 @@ pub struct VerifyOptions {
     /// (the command line's choice when neither `--plan` nor `--planner`
     /// nor `--overlap` is given).
     pub embedded_plan: bool,
+    /// Which plan of a `plan --format json` document with several `--plan`
+    /// takes (`--planner` with `--plan`; default: the smallest, the one
+    /// `--emit-offline` writes).
+    pub pick: Option<PlanPick>,
 }
 
 impl VerifyOptions {
@@ -165,6 +170,60 @@ pub fn placement_from_plan(
         end = end.max(e);
     }
     Ok((offsets, file.arena_bytes.unwrap_or(end)))
+}
+
+/// A `--plan` file read for a run: the placement, and what the report says
+/// about it.
+pub(crate) struct PlanFileRead {
+    /// Offsets by tensor index (unlisted tensors at the reference's).
+    pub offsets: Vec<Option<u64>>,
+    /// The plan's arena.
+    pub arena: u64,
+    /// Warnings (a plan for other kernels let through, another TFLM build).
+    pub warnings: Vec<String>,
+    /// With a `plan` document: which of its plans was taken, and why.
+    pub taken: Option<(String, String)>,
+}
+
+/// Reads `--plan path` for `model` (unlisted tensors at `reference`): a
+/// plain placement (`{"tensors", "arena_bytes", "kernels"}`) or the JSON
+/// `memtrace plan --format json` writes, taken as is (one of its plans, see
+/// [`crate::plan_file::from_document`]; its provenance must match the run's
+/// model and target, its kernels the run's unless `--allow-foreign-plan`).
+pub(crate) fn read_plan_file(
+    path: &std::path::Path,
+    model: &Model,
+    reference: &[Option<u64>],
+    req: &VerifyOptions,
+) -> Result<PlanFileRead> {
+    let text = memtrace_io::input::read_text_limited(
+        path,
+        memtrace_io::input::MAX_TEXT_FILE,
+        "plan files",
+    )?;
+    let doc = from_document(&text, req.pick).with_context(|| path.display().to_string())?;
+    let mut warnings = Vec::new();
+    let (text, taken) = match doc {
+        Some(d) => {
+            if let Some(p) = &d.provenance {
+                warnings.extend(
+                    check_provenance(p, &req.model, req.target, req.kernels)
+                        .with_context(|| path.display().to_string())?,
+                );
+            }
+            (d.file.to_string(), Some((d.taken, d.why)))
+        }
+        None => (text, None),
+    };
+    warnings.extend(check_plan_kernels(path, &text, req)?);
+    let (offsets, arena) =
+        placement_from_plan(model, reference, &text).with_context(|| path.display().to_string())?;
+    Ok(PlanFileRead {
+        offsets,
+        arena,
+        warnings,
+        taken,
+    })
 }
 
 /// The index of the tensor a plan file calls `name`: the tensor so named,

@@ -34,6 +34,7 @@ use crate::deploy::{measure_arena_on, MeasuredPlan};
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
+use crate::plan_file::EmbeddedOrigin;
 use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
     ModelRun, ScratchWatch,
@@ -160,6 +161,13 @@ pub struct TflmVerifyReport {
     /// without it (TFLM's own plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedded_plan_tensors: Option<usize>,
+    /// Whose that embedded plan is: memtrace's (with its provenance) or of
+    /// unknown origin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded_plan_origin: Option<EmbeddedOrigin>,
+    /// Which plan of a `plan --format json` document `--plan` took, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_taken: Option<String>,
     /// Warnings (a plan file made for other kernels, `--allow-foreign-plan`).
     pub warnings: Vec<String>,
     /// Wall-clock seconds of the whole verification.
@@ -220,9 +228,16 @@ impl TflmVerifyReport {
         if let Some(n) = self.embedded_plan_tensors {
             s += &format!(
                 "model: carries an embedded offline plan (OfflineMemoryAllocation, {n} tensors \
-                 placed); the reference run and the host oracle ran it without, with TFLM's own \
-                 plan\n"
+                 placed){}; the reference run and the host oracle ran it without, with TFLM's own \
+                 plan\n",
+                self.embedded_plan_origin
+                    .as_ref()
+                    .map(|o| format!(", {}", o.describe()))
+                    .unwrap_or_default()
             );
+        }
+        if let Some(taken) = &self.plan_taken {
+            s += &format!("plan file: {taken}\n");
         }
         if self.reference.cached {
             s += "reference: TFLM's own plan from the trace cache (--no-cache runs it again)\n";
@@ -253,9 +268,16 @@ impl TflmVerifyReport {
         }
         if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
             s += &format!(
-                "culprit: the model's embedded offline plan (OfflineMemoryAllocation) is unsafe \
-                 on the {} kernels: operator `{}` reads `{}` after its bytes were overwritten\n",
-                self.kernels, c.op, c.tensor
+                "culprit: the model's embedded offline plan (OfflineMemoryAllocation{}) is \
+                 unsafe on the {} kernels: operator `{}` reads `{}` after its bytes were \
+                 overwritten\n",
+                self.embedded_plan_origin
+                    .as_ref()
+                    .map(|o| format!(", {}", o.describe()))
+                    .unwrap_or_default(),
+                self.kernels,
+                c.op,
+                c.tensor
             );
         }
         s += &format!(
@@ -511,14 +533,30 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = subject
+        .origin
+        .as_ref()
+        .and_then(|o| {
+            o.foreign_kernels_warning(
+                req.kernels,
+                &format!(
+                    "This verify checks it on {k}; to deploy on {k}, re-plan for them (`memtrace \
+                     plan MODEL --kernels {k} --emit-offline OUT`)",
+                    k = req.kernels.name()
+                ),
+            )
+        })
+        .into_iter()
+        .collect();
+    let mut plan_taken = None;
     let under_test = match (&req.plan, &subject.embedded) {
         (Some(path), _) => {
             let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
             let graph_tensors = subject.graph.tensors.len();
-            let (under_test, notes) =
+            let (under_test, notes, taken) =
                 plan_from_file(req, path, &planned_model, &reference_offsets, graph_tensors)?;
             warnings.extend(notes);
+            plan_taken = taken;
             under_test
         }
         (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
@@ -578,6 +616,8 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             .embedded
             .as_ref()
             .map(|o| o.iter().filter(|&&v| v >= 0).count()),
+        embedded_plan_origin: subject.origin.clone(),
+        plan_taken,
         warnings,
         seconds: started.elapsed().as_secs_f64(),
         plan_model: arena_to_allocate.1,
@@ -618,6 +658,8 @@ struct Subject {
     bytes: Vec<u8>,
     /// The offsets of the offline plan the model carried, if any.
     embedded: Option<Vec<i64>>,
+    /// Whose that plan is.
+    origin: Option<EmbeddedOrigin>,
     graph: TfliteGraph,
     model: Model,
     inputs: Vec<u8>,
@@ -640,6 +682,7 @@ impl Subject {
         // carries is taken out of every run but the one that verifies it.
         let embedded =
             tflite::read_offline(&given).with_context(|| format!("reading {}", req.model))?;
+        let origin = embedded.as_ref().map(|_| EmbeddedOrigin::of(&given));
         let bytes = match embedded {
             Some(_) => tflite::strip_offline(&given)
                 .with_context(|| format!("reading {}", req.model))?
@@ -684,6 +727,7 @@ impl Subject {
         Ok(Subject {
             bytes,
             embedded,
+            origin,
             graph,
             model,
             inputs,
@@ -1013,19 +1057,18 @@ fn plan_from_file(
     model: &Model,
     reference: &[Option<u64>],
     graph_tensors: usize,
-) -> Result<(UnderTest, Vec<String>)> {
-    let text = memtrace_io::input::read_text_limited(
-        path,
-        memtrace_io::input::MAX_TEXT_FILE,
-        "plan files",
-    )?;
-    let (offsets, arena) = super::placement_from_plan(model, reference, &text)
-        .with_context(|| path.display().to_string())?;
-    let mut warnings: Vec<String> = super::check_plan_kernels(path, &text, req)?
-        .into_iter()
-        .collect();
+) -> Result<(UnderTest, Vec<String>, Option<String>)> {
+    let read = super::read_plan_file(path, model, reference, req)?;
+    let (offsets, arena) = (read.offsets, read.arena);
+    let mut warnings = read.warnings;
     let names = model.tensor_names();
-    for t in graph_tensors..offsets.len().min(reference.len()) {
+    // A `plan` document's scratch offsets are memtrace's model of TFLM's,
+    // not a user's choice: TFLM placing them itself is no news.
+    let scratch_from = match read.taken {
+        Some(_) => offsets.len(),
+        None => graph_tensors,
+    };
+    for t in scratch_from..offsets.len().min(reference.len()) {
         if let (Some(o), Some(r)) = (offsets[t], reference[t]) {
             if o != r {
                 warnings.push(format!(
@@ -1042,9 +1085,16 @@ fn plan_from_file(
         offsets: offsets.iter().map(|o| o.map_or(-1, |v| v as i64)).collect(),
         arena,
         planner: "file".into(),
-        overlap: path.display().to_string(),
+        // Names the file, and which plan of a `plan` document was taken.
+        overlap: match &read.taken {
+            Some((taken, _)) => format!("{}: {taken}", path.display()),
+            None => path.display().to_string(),
+        },
     };
-    Ok((under_test, warnings))
+    let taken = read
+        .taken
+        .map(|(taken, why)| format!("{}: took {taken}, {why}", path.display()));
+    Ok((under_test, warnings, taken))
 }
 
 /// Where TFLM's own plan put each tensor memtrace plans (`None` for the
