@@ -47,7 +47,6 @@ c_constants! {
     TFLM_CODES: u32 {
         TFLM_FLAG_LAYERS = 1,
         TFLM_FLAG_NO_WEIGHTS = 2,
-        TFLM_FLAG_ALLOCATE_ONLY = 4,
         TFLM_STAGE_STARTED = 1,
         TFLM_STAGE_MODEL = 2,
         TFLM_STAGE_ALLOCATED = 3,
@@ -119,17 +118,6 @@ impl TflmJob {
         }
         w[TFLM_FLAGS] = flags;
         w.iter().flat_map(|x| x.to_le_bytes()).collect()
-    }
-
-    /// The mailbox of a probe that stops after `AllocateTensors()`
-    /// ([`TFLM_FLAG_ALLOCATE_ONLY`]): whether TFLM fits an arena, without
-    /// the cost of `Invoke()`.
-    pub fn allocate_only_bytes(&self) -> Vec<u8> {
-        let mut bytes = self.bytes();
-        let at = TFLM_FLAGS * 4;
-        let flags = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-        bytes[at..at + 4].copy_from_slice(&(flags | TFLM_FLAG_ALLOCATE_ONLY).to_le_bytes());
-        bytes
     }
 }
 

@@ -91,7 +91,6 @@ enum memtrace_tflm_word {
 /* TFLM_FLAGS */
 #define TFLM_FLAG_LAYERS 1u      /* one memtrace layer per operator */
 #define TFLM_FLAG_NO_WEIGHTS 2u  /* leave constant tensors undeclared */
-#define TFLM_FLAG_ALLOCATE_ONLY 4u /* exit 0 after AllocateTensors(), stage 3 (arena probes) */
 
 /* TFLM_STAGE */
 #define TFLM_STAGE_STARTED 1

@@ -21,11 +21,9 @@ void memtrace_rt_start(void) __attribute__((noreturn));
  * CPU with BKPT / HLT instead. */
 void memtrace_rt_exit(int32_t code) __attribute__((noreturn));
 
-/* A program that can say why it aborts defines this: abort() calls it first,
- * with the address abort() was called from, and it ends the program with a
- * reason (the TFLM runner: the operator, what TFLM logged). Weak: without it
- * abort() exits with MEMTRACE_RT_EXIT_ABORT and no reason. */
-void memtrace_rt_abort_hook(const void *caller) __attribute__((weak, noreturn));
+/* abort() is weak: a program that can say why it aborts (the TFLM runner:
+ * the operator, what TFLM logged) defines its own, which ends the program
+ * with a reason and MEMTRACE_RT_EXIT_ABORT. */
 
 /* Exit codes used by the run-time itself. */
 #define MEMTRACE_RT_EXIT_ABORT 134     /* abort(), failed assert, operator new */

@@ -506,9 +506,6 @@ int run() {
     set_word(TFLM_N_TENSORS, n_tensors);
     set_word(TFLM_N_SCRATCH, static_cast<uint32_t>(n_scratch));
     set_word(TFLM_N_OPS, n_ops);
-    if (g_flags & TFLM_FLAG_ALLOCATE_ONLY) {
-        return TFLM_EXIT_OK;  // an arena probe: AllocateTensors() fitted
-    }
 
     // --- inputs --------------------------------------------------------------
     uint32_t model_input_bytes = 0;
@@ -626,14 +623,15 @@ int run() {
 
 int main(void) { return mtflm::run(); }
 
-// TFLM's TFLITE_ABORT (a failed TFLITE_CHECK, TF_LITE_FATAL) calls abort(),
-// which calls this (rt/memtrace_rt.h): the window of the operator it aborted
-// in is closed first (the program writes nothing but the port while one is
-// open), then the reason names the operator, what TFLM logged while it ran,
-// and where abort() was called from (the host turns the address into a
-// function and source line).
-extern "C" void memtrace_rt_abort_hook(const void *caller) {
+// TFLM's TFLITE_ABORT (a failed TFLITE_CHECK, TF_LITE_FATAL) calls abort();
+// this one replaces the run-time library's weak abort() (rt/memtrace_rt.h):
+// the window of the operator it aborted in is closed first (the program
+// writes nothing but the port while one is open), then the reason names the
+// operator, what TFLM logged while it ran, and where abort() was called from
+// (the host turns the address into a function and source line).
+extern "C" void abort(void) {
     using mtflm::g_profiler;
+    const void *caller = __builtin_return_address(0);
     g_profiler.close_window();
     const bool in_op = g_profiler.in_operator();
     const char *log = in_op ? mtflm::log_since_mark() : mtflm::last_log();
