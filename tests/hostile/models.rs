@@ -855,6 +855,8 @@ fn campaign_of_subgraph_option_name_and_type_mutants() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.tflite");
     let emitted = dir.path().join("planned.tflite");
+    // --emit-offline writes the firmware header beside the model.
+    let header = dir.path().join("planned.h");
     let limit = Duration::from_secs(90);
     let mut tally = Tally::default();
     let hello = shared("tflm_hello_world_int8");
@@ -883,8 +885,9 @@ fn campaign_of_subgraph_option_name_and_type_mutants() {
                 .and_then(|b| tflite::read_offline(&b).ok().flatten());
             back.is_none_or(|offsets| offsets.len() != total)
         });
-        tally.check_leftovers("plan", dir.path(), &[&model, &emitted]);
+        tally.check_leftovers("plan", dir.path(), &[&model, &emitted, &header]);
         let _ = std::fs::remove_file(&emitted);
+        let _ = std::fs::remove_file(&header);
         let a = args(&[
             "verify",
             &path_arg(&model),
