@@ -144,7 +144,7 @@ fn the_documented_commands_are_the_ones_make_runs() {
         assert!(compile.starts_with(&format!("{compiler} ")), "{compile}");
         let compile = compile
             .replace(
-                "-I<memtrace>/harness-c/include",
+                "-I<memtrace>/harness-c/include -I<CMSIS-NN>/Include",
                 "-Iinclude -I$CMSIS_NN_DIR/Include",
             )
             .replace(
@@ -185,11 +185,16 @@ fn documented_lines(target: &str, source: &Path, dir: &Path) -> (Vec<String>, Ve
         .unwrap();
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
     let memtrace = repo().display().to_string();
+    let cmsis_nn = repo()
+        .join("../shared/third_party/cmsis-nn")
+        .display()
+        .to_string();
     let object = dir.join("net.o").display().to_string();
     let elf = dir.join("net.elf").display().to_string();
     let words = |cell: &str| -> Vec<String> {
         cell.trim_matches('`')
             .replace("<memtrace>", &memtrace)
+            .replace("<CMSIS-NN>", &cmsis_nn)
             .split_whitespace()
             .map(|w| match w {
                 "net.c" => source.display().to_string(),
