@@ -301,3 +301,45 @@ fn the_same_checkout_seen_from_a_path_that_is_gone_still_builds() {
         "the same content, the same build directory"
     );
 }
+
+#[test]
+fn the_documented_release_recipe_builds_beside_the_default_guests() {
+    // docs/kernels.md's recipe, as written (its `R=` folder and make line),
+    // dry-run: every file it would write lies in its own folder, none in
+    // harness-c/build/<target>/ where the default guests live.
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kernels.md"))
+            .unwrap();
+    let folder = docs
+        .lines()
+        .find_map(|l| l.strip_prefix("R="))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("docs/kernels.md's release recipe sets R=");
+    assert_ne!(folder, "build", "{folder}");
+    let release =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/third_party/cmsis-nn-v5.0.0");
+    if !release.exists() {
+        return;
+    }
+    let elf = format!("{folder}/cortex-m4/suite-cmsis.elf");
+    let dry = make_harness(&[
+        "-n".to_owned(),
+        format!("BUILD={folder}"),
+        elf.clone(),
+        format!("CMSIS_NN_DIR={}", release.display()),
+    ]);
+    let written: Vec<&str> = dry
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "-o")
+        .map(|w| w[1])
+        .collect();
+    assert!(written.iter().any(|o| *o == elf), "{dry}");
+    for out in &written {
+        assert!(
+            !out.starts_with("build/cortex-m4/") && !out.starts_with("build/x86_64/"),
+            "the recipe would write {out} over a default guest"
+        );
+    }
+}
