@@ -847,50 +847,27 @@ pub struct EmitReport {
 
 /// The `OfflineMemoryAllocation` offsets of a `.tflite`, if it has any.
 pub fn read_offline(bytes: &[u8]) -> Result<Option<Vec<i64>>, ModelError> {
-    let root =
-        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
-    let Some(metadata) = root.metadata().map_err(fb_err("model.metadata"))? else {
+    let Some(data) = read_metadata(bytes, OFFLINE_METADATA)? else {
         return Ok(None);
     };
-    for m in metadata.iter() {
-        let m = m.map_err(fb_err("metadata entry"))?;
-        if m.name().map_err(fb_err("metadata name"))? != Some(OFFLINE_METADATA) {
-            continue;
-        }
-        let index = m.buffer().map_err(fb_err("metadata buffer"))? as usize;
-        let data = root
-            .buffers()
-            .map_err(fb_err("model.buffers"))?
-            .and_then(|b| b.get(index))
-            .ok_or_else(|| {
-                ModelError::Invalid(format!(
-                    "{OFFLINE_METADATA} refers to missing buffer {index}"
-                ))
-            })?
-            .map_err(fb_err(format!("buffer {index}")))?
-            .data()
-            .map_err(fb_err(format!("buffer {index} data")))?
-            .unwrap_or(&[]);
-        if data.len() % 4 != 0 || data.len() < 12 {
-            return Err(ModelError::Invalid(format!(
-                "{OFFLINE_METADATA} buffer holds {} bytes, not a list of int32 words with a 3-word header",
-                data.len()
-            )));
-        }
-        let words: Vec<i32> = data
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let n = words[2].max(0) as usize;
-        if words.len() != 3 + n {
-            return Err(ModelError::Invalid(format!(
-                "{OFFLINE_METADATA} says {n} offsets but holds {}",
-                words.len() - 3
-            )));
-        }
-        return Ok(Some(words[3..].iter().map(|&w| w as i64).collect()));
+    if data.len() % 4 != 0 || data.len() < 12 {
+        return Err(ModelError::Invalid(format!(
+            "{OFFLINE_METADATA} buffer holds {} bytes, not a list of int32 words with a 3-word header",
+            data.len()
+        )));
     }
-    Ok(None)
+    let words: Vec<i32> = data
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let n = words[2].max(0) as usize;
+    if words.len() != 3 + n {
+        return Err(ModelError::Invalid(format!(
+            "{OFFLINE_METADATA} says {n} offsets but holds {}",
+            words.len() - 3
+        )));
+    }
+    Ok(Some(words[3..].iter().map(|&w| w as i64).collect()))
 }
 
 /// A copy of the `.tflite` `original` without its `OfflineMemoryAllocation`
