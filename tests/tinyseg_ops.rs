@@ -146,7 +146,7 @@ fn cmsis_nn_keeps_or_loses_o_s_where_its_loop_order_says() {
     assert_eq!(u(&l["overlap"]["monotone_bytes"]), 152, "{l}");
     assert_eq!(l["library"], "CMSIS-NN");
     // CMSIS-NN v7.0.0's arm_transpose_conv_s8 computes wrong rows when the
-    // top padding is not a multiple of the stride (upstream issue #230): the
+    // top padding is not a multiple of the stride (fixed upstream after v7.0.0): the
     // suite's bit-exactness check against the reference kernel catches it.
     let bug = "op=transpose_conv,dtype=int8,input=1x4x4x8,filter=4x4x4x8,stride=2,padding=same";
     assert_eq!(run_job(&suite("cortex-m4"), bug)["spec"]["pad"][0], 1);
