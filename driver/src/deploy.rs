@@ -445,6 +445,32 @@ pub struct Provenance<'a> {
     pub proven: bool,
 }
 
+/// Writes `model` and its header for the measured plan `m` (the one
+/// `command` planned or proved from `source`); the header's path.
+pub fn write_measured_plan(
+    dest: &Path,
+    model: &[u8],
+    m: &MeasuredPlan,
+    arena: &ArenaToAllocate,
+    command: &str,
+    source: &str,
+    proven: bool,
+) -> Result<PathBuf> {
+    let planner = format!("{} planner (O_s: {})", m.planner, m.overlap);
+    write_deployment(
+        dest,
+        model,
+        arena,
+        &Provenance {
+            command,
+            source,
+            planner: &planner,
+            planned_bytes: m.planned_bytes,
+            proven,
+        },
+    )
+}
+
 /// The header's path beside `model` (`OUT.tflite` → `OUT.h`).
 pub fn header_path(model: &Path) -> PathBuf {
     model.with_extension("h")

@@ -15,7 +15,7 @@ use memtrace_tracer::{Arch, ElfImage};
 
 use crate::bail;
 use crate::common::{check_output, threads};
-use crate::deploy::{measure_arena, write_deployment, Budget, MeasuredPlan, Provenance};
+use crate::deploy::{measure_arena, Budget, MeasuredPlan};
 use crate::error::{Context, Result};
 use crate::executor_run::{ExecutorRun, Watch};
 use crate::kernels::Runtime;
@@ -609,18 +609,14 @@ fn emit(req: &PlanRequest, d: &Deployable, budget: Option<Budget>, dest: &Path) 
             b.arena_bytes - b.budget_bytes
         ));
     }
-    let planner = format!("{} planner (O_s: {})", m.planner, m.overlap);
-    let header = write_deployment(
+    let header = crate::deploy::write_measured_plan(
         dest,
         &emitted.bytes,
+        m,
         arena,
-        &Provenance {
-            command: "plan --emit-offline",
-            source: &req.model,
-            planner: &planner,
-            planned_bytes: m.planned_bytes,
-            proven: false,
-        },
+        "plan --emit-offline",
+        &req.model,
+        false,
     )?;
     Ok(format!(
         "wrote {} and {} ({} planner, head {} B; arena to allocate {} B on TFLM {} kernels, {}) \

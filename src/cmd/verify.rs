@@ -9,7 +9,7 @@ use super::Format;
 use anyhow::Result;
 use clap::Args;
 use memtrace_driver::common::check_output;
-use memtrace_driver::deploy::{header_path, write_deployment, Budget, Provenance};
+use memtrace_driver::deploy::{header_path, Budget};
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::kernels::Runtime;
 use memtrace_driver::plan_file::PlanPick;
@@ -258,18 +258,14 @@ impl Deploy {
             );
             return Ok(false);
         }
-        let planner = format!("{} planner (O_s: {})", m.planner, m.overlap);
-        let header = write_deployment(
+        let header = memtrace_driver::deploy::write_measured_plan(
             dest,
             &report.plan_model,
+            m,
             arena,
-            &Provenance {
-                command: "verify --emit-offline",
-                source: &report.model,
-                planner: &planner,
-                planned_bytes: m.planned_bytes,
-                proven: true,
-            },
+            "verify --emit-offline",
+            &report.model,
+            true,
         )?;
         eprintln!(
             "wrote {} and {} ({} planner, head {} B, proven on TFLM; arena to allocate {} B on \
