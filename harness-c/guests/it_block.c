@@ -11,6 +11,14 @@
  * (unicorn-engine/unicorn#2309). Buffers traced through mmio_map are not
  * affected. A tracer test runs this guest with its buffers traced and expects
  * exit code 0.
+ *
+ * `it_across_pages` is the same hazard at a code-page boundary: an IT block
+ * whose first conditional instruction ends one 4 KiB page and whose other two
+ * begin the next, a page nothing has run from before. The translation block
+ * ends at the page boundary inside the IT block and stores its IT state; the
+ * TLB fill of the next page (a fetch, for which Unicorn restores nothing) must
+ * leave that state alone, or the two instructions after the boundary run
+ * unconditionally.
  */
 #include <stdint.h>
 
@@ -62,7 +70,37 @@ __attribute__((noinline)) uint32_t it_copy(uint8_t *dst, const uint8_t *src, uin
     return ok == 2u + *probe ? len : 0u;
 }
 
+/* r0 = 1: the three conditional instructions are skipped, r0 = 7.
+ * r0 = 0: they run, r0 = 0 + 100 + 20 = 120. Eight bytes before the page
+ * boundary (movs, cmp, ittt, movne), the rest after it; the section is padded
+ * to whole pages so that no other code shares the second page. */
+uint32_t it_across_pages(uint32_t skip);
+__asm__(
+    "    .section .text.it_across_pages,\"ax\",%progbits\n"
+    "    .balign 4096\n"
+    "    .space  4096 - 8\n"
+    "    .global it_across_pages\n"
+    "    .thumb_func\n"
+    "    .type   it_across_pages, %function\n"
+    "it_across_pages:\n"
+    "    movs    r1, #7\n"
+    "    cmp     r0, #1\n"
+    "    ittt    ne\n"
+    "    movne   r1, #0\n"
+    "    addne   r1, r1, #100\n" /* first instruction of the next page */
+    "    addne   r1, r1, #20\n"
+    "    mov     r0, r1\n"
+    "    bx      lr\n"
+    "    .size   it_across_pages, . - it_across_pages\n"
+    "    .balign 4096\n"
+    "    .text\n");
+
 int main(void) {
+    /* First, while the second page has never been fetched. */
+    if (it_across_pages(1) != 7u || it_across_pages(0) != 120u) {
+        return 2;
+    }
+
     uint8_t *in = memtrace_arena;
     uint8_t *out = memtrace_arena + 64;
     uint32_t *probe = (uint32_t *)(memtrace_arena + 128);

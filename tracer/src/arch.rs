@@ -59,13 +59,15 @@ pub(crate) trait Machine {
     /// behind; after every hook that made Unicorn restore the state of the
     /// instruction it interrupted (nothing to clear on x86-64).
     ///
-    /// A memory hook or a TLB fill makes Unicorn restore the CPU state of the
-    /// accessing instruction, IT bits included, and nothing resets them when
-    /// the block leaves the IT block, so the next block would run as if still
-    /// inside it (unicorn-engine/unicorn#2309; `harness-c/guests/it_block.c`
-    /// shows it). Writing EPSR changes only the IT and T bits. A block that
-    /// ends inside an IT block stores its own IT state at its end, so zero is
-    /// right in every case.
+    /// A memory hook or the TLB fill of a data access makes Unicorn restore
+    /// the CPU state of the accessing instruction, IT bits included, and
+    /// nothing resets them when the block leaves the IT block, so the next
+    /// block would run as if still inside it (unicorn-engine/unicorn#2309;
+    /// `harness-c/guests/it_block.c` shows it). Writing EPSR changes only the
+    /// IT and T bits. A block that ends inside an IT block stores its own IT
+    /// state at its end, so zero is right after a data access. Never call it
+    /// on the TLB fill of a fetch: nothing was restored then, and the IT
+    /// state is the live one a block stored on ending inside an IT block.
     fn clear_stale_it_state<D>(self, uc: &mut Unicorn<'_, D>);
 
     /// What Unicorn's interrupt `number` means on this architecture.

@@ -236,11 +236,15 @@ pub(crate) fn fast_stores<D>(uc: &mut Unicorn<'_, D>, arch: Arch) -> Result<(), 
     uc.ctl_set_tlb_type(TlbType::VIRTUAL)
         .map_err(|e| emulator_error("choosing the host-filled TLB", e))?;
     uc.add_tlb_hook(1, 0, move |uc, page, access| {
-        // Unicorn restored the accessing instruction's state before asking.
-        arch.clear_stale_it_state(uc);
         let perms = if access == MemType::FETCH {
+            // A fetch is filled while a block is translated: Unicorn restored
+            // nothing, and the IT state is the one the previous block stored
+            // when it ended inside an IT block at this page's boundary (it
+            // must survive: `harness-c/guests/it_block.c`).
             Prot::ALL
         } else {
+            // Unicorn restored the accessing instruction's state before asking.
+            arch.clear_stale_it_state(uc);
             Prot::READ | Prot::WRITE
         };
         Some(TlbEntry { paddr: page, perms })

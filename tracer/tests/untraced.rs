@@ -118,6 +118,33 @@ fn the_host_filled_tlb_runs_the_guest_as_stock_unicorn_does() {
     }
 }
 
+/// An IT block whose conditional instructions straddle a code-page boundary
+/// (`it_across_pages` in `harness-c/guests/it_block.c`): the host-filled TLB
+/// must keep the IT state the first page's block stored, or the instructions
+/// on the second page run unconditionally and the guest exits 2 — as it did
+/// when the TLB fill of a fetch cleared the IT state too.
+#[test]
+fn an_it_block_across_a_code_page_boundary_keeps_its_condition() {
+    let image = ElfImage::load(&guest("cortex-m4", "it-block.elf")).unwrap();
+    let pages = image.symbol("it_across_pages").unwrap().address;
+    assert_eq!(
+        (pages + 8) % 4096,
+        0,
+        "the guest no longer puts its IT block across a page boundary"
+    );
+    for stock in [false, true] {
+        let run = run_untraced(
+            &image,
+            UntracedOptions {
+                stock,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(run.exit_code, 0, "stock Unicorn TLB: {stock}");
+    }
+}
+
 /// A time limit far away must not stop a run while other threads create
 /// engines: Unicorn's own timeout reads a clock that each new engine briefly
 /// turns from monotonic to wall time, which made `verify` report "did not
