@@ -385,3 +385,100 @@ fn verify_writes_the_proven_plan_and_its_header() {
     )));
     assert!(std::fs::metadata(&emitted).unwrap().len() > 0);
 }
+
+/// `plan` and `verify` choose the same plan when no planner is named: the
+/// smallest of `plan`'s table (found here from its JSON, not from memtrace's
+/// choice), on real TFLM with traced O_s; `plan --emit-offline` and
+/// `verify --emit-offline` write the same model and the same arena.
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn plan_and_verify_write_and_prove_the_same_plan_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    for (model, kernels) in [
+        ("mlperf_tiny_ic_resnet8_int8.tflite", "tflm"),
+        ("mlperf_tiny_kws_ds_cnn_int8.tflite", "cmsis-nn"),
+    ] {
+        let source = shared_model(model);
+        let planned = dir.path().join(format!("{kernels}-planned.tflite"));
+        let proven = dir.path().join(format!("{kernels}-proven.tflite"));
+        let out = memtrace([
+            "plan",
+            path_str(&source),
+            "--kernels",
+            kernels,
+            "--emit-offline",
+            path_str(&planned),
+            "--format",
+            "json",
+        ]);
+        assert!(out.status.success(), "plan {model}: {}", stderr(&out));
+        let p = json(&out);
+        let plans = p["plans"].as_array().unwrap();
+        let smallest = plans
+            .iter()
+            .filter_map(|x| x["peak_bytes"].as_u64())
+            .min()
+            .unwrap();
+        let best = plans
+            .iter()
+            .find(|x| x["peak_bytes"].as_u64() == Some(smallest))
+            .unwrap();
+        assert_eq!(p["overlap_source"], "traced", "{model}");
+        assert_eq!(
+            p["arena_to_allocate"]["planner"], best["planner"],
+            "{model}"
+        );
+
+        let out = memtrace([
+            "verify",
+            path_str(&source),
+            "--kernels",
+            kernels,
+            "--emit-offline",
+            path_str(&proven),
+            "--format",
+            "json",
+        ]);
+        let v = json(&out);
+        assert!(out.status.success(), "verify {model}: {v}");
+        assert_eq!(v["runtime"], "tflm", "{model}");
+        assert_eq!(v["plan"]["planner"], best["planner"], "{model}");
+        assert_eq!(v["plan"]["overlap"], best["overlap"], "{model}");
+        assert_eq!(
+            v["plan"]["planned_bytes"].as_u64(),
+            Some(smallest),
+            "{model}"
+        );
+        assert_eq!(
+            v["arena_to_allocate"]["arena"]["bytes"], p["arena_to_allocate"]["arena"]["bytes"],
+            "{model}"
+        );
+        let header =
+            |m: &Path| arena_in_header(&std::fs::read_to_string(m.with_extension("h")).unwrap());
+        assert_eq!(header(&planned), header(&proven), "{model}");
+        // Both written models carry the same plan and say it is memtrace's.
+        for written in [&planned, &proven] {
+            let out = memtrace([
+                "verify",
+                path_str(written),
+                "--kernels",
+                kernels,
+                "--format",
+                "json",
+            ]);
+            let w = json(&out);
+            assert!(out.status.success(), "verify {}: {w}", written.display());
+            assert_eq!(
+                w["plan"]["planned_bytes"].as_u64(),
+                Some(smallest),
+                "{model}"
+            );
+            assert_eq!(
+                w["embedded_plan_origin"]["origin"],
+                "memtrace",
+                "{}: {w}",
+                written.display()
+            );
+        }
+    }
+}

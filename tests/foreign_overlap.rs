@@ -77,10 +77,19 @@ fn plans_for_cmsis_nn_take_their_overlaps_from_cmsis_nn_traces_by_default() {
     assert_eq!(r["warnings"], serde_json::json!([]));
     assert_eq!(r["plans"][0]["overlap"], "traced", "{r}");
     assert!(!err.contains("WARNING"), "{err}");
-    // The reference library keeps the closed forms as its default.
+    // The reference library too: on real TFLM (the default runtime) the
+    // model's own run is traced; memtrace's executor keeps the closed forms.
     let (t, err) = plan_json(&["zoo:mobilenet_v1_0.25_128_int8", "--planner", "dmo-heap"]);
     assert_eq!(t["kernels"], "tflm");
-    assert_eq!(t["overlap_source"], "analytic");
+    assert_eq!(t["overlap_source"], "traced");
+    let (e, _) = plan_json(&[
+        "zoo:mobilenet_v1_0.25_128_int8",
+        "--planner",
+        "dmo-heap",
+        "--runtime",
+        "executor",
+    ]);
+    assert_eq!(e["overlap_source"], "analytic");
     assert_eq!(t["overlap_kernels"], "tflm");
     assert_eq!(t["foreign_overlap"], false);
     assert!(!err.contains("WARNING"), "{err}");
@@ -300,10 +309,7 @@ fn plan_file(dir: &TempDir, kernels: &str, args: &[&str]) -> (PathBuf, u64) {
     all.extend_from_slice(args);
     let (r, _) = plan_json(&all);
     let p = &r["plans"][0];
-    assert_eq!(
-        p["order_name"], "eager=lazy",
-        "a sequential model runs in model order"
-    );
+    assert_eq!(p["order_name"], "model", "TFLM runs the model's order");
     let file = serde_json::json!({
         "tensors": p["tensors"].as_array().unwrap().iter().map(|t| serde_json::json!({
             "name": t["name"], "offset": t["offset"]})).collect::<Vec<_>>(),

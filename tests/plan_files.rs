@@ -358,7 +358,7 @@ fn an_embedded_plan_says_whose_it_is() {
     let note: Value = serde_json::from_slice(&note).unwrap();
     assert_eq!(note["kernels"], "tflm");
     assert_eq!(note["target"], "cortex-m4");
-    assert_eq!(note["overlap_source"], "analytic");
+    assert_eq!(note["overlap_source"], "traced");
     assert!(note["planner"].is_string(), "{note}");
     // The TFLM build is the reference runner's bytes' digest.
     let runner = common::guest("cortex-m4", "tflm-runner");

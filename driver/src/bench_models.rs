@@ -21,7 +21,6 @@ use std::io::Write;
 use std::path::Path;
 
 use memtrace_analyzer::layer_stats::LayerStats;
-use memtrace_model::planner::PlannerKind;
 use memtrace_tracer::baseline::UntracedOptions;
 use memtrace_tracer::{AccessPath, Arch};
 
@@ -207,7 +206,7 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
 fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPhases> {
     let options = |baseline, oracle| VerifyOptions {
         model: model.to_string(),
-        planner: PlannerKind::DmoHeap,
+        planner: None,
         overlap: OverlapChoice::Traced,
         plan: None,
         seed: 1,

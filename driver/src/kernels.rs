@@ -134,15 +134,15 @@ pub enum Runtime {
 }
 
 impl Runtime {
-    /// The runtime `verify` uses: the one asked for, or real TFLM unless
-    /// the verification needs what only memtrace's executor runs. Errs
-    /// (with the reason) when TFLM is asked for such a verification.
-    pub fn for_verify(
+    /// The runtime `plan` and `verify` use: the one asked for, or real TFLM
+    /// unless the request needs what only memtrace's executor runs. Errs
+    /// (with the reason) when TFLM is asked for such a request.
+    pub fn for_request(
         requested: Option<Runtime>,
-        planner: PlannerKind,
+        planner: Option<PlannerKind>,
         accumulator: Accumulator,
     ) -> std::result::Result<Runtime, String> {
-        let executor_only = if planner == PlannerKind::Tinyseg {
+        let executor_only = if planner == Some(PlannerKind::Tinyseg) {
             Some("--planner tinyseg (TFLM has no spill and fetch operators)")
         } else if accumulator != Accumulator::Int32 {
             Some("--accumulator int16 (TFLM's TRANSPOSE_CONV keeps its own int32 accumulator)")
@@ -151,7 +151,8 @@ impl Runtime {
         };
         match (requested, executor_only) {
             (Some(Runtime::Tflm), Some(why)) => Err(format!(
-                "{why} runs only on memtrace's executor: use --runtime executor"
+                "{why} runs only on memtrace's executor, not with --runtime tflm: use --runtime \
+                 executor"
             )),
             (Some(r), _) => Ok(r),
             (None, Some(_)) => Ok(Runtime::Executor),

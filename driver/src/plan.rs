@@ -33,8 +33,8 @@ pub struct PlanRequest {
     pub model: String,
     /// One planner, or all of them.
     pub planner: Option<PlannerKind>,
-    /// Where O_s comes from (default: [`OverlapChoice::default_for`] the
-    /// kernel library).
+    /// Where O_s comes from (default: traced on real TFLM; on the executor
+    /// [`OverlapChoice::default_for`] the kernel library).
     pub overlap: Option<OverlapChoice>,
     /// Write `emit_offline` even when the O_s model another library's loop
     /// nests than `kernels` (`--allow-foreign-overlap`).
@@ -42,6 +42,9 @@ pub struct PlanRequest {
     /// Kernel library the plan is for: its scratch buffers become tensors,
     /// and traced O_s come from its suite.
     pub kernels: Kernels,
+    /// The core the plan is for: real TFLM's runner of that target traces
+    /// the model and measures the arena (memtrace's executor: Cortex-M4).
+    pub target: Arch,
     /// Kernel suite traced for [`OverlapChoice::Traced`] (default: the
     /// library's Cortex-M4 suite).
     pub suite: Option<PathBuf>,
@@ -181,9 +184,12 @@ impl PlanOutcome {
 /// library of the traced suite (read from its symbols), the algorithmic and
 /// analytic methods TFLM's reference kernels.
 fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)> {
-    let source = req
-        .overlap
-        .unwrap_or(OverlapChoice::default_for(req.kernels));
+    // On TFLM the model's own run traces every operator: the O_s verify
+    // proves by default.
+    let source = req.overlap.unwrap_or(match req.runtime {
+        Runtime::Tflm => OverlapChoice::Traced,
+        Runtime::Executor => OverlapChoice::default_for(req.kernels),
+    });
     let (modelled, suite) = match source {
         OverlapChoice::Traced => match &req.suite {
             Some(suite) => (
@@ -225,7 +231,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let plan_provenance = PlanProvenance::new(
         &req.model,
         req.kernels,
-        Arch::CortexM4,
+        req.target,
         runtime_name(req.runtime),
         provenance.source,
     )?;
@@ -250,8 +256,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         // The model itself traced on real TFLM: its scratch buffers, and
         // with a traced source every operator's O_s.
         Runtime::Tflm => {
-            let traced =
-                crate::tflm::plan_inputs(&req.model, model.ops.len(), req.kernels, &req.cache)?;
+            let traced = crate::tflm::plan_inputs(
+                &req.model,
+                model.ops.len(),
+                req.kernels,
+                req.target,
+                &req.cache,
+            )?;
             let model = model.with_scratch(&traced.scratch);
             let overlaps = match provenance.source.method() {
                 None => Overlaps::compute(&model, &traced.overlaps),
@@ -415,13 +426,7 @@ fn deployable(
     };
     // A model TFLM refuses still gets its plan written (without a header);
     // only the budget cannot do without the number.
-    let arena = measure_arena(
-        &emitted.bytes,
-        req.kernels,
-        Arch::CortexM4,
-        None,
-        &req.cache,
-    );
+    let arena = measure_arena(&emitted.bytes, req.kernels, req.target, None, &req.cache);
     let (arena, not_measured) = match arena {
         Ok(a) => (Some(a), None),
         Err(e) if req.fits.is_none() => (None, Some(e.to_string())),

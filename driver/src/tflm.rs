@@ -477,6 +477,7 @@ pub fn plan_inputs(
     model: &str,
     ops: usize,
     kernels: Kernels,
+    target: Arch,
     cache: &TraceCache,
 ) -> Result<PlanInputs> {
     // TFLM's own plan gives the scratch and O_s, not an offline plan the
@@ -486,7 +487,7 @@ pub fn plan_inputs(
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
     let image = load_runner(
-        &runner_path(Arch::CortexM4, kernels, None, "--runtime executor")?,
+        &runner_path(target, kernels, None, "--runtime executor")?,
         kernels,
     )?;
     let key = TraceCache::key(

@@ -13,6 +13,7 @@ use memtrace_driver::provenance::OverlapChoice;
 use memtrace_driver::trace_cache::TraceCache;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::Accumulator;
+use memtrace_tracer::Arch;
 
 /// `all` (`None`), or one planner.
 #[derive(Clone, Copy, Debug)]
@@ -47,10 +48,10 @@ pub struct PlanArgs {
     pub planner: PlannerChoice,
     #[command(flatten)]
     pub spill: super::spill_args::SpillArgs,
-    /// Where O_s comes from: analytic, algorithmic, traced (runs every layer
-    /// through --suite) or none. Default: analytic for --kernels tflm (whose
-    /// loop nests the analytic and algorithmic methods model), traced for
-    /// any other library.
+    /// Where O_s comes from: analytic, algorithmic, traced or none. Default:
+    /// traced — on real TFLM, the model's own run; on memtrace's executor,
+    /// every layer through --suite for any library but tflm, whose loop
+    /// nests the analytic default models.
     #[arg(long, value_enum)]
     pub overlap: Option<OverlapChoice>,
     /// Write --emit-offline even when the O_s source models another kernel
@@ -62,6 +63,10 @@ pub struct PlanArgs {
     /// buffer (asked of executor-cmsis.elf) and traces suite-cmsis.elf.
     #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
     pub kernels: Kernels,
+    /// The core the plan is for (real TFLM's runner of that target; the
+    /// executor runs on cortex-m4 only).
+    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
+    pub target: Arch,
     /// Kernel suite traced for `--overlap traced` (default:
     /// harness-c/build/cortex-m4/suite.elf, or suite-cmsis.elf with
     /// --kernels cmsis-nn).
@@ -90,11 +95,13 @@ pub struct PlanArgs {
     /// TRANSPOSE_CONV accumulator (int16: TinySeg's scratch quantisation).
     #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
     pub accumulator: Accumulator,
-    /// The runtime the plan is for: with tflm, the model itself is traced on
-    /// real TensorFlow Lite Micro (harness-c/build/cortex-m4/tflm-runner*.elf)
-    /// for every operator's scratch buffers and, with --overlap traced, O_s.
-    #[arg(long, value_enum, default_value_t = Runtime::Executor)]
-    pub runtime: Runtime,
+    /// The runtime the plan is for: tflm traces the model itself on real
+    /// TensorFlow Lite Micro (harness-c/build/cortex-m4/tflm-runner*.elf) for
+    /// every operator's scratch buffers and O_s. Default: tflm, except for
+    /// what only memtrace's executor runs (--planner tinyseg, --accumulator
+    /// int16).
+    #[arg(long, value_enum)]
+    pub runtime: Option<Runtime>,
     /// Trace every layer again instead of taking O_s traced by an earlier
     /// run of the same guest ELF (the cache: $MEMTRACE_CACHE_DIR, else
     /// ~/.cache/memtrace/traces)
@@ -103,11 +110,14 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
-    if args.runtime == Runtime::Tflm && args.accumulator != Accumulator::Int32 {
-        super::usage_error(
-            "--accumulator int16 has no effect with --runtime tflm (TFLM's TRANSPOSE_CONV keeps \
-             its own int32 accumulator): use --runtime executor",
-        );
+    let runtime = Runtime::for_request(args.runtime, args.planner.0, args.accumulator)
+        .unwrap_or_else(|e| super::usage_error(&e));
+    if runtime == Runtime::Executor && args.target != Arch::CortexM4 {
+        super::usage_error(&format!(
+            "--target {}: memtrace's executor plans for cortex-m4 only (real TFLM, the default \
+             runtime, runs on every target)",
+            args.target.name()
+        ));
     }
     args.spill
         .check(args.planner.0 == Some(PlannerKind::Tinyseg));
@@ -117,13 +127,14 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         overlap: args.overlap,
         allow_foreign_overlap: args.allow_foreign_overlap,
         kernels: args.kernels,
+        target: args.target,
         suite: args.suite,
         plot: args.plot,
         emit_offline: args.emit_offline,
         alignment: args.alignment,
         spill: args.spill.options(),
         accumulator: args.accumulator,
-        runtime: args.runtime,
+        runtime,
         cache: TraceCache::new(!args.no_cache),
         fits: args.fits,
     })?;

@@ -24,7 +24,8 @@ use memtrace_model::Accumulator;
 pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Planner of the verified plan (default dmo-heap; tinyseg: the
+    /// Planner of the verified plan (default: the smallest plan of every
+    /// planner, the one `plan --emit-offline` writes; tinyseg: the
     /// transformed model, see --base). With --plan: which plan of a `memtrace
     /// plan` document to take.
     #[arg(long, value_enum)]
@@ -129,9 +130,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
             overlap.name()
         ));
     }
-    let planner = args.planner.unwrap_or(PlannerKind::DmoHeap);
-    args.spill.check(planner == PlannerKind::Tinyseg);
-    let runtime = Runtime::for_verify(args.runtime, planner, args.accumulator)
+    let planner = args.planner;
+    args.spill.check(planner == Some(PlannerKind::Tinyseg));
+    let runtime = Runtime::for_request(args.runtime, planner, args.accumulator)
         .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
     let embedded_plan = args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();

@@ -277,8 +277,7 @@ fn plan_from_planner(
         None => Overlaps::compute(model, traced),
         Some(method) => Overlaps::compute(model, &method),
     };
-    let kind = req.planner;
-    if kind == PlannerKind::Tinyseg {
+    if req.planner == Some(PlannerKind::Tinyseg) {
         let (optimized, seconds) = transform(
             model,
             &overlaps,
@@ -297,17 +296,22 @@ fn plan_from_planner(
             spill: Some((optimized, seconds)),
         });
     }
-    let plan = planner::run(model, kind, &overlaps, &PlanOptions::default())?;
+    let options = PlanOptions::default();
+    let plan = match req.planner {
+        Some(kind) => planner::run(model, kind, &overlaps, &options)?,
+        None => planner::report::best(model, &overlaps, &options)?
+            .ok_or_else(|| failed!("no planner applies to this model"))?,
+    };
+    let name = plan.planner.name();
     if plan.tensors.is_empty() {
         bail!(
-            "planner {} does not apply to this model: {}",
-            kind.name(),
+            "planner {name} does not apply to this model: {}",
             plan.note.clone().unwrap_or_default()
         );
     }
     Ok(PlanUnderTest {
         placement: Placement::of(&plan, model),
-        planner: kind.name().to_string(),
+        planner: name.to_string(),
         cached: false,
         overlap: plan.overlap.clone(),
         plan: Some(plan),

@@ -26,8 +26,10 @@ use crate::{bail, failed};
 pub struct VerifyOptions {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Planner of the verified plan.
-    pub planner: PlannerKind,
+    /// Planner of the verified plan; `None`: the smallest plan of every
+    /// planner ([`memtrace_model::planner::report::best`]), the one
+    /// `plan --emit-offline` writes.
+    pub planner: Option<PlannerKind>,
     /// O_s source of the plan.
     pub overlap: OverlapChoice,
     /// A placement file to verify instead of a planner's plan.

@@ -34,7 +34,7 @@ use crate::deploy::{measure_arena_on, MeasuredPlan};
 use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
-use crate::plan_file::EmbeddedOrigin;
+use crate::plan_file::{EmbeddedOrigin, PlanProvenance};
 use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
     ModelRun, ScratchWatch,
@@ -634,7 +634,14 @@ fn deploy_figures(
     under_test: &UnderTest,
     offsets: &[i64],
 ) -> Result<(MeasuredPlan, Vec<u8>)> {
-    let model = tflite::emit_offline(&subject.bytes, offsets)?.bytes;
+    // The plan's provenance goes into the model, as `plan --emit-offline`
+    // writes it: `run` and `verify` of the written model then say whose it is.
+    let note = PlanProvenance {
+        planner: Some(under_test.planner.clone()),
+        ..PlanProvenance::new(&req.model, req.kernels, req.target, "tflm", req.overlap)?
+    }
+    .to_metadata()?;
+    let model = tflite::emit_offline_noted(&subject.bytes, offsets, Some(&note))?.bytes;
     let (arena, not_measured) =
         match measure_arena_on(&subject.image, &model, req.kernels, &req.cache) {
             Ok(a) => (Some(a), None),
@@ -671,7 +678,7 @@ struct Subject {
 
 impl Subject {
     fn load(req: &VerifyOptions) -> Result<Subject> {
-        Runtime::for_verify(Some(Runtime::Tflm), req.planner, req.accumulator)
+        Runtime::for_request(Some(Runtime::Tflm), req.planner, req.accumulator)
             .map_err(|e| failed!("{e}"))?;
         if let Some(p) = &req.plot {
             crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
@@ -1167,25 +1174,28 @@ fn plan_from_planner(
         model_order_only: true,
         ..PlanOptions::default()
     };
-    let plan = planner::run(model, req.planner, &overlaps, &options)?;
+    let plan = match req.planner {
+        Some(kind) => planner::run(model, kind, &overlaps, &options)?,
+        None => planner::report::best(model, &overlaps, &options)?
+            .ok_or_else(|| failed!("no planner applies to this model"))?,
+    };
+    let name = plan.planner.name();
     if plan.tensors.is_empty() {
         bail!(
-            "planner {} does not apply to this model: {}",
-            req.planner.name(),
+            "planner {name} does not apply to this model: {}",
             plan.note.clone().unwrap_or_default()
         );
     }
     if plan.order.iter().enumerate().any(|(i, &op)| i != op) {
         bail!(
-            "planner {} reorders operators; TFLM runs them in the model's order, so its plan \
-             cannot be given to TFLM",
-            req.planner.name()
+            "planner {name} reorders operators; TFLM runs them in the model's order, so its plan \
+             cannot be given to TFLM"
         );
     }
     Ok(UnderTest {
         offsets: plan.offline_offsets(model),
         arena: plan.arena_bytes(model),
-        planner: req.planner.name().into(),
+        planner: name.into(),
         overlap: plan.overlap.clone(),
     })
 }

@@ -80,6 +80,17 @@ pub fn compare(
     })
 }
 
+/// The plan memtrace writes and proves when no planner is named: the
+/// smallest of [`compare_all`]'s (`plan --emit-offline` and `verify` both
+/// take it). `None` when no planner applies.
+pub fn best(
+    model: &Model,
+    overlaps: &Overlaps,
+    opts: &PlanOptions,
+) -> Result<Option<Plan>, PlanError> {
+    Ok(compare_all(model, overlaps, opts)?.best_plan().cloned())
+}
+
 /// [`compare`] with `default_rows`.
 pub fn compare_all(
     model: &Model,
