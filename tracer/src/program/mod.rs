@@ -1,0 +1,672 @@
+//! An unmodified Cortex-M4 program, run as it was built (`memtrace check`):
+//! from its entry point with the stack its vector table or linker script
+//! names, its memory as its segments and symbols describe it plus a heap and
+//! a stack (`layout.rs`), Arm semihosting for its console and exit
+//! (`semihosting.rs`), an instruction budget, and, when asked, memcheck of
+//! its heap (`memcheck.rs`) and a stack-overflow watch.
+//!
+//! There is no protocol and no peripheral model: an access to memory the
+//! program was not given stops it with the address and the source line.
+
+pub mod layout;
+
+use std::collections::HashMap;
+
+use unicorn_engine::{HookType, MemType, Prot, RegisterARM, Unicorn};
+
+use crate::arch::Machine;
+use crate::clock::BlockClock;
+use crate::debuginfo::DebugInfo;
+use crate::elf::{Arch, ElfImage};
+use crate::error::{CodeLocation, TraceError};
+use crate::machine::{emulator_error, fast_stores, load_segments, set_permissions};
+use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
+pub use crate::memcheck::FindingKind;
+use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
+use crate::unwind::Unwinder;
+pub use layout::Layout;
+
+/// How to run a program.
+#[derive(Clone, Debug)]
+pub struct ProgramOptions {
+    /// The program's arguments (after its name).
+    pub args: Vec<String>,
+    /// Instructions after which the program is stopped.
+    pub max_instructions: u64,
+    /// Heap bytes, where the linker script does not say.
+    pub heap_bytes: u64,
+    /// Stack bytes, where the linker script does not say.
+    pub stack_bytes: u64,
+    /// Echo the program's stdout and stderr as they come.
+    pub echo: bool,
+    /// Check the heap (memcheck) and the stack.
+    pub memcheck: bool,
+}
+
+/// Why a program stopped without exiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopKind {
+    /// An access to unmapped memory, an exception, an emulation error.
+    Fault,
+    /// The stack pointer went below the stack.
+    StackOverflow,
+    /// The instruction budget ran out.
+    Budget,
+    /// A semihosting call memtrace does not answer.
+    Unsupported,
+}
+
+/// How a program ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgramEnd {
+    /// It exited through semihosting (normally, or with another reason).
+    Exited(Exit),
+    /// memtrace stopped it.
+    Stopped {
+        /// Why.
+        kind: StopKind,
+        /// What happened, in words.
+        message: String,
+        /// Where: the instruction, then its callers.
+        chain: Vec<CodeLocation>,
+    },
+}
+
+/// A heap block a finding concerns.
+#[derive(Clone, Debug)]
+pub struct BlockReport {
+    /// First byte.
+    pub address: u64,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Where it was allocated (the allocator function, then its callers).
+    pub allocated: Vec<CodeLocation>,
+    /// Where it was freed, if it was.
+    pub freed: Option<Vec<CodeLocation>>,
+}
+
+/// One memcheck finding.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// What it is.
+    pub kind: FindingKind,
+    /// In words.
+    pub message: String,
+    /// The instruction, then its callers.
+    pub chain: Vec<CodeLocation>,
+    /// The block concerned.
+    pub block: Option<BlockReport>,
+    /// How often the same instruction did it.
+    pub count: u64,
+}
+
+/// A block still allocated at exit.
+#[derive(Clone, Debug)]
+pub struct Leak {
+    /// First byte.
+    pub address: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Whether a pointer in the program's data, stack or reachable blocks
+    /// still points into it ("still reachable"); if not, it is lost.
+    pub reachable: bool,
+    /// Where it was allocated.
+    pub allocated: Vec<CodeLocation>,
+}
+
+/// What memcheck found.
+#[derive(Clone, Debug, Default)]
+pub struct MemcheckReport {
+    /// Errors, in the order found.
+    pub findings: Vec<Finding>,
+    /// Blocks live at exit (none when the program did not exit).
+    pub leaks: Vec<Leak>,
+    /// Allocations made.
+    pub allocations: u64,
+    /// Frees made.
+    pub frees: u64,
+    /// Bytes allocated in all.
+    pub bytes_allocated: u64,
+}
+
+/// A finished program run.
+#[derive(Clone, Debug)]
+pub struct ProgramRun {
+    /// How it ended.
+    pub end: ProgramEnd,
+    /// Its stdout (at most [`KEEP_OUTPUT`] bytes).
+    pub stdout: Vec<u8>,
+    /// Its stderr (at most [`KEEP_OUTPUT`] bytes).
+    pub stderr: Vec<u8>,
+    /// Instructions retired.
+    pub instructions: u64,
+    /// Its memory.
+    pub layout: Layout,
+    /// Memcheck's results, when it ran.
+    pub memcheck: Option<MemcheckReport>,
+}
+
+/// Bytes of each output stream a run keeps.
+pub const KEEP_OUTPUT: usize = 64 << 20;
+
+/// Frames unwound for a finding or a stop.
+const FRAMES: usize = 64;
+
+/// Thumb's `BKPT 0xAB`, the semihosting trap.
+const BKPT_AB: u16 = 0xBEAB;
+
+/// Unicorn's ARM interrupt number of a BKPT.
+const EXCP_BKPT: u32 = 7;
+
+enum RawEnd {
+    Exit(Exit),
+    Stop {
+        kind: StopKind,
+        message: String,
+        stack: RawStack,
+    },
+}
+
+#[derive(Clone, Copy)]
+enum Intercept {
+    Allocator { name: &'static str, first_arg: usize },
+    Copy,
+}
+
+struct State<'i> {
+    image: &'i ElfImage,
+    layout: Layout,
+    host: Option<Semihost>,
+    clock: BlockClock,
+    budget: u64,
+    memcheck: Option<Memcheck>,
+    intercepts: HashMap<u64, Intercept>,
+    unwinder: Option<Option<Unwinder>>,
+    end: Option<RawEnd>,
+}
+
+type Uc<'a, 'i> = Unicorn<'a, State<'i>>;
+
+/// Runs `image`, an unmodified Cortex-M4 program, to its exit.
+pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<ProgramRun, TraceError> {
+    if image.arch != Arch::CortexM4 {
+        return Err(TraceError::UnsupportedElf {
+            path: image.path.clone(),
+            reason: "`check` runs Cortex-M programs (Thumb ELF executables)".into(),
+        });
+    }
+    let layout = Layout::of(image, options.heap_bytes, options.stack_bytes).map_err(|reason| {
+        TraceError::MalformedElf {
+            path: image.path.clone(),
+            reason,
+        }
+    })?;
+    let name = image
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let cmdline = std::iter::once(name)
+        .chain(options.args.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let heap = HeapInfo {
+        heap_base: layout.heap.0 as u32,
+        heap_limit: layout.heap.1 as u32,
+        stack_base: layout.stack.1 as u32,
+        stack_limit: layout.stack.0 as u32,
+    };
+    let console = Console {
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        echo: options.echo,
+        keep: KEEP_OUTPUT,
+    };
+    let memcheck = options.memcheck.then(|| {
+        Memcheck::new(
+            layout.heap.0,
+            layout.heap.1,
+            function_ranges(image, &LENIENT),
+            function_ranges(image, &COPIES),
+        )
+    });
+    let intercepts = if options.memcheck {
+        intercepts(image)
+    } else {
+        HashMap::new()
+    };
+    let state = State {
+        image,
+        layout,
+        host: Some(Semihost::new(&cmdline, heap, console)),
+        clock: image.arch.block_clock(),
+        budget: options.max_instructions,
+        memcheck,
+        intercepts,
+        unwinder: None,
+        end: None,
+    };
+    let mut uc = image.arch.new_engine(state)?;
+    fast_stores(&mut uc, image.arch)?;
+    map_memory(&mut uc, image, &layout)?;
+    install_hooks(&mut uc, &layout, options.memcheck)?;
+    uc.reg_write(RegisterARM::SP, layout.initial_sp)
+        .map_err(|e| emulator_error("setting the stack pointer", e))?;
+    let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
+    finish(uc, image, result)
+}
+
+fn map_memory(uc: &mut Uc<'_, '_>, image: &ElfImage, layout: &Layout) -> Result<(), TraceError> {
+    for (s, e) in layout.regions(image) {
+        uc.mem_map(s, e - s, Prot::ALL)
+            .and_then(|()| set_permissions(uc, image, s, e, Prot::NONE))
+            .map_err(|err| emulator_error(&format!("mapping guest memory {s:#x}..{e:#x}"), err))?;
+    }
+    load_segments(uc, image, None)
+}
+
+/// The allocator's and the copy functions' entry points.
+fn intercepts(image: &ElfImage) -> HashMap<u64, Intercept> {
+    let mut out = HashMap::new();
+    for (name, first_arg) in ALLOCATOR {
+        if let Some(s) = image.symbol(name).filter(|s| s.is_function) {
+            out.insert(s.address, Intercept::Allocator { name, first_arg });
+        }
+    }
+    for name in COPIES {
+        if let Some(s) = image.symbol(name).filter(|s| s.is_function) {
+            out.entry(s.address).or_insert(Intercept::Copy);
+        }
+    }
+    out
+}
+
+/// The code ranges of the functions named `names` (a function without a
+/// size, as hand-written assembly often is, ends where the next begins).
+fn function_ranges(image: &ElfImage, names: &[&str]) -> Vec<(u64, u64)> {
+    let functions: Vec<(u64, u64, &str)> = image.functions().collect();
+    let mut out = Vec::new();
+    for (i, &(start, size, name)) in functions.iter().enumerate() {
+        if !names.contains(&name) {
+            continue;
+        }
+        let end = if size > 0 {
+            start + size
+        } else {
+            functions[i + 1..]
+                .iter()
+                .map(|f| f.0)
+                .find(|&a| a > start)
+                .unwrap_or(start + 2)
+        };
+        out.push((start, end));
+    }
+    out
+}
+
+fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result<(), TraceError> {
+    let hook_err = |e| emulator_error("installing hooks", e);
+    uc.add_block_hook(1, 0, on_block).map_err(hook_err)?;
+    uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
+    uc.add_mem_hook(
+        HookType::MEM_READ_UNMAPPED | HookType::MEM_WRITE_UNMAPPED | HookType::MEM_FETCH_UNMAPPED,
+        1,
+        0,
+        on_unmapped,
+    )
+    .map_err(hook_err)?;
+    if memcheck {
+        let entries: Vec<u64> = uc.get_data().intercepts.keys().copied().collect();
+        for at in entries {
+            uc.add_code_hook(at, at, on_intercept).map_err(hook_err)?;
+        }
+        let (start, end) = layout.heap;
+        uc.add_mem_hook(
+            HookType::MEM_READ | HookType::MEM_WRITE,
+            start,
+            end - 1,
+            on_heap_access,
+        )
+        .map_err(hook_err)?;
+    }
+    Ok(())
+}
+
+fn reg(uc: &Uc<'_, '_>, r: RegisterARM) -> u64 {
+    uc.reg_read(r).unwrap_or(0)
+}
+
+/// The call stack at `pc`: its return addresses unwound from the stack.
+fn stack_here(uc: &mut Uc<'_, '_>, pc: u64) -> RawStack {
+    let image = uc.get_data().image;
+    let regs = image.arch.registers(uc, pc);
+    let mut unwinder = uc
+        .get_data_mut()
+        .unwinder
+        .take()
+        .unwrap_or_else(|| Unwinder::for_image(image));
+    let returns = match unwinder.as_mut() {
+        Some(u) => u.callers(image, regs, |a, out| uc.mem_read(a, out).is_ok(), FRAMES),
+        None => Vec::new(),
+    };
+    uc.get_data_mut().unwinder = Some(unwinder);
+    RawStack { pc, returns }
+}
+
+fn stop(uc: &mut Uc<'_, '_>, kind: StopKind, message: String, pc: u64) {
+    if uc.get_data().end.is_none() {
+        let stack = stack_here(uc, pc);
+        uc.get_data_mut().end = Some(RawEnd::Stop {
+            kind,
+            message,
+            stack,
+        });
+    }
+    let _ = uc.emu_stop();
+}
+
+fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
+    if !uc.get_data_mut().clock.enter_cached(address) {
+        let mut code = vec![0u8; size as usize];
+        let _ = uc.mem_read(address, &mut code);
+        uc.get_data_mut().clock.block_start(address, size, || code);
+    }
+    let s = uc.get_data();
+    let retired = s.clock.retired_before_block();
+    if retired > s.budget {
+        let budget = s.budget;
+        let message = format!(
+            "the program ran {retired} instructions without exiting, more than its budget of {budget} (raise it with --max-instructions)"
+        );
+        return stop(uc, StopKind::Budget, message, address);
+    }
+    let sp = reg(uc, RegisterARM::SP);
+    let (bottom, top) = s.layout.stack;
+    if sp < bottom && sp + layout::GUARD_GAP >= bottom && s.memcheck.is_some() {
+        let message = format!(
+            "stack overflow: the stack pointer {sp:#x} is {} B below the stack's lowest address {bottom:#x} (the stack is {} B; raise it with --stack)",
+            bottom - sp,
+            top - bottom
+        );
+        return stop(uc, StopKind::StackOverflow, message, address);
+    }
+    if s.memcheck.as_ref().is_some_and(|m| m.in_allocator()) {
+        let r0 = reg(uc, RegisterARM::R0) as u32;
+        if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
+            m.block(address, sp, || r0);
+        }
+    }
+}
+
+fn on_intercept(uc: &mut Uc<'_, '_>, address: u64, _size: u32) {
+    let Some(&what) = uc.get_data().intercepts.get(&address) else {
+        return;
+    };
+    let args = [RegisterARM::R0, RegisterARM::R1, RegisterARM::R2, RegisterARM::R3]
+        .map(|r| reg(uc, r) as u32);
+    match what {
+        Intercept::Copy => {
+            if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
+                m.copy(args[0] as u64, args[1] as u64, args[2] as u64);
+            }
+        }
+        Intercept::Allocator { name, first_arg } => {
+            let lr = reg(uc, RegisterARM::LR);
+            let sp = reg(uc, RegisterARM::SP);
+            let outer = !uc.get_data().memcheck.as_ref().is_some_and(|m| m.in_allocator());
+            let stack = if outer {
+                stack_here(uc, address)
+            } else {
+                RawStack::default()
+            };
+            let call = decode_call(name, &args[first_arg..]);
+            let skip = uc
+                .get_data_mut()
+                .memcheck
+                .as_mut()
+                .is_some_and(|m| m.enter(call, lr & !1, sp, stack));
+            if skip {
+                // The bad free is not made: newlib would corrupt its heap.
+                let _ = uc.reg_write(RegisterARM::R0, 0);
+                let _ = uc.reg_write(RegisterARM::PC, lr | 1);
+            }
+        }
+    }
+}
+
+fn on_heap_access(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _value: i64) -> bool {
+    let arch = uc.get_data().image.arch;
+    let pc = uc.pc_read().unwrap_or(0);
+    if let Some(mut m) = uc.get_data_mut().memcheck.take() {
+        let write = kind == MemType::WRITE;
+        m.access(pc, write, address, size as u64, || stack_here(uc, pc));
+        uc.get_data_mut().memcheck = Some(m);
+    }
+    arch.clear_stale_it_state(uc);
+    true
+}
+
+fn on_unmapped(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _value: i64) -> bool {
+    let pc = uc.pc_read().unwrap_or(0);
+    let what = match kind {
+        MemType::WRITE_UNMAPPED => "write to",
+        MemType::FETCH_UNMAPPED => "instruction fetch from",
+        _ => "read of",
+    };
+    let (bottom, _) = uc.get_data().layout.stack;
+    let sp = reg(uc, RegisterARM::SP);
+    if kind != MemType::FETCH_UNMAPPED
+        && address < bottom
+        && address + layout::GUARD_GAP >= bottom
+        && address + 256 >= sp
+    {
+        let message = format!(
+            "stack overflow: {what} {address:#x}, {} B below the stack's lowest address {bottom:#x} (raise it with --stack)",
+            bottom - address
+        );
+        stop(uc, StopKind::StackOverflow, message, pc);
+        return false;
+    }
+    let message = format!(
+        "{what} unmapped address {address:#x} ({size} B){}",
+        peripheral_note(address)
+    );
+    stop(uc, StopKind::Fault, message, pc);
+    false
+}
+
+/// What an unmapped address probably is, on a Cortex-M.
+fn peripheral_note(address: u64) -> &'static str {
+    match address {
+        0x4000_0000..=0x5FFF_FFFF => ": a peripheral register; `check` models no peripherals",
+        0xE000_0000..=0xE00F_FFFF => {
+            ": the private peripheral bus (SysTick, NVIC, SCB); `check` models no peripherals"
+        }
+        0xFFFF_FFF0.. => ": the program returned from its entry point",
+        _ => ": memory the program's segments, heap and stack do not cover",
+    }
+}
+
+fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
+    let arch = uc.get_data().image.arch;
+    let pc = uc.pc_read().unwrap_or(0);
+    arch.clear_stale_it_state(uc);
+    let mut insn = [0u8; 2];
+    let is_semihosting =
+        number == EXCP_BKPT && uc.mem_read(pc, &mut insn).is_ok() && u16::from_le_bytes(insn) == BKPT_AB;
+    if !is_semihosting {
+        let message = format!("{} (exception {number})", arch.interrupt_name(number));
+        return stop(uc, StopKind::Fault, message, pc);
+    }
+    let operation = reg(uc, RegisterARM::R0) as u32;
+    let arg = reg(uc, RegisterARM::R1) as u32;
+    let instructions = uc.get_data().clock.now(pc);
+    let Some(mut host) = uc.get_data_mut().host.take() else {
+        return;
+    };
+    let mut mem = HostAccess {
+        uc,
+        wrote: Vec::new(),
+    };
+    let outcome = host.call(&mut mem, operation, arg, instructions);
+    let wrote = std::mem::take(&mut mem.wrote);
+    uc.get_data_mut().host = Some(host);
+    if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
+        for (at, n) in wrote {
+            m.host_wrote(at, n);
+        }
+    }
+    match outcome {
+        Ok(Outcome::Return(value)) => {
+            let _ = uc.reg_write(RegisterARM::R0, value as u64);
+            let _ = uc.reg_write(RegisterARM::PC, (pc + 2) | 1);
+        }
+        Ok(Outcome::Exit(exit)) => {
+            uc.get_data_mut().end = Some(RawEnd::Exit(exit));
+            let _ = uc.emu_stop();
+        }
+        Err(unsupported) => stop(uc, StopKind::Unsupported, unsupported.0, pc),
+    }
+}
+
+/// Guest memory for a semihosting call, noting what the host writes.
+struct HostAccess<'u, 'a, 'i> {
+    uc: &'u mut Uc<'a, 'i>,
+    wrote: Vec<(u64, u64)>,
+}
+
+impl GuestMemory for HostAccess<'_, '_, '_> {
+    fn read(&self, address: u64, out: &mut [u8]) -> bool {
+        self.uc.mem_read(address, out).is_ok()
+    }
+    fn write(&mut self, address: u64, bytes: &[u8]) -> bool {
+        self.wrote.push((address, bytes.len() as u64));
+        self.uc.mem_write(address, bytes).is_ok()
+    }
+}
+
+fn finish(
+    mut uc: Uc<'_, '_>,
+    image: &ElfImage,
+    result: Result<(), unicorn_engine::uc_error>,
+) -> Result<ProgramRun, TraceError> {
+    let pc = uc.pc_read().unwrap_or(0);
+    if uc.get_data().end.is_none() {
+        let message = match result {
+            Err(e) => format!("emulation stopped: {e:?}"),
+            Ok(()) => "the program stopped without exiting".to_owned(),
+        };
+        stop(&mut uc, StopKind::Fault, message, pc);
+    }
+    let debug = DebugInfo::load(image);
+    let resolve = |s: &RawStack| resolve_chain(&debug, image, s);
+    let leaks = match uc.get_data().end {
+        Some(RawEnd::Exit(_)) => live_blocks(&uc),
+        _ => Vec::new(),
+    };
+    let s = uc.get_data_mut();
+    let instructions = s.clock.now(pc);
+    let end = match s.end.take() {
+        Some(RawEnd::Exit(exit)) => ProgramEnd::Exited(exit),
+        Some(RawEnd::Stop {
+            kind,
+            message,
+            stack,
+        }) => ProgramEnd::Stopped {
+            kind,
+            message,
+            chain: resolve(&stack),
+        },
+        None => unreachable!("a stop was recorded above"),
+    };
+    let memcheck = s.memcheck.take().map(|m| {
+        let findings = m
+            .findings
+            .iter()
+            .map(|f| Finding {
+                kind: f.kind,
+                message: f.message.clone(),
+                chain: resolve(&f.stack),
+                block: f.block.as_ref().map(|(address, b)| BlockReport {
+                    address: *address,
+                    size: b.size,
+                    allocated: resolve(&b.allocated),
+                    freed: b.freed.as_ref().map(resolve),
+                }),
+                count: f.count,
+            })
+            .collect();
+        let leaks = leaks
+            .iter()
+            .filter_map(|&(address, reachable)| {
+                let b = m.live.get(&address)?;
+                Some(Leak {
+                    address,
+                    size: b.size,
+                    reachable,
+                    allocated: resolve(&b.allocated),
+                })
+            })
+            .collect();
+        MemcheckReport {
+            findings,
+            leaks,
+            allocations: m.allocations,
+            frees: m.frees,
+            bytes_allocated: m.bytes_allocated,
+        }
+    });
+    let host = s.host.take();
+    let (stdout, stderr) = host.map_or((Vec::new(), Vec::new()), |h| (h.console.stdout, h.console.stderr));
+    Ok(ProgramRun {
+        end,
+        stdout,
+        stderr,
+        instructions,
+        layout: s.layout,
+        memcheck,
+    })
+}
+
+/// The live blocks at exit and whether a pointer reaches each: the roots
+/// are the program's writable segments, its stack and its registers.
+fn live_blocks(uc: &Uc<'_, '_>) -> Vec<(u64, bool)> {
+    let s = uc.get_data();
+    let Some(m) = s.memcheck.as_ref() else {
+        return Vec::new();
+    };
+    let read = |at: u64, n: u64| {
+        let mut bytes = vec![0u8; n as usize];
+        let _ = uc.mem_read(at, &mut bytes);
+        bytes
+    };
+    let mut roots: Vec<Vec<u8>> = s
+        .image
+        .segments
+        .iter()
+        .filter(|seg| !seg.executable)
+        .map(|seg| read(seg.address & !3, seg.size))
+        .collect();
+    let sp = reg(uc, RegisterARM::SP) & !3;
+    let (bottom, top) = s.layout.stack;
+    if (bottom..top).contains(&sp) {
+        roots.push(read(sp, top - sp));
+    }
+    use RegisterARM::*;
+    let regs: Vec<u8> = [R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, LR]
+        .into_iter()
+        .flat_map(|r| (reg(uc, r) as u32).to_le_bytes())
+        .collect();
+    roots.push(regs);
+    m.reachability(&roots, read)
+}
+
+/// A raw stack as code locations: the instruction (with the functions it
+/// is inlined into), then each caller.
+fn resolve_chain(debug: &DebugInfo, image: &ElfImage, stack: &RawStack) -> Vec<CodeLocation> {
+    let mut first = debug.locate(image, stack.pc);
+    first.inlined_into = None;
+    let mut chain = vec![first];
+    chain.extend(debug.call_chain(image, stack.pc, &stack.returns));
+    chain
+}
