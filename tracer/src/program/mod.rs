@@ -183,6 +183,19 @@ struct State<'i> {
     intercepts: HashMap<u64, Intercept>,
     unwinder: Option<Option<Unwinder>>,
     end: Option<RawEnd>,
+    /// Where to go on after a hook stopped the engine (see [`Resume`]).
+    resume: Option<Resume>,
+}
+
+/// A new start after a semihosting call or a skipped bad free: the hook
+/// stops the engine and `run_program` starts it again here with these
+/// registers. Writing the PC from inside a hook would do the same, but it
+/// leaves Unicorn's PC unsynchronised in every memory hook after it
+/// (`skip_sync_pc_on_exit` stays set until the next `emu_start`), and
+/// memcheck needs the exact instruction of every access.
+struct Resume {
+    pc: u64,
+    registers: Vec<(RegisterARM, u64)>,
 }
 
 type Uc<'a, 'i> = Unicorn<'a, State<'i>>;
@@ -245,6 +258,7 @@ pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<Program
         intercepts,
         unwinder: None,
         end: None,
+        resume: None,
     };
     let mut uc = image.arch.new_engine(state)?;
     fast_stores(&mut uc, image.arch)?;
@@ -252,7 +266,21 @@ pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<Program
     install_hooks(&mut uc, &layout, options.memcheck)?;
     uc.reg_write(RegisterARM::SP, layout.initial_sp)
         .map_err(|e| emulator_error("setting the stack pointer", e))?;
-    let result = uc.emu_start(image.arch.start_address(image.entry), 0, 0, 0);
+    let mut start = image.arch.start_address(image.entry);
+    let result = loop {
+        let result = uc.emu_start(start, 0, 0, 0);
+        let Some(resume) = uc.get_data_mut().resume.take() else {
+            break result;
+        };
+        if uc.get_data().end.is_some() {
+            break result;
+        }
+        for (r, value) in resume.registers {
+            uc.reg_write(r, value)
+                .map_err(|e| emulator_error("resuming the program", e))?;
+        }
+        start = resume.pc;
+    };
     finish(uc, image, result)
 }
 
@@ -426,9 +454,13 @@ fn on_intercept(uc: &mut Uc<'_, '_>, address: u64, _size: u32) {
                 .as_mut()
                 .is_some_and(|m| m.enter(call, lr & !1, sp, stack));
             if skip {
-                // The bad free is not made: newlib would corrupt its heap.
-                let _ = uc.reg_write(RegisterARM::R0, 0);
-                let _ = uc.reg_write(RegisterARM::PC, lr | 1);
+                // The bad free is not made (newlib would corrupt its heap):
+                // the call returns at once.
+                uc.get_data_mut().resume = Some(Resume {
+                    pc: lr | 1,
+                    registers: vec![(RegisterARM::R0, 0), (RegisterARM::SP, sp)],
+                });
+                let _ = uc.emu_stop();
             }
         }
     }
@@ -518,8 +550,11 @@ fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
     }
     match outcome {
         Ok(Outcome::Return(value)) => {
-            let _ = uc.reg_write(RegisterARM::R0, value as u64);
-            let _ = uc.reg_write(RegisterARM::PC, (pc + 2) | 1);
+            uc.get_data_mut().resume = Some(Resume {
+                pc: (pc + 2) | 1,
+                registers: vec![(RegisterARM::R0, value as u64)],
+            });
+            let _ = uc.emu_stop();
         }
         Ok(Outcome::Exit(exit)) => {
             uc.get_data_mut().end = Some(RawEnd::Exit(exit));
