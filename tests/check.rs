@@ -132,17 +132,29 @@ int main(int argc, char **argv) {
     assert_eq!(status, 99, "{fault}");
     assert_eq!(fault["end"]["kind"], "fault");
     let message = fault["end"]["message"].as_str().unwrap();
-    assert!(message.contains("0x40021000") && message.contains("peripheral"), "{message}");
+    assert!(
+        message.contains("0x40021000") && message.contains("peripheral"),
+        "{message}"
+    );
     let line = line_of(source, "/* peripheral */");
-    assert!(has_frame(&fault["end"]["chain"], "stops.c", line..=line), "{fault}");
+    assert!(
+        has_frame(&fault["end"]["chain"], "stops.c", line..=line),
+        "{fault}"
+    );
 
     let (overflow, _) = check_json(&elf, &["--stack", "65536", "--", "deep"]);
     assert_eq!(overflow["end"]["kind"], "stack-overflow", "{overflow}");
     let line = line_of(source, "int deep(");
-    assert!(has_frame(&overflow["end"]["chain"], "stops.c", line..=line), "{overflow}");
+    assert!(
+        has_frame(&overflow["end"]["chain"], "stops.c", line..=line),
+        "{overflow}"
+    );
 
     let (endless, status) = check_json(&elf, &["--max-instructions", "200000", "--", "a", "b"]);
-    assert_eq!((status, endless["end"]["kind"].as_str()), (99, Some("budget")));
+    assert_eq!(
+        (status, endless["end"]["kind"].as_str()),
+        (99, Some("budget"))
+    );
     let retired = endless["instructions"].as_u64().unwrap();
     assert!((200_000..200_100).contains(&retired), "{retired}");
 }
@@ -188,12 +200,25 @@ int main(void) {
             .unwrap_or_else(|| panic!("no {kind} in {report}"));
         let (at, allocated) = (line_of(source, at), line_of(source, allocated));
         assert!(has_frame(&f["chain"], "heap.c", at..=at), "{kind}: {f}");
-        assert!(has_frame(&f["block"]["allocated"], "heap.c", allocated..=allocated), "{kind}: {f}");
+        assert!(
+            has_frame(&f["block"]["allocated"], "heap.c", allocated..=allocated),
+            "{kind}: {f}"
+        );
     }
-    let uaf = found.iter().find(|f| f["kind"] == "use-after-free").unwrap();
+    let uaf = found
+        .iter()
+        .find(|f| f["kind"] == "use-after-free")
+        .unwrap();
     let freed = line_of(source, "/* free b */");
-    assert!(has_frame(&uaf["block"]["freed"], "heap.c", freed..=freed), "{uaf}");
-    assert_eq!(found.len(), expect.len(), "calloc'd bytes are defined: {report}");
+    assert!(
+        has_frame(&uaf["block"]["freed"], "heap.c", freed..=freed),
+        "{uaf}"
+    );
+    assert_eq!(
+        found.len(),
+        expect.len(),
+        "calloc'd bytes are defined: {report}"
+    );
     // Both blocks `c` pointed at are lost; `a` was freed.
     let lost: Vec<&Value> = report["memcheck"]["leaks"]
         .as_array()
@@ -215,7 +240,11 @@ int main(void) {
     std::fs::write(&rules, "overrun\n").unwrap();
     let out = memtrace(["check", "--suppressions", path_str(&rules), path_str(&elf)]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(common::stderr(&out).contains("line 1"), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("line 1"),
+        "{}",
+        common::stderr(&out)
+    );
 }
 
 /// Unity's verdict as the program printed it, counted line by line: one
@@ -260,8 +289,13 @@ fn every_cmsis_nn_unit_test_suite_runs_with_unitys_own_verdict() {
         assert_eq!(unity["failures"], failures, "{suite}");
         assert_eq!(unity["ignored"], ignored, "{suite}");
         // The runner calls every test_ function of the suite's test file.
-        let runner = std::fs::read_to_string(dir.join(format!("runners/{suite}_runner.c"))).unwrap();
-        assert_eq!(runner.matches("run_test(test_").count() as u64, tests, "{suite}");
+        let runner =
+            std::fs::read_to_string(dir.join(format!("runners/{suite}_runner.c"))).unwrap();
+        assert_eq!(
+            runner.matches("run_test(test_").count() as u64,
+            tests,
+            "{suite}"
+        );
         assert_eq!(unity["ok"], failures == 0, "{suite}");
         // Unity's main returns its failure count, and exit carries it.
         assert_eq!(report["exit_status"], failures, "{suite}");
@@ -294,7 +328,10 @@ fn the_ds_cnn_suites_scratch_is_smaller_than_their_average_pool_needs() {
     // The test sizes its scratch as the largest of its conv, depthwise and
     // fully-connected layers' needs and leaves out the average pool, which
     // on a DSP build (Cortex-M4) needs 4 B per channel.
-    for (suite, data) in [("test_arm_ds_cnn_s_s8", "ds_cnn_s"), ("test_arm_ds_cnn_l_s8", "ds_cnn_l")] {
+    for (suite, data) in [
+        ("test_arm_ds_cnn_s_s8", "ds_cnn_s"),
+        ("test_arm_ds_cnn_l_s8", "ds_cnn_l"),
+    ] {
         let (report, _) = check_json(&unit_tests().join(format!("{suite}.elf")), &[]);
         let headers = tests_dir().join("TestData").join(data);
         let pool = std::fs::read_dir(&headers)
@@ -319,9 +356,15 @@ fn the_ds_cnn_suites_scratch_is_smaller_than_their_average_pool_needs() {
         assert!(!overruns.is_empty(), "{suite}: {report}");
         for f in &overruns {
             let size = f["block"]["size"].as_u64().unwrap();
-            assert!(size < needed, "{suite}: a {size}-byte scratch, {needed} needed");
+            assert!(
+                size < needed,
+                "{suite}: a {size}-byte scratch, {needed} needed"
+            );
             let chain = f["chain"].as_array().unwrap();
-            assert!(chain.iter().any(|c| c["function"] == "arm_avgpool_s8"), "{f}");
+            assert!(
+                chain.iter().any(|c| c["function"] == "arm_avgpool_s8"),
+                "{f}"
+            );
         }
     }
 }
@@ -345,7 +388,8 @@ fn planted_suite(dir: &Path, plant: impl Fn(&str) -> String) -> (PathBuf, String
     let source = plant(&std::fs::read_to_string(original.join("test_arm_convolve_s8.c")).unwrap());
     std::fs::write(suite.join("test_arm_convolve_s8.c"), &source).unwrap();
     let built = unit_tests();
-    let cmsis = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/third_party/cmsis-nn/Include");
+    let cmsis =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/third_party/cmsis-nn/Include");
     let unity = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/third_party/unity/src");
     let elf = dir.join("planted.elf");
     let include = |p: &Path| format!("-I{}", p.display());
@@ -373,7 +417,11 @@ fn bugs_planted_in_a_copy_of_a_unit_test_are_found_at_their_lines() {
     const CALL: &str = "arm_cmsis_nn_status result = arm_convolve_s8(&ctx,";
     let call_lines = |source: &str| {
         let first = line_of(source, CALL);
-        let last = source.lines().skip(first as usize).position(|l| l.contains(");")).unwrap() as u64;
+        let last = source
+            .lines()
+            .skip(first as usize)
+            .position(|l| l.contains(");"))
+            .unwrap() as u64;
         first..=first + last + 1
     };
     // Which chain of the finding's block the planted line is in: where it
@@ -417,18 +465,29 @@ fn bugs_planted_in_a_copy_of_a_unit_test_are_found_at_their_lines() {
             f["kind"] == kind
                 && has_frame(&f["chain"], "test_arm_convolve_s8.c", calls.clone())
                 && (site.is_empty()
-                    || has_frame(&f["block"][site], "test_arm_convolve_s8.c", planted..=planted))
+                    || has_frame(
+                        &f["block"][site],
+                        "test_arm_convolve_s8.c",
+                        planted..=planted,
+                    ))
         });
         let hit = hit.unwrap_or_else(|| panic!("{new}: no {kind} in the kernel call: {report}"));
         // The innermost frame is the library's, not the test's.
         let first = &hit["chain"][0]["file"];
-        assert!(!first.as_str().unwrap().ends_with("test_arm_convolve_s8.c"), "{hit}");
+        assert!(
+            !first.as_str().unwrap().ends_with("test_arm_convolve_s8.c"),
+            "{hit}"
+        );
     }
     // The copy as it is: nothing found, and the same verdict as the suite.
     let dir = tempfile::tempdir().unwrap();
     let (elf, _) = planted_suite(dir.path(), str::to_owned);
     let (report, status) = check_json(&elf, &[]);
-    assert_eq!((status, &report["memcheck"]["errors"]), (0, &Value::from(0)), "{report}");
+    assert_eq!(
+        (status, &report["memcheck"]["errors"]),
+        (0, &Value::from(0)),
+        "{report}"
+    );
     let (suite, _) = check_json(&unit_tests().join("test_arm_convolve_s8.elf"), &[]);
     assert_eq!(report["unity"], suite["unity"]);
 }

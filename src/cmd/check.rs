@@ -70,7 +70,9 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         args.error_exitcode
     } else {
         // A shell sees the low 8 bits of a status.
-        report.program_status().map_or(args.error_exitcode, |s| s as u8)
+        report
+            .program_status()
+            .map_or(args.error_exitcode, |s| s as u8)
     };
     Ok(ExitCode::from(status))
 }

@@ -125,7 +125,11 @@ impl CheckReport {
             out.push_str(&finding_text(f));
         }
         for l in &self.leaks {
-            let what = if l.reachable { "still reachable" } else { "lost" };
+            let what = if l.reachable {
+                "still reachable"
+            } else {
+                "lost"
+            };
             out.push_str(&format!(
                 "memcheck: leak: {} B at {:#x} {what}, allocated at\n{}",
                 l.size,

@@ -143,7 +143,11 @@ mod tests {
         assert_eq!(s.matching("uninitialised", &chain).map(|r| r.line), Some(3));
         assert!(s.matching("overrun", &chain).is_none());
         assert!(s.matching("leak", &["helper"]).is_some());
-        assert!(Suppressions::parse("overrun\n").unwrap_err().contains("line 1"));
-        assert!(Suppressions::parse("bogus f\n").unwrap_err().contains("unknown kind"));
+        assert!(Suppressions::parse("overrun\n")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(Suppressions::parse("bogus f\n")
+            .unwrap_err()
+            .contains("unknown kind"));
     }
 }

@@ -43,7 +43,8 @@ mod tests {
 
     #[test]
     fn the_summary_and_verdict_are_read() {
-        let out = "a.c:10:test_x:PASS\n\n-----------------------\n3 Tests 1 Failures 0 Ignored \nFAIL\n";
+        let out =
+            "a.c:10:test_x:PASS\n\n-----------------------\n3 Tests 1 Failures 0 Ignored \nFAIL\n";
         assert_eq!(
             parse(out),
             Some(UnityResult {
