@@ -20,7 +20,7 @@ ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 # Cortex-M4 cross compiler with its C and C++ libraries, host C/C++, musl's
 # static libc.a (libm without IFUNCs for the x86-64 TFLM runner).
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
-    libstdc++-arm-none-eabi-newlib gcc g++ musl-dev make python3 python3-venv
+    libstdc++-arm-none-eabi-newlib gcc g++ musl-dev make python3 python3-venv ruby
 
 # Where `make install` links the binary (the usual place of per-user
 # executables; pip and cargo-binstall use it too).
@@ -35,6 +35,7 @@ deps:
 
 guests: deps
 	$(MAKE) -C harness-c -j2
+	$(MAKE) -C harness-c/unit-tests -j2
 
 build: deps guests
 	$(CARGO) build --release --workspace

@@ -40,6 +40,10 @@ enum Command {
     Cold(cmd::cold::ColdArgs),
     /// Built-in models: list them, export one as .tflite.
     Zoo(cmd::zoo::ZooArgs),
+    /// Run an unmodified Cortex-M4 program as it was built (Arm
+    /// semihosting) with a memory checker: heap overruns, use after free,
+    /// uninitialised reads, bad frees, leaks, stack overflow.
+    Check(cmd::check::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Cold(args) => cmd::cold::run(args),
         Command::Zoo(args) => cmd::zoo::run(args),
         Command::Plan(args) => cmd::plan::run(args),
+        Command::Check(args) => cmd::check::run(args),
     };
     match result {
         Ok(code) => code,

@@ -12,6 +12,7 @@ pub mod attribution;
 pub mod baseline;
 pub mod bench;
 pub mod bench_models;
+pub mod check;
 pub mod cold;
 pub mod common;
 pub mod contract;

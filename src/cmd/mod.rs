@@ -2,6 +2,7 @@
 //! one workflow and prints its report.
 
 pub mod bench;
+pub mod check;
 pub mod cold;
 pub mod executor_args;
 pub mod plan;

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""CMSIS-NN's own unit tests under `memtrace check`, as the Markdown table of
+docs/kernels.md ("CMSIS-NN's unit tests under memcheck").
+
+Runs every suite `make -C harness-c/unit-tests` built
+(`memtrace check SUITE.elf --format json`) and prints one row per suite:
+Unity's own counts and verdict as memtrace read them from the program's
+output, how the program ended, memcheck's findings by kind (lost blocks
+included) and the instructions it retired.
+
+    scripts/unit-tests-table.py [--memtrace PATH] [--build-dir harness-c/build]
+
+Only the standard library.
+"""
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_memtrace():
+    target = os.environ.get("CARGO_TARGET_DIR", str(Path.home() / ".cache/memtrace-target"))
+    return str(Path(target) / "release" / "memtrace")
+
+
+def check(memtrace, elf):
+    """memtrace's JSON report of one suite (its exit status is not an error
+    here: findings make it non-zero)."""
+    out = subprocess.run(
+        [memtrace, "check", "--format", "json", str(elf)],
+        capture_output=True, text=True, check=False,
+    )
+    if not out.stdout.strip():
+        sys.exit(f"memtrace check {elf} printed no report: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
+def findings_cell(report):
+    """Findings by kind, e.g. `overrun ×3, leak (lost) ×1`, or `none`."""
+    memcheck = report["memcheck"]
+    kinds = collections.Counter(f["kind"] for f in memcheck["findings"])
+    lost = sum(1 for leak in memcheck["leaks"] if not leak["reachable"])
+    if lost:
+        kinds["leak (lost)"] = lost
+    if report["end"]["kind"] not in ("exit",):
+        kinds[report["end"]["kind"]] += 1
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items())) or "none"
+
+
+def unity_cell(report):
+    u = report["unity"]
+    if u is None:
+        return "no Unity summary"
+    verdict = "OK" if u["ok"] else "FAIL"
+    return f"{u['tests']} Tests {u['failures']} Failures {u['ignored']} Ignored {verdict}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memtrace", default=default_memtrace())
+    parser.add_argument("--build-dir", default=str(ROOT / "harness-c" / "build"))
+    args = parser.parse_args()
+    suites = sorted((Path(args.build_dir) / "cortex-m4" / "unit-tests").glob("test_arm_*.elf"))
+    if not suites:
+        sys.exit("no suites built: make -C harness-c/unit-tests")
+    print("| suite | tests | Unity's result | ended | memcheck findings | instructions |")
+    print("|---|---:|---|---|---|---:|")
+    totals = collections.Counter()
+    for elf in suites:
+        r = check(args.memtrace, elf)
+        end = r["end"]
+        ended = f"exit {end['code']}" if end["kind"] == "exit" else end["kind"]
+        tests = r["unity"]["tests"] if r["unity"] else "–"
+        print(f"| `{elf.stem}` | {tests} | {unity_cell(r)} | {ended} | {findings_cell(r)} "
+              f"| {r['instructions']:,} |".replace(",", " "))
+        totals["suites"] += 1
+        totals["tests"] += r["unity"]["tests"] if r["unity"] else 0
+        totals["with findings"] += r["memcheck"]["errors"] > 0
+    print()
+    print(f"{totals['suites']} suites, {totals['tests']} tests; "
+          f"{totals['with findings']} suites with memcheck findings.")
+
+
+if __name__ == "__main__":
+    main()

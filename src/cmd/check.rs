@@ -1,0 +1,78 @@
+//! `memtrace check`: run an unmodified Cortex-M4 program as it was built,
+//! with memcheck (docs/check.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+use memtrace_driver::check::{self, CheckOptions, Suppressions};
+
+use super::Format;
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The program: a Cortex-M4 ELF executable, e.g. built with
+    /// `arm-none-eabi-gcc --specs=rdimon.specs` (Arm semihosting).
+    pub program: PathBuf,
+    /// The program's arguments (after `--`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+    /// Findings not to report (docs/check.md: `KIND FUNCTION-PATTERN` a line).
+    #[arg(long, value_name = "FILE")]
+    pub suppressions: Option<PathBuf>,
+    /// `table`: the program's output as it comes, then the report on stderr;
+    /// `json`: one JSON document on stdout (the output inside it).
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Stop the program after this many instructions.
+    #[arg(long, default_value_t = check::MAX_INSTRUCTIONS)]
+    pub max_instructions: u64,
+    /// Heap bytes, where the program's linker script places none.
+    #[arg(long, default_value_t = check::HEAP_BYTES)]
+    pub heap: u64,
+    /// Stack bytes, where the program's linker script places none.
+    #[arg(long, default_value_t = check::STACK_BYTES)]
+    pub stack: u64,
+    /// Run the program without memcheck (semihosting and faults only).
+    #[arg(long)]
+    pub no_memcheck: bool,
+    /// Exit status when memtrace found errors (findings, lost blocks, a
+    /// fault, a stack overflow, the budget run out).
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u8).range(1..))]
+    pub error_exitcode: u8,
+}
+
+pub fn run(args: CheckArgs) -> Result<ExitCode> {
+    let suppressions = match &args.suppressions {
+        Some(path) => Suppressions::load(path)?,
+        None => Suppressions::default(),
+    };
+    let json = matches!(args.format, Format::Json);
+    let report = check::check(&CheckOptions {
+        program: args.program.clone(),
+        args: args.args.clone(),
+        max_instructions: args.max_instructions,
+        heap_bytes: args.heap,
+        stack_bytes: args.stack,
+        memcheck: !args.no_memcheck,
+        echo: !json,
+        suppressions,
+    })?;
+    if json {
+        super::emit(&report.json())?;
+    } else {
+        for line in report.text().lines() {
+            super::say(line);
+        }
+    }
+    let status = if report.errors() > 0 {
+        args.error_exitcode
+    } else {
+        // A shell sees the low 8 bits of a status.
+        report
+            .program_status()
+            .map_or(args.error_exitcode, |s| s as u8)
+    };
+    Ok(ExitCode::from(status))
+}

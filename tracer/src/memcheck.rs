@@ -1,0 +1,711 @@
+//! Memcheck for an unmodified program's heap: the live blocks newlib's
+//! allocator hands out (its entry points hooked by symbol), a shadow byte
+//! per heap byte, and a check of every load and store to the heap against
+//! them — overruns, use after free, double and invalid frees, reads of
+//! bytes never written since allocation — plus the leak scan at exit.
+//!
+//! The allocator's own accesses (headers, free lists) are its business: while
+//! an allocator call is in flight nothing is checked. Library code that
+//! legitimately reads past what a program wrote (word-at-a-time `strlen`,
+//! `memcpy`'s tails) is handled as Valgrind does: an aligned load that is
+//! partly inside a block is no overrun, and the string and copy functions
+//! are not checked for definedness (`memcpy` and `memmove` carry it over).
+//!
+//! Call stacks are raw here (a PC and return addresses); `program.rs`
+//! unwinds them and resolves them to source lines at the end.
+//!
+//! One file of about 700 lines, a fifth of them tests: the blocks, the
+//! shadow and the checks share one state, and each check reads the others.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// A call stack as the hooks see it: the PC, then the return addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawStack {
+    pub pc: u64,
+    pub returns: Vec<u64>,
+}
+
+/// What a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// An access outside every block, beside one (past its end or before
+    /// its start).
+    Overrun,
+    /// An access to a freed block.
+    UseAfterFree,
+    /// A read of heap bytes never written since their allocation.
+    Uninitialised,
+    /// `free` of a block already freed.
+    DoubleFree,
+    /// `free` or `realloc` of a pointer no allocation returned.
+    InvalidFree,
+    /// An access to heap memory in no block and near none.
+    InvalidAccess,
+}
+
+impl FindingKind {
+    /// The name suppressions and JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingKind::Overrun => "overrun",
+            FindingKind::UseAfterFree => "use-after-free",
+            FindingKind::Uninitialised => "uninitialised",
+            FindingKind::DoubleFree => "double-free",
+            FindingKind::InvalidFree => "invalid-free",
+            FindingKind::InvalidAccess => "invalid-access",
+        }
+    }
+}
+
+/// The allocator's entry points and the copy functions memcheck hooks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// `malloc(size)`.
+    Malloc { size: u32 },
+    /// `calloc(n, m)`: defined (zeroed) bytes.
+    Calloc { n: u32, m: u32 },
+    /// `realloc(ptr, size)`.
+    Realloc { ptr: u32, size: u32 },
+    /// `memalign(align, size)`.
+    Memalign { size: u32 },
+    /// `free(ptr)`.
+    Free { ptr: u32 },
+}
+
+/// The functions hooked by name, and which argument register each of
+/// theirs starts at (newlib's `_r` functions take the reentrancy
+/// structure first).
+pub(crate) const ALLOCATOR: [(&str, usize); 10] = [
+    ("_malloc_r", 1),
+    ("_calloc_r", 1),
+    ("_realloc_r", 1),
+    ("_memalign_r", 1),
+    ("_free_r", 1),
+    ("malloc", 0),
+    ("calloc", 0),
+    ("realloc", 0),
+    ("memalign", 0),
+    ("free", 0),
+];
+
+/// The call a hooked allocator function `name` makes with `args` (from
+/// its first argument register on).
+pub(crate) fn decode_call(name: &str, args: &[u32]) -> Option<Call> {
+    let a = |i: usize| args.get(i).copied().unwrap_or(0);
+    Some(match name.trim_start_matches("_").trim_end_matches("_r") {
+        "malloc" => Call::Malloc { size: a(0) },
+        "calloc" => Call::Calloc { n: a(0), m: a(1) },
+        "realloc" => Call::Realloc {
+            ptr: a(0),
+            size: a(1),
+        },
+        "memalign" => Call::Memalign { size: a(1) },
+        "free" => Call::Free { ptr: a(0) },
+        _ => return None,
+    })
+}
+
+/// Functions whose loads are not checked for definedness (they read whole
+/// words past what a string or a copy's source holds); `memcpy` and
+/// `memmove` also carry definedness to their destination themselves.
+pub(crate) const LENIENT: [&str; 14] = [
+    "memcpy",
+    "memmove",
+    "memset",
+    "memcmp",
+    "memchr",
+    "strlen",
+    "strnlen",
+    "strcmp",
+    "strncmp",
+    "strcpy",
+    "strncpy",
+    "strchr",
+    "__aeabi_memcpy",
+    "__aeabi_memmove",
+];
+
+/// The copy functions whose definedness memcheck carries over at entry.
+pub(crate) const COPIES: [&str; 4] = ["memcpy", "memmove", "__aeabi_memcpy", "__aeabi_memmove"];
+
+/// Shadow states of a heap byte.
+const OUTSIDE: u8 = 0;
+const FREED: u8 = 1;
+const UNDEFINED: u8 = 2;
+const DEFINED: u8 = 3;
+
+/// How far from a block an access still counts as its overrun.
+const NEAR: u64 = 4096;
+
+/// Most distinct findings kept (each later one is counted in its first).
+const MAX_FINDINGS: usize = 1000;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    pub size: u64,
+    pub allocated: RawStack,
+    pub freed: Option<RawStack>,
+}
+
+/// One finding before its stacks are resolved.
+#[derive(Clone, Debug)]
+pub(crate) struct RawFinding {
+    pub kind: FindingKind,
+    pub message: String,
+    pub stack: RawStack,
+    /// The block it concerns: start and the block.
+    pub block: Option<(u64, Block)>,
+    pub count: u64,
+}
+
+/// An allocator call in flight.
+struct Pending {
+    call: Option<Call>,
+    ret: u64,
+    sp: u64,
+    stack: RawStack,
+    /// Realloc: the old block's shadow bytes.
+    old: Vec<u8>,
+}
+
+/// The heap's blocks and shadow.
+pub(crate) struct Memcheck {
+    base: u64,
+    shadow: Vec<u8>,
+    pub live: BTreeMap<u64, Block>,
+    freed: BTreeMap<u64, Block>,
+    pending: Vec<Pending>,
+    /// Code ranges of the lenient functions, sorted.
+    lenient: Vec<(u64, u64)>,
+    /// Code ranges of the copy functions, sorted.
+    copies: Vec<(u64, u64)>,
+    pub findings: Vec<RawFinding>,
+    seen: HashMap<(FindingKind, u64), usize>,
+    pub allocations: u64,
+    pub frees: u64,
+    pub bytes_allocated: u64,
+}
+
+impl Memcheck {
+    /// Memcheck of the heap `[base, limit)`; the code ranges of the lenient
+    /// functions ([`LENIENT`]) and of the copy functions ([`COPIES`]).
+    pub(crate) fn new(
+        base: u64,
+        limit: u64,
+        mut lenient: Vec<(u64, u64)>,
+        mut copies: Vec<(u64, u64)>,
+    ) -> Memcheck {
+        lenient.sort_unstable();
+        copies.sort_unstable();
+        Memcheck {
+            base,
+            shadow: vec![OUTSIDE; (limit - base) as usize],
+            live: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            pending: Vec::new(),
+            lenient,
+            copies,
+            findings: Vec::new(),
+            seen: HashMap::new(),
+            allocations: 0,
+            frees: 0,
+            bytes_allocated: 0,
+        }
+    }
+
+    /// True while an allocator call is in flight: its accesses are its own.
+    pub(crate) fn in_allocator(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// An allocator function was entered (`ret`, `sp`: where and with which
+    /// stack pointer it returns). Only the outermost call counts; calls the
+    /// allocator makes to itself are its own. Returns a finding to report
+    /// when the call is a bad free, and whether to skip the call (a bad
+    /// free would corrupt newlib's heap and crash the program).
+    pub(crate) fn enter(&mut self, call: Option<Call>, ret: u64, sp: u64, stack: RawStack) -> bool {
+        let outer = self.pending.is_empty();
+        let call = call.filter(|_| outer);
+        let mut old = Vec::new();
+        let mut skip = false;
+        match call {
+            Some(Call::Free { ptr }) if ptr != 0 => {
+                skip = !self.check_free(ptr as u64, &stack, "free");
+            }
+            Some(Call::Realloc { ptr, .. }) if ptr != 0 => {
+                if self.check_free(ptr as u64, &stack, "realloc") {
+                    let size = self.live[&(ptr as u64)].size;
+                    old = self.shadow_of(ptr as u64, size).to_vec();
+                } else {
+                    skip = true;
+                }
+            }
+            _ => {}
+        }
+        if !skip {
+            self.pending.push(Pending {
+                call,
+                ret,
+                sp,
+                stack,
+                old,
+            });
+        }
+        skip
+    }
+
+    /// A block starts at `pc` with the stack pointer `sp`: completes the
+    /// allocator calls that return there; `r0` reads their result.
+    pub(crate) fn block(&mut self, pc: u64, sp: u64, r0: impl Fn() -> u32) {
+        while let Some(top) = self.pending.last() {
+            if top.ret != pc || top.sp != sp {
+                return;
+            }
+            let Some(done) = self.pending.pop() else {
+                return;
+            };
+            if let Some(call) = done.call {
+                self.complete(call, r0() as u64, done.stack, done.old);
+            }
+        }
+    }
+
+    fn complete(&mut self, call: Call, result: u64, stack: RawStack, old: Vec<u8>) {
+        match call {
+            Call::Malloc { size } | Call::Memalign { size } => {
+                self.allocate(result, size as u64, UNDEFINED, stack)
+            }
+            Call::Calloc { n, m } => {
+                let size = (n as u64).saturating_mul(m as u64);
+                self.allocate(result, size, DEFINED, stack)
+            }
+            Call::Free { ptr } => self.release(ptr as u64, stack),
+            Call::Realloc { ptr, size } => {
+                let (ptr, size) = (ptr as u64, size as u64);
+                if ptr != 0 && (result != 0 || size == 0) {
+                    self.release(ptr, stack.clone());
+                }
+                if result != 0 {
+                    self.allocate(result, size, UNDEFINED, stack);
+                    let keep = old.len().min(size as usize);
+                    if let Some(s) = self.shadow_range(result, keep as u64) {
+                        s.copy_from_slice(&old[..keep]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn allocate(&mut self, start: u64, size: u64, state: u8, stack: RawStack) {
+        if start == 0 {
+            return;
+        }
+        self.allocations += 1;
+        self.bytes_allocated += size;
+        // Freed blocks the new one reuses are gone.
+        let end = start + size.max(1);
+        let stale: Vec<u64> = self
+            .freed
+            .range(..end)
+            .filter(|(s, b)| **s + b.size.max(1) > start)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in stale {
+            self.freed.remove(&s);
+        }
+        if let Some(shadow) = self.shadow_range(start, size) {
+            shadow.fill(state);
+        }
+        self.live.insert(
+            start,
+            Block {
+                size,
+                allocated: stack,
+                freed: None,
+            },
+        );
+    }
+
+    fn release(&mut self, start: u64, stack: RawStack) {
+        let Some(mut block) = self.live.remove(&start) else {
+            return;
+        };
+        self.frees += 1;
+        if let Some(shadow) = self.shadow_range(start, block.size) {
+            shadow.fill(FREED);
+        }
+        block.freed = Some(stack);
+        self.freed.insert(start, block);
+    }
+
+    /// Whether `ptr` may be freed; a finding when not.
+    fn check_free(&mut self, ptr: u64, stack: &RawStack, what: &str) -> bool {
+        if self.live.contains_key(&ptr) {
+            return true;
+        }
+        let (kind, message, block) = match self.freed.get(&ptr) {
+            Some(b) => (
+                FindingKind::DoubleFree,
+                format!("{what} of {ptr:#x}, a {}-byte block already freed", b.size),
+                Some((ptr, b.clone())),
+            ),
+            None => (
+                FindingKind::InvalidFree,
+                format!(
+                    "{what} of {ptr:#x}, which no allocation returned{}",
+                    self.describe(ptr)
+                        .map(|(d, _)| format!(" ({d})"))
+                        .unwrap_or_default()
+                ),
+                self.describe(ptr).and_then(|(_, b)| b),
+            ),
+        };
+        self.report(kind, message, stack.clone(), block);
+        false
+    }
+
+    /// Checks a load or store of `size` bytes at `address` by the
+    /// instruction at `pc`; `stack` unwinds the call stack when a new
+    /// finding needs it.
+    pub(crate) fn access(
+        &mut self,
+        pc: u64,
+        write: bool,
+        address: u64,
+        size: u64,
+        stack: impl FnOnce() -> RawStack,
+    ) {
+        if self.in_allocator() {
+            return;
+        }
+        let lenient = in_ranges(&self.lenient, pc);
+        let Some(shadow) = self.shadow_range(address, size) else {
+            return;
+        };
+        let states: Vec<u8> = shadow.to_vec();
+        let inside = states.iter().any(|&s| s >= UNDEFINED);
+        // Valgrind's partial-loads-ok: an aligned load partly inside a block
+        // reads the block's bytes (word-at-a-time string and copy code).
+        let partial_ok = !write && inside && size.is_power_of_two() && address.is_multiple_of(size);
+        let mut bad: Option<u64> = None;
+        let mut undefined = false;
+        for (i, &s) in states.iter().enumerate() {
+            match s {
+                OUTSIDE | FREED if !partial_ok && bad.is_none() => bad = Some(address + i as u64),
+                UNDEFINED if !write && !lenient => undefined = true,
+                _ => {}
+            }
+        }
+        // A copy's stores carry its source's definedness, set at entry.
+        if write && !in_ranges(&self.copies, pc) {
+            if let Some(shadow) = self.shadow_range(address, size) {
+                for s in shadow.iter_mut().filter(|s| **s == UNDEFINED) {
+                    *s = DEFINED;
+                }
+            }
+        }
+        let verb = if write { "write" } else { "read" };
+        if let Some(at) = bad {
+            if self.seen_before(FindingKind::Overrun, pc) {
+                return;
+            }
+            let (kind, what, block) = match self.describe(at) {
+                Some((what, Some((start, b)))) if b.freed.is_some() => {
+                    (FindingKind::UseAfterFree, what, Some((start, b)))
+                }
+                Some((what, block)) => (FindingKind::Overrun, what, block),
+                None => (
+                    FindingKind::InvalidAccess,
+                    "in no heap block and near none".to_owned(),
+                    None,
+                ),
+            };
+            let message = format!("invalid {verb} of {size} B at {address:#x}: {at:#x} is {what}");
+            self.report(kind, message, stack(), block);
+        } else if undefined && !self.seen_before(FindingKind::Uninitialised, pc) {
+            let block = self.block_at(address);
+            let message = format!(
+                "read of {size} B at {address:#x}: heap bytes never written since their allocation{}",
+                block
+                    .as_ref()
+                    .map(|(s, b)| format!(" ({} B into a {}-byte block)", address - s, b.size))
+                    .unwrap_or_default()
+            );
+            self.report(FindingKind::Uninitialised, message, stack(), block);
+        }
+    }
+
+    /// `memcpy`/`memmove(dst, src, n)` entered: the destination's live bytes
+    /// take the source's definedness (outside the heap, defined).
+    pub(crate) fn copy(&mut self, dst: u64, src: u64, n: u64) {
+        if self.in_allocator() || n > 1 << 26 {
+            return;
+        }
+        let from: Vec<u8> = match self.shadow_range(src, n) {
+            Some(s) => s
+                .iter()
+                .map(|&b| if b == UNDEFINED { UNDEFINED } else { DEFINED })
+                .collect(),
+            None => vec![DEFINED; n as usize],
+        };
+        if let Some(to) = self.shadow_range(dst, n) {
+            for (t, f) in to.iter_mut().zip(from) {
+                if *t >= UNDEFINED {
+                    *t = f;
+                }
+            }
+        }
+    }
+
+    /// Host writes (semihosting calls filling a buffer) define bytes.
+    pub(crate) fn host_wrote(&mut self, address: u64, n: u64) {
+        if let Some(s) = self.shadow_range(address, n) {
+            for b in s.iter_mut().filter(|b| **b == UNDEFINED) {
+                *b = DEFINED;
+            }
+        }
+    }
+
+    fn seen_before(&mut self, kind: FindingKind, pc: u64) -> bool {
+        match self.seen.get(&(kind, pc)) {
+            Some(&i) => {
+                self.findings[i].count += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn report(
+        &mut self,
+        kind: FindingKind,
+        message: String,
+        stack: RawStack,
+        block: Option<(u64, Block)>,
+    ) {
+        if self.seen_before(kind, stack.pc) || self.findings.len() >= MAX_FINDINGS {
+            return;
+        }
+        self.seen.insert((kind, stack.pc), self.findings.len());
+        self.findings.push(RawFinding {
+            kind,
+            message,
+            stack,
+            block,
+            count: 1,
+        });
+    }
+
+    /// Where `at` lies relative to the nearest block (live or freed), in
+    /// words, and that block; `None` when no block is within [`NEAR`].
+    fn describe(&self, at: u64) -> Option<(String, Option<(u64, Block)>)> {
+        let mut best: Option<(u64, String, u64, &Block)> = None;
+        for map in [&self.live, &self.freed] {
+            let below = map.range(..=at).next_back();
+            let above = map.range(at + 1..).next();
+            for (&start, b) in below.into_iter().chain(above) {
+                let end = start + b.size;
+                let state = if b.freed.is_some() { "freed " } else { "" };
+                let (distance, words) = if at < start {
+                    (
+                        start - at,
+                        format!("{} B before a {state}{}-byte block", start - at, b.size),
+                    )
+                } else if at >= end {
+                    (
+                        at - end + 1,
+                        format!(
+                            "{} B past the end of a {state}{}-byte block",
+                            at - end,
+                            b.size
+                        ),
+                    )
+                } else {
+                    (
+                        0,
+                        format!("{} B inside a {state}{}-byte block", at - start, b.size),
+                    )
+                };
+                if distance <= NEAR && best.as_ref().is_none_or(|x| distance < x.0) {
+                    best = Some((distance, words, start, b));
+                }
+            }
+        }
+        best.map(|(_, words, start, b)| (words, Some((start, b.clone()))))
+    }
+
+    fn block_at(&self, at: u64) -> Option<(u64, Block)> {
+        let (&start, b) = self.live.range(..=at).next_back()?;
+        (at < start + b.size).then(|| (start, b.clone()))
+    }
+
+    fn shadow_of(&mut self, start: u64, size: u64) -> &[u8] {
+        self.shadow_range(start, size).map_or(&[], |s| &*s)
+    }
+
+    /// The shadow bytes of `[address, address+size)` clipped to the heap.
+    fn shadow_range(&mut self, address: u64, size: u64) -> Option<&mut [u8]> {
+        let len = self.shadow.len() as u64;
+        let first = address.checked_sub(self.base)?;
+        if first >= len {
+            return None;
+        }
+        let last = first.saturating_add(size).min(len);
+        Some(&mut self.shadow[first as usize..last as usize])
+    }
+
+    /// The live blocks no pointer reaches: a word-aligned scan of `roots`
+    /// (the program's data, stack and registers), then of every reached
+    /// block's bytes (`read`). Returns `(start, reachable)` per live block.
+    pub(crate) fn reachability(
+        &self,
+        roots: &[Vec<u8>],
+        read: impl Fn(u64, u64) -> Vec<u8>,
+    ) -> Vec<(u64, bool)> {
+        let starts: Vec<(u64, u64)> = self.live.iter().map(|(s, b)| (*s, b.size)).collect();
+        let find = |w: u64| -> Option<usize> {
+            let i = starts.partition_point(|(s, _)| *s <= w);
+            let (s, size) = *starts.get(i.checked_sub(1)?)?;
+            (w < s + size.max(1)).then_some(i - 1)
+        };
+        let mut reached = vec![false; starts.len()];
+        let mut work: Vec<usize> = Vec::new();
+        let scan = |bytes: &[u8], reached: &mut Vec<bool>, work: &mut Vec<usize>| {
+            for w in bytes.chunks_exact(4) {
+                let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
+                if let Some(i) = find(w) {
+                    if !reached[i] {
+                        reached[i] = true;
+                        work.push(i);
+                    }
+                }
+            }
+        };
+        for r in roots {
+            scan(r, &mut reached, &mut work);
+        }
+        while let Some(i) = work.pop() {
+            let (s, size) = starts[i];
+            let bytes = read(s & !3, size + (s & 3));
+            scan(&bytes, &mut reached, &mut work);
+        }
+        starts.iter().map(|(s, _)| *s).zip(reached).collect()
+    }
+}
+
+/// Whether `pc` lies in one of the sorted code ranges.
+fn in_ranges(ranges: &[(u64, u64)], pc: u64) -> bool {
+    let i = ranges.partition_point(|r| r.0 <= pc);
+    i > 0 && pc < ranges[i - 1].1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(pc: u64) -> RawStack {
+        RawStack {
+            pc,
+            returns: vec![],
+        }
+    }
+
+    fn heap() -> Memcheck {
+        Memcheck::new(0x1000, 0x2000, vec![(0x500, 0x510)], vec![])
+    }
+
+    fn malloc(m: &mut Memcheck, size: u32, at: u32) {
+        m.enter(Some(Call::Malloc { size }), 0x100, 0x8000, stack(0x90));
+        m.block(0x100, 0x8000, || at);
+    }
+
+    #[test]
+    fn an_overrun_names_the_block_and_how_far_past_its_end() {
+        let mut m = heap();
+        malloc(&mut m, 10, 0x1008);
+        m.access(0x200, true, 0x1008, 4, || stack(0x200));
+        m.access(0x204, true, 0x1012, 1, || stack(0x204));
+        assert_eq!(m.findings.len(), 1);
+        let f = &m.findings[0];
+        assert_eq!(f.kind, FindingKind::Overrun);
+        assert!(
+            f.message.contains("0 B past the end of a 10-byte block"),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.block.as_ref().map(|b| b.0), Some(0x1008));
+        // The same instruction again is counted, not listed twice.
+        m.access(0x204, true, 0x1013, 1, || stack(0x204));
+        assert_eq!((m.findings.len(), m.findings[0].count), (1, 2));
+    }
+
+    #[test]
+    fn reads_of_unwritten_bytes_and_of_freed_blocks_are_found() {
+        let mut m = heap();
+        malloc(&mut m, 16, 0x1010);
+        m.access(0x300, true, 0x1010, 4, || stack(0x300));
+        m.access(0x304, false, 0x1010, 4, || stack(0x304));
+        assert!(m.findings.is_empty());
+        m.access(0x308, false, 0x1014, 4, || stack(0x308));
+        assert_eq!(m.findings[0].kind, FindingKind::Uninitialised);
+        // Inside a lenient function (a string routine), no definedness check.
+        m.access(0x504, false, 0x1018, 4, || stack(0x504));
+        assert_eq!(m.findings.len(), 1);
+        m.enter(Some(Call::Free { ptr: 0x1010 }), 0x120, 0x8000, stack(0x94));
+        m.block(0x120, 0x8000, || 0);
+        m.access(0x30c, false, 0x1010, 4, || stack(0x30c));
+        assert_eq!(m.findings[1].kind, FindingKind::UseAfterFree);
+        // A second free is skipped and reported.
+        let skip = m.enter(Some(Call::Free { ptr: 0x1010 }), 0x120, 0x8000, stack(0x98));
+        assert!(skip);
+        assert_eq!(m.findings[2].kind, FindingKind::DoubleFree);
+    }
+
+    #[test]
+    fn an_aligned_word_load_partly_inside_a_block_is_no_overrun() {
+        let mut m = heap();
+        malloc(&mut m, 5, 0x1100);
+        m.access(0x400, true, 0x1100, 4, || stack(0x400));
+        m.access(0x402, true, 0x1104, 1, || stack(0x402));
+        m.access(0x404, false, 0x1104, 4, || stack(0x404));
+        assert!(m.findings.is_empty(), "{:?}", m.findings);
+        // Unaligned, it is one.
+        m.access(0x406, false, 0x1103, 4, || stack(0x406));
+        assert_eq!(m.findings[0].kind, FindingKind::Overrun);
+    }
+
+    #[test]
+    fn calloc_is_defined_realloc_keeps_definedness_and_leaks_are_unreached_blocks() {
+        let mut m = heap();
+        m.enter(
+            Some(Call::Calloc { n: 2, m: 4 }),
+            0x100,
+            0x8000,
+            stack(0x90),
+        );
+        m.block(0x100, 0x8000, || 0x1200);
+        m.access(0x500 - 4, false, 0x1200, 4, || stack(0x4fc));
+        assert!(m.findings.is_empty());
+        m.enter(
+            Some(Call::Realloc {
+                ptr: 0x1200,
+                size: 16,
+            }),
+            0x100,
+            0x8000,
+            stack(0x90),
+        );
+        m.block(0x100, 0x8000, || 0x1300);
+        m.access(0x600, false, 0x1304, 4, || stack(0x600));
+        assert!(m.findings.is_empty(), "{:?}", m.findings);
+        m.access(0x604, false, 0x1308, 4, || stack(0x604));
+        assert_eq!(m.findings[0].kind, FindingKind::Uninitialised);
+        malloc(&mut m, 8, 0x1400);
+        // A root points at 0x1300 only.
+        let roots = vec![0x1300u32.to_le_bytes().to_vec()];
+        let reach = m.reachability(&roots, |_, n| vec![0; n as usize]);
+        assert_eq!(reach, vec![(0x1300, true), (0x1400, false)]);
+    }
+}

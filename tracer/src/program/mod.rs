@@ -1,0 +1,498 @@
+//! An unmodified Cortex-M4 program, run as it was built (`memtrace check`):
+//! from its entry point with the stack its vector table or linker script
+//! names, its memory as its segments and symbols describe it plus a heap and
+//! a stack (`layout.rs`), Arm semihosting for its console and exit
+//! (`semihosting.rs`), an instruction budget, and, when asked, memcheck of
+//! its heap (`memcheck.rs`) and a stack-overflow watch.
+//!
+//! There is no protocol and no peripheral model: an access to memory the
+//! program was not given stops it with the address and the source line.
+
+pub mod layout;
+mod report;
+
+use std::collections::HashMap;
+
+use unicorn_engine::{HookType, MemType, Prot, RegisterARM, Unicorn};
+
+use crate::arch::Machine;
+use crate::clock::BlockClock;
+use crate::elf::{Arch, ElfImage};
+use crate::error::TraceError;
+use crate::machine::{emulator_error, fast_stores, load_segments, set_permissions};
+pub use crate::memcheck::FindingKind;
+use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
+use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
+use crate::unwind::Unwinder;
+pub use layout::Layout;
+use report::finish;
+pub use report::{
+    BlockReport, Finding, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind, KEEP_OUTPUT,
+};
+
+/// How to run a program.
+#[derive(Clone, Debug)]
+pub struct ProgramOptions {
+    /// The program's arguments (after its name).
+    pub args: Vec<String>,
+    /// Instructions after which the program is stopped.
+    pub max_instructions: u64,
+    /// Heap bytes, where the linker script does not say.
+    pub heap_bytes: u64,
+    /// Stack bytes, where the linker script does not say.
+    pub stack_bytes: u64,
+    /// Echo the program's stdout and stderr as they come.
+    pub echo: bool,
+    /// Check the heap (memcheck) and the stack.
+    pub memcheck: bool,
+}
+
+/// Frames unwound for a finding or a stop.
+const FRAMES: usize = 64;
+
+/// Thumb's `BKPT 0xAB`, the semihosting trap.
+const BKPT_AB: u16 = 0xBEAB;
+
+/// Unicorn's ARM interrupt number of a BKPT.
+const EXCP_BKPT: u32 = 7;
+
+pub(super) enum RawEnd {
+    Exit(Exit),
+    Stop {
+        kind: StopKind,
+        message: String,
+        stack: RawStack,
+    },
+}
+
+#[derive(Clone, Copy)]
+enum Intercept {
+    Allocator {
+        name: &'static str,
+        first_arg: usize,
+    },
+    Copy,
+}
+
+pub(super) struct State<'i> {
+    image: &'i ElfImage,
+    layout: Layout,
+    host: Option<Semihost>,
+    clock: BlockClock,
+    budget: u64,
+    memcheck: Option<Memcheck>,
+    intercepts: HashMap<u64, Intercept>,
+    unwinder: Option<Option<Unwinder>>,
+    end: Option<RawEnd>,
+    /// Where to go on after a hook stopped the engine (see [`Resume`]).
+    resume: Option<Resume>,
+}
+
+/// A new start after a semihosting call or a skipped bad free: the hook
+/// stops the engine and `run_program` starts it again here with these
+/// registers. Writing the PC from inside a hook would do the same, but it
+/// leaves Unicorn's PC unsynchronised in every memory hook after it
+/// (`skip_sync_pc_on_exit` stays set until the next `emu_start`), and
+/// memcheck needs the exact instruction of every access.
+struct Resume {
+    pc: u64,
+    registers: Vec<(RegisterARM, u64)>,
+}
+
+pub(super) type Uc<'a, 'i> = Unicorn<'a, State<'i>>;
+
+/// Runs `image`, an unmodified Cortex-M4 program, to its exit.
+pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<ProgramRun, TraceError> {
+    if image.arch != Arch::CortexM4 {
+        return Err(TraceError::UnsupportedElf {
+            path: image.path.clone(),
+            reason: "`check` runs Cortex-M programs (Thumb ELF executables)".into(),
+        });
+    }
+    let layout = Layout::of(image, options.heap_bytes, options.stack_bytes).map_err(|reason| {
+        TraceError::MalformedElf {
+            path: image.path.clone(),
+            reason,
+        }
+    })?;
+    let name = image
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let cmdline = std::iter::once(name)
+        .chain(options.args.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let heap = HeapInfo {
+        heap_base: layout.heap.0 as u32,
+        heap_limit: layout.heap.1 as u32,
+        stack_base: layout.stack.1 as u32,
+        stack_limit: layout.stack.0 as u32,
+    };
+    let console = Console {
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        echo: options.echo,
+        keep: KEEP_OUTPUT,
+    };
+    let memcheck = options.memcheck.then(|| {
+        Memcheck::new(
+            layout.heap.0,
+            layout.heap.1,
+            function_ranges(image, &LENIENT),
+            function_ranges(image, &COPIES),
+        )
+    });
+    let intercepts = if options.memcheck {
+        intercepts(image)
+    } else {
+        HashMap::new()
+    };
+    let state = State {
+        image,
+        layout,
+        host: Some(Semihost::new(&cmdline, heap, console)),
+        clock: image.arch.block_clock(),
+        budget: options.max_instructions,
+        memcheck,
+        intercepts,
+        unwinder: None,
+        end: None,
+        resume: None,
+    };
+    let mut uc = image.arch.new_engine(state)?;
+    fast_stores(&mut uc, image.arch)?;
+    map_memory(&mut uc, image, &layout)?;
+    install_hooks(&mut uc, &layout, options.memcheck)?;
+    uc.reg_write(RegisterARM::SP, layout.initial_sp)
+        .map_err(|e| emulator_error("setting the stack pointer", e))?;
+    let mut start = image.arch.start_address(image.entry);
+    let result = loop {
+        let result = uc.emu_start(start, 0, 0, 0);
+        let Some(resume) = uc.get_data_mut().resume.take() else {
+            break result;
+        };
+        if uc.get_data().end.is_some() {
+            break result;
+        }
+        for (r, value) in resume.registers {
+            uc.reg_write(r, value)
+                .map_err(|e| emulator_error("resuming the program", e))?;
+        }
+        start = resume.pc;
+    };
+    finish(uc, image, result)
+}
+
+fn map_memory(uc: &mut Uc<'_, '_>, image: &ElfImage, layout: &Layout) -> Result<(), TraceError> {
+    for (s, e) in layout.regions(image) {
+        uc.mem_map(s, e - s, Prot::ALL)
+            .and_then(|()| set_permissions(uc, image, s, e, Prot::NONE))
+            .map_err(|err| emulator_error(&format!("mapping guest memory {s:#x}..{e:#x}"), err))?;
+    }
+    load_segments(uc, image, None)
+}
+
+/// The allocator's and the copy functions' entry points.
+fn intercepts(image: &ElfImage) -> HashMap<u64, Intercept> {
+    let mut out = HashMap::new();
+    for (name, first_arg) in ALLOCATOR {
+        if let Some(s) = image.symbol(name).filter(|s| s.is_function) {
+            out.insert(s.address, Intercept::Allocator { name, first_arg });
+        }
+    }
+    for name in COPIES {
+        if let Some(s) = image.symbol(name).filter(|s| s.is_function) {
+            out.entry(s.address).or_insert(Intercept::Copy);
+        }
+    }
+    out
+}
+
+/// The code ranges of the functions named `names` (a function without a
+/// size, as hand-written assembly often is, ends where the next begins).
+fn function_ranges(image: &ElfImage, names: &[&str]) -> Vec<(u64, u64)> {
+    let functions: Vec<(u64, u64, &str)> = image.functions().collect();
+    let mut out = Vec::new();
+    for (i, &(start, size, name)) in functions.iter().enumerate() {
+        if !names.contains(&name) {
+            continue;
+        }
+        let end = if size > 0 {
+            start + size
+        } else {
+            functions[i + 1..]
+                .iter()
+                .map(|f| f.0)
+                .find(|&a| a > start)
+                .unwrap_or(start + 2)
+        };
+        out.push((start, end));
+    }
+    out
+}
+
+fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result<(), TraceError> {
+    let hook_err = |e| emulator_error("installing hooks", e);
+    uc.add_block_hook(1, 0, on_block).map_err(hook_err)?;
+    uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
+    uc.add_mem_hook(
+        HookType::MEM_READ_UNMAPPED | HookType::MEM_WRITE_UNMAPPED | HookType::MEM_FETCH_UNMAPPED,
+        1,
+        0,
+        on_unmapped,
+    )
+    .map_err(hook_err)?;
+    if memcheck {
+        let entries: Vec<u64> = uc.get_data().intercepts.keys().copied().collect();
+        for at in entries {
+            uc.add_code_hook(at, at, on_intercept).map_err(hook_err)?;
+        }
+        let (start, end) = layout.heap;
+        uc.add_mem_hook(
+            HookType::MEM_READ | HookType::MEM_WRITE,
+            start,
+            end - 1,
+            on_heap_access,
+        )
+        .map_err(hook_err)?;
+    }
+    Ok(())
+}
+
+pub(super) fn reg(uc: &Uc<'_, '_>, r: RegisterARM) -> u64 {
+    uc.reg_read(r).unwrap_or(0)
+}
+
+/// The call stack at `pc`: its return addresses unwound from the stack.
+fn stack_here(uc: &mut Uc<'_, '_>, pc: u64) -> RawStack {
+    let image = uc.get_data().image;
+    let regs = image.arch.registers(uc, pc);
+    let mut unwinder = uc
+        .get_data_mut()
+        .unwinder
+        .take()
+        .unwrap_or_else(|| Unwinder::for_image(image));
+    let returns = match unwinder.as_mut() {
+        Some(u) => u.callers(image, regs, |a, out| uc.mem_read(a, out).is_ok(), FRAMES),
+        None => Vec::new(),
+    };
+    uc.get_data_mut().unwinder = Some(unwinder);
+    RawStack { pc, returns }
+}
+
+pub(super) fn stop(uc: &mut Uc<'_, '_>, kind: StopKind, message: String, pc: u64) {
+    if uc.get_data().end.is_none() {
+        let stack = stack_here(uc, pc);
+        uc.get_data_mut().end = Some(RawEnd::Stop {
+            kind,
+            message,
+            stack,
+        });
+    }
+    let _ = uc.emu_stop();
+}
+
+fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
+    if !uc.get_data_mut().clock.enter_cached(address) {
+        let mut code = vec![0u8; size as usize];
+        let _ = uc.mem_read(address, &mut code);
+        uc.get_data_mut().clock.block_start(address, size, || code);
+    }
+    let s = uc.get_data();
+    let retired = s.clock.retired_before_block();
+    if retired > s.budget {
+        let budget = s.budget;
+        let message = format!(
+            "the program ran {retired} instructions without exiting, more than its budget of {budget} (raise it with --max-instructions)"
+        );
+        return stop(uc, StopKind::Budget, message, address);
+    }
+    let sp = reg(uc, RegisterARM::SP);
+    let (bottom, top) = s.layout.stack;
+    if sp < bottom && sp + layout::GUARD_GAP >= bottom && s.memcheck.is_some() {
+        let message = format!(
+            "stack overflow: the stack pointer {sp:#x} is {} B below the stack's lowest address {bottom:#x} (the stack is {} B; raise it with --stack)",
+            bottom - sp,
+            top - bottom
+        );
+        return stop(uc, StopKind::StackOverflow, message, address);
+    }
+    if s.memcheck.as_ref().is_some_and(|m| m.in_allocator()) {
+        let r0 = reg(uc, RegisterARM::R0) as u32;
+        if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
+            m.block(address, sp, || r0);
+        }
+    }
+}
+
+fn on_intercept(uc: &mut Uc<'_, '_>, address: u64, _size: u32) {
+    let Some(&what) = uc.get_data().intercepts.get(&address) else {
+        return;
+    };
+    let args = [
+        RegisterARM::R0,
+        RegisterARM::R1,
+        RegisterARM::R2,
+        RegisterARM::R3,
+    ]
+    .map(|r| reg(uc, r) as u32);
+    match what {
+        Intercept::Copy => {
+            if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
+                m.copy(args[0] as u64, args[1] as u64, args[2] as u64);
+            }
+        }
+        Intercept::Allocator { name, first_arg } => {
+            let lr = reg(uc, RegisterARM::LR);
+            let sp = reg(uc, RegisterARM::SP);
+            let outer = !uc
+                .get_data()
+                .memcheck
+                .as_ref()
+                .is_some_and(|m| m.in_allocator());
+            let stack = if outer {
+                stack_here(uc, address)
+            } else {
+                RawStack::default()
+            };
+            let call = decode_call(name, &args[first_arg..]);
+            let skip = uc
+                .get_data_mut()
+                .memcheck
+                .as_mut()
+                .is_some_and(|m| m.enter(call, lr & !1, sp, stack));
+            if skip {
+                // The bad free is not made (newlib would corrupt its heap):
+                // the call returns at once.
+                uc.get_data_mut().resume = Some(Resume {
+                    pc: lr | 1,
+                    registers: vec![(RegisterARM::R0, 0), (RegisterARM::SP, sp)],
+                });
+                let _ = uc.emu_stop();
+            }
+        }
+    }
+}
+
+fn on_heap_access(
+    uc: &mut Uc<'_, '_>,
+    kind: MemType,
+    address: u64,
+    size: usize,
+    _value: i64,
+) -> bool {
+    let arch = uc.get_data().image.arch;
+    let pc = uc.pc_read().unwrap_or(0);
+    if let Some(mut m) = uc.get_data_mut().memcheck.take() {
+        let write = kind == MemType::WRITE;
+        m.access(pc, write, address, size as u64, || stack_here(uc, pc));
+        uc.get_data_mut().memcheck = Some(m);
+    }
+    arch.clear_stale_it_state(uc);
+    true
+}
+
+fn on_unmapped(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _value: i64) -> bool {
+    let pc = uc.pc_read().unwrap_or(0);
+    let what = match kind {
+        MemType::WRITE_UNMAPPED => "write to",
+        MemType::FETCH_UNMAPPED => "instruction fetch from",
+        _ => "read of",
+    };
+    let (bottom, _) = uc.get_data().layout.stack;
+    let sp = reg(uc, RegisterARM::SP);
+    if kind != MemType::FETCH_UNMAPPED
+        && address < bottom
+        && address + layout::GUARD_GAP >= bottom
+        && address + 256 >= sp
+    {
+        let message = format!(
+            "stack overflow: {what} {address:#x}, {} B below the stack's lowest address {bottom:#x} (raise it with --stack)",
+            bottom - address
+        );
+        stop(uc, StopKind::StackOverflow, message, pc);
+        return false;
+    }
+    let message = format!(
+        "{what} unmapped address {address:#x} ({size} B){}",
+        peripheral_note(address)
+    );
+    stop(uc, StopKind::Fault, message, pc);
+    false
+}
+
+/// What an unmapped address probably is, on a Cortex-M.
+fn peripheral_note(address: u64) -> &'static str {
+    match address {
+        0x4000_0000..=0x5FFF_FFFF => ": a peripheral register; `check` models no peripherals",
+        0xE000_0000..=0xE00F_FFFF => {
+            ": the private peripheral bus (SysTick, NVIC, SCB); `check` models no peripherals"
+        }
+        0xFFFF_FFF0.. => ": the program returned from its entry point",
+        _ => ": memory the program's segments, heap and stack do not cover",
+    }
+}
+
+fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
+    let arch = uc.get_data().image.arch;
+    let pc = uc.pc_read().unwrap_or(0);
+    arch.clear_stale_it_state(uc);
+    let mut insn = [0u8; 2];
+    let is_semihosting = number == EXCP_BKPT
+        && uc.mem_read(pc, &mut insn).is_ok()
+        && u16::from_le_bytes(insn) == BKPT_AB;
+    if !is_semihosting {
+        let message = format!("{} (exception {number})", arch.interrupt_name(number));
+        return stop(uc, StopKind::Fault, message, pc);
+    }
+    let operation = reg(uc, RegisterARM::R0) as u32;
+    let arg = reg(uc, RegisterARM::R1) as u32;
+    let instructions = uc.get_data().clock.now(pc);
+    let Some(mut host) = uc.get_data_mut().host.take() else {
+        return;
+    };
+    let mut mem = HostAccess {
+        uc,
+        wrote: Vec::new(),
+    };
+    let outcome = host.call(&mut mem, operation, arg, instructions);
+    let wrote = std::mem::take(&mut mem.wrote);
+    uc.get_data_mut().host = Some(host);
+    if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
+        for (at, n) in wrote {
+            m.host_wrote(at, n);
+        }
+    }
+    match outcome {
+        Ok(Outcome::Return(value)) => {
+            uc.get_data_mut().resume = Some(Resume {
+                pc: (pc + 2) | 1,
+                registers: vec![(RegisterARM::R0, value as u64)],
+            });
+            let _ = uc.emu_stop();
+        }
+        Ok(Outcome::Exit(exit)) => {
+            uc.get_data_mut().end = Some(RawEnd::Exit(exit));
+            let _ = uc.emu_stop();
+        }
+        Err(unsupported) => stop(uc, StopKind::Unsupported, unsupported.0, pc),
+    }
+}
+
+/// Guest memory for a semihosting call, noting what the host writes.
+struct HostAccess<'u, 'a, 'i> {
+    uc: &'u mut Uc<'a, 'i>,
+    wrote: Vec<(u64, u64)>,
+}
+
+impl GuestMemory for HostAccess<'_, '_, '_> {
+    fn read(&self, address: u64, out: &mut [u8]) -> bool {
+        self.uc.mem_read(address, out).is_ok()
+    }
+    fn write(&mut self, address: u64, bytes: &[u8]) -> bool {
+        self.wrote.push((address, bytes.len() as u64));
+        self.uc.mem_write(address, bytes).is_ok()
+    }
+}

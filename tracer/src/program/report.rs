@@ -1,0 +1,246 @@
+//! What a program run leaves: how it ended, its output, memcheck's findings
+//! and leaks, their call chains resolved to source lines at the end of the
+//! run (`finish`), and the leak scan's roots.
+
+use unicorn_engine::RegisterARM;
+
+use super::{reg, stop, Layout, RawEnd, Uc};
+use crate::debuginfo::DebugInfo;
+use crate::elf::ElfImage;
+use crate::error::{CodeLocation, TraceError};
+use crate::memcheck::{FindingKind, RawStack};
+use crate::semihosting::Exit;
+
+/// Why a program stopped without exiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopKind {
+    /// An access to unmapped memory, an exception, an emulation error.
+    Fault,
+    /// The stack pointer went below the stack.
+    StackOverflow,
+    /// The instruction budget ran out.
+    Budget,
+    /// A semihosting call memtrace does not answer.
+    Unsupported,
+}
+
+/// How a program ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgramEnd {
+    /// It exited through semihosting (normally, or with another reason).
+    Exited(Exit),
+    /// memtrace stopped it.
+    Stopped {
+        /// Why.
+        kind: StopKind,
+        /// What happened, in words.
+        message: String,
+        /// Where: the instruction, then its callers.
+        chain: Vec<CodeLocation>,
+    },
+}
+
+/// A heap block a finding concerns.
+#[derive(Clone, Debug)]
+pub struct BlockReport {
+    /// First byte.
+    pub address: u64,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Where it was allocated (the allocator function, then its callers).
+    pub allocated: Vec<CodeLocation>,
+    /// Where it was freed, if it was.
+    pub freed: Option<Vec<CodeLocation>>,
+}
+
+/// One memcheck finding.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// What it is.
+    pub kind: FindingKind,
+    /// In words.
+    pub message: String,
+    /// The instruction, then its callers.
+    pub chain: Vec<CodeLocation>,
+    /// The block concerned.
+    pub block: Option<BlockReport>,
+    /// How often the same instruction did it.
+    pub count: u64,
+}
+
+/// A block still allocated at exit.
+#[derive(Clone, Debug)]
+pub struct Leak {
+    /// First byte.
+    pub address: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Whether a pointer in the program's data, stack or reachable blocks
+    /// still points into it ("still reachable"); if not, it is lost.
+    pub reachable: bool,
+    /// Where it was allocated.
+    pub allocated: Vec<CodeLocation>,
+}
+
+/// What memcheck found.
+#[derive(Clone, Debug, Default)]
+pub struct MemcheckReport {
+    /// Errors, in the order found.
+    pub findings: Vec<Finding>,
+    /// Blocks live at exit (none when the program did not exit).
+    pub leaks: Vec<Leak>,
+    /// Allocations made.
+    pub allocations: u64,
+    /// Frees made.
+    pub frees: u64,
+    /// Bytes allocated in all.
+    pub bytes_allocated: u64,
+}
+
+/// A finished program run.
+#[derive(Clone, Debug)]
+pub struct ProgramRun {
+    /// How it ended.
+    pub end: ProgramEnd,
+    /// Its stdout (at most [`KEEP_OUTPUT`] bytes).
+    pub stdout: Vec<u8>,
+    /// Its stderr (at most [`KEEP_OUTPUT`] bytes).
+    pub stderr: Vec<u8>,
+    /// Instructions retired.
+    pub instructions: u64,
+    /// Its memory.
+    pub layout: Layout,
+    /// Memcheck's results, when it ran.
+    pub memcheck: Option<MemcheckReport>,
+}
+
+/// Bytes of each output stream a run keeps.
+pub const KEEP_OUTPUT: usize = 64 << 20;
+
+pub(super) fn finish(
+    mut uc: Uc<'_, '_>,
+    image: &ElfImage,
+    result: Result<(), unicorn_engine::uc_error>,
+) -> Result<ProgramRun, TraceError> {
+    let pc = uc.pc_read().unwrap_or(0);
+    if uc.get_data().end.is_none() {
+        let message = match result {
+            Err(e) => format!("emulation stopped: {e:?}"),
+            Ok(()) => "the program stopped without exiting".to_owned(),
+        };
+        stop(&mut uc, StopKind::Fault, message, pc);
+    }
+    let debug = DebugInfo::load(image);
+    let resolve = |s: &RawStack| resolve_chain(&debug, image, s);
+    let leaks = match uc.get_data().end {
+        Some(RawEnd::Exit(_)) => live_blocks(&uc),
+        _ => Vec::new(),
+    };
+    let s = uc.get_data_mut();
+    let instructions = s.clock.now(pc);
+    let end = match s.end.take() {
+        Some(RawEnd::Exit(exit)) => ProgramEnd::Exited(exit),
+        Some(RawEnd::Stop {
+            kind,
+            message,
+            stack,
+        }) => ProgramEnd::Stopped {
+            kind,
+            message,
+            chain: resolve(&stack),
+        },
+        None => unreachable!("a stop was recorded above"),
+    };
+    let memcheck = s.memcheck.take().map(|m| {
+        let findings = m
+            .findings
+            .iter()
+            .map(|f| Finding {
+                kind: f.kind,
+                message: f.message.clone(),
+                chain: resolve(&f.stack),
+                block: f.block.as_ref().map(|(address, b)| BlockReport {
+                    address: *address,
+                    size: b.size,
+                    allocated: resolve(&b.allocated),
+                    freed: b.freed.as_ref().map(resolve),
+                }),
+                count: f.count,
+            })
+            .collect();
+        let leaks = leaks
+            .iter()
+            .filter_map(|&(address, reachable)| {
+                let b = m.live.get(&address)?;
+                Some(Leak {
+                    address,
+                    size: b.size,
+                    reachable,
+                    allocated: resolve(&b.allocated),
+                })
+            })
+            .collect();
+        MemcheckReport {
+            findings,
+            leaks,
+            allocations: m.allocations,
+            frees: m.frees,
+            bytes_allocated: m.bytes_allocated,
+        }
+    });
+    let host = s.host.take();
+    let (stdout, stderr) = host.map_or((Vec::new(), Vec::new()), |h| {
+        (h.console.stdout, h.console.stderr)
+    });
+    Ok(ProgramRun {
+        end,
+        stdout,
+        stderr,
+        instructions,
+        layout: s.layout,
+        memcheck,
+    })
+}
+
+/// The live blocks at exit and whether a pointer reaches each: the roots
+/// are the program's writable segments, its stack and its registers.
+fn live_blocks(uc: &Uc<'_, '_>) -> Vec<(u64, bool)> {
+    let s = uc.get_data();
+    let Some(m) = s.memcheck.as_ref() else {
+        return Vec::new();
+    };
+    let read = |at: u64, n: u64| {
+        let mut bytes = vec![0u8; n as usize];
+        let _ = uc.mem_read(at, &mut bytes);
+        bytes
+    };
+    let mut roots: Vec<Vec<u8>> = s
+        .image
+        .segments
+        .iter()
+        .filter(|seg| !seg.executable)
+        .map(|seg| read(seg.address & !3, seg.size))
+        .collect();
+    let sp = reg(uc, RegisterARM::SP) & !3;
+    let (bottom, top) = s.layout.stack;
+    if (bottom..top).contains(&sp) {
+        roots.push(read(sp, top - sp));
+    }
+    use RegisterARM::*;
+    let regs: Vec<u8> = [R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, LR]
+        .into_iter()
+        .flat_map(|r| (reg(uc, r) as u32).to_le_bytes())
+        .collect();
+    roots.push(regs);
+    m.reachability(&roots, read)
+}
+
+/// A raw stack as code locations: the instruction (with the functions it
+/// is inlined into), then each caller.
+fn resolve_chain(debug: &DebugInfo, image: &ElfImage, stack: &RawStack) -> Vec<CodeLocation> {
+    let mut first = debug.locate(image, stack.pc);
+    first.inlined_into = None;
+    let mut chain = vec![first];
+    chain.extend(debug.call_chain(image, stack.pc, &stack.returns));
+    chain
+}
