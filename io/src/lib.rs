@@ -1,7 +1,8 @@
 //! memtrace's file I/O, one copy for every crate: bounded reads of regular
 //! files only ([`input`]), atomic writes of outputs ([`output`]) and the
 //! private working directories of the child processes it starts
-//! ([`private_dir`]).
+//! ([`private_dir`]); on an interrupt, one signal handler removes what both
+//! leave unfinished (`signal`).
 //!
 //! It knows files, and nothing of ELF images, models or events: the tracer
 //! reads guests through it, the model crate `.tflite` files, the analyzer and
@@ -10,6 +11,7 @@
 pub mod input;
 pub mod output;
 pub mod private_dir;
+mod signal;
 
 pub use input::ReadError;
 pub use output::WriteError;

@@ -361,7 +361,7 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 
 /// Temporary files that exist right now, removed by the signal handler.
 static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-static HANDLER: Once = Once::new();
+static CLEANUP: Once = Once::new();
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
@@ -373,31 +373,15 @@ pub fn registered_temporaries() -> Vec<PathBuf> {
     temporaries().clone()
 }
 
-/// Installs, once, a thread that on SIGINT, SIGTERM or SIGHUP removes every
-/// registered temporary file (and every private directory, its child killed
-/// first: [`crate::private_dir`]) and then ends the process the way the
-/// signal would have. If the handler cannot be installed, outputs are still
-/// written; only an interrupted run may leave its temporary file.
-pub(crate) fn install_signal_cleanup() {
-    HANDLER.call_once(|| {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
-            return;
-        };
-        let _ = std::thread::Builder::new()
-            .name("memtrace-cleanup".into())
-            .spawn(move || {
-                if let Some(signal) = signals.forever().next() {
-                    crate::private_dir::remove_all_on_signal();
-                    for path in temporaries().drain(..) {
-                        let _ = std::fs::remove_file(path);
-                    }
-                    let _ = signal_hook::low_level::emulate_default_handler(signal);
-                    // A signal whose default is not to terminate: exit as
-                    // the shell would report it.
-                    std::process::exit(128 + signal);
-                }
-            });
+/// Registers, once, the removal of every registered temporary file with
+/// the signal handler ([`crate::signal`]).
+fn remove_temporaries_on_signal() {
+    CLEANUP.call_once(|| {
+        crate::signal::on_signal(|| {
+            for path in temporaries().drain(..) {
+                let _ = std::fs::remove_file(path);
+            }
+        })
     });
 }
 
@@ -409,7 +393,7 @@ struct TempFile {
 
 impl TempFile {
     fn new(path: PathBuf) -> TempFile {
-        install_signal_cleanup();
+        remove_temporaries_on_signal();
         temporaries().push(path.clone());
         TempFile {
             path,

@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, Once};
 
 /// A registered directory and the child running in it, if one is.
 struct Entry {
@@ -47,7 +47,8 @@ impl PrivateDir {
     pub fn new(prefix: &str) -> std::io::Result<PrivateDir> {
         // Registered before it exists: a signal in between removes nothing
         // or the empty directory, never leaves it.
-        crate::output::install_signal_cleanup();
+        static CLEANUP: Once = Once::new();
+        CLEANUP.call_once(|| crate::signal::on_signal(remove_all_on_signal));
         let mut registry = dirs();
         let dir = std::env::temp_dir();
         let mut attempt = 0u32;
@@ -168,7 +169,7 @@ fn wait_without_reaping(pid: u32) -> std::io::Result<()> {
 /// The signal handler's part: kills every registered child, waits until it
 /// has exited (it can write nothing more), and removes every registered
 /// directory. Holds the registry to the end, so no new child starts.
-pub(crate) fn remove_all_on_signal() {
+fn remove_all_on_signal() {
     let registry = dirs();
     for e in registry.iter() {
         if let Some(pid) = e.child {

@@ -7,9 +7,8 @@
 use unicorn_engine::{Arch as UcArch, ArmCpuModel, Mode, RegisterARM, RegisterX86, Unicorn};
 
 use crate::clock::BlockClock;
-use crate::elf::Arch;
 use crate::error::TraceError;
-use crate::unwind::Registers;
+use memtrace_abi::target::Arch;
 
 /// What differs per architecture in the emulator (an extension of
 /// [`Arch`], which `abi` defines).
@@ -207,6 +206,27 @@ impl Machine for Arch {
             (Arch::X86_64, 13) => "general protection fault",
             (Arch::X86_64, 14) => "page fault",
             _ => "exception",
+        }
+    }
+}
+
+/// DWARF register columns the unwinder tracks (see [`Machine::registers`]).
+const COLUMNS: usize = 17;
+
+/// Integer register values by DWARF register number; `None` is unknown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Registers([Option<u64>; COLUMNS]);
+
+impl Registers {
+    /// The value of column `n`, if known.
+    pub(crate) fn get(&self, n: u16) -> Option<u64> {
+        self.0.get(n as usize).copied().flatten()
+    }
+
+    /// Sets column `n` (columns past the tracked ones are ignored).
+    pub(crate) fn set(&mut self, n: u16, value: Option<u64>) {
+        if let Some(slot) = self.0.get_mut(n as usize) {
+            *slot = value;
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
+use crate::arch::Machine;
 use crate::error::TraceError;
 
 pub use memtrace_abi::target::Arch;
@@ -257,8 +258,8 @@ impl ElfImage {
                 continue;
             }
             let is_function = sym.kind() == SymbolKind::Text;
-            let address = if is_function && arch == Arch::CortexM4 {
-                sym.address() & !1
+            let address = if is_function {
+                arch.code_address(sym.address())
             } else {
                 sym.address()
             };

@@ -36,14 +36,14 @@ use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PO
 use memtrace_abi::spec::LayerSpec;
 use memtrace_abi::symbols;
 
-use crate::arch::Machine;
+use crate::arch::{Machine, Registers};
 use crate::clock::BlockClock;
 use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, set_permissions, PAGE};
 use crate::machine::{load_segments, page_runs, write_inputs, GuestInputs, Job};
 use crate::split::Claim;
-use crate::unwind::{Registers, Unwinder};
+use crate::unwind::Unwinder;
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
 /// early so accesses that begin before the buffer and reach into it are seen.

@@ -26,31 +26,10 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
-use crate::arch::Machine;
+use crate::arch::{Machine, Registers};
 use crate::elf::{Arch, ElfImage};
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
-
-/// DWARF register columns the unwinder tracks (see [`Arch::registers`]).
-const COLUMNS: usize = 17;
-
-/// Integer register values by DWARF register number; `None` is unknown.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Registers([Option<u64>; COLUMNS]);
-
-impl Registers {
-    /// The value of column `n`, if known.
-    pub(crate) fn get(&self, n: u16) -> Option<u64> {
-        self.0.get(n as usize).copied().flatten()
-    }
-
-    /// Sets column `n` (columns past the tracked ones are ignored).
-    pub(crate) fn set(&mut self, n: u16, value: Option<u64>) {
-        if let Some(slot) = self.0.get_mut(n as usize) {
-            *slot = value;
-        }
-    }
-}
 
 /// Which section an FDE came from.
 #[derive(Clone, Copy)]
