@@ -244,6 +244,8 @@ fn a_second_verify_takes_the_executors_reference_run_from_the_cache() {
             model.as_str(),
             "--runtime",
             "executor",
+            "--planner",
+            "dmo-heap",
             "--kernels",
             kernels,
         ];
