@@ -1,6 +1,6 @@
 # memtrace — the two commands of the README, on a fresh Debian machine:
 #
-#   make demo    build everything and trace the built-in Cortex-M4 example
+#   make demo    build memtrace and one guest, trace the built-in Cortex-M4 example
 #   make test    build everything and run all tests
 #
 # Both install missing system packages with apt-get (as root, or via sudo).
@@ -26,7 +26,7 @@ APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
 # executables; pip and cargo-binstall use it too).
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: all demo test bench lint fuzz deps guests build install link oracle clean
+.PHONY: all demo demo-guests test bench lint fuzz deps guests build install link oracle clean
 
 all: build
 
@@ -52,7 +52,16 @@ link:
 	@case ":$$PATH:" in *":$(BINDIR):"*) ;; \
 	  *) echo "$(BINDIR) is not on your PATH: add it, e.g. echo 'export PATH=\"$(BINDIR):\$$PATH\"' >> ~/.bashrc" ;; esac
 
-demo: install
+# The demo needs the binary and one guest, the Cortex-M4 kernel suite (TFLM
+# reference kernels from the tfmicro crate): no TFLM library, no CMSIS-NN, no
+# unit tests. Everything else is built by `make build` and `make test`, or on
+# first use of a command that needs it (the message says which make target).
+demo-guests: deps
+	$(MAKE) -C harness-c build/cortex-m4/suite.elf
+
+demo: demo-guests
+	$(CARGO) build --release --workspace
+	@$(MAKE) --no-print-directory link
 	@mkdir -p $(DEMO_OUT)
 	$(MEMTRACE) run harness-c/build/cortex-m4/suite.elf \
 	    --plot $(DEMO_OUT)/mobilenet-layers.png --events $(DEMO_OUT)/events.parquet

@@ -113,8 +113,10 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
                 .first()
                 .map_or_else(|| rel.clone(), |root| root.join(&rel));
             failed!(
-                "{} not found: build the guests (`make -C harness-c`{cmsis}) or pass {option}",
-                first.display()
+                "{} not found: build it (`make -C harness-c build/{}`{cmsis}; every guest: \
+                 `make build`) or pass {option}",
+                first.display(),
+                rel.display()
             )
         })
 }
