@@ -340,6 +340,28 @@ impl OpKind {
             .find(|k| k.builtin_code() == Some(code))
     }
 
+    /// The custom code of a TinySeg operator in a `.tflite` (TFLite has no
+    /// builtin for them): the name under which the TFLM runner registers its
+    /// kernel (`harness-c/tflm/storage_ops.cc`) and a firmware must register
+    /// one (docs/deploy.md).
+    pub fn custom_code(self) -> Option<&'static str> {
+        match self {
+            OpKind::Spill => Some("MEMTRACE_SPILL"),
+            OpKind::SpillKeep => Some("MEMTRACE_SPILL_KEEP"),
+            OpKind::Fetch => Some("MEMTRACE_FETCH"),
+            OpKind::FetchConcat => Some("MEMTRACE_FETCH_CONCAT"),
+            OpKind::FetchConv2d => Some("MEMTRACE_FETCH_CONV_2D"),
+            _ => None,
+        }
+    }
+
+    /// The TinySeg operator of custom code `code`, if it is one.
+    pub fn from_custom_code(code: &str) -> Option<OpKind> {
+        OpKind::ALL
+            .into_iter()
+            .find(|k| k.custom_code() == Some(code))
+    }
+
     /// Code in the job mailbox (`enum memtrace_op` in `memtrace_job.h`), if
     /// the kernel suite runs the operator as a layer of its own.
     pub fn job_code(self) -> Option<i32> {

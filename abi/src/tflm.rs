@@ -64,6 +64,40 @@ c_constants! {
     }
 }
 
+c_constants! {
+    /// The custom options of TinySeg's storage operators on the runner
+    /// (`enum memtrace_tflm_storage_word`): word indices of the slot in
+    /// `memtrace_storage`, the stored tensor and the operator's parameters.
+    TFLM_STORAGE_LAYOUT: usize {
+        TFLM_STORAGE_WORD_VERSION = 0,
+        TFLM_STORAGE_WORD_OFFSET = 1,
+        TFLM_STORAGE_WORD_BYTES = 2,
+        TFLM_STORAGE_WORD_TYPE = 3,
+        TFLM_STORAGE_WORD_RANK = 4,
+        TFLM_STORAGE_WORD_DIMS = 5,
+        TFLM_STORAGE_WORD_SCALE = 9,
+        TFLM_STORAGE_WORD_ZERO_POINT = 10,
+        TFLM_STORAGE_WORD_FROM = 11,
+        TFLM_STORAGE_WORD_AXIS = 12,
+        TFLM_STORAGE_WORD_PARTS = 13,
+        TFLM_STORAGE_WORD_POSITION = 14,
+        TFLM_STORAGE_WORD_PADDING = 15,
+        TFLM_STORAGE_WORD_STRIDE_W = 16,
+        TFLM_STORAGE_WORD_STRIDE_H = 17,
+        TFLM_STORAGE_WORD_DILATION_W = 18,
+        TFLM_STORAGE_WORD_DILATION_H = 19,
+        TFLM_STORAGE_WORD_ACTIVATION = 20,
+        TFLM_STORAGE_WORDS = 21,
+    }
+}
+
+c_constants! {
+    /// The version of that layout.
+    TFLM_STORAGE_CODES: i32 {
+        TFLM_STORAGE_VERSION = 1,
+    }
+}
+
 /// Guest symbols of the runner.
 pub mod symbols {
     /// The mailbox.

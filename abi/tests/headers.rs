@@ -138,7 +138,13 @@ fn memtrace_tflm_h_matches_the_tflm_module() {
     agree(
         "memtrace_tflm.h",
         &["MEMTRACE_TFLM_", "TFLM_"],
-        &[tflm::TFLM_HEADER, tflm::TFLM_LAYOUT, tflm::TFLM_CODES],
+        &[
+            tflm::TFLM_HEADER,
+            tflm::TFLM_LAYOUT,
+            tflm::TFLM_CODES,
+            tflm::TFLM_STORAGE_LAYOUT,
+            tflm::TFLM_STORAGE_CODES,
+        ],
     );
 }
 

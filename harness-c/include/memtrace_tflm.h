@@ -112,6 +112,42 @@ enum memtrace_tflm_word {
 #define TFLM_EXIT_INVOKE 5       /* Invoke() failed */
 #define TFLM_EXIT_IO 6           /* input bytes differ from the model's, or memtrace_io too small */
 
+/* TinySeg's storage operators (tflm/storage_ops.cc), TFLM custom operators
+ * whose custom_options are TFLM_STORAGE_WORDS little-endian 32-bit words.
+ * The stored tensor is no TFLite tensor: it lives in a slot of
+ * memtrace_storage (OFFSET, BYTES), and the words describe it (TYPE is the
+ * schema's TensorType, SCALE the bits of a float). MEMTRACE_SPILL copies
+ * BYTES bytes of its input from byte FROM into the slot; MEMTRACE_FETCH the
+ * slot into its output; MEMTRACE_FETCH_CONCAT concatenates its input and the
+ * slot along AXIS, the slot being part POSITION of PARTS (TFLM's reference
+ * CONCATENATION); MEMTRACE_FETCH_CONV_2D is TFLM's reference CONV_2D over
+ * that concatenation, never materialised, with PADDING (the schema's
+ * Padding), strides, dilations and ACTIVATION (the schema's
+ * ActivationFunctionType). MEMTRACE_SPILL_KEEP has no options: it copies
+ * the first bytes of its input into its (smaller) output. */
+#define TFLM_STORAGE_VERSION 1
+enum memtrace_tflm_storage_word {
+    TFLM_STORAGE_WORD_VERSION = 0,
+    TFLM_STORAGE_WORD_OFFSET = 1,
+    TFLM_STORAGE_WORD_BYTES = 2,
+    TFLM_STORAGE_WORD_TYPE = 3,
+    TFLM_STORAGE_WORD_RANK = 4,
+    TFLM_STORAGE_WORD_DIMS = 5,       /* 4 words; the first RANK are used */
+    TFLM_STORAGE_WORD_SCALE = 9,
+    TFLM_STORAGE_WORD_ZERO_POINT = 10,
+    TFLM_STORAGE_WORD_FROM = 11,
+    TFLM_STORAGE_WORD_AXIS = 12,
+    TFLM_STORAGE_WORD_PARTS = 13,
+    TFLM_STORAGE_WORD_POSITION = 14,
+    TFLM_STORAGE_WORD_PADDING = 15,
+    TFLM_STORAGE_WORD_STRIDE_W = 16,
+    TFLM_STORAGE_WORD_STRIDE_H = 17,
+    TFLM_STORAGE_WORD_DILATION_W = 18,
+    TFLM_STORAGE_WORD_DILATION_H = 19,
+    TFLM_STORAGE_WORD_ACTIVATION = 20,
+    TFLM_STORAGE_WORDS = 21,
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -1,7 +1,8 @@
 // ops.cc — the op resolver of the TFLM runner: every operator TFLM's
 // MicroMutableOpResolver can register (the Add* list of
 // micro_mutable_op_resolver.h, signal-library ops included), so that any
-// model TFLM supports runs without a rebuild.
+// model TFLM supports runs without a rebuild, and TinySeg's storage
+// operators (storage_ops.cc) as custom operators.
 //
 // Scratch ownership. TFLM keeps no public record of which operator asked for
 // which scratch buffer (the requests live in MicroAllocator's private head
@@ -152,13 +153,14 @@ namespace {
 constexpr unsigned kOpCount = 0 MTFLM_ALL_OPS(MTFLM_COUNT);
 #undef MTFLM_COUNT
 
-tflite::MicroMutableOpResolver<kOpCount> g_inner;
+// TinySeg's storage operators are the custom operators added to the list.
+tflite::MicroMutableOpResolver<kOpCount + kStorageOps> g_inner;
 
 using PrepareFn = TfLiteStatus (*)(TfLiteContext *, TfLiteNode *);
 using RequestFn = TfLiteStatus (*)(TfLiteContext *, size_t, int *);
 
 // Distinct registrations handed out (one per operator kind the model uses).
-constexpr unsigned kMaxWrapped = kOpCount;
+constexpr unsigned kMaxWrapped = kOpCount + kStorageOps;
 struct Wrapped {
     const TFLMRegistration *original;
     TFLMRegistration copy;
@@ -289,6 +291,14 @@ const tflite::MicroOpResolver *make_resolver(const char **failed) {
     }
     MTFLM_ALL_OPS(MTFLM_ADD)
 #undef MTFLM_ADD
+    for (int i = 0; i < kStorageOps; ++i) {
+        const char *name = nullptr;
+        const TFLMRegistration *r = storage_op(i, &name);
+        if (r == nullptr || g_inner.AddCustom(name, r) != kTfLiteOk) {
+            *failed = "AddCustom (TinySeg's storage operators)";
+            return nullptr;
+        }
+    }
     return &g_resolver;
 }
 

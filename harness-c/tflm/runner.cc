@@ -255,6 +255,32 @@ void resolve_scratch() {
     g_scratch_resolved = true;
 }
 
+// A storage operator's slot in memtrace_storage, as a buffer of its window:
+// the output of a SPILL, an input of a fetching operator (after its TFLite
+// inputs). Named by its offset, so that a spill and its fetch declare the
+// same tensor to the storage region's shadow map.
+void declare_storage(const tflite::Operator *op,
+                     const flatbuffers::Vector<flatbuffers::Offset<tflite::OperatorCode>> *codes,
+                     int n_inputs, int n_outputs) {
+    if (codes == nullptr || op->opcode_index() >= codes->size() || op->custom_options() == nullptr) {
+        return;
+    }
+    const auto *custom = codes->Get(op->opcode_index())->custom_code();
+    StorageSlot s;
+    if (custom == nullptr ||
+        !storage_slot(custom->c_str(), op->custom_options()->data(), op->custom_options()->size(), &s)) {
+        return;
+    }
+    char name[32];
+    format(name, sizeof(name), "storage@%u", static_cast<unsigned>(s.offset));
+    if (s.written) {
+        declare(kIdOutputs + static_cast<uint32_t>(n_outputs), MEMTRACE_ROLE_OUTPUT, -1, s.address, s.bytes,
+                s.elem, name);
+    } else if (n_inputs < kMaxInputs) {
+        declare(static_cast<uint32_t>(n_inputs), MEMTRACE_ROLE_INPUT, -1, s.address, s.bytes, s.elem, name);
+    }
+}
+
 // Collects operator `index`'s window: name, op, params and buffers.
 void plan_operator(uint32_t index, const char *tag) {
     const auto *ops = g_subgraph0->operators();
@@ -269,7 +295,11 @@ void plan_operator(uint32_t index, const char *tag) {
             : tflite::BuiltinOperator_CUSTOM;
     const auto *inputs = op->inputs();
     const auto *outputs = op->outputs();
-    const int first_output = outputs != nullptr && outputs->size() > 0 ? outputs->Get(0) : -1;
+    // A layer is named by its output; a SPILL, which has none (it writes
+    // storage), by its input.
+    const int first_output = outputs != nullptr && outputs->size() > 0 ? outputs->Get(0)
+                             : inputs != nullptr && inputs->size() > 0 ? inputs->Get(0)
+                                                                       : -1;
     const char *out_name = tensor_name(first_output);
     char fallback[24];
     if (out_name == nullptr) {
@@ -291,6 +321,8 @@ void plan_operator(uint32_t index, const char *tag) {
     for (int j = 0; outputs != nullptr && j < static_cast<int>(outputs->size()) && j < kMaxOutputs; ++j) {
         declare_tensor(kIdOutputs + static_cast<uint32_t>(j), false, j, outputs->Get(j), code);
     }
+    declare_storage(op, codes, inputs != nullptr ? static_cast<int>(inputs->size()) : 0,
+                    outputs != nullptr ? static_cast<int>(outputs->size()) : 0);
     int n = 0;
     const ScratchRequest *req = scratch_requests(&n);
     int j = 0;

@@ -48,6 +48,23 @@ constexpr int kMaxScratch = 512;
 const tflite::MicroOpResolver *make_resolver(const char **failed);
 void set_prepare_order(const uint32_t *ops_per_subgraph, int n_subgraphs);
 
+// TinySeg's storage operators (storage_ops.cc): kStorageOps custom
+// operators, registration `i` under the name it sets in `name`.
+constexpr int kStorageOps = 5;
+const TFLMRegistration *storage_op(int i, const char **name);
+
+// The storage slot a storage operator reads or writes, from its custom code
+// and custom options: false for any other operator (and for SPILL_KEEP,
+// which has none).
+struct StorageSlot {
+    const void *address;
+    uint32_t offset;   // from memtrace_storage
+    uint32_t bytes;
+    uint32_t elem;     // element size of the stored tensor
+    bool written;      // SPILL writes the slot; the fetching operators read it
+};
+bool storage_slot(const char *custom_code, const void *options, size_t len, StorageSlot *s);
+
 // Requests recorded so far, and the number of times the resolver's Prepare
 // wrapper ran (must equal the number of operators of all subgraphs).
 const ScratchRequest *scratch_requests(int *count);

@@ -93,7 +93,7 @@ TFLM_NOTE := $(if $(TFLM_CMSIS_NN_FOUND),,tflm-cmsis-note)
 
 # The runner's own sources, compiled per kernel library (TFLM's kernel
 # headers declare other registrations with -DCMSIS_NN).
-TFLM_RUNNER := tflm/runner tflm/ops tflm/platform
+TFLM_RUNNER := tflm/runner tflm/ops tflm/platform tflm/storage_ops
 
 # A digest of every C/C++ source and header under a directory (0.1 s for the
 # whole TFLM tree).

@@ -8,7 +8,7 @@ use crate::{Activation, Dtype, Model, OpKind, Padding, Quantization};
 
 pub use crate::lower::materialize;
 
-fn tensor_type(d: Dtype) -> fb::TensorType {
+pub(crate) fn tensor_type(d: Dtype) -> fb::TensorType {
     match d {
         Dtype::Float32 => fb::TensorType::Float32,
         Dtype::Int8 => fb::TensorType::Int8,
@@ -29,14 +29,17 @@ fn tensor_type(d: Dtype) -> fb::TensorType {
     }
 }
 
-/// The TFLite builtin of `k`; `None` for TinySeg's operators, which have
-/// none, and for `Other`, whose builtin memtrace does not keep (only the TFLM
-/// runtime runs such a model, from its own file).
+/// The TFLite builtin of `k`; `None` for `Other`, whose builtin memtrace
+/// does not keep (only the TFLM runtime runs such a model, from its own
+/// file). TinySeg's operators are `CUSTOM` with their custom code.
 fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
+    if k.custom_code().is_some() {
+        return Some(fb::BuiltinOperator::Custom);
+    }
     fb::BuiltinOperator::try_from(k.builtin_code()?).ok()
 }
 
-fn act(a: Activation) -> fb::ActivationFunctionType {
+pub(crate) fn act(a: Activation) -> fb::ActivationFunctionType {
     use fb::ActivationFunctionType as A;
     match a {
         Activation::None => A::None,
@@ -65,15 +68,56 @@ fn quant(q: &Quantization) -> fb::QuantizationParameters {
 }
 
 /// Serialises `model` (its first subgraph only; constants need data).
+///
+/// TinySeg's operators become the TFLM runner's custom operators
+/// (`crate::tflite_storage`): their storage tensors are not written as
+/// tensors, and neither are scratch tensors (TFLM's kernels request their
+/// scratch themselves).
 pub fn to_tflite(model: &Model) -> Result<Vec<u8>, crate::ModelError> {
+    Ok(to_tflite_indexed(model)?.0)
+}
+
+/// [`to_tflite`] and, per tensor of `model`, its index in the file (`None`
+/// for the storage and scratch tensors it leaves out): what maps a plan of
+/// `model` onto the file's tensors.
+pub fn to_tflite_indexed(
+    model: &Model,
+) -> Result<(Vec<u8>, Vec<Option<usize>>), crate::ModelError> {
     serialise(model).map_err(crate::ModelError::Invalid)
 }
 
-fn serialise(model: &Model) -> Result<Vec<u8>, String> {
+/// Per tensor, its index in the file: every tensor but the storage and
+/// scratch tensors, in order.
+fn file_indices(model: &Model) -> Vec<Option<usize>> {
+    let scratch: Vec<usize> = model.ops.iter().filter_map(|o| o.scratch).collect();
+    let mut next = 0;
+    (0..model.tensors.len())
+        .map(|t| {
+            let written = !model.tensors[t].in_storage && !scratch.contains(&t);
+            written.then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
+}
+
+fn serialise(model: &Model) -> Result<(Vec<u8>, Vec<Option<usize>>), String> {
+    let index = file_indices(model);
+    let remap = |ts: &[usize], what: &str| -> Result<Vec<i32>, String> {
+        ts.iter()
+            .map(|&t| {
+                index[t]
+                    .map(|i| i as i32)
+                    .ok_or_else(|| format!("{what} `{}` is a scratch tensor", model.tensors[t].name))
+            })
+            .collect()
+    };
     // Buffer 0 is TFLite's empty sentinel; every constant gets its own.
     let mut buffers = vec![fb::Buffer { data: None }];
     let mut tensors = Vec::new();
-    for t in &model.tensors {
+    for (t, _) in index.iter().enumerate().filter(|(_, i)| i.is_some()) {
+        let t = &model.tensors[t];
         let buffer = if t.is_constant {
             let data = t
                 .data
@@ -94,15 +138,15 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
             ..Default::default()
         });
     }
-    let mut codes: Vec<fb::BuiltinOperator> = Vec::new();
+    let slots = crate::tflite_storage::Slots::of(model);
+    let mut codes: Vec<(fb::BuiltinOperator, Option<&str>)> = Vec::new();
     let mut operators = Vec::new();
     for (i, op) in model.ops.iter().enumerate() {
-        let code = builtin(op.kind).ok_or_else(|| {
-            format!(
-                "operator {i} ({}) is a TinySeg operator with no TFLite builtin",
-                op.kind.tflite_name()
-            )
-        })?;
+        let what = |why: String| format!("operator {i} ({}) {why}", op.kind.tflite_name());
+        let code = (
+            builtin(op.kind).ok_or_else(|| what("has no TFLite operator".into()))?,
+            op.kind.custom_code(),
+        );
         let index = match codes.iter().position(|&c| c == code) {
             Some(i) => i,
             None => {
@@ -110,22 +154,27 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
                 codes.len() - 1
             }
         };
-        let options = builtin_options(model, op);
+        let (inputs, outputs) = crate::tflite_storage::tflite_operands(model, op);
+        let custom_options = match op.kind.custom_code() {
+            Some(_) => crate::tflite_storage::custom_options(model, op, &slots).map_err(what)?,
+            None => None,
+        };
         operators.push(fb::Operator {
             opcode_index: index as u32,
-            inputs: Some(op.inputs.iter().map(|&t| t as i32).collect()),
-            outputs: Some(op.outputs.iter().map(|&t| t as i32).collect()),
-            builtin_options: options,
+            inputs: Some(remap(&inputs, "input")?),
+            outputs: Some(remap(&outputs, "output")?),
+            builtin_options: builtin_options(model, op),
+            custom_options,
             ..Default::default()
         });
     }
     let operator_codes = codes
         .into_iter()
-        .map(|c| fb::OperatorCode {
+        .map(|(c, custom)| fb::OperatorCode {
             deprecated_builtin_code: (c as i32).min(127) as i8,
+            custom_code: custom.map(str::to_string),
             version: 1,
             builtin_code: c,
-            ..Default::default()
         })
         .collect();
     let m = fb::Model {
@@ -133,8 +182,8 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
         operator_codes: Some(operator_codes),
         subgraphs: Some(vec![fb::SubGraph {
             tensors: Some(tensors),
-            inputs: Some(model.inputs.iter().map(|&t| t as i32).collect()),
-            outputs: Some(model.outputs.iter().map(|&t| t as i32).collect()),
+            inputs: Some(remap(&model.inputs, "graph input")?),
+            outputs: Some(remap(&model.outputs, "graph output")?),
             operators: Some(operators),
             name: Some("main".into()),
         }]),
@@ -154,7 +203,7 @@ fn serialise(model: &Model) -> Result<Vec<u8>, String> {
         bytes[0..4].copy_from_slice(&off.to_le_bytes());
         bytes[4..8].copy_from_slice(b"TFL3");
     }
-    Ok(bytes)
+    Ok((bytes, index))
 }
 
 /// The builtin options of `op`, as TFLite's schema writes them per operator.

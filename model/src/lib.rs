@@ -31,8 +31,10 @@ pub mod schema;
 mod shape;
 pub mod source;
 pub(crate) mod spill_ops;
+pub use spill_ops::storage_layout;
 mod suite;
 pub mod tflite;
+mod tflite_storage;
 pub mod tinyseg;
 pub mod zoo;
 

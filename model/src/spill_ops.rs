@@ -8,6 +8,30 @@
 
 use super::{concat_dims, Model, Op, OpKind, Tensor};
 
+/// Alignment of every storage slot.
+const STORAGE_ALIGN: u64 = 16;
+
+/// Where each storage tensor ([`Tensor::in_storage`](crate::Tensor::in_storage))
+/// lies in the storage region — every one in its own slot,
+/// `STORAGE_ALIGN`-aligned, in tensor order — and the bytes the region needs.
+pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
+    let mut end = 0u64;
+    let offsets = model
+        .tensors
+        .iter()
+        .map(|t| {
+            t.in_storage.then(|| {
+                let at = end;
+                end = (end + t.bytes).div_ceil(STORAGE_ALIGN) * STORAGE_ALIGN;
+                at
+            })
+        })
+        .collect();
+    (offsets, end)
+}
+
+
+
 /// The operands of a `FETCH_CONV_2D`: the activations it concatenates (one
 /// or two tensor indices, in concatenation order), the filter and the bias.
 #[derive(Clone, Debug, PartialEq, Eq)]

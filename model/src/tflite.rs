@@ -147,12 +147,25 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
     }
     let n_tensors = tensors.len();
     let mut ops = Vec::new();
+    // TinySeg's custom operators name their storage tensor in their options.
+    let mut storage_words = Vec::new();
     if let Some(fb_ops) = graph.operators().map_err(fb_err("subgraph 0 operators"))? {
         for (i, op) in fb_ops.iter().enumerate() {
             let op = op.map_err(fb_err(format!("operator {i}")))?;
-            ops.push(read_operator(i, &op, codes, n_tensors, opaque)?);
+            let read = read_operator(i, &op, codes, n_tensors, opaque)?;
+            storage_words.push(match read.kind {
+                OpKind::SpillKeep => None,
+                k if k.is_tinyseg() => Some(crate::tflite_storage::decode(
+                    op.custom_options()
+                        .map_err(fb_err(format!("operator {i} custom options")))?,
+                    i,
+                )?),
+                _ => None,
+            });
+            ops.push(read);
         }
     }
+    crate::tflite_storage::attach_storage(&mut tensors, &mut ops, &storage_words)?;
     let inputs = index_list(
         graph.inputs().map_err(fb_err("subgraph inputs"))?,
         "graph input",
@@ -449,6 +462,9 @@ pub(super) fn operator_kind(
     })?;
     if builtin == fb::BuiltinOperator::Custom {
         let custom = code.custom_code().ok().flatten().unwrap_or("?");
+        if let Some(kind) = OpKind::from_custom_code(custom) {
+            return Ok(kind);
+        }
         return Err(ModelError::UnsupportedOp {
             index: i,
             name: format!("CUSTOM `{custom}`"),

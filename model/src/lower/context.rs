@@ -5,7 +5,7 @@ use memtrace_abi::program::{OpParams, ProgramTensor, TensorData};
 use memtrace_overlap::rng::Rng;
 
 use super::error::{LowerError, LowerSubject};
-use super::placement::storage_layout;
+use crate::spill_ops::storage_layout;
 use super::quant::{act_q, act_range, float_range};
 use super::synth::stream;
 use crate::{Dtype, Model, Op, OpKind, Tensor};

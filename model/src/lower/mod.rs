@@ -29,7 +29,8 @@ mod synth;
 
 pub use context::LowerInput;
 pub use error::{LowerError, LowerSubject};
-pub use placement::{check_placement, storage_layout};
+pub use crate::spill_ops::storage_layout;
+pub use placement::check_placement;
 pub use program::lower;
 pub use synth::{materialize, synth_values};
 

@@ -1,30 +1,7 @@
-//! Checks of a placement before anything is sized from it, and where the
-//! storage tensors lie.
+//! Checks of a placement before anything is sized from it.
 
 use super::error::{LowerError, LowerSubject};
 use crate::Model;
-
-/// Alignment of storage tensors in the storage region.
-const STORAGE_ALIGN: u64 = 16;
-
-/// Where each storage tensor ([`Tensor::in_storage`](crate::Tensor::in_storage))
-/// lies in the storage region — every one in its own slot,
-/// `STORAGE_ALIGN`-aligned, in tensor order — and the bytes the region needs.
-pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
-    let mut end = 0u64;
-    let offsets = model
-        .tensors
-        .iter()
-        .map(|t| {
-            t.in_storage.then(|| {
-                let at = end;
-                end = (end + t.bytes).div_ceil(STORAGE_ALIGN) * STORAGE_ALIGN;
-                at
-            })
-        })
-        .collect();
-    (offsets, end)
-}
 
 /// Largest arena a program can describe: the executor's program format
 /// holds arena sizes and offsets as 32-bit signed words.
