@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use memtrace_model::planner::PlannerKind;
 use memtrace_model::Accumulator;
 use memtrace_tracer::{Arch, ElfImage};
 
@@ -141,12 +140,9 @@ impl Runtime {
     /// (with the reason) when TFLM is asked for such a request.
     pub fn for_request(
         requested: Option<Runtime>,
-        planner: Option<PlannerKind>,
         accumulator: Accumulator,
     ) -> std::result::Result<Runtime, String> {
-        let executor_only = if planner == Some(PlannerKind::Tinyseg) {
-            Some("--planner tinyseg (TFLM has no spill and fetch operators)")
-        } else if accumulator != Accumulator::Int32 {
+        let executor_only = if accumulator != Accumulator::Int32 {
             Some("--accumulator int16 (TFLM's TRANSPOSE_CONV keeps its own int32 accumulator)")
         } else {
             None

@@ -403,6 +403,7 @@ fn trace_guest(
                 scratch: ScratchWatch::Traced,
                 max_instructions: opts.max_instructions,
                 split: true,
+                storage: false,
             };
             let outcome = run.trace(access, layers, true, analyses)?;
             let r = &outcome.result;

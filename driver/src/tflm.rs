@@ -104,6 +104,9 @@ pub struct ModelRun<'a> {
     /// ([`ClockMode::Parallel`], the default), or one timed run: the pair
     /// costs twice the CPU, which pays only while a core is free.
     pub split: bool,
+    /// Read the runner's storage region back after the run (a model with
+    /// TinySeg's storage operators, `harness-c/tflm/storage_ops.cc`).
+    pub storage: bool,
 }
 
 /// What a run records of the operators' scratch buffers.
@@ -142,6 +145,18 @@ fn region(image: &ElfImage, start: &str, end: &str) -> Result<Region> {
     }
 }
 
+/// The runner's storage region of TinySeg's spilled tensors
+/// (`memtrace_storage`..`memtrace_storage_end`): its guest address and
+/// bytes.
+pub fn runner_storage(image: &ElfImage) -> Result<(u64, u64)> {
+    let r = region(
+        image,
+        memtrace_abi::symbols::STORAGE,
+        memtrace_abi::symbols::STORAGE_END,
+    )?;
+    Ok((r.at, r.len))
+}
+
 /// Bytes of the runner's arena region (`memtrace_arena`..`memtrace_arena_end`):
 /// the most TFLM can be given, so the bound for every size taken from a
 /// model or a plan before anything is allocated for it.
@@ -159,6 +174,8 @@ pub struct ModelOutcome {
     pub arena_at: u64,
     /// The arena bytes TFLM was given.
     pub arena_bytes: u64,
+    /// The storage region after the run (empty unless [`ModelRun::storage`]).
+    pub storage: Vec<u8>,
 }
 
 /// Where the runner's mailbox and regions are, and what the host writes.
@@ -190,6 +207,7 @@ impl<'a> ModelRun<'a> {
             scratch: ScratchWatch::Traced,
             max_instructions,
             split: true,
+            storage: false,
         }
     }
 
@@ -267,7 +285,13 @@ impl<'a> ModelRun<'a> {
                 max_instructions: self.max_instructions,
                 access,
                 preload: layout.preload,
-                readback: vec![(layout.job_at, mailbox_len), (layout.io.at, layout.io.len)],
+                readback: {
+                    let mut r = vec![(layout.job_at, mailbox_len), (layout.io.at, layout.io.len)];
+                    if self.storage {
+                        r.push(runner_storage(image)?);
+                    }
+                    r
+                },
                 stray_writes,
                 // A whole model is one run: the second core counts its
                 // instructions (the tracer counts in this run instead when
@@ -312,11 +336,16 @@ impl<'a> ModelRun<'a> {
                 result.stage
             );
         }
+        let storage = match self.storage {
+            true => summary.memory.get(2).cloned().unwrap_or_default(),
+            false => Vec::new(),
+        };
         Ok(ModelOutcome {
             result,
             summary,
             arena_at: layout.arena.at,
             arena_bytes: layout.arena_bytes,
+            storage,
         })
     }
 }

@@ -86,14 +86,24 @@ pub fn to_tflite_indexed(
     serialise(model).map_err(crate::ModelError::Invalid)
 }
 
-/// Per tensor, its index in the file: every tensor but the storage and
-/// scratch tensors, in order.
+/// Per tensor, its index in the file: every tensor an operator or the
+/// graph uses, but the storage and scratch tensors. A tensor nothing uses
+/// any more (the concatenation a FETCH_CONV_2D no longer materialises) is
+/// left out too: TFLM would still give it arena bytes.
 fn file_indices(model: &Model) -> Vec<Option<usize>> {
-    let scratch: Vec<usize> = model.ops.iter().filter_map(|o| o.scratch).collect();
+    let mut used = vec![false; model.tensors.len()];
+    for op in &model.ops {
+        for &t in op.inputs.iter().chain(&op.outputs) {
+            used[t] = true;
+        }
+    }
+    for &t in model.inputs.iter().chain(&model.outputs) {
+        used[t] = true;
+    }
     let mut next = 0;
     (0..model.tensors.len())
         .map(|t| {
-            let written = !model.tensors[t].in_storage && !scratch.contains(&t);
+            let written = used[t] && !model.tensors[t].in_storage;
             written.then(|| {
                 next += 1;
                 next - 1
@@ -109,7 +119,7 @@ fn serialise(model: &Model) -> Result<(Vec<u8>, Vec<Option<usize>>), String> {
             .map(|&t| {
                 index[t]
                     .map(|i| i as i32)
-                    .ok_or_else(|| format!("{what} `{}` is a scratch tensor", model.tensors[t].name))
+                    .ok_or_else(|| format!("{what} `{}` is a storage tensor", model.tensors[t].name))
             })
             .collect()
     };

@@ -110,7 +110,7 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
-    let runtime = Runtime::for_request(args.runtime, args.planner.0, args.accumulator)
+    let runtime = Runtime::for_request(args.runtime, args.accumulator)
         .unwrap_or_else(|e| super::usage_error(&e));
     if runtime == Runtime::Executor && args.target != Arch::CortexM4 {
         super::usage_error(&format!(

@@ -132,7 +132,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     }
     let planner = args.planner;
     args.spill.check(planner == Some(PlannerKind::Tinyseg));
-    let runtime = Runtime::for_request(args.runtime, planner, args.accumulator)
+    let runtime = Runtime::for_request(args.runtime, args.accumulator)
         .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
     let embedded_plan = args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();

@@ -492,7 +492,12 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
                 options: req.spill,
                 storage: &plan_out.storage,
                 storage_clobbers: plan_out.storage_clobbers.clone(),
-                layers: &plan_out.layers,
+                storage_op_instructions: crate::spill::storage_op_instructions(
+                    plan_out
+                        .layers
+                        .iter()
+                        .map(|l| (l.op.as_str(), l.instructions)),
+                ),
                 instructions: (plan_out.instructions, ref_out.instructions),
                 planning_seconds: *seconds,
             }

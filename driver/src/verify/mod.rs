@@ -5,6 +5,7 @@
 
 pub mod executor;
 pub mod tflm;
+mod tflm_tinyseg;
 
 use std::path::PathBuf;
 

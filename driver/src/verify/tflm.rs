@@ -24,7 +24,8 @@ use memtrace_analyzer::report::LayerReport;
 use memtrace_analyzer::shadow::{Clobber, ShadowMap};
 use memtrace_analyzer::verify::{digest, mismatched_bytes};
 use memtrace_model::graph::{read_graph, TfliteGraph};
-use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, TracedOverlaps};
+use memtrace_analyzer::tinyseg::SpillReport;
+use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{self as model, tflite, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
@@ -35,6 +36,7 @@ use crate::error::{Context, Result};
 use crate::kernels::{Kernels, Runtime};
 use crate::oracle::{self, OracleComparison};
 use crate::plan_file::{EmbeddedOrigin, PlanProvenance};
+use crate::spill::{storage_op_instructions, SpillRun};
 use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
     ModelRun, ScratchWatch,
@@ -175,6 +177,11 @@ pub struct TflmVerifyReport {
     /// The arena a firmware must allocate for the plan under test, measured
     /// on this runner ([`crate::deploy`]).
     pub arena_to_allocate: MeasuredPlan,
+    /// TinySeg's steps and what the run says of them (`--planner tinyseg`):
+    /// the plan run is of the transformed model, whose storage operators
+    /// are the runner's custom operators.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tinyseg: Option<SpillReport>,
     /// The model as TFLM ran it under the plan under test (with the plan as
     /// `OfflineMemoryAllocation`): what `--emit-offline` writes once proven.
     #[serde(skip)]
@@ -185,6 +192,10 @@ impl TflmVerifyReport {
     /// Clean (no clobber), bit-exact, and equal to the host oracle if it ran.
     pub fn ok(&self) -> bool {
         self.clobbers.is_empty()
+            && self
+                .tinyseg
+                .as_ref()
+                .is_none_or(|t| t.storage_clobbers.is_empty())
             && self.bit_exact
             && self.oracle.as_ref().is_none_or(|o| o.agrees())
     }
@@ -290,6 +301,9 @@ impl TflmVerifyReport {
             },
             self.mismatched_bytes
         );
+        if let Some(t) = &self.tinyseg {
+            s += &t.to_text();
+        }
         match &self.oracle {
             Some(o) => s += &o.to_text(),
             None if self.oracle_off => s += "host oracle: not run (--no-oracle)\n",
@@ -317,6 +331,10 @@ struct ShadowRun {
     /// The arena-wide access picture (`--plot`).
     trace: Option<ArenaTrace>,
     instructions: u64,
+    /// The storage region after the run (read back when watched).
+    storage: Vec<u8>,
+    /// Reads of storage bytes that did not hold the tensor fetched.
+    storage_clobbers: Vec<Clobber>,
     /// Emulator runs of the trace (`RunSummary::runs`; 0 from the cache).
     runs: u32,
     seconds: f64,
@@ -340,6 +358,9 @@ struct Watch<'a> {
     scratch: bool,
     /// Trace with two runs at once ([`ModelRun::split`]).
     split: bool,
+    /// Watch the runner's storage region with a shadow map of its own and
+    /// read it back (a model with TinySeg's storage operators).
+    storage: bool,
 }
 
 /// Runs `model` on `image` with a shadow map over the arena.
@@ -364,8 +385,13 @@ fn shadow_run(
     let run = ModelRun {
         scratch,
         split: watch.split,
+        storage: watch.storage,
         ..ModelRun::whole(image, model, inputs, max_instructions)
     };
+    let storage_region = watch
+        .storage
+        .then(|| crate::tflm::runner_storage(image))
+        .transpose()?;
     let untraced_seconds = if watch.baseline {
         let started = Instant::now();
         let untraced = run_without_hooks(image, &run.preload()?, &[], max_instructions)?;
@@ -387,6 +413,7 @@ fn shadow_run(
     let mut trace = watch
         .plot
         .map(|(title, bytes)| ArenaTrace::new(title, arena_at, bytes));
+    let mut storage_shadow = storage_region.map(|(at, len)| ShadowMap::new(at, len));
     // The picture places each access at its exact instruction.
     let access = crate::common::access_path(trace.is_some());
     let outcome = {
@@ -394,6 +421,9 @@ fn shadow_run(
             vec![&mut shadow, &mut stats];
         if let Some(t) = trace.as_mut() {
             analyses.push(t);
+        }
+        if let Some(s) = storage_shadow.as_mut() {
+            analyses.push(s);
         }
         run.trace(access, None, false, &mut analyses)?
     };
@@ -419,6 +449,8 @@ fn shadow_run(
         cached: false,
         trace,
         instructions: outcome.summary.instructions,
+        storage: outcome.storage,
+        storage_clobbers: storage_shadow.map(|s| s.clobbers).unwrap_or_default(),
         runs: outcome.summary.runs,
         seconds: started.elapsed().as_secs_f64(),
         untraced_seconds,
@@ -480,6 +512,8 @@ impl CachedReference {
             cached: true,
             trace: None,
             instructions: self.instructions,
+            storage: Vec::new(),
+            storage_clobbers: Vec::new(),
             runs: 0,
             seconds: self.seconds,
             untraced_seconds: None,
@@ -549,7 +583,19 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         .into_iter()
         .collect();
     let mut plan_taken = None;
+    // TinySeg plans a transformed model, which TFLM runs instead of the
+    // model under the plan.
+    let tinyseg = match (&req.plan, req.planner) {
+        (None, Some(PlannerKind::Tinyseg)) => Some(super::tflm_tinyseg::plan(
+            req,
+            &subject.bytes,
+            &scratch_needs(&reference.result, model.ops.len()),
+            &source_overlaps,
+        )?),
+        _ => None,
+    };
     let under_test = match (&req.plan, &subject.embedded) {
+        _ if tinyseg.is_some() => tinyseg_under_test(req, tinyseg.as_ref())?,
         (Some(path), _) => {
             let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
             let graph_tensors = subject.graph.tensors.len();
@@ -562,12 +608,49 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
         _ => plan_from_planner(req, &planned_model, &source_overlaps)?,
     };
-    check_arena_fits(&under_test, &planned_model, subject.arena_limit)?;
     let mut offsets = under_test.offsets.clone();
-    offsets.truncate(subject.graph.tensors.len());
+    // What TFLM runs under the plan: the model, or TinySeg's transformation.
+    let (run_bytes, run_graph) = match &tinyseg {
+        Some(t) => {
+            warnings.extend(t.warnings.iter().cloned());
+            warnings.extend(crate::spill::target_missed(
+                req.spill.target_bytes,
+                t.optimized.steps.last().map(|s| s.peak_bytes),
+            ));
+            if under_test.arena > subject.arena_limit {
+                bail!(
+                    "{}: the plan's arena of {} bytes is larger than the runner's arena of {} bytes",
+                    under_test.label(),
+                    under_test.arena,
+                    subject.arena_limit
+                );
+            }
+            (&t.bytes, &t.graph)
+        }
+        None => {
+            check_arena_fits(&under_test, &planned_model, subject.arena_limit)?;
+            offsets.truncate(subject.graph.tensors.len());
+            (&subject.bytes, &subject.graph)
+        }
+    };
 
     // 3. TFLM runs memtrace's plan, beside the host oracle.
-    let (mut planned, oracle) = plan_run(req, &subject, &reference, &under_test, &offsets)?;
+    let readers = match &tinyseg {
+        Some(t) => super::tflm_tinyseg::readers_after(&reference.readers, &t.optimized),
+        None => reference.readers.clone(),
+    };
+    let (mut planned, oracle) = plan_run(
+        req,
+        &subject,
+        PlanSubject {
+            bytes: run_bytes,
+            readers: &readers,
+            storage: tinyseg.is_some(),
+        },
+        &reference,
+        &under_test,
+        &offsets,
+    )?;
     let reference_head = reference.result.head_bytes;
     if let (Some(path), Some(a), Some(b)) =
         (&req.plot, reference.trace.as_mut(), planned.trace.as_mut())
@@ -585,7 +668,21 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
     let b = &planned.result.output_bytes;
     let mismatched = mismatched_bytes(a, b);
     let planned_bytes = under_test.arena;
-    let arena_to_allocate = deploy_figures(req, &subject, &under_test, &offsets)?;
+    let arena_to_allocate = deploy_figures(req, &subject, run_bytes, &under_test, &offsets)?;
+    let tinyseg_report = tinyseg.as_ref().map(|t| {
+        SpillRun {
+            optimized: &t.optimized,
+            options: req.spill,
+            storage: &planned.storage,
+            storage_clobbers: planned.storage_clobbers.clone(),
+            storage_op_instructions: storage_op_instructions(
+                planned.layers.iter().map(|l| (l.op.as_str(), l.instructions)),
+            ),
+            instructions: (planned.instructions, reference.instructions),
+            planning_seconds: t.seconds,
+        }
+        .report()
+    });
     Ok(TflmVerifyReport {
         model: req.model.clone(),
         runtime: "tflm",
@@ -611,7 +708,13 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         oracle,
         oracle_off: !req.oracle,
         traced_overlaps: traced_report,
-        tensors: tensor_placements(&subject.graph, &offsets, &reference, &planned),
+        tensors: tensor_placements(
+            run_graph,
+            &offsets,
+            tinyseg.as_ref().map(|t| t.original.as_slice()),
+            &reference,
+            &planned,
+        ),
         embedded_plan_tensors: subject
             .embedded
             .as_ref()
@@ -620,6 +723,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
         plan_taken,
         warnings,
         seconds: started.elapsed().as_secs_f64(),
+        tinyseg: tinyseg_report,
         plan_model: arena_to_allocate.1,
         arena_to_allocate: arena_to_allocate.0,
     })
@@ -631,6 +735,7 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
 fn deploy_figures(
     req: &VerifyOptions,
     subject: &Subject,
+    run_bytes: &[u8],
     under_test: &UnderTest,
     offsets: &[i64],
 ) -> Result<(MeasuredPlan, Vec<u8>)> {
@@ -641,7 +746,7 @@ fn deploy_figures(
         ..PlanProvenance::new(&req.model, req.kernels, req.target, "tflm", req.overlap)?
     }
     .to_metadata()?;
-    let model = tflite::emit_offline_noted(&subject.bytes, offsets, Some(&note))?.bytes;
+    let model = tflite::emit_offline_noted(run_bytes, offsets, Some(&note))?.bytes;
     let (arena, not_measured) =
         match measure_arena_on(&subject.image, &model, req.kernels, &req.cache) {
             Ok(a) => (Some(a), None),
@@ -678,7 +783,7 @@ struct Subject {
 
 impl Subject {
     fn load(req: &VerifyOptions) -> Result<Subject> {
-        Runtime::for_request(Some(Runtime::Tflm), req.planner, req.accumulator)
+        Runtime::for_request(Some(Runtime::Tflm), req.accumulator)
             .map_err(|e| failed!("{e}"))?;
         if let Some(p) = &req.plot {
             crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
@@ -847,6 +952,7 @@ fn own_plan_run(
             baseline: req.baseline,
             scratch: false,
             split: true,
+            storage: false,
         },
         req.max_instructions,
     )?;
@@ -914,17 +1020,29 @@ fn plan_budget(max_instructions: u64, reference: u64) -> u64 {
         .min(max_instructions)
 }
 
+/// What the plan under test runs: the model itself, or TinySeg's
+/// transformation of it.
+struct PlanSubject<'a> {
+    /// The `.tflite` (without a plan).
+    bytes: &'a [u8],
+    /// Its layers that read their own output (from the reference run).
+    readers: &'a [String],
+    /// It has storage operators: watch and read back the storage region.
+    storage: bool,
+}
+
 /// TFLM's run of the plan under test (tensors at `offsets`, as
 /// `OfflineMemoryAllocation`) with the shadow map, while the host oracle
 /// runs the model on the other core.
 fn plan_run(
     req: &VerifyOptions,
     subject: &Subject,
+    run: PlanSubject<'_>,
     reference: &ShadowRun,
     under_test: &UnderTest,
     offsets: &[i64],
 ) -> Result<(ShadowRun, Option<OracleComparison>)> {
-    let offline = tflite::emit_offline(&subject.bytes, offsets)?;
+    let offline = tflite::emit_offline(run.bytes, offsets)?;
     let graph = &subject.graph;
     let extent = under_test.arena.max(reference.result.head_bytes);
     let python = req.oracle_python();
@@ -948,7 +1066,7 @@ fn plan_run(
             &subject.inputs,
             Watch {
                 bytes: watched_bytes(extent, subject.arena_limit),
-                output_readers: &reference.readers,
+                output_readers: run.readers,
                 plot: req.plot.as_ref().map(|_| {
                     (
                         format!("{} ({}) on TFLM", under_test.planner, under_test.overlap),
@@ -958,6 +1076,7 @@ fn plan_run(
                 baseline: req.baseline,
                 scratch: true,
                 split,
+                storage: run.storage,
             },
             plan_budget(req.max_instructions, reference.instructions),
         );
@@ -1007,20 +1126,32 @@ fn run_report(r: &ShadowRun, planner: String, overlap: String, planned: u64) -> 
 
 /// Every tensor memtrace planned or TFLM placed: its planned offset and
 /// where TFLM put it in both runs.
+///
+/// `original` maps a tensor of `graph` to the reference run's model when
+/// the plan run ran another one (TinySeg's transformation).
 fn tensor_placements(
     graph: &TfliteGraph,
     offsets: &[i64],
+    original: Option<&[Option<usize>]>,
     reference: &ShadowRun,
     planned: &ShadowRun,
 ) -> Vec<TensorPlacement> {
+    let in_reference = |t: usize| match original {
+        Some(map) => map
+            .get(t)
+            .copied()
+            .flatten()
+            .and_then(|r| head_offset(&reference.result, r)),
+        None => head_offset(&reference.result, t),
+    };
     (0..graph.tensors.len())
-        .filter(|&t| offsets[t] >= 0 || head_offset(&reference.result, t).is_some())
+        .filter(|&t| offsets[t] >= 0 || in_reference(t).is_some())
         .map(|t| TensorPlacement {
             name: graph.tensor_name(t),
             bytes: graph.tensors[t].bytes.unwrap_or(0),
             planned_offset: u64::try_from(offsets[t]).ok(),
             tflm_offset: head_offset(&planned.result, t),
-            reference_offset: head_offset(&reference.result, t),
+            reference_offset: in_reference(t),
         })
         .collect()
 }
@@ -1130,6 +1261,20 @@ fn planned_reference_offsets(model: &Model, reference: &TflmResult) -> Vec<Optio
             .min();
     }
     offsets
+}
+
+/// TinySeg's plan of its transformed model, as the plan under test.
+fn tinyseg_under_test(
+    req: &VerifyOptions,
+    tinyseg: Option<&super::tflm_tinyseg::TinysegPlan>,
+) -> Result<UnderTest> {
+    let t = tinyseg.ok_or_else(|| failed!("no TinySeg plan"))?;
+    Ok(UnderTest {
+        offsets: t.offsets.clone(),
+        arena: t.arena,
+        planner: format!("tinyseg+{}", req.spill.base.name()),
+        overlap: t.optimized.plan.overlap.clone(),
+    })
 }
 
 /// Planner name of the offline plan a model carried, as the report shows it.

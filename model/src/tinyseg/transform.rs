@@ -280,6 +280,10 @@ pub fn fuse_next(graph: &Graph, fetch_op: usize) -> Option<(Graph, usize, Fusion
                         axis,
                         ..n.options.clone()
                     },
+                    // TFLM's reference loop, which both runtimes run for
+                    // it, asks for no scratch: the convolution's own
+                    // (CMSIS-NN's im2col buffer) goes with it.
+                    scratch: None,
                     ..n.clone()
                 },
                 Fusion::Conv2d,
