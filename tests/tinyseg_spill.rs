@@ -1,11 +1,15 @@
 //! TinySeg in memtrace (`--planner tinyseg`): the spill planner transforms
 //! the graph — spills a tensor through its cold range, partially when a
 //! target needs less, fuses the fetch into the following concatenation and
-//! convolution, narrows int32 accumulator scratch to int16 — and the
-//! executor runs the transformed model with its spilled tensors in a storage
-//! region outside the arena. Every run is checked against the untransformed
-//! model's reference run byte for byte, by the arena's shadow map, and by a
-//! shadow map of the storage region.
+//! convolution, narrows int32 accumulator scratch to int16 — and real TFLM
+//! runs the transformed model, its storage operators registered as custom
+//! operators of the runner (`MEMTRACE_SPILL`, …), its spilled tensors in the
+//! runner's storage region outside the arena. Every run is checked against
+//! the untransformed model's run under TFLM's own plan byte for byte (and
+//! that one against PyPI `tflite-micro`), by the arena's shadow map, and by
+//! a shadow map of the storage region; the plan's arena against the head
+//! TFLM allocated. Int16 scratch, which TFLM's TRANSPOSE_CONV cannot run,
+//! is checked on memtrace's executor.
 
 mod common;
 
@@ -35,9 +39,10 @@ fn tflite_file(model: &Model) -> PathBuf {
     path
 }
 
-/// `memtrace verify MODEL ARGS --format json` → (exit code, report).
+/// `memtrace verify MODEL ARGS --format json` on real TFLM → (exit code,
+/// report).
 fn verify(model: &str, args: &[&str]) -> (i32, Value) {
-    let mut all = vec!["verify", "--runtime", "executor", model, "--format", "json"];
+    let mut all = vec!["verify", model, "--format", "json"];
     all.extend(args);
     let out = memtrace(&all);
     let report: Value = serde_json::from_slice(&out.stdout)
@@ -57,7 +62,9 @@ fn u(v: &Value) -> u64 {
 }
 
 /// Asserts the verified run is clean: bit-exact outputs, no clobber in the
-/// arena or in storage, exit code 0.
+/// arena or in storage, exit code 0; on TFLM also that TFLM's head is the
+/// arena the plan said and that the untransformed model's outputs equal
+/// PyPI `tflite-micro`'s.
 fn assert_clean(code: i32, r: &Value) {
     assert_eq!(r["clobbers"], serde_json::json!([]), "{}", r["clobbers"]);
     assert_eq!(r["tinyseg"]["storage_clobbers"], serde_json::json!([]));
@@ -67,6 +74,17 @@ fn assert_clean(code: i32, r: &Value) {
         r["mismatched_bytes"]
     );
     assert_eq!(code, 0);
+    if r["runtime"] == "tflm" {
+        assert_eq!(r["plan"]["planned_bytes"], r["plan"]["head_bytes"], "{}", r["plan"]);
+        if cfg!(not(no_oracle)) {
+            assert_eq!(r["oracle"]["bit_exact"], true, "{}", r["oracle"]);
+        }
+    }
+}
+
+/// The arena of the plan under test and of TFLM's own plan (TFLM's heads).
+fn arenas(r: &Value) -> (u64, u64) {
+    (u(&r["plan"]["head_bytes"]), u(&r["reference"]["head_bytes"]))
 }
 
 /// A long skip connection around wider layers: `a` (32×32×8) waits while
@@ -228,8 +246,9 @@ fn fetch_conv2d_runs_bit_exact_with_the_reference_conv_it_replaces() {
             .collect();
         assert_eq!(actions.last(), Some(&"fetch+conv2d"), "{target}");
         // The arena under test is the last step's peak, the reference the first's.
-        assert_eq!(u(&r["plan"]["arena_bytes"]), 2048 + 2048);
-        assert_eq!(u(&r["reference"]["arena_bytes"]), 1024 + 2048 + 3072);
+        assert_eq!(arenas(&r), (2048 + 2048, 1024 + 2048 + 3072));
+        // The fused convolution ran as the runner's custom operator.
+        assert_eq!(r["plan"]["planner"], "tinyseg+tflm-greedy");
         assert_eq!(u(&t["spilled_bytes"]), 1024);
         assert_eq!(u(&t["storage_bytes"]), 1024);
         assert!(u(&t["storage_op_instructions"]) > 0);
@@ -246,7 +265,8 @@ fn a_spilled_skip_connection_runs_bit_exact_and_its_stored_bytes_compress_as_mea
     assert_eq!(step["tensor"], "a");
     assert_eq!(u(&step["spilled_bytes"]), 32 * 32 * 8);
     assert_eq!(u(&t["storage_bytes"]), 32 * 32 * 8);
-    assert!(u(&r["plan"]["arena_bytes"]) < u(&r["reference"]["arena_bytes"]));
+    let (plan, reference) = arenas(&r);
+    assert!(plan < reference);
     // Spilling costs instructions: the storage operators' own, at least.
     assert!(u(&t["storage_op_instructions"]) > 0);
     assert!(t["extra_instructions"].as_i64().unwrap() >= u(&t["storage_op_instructions"]) as i64);
@@ -279,18 +299,21 @@ fn a_target_peak_spills_only_the_rows_it_needs() {
     let (code, r) = verify_tinyseg(&skip_add(), &["--target-bytes", "36864"]);
     assert_clean(code, &r);
     let t = &r["tinyseg"];
-    assert_eq!(u(&r["reference"]["arena_bytes"]), 40960);
+    let (plan, reference) = arenas(&r);
+    assert_eq!(reference, 40960);
     let step = &t["steps"][1];
     assert_eq!(step["action"], "partial spill");
     assert_eq!(u(&step["spilled_bytes"]), 16 * 32 * 8);
     assert_eq!(u(&t["storage_bytes"]), 16 * 32 * 8);
-    assert!(u(&r["plan"]["arena_bytes"]) <= 36864);
+    assert!(plan <= 36864);
     assert_eq!(t["steps"].as_array().unwrap().len(), 2);
-    // The kept half has its own arena tensor; the spilled half none.
-    let placed: Vec<&str> = r["plan"]["tensors"]
+    // The kept half has its own arena tensor; the spilled half none: it is
+    // no TFLite tensor at all, only a slot of the storage region.
+    let placed: Vec<&str> = r["tensors"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|t| t["tflm_offset"].is_u64())
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert!(placed.contains(&"a/kept") && !placed.contains(&"a/spilled"));
@@ -306,10 +329,17 @@ fn upsampler(channels: u32) -> Model {
     g.finish(&[out])
 }
 
+/// `verify_tinyseg` on memtrace's executor, the one runtime with an int16
+/// accumulator for TRANSPOSE_CONV.
+fn verify_tinyseg_on_executor(model: &Model, args: &[&str]) -> (i32, Value) {
+    verify_tinyseg(model, &[&["--runtime", "executor"], args].concat())
+}
+
 #[test]
 fn int16_scratch_is_exact_where_the_weights_prove_it_and_wrong_where_sums_overflow() {
     // One input channel: |Σ w·x| <= 127·128 fits int16 whatever the input,
     // so `exact` narrows the 16×16×4 int32 accumulator (4096 B) to 2048 B.
+    let verify_tinyseg = verify_tinyseg_on_executor;
     let (code, r) = verify_tinyseg(&upsampler(1), &[]);
     assert_clean(code, &r);
     let steps = r["tinyseg"]["steps"].as_array().unwrap();
@@ -332,6 +362,30 @@ fn int16_scratch_is_exact_where_the_weights_prove_it_and_wrong_where_sums_overfl
     assert_eq!(r["bit_exact"], false);
     assert!(u(&r["mismatched_bytes"]) > 0);
     assert_eq!(code, 1);
+}
+
+#[test]
+fn on_tflm_no_scratch_is_narrowed_and_a_warning_says_why() {
+    // The same one-channel upsampler: TFLM's TRANSPOSE_CONV requests its
+    // int32 accumulator itself, so the plan keeps it (no step narrows it),
+    // says so, and the arena TFLM allocates is the plan's.
+    let (code, r) = verify_tinyseg(&upsampler(1), &[]);
+    assert_clean(code, &r);
+    assert!(r["tinyseg"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["action"] != "scratch int16"));
+    let warnings = r["warnings"].to_string();
+    assert!(
+        warnings.contains("--scratch-int16 exact") && warnings.contains("int32 accumulator"),
+        "{warnings}"
+    );
+    // Nothing changed: the plan is TFLM's own, whose head holds the int32
+    // accumulator TFLM asked for (16×16×4 words).
+    let (plan, reference) = arenas(&r);
+    assert_eq!(plan, reference);
+    assert!(reference >= 16 * 16 * 4 * 4, "{reference}");
 }
 
 #[test]
@@ -385,18 +439,108 @@ fn tiny_unet_spills_its_first_skip_connection_and_runs_bit_exact() {
     let t = &r["tinyseg"];
     assert_eq!(t["steps"][1]["tensor"], "inc/conv2");
     assert_eq!(u(&t["spilled_bytes"]), 80 * 120 * 8);
-    assert_eq!(u(&r["reference"]["arena_bytes"]), 307_200);
-    // The spilled 76,800 B leave the peak step (up3/up) of the greedy plan.
-    assert_eq!(u(&r["plan"]["arena_bytes"]), 307_200 - 80 * 120 * 8);
+    // The spilled 76,800 B leave the peak step (up3/up) of the greedy plan:
+    // x1 + up3's input + its output + its int32 accumulator, less x1.
+    let peak = 76_800 + 38_400 + 38_400 + 153_600;
+    assert_eq!(arenas(&r), (peak - 80 * 120 * 8, peak));
     assert!(u(&t["compressed_bytes"]) < u(&t["spilled_bytes"]));
+    // TFLM's persistent tail comes on top of the head a plan places.
+    assert!(u(&r["plan"]["tail_bytes"]) > 0);
+    assert_eq!(
+        u(&r["plan"]["arena_used_bytes"]),
+        u(&r["plan"]["head_bytes"]) + u(&r["plan"]["tail_bytes"])
+    );
+
+    // On DMO with the O_s traced on TFLM: 307,200 → 192,000 B, the spill
+    // taking x1 out of the 268,800 B DMO peak, less the bytes DMO already
+    // overlapped there.
+    let (code, r) = verify(
+        "zoo:tiny_unet_80x120_int8",
+        &["--planner", "tinyseg", "--base", "dmo-heap"],
+    );
+    assert_clean(code, &r);
+    let steps = r["tinyseg"]["steps"].as_array().unwrap();
+    assert_eq!(u(&steps[0]["peak_bytes"]), 268_800);
+    assert_eq!(steps[1]["tensor"], "inc/conv2");
+    assert_eq!(arenas(&r), (192_000, peak));
+    assert_eq!(u(&steps[1]["peak_bytes"]), 192_000);
 }
 
 #[test]
 #[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
-fn the_storage_operators_run_the_same_in_the_cmsis_nn_executor() {
+fn the_storage_operators_run_the_same_in_the_cmsis_nn_runner() {
     let (code, r) = verify_tinyseg(&concat_conv(), &["--kernels", "cmsis-nn"]);
     assert_clean(code, &r);
-    assert_eq!(r["reference_kernels"]["bit_exact"], true);
     let steps = r["tinyseg"]["steps"].as_array().unwrap();
     assert_eq!(steps.last().unwrap()["action"], "fetch+conv2d");
+    // Tiny U-Net on CMSIS-NN (its own, smaller TRANSPOSE_CONV scratch):
+    // spill, fetch+concat and fetch+conv2d, 230,400 → 153,888 B.
+    let (code, r) = verify(
+        "zoo:tiny_unet_80x120_int8",
+        &["--planner", "tinyseg", "--kernels", "cmsis-nn"],
+    );
+    assert_clean(code, &r);
+    let actions: Vec<&str> = r["tinyseg"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["original", "spill", "fetch+concat", "fetch+conv2d"]);
+    assert_eq!(arenas(&r), (153_888, 230_400));
+}
+
+#[test]
+#[cfg_attr(no_oracle, ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle")]
+fn the_emitted_tinyseg_model_runs_on_the_runner_and_plain_tflite_micro_refuses_it() {
+    let source = tflite_file(&concat_conv());
+    let out_path = source.with_file_name("concat_conv-tinyseg.tflite");
+    let out = memtrace([
+        "verify",
+        source.to_str().unwrap(),
+        "--planner",
+        "tinyseg",
+        "--emit-offline",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // `run` on the runner: the storage operators are layers, the slot a
+    // buffer of each, outside the arena.
+    let run = common::run_json(&out_path, &[]);
+    let ops: Vec<&str> = run["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["op"].as_str().unwrap())
+        .collect();
+    assert!(ops.contains(&"MEMTRACE_SPILL"), "{ops:?}");
+    assert!(ops.contains(&"MEMTRACE_FETCH_CONV_2D"), "{ops:?}");
+    let spill = run["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["op"] == "MEMTRACE_SPILL")
+        .unwrap();
+    let slot = common::buffer(spill, "storage@0");
+    assert_eq!((slot["role"].as_str(), u(&slot["size"])), (Some("output"), 1024));
+    // `verify` of the emitted file runs its embedded plan clean.
+    let (code, r) = verify(out_path.to_str().unwrap(), &["--no-oracle"]);
+    assert_eq!(code, 0, "{}", r["clobbers"]);
+    assert_eq!(r["plan"]["planner"], "embedded");
+    assert_eq!(u(&r["plan"]["head_bytes"]), 2048 + 2048);
+    // PyPI tflite-micro has no MEMTRACE_* operator: the custom operators
+    // are real custom operators, not builtins in disguise.
+    let python = std::env::var("MEMTRACE_TFLM_PYTHON").unwrap();
+    let refused = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import sys\nfrom tflite_micro.python.tflite_micro import runtime\n\
+             runtime.Interpreter.from_file(sys.argv[1])",
+            out_path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("op code CUSTOM"), "{said}");
 }
