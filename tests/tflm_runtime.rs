@@ -511,16 +511,21 @@ fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["runtime"], "executor");
-    // TinySeg's spill and fetch run only on the executor: chosen without
-    // --runtime, a usage error naming the way out with --runtime tflm.
+    // TinySeg runs on TFLM too (its storage operators are the runner's
+    // custom operators); the int16 accumulator only on the executor:
+    // chosen without --runtime, a usage error with --runtime tflm.
     let tinyseg = ["verify", &model, "--planner", "tinyseg", "--format", "json"];
     let out = memtrace(tinyseg);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["runtime"], "tflm");
+    let int16 = ["verify", &model, "--accumulator", "int16", "--format", "json"];
+    let out = memtrace(int16);
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["runtime"], "executor");
-    let out = memtrace([&tinyseg[..], &["--runtime", "tflm"]].concat());
+    let out = memtrace([&int16[..], &["--runtime", "tflm"]].concat());
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("--planner tinyseg") && stderr(&out).contains("--runtime executor"),
+        stderr(&out).contains("--accumulator int16") && stderr(&out).contains("--runtime executor"),
         "{}",
         stderr(&out)
     );

@@ -294,7 +294,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     };
     if req.planner == Some(PlannerKind::Tinyseg) {
         if req.emit_offline.is_some() {
-            bail!("--emit-offline: TinySeg's spill and fetch operators have no TFLite builtin");
+            // The transformed model is only worth writing once TFLM ran it
+            // with the scratch its kernels actually ask for.
+            bail!(
+                "--emit-offline with --planner tinyseg: use `memtrace verify MODEL.tflite \
+                 --planner tinyseg --emit-offline OUT.tflite`, which writes the transformed model \
+                 (TinySeg's storage operators as custom operators) once TFLM ran it"
+            );
         }
         // Zoo models get verify's seeded weights, which decide where an
         // int16 accumulator is exact.

@@ -291,3 +291,78 @@ fn conv_options(w: &Words, axis: Option<i32>) -> OpOptions {
         ..OpOptions::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::export::{materialize, to_tflite_indexed};
+    use crate::planner::Overlaps;
+    use crate::tinyseg::{optimize, TinysegOptions};
+    use crate::zoo::GraphBuilder;
+    use crate::{tflite, Activation, Dtype, OpKind};
+
+    /// A skip connection `s` idle across three convolutions, concatenated
+    /// with their result and convolved: TinySeg spills `s` and fuses its
+    /// fetch into the concatenation and the convolution.
+    fn skip_concat() -> crate::Model {
+        let mut g = GraphBuilder::new("skip_concat", Dtype::Int8);
+        let x = g.input("input", &[1, 16, 16, 1]);
+        let s = g.conv2d("s", x, 4, 3, 1, Activation::Relu);
+        let a = g.conv2d("a", s, 4, 3, 1, Activation::Relu);
+        let b = g.conv2d("b", a, 4, 3, 1, Activation::Relu);
+        let c = g.conv2d("c", b, 8, 3, 1, Activation::Relu);
+        let y = g.concat_channels("y", &[s, c]);
+        let z = g.conv2d("z", y, 8, 1, 1, Activation::None);
+        materialize(&g.finish(&[z]), 1)
+    }
+
+    #[test]
+    fn a_transformed_model_round_trips_through_the_custom_operators() {
+        let model = skip_concat();
+        let o = optimize(&model, &Overlaps::none(&model), &TinysegOptions::default()).unwrap();
+        let m = &o.graph.model;
+        let kinds: Vec<OpKind> = m.ops.iter().map(|op| op.kind).collect();
+        assert!(kinds.contains(&OpKind::Spill) && kinds.contains(&OpKind::FetchConv2d));
+        let (bytes, index) = to_tflite_indexed(m).unwrap();
+        // The storage tensor and the concatenation nothing reads any more
+        // are no tensors of the file.
+        for (t, i) in index.iter().enumerate() {
+            let unused = !m.ops.iter().any(|op| op.inputs.contains(&t));
+            let dropped = m.tensors[t].in_storage || (unused && !m.outputs.contains(&t));
+            assert_eq!(i.is_none(), dropped, "{}", m.tensors[t].name);
+        }
+        let back = tflite::import_bytes(&m.name, &bytes).unwrap();
+        assert_eq!(
+            back.ops.iter().map(|op| op.kind).collect::<Vec<_>>(),
+            kinds
+        );
+        // The storage tensor comes back from the custom options, named and
+        // shaped as the transformation made it, read and written by the
+        // same operators.
+        let stored = |m: &crate::Model| -> Vec<(String, Vec<u32>, usize)> {
+            m.tensors
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.in_storage)
+                .map(|(i, t)| {
+                    let users = m
+                        .ops
+                        .iter()
+                        .filter(|op| op.inputs.contains(&i) || op.outputs.contains(&i))
+                        .count();
+                    (t.name.clone(), t.shape.clone(), users)
+                })
+                .collect()
+        };
+        assert_eq!(stored(&back), stored(m));
+        assert_eq!(stored(&back), [("s/spilled".to_string(), vec![1, 16, 16, 4], 2)]);
+        let fused = |m: &crate::Model| {
+            m.ops
+                .iter()
+                .find(|op| op.kind == OpKind::FetchConv2d)
+                .map(|op| (op.options.axis, op.options.stride, op.options.padding))
+        };
+        assert_eq!(fused(&back), fused(m));
+        // A second export of the imported model is the same file.
+        assert!(crate::export::to_tflite(&back).unwrap() == bytes);
+    }
+}

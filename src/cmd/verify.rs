@@ -88,7 +88,9 @@ pub struct VerifyArgs {
     /// allocator and kernels; the plan given to it as
     /// OfflineMemoryAllocation; --executor then names the TFLM runner ELF),
     /// or memtrace's executor. Default: tflm, except for what only the
-    /// executor runs (--planner tinyseg, --accumulator int16).
+    /// executor runs (--accumulator int16). TinySeg (--planner tinyseg)
+    /// runs on both: on TFLM its storage operators are the runner's custom
+    /// operators, and its scratch is never narrowed to int16.
     #[arg(long, value_enum)]
     pub runtime: Option<Runtime>,
     /// Once the plan is proven (result OK), write the model with it as
