@@ -518,7 +518,14 @@ fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
     let out = memtrace(tinyseg);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["runtime"], "tflm");
-    let int16 = ["verify", &model, "--accumulator", "int16", "--format", "json"];
+    let int16 = [
+        "verify",
+        &model,
+        "--accumulator",
+        "int16",
+        "--format",
+        "json",
+    ];
     let out = memtrace(int16);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["runtime"], "executor");

@@ -75,7 +75,11 @@ fn assert_clean(code: i32, r: &Value) {
     );
     assert_eq!(code, 0);
     if r["runtime"] == "tflm" {
-        assert_eq!(r["plan"]["planned_bytes"], r["plan"]["head_bytes"], "{}", r["plan"]);
+        assert_eq!(
+            r["plan"]["planned_bytes"], r["plan"]["head_bytes"],
+            "{}",
+            r["plan"]
+        );
         if cfg!(not(no_oracle)) {
             assert_eq!(r["oracle"]["bit_exact"], true, "{}", r["oracle"]);
         }
@@ -84,7 +88,10 @@ fn assert_clean(code: i32, r: &Value) {
 
 /// The arena of the plan under test and of TFLM's own plan (TFLM's heads).
 fn arenas(r: &Value) -> (u64, u64) {
-    (u(&r["plan"]["head_bytes"]), u(&r["reference"]["head_bytes"]))
+    (
+        u(&r["plan"]["head_bytes"]),
+        u(&r["reference"]["head_bytes"]),
+    )
 }
 
 /// A long skip connection around wider layers: `a` (32×32×8) waits while
@@ -486,12 +493,18 @@ fn the_storage_operators_run_the_same_in_the_cmsis_nn_runner() {
         .iter()
         .map(|s| s["action"].as_str().unwrap())
         .collect();
-    assert_eq!(actions, ["original", "spill", "fetch+concat", "fetch+conv2d"]);
+    assert_eq!(
+        actions,
+        ["original", "spill", "fetch+concat", "fetch+conv2d"]
+    );
     assert_eq!(arenas(&r), (153_888, 230_400));
 }
 
 #[test]
-#[cfg_attr(no_oracle, ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle")]
+#[cfg_attr(
+    no_oracle,
+    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+)]
 fn the_emitted_tinyseg_model_runs_on_the_runner_and_plain_tflite_micro_refuses_it() {
     let source = tflite_file(&concat_conv());
     let out_path = source.with_file_name("concat_conv-tinyseg.tflite");
@@ -522,7 +535,10 @@ fn the_emitted_tinyseg_model_runs_on_the_runner_and_plain_tflite_micro_refuses_i
         .find(|l| l["op"] == "MEMTRACE_SPILL")
         .unwrap();
     let slot = common::buffer(spill, "storage@0");
-    assert_eq!((slot["role"].as_str(), u(&slot["size"])), (Some("output"), 1024));
+    assert_eq!(
+        (slot["role"].as_str(), u(&slot["size"])),
+        (Some("output"), 1024)
+    );
     // `verify` of the emitted file runs its embedded plan clean.
     let (code, r) = verify(out_path.to_str().unwrap(), &["--no-oracle"]);
     assert_eq!(code, 0, "{}", r["clobbers"]);

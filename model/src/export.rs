@@ -117,9 +117,9 @@ fn serialise(model: &Model) -> Result<(Vec<u8>, Vec<Option<usize>>), String> {
     let remap = |ts: &[usize], what: &str| -> Result<Vec<i32>, String> {
         ts.iter()
             .map(|&t| {
-                index[t]
-                    .map(|i| i as i32)
-                    .ok_or_else(|| format!("{what} `{}` is a storage tensor", model.tensors[t].name))
+                index[t].map(|i| i as i32).ok_or_else(|| {
+                    format!("{what} `{}` is a storage tensor", model.tensors[t].name)
+                })
             })
             .collect()
     };

@@ -30,8 +30,6 @@ pub fn storage_layout(model: &Model) -> (Vec<Option<u64>>, u64) {
     (offsets, end)
 }
 
-
-
 /// The operands of a `FETCH_CONV_2D`: the activations it concatenates (one
 /// or two tensor indices, in concatenation order), the filter and the bias.
 #[derive(Clone, Debug, PartialEq, Eq)]

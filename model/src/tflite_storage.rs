@@ -102,7 +102,10 @@ fn stored_words(t: &Tensor, slot: Option<u64>) -> Result<Words, String> {
     let mut w = [0i32; TFLM_STORAGE_WORDS];
     let slot = slot.ok_or_else(|| format!("storage tensor `{}` has no slot", t.name))?;
     if t.shape.len() > 4 {
-        return Err(format!("storage tensor `{}` has more than 4 dimensions", t.name));
+        return Err(format!(
+            "storage tensor `{}` has more than 4 dimensions",
+            t.name
+        ));
     }
     w[TFLM_STORAGE_WORD_VERSION] = TFLM_STORAGE_VERSION;
     w[TFLM_STORAGE_WORD_OFFSET] = word(slot, "storage offset")?;
@@ -126,7 +129,10 @@ fn concat_words(w: &mut Words, parts: &[usize], s: usize, axis: usize) -> Result
         .position(|&t| t == s)
         .ok_or("the storage tensor is not one of the concatenated parts")?;
     if !(1..=2).contains(&parts.len()) {
-        return Err(format!("concatenates {} parts (1 or 2 supported)", parts.len()));
+        return Err(format!(
+            "concatenates {} parts (1 or 2 supported)",
+            parts.len()
+        ));
     }
     w[TFLM_STORAGE_WORD_AXIS] = axis as i32;
     w[TFLM_STORAGE_WORD_PARTS] = parts.len() as i32;
@@ -331,10 +337,7 @@ mod tests {
             assert_eq!(i.is_none(), dropped, "{}", m.tensors[t].name);
         }
         let back = tflite::import_bytes(&m.name, &bytes).unwrap();
-        assert_eq!(
-            back.ops.iter().map(|op| op.kind).collect::<Vec<_>>(),
-            kinds
-        );
+        assert_eq!(back.ops.iter().map(|op| op.kind).collect::<Vec<_>>(), kinds);
         // The storage tensor comes back from the custom options, named and
         // shaped as the transformation made it, read and written by the
         // same operators.
@@ -354,7 +357,10 @@ mod tests {
                 .collect()
         };
         assert_eq!(stored(&back), stored(m));
-        assert_eq!(stored(&back), [("s/spilled".to_string(), vec![1, 16, 16, 4], 2)]);
+        assert_eq!(
+            stored(&back),
+            [("s/spilled".to_string(), vec![1, 16, 16, 4], 2)]
+        );
         let fused = |m: &crate::Model| {
             m.ops
                 .iter()

@@ -22,9 +22,9 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::plot::arena::ArenaTrace;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_analyzer::shadow::{Clobber, ShadowMap};
+use memtrace_analyzer::tinyseg::SpillReport;
 use memtrace_analyzer::verify::{digest, mismatched_bytes};
 use memtrace_model::graph::{read_graph, TfliteGraph};
-use memtrace_analyzer::tinyseg::SpillReport;
 use memtrace_model::planner::{self, Overlaps, Plan, PlanOptions, PlannerKind, TracedOverlaps};
 use memtrace_model::{self as model, tflite, Model};
 use memtrace_tracer::{Arch, ElfImage};
@@ -676,7 +676,10 @@ pub fn verify_tflm(req: &VerifyOptions) -> Result<TflmVerifyReport> {
             storage: &planned.storage,
             storage_clobbers: planned.storage_clobbers.clone(),
             storage_op_instructions: storage_op_instructions(
-                planned.layers.iter().map(|l| (l.op.as_str(), l.instructions)),
+                planned
+                    .layers
+                    .iter()
+                    .map(|l| (l.op.as_str(), l.instructions)),
             ),
             instructions: (planned.instructions, reference.instructions),
             planning_seconds: t.seconds,
@@ -783,8 +786,7 @@ struct Subject {
 
 impl Subject {
     fn load(req: &VerifyOptions) -> Result<Subject> {
-        Runtime::for_request(Some(Runtime::Tflm), req.accumulator)
-            .map_err(|e| failed!("{e}"))?;
+        Runtime::for_request(Some(Runtime::Tflm), req.accumulator).map_err(|e| failed!("{e}"))?;
         if let Some(p) = &req.plot {
             crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
         }

@@ -15,8 +15,8 @@ use memtrace_model::tinyseg::{optimize, NarrowScratch, Optimized, StepAction, Ti
 use memtrace_model::{tflite, Model, OpKind};
 
 use super::VerifyOptions;
-use crate::error::{Context, Result};
 use crate::bail;
+use crate::error::{Context, Result};
 
 /// The transformed model TFLM runs, and the plan under test.
 pub(super) struct TinysegPlan {

@@ -5,9 +5,9 @@ use memtrace_abi::program::{OpParams, ProgramTensor, TensorData};
 use memtrace_overlap::rng::Rng;
 
 use super::error::{LowerError, LowerSubject};
-use crate::spill_ops::storage_layout;
 use super::quant::{act_q, act_range, float_range};
 use super::synth::stream;
+use crate::spill_ops::storage_layout;
 use crate::{Dtype, Model, Op, OpKind, Tensor};
 
 /// Everything `lower` needs besides the model.

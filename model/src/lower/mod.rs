@@ -27,9 +27,9 @@ mod program;
 mod quant;
 mod synth;
 
+pub use crate::spill_ops::storage_layout;
 pub use context::LowerInput;
 pub use error::{LowerError, LowerSubject};
-pub use crate::spill_ops::storage_layout;
 pub use placement::check_placement;
 pub use program::lower;
 pub use synth::{materialize, synth_values};
