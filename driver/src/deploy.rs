@@ -478,8 +478,12 @@ pub fn header_path(model: &Path) -> PathBuf {
 
 /// The `MicroMutableOpResolver` method that registers TFLite builtin
 /// `name` (`CONV_2D` → `AddConv2D`), `None` for a name that is no builtin
-/// (a custom operator's code).
+/// (a custom operator's code, TinySeg's `MEMTRACE_*` storage operators
+/// included).
 pub fn resolver_method(name: &str) -> Option<String> {
+    if memtrace_model::OpKind::from_custom_code(name).is_some() {
+        return None;
+    }
     let builtin = !name.is_empty()
         && name
             .chars()
@@ -538,6 +542,14 @@ fn resolver_lines(model: &[u8]) -> Result<String> {
             "/* Custom operators to register yourself (AddCustom): {} */\n",
             custom.join(", ")
         );
+    }
+    if custom
+        .iter()
+        .any(|c| memtrace_model::OpKind::from_custom_code(c).is_some())
+    {
+        s += "/* MEMTRACE_*: TinySeg's storage operators, whose kernels are\n \
+              * harness-c/tflm/storage_ops.cc (mtflm::storage_op), with the\n \
+              * memtrace_storage region of its custom options (docs/deploy.md). */\n";
     }
     s += "#define MEMTRACE_MODEL_OPS(OP)";
     for m in &builtins {

@@ -12,9 +12,10 @@
 //! The per-step table and the reports are the analyzer's
 //! (`memtrace_analyzer::tinyseg`).
 //!
-//! The executor runs the transformed model (`memtrace verify --planner
-//! tinyseg`): storage tensors live in a storage region outside the arena
-//! (docs/tinyseg.md).
+//! Real TFLM runs the transformed model (`memtrace verify --planner
+//! tinyseg`), its storage operators written as the TFLM runner's custom
+//! operators (`crate::export`), its storage tensors in a storage region
+//! outside the arena; so does memtrace's executor (docs/tinyseg.md).
 
 pub mod bench;
 pub mod compress;
