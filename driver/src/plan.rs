@@ -305,12 +305,21 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         // Zoo models get verify's seeded weights, which decide where an
         // int16 accumulator is exact.
         let seed = req.model.starts_with("zoo:").then_some(1);
-        let (optimized, seconds) = transform(&model, &overlaps, &req.spill, &opts, seed)?;
+        let mut warnings = warnings;
+        let spill = match req.runtime {
+            Runtime::Tflm => {
+                let (spill, warning) =
+                    crate::spill::for_tflm(&model, &overlaps, &req.spill, &opts, seed)?;
+                warnings.extend(warning);
+                spill
+            }
+            Runtime::Executor => req.spill,
+        };
+        let (optimized, seconds) = transform(&model, &overlaps, &spill, &opts, seed)?;
         if let Some(path) = &req.plot {
             plot_plan(&optimized.graph.model, &optimized.plan, path)?;
         }
         let report = TinysegPlan::new(&optimized, req.spill.target_bytes, seconds);
-        let mut warnings = warnings;
         warnings.extend(crate::spill::target_missed(
             req.spill.target_bytes,
             optimized.plan.peak_bytes,

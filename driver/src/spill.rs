@@ -67,6 +67,40 @@ pub fn transform(
     Ok((optimized, started.elapsed().as_secs_f64()))
 }
 
+/// TinySeg's options for a model real TFLM runs: no scratch narrowed to
+/// int16 (TFLM's TRANSPOSE_CONV requests its int32 accumulator itself, so a
+/// plan that halves it would not be the arena TFLM allocates), and the
+/// warning to give when `opts`' `--scratch-int16` policy would have
+/// narrowed one (TinySeg planned as asked on `model` to find out).
+pub fn for_tflm(
+    model: &Model,
+    overlaps: &Overlaps,
+    opts: &SpillOptions,
+    plan: &PlanOptions,
+    seed: Option<u64>,
+) -> Result<(SpillOptions, Option<String>)> {
+    let never = SpillOptions {
+        narrow_scratch: NarrowScratch::Never,
+        ..*opts
+    };
+    if opts.narrow_scratch == NarrowScratch::Never {
+        return Ok((never, None));
+    }
+    let (asked, _) = transform(model, overlaps, opts, plan, seed)?;
+    let narrowed = asked
+        .steps
+        .iter()
+        .any(|s| s.action == memtrace_model::tinyseg::StepAction::ScratchInt16);
+    let warning = narrowed.then(|| {
+        format!(
+            "--scratch-int16 {}: TFLM's TRANSPOSE_CONV keeps its int32 accumulator, so no scratch \
+             was narrowed (int16 scratch runs on --runtime executor)",
+            format!("{:?}", opts.narrow_scratch).to_lowercase()
+        )
+    });
+    Ok((never, warning))
+}
+
 /// The storage operators, as layer windows name them: the executor's
 /// kernels, the TFLM runner's custom operators.
 const STORAGE_OPS: [&str; 9] = [

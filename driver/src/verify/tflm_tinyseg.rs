@@ -11,7 +11,7 @@ use std::time::Instant;
 use memtrace_model::export::to_tflite_indexed;
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{Overlaps, PlanOptions, TracedOverlaps};
-use memtrace_model::tinyseg::{optimize, NarrowScratch, Optimized, StepAction, TinysegOptions};
+use memtrace_model::tinyseg::{optimize, Optimized, TinysegOptions};
 use memtrace_model::{tflite, Model, OpKind};
 
 use super::VerifyOptions;
@@ -99,42 +99,30 @@ pub(super) fn plan(
     })
 }
 
-/// TinySeg in the model's order, without int16 accumulators: TFLM's
-/// TRANSPOSE_CONV keeps its own int32 accumulator, so a plan that halves it
-/// would not be the arena TFLM runs. When the `--scratch-int16` policy
-/// would have narrowed one, a warning says so.
+/// TinySeg in the model's order, without int16 accumulators
+/// ([`crate::spill::for_tflm`]).
 fn transform(
     req: &VerifyOptions,
     model: &Model,
     overlaps: &Overlaps,
 ) -> Result<(Optimized, Vec<String>)> {
-    let options = |narrow_scratch| TinysegOptions {
-        base: req.spill.base,
-        target_bytes: req.spill.target_bytes,
-        narrow_scratch,
-        plan: PlanOptions {
-            model_order_only: true,
-            ..PlanOptions::default()
-        },
-        ..TinysegOptions::default()
+    let plan = PlanOptions {
+        model_order_only: true,
+        ..PlanOptions::default()
     };
-    let mut warnings = Vec::new();
-    if req.spill.narrow_scratch != NarrowScratch::Never {
-        let asked = optimize(model, overlaps, &options(req.spill.narrow_scratch))?;
-        if asked
-            .steps
-            .iter()
-            .any(|s| s.action == StepAction::ScratchInt16)
-        {
-            warnings.push(format!(
-                "--scratch-int16 {}: TFLM's TRANSPOSE_CONV keeps its int32 accumulator, so no \
-                 scratch was narrowed (int16 scratch runs on --runtime executor)",
-                format!("{:?}", req.spill.narrow_scratch).to_lowercase()
-            ));
-        }
-    }
-    let optimized = optimize(model, overlaps, &options(NarrowScratch::Never))?;
-    Ok((optimized, warnings))
+    let (spill, warning) = crate::spill::for_tflm(model, overlaps, &req.spill, &plan, None)?;
+    let optimized = optimize(
+        model,
+        overlaps,
+        &TinysegOptions {
+            base: spill.base,
+            target_bytes: spill.target_bytes,
+            narrow_scratch: spill.narrow_scratch,
+            plan,
+            ..TinysegOptions::default()
+        },
+    )?;
+    Ok((optimized, warning.into_iter().collect()))
 }
 
 /// The reference run's layers that read their own output, named as the
