@@ -848,10 +848,11 @@ mod tests {
     fn a_convolution_declares_its_buffers_from_the_fields_the_kernel_reads() {
         let mut m = HashMap::new();
         put(&mut m, 0x100, &[0x9000, 0]); // ctx: buf, size 0 (the heap block)
+                                          // Offsets, stride 1x1, padding 0x0, dilation 1x1, activation.
         put(
             &mut m,
             0x200,
-            &[0, 0, 1, 1, 1, 1, 1, 1, -128i32 as u32, 127],
+            &[0, 0, 1, 1, 0, 0, 1, 1, -128i32 as u32, 127],
         );
         put(&mut m, 0x300, &[0xA000, 0xA100]); // quant
         put(&mut m, 0x400, &[1, 8, 8, 3]); // input n h w c
