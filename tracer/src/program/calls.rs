@@ -9,6 +9,9 @@
 //! buffers and argument structures a stray read. The same [`Message`]s a
 //! marked program's layer makes go to the caller's analyses (counts, O_s,
 //! the memory contract), in program order.
+//!
+//! One file over 500 lines: a call's life (entry, every access, return)
+//! shares one state, and splitting it would scatter that state's rules.
 
 use std::collections::HashMap;
 
