@@ -6,7 +6,9 @@ Runs every suite `make -C harness-c/unit-tests` built
 (`memtrace check SUITE.elf --format json`) and prints one row per suite:
 Unity's own counts and verdict as memtrace read them from the program's
 output, how the program ended, memcheck's findings by kind (lost blocks
-included) and the instructions it retired.
+included), the instructions it retired, and its CMSIS-NN API calls as
+layers (docs/check.md, "API calls as layers"): the calls traced, those that
+break the memory contract, and the largest traced monotone O_s of a call.
 
     scripts/unit-tests-table.py [--memtrace PATH] [--build-dir harness-c/build]
 
@@ -53,6 +55,22 @@ def findings_cell(report):
     return ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items())) or "none"
 
 
+def calls_cells(report):
+    """Calls traced as layers (of all API calls), calls breaking the memory
+    contract, and the largest monotone O_s of a call with the call."""
+    calls = report.get("calls") or []
+    traced = [c for c in calls if c["layer"]]
+    broken = sum(1 for c in calls if c["violates"])
+    best = None
+    for c in traced:
+        overlap = c["layer"].get("overlap")
+        if overlap and (best is None or overlap["monotone_bytes"] > best[0]):
+            best = (overlap["monotone_bytes"], overlap["output_bytes"], c["function"])
+    largest = f"{best[0]} B of {best[1]} B (`{best[2]}`)" if best else "–"
+    traced_cell = f"{len(traced)}" if len(traced) == len(calls) else f"{len(traced)} of {len(calls)}"
+    return traced_cell, str(broken), largest
+
+
 def unity_cell(report):
     u = report["unity"]
     if u is None:
@@ -69,22 +87,30 @@ def main():
     suites = sorted((Path(args.build_dir) / "cortex-m4" / "unit-tests").glob("test_arm_*.elf"))
     if not suites:
         sys.exit("no suites built: make -C harness-c/unit-tests")
-    print("| suite | tests | Unity's result | ended | memcheck findings | instructions |")
-    print("|---|---:|---|---|---|---:|")
+    print("| suite | tests | Unity's result | ended | memcheck findings | instructions "
+          "| calls traced | contract broken | largest O_s |")
+    print("|---|---:|---|---|---|---:|---:|---:|---|")
     totals = collections.Counter()
     for elf in suites:
         r = check(args.memtrace, elf)
         end = r["end"]
         ended = f"exit {end['code']}" if end["kind"] == "exit" else end["kind"]
         tests = r["unity"]["tests"] if r["unity"] else "–"
+        traced, broken, largest = calls_cells(r)
         print(f"| `{elf.stem}` | {tests} | {unity_cell(r)} | {ended} | {findings_cell(r)} "
-              f"| {r['instructions']:,} |".replace(",", " "))
+              f"| {r['instructions']:,} ".replace(",", " ")
+              + f"| {traced} | {broken} | {largest} |")
         totals["suites"] += 1
         totals["tests"] += r["unity"]["tests"] if r["unity"] else 0
         totals["with findings"] += r["memcheck"]["errors"] > 0
+        totals["calls"] += len(r.get("calls") or [])
+        totals["traced"] += sum(1 for c in r.get("calls") or [] if c["layer"])
+        totals["broken"] += int(broken)
     print()
     print(f"{totals['suites']} suites, {totals['tests']} tests; "
-          f"{totals['with findings']} suites with memcheck findings.")
+          f"{totals['with findings']} suites with memcheck findings; "
+          f"{totals['calls']} CMSIS-NN API calls, {totals['traced']} traced as layers, "
+          f"{totals['broken']} breaking the memory contract.")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ pub struct CheckArgs {
     /// Stack bytes, where the program's linker script places none.
     #[arg(long, default_value_t = check::STACK_BYTES)]
     pub stack: u64,
+    /// Do not trace the program's CMSIS-NN API calls as layers
+    /// (docs/check.md, "API calls as layers").
+    #[arg(long)]
+    pub no_calls: bool,
     /// Run the program without memcheck (semihosting and faults only).
     #[arg(long)]
     pub no_memcheck: bool,
@@ -58,6 +62,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         memcheck: !args.no_memcheck,
         echo: !json,
         suppressions,
+        calls: !args.no_calls,
     })?;
     if json {
         super::emit(&report.json())?;

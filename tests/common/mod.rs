@@ -7,6 +7,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+pub mod unit_tests;
+
 /// Path of a guest built by the harness, e.g. `guest("cortex-m4", "suite")`.
 pub fn guest(target: &str, name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

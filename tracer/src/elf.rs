@@ -312,6 +312,12 @@ impl ElfImage {
         self.functions.iter().map(|(a, s, n)| (*a, *s, n.as_str()))
     }
 
+    /// Every data object of non-zero size: address, size and name, by
+    /// address.
+    pub fn objects(&self) -> impl Iterator<Item = (u64, u64, &str)> {
+        self.objects.iter().map(|(a, s, n)| (*a, *s, n.as_str()))
+    }
+
     /// Names of the image's function symbols, in address order.
     pub fn function_names(&self) -> impl Iterator<Item = &str> {
         self.functions().map(|(_, _, name)| name)

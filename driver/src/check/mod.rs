@@ -7,6 +7,7 @@
 //! findings are filtered through the user's suppressions, Unity's verdict is
 //! read from its output, and the report is rendered (`report.rs`).
 
+pub mod calls;
 mod report;
 pub mod suppress;
 pub mod unity;
@@ -19,6 +20,7 @@ use memtrace_tracer::program::{
 use memtrace_tracer::semihosting::Exit;
 use memtrace_tracer::ElfImage;
 
+pub use calls::CallReport;
 pub use report::{CheckReport, ReportEnd};
 pub use suppress::Suppressions;
 pub use unity::UnityResult;
@@ -51,23 +53,29 @@ pub struct CheckOptions {
     pub echo: bool,
     /// Findings not to report.
     pub suppressions: Suppressions,
+    /// Trace the program's CMSIS-NN API calls as layers.
+    pub calls: bool,
 }
 
 /// Runs the program and reports.
 pub fn check(options: &CheckOptions) -> Result<CheckReport> {
     let image = ElfImage::load(&options.program)?;
-    let run = run_program(
-        &image,
-        &ProgramOptions {
-            args: options.args.clone(),
-            max_instructions: options.max_instructions,
-            heap_bytes: options.heap_bytes,
-            stack_bytes: options.stack_bytes,
-            echo: options.echo,
-            memcheck: options.memcheck,
-        },
-    )?;
-    Ok(report_of(options, run))
+    let program = ProgramOptions {
+        args: options.args.clone(),
+        max_instructions: options.max_instructions,
+        heap_bytes: options.heap_bytes,
+        stack_bytes: options.stack_bytes,
+        echo: options.echo,
+        memcheck: options.memcheck,
+    };
+    let (run, calls) = if options.calls {
+        calls::run_traced(&image, &program)?
+    } else {
+        (run_program(&image, &program)?, Vec::new())
+    };
+    let mut report = report_of(options, run);
+    report.calls = options.calls.then_some(calls);
+    Ok(report)
 }
 
 fn functions(chain: &[memtrace_tracer::error::CodeLocation]) -> Vec<&str> {
@@ -133,5 +141,6 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
         allocations,
         frees,
         layout: run.layout,
+        calls: None,
     }
 }

@@ -67,17 +67,32 @@ pub struct CheckReport {
     pub frees: u64,
     /// Its memory.
     pub layout: Layout,
+    /// Its CMSIS-NN API calls as layers, when they were traced.
+    pub calls: Option<Vec<super::CallReport>>,
 }
 
 /// `abort`'s signal, SIGABRT; a shell reports such an end as 128 + 6.
 const SIGABRT_STATUS: i32 = 134;
 
 impl CheckReport {
-    /// Errors memtrace found: findings, lost blocks, and a stop (fault,
-    /// stack overflow, budget) of the program.
+    /// Errors memtrace found: memcheck's ([`CheckReport::memcheck_errors`])
+    /// and the API calls that broke their memory contract.
     pub fn errors(&self) -> usize {
+        self.memcheck_errors() + self.broken_calls()
+    }
+
+    /// Memcheck's errors: findings, lost blocks, and a stop (fault, stack
+    /// overflow, budget) of the program.
+    pub fn memcheck_errors(&self) -> usize {
         let stopped = matches!(self.end, ReportEnd::Stopped { .. }) as usize;
         self.findings.len() + self.lost().count() + stopped
+    }
+
+    /// API calls that broke their memory contract.
+    pub fn broken_calls(&self) -> usize {
+        self.calls
+            .as_ref()
+            .map_or(0, |c| c.iter().filter(|r| r.violates()).count())
     }
 
     fn lost(&self) -> impl Iterator<Item = &Leak> {
@@ -118,6 +133,9 @@ impl CheckReport {
                 if u.ok { "OK" } else { "FAIL" }
             ));
         }
+        if let Some(calls) = &self.calls {
+            out.push_str(&super::calls::text(calls));
+        }
         if !self.memcheck {
             return out;
         }
@@ -140,7 +158,7 @@ impl CheckReport {
         let lost: u64 = self.lost().map(|l| l.size).sum();
         out.push_str(&format!(
             "memcheck: {} errors ({} suppressed); {} allocations, {} frees; {} B lost in {} blocks, {} blocks still reachable\n",
-            self.errors(),
+            self.memcheck_errors(),
             self.suppressed,
             self.allocations,
             self.frees,
@@ -202,13 +220,14 @@ impl CheckReport {
             "stderr": self.stderr,
             "unity": self.unity,
             "memcheck": self.memcheck.then(|| json!({
-                "errors": self.errors(),
+                "errors": self.memcheck_errors(),
                 "suppressed": self.suppressed,
                 "allocations": self.allocations,
                 "frees": self.frees,
                 "findings": findings,
                 "leaks": leaks,
             })),
+            "calls": self.calls.as_deref().map(super::calls::json),
             "layout": {
                 "heap": [self.layout.heap.0, self.layout.heap.1],
                 "stack": [self.layout.stack.0, self.layout.stack.1],

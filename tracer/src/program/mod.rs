@@ -8,6 +8,8 @@
 //! There is no protocol and no peripheral model: an access to memory the
 //! program was not given stops it with the address and the source line.
 
+mod calls;
+mod cmsis_api;
 pub mod layout;
 mod report;
 
@@ -24,10 +26,12 @@ pub use crate::memcheck::FindingKind;
 use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
 use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
 use crate::unwind::Unwinder;
+pub use calls::Sink;
 pub use layout::Layout;
 use report::finish;
 pub use report::{
-    BlockReport, Finding, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind, KEEP_OUTPUT,
+    BlockReport, Finding, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind, StrayRead,
+    TracedCall, KEEP_OUTPUT,
 };
 
 /// How to run a program.
@@ -86,6 +90,8 @@ pub(super) struct State<'i> {
     end: Option<RawEnd>,
     /// Where to go on after a hook stopped the engine (see [`Resume`]).
     resume: Option<Resume>,
+    /// The CMSIS-NN API calls traced as layers, when asked for.
+    calls: Option<calls::Calls<'i>>,
 }
 
 /// A new start after a semihosting call or a skipped bad free: the hook
@@ -103,6 +109,18 @@ pub(super) type Uc<'a, 'i> = Unicorn<'a, State<'i>>;
 
 /// Runs `image`, an unmodified Cortex-M4 program, to its exit.
 pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<ProgramRun, TraceError> {
+    run_program_with(image, options, None)
+}
+
+/// Runs `image` like [`run_program`]; with a `sink`, each outermost call of
+/// a CMSIS-NN API function the program makes is a layer whose messages
+/// (begin, buffers, events, stray writes, end) go to `sink` as the program
+/// runs (`calls.rs`), and [`ProgramRun::calls`] lists the calls.
+pub fn run_program_with<'i>(
+    image: &'i ElfImage,
+    options: &ProgramOptions,
+    sink: Option<Sink<'i>>,
+) -> Result<ProgramRun, TraceError> {
     if image.arch != Arch::CortexM4 {
         return Err(TraceError::UnsupportedElf {
             path: image.path.clone(),
@@ -160,6 +178,7 @@ pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<Program
         unwinder: None,
         end: None,
         resume: None,
+        calls: sink.and_then(|sink| calls::Calls::for_image(image, sink)),
     };
     let mut uc = image.arch.new_engine(state)?;
     fast_stores(&mut uc, image.arch)?;
@@ -182,6 +201,8 @@ pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<Program
         }
         start = resume.pc;
     };
+    let pc = uc.pc_read().unwrap_or(0);
+    calls::close(&mut uc, pc, true);
     finish(uc, image, result)
 }
 
@@ -244,6 +265,15 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
         on_unmapped,
     )
     .map_err(hook_err)?;
+    let api_entries = uc
+        .get_data()
+        .calls
+        .as_ref()
+        .map_or(Vec::new(), |c| c.entry_points());
+    for at in api_entries {
+        uc.add_code_hook(at, at, |uc, address, _| calls::on_entry(uc, address))
+            .map_err(hook_err)?;
+    }
     if memcheck {
         let entries: Vec<u64> = uc.get_data().intercepts.keys().copied().collect();
         for at in entries {
@@ -266,7 +296,7 @@ pub(super) fn reg(uc: &Uc<'_, '_>, r: RegisterARM) -> u64 {
 }
 
 /// The call stack at `pc`: its return addresses unwound from the stack.
-fn stack_here(uc: &mut Uc<'_, '_>, pc: u64) -> RawStack {
+pub(super) fn stack_here(uc: &mut Uc<'_, '_>, pc: u64) -> RawStack {
     let image = uc.get_data().image;
     let regs = image.arch.registers(uc, pc);
     let mut unwinder = uc
@@ -300,6 +330,8 @@ fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
         let _ = uc.mem_read(address, &mut code);
         uc.get_data_mut().clock.block_start(address, size, || code);
     }
+    // After the clock has entered the block: a call ends at its start.
+    calls::on_block(uc, address);
     let s = uc.get_data();
     let retired = s.clock.retired_before_block();
     if retired > s.budget {

@@ -11,6 +11,8 @@ use crate::error::{CodeLocation, TraceError};
 use crate::memcheck::{FindingKind, RawStack};
 use crate::semihosting::Exit;
 
+use super::calls::RawCall;
+
 /// Why a program stopped without exiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopKind {
@@ -97,6 +99,46 @@ pub struct MemcheckReport {
     pub bytes_allocated: u64,
 }
 
+/// A load of the program's data by an API call outside its buffers.
+#[derive(Clone, Debug)]
+pub struct StrayRead {
+    /// The loading instruction.
+    pub at: CodeLocation,
+    /// The first byte read.
+    pub address: u64,
+    /// Bytes read.
+    pub size: u64,
+    /// The data object it lies in, and the offset into it.
+    pub object: Option<(String, u64)>,
+}
+
+/// A CMSIS-NN API call the program made (`run_program_with`).
+#[derive(Clone, Debug)]
+pub struct TracedCall {
+    /// Its layer's index, `None` when it could not be a layer.
+    pub index: Option<usize>,
+    /// The API function.
+    pub function: &'static str,
+    /// The call: the calling function and its file:line.
+    pub call_site: CodeLocation,
+    /// The shapes its arguments give.
+    pub shapes: String,
+    /// Why it is no layer.
+    pub error: Option<String>,
+    /// Instructions retired inside it.
+    pub instructions: u64,
+    /// Loads of the program's data (its data objects, heap, the caller's
+    /// stack) outside the call's buffers and argument structures.
+    pub stray_reads: u64,
+    /// The first of them.
+    pub first_stray_read: Option<StrayRead>,
+    /// The program ended inside the call.
+    pub unfinished: bool,
+    /// What is wrong with the buffers its arguments describe (one not
+    /// declared, one reaching past the caller's array).
+    pub notes: Vec<String>,
+}
+
 /// A finished program run.
 #[derive(Clone, Debug)]
 pub struct ProgramRun {
@@ -112,6 +154,8 @@ pub struct ProgramRun {
     pub layout: Layout,
     /// Memcheck's results, when it ran.
     pub memcheck: Option<MemcheckReport>,
+    /// The CMSIS-NN API calls, in order, when they were traced.
+    pub calls: Vec<TracedCall>,
 }
 
 /// Bytes of each output stream a run keeps.
@@ -188,6 +232,13 @@ pub(super) fn finish(
             bytes_allocated: m.bytes_allocated,
         }
     });
+    let calls = s
+        .calls
+        .take()
+        .map_or(Vec::new(), |c| c.records)
+        .into_iter()
+        .map(|r| traced_call(&debug, image, r))
+        .collect();
     let host = s.host.take();
     let (stdout, stderr) = host.map_or((Vec::new(), Vec::new()), |h| {
         (h.console.stdout, h.console.stderr)
@@ -199,6 +250,7 @@ pub(super) fn finish(
         instructions,
         layout: s.layout,
         memcheck,
+        calls,
     })
 }
 
@@ -243,4 +295,28 @@ fn resolve_chain(debug: &DebugInfo, image: &ElfImage, stack: &RawStack) -> Vec<C
     let mut chain = vec![first];
     chain.extend(debug.call_chain(image, stack.pc, &stack.returns));
     chain
+}
+
+/// A call's record with its call site and stray read located.
+fn traced_call(debug: &DebugInfo, image: &ElfImage, r: RawCall) -> TracedCall {
+    let site = r.return_address.saturating_sub(1);
+    let mut call_site = debug.locate(image, site);
+    call_site.pc = site & !1;
+    TracedCall {
+        index: r.index,
+        function: r.function,
+        call_site,
+        shapes: r.shapes,
+        error: r.error,
+        instructions: r.instructions,
+        stray_reads: r.stray_reads,
+        first_stray_read: r.first_stray_read.map(|(pc, address, size)| StrayRead {
+            at: debug.locate(image, pc),
+            address,
+            size,
+            object: image.object_at(address).map(|(n, o)| (n.to_owned(), o)),
+        }),
+        unfinished: r.unfinished,
+        notes: r.notes,
+    }
 }

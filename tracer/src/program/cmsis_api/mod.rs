@@ -1,0 +1,356 @@
+//! The CMSIS-NN API functions `memtrace check` turns into layers, one entry
+//! per function, grouped in families that share an argument layout: which
+//! argument is the context, which the dimensions and data of the input,
+//! filter, bias and output, and how many bytes each buffer holds.
+//!
+//! The argument structures are read with the layouts of CMSIS-NN v7.0.0's
+//! `Include/arm_nn_types.h`, written here as constants: every field of
+//! `cmsis_nn_context`, `cmsis_nn_dims`, `cmsis_nn_conv_params`,
+//! `cmsis_nn_dw_conv_params`, `cmsis_nn_pool_params`,
+//! `cmsis_nn_per_channel_quant_params`, `cmsis_nn_bias_data` and
+//! `cmsis_nn_softmax_lut_s16` is a 32-bit word (pointers included, on the
+//! Cortex-M), so their offsets are the word index times 4. The same layouts
+//! hold in v4.0.0 to v7.0.0 for the structures read here.
+//!
+//! Sizes come from the fields the kernels themselves read, never from ones
+//! a caller may leave unset: CMSIS-NN's own unit tests set neither
+//! `filter_dims.n` nor `output_dims.n` of a convolution, and pass a scratch
+//! buffer with `ctx.size = 0` (its size is then the heap block it lies in).
+
+mod families;
+mod reader;
+
+use memtrace_abi::Role;
+
+/// What a family of functions computes and how its arguments are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `(ctx, conv_params, quant, input_dims, input, filter_dims, filter,
+    /// bias_dims, bias, [upscale_dims,] output_dims, output)`.
+    Conv {
+        /// `arm_convolve_s8` has an `upscale_dims` before `output_dims`.
+        upscale: bool,
+    },
+    /// Depthwise convolutions: the convolution's layout with
+    /// `cmsis_nn_dw_conv_params`; the filter is `1 × KH × KW × out_c`.
+    Depthwise,
+    /// `(ctx, fc_params, quant, input_dims, input, filter_dims, filter,
+    /// bias_dims, bias, output_dims, output)`: `filter_dims.n` is the
+    /// accumulation depth, `output_dims.c` the units.
+    FullyConnected {
+        /// Per-channel multipliers and shifts (`cmsis_nn_per_channel_quant_params`).
+        per_channel: bool,
+    },
+    /// `(ctx, pool_params, input_dims, input, filter_dims, output_dims, output)`.
+    Pool {
+        /// Average (else max) pooling.
+        average: bool,
+    },
+    /// `(input, num_rows, row_size, mult, shift, diff_min | lut, output)`.
+    Softmax {
+        /// `arm_softmax_s16`: argument 5 is a `cmsis_nn_softmax_lut_s16`.
+        lut: bool,
+    },
+    /// `(in1, in2, 7 scalars, output, 5 scalars, block_size)`.
+    Add,
+    /// `(in1, in2, 2 scalars, output, 5 scalars, block_size)`.
+    Mul,
+    /// `(ctx, in1, in1_dims, in2, in2_dims, output, output_dims)`, with
+    /// broadcasting.
+    MinMax,
+    /// `(input, output, pad_value, input_size, pre_pad, post_pad)`.
+    Pad,
+    /// `(sum_buf, cols, rows, data, …, bias)`: the kernel sums of a fully
+    /// connected layer's weights, argument 6 (`_s8`) or 5 (`_s8_s64`) the bias.
+    VectorSum {
+        /// Bias argument index.
+        bias_arg: usize,
+    },
+    /// `(input, output, size, left_shift, type)`.
+    Activation,
+}
+
+/// One API function.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ApiFunction {
+    /// Its symbol.
+    pub name: &'static str,
+    /// Its argument layout.
+    pub family: Family,
+    /// Bytes of an input element (1 for int8 and packed int4, 2 for int16).
+    pub input_elem: u32,
+    /// Bytes of an output element.
+    pub output_elem: u32,
+    /// Bytes of a bias element (0: `cmsis_nn_bias_data`, int32 or int64 by
+    /// its flag).
+    pub bias_elem: u32,
+    /// The filter is packed int4 (two weights a byte).
+    pub packed: bool,
+}
+
+impl ApiFunction {
+    /// Arguments passed on the stack (AAPCS: all after the fourth word).
+    pub fn stack_arguments(&self) -> u64 {
+        let arguments = match self.family {
+            Family::Conv { upscale } => 11 + upscale as u64,
+            Family::Depthwise | Family::FullyConnected { .. } | Family::Mul => 11,
+            Family::Pool { .. } | Family::Softmax { .. } | Family::MinMax => 7,
+            Family::Add => 16,
+            Family::Pad => 6,
+            Family::VectorSum { bias_arg } => bias_arg as u64 + 1,
+            Family::Activation => 5,
+        };
+        arguments.saturating_sub(4)
+    }
+}
+
+const fn f(name: &'static str, family: Family, io: (u32, u32), bias_elem: u32) -> ApiFunction {
+    ApiFunction {
+        name,
+        family,
+        input_elem: io.0,
+        output_elem: io.1,
+        bias_elem,
+        packed: false,
+    }
+}
+
+const fn s4(name: &'static str, family: Family) -> ApiFunction {
+    ApiFunction {
+        packed: true,
+        ..f(name, family, (1, 1), 4)
+    }
+}
+
+const CONV: Family = Family::Conv { upscale: false };
+
+/// Every API function traced as a layer. Wrappers come with the kernels
+/// they dispatch to: a call made while another is open belongs to it.
+pub(crate) const API: &[ApiFunction] = &[
+    f("arm_convolve_wrapper_s8", CONV, (1, 1), 4),
+    f("arm_convolve_s8", Family::Conv { upscale: true }, (1, 1), 4),
+    f("arm_convolve_1x1_s8_fast", CONV, (1, 1), 4),
+    f("arm_convolve_1x1_s8", CONV, (1, 1), 4),
+    f("arm_convolve_1_x_n_s8", CONV, (1, 1), 4),
+    f("arm_convolve_wrapper_s16", CONV, (2, 2), 0),
+    f("arm_convolve_s16", CONV, (2, 2), 0),
+    s4("arm_convolve_wrapper_s4", CONV),
+    s4("arm_convolve_s4", CONV),
+    s4("arm_convolve_even_s4", CONV),
+    s4("arm_convolve_1x1_s4_fast", CONV),
+    s4("arm_convolve_1x1_s4", CONV),
+    s4("arm_convolve_1_x_n_s4", CONV),
+    f(
+        "arm_depthwise_conv_wrapper_s8",
+        Family::Depthwise,
+        (1, 1),
+        4,
+    ),
+    f("arm_depthwise_conv_s8", Family::Depthwise, (1, 1), 4),
+    f("arm_depthwise_conv_s8_opt", Family::Depthwise, (1, 1), 4),
+    f("arm_depthwise_conv_3x3_s8", Family::Depthwise, (1, 1), 4),
+    f(
+        "arm_depthwise_conv_wrapper_s16",
+        Family::Depthwise,
+        (2, 2),
+        8,
+    ),
+    f("arm_depthwise_conv_s16", Family::Depthwise, (2, 2), 8),
+    f("arm_depthwise_conv_fast_s16", Family::Depthwise, (2, 2), 8),
+    s4("arm_depthwise_conv_wrapper_s4", Family::Depthwise),
+    s4("arm_depthwise_conv_s4", Family::Depthwise),
+    s4("arm_depthwise_conv_s4_opt", Family::Depthwise),
+    f("arm_fully_connected_wrapper_s8", FC, (1, 1), 4),
+    f("arm_fully_connected_s8", FC, (1, 1), 4),
+    f(
+        "arm_fully_connected_per_channel_s8",
+        Family::FullyConnected { per_channel: true },
+        (1, 1),
+        4,
+    ),
+    f("arm_fully_connected_s16", FC, (2, 2), 8),
+    s4("arm_fully_connected_s4", FC),
+    f("arm_avgpool_s8", AVG, (1, 1), 0),
+    f("arm_avgpool_s16", AVG, (2, 2), 0),
+    f("arm_max_pool_s8", MAX, (1, 1), 0),
+    f("arm_max_pool_s16", MAX, (2, 2), 0),
+    f("arm_softmax_s8", SOFTMAX, (1, 1), 0),
+    f("arm_softmax_s8_s16", SOFTMAX, (1, 2), 0),
+    f("arm_softmax_u8", SOFTMAX, (1, 1), 0),
+    f("arm_softmax_s16", Family::Softmax { lut: true }, (2, 2), 0),
+    f("arm_elementwise_add_s8", Family::Add, (1, 1), 0),
+    f("arm_elementwise_add_s16", Family::Add, (2, 2), 0),
+    f("arm_elementwise_mul_s8", Family::Mul, (1, 1), 0),
+    f("arm_elementwise_mul_s16", Family::Mul, (2, 2), 0),
+    f("arm_maximum_s8", Family::MinMax, (1, 1), 0),
+    f("arm_minimum_s8", Family::MinMax, (1, 1), 0),
+    f("arm_pad_s8", Family::Pad, (1, 1), 0),
+    f(
+        "arm_vector_sum_s8",
+        Family::VectorSum { bias_arg: 6 },
+        (1, 4),
+        4,
+    ),
+    f(
+        "arm_vector_sum_s8_s64",
+        Family::VectorSum { bias_arg: 5 },
+        (1, 8),
+        8,
+    ),
+    f("arm_nn_activation_s16", Family::Activation, (2, 2), 0),
+];
+
+const FC: Family = Family::FullyConnected { per_channel: false };
+const AVG: Family = Family::Pool { average: true };
+const MAX: Family = Family::Pool { average: false };
+const SOFTMAX: Family = Family::Softmax { lut: false };
+
+/// One buffer of a call, as a `memtrace.h` layer would declare it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CallBuffer {
+    pub role: Role,
+    pub name: &'static str,
+    pub base: u64,
+    pub size: u64,
+    pub elem_size: u32,
+}
+
+/// What a call is: its buffers, the argument structures it may read, its
+/// shapes in words and, when it is one, its kernel-suite layer text.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CallLayer {
+    pub op: &'static str,
+    pub buffers: Vec<CallBuffer>,
+    /// `(address, bytes)` of the argument structures (read, never buffers).
+    pub structs: Vec<(u64, u64)>,
+    /// `input=1x8x8x3,filter=…`: the shapes as the arguments give them.
+    pub shapes: String,
+    /// The canonical layer text (docs/protocol.md section 6) for the
+    /// configurations the kernel suite knows (int8 conv2d, depthwise,
+    /// pools, fully connected, add); empty otherwise.
+    pub spec: String,
+}
+
+/// The guest at a call's entry: its arguments and memory.
+pub(crate) trait CallSite {
+    /// Argument `i` (AAPCS: r0–r3, then the stack at entry).
+    fn arg(&self, i: usize) -> u32;
+    /// A word of guest memory.
+    fn word(&self, address: u64) -> Option<u32>;
+    /// Bytes from `address` to the end of the heap block holding it (a
+    /// scratch buffer declared with `ctx.size = 0`).
+    fn heap_block_rest(&self, address: u64) -> Option<u64>;
+}
+
+/// Reads the call of `api` at `site`: its layer, or why it cannot be one
+/// (a NULL structure, a dimension that is no shape).
+pub(crate) fn read_call(api: &ApiFunction, site: &dyn CallSite) -> Result<CallLayer, String> {
+    let mut r = reader::Reader {
+        site,
+        layer: CallLayer::default(),
+    };
+    match api.family {
+        Family::Conv { upscale } => families::conv(&mut r, api, upscale)?,
+        Family::Depthwise => families::depthwise(&mut r, api)?,
+        Family::FullyConnected { per_channel } => {
+            families::fully_connected(&mut r, api, per_channel)?
+        }
+        Family::Pool { average } => families::pool(&mut r, api, average)?,
+        Family::Softmax { lut } => families::softmax(&mut r, api, lut)?,
+        Family::Add | Family::Mul => families::elementwise(&mut r, api)?,
+        Family::MinMax => families::min_max(&mut r, api)?,
+        Family::Pad => families::pad(&mut r, api)?,
+        Family::VectorSum { bias_arg } => families::vector_sum(&mut r, api, bias_arg)?,
+        Family::Activation => families::activation(&mut r, api),
+    }
+    Ok(r.layer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Fake {
+        args: Vec<u32>,
+        memory: HashMap<u64, u32>,
+    }
+
+    impl CallSite for Fake {
+        fn arg(&self, i: usize) -> u32 {
+            self.args.get(i).copied().unwrap_or(0)
+        }
+        fn word(&self, address: u64) -> Option<u32> {
+            self.memory.get(&address).copied()
+        }
+        fn heap_block_rest(&self, _address: u64) -> Option<u64> {
+            Some(100)
+        }
+    }
+
+    fn put(memory: &mut HashMap<u64, u32>, at: u64, words: &[u32]) {
+        for (i, w) in words.iter().enumerate() {
+            memory.insert(at + 4 * i as u64, *w);
+        }
+    }
+
+    #[test]
+    fn a_convolution_declares_its_buffers_from_the_fields_the_kernel_reads() {
+        let mut m = HashMap::new();
+        put(&mut m, 0x100, &[0x9000, 0]); // ctx: buf, size 0 (the heap block)
+                                          // Offsets, stride 1x1, padding 0x0, dilation 1x1, activation.
+        put(
+            &mut m,
+            0x200,
+            &[0, 0, 1, 1, 0, 0, 1, 1, -128i32 as u32, 127],
+        );
+        put(&mut m, 0x300, &[0xA000, 0xA100]); // quant
+        put(&mut m, 0x400, &[1, 8, 8, 3]); // input n h w c
+        put(&mut m, 0x500, &[0xDEAD_BEEF, 3, 3, 3]); // filter: n unset
+        put(&mut m, 0x600, &[0xDEAD_BEEF, 6, 6, 4]); // output: n unset
+        let site = Fake {
+            args: vec![
+                0x100, 0x200, 0x300, 0x400, 0x1000, 0x500, 0x2000, 0x700, 0x3000, 0x600, 0x4000,
+            ],
+            memory: m,
+        };
+        let api = API
+            .iter()
+            .find(|a| a.name == "arm_convolve_wrapper_s8")
+            .unwrap();
+        let layer = read_call(api, &site).unwrap();
+        let sizes: Vec<(&str, u64, u64)> = layer
+            .buffers
+            .iter()
+            .map(|b| (b.name, b.base, b.size))
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![
+                ("scratch", 0x9000, 100),
+                ("multiplier", 0xA000, 16),
+                ("shift", 0xA100, 16),
+                ("input", 0x1000, 192),
+                ("filter", 0x2000, 4 * 27),
+                ("bias", 0x3000, 16),
+                ("output", 0x4000, 144),
+            ]
+        );
+        assert_eq!(
+            layer.spec,
+            "op=conv2d,dtype=int8,input=1x8x8x3,filter=4x3x3x3,output=1x6x6x4,stride=1x1,dilation=1x1,pad=0x0,padding=valid"
+        );
+    }
+
+    #[test]
+    fn a_dimension_that_is_no_shape_is_refused() {
+        let mut m = HashMap::new();
+        put(&mut m, 0x400, &[0, 8, 8, 3]);
+        let site = Fake {
+            args: vec![0, 0, 0x400, 0x1000],
+            memory: m,
+        };
+        let api = API.iter().find(|a| a.name == "arm_max_pool_s8").unwrap();
+        assert!(read_call(api, &site).is_err());
+    }
+}
