@@ -37,7 +37,7 @@ pub(crate) fn emulator_error(what: &str, e: unicorn_engine::uc_error) -> TraceEr
 
 /// Page-aligned, merged address ranges covering all loadable segments.
 pub(crate) fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
-    let mut ranges: Vec<(u64, u64)> = image
+    let ranges: Vec<(u64, u64)> = image
         .segments
         .iter()
         .map(|s| {
@@ -46,7 +46,12 @@ pub(crate) fn page_ranges(image: &ElfImage) -> Vec<(u64, u64)> {
             (start, end)
         })
         .collect();
-    ranges.sort();
+    merged_ranges(ranges)
+}
+
+/// `ranges` sorted, with overlapping or touching ranges merged into one.
+pub(crate) fn merged_ranges(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();
     for (s, e) in ranges {
         match merged.last_mut() {

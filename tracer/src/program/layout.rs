@@ -94,15 +94,7 @@ impl Layout {
         for (s, e) in [self.heap, self.stack] {
             ranges.push((s & !(PAGE - 1), e.div_ceil(PAGE) * PAGE));
         }
-        ranges.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (s, e) in ranges {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        merged
+        crate::machine::merged_ranges(ranges)
     }
 }
 
