@@ -3,31 +3,11 @@
 //! flatbuffer code). Zoo models are first [`materialize`]d: the seeded
 //! weights, biases and int8 quantisation `memtrace verify` runs them with.
 
+use crate::codes::{act, tensor_type};
 use crate::schema::tflite as fb;
-use crate::{Activation, Dtype, Model, OpKind, Padding, Quantization};
+use crate::{Model, OpKind, Padding, Quantization};
 
 pub use crate::lower::materialize;
-
-pub(crate) fn tensor_type(d: Dtype) -> fb::TensorType {
-    match d {
-        Dtype::Float32 => fb::TensorType::Float32,
-        Dtype::Int8 => fb::TensorType::Int8,
-        Dtype::Uint8 => fb::TensorType::Uint8,
-        Dtype::Int16 => fb::TensorType::Int16,
-        Dtype::Int32 => fb::TensorType::Int32,
-        Dtype::Int64 => fb::TensorType::Int64,
-        Dtype::Bool => fb::TensorType::Bool,
-        Dtype::Float16 => fb::TensorType::Float16,
-        Dtype::Uint16 => fb::TensorType::Uint16,
-        Dtype::Uint32 => fb::TensorType::Uint32,
-        Dtype::Uint64 => fb::TensorType::Uint64,
-        Dtype::Float64 => fb::TensorType::Float64,
-        Dtype::Complex64 => fb::TensorType::Complex64,
-        Dtype::Complex128 => fb::TensorType::Complex128,
-        Dtype::Int4 => fb::TensorType::Int4,
-        Dtype::Resource => fb::TensorType::Resource,
-    }
-}
 
 /// The TFLite builtin of `k`; `None` for `Other`, whose builtin memtrace
 /// does not keep (only the TFLM runtime runs such a model, from its own
@@ -37,18 +17,6 @@ fn builtin(k: OpKind) -> Option<fb::BuiltinOperator> {
         return Some(fb::BuiltinOperator::Custom);
     }
     fb::BuiltinOperator::try_from(k.builtin_code()?).ok()
-}
-
-pub(crate) fn act(a: Activation) -> fb::ActivationFunctionType {
-    use fb::ActivationFunctionType as A;
-    match a {
-        Activation::None => A::None,
-        Activation::Relu => A::Relu,
-        Activation::ReluN1To1 => A::ReluN1To1,
-        Activation::Relu6 => A::Relu6,
-        Activation::Tanh => A::Tanh,
-        Activation::SignBit => A::SignBit,
-    }
 }
 
 fn padding(p: Padding) -> fb::Padding {

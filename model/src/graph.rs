@@ -9,8 +9,9 @@
 
 use serde::Serialize;
 
+use super::codes::dtype;
 use super::schema::tflite as fb;
-use super::tflite::{builtin_name, dtype, fb_err, operator_code, operator_kind, read_options};
+use super::tflite::{builtin_name, fb_err, operator_code, operator_kind, read_options};
 use super::{Dtype, ModelError, OpKind};
 
 /// One tensor of subgraph 0.

@@ -18,6 +18,7 @@
 //! The example `planning_times` (`cargo run --release -p memtrace-model
 //! --example planning_times`) times the heuristic planners.
 
+mod codes;
 pub mod cold;
 pub mod export;
 pub mod graph;

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use super::codes::dtype;
 use super::schema::tflite as fb;
 use super::{
     Activation, Dtype, Model, ModelError, Op, OpKind, OpOptions, Padding, Quantization, Tensor,
@@ -57,32 +58,6 @@ pub(super) fn builtin_name(debug: &str) -> String {
         prev = Some(c);
     }
     out
-}
-
-/// The element type of a TFLite tensor type: every type TFLM gives a size
-/// in the arena (`TfLiteTypeSizeOf`); `None` for those it has none for
-/// (strings, variants, and types newer than TFLM's allocator).
-pub(super) fn dtype(t: fb::TensorType) -> Option<Dtype> {
-    use fb::TensorType as T;
-    Some(match t {
-        T::Float32 => Dtype::Float32,
-        T::Int8 => Dtype::Int8,
-        T::Uint8 => Dtype::Uint8,
-        T::Int16 => Dtype::Int16,
-        T::Int32 => Dtype::Int32,
-        T::Int64 => Dtype::Int64,
-        T::Bool => Dtype::Bool,
-        T::Float16 => Dtype::Float16,
-        T::Uint16 => Dtype::Uint16,
-        T::Uint32 => Dtype::Uint32,
-        T::Uint64 => Dtype::Uint64,
-        T::Float64 => Dtype::Float64,
-        T::Complex64 => Dtype::Complex64,
-        T::Complex128 => Dtype::Complex128,
-        T::Int4 => Dtype::Int4,
-        T::Resource => Dtype::Resource,
-        _ => return None,
-    })
 }
 
 fn activation(a: fb::ActivationFunctionType) -> Activation {

@@ -110,7 +110,7 @@ fn stored_words(t: &Tensor, slot: Option<u64>) -> Result<Words, String> {
     w[TFLM_STORAGE_WORD_VERSION] = TFLM_STORAGE_VERSION;
     w[TFLM_STORAGE_WORD_OFFSET] = word(slot, "storage offset")?;
     w[TFLM_STORAGE_WORD_BYTES] = word(t.bytes, "stored bytes")?;
-    w[TFLM_STORAGE_WORD_TYPE] = crate::export::tensor_type(t.dtype) as i32;
+    w[TFLM_STORAGE_WORD_TYPE] = crate::codes::tensor_type(t.dtype) as i32;
     w[TFLM_STORAGE_WORD_RANK] = t.shape.len() as i32;
     for (k, &d) in t.shape.iter().enumerate() {
         w[TFLM_STORAGE_WORD_DIMS + k] = word(d as u64, "dimension")?;
@@ -150,7 +150,7 @@ fn conv_words(w: &mut Words, o: &OpOptions) {
     w[TFLM_STORAGE_WORD_STRIDE_H] = o.stride.0 as i32;
     w[TFLM_STORAGE_WORD_DILATION_W] = o.dilation.1 as i32;
     w[TFLM_STORAGE_WORD_DILATION_H] = o.dilation.0 as i32;
-    w[TFLM_STORAGE_WORD_ACTIVATION] = crate::export::act(o.activation) as i32;
+    w[TFLM_STORAGE_WORD_ACTIVATION] = crate::codes::act(o.activation) as i32;
 }
 
 /// Decodes custom options `bytes` of operator `i`.
@@ -230,7 +230,7 @@ fn stored_tensor(w: &Words, spilled: Option<String>, i: usize) -> Result<Tensor,
         .ok()
         .and_then(|c| fb::TensorType::try_from(c).ok())
         .ok_or_else(|| bad(format!("stored type {}", w[TFLM_STORAGE_WORD_TYPE])))?;
-    let dtype: Dtype = crate::tflite::dtype(code)
+    let dtype: Dtype = crate::codes::dtype(code)
         .ok_or_else(|| bad(format!("stored type {code:?} is not supported")))?;
     let rank = w[TFLM_STORAGE_WORD_RANK];
     if !(0..=4).contains(&rank) {
