@@ -482,7 +482,7 @@ fn the_traced_run_is_the_one_run_and_verify_report() {
 fn the_runner_is_named_by_runner_and_the_old_option_still_works() {
     let dir = scratch_dir("runner");
     let path = export(&pools(), &dir);
-    let runner = common::guest("cortex-m4", "tflm-runner.elf");
+    let runner = common::guest("cortex-m4", "tflm-runner");
     let by_new = cold_json(path_str(&path), &["--runner", path_str(&runner)]);
     let by_old = cold_json(path_str(&path), &["--executor", path_str(&runner)]);
     assert_eq!(by_new["tensors"], by_old["tensors"]);

@@ -89,8 +89,11 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     let order: Vec<usize> = (0..model.ops.len()).collect();
     let mut bytes_cold = ByteCold::new(&model, &order, buffer_tensors(&graph, &order));
     let run = ModelRun {
-        // Byte level needs no weights; scratch is placed, not analysed.
-        weights: false,
+        // Declared as `memtrace run` declares them, although byte level
+        // ignores them: each declaration is guest code inside its window,
+        // so both count the same instructions per operator.
+        weights: true,
+        // Scratch is placed, not analysed.
         scratch: ScratchWatch::Untraced,
         // Event times come from the run's own clock.
         split: false,
@@ -317,6 +320,104 @@ fn head_offset(r: &TflmResult, t: usize) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use memtrace_abi::tflm::{ScratchPlace, TensorPlace};
+    use memtrace_model::zoo::GraphBuilder;
+    use memtrace_model::{Activation, Dtype};
+
+    const HEAD: u64 = 4096;
+
+    fn in_arena(offset: u64, bytes: u64) -> TensorPlace {
+        TensorPlace {
+            placement: Placement::Arena {
+                offset: HEAD + offset,
+            },
+            bytes,
+        }
+    }
+
+    /// x → a → b (1×1 convolutions, 4×4×4 int8): TFLM's answer puts the
+    /// activations at `at` (x, a, b), gives operator 0 two scratch
+    /// buffers side by side and operator 1 two apart.
+    fn answer(at: [u64; 3]) -> (Model, TflmResult, [usize; 3]) {
+        let mut g = GraphBuilder::new("m", Dtype::Int8);
+        let x = g.input("x", &[1, 4, 4, 4]);
+        let a = g.conv2d("a", x, 4, 1, 1, Activation::None);
+        let b = g.conv2d("b", a, 4, 1, 1, Activation::None);
+        let model = g.finish(&[b]);
+        let mut tensors = vec![
+            TensorPlace {
+                placement: Placement::Model { offset: 0 },
+                bytes: 0,
+            };
+            model.tensors.len()
+        ];
+        for (t, o) in [x, a, b].into_iter().zip(at) {
+            tensors[t] = in_arena(o, 64);
+        }
+        let scratch = |op: u32, offset: u64, bytes: u64| ScratchPlace {
+            op,
+            offset: HEAD + offset,
+            bytes,
+        };
+        let result = TflmResult {
+            stage: memtrace_abi::tflm::TFLM_STAGE_INVOKED,
+            arena_used_bytes: 1000,
+            head_bytes: 512,
+            tail_bytes: 100,
+            head_offset: HEAD,
+            ops: 2,
+            inputs: 1,
+            outputs: 1,
+            output_bytes: Vec::new(),
+            tensors,
+            // Operator 0: 20 bytes (reserved 32) then 10 (16) right after;
+            // operator 1: 16 bytes at 256 and 16 at 384.
+            scratch: vec![
+                scratch(0, 192, 20),
+                scratch(0, 224, 10),
+                scratch(1, 384, 16),
+                scratch(1, 256, 16),
+            ],
+        };
+        (model, result, [x, a, b])
+    }
+
+    #[test]
+    fn every_offset_is_the_one_tflm_reported_scratch_included() {
+        // Not where memtrace's greedy model of TFLM would put them.
+        let (model, result, [x, a, b]) = answer([128, 0, 64]);
+        let traced = traced_placement(&model, &result).unwrap();
+        assert!(traced.problems.is_empty(), "{:?}", traced.problems);
+        let offsets = traced.plan.offsets(&traced.model);
+        assert_eq!(
+            [offsets[x], offsets[a], offsets[b]],
+            [Some(128), Some(0), Some(64)]
+        );
+        let boxes = |op: usize| -> Vec<(u64, u64)> {
+            let scratch = traced.model.ops[op].scratch.unwrap();
+            let owner = &traced.model.tensors[scratch].name;
+            traced
+                .plan
+                .tensors
+                .iter()
+                .filter(|p| traced.model.tensors[p.tensor].name.starts_with(owner.as_str()))
+                .map(|p| (p.offset, p.size))
+                .collect()
+        };
+        assert_eq!(boxes(0), vec![(192, 48)], "one tensor of 32 + 16 bytes");
+        assert_eq!(boxes(1), vec![(256, 16), (384, 16)], "one box per buffer");
+        assert_eq!(traced.plan.peak_bytes, Some(512));
+    }
+
+    #[test]
+    fn a_tensor_outside_the_head_is_a_problem_not_a_box() {
+        let (model, result, [_, a, _]) = answer([128, 600, 64]);
+        let traced = traced_placement(&model, &result).unwrap();
+        assert_eq!(traced.problems.len(), 1, "{:?}", traced.problems);
+        assert!(traced.problems[0].contains("`a`"), "{:?}", traced.problems);
+        assert_eq!(traced.plan.offsets(&traced.model)[a], None);
+    }
 
     #[test]
     fn scratch_buffers_are_one_tensor_only_side_by_side() {
