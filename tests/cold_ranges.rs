@@ -410,12 +410,7 @@ fn bad_inputs_are_clean_errors_before_any_run() {
     // A model TFLM refuses fails in TFLM's words, and leaves no report.
     let hybrid = tfmicro_model("person_detection_grayscale");
     let report = dir.join("r.json");
-    let out = memtrace([
-        "cold",
-        path_str(&hybrid),
-        "--out",
-        path_str(&report),
-    ]);
+    let out = memtrace(["cold", path_str(&hybrid), "--out", path_str(&report)]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("Hybrid models are not supported on TFLite Micro"),
@@ -443,13 +438,23 @@ fn the_traced_run_is_the_one_run_and_verify_report() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|w| (w["name"].as_str().unwrap().to_string(), u(&w["end"]) - u(&w["start"])))
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap().to_string(),
+                u(&w["end"]) - u(&w["start"]),
+            )
+        })
         .collect();
     let layers: Vec<(String, u64)> = run["layers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["name"].as_str().unwrap().to_string(), u(&l["instructions"])))
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().to_string(),
+                u(&l["instructions"]),
+            )
+        })
         .collect();
     assert_eq!(windows, layers);
     assert_eq!(
@@ -457,7 +462,15 @@ fn the_traced_run_is_the_one_run_and_verify_report() {
         layers.iter().map(|l| l.1).sum::<u64>()
     );
     assert_eq!(u(&cold["arena_bytes"]), u(&run["tflm"]["head_bytes"]));
-    let out = memtrace(["verify", model, "--runtime", "tflm", "--no-oracle", "--format", "json"]);
+    let out = memtrace([
+        "verify",
+        model,
+        "--runtime",
+        "tflm",
+        "--no-oracle",
+        "--format",
+        "json",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let verify = json(&out);
     let tensors = cold["tensors"].as_array().unwrap();
@@ -471,7 +484,10 @@ fn the_traced_run_is_the_one_run_and_verify_report() {
             .find(|v| v["name"] == name)
             .unwrap_or_else(|| panic!("verify places no `{name}`"));
         assert_eq!(t["offset"], placed["reference_offset"], "{name}");
-        assert!(u(&t["offset"]) + u(&t["bytes"]) <= u(&cold["arena_bytes"]), "{name}");
+        assert!(
+            u(&t["offset"]) + u(&t["bytes"]) <= u(&cold["arena_bytes"]),
+            "{name}"
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -498,6 +514,10 @@ fn the_runner_is_named_by_runner_and_the_old_option_still_works() {
         path_str(&common::suite("cortex-m4")),
     ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("is no TFLM runner"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is no TFLM runner"),
+        "{}",
+        stderr(&out)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -20,6 +20,7 @@ use memtrace_model::planner::{PlacedTensor, Plan};
 use memtrace_model::{tflite, Model};
 use memtrace_tracer::Arch;
 
+use crate::bail;
 use crate::common::{access_path, check_output};
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
@@ -27,7 +28,6 @@ use crate::tflm::{
     input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, ModelRun,
     ScratchWatch,
 };
-use crate::bail;
 
 /// What to analyse, and how.
 #[derive(Debug, Clone)]
@@ -401,7 +401,11 @@ mod tests {
                 .plan
                 .tensors
                 .iter()
-                .filter(|p| traced.model.tensors[p.tensor].name.starts_with(owner.as_str()))
+                .filter(|p| {
+                    traced.model.tensors[p.tensor]
+                        .name
+                        .starts_with(owner.as_str())
+                })
                 .map(|p| (p.offset, p.size))
                 .collect()
         };
