@@ -18,6 +18,9 @@
 //! for longer. Accesses are attributed by the buffer they go through (its
 //! id in its window, [`BufferTensors`]), never by address or by name, so
 //! tensors sharing arena bytes at other times, or a name, do not mix.
+//!
+//! (Past 500 lines for its unit tests, which feed the analysis windows,
+//! buffers and accesses by hand.)
 
 use std::collections::HashMap;
 
