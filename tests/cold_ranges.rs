@@ -1,6 +1,7 @@
 //! `memtrace cold`: every arena tensor's cold ranges at graph level
 //! (TinySeg's Algorithm 2) and at byte level (from one traced run of the
-//! executor), and how the two must relate.
+//! model on real TFLM, under TFLM's own greedy plan), and how the two must
+//! relate.
 //!
 //! Graph level treats every access as touching every byte of a tensor. A
 //! byte's accessing positions are therefore a subset of its tensor's that
@@ -15,7 +16,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use common::{json, memtrace, path_str, stderr, u};
+use common::{json, memtrace, path_str, stderr, tfmicro_model, u};
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::zoo::GraphBuilder;
 use memtrace_model::{Activation, Dtype, Model, OpKind};
@@ -315,7 +316,7 @@ fn skip_connections_of_mobilenet_v2_are_cold_between_their_readers() {
 fn an_imported_model_agrees_at_both_levels_and_draws_its_picture() {
     let dir = scratch_dir("imported");
     let png = dir.join("magic_wand.png");
-    let model = common::tfmicro_model("magic_wand");
+    let model = tfmicro_model("magic_wand");
     let report = cold_json(path_str(&model), &["--plot", path_str(&png)]);
     assert_levels_agree(&report);
     let bytes = std::fs::read(&png).unwrap();
@@ -406,5 +407,117 @@ fn bad_inputs_are_clean_errors_before_any_run() {
         assert!(!err.contains("panicked"), "{err}");
     }
     assert!(!dir.join("p.txt").exists());
+    // A model TFLM refuses fails in TFLM's words, and leaves no report.
+    let hybrid = tfmicro_model("person_detection_grayscale");
+    let report = dir.join("r.json");
+    let out = memtrace(["cold", path_str(&hybrid), "--out", path_str(&report)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Hybrid models are not supported on TFLite Micro"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!report.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The byte-level run is the model's run on TFLM: each window takes the
+/// instructions `memtrace run MODEL.tflite` counts for that layer, and
+/// every tensor sits where `memtrace verify`'s reference run (TFLM's own
+/// plan, another run) found it, with the head both report.
+#[test]
+fn the_traced_run_is_the_one_run_and_verify_report() {
+    let dir = scratch_dir("independent");
+    let path = export(&strided_skip(), &dir);
+    let model = path_str(&path);
+    let cold = cold_json(model, &[]);
+    let out = memtrace(["run", model, "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = json(&out);
+    let windows: Vec<(String, u64)> = cold["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap().to_string(),
+                u(&w["end"]) - u(&w["start"]),
+            )
+        })
+        .collect();
+    let layers: Vec<(String, u64)> = run["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().to_string(),
+                u(&l["instructions"]),
+            )
+        })
+        .collect();
+    assert_eq!(windows, layers);
+    assert_eq!(
+        u(&cold["instructions"]),
+        layers.iter().map(|l| l.1).sum::<u64>()
+    );
+    assert_eq!(u(&cold["arena_bytes"]), u(&run["tflm"]["head_bytes"]));
+    let out = memtrace([
+        "verify",
+        model,
+        "--runtime",
+        "tflm",
+        "--no-oracle",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let verify = json(&out);
+    let tensors = cold["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 6, "x and the five convolutions' outputs");
+    for t in tensors {
+        let name = t["name"].as_str().unwrap();
+        let placed = verify["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("verify places no `{name}`"));
+        assert_eq!(t["offset"], placed["reference_offset"], "{name}");
+        assert!(
+            u(&t["offset"]) + u(&t["bytes"]) <= u(&cold["arena_bytes"]),
+            "{name}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--runner` names the TFLM runner (`--executor`, its old name, still
+/// works but is not offered); anything else is refused before the run.
+#[test]
+fn the_runner_is_named_by_runner_and_the_old_option_still_works() {
+    let dir = scratch_dir("runner");
+    let path = export(&pools(), &dir);
+    let runner = common::guest("cortex-m4", "tflm-runner");
+    let by_new = cold_json(path_str(&path), &["--runner", path_str(&runner)]);
+    let by_old = cold_json(path_str(&path), &["--executor", path_str(&runner)]);
+    assert_eq!(by_new["tensors"], by_old["tensors"]);
+    assert_eq!(by_new["windows"], by_old["windows"]);
+    let help = common::stdout(&memtrace(["cold", "--help"]));
+    assert!(help.contains("--runner <ELF>"), "{help}");
+    assert!(!help.contains("--executor"), "{help}");
+    // The kernel suite is no runner.
+    let out = memtrace([
+        "cold",
+        path_str(&path),
+        "--runner",
+        path_str(&common::suite("cortex-m4")),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is no TFLM runner"),
+        "{}",
+        stderr(&out)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -120,6 +120,15 @@ pub mod symbols {
 /// Layer name of the windows that copy the graph inputs into the arena.
 pub const LOAD_INPUT: &str = "load_input";
 
+/// Buffer id of an operator window's first output (output j is this + j;
+/// input k is id k), and of a `load_input` window's input tensor
+/// (docs/protocol.md, "Operator windows"; `kIdOutputs` of
+/// `harness-c/tflm/runner.cc`).
+pub const BUFFER_ID_OUTPUTS: u32 = 32;
+
+/// Buffer id of an operator window's first scratch buffer (`kIdScratch`).
+pub const BUFFER_ID_SCRATCH: u32 = 96;
+
 /// What the host asks of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TflmJob {

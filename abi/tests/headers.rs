@@ -222,3 +222,21 @@ fn the_parser_reads_both_forms_and_a_changed_value_is_caught() {
     let caught = std::panic::catch_unwind(|| agree("memtrace_program.h", &[], &[wrong]));
     assert!(caught.is_err());
 }
+
+/// The runner's buffer ids (`kIdOutputs`, `kIdScratch` of
+/// `harness-c/tflm/runner.cc`, constants of the runner alone) are the ones
+/// the host attributes a window's buffers by.
+#[test]
+fn tflm_runner_buffer_ids_match_the_tflm_module() {
+    let text = harness_text("tflm/runner.cc");
+    let value = |name: &str| -> i64 {
+        let line = text
+            .lines()
+            .find(|l| l.contains("constexpr") && l.contains(&format!(" {name} =")))
+            .unwrap_or_else(|| panic!("runner.cc defines no `{name}`"));
+        let v = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
+        parse_c_integer(v).unwrap_or_else(|| panic!("`{line}`"))
+    };
+    assert_eq!(value("kIdOutputs"), i64::from(tflm::BUFFER_ID_OUTPUTS));
+    assert_eq!(value("kIdScratch"), i64::from(tflm::BUFFER_ID_SCRATCH));
+}

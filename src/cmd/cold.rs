@@ -1,6 +1,6 @@
 //! `memtrace cold`: every arena tensor's cold ranges — TinySeg's graph-level
-//! Algorithm 2 and byte level from one traced run of the executor — as a
-//! table, JSON or CSV, and a Fig. 12-style picture.
+//! Algorithm 2 and byte level from one traced run of the model on real
+//! TFLM — as a table, JSON or CSV, and a Fig. 12-style picture.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_driver::cold::{cold, ColdOptions};
+use memtrace_driver::kernels::Kernels;
+use memtrace_tracer::Arch;
 
 use super::write_report;
 
@@ -31,8 +33,26 @@ pub enum PlotTime {
 pub struct ColdArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    #[command(flatten)]
-    pub run: super::executor_args::ExecutorArgs,
+    /// Seed of the generated inputs (and of the weights of zoo models).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Raw bytes of the graph inputs, concatenated in order, instead of
+    /// seeded data.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Architecture of the TFLM runner.
+    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
+    pub target: Arch,
+    /// TFLM's kernels (tflm: the reference kernels, tflm-runner.elf;
+    /// cmsis-nn: tflm-runner-cmsis.elf).
+    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
+    pub kernels: Kernels,
+    /// The TFLM runner ELF (default: harness-c/build/TARGET/tflm-runner.elf,
+    /// or tflm-runner-cmsis.elf with --kernels cmsis-nn).
+    // `--executor` is the name from before `cold` ran on TFLM: still
+    // accepted, not offered, for one release.
+    #[arg(long, value_name = "ELF", alias = "executor")]
+    pub runner: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Write the report here instead of stdout.
@@ -57,11 +77,11 @@ pub struct ColdArgs {
 pub fn run(args: ColdArgs) -> Result<ExitCode> {
     let report = cold(&ColdOptions {
         model: args.model,
-        seed: args.run.seed,
-        input: args.run.input,
-        target: args.run.target,
-        kernels: args.run.kernels,
-        executor: args.run.executor,
+        seed: args.seed,
+        input: args.input,
+        target: args.target,
+        kernels: args.kernels,
+        runner: args.runner,
         plot: args.plot,
         plot_instructions: args.plot_time == PlotTime::Instructions,
         out: args.out.clone(),

@@ -1,4 +1,4 @@
-//! The arguments of one emulated model run that `verify` and `cold` share:
+//! The arguments of `verify`'s emulated model runs:
 //! the input data, the target and the executor.
 
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
-//! Byte-level cold ranges, measured from a whole-model trace of the executor.
+//! Byte-level cold ranges, measured from a whole-model trace of TFLM.
 //!
-//! [`ByteCold`] is an [`Analysis`] of one run of the executor (one layer
-//! window per operator, after the `load_input` windows). For every byte of
+//! [`ByteCold`] is an [`Analysis`] of one run of a model on the TFLM runner
+//! (one layer window per operator, after the `load_input` windows). For every byte of
 //! every arena tensor it records, per window that touches it, the first and
 //! the last access (retired instructions, counted over the layer windows one
 //! after the other). When the tensor's last reader has run, its bytes are
@@ -15,8 +15,12 @@
 //! consumer that never reads some bytes (a strided 1×1 convolution skipping
 //! odd rows and columns, a VALID pool that drops a border) leaves those
 //! bytes idle longer than the tensor: a partial spill could move them out
-//! for longer. Accesses are attributed by the buffer they go through, never
-//! by address, so tensors sharing arena bytes at other times do not mix.
+//! for longer. Accesses are attributed by the buffer they go through (its
+//! id in its window, [`BufferTensors`]), never by address or by name, so
+//! tensors sharing arena bytes at other times, or a name, do not mix.
+//!
+//! (Past 500 lines for its unit tests, which feed the analysis windows,
+//! buffers and accesses by hand.)
 
 use std::collections::HashMap;
 
@@ -26,8 +30,41 @@ use serde::Serialize;
 use memtrace_model::cold::graph_cold_ranges;
 use memtrace_model::Model;
 
-/// Name the executor gives the windows that copy graph inputs into the arena.
-pub const LOAD_INPUT: &str = "load_input";
+/// Name the runner gives the windows that copy graph inputs into the arena.
+pub use memtrace_abi::tflm::LOAD_INPUT;
+
+/// Which model tensor each buffer a window declares is: buffer id → tensor
+/// index, per window. The guest's declarations say it (for the TFLM runner,
+/// input k is id k and output j is id 32 + j, docs/protocol.md); names
+/// would not, as a model may leave tensors unnamed or name two alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BufferTensors {
+    /// Per operator window, by position in the execution order.
+    pub ops: Vec<Vec<(u32, usize)>>,
+    /// Per `load_input` window, by the graph input it loads (its
+    /// `input=<i>` parameter).
+    pub inputs: Vec<Vec<(u32, usize)>>,
+}
+
+impl BufferTensors {
+    /// The table of the window `layer` at operator `position`.
+    fn of(&self, layer: &LayerInfo, position: usize) -> &[(u32, usize)] {
+        let table = if layer.op == LOAD_INPUT {
+            load_input_index(&layer.params).and_then(|i| self.inputs.get(i))
+        } else {
+            self.ops.get(position)
+        };
+        table.map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The graph input a `load_input` window loads, from its `input=<i>`.
+fn load_input_index(params: &str) -> Option<usize> {
+    params
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("input="))
+        .and_then(|v| v.trim().parse().ok())
+}
 
 /// One layer window of the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -37,7 +74,7 @@ pub struct OpWindow {
     pub position: usize,
     /// Layer name (the operator's, or `load_input`).
     pub name: String,
-    /// Executor kernel (`conv2d`, ..., `load_input`).
+    /// Operator (TFLM's tag: `CONV_2D`, ..., or `load_input`).
     pub op: String,
     /// Instructions before the window (over all earlier windows).
     pub start: u64,
@@ -187,10 +224,12 @@ struct Tracked {
     done: bool,
 }
 
-/// The byte-level cold range analysis (an [`Analysis`]) of one executor run
-/// of `model` in `order`.
+/// The byte-level cold range analysis (an [`Analysis`]) of one run of
+/// `model` in `order`.
 pub struct ByteCold {
-    by_name: HashMap<String, usize>,
+    attribution: BufferTensors,
+    /// Buffer id → tensor of the open window.
+    window: Vec<(u32, usize)>,
     tracked: HashMap<usize, Tracked>,
     /// Buffer id → tracked tensor of the open window (weights, biases and
     /// scratch are not tracked).
@@ -208,13 +247,11 @@ pub struct ByteCold {
 
 impl ByteCold {
     /// Tracks every arena tensor `order` reads or writes (scratch tensors,
-    /// which live inside one operator, are not).
-    pub fn new(model: &Model, order: &[usize]) -> Self {
-        let names = model.tensor_names();
-        let mut by_name = HashMap::new();
+    /// which live inside one operator, are not), attributing each window's
+    /// buffers by `attribution`.
+    pub fn new(model: &Model, order: &[usize], attribution: BufferTensors) -> Self {
         let mut tracked = HashMap::new();
         for r in graph_cold_ranges(model, order) {
-            by_name.insert(names[r.tensor].clone(), r.tensor);
             tracked.insert(
                 r.tensor,
                 Tracked {
@@ -226,7 +263,8 @@ impl ByteCold {
             );
         }
         ByteCold {
-            by_name,
+            attribution,
+            window: Vec::new(),
             tracked,
             buffers: Vec::new(),
             position: 0,
@@ -465,6 +503,7 @@ impl Analysis for ByteCold {
                 ));
             }
         }
+        self.window = self.attribution.of(layer, self.position).to_vec();
         self.layer = Some((layer.name.clone(), layer.op.clone()));
     }
 
@@ -472,7 +511,8 @@ impl Analysis for ByteCold {
         if matches!(b.role, Role::Weights | Role::Bias | Role::Scratch) {
             return;
         }
-        if let Some(&t) = self.by_name.get(&b.name) {
+        let tensor = self.window.iter().find(|(id, _)| *id == b.id);
+        if let Some(&(_, t)) = tensor.filter(|(_, t)| self.tracked.contains_key(t)) {
             self.buffers.push((b.id, t));
         }
     }
@@ -619,6 +659,84 @@ mod tests {
         };
         assert_eq!(t.idle_cost(), 2 + 3);
         assert_eq!(t.bytes_idle_longer_than(2), 1);
+    }
+
+    fn window(index: usize, op: &str, params: &str) -> LayerInfo {
+        LayerInfo {
+            index,
+            name: format!("{index}:{op}"),
+            op: op.into(),
+            params: params.into(),
+            spec: None,
+        }
+    }
+
+    fn declare(id: u32, role: Role, name: &str, size: u32) -> Buffer {
+        Buffer {
+            id,
+            role,
+            name: name.into(),
+            base: 0,
+            size,
+            elem_size: 1,
+        }
+    }
+
+    fn access(buffer: u32, t: u64, offset: u32, size: u32) -> Event {
+        Event {
+            t,
+            seq: t,
+            pc: 0,
+            buffer,
+            offset,
+            size,
+            kind: memtrace_abi::AccessKind::Load,
+        }
+    }
+
+    /// x → a → b: buffers are attributed by their id in the window, so two
+    /// tensors the guest declares under one name (or under another
+    /// tensor's) stay apart.
+    #[test]
+    fn buffers_are_attributed_by_id_not_by_name() {
+        use memtrace_model::zoo::GraphBuilder;
+        use memtrace_model::{Activation, Dtype, OpKind};
+        let mut g = GraphBuilder::new("ids", Dtype::Int8);
+        let x = g.input("x", &[1, 2, 2, 1]);
+        let a = g.pool(OpKind::MaxPool, "a", x, 1, 1);
+        let b = g.conv2d("b", a, 1, 1, 1, Activation::None);
+        let model = g.finish(&[b]);
+        let table = BufferTensors {
+            ops: vec![vec![(0, x), (32, a)], vec![(0, a), (32, b)]],
+            inputs: vec![vec![(32, x)]],
+        };
+        let mut cold = ByteCold::new(&model, &[0, 1], table);
+        cold.layer_begin(&window(0, LOAD_INPUT, "input=0"));
+        cold.buffer(&declare(32, Role::Output, "same", 4));
+        cold.events(&[access(32, 1, 0, 4)]);
+        cold.layer_end(10);
+        cold.layer_begin(&window(1, "MAX_POOL_2D", "index=0"));
+        cold.buffer(&declare(0, Role::Input, "same", 4));
+        cold.buffer(&declare(32, Role::Output, "same", 4));
+        cold.events(&[access(0, 2, 0, 4), access(32, 3, 0, 4)]);
+        cold.layer_end(10);
+        cold.layer_begin(&window(2, "CONV_2D", "index=1"));
+        cold.buffer(&declare(0, Role::Input, "x", 4));
+        cold.buffer(&declare(32, Role::Output, "x", 4));
+        // b's first two bytes only: a name would have put them in x.
+        cold.events(&[access(0, 1, 0, 4), access(32, 2, 0, 2)]);
+        cold.layer_end(10);
+        let run = cold.finish();
+        assert!(run.problems.is_empty(), "{:?}", run.problems);
+        let of = |t: usize| run.tensors.iter().find(|c| c.tensor == t).unwrap();
+        let positions = |t: usize| -> Vec<Vec<usize>> {
+            of(t).classes.iter().map(|c| c.positions.clone()).collect()
+        };
+        assert_eq!(positions(x), vec![vec![0]]);
+        assert_eq!(positions(a), vec![vec![0, 1]]);
+        assert_eq!(positions(b), vec![vec![1], vec![]]);
+        assert_eq!(load_input_index("input=3"), Some(3));
+        assert_eq!(load_input_index("index=3"), None);
     }
 
     #[test]

@@ -72,9 +72,9 @@ pub struct TensorCold {
 pub struct ColdReport {
     /// Model name.
     pub model: String,
-    /// Guest architecture of the executor.
+    /// Guest architecture of the TFLM runner.
     pub target: Arch,
-    /// Kernel library of the executor.
+    /// Kernel library of the TFLM runner.
     pub kernels: Kernels,
     /// Seed of the generated weights and input.
     pub seed: u64,
