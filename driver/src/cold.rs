@@ -24,10 +24,7 @@ use crate::bail;
 use crate::common::{access_path, check_output};
 use crate::error::{Context, Result};
 use crate::kernels::Kernels;
-use crate::tflm::{
-    input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, ModelRun,
-    ScratchWatch,
-};
+use crate::tflm::{model_bytes, run_inputs, scratch_needs, target_runner, ModelRun, ScratchWatch};
 
 /// What to analyse, and how.
 #[derive(Debug, Clone)]
@@ -74,17 +71,8 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
     let model = tflite::import_for_tflm(&model_name(&req.model), &bytes)
         .with_context(|| format!("loading {}", req.model))?;
-    let inputs = inputs_of(req, &graph)?;
-    let path = runner_path(req.target, req.kernels, req.runner.as_deref(), "--runner")?;
-    let image = load_runner(&path, req.kernels)?;
-    if image.arch != req.target {
-        bail!(
-            "{} is a {} runner but --target is {}",
-            path.display(),
-            image.arch.name(),
-            req.target.name()
-        );
-    }
+    let inputs = run_inputs(req.input.as_deref(), req.seed, &graph)?;
+    let (path, image) = target_runner(req.target, req.kernels, req.runner.as_deref(), "--runner")?;
     // TFLM runs subgraph 0's operators in the model's order.
     let order: Vec<usize> = (0..model.ops.len()).collect();
     let mut bytes_cold = ByteCold::new(&model, &order, buffer_tensors(&graph, &order));
@@ -158,25 +146,6 @@ fn model_name(arg: &str) -> String {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into()),
     }
-}
-
-/// The graph inputs' bytes: `--input` (all inputs, concatenated) or seeded.
-fn inputs_of(req: &ColdOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
-    let Some(p) = &req.input else {
-        return seeded_inputs(graph, req.seed);
-    };
-    let data =
-        memtrace_io::input::read_limited(p, memtrace_io::input::MAX_INPUT_FILE, "--input files")?;
-    let want = input_bytes(graph)?;
-    if data.len() as u64 != want {
-        bail!(
-            "--input {} has {} bytes; the graph inputs of {} need {want}",
-            p.display(),
-            data.len(),
-            req.model
-        );
-    }
-    Ok(data)
 }
 
 /// Which tensor each buffer of each window is, by the runner's buffer ids:

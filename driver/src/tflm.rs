@@ -42,6 +42,46 @@ pub fn runner_path(
     }
 }
 
+/// The runner of `kernels` for `target` (or the one named with `option`),
+/// loaded and checked: a runner built with `kernels`, for `target`.
+pub fn target_runner(
+    target: Arch,
+    kernels: Kernels,
+    explicit: Option<&Path>,
+    option: &str,
+) -> Result<(PathBuf, ElfImage)> {
+    let path = runner_path(target, kernels, explicit, option)?;
+    let image = load_runner(&path, kernels)?;
+    if image.arch != target {
+        bail!(
+            "{} is a {} runner but --target is {}",
+            path.display(),
+            image.arch.name(),
+            target.name()
+        );
+    }
+    Ok((path, image))
+}
+
+/// The graph inputs of a run: the bytes of `input` (every graph input,
+/// concatenated in order; its size must be theirs), or seeded data.
+pub fn run_inputs(input: Option<&Path>, seed: u64, graph: &TfliteGraph) -> Result<Vec<u8>> {
+    let Some(p) = input else {
+        return seeded_inputs(graph, seed);
+    };
+    let data =
+        memtrace_io::input::read_limited(p, memtrace_io::input::MAX_INPUT_FILE, "--input files")?;
+    let want = input_bytes(graph)?;
+    if data.len() as u64 != want {
+        bail!(
+            "--input {} has {} bytes; the graph inputs need {want}",
+            p.display(),
+            data.len()
+        );
+    }
+    Ok(data)
+}
+
 /// Loads a runner guest and checks that it is one, built with `kernels`
 /// (a report would otherwise name a library whose code never ran).
 pub fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {

@@ -38,8 +38,7 @@ use crate::oracle::{self, OracleComparison};
 use crate::plan_file::{EmbeddedOrigin, PlanProvenance};
 use crate::spill::{storage_op_instructions, SpillRun};
 use crate::tflm::{
-    input_bytes, load_runner, model_bytes, runner_path, scratch_needs, seeded_inputs, trace_layers,
-    ModelRun, ScratchWatch,
+    model_bytes, scratch_needs, target_runner, trace_layers, ModelRun, ScratchWatch,
 };
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
@@ -530,24 +529,7 @@ fn greedy_prediction(model: &Model) -> Result<u64> {
 
 /// The graph inputs' bytes: `--input` (all inputs, concatenated) or seeded.
 fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
-    match &req.input {
-        Some(p) => {
-            let data = memtrace_io::input::read_limited(
-                p,
-                memtrace_io::input::MAX_INPUT_FILE,
-                "--input files",
-            )?;
-            let want = input_bytes(graph)?;
-            if data.len() as u64 != want {
-                bail!(
-                    "--input has {} bytes; the graph inputs need {want}",
-                    data.len()
-                );
-            }
-            Ok(data)
-        }
-        None => seeded_inputs(graph, req.seed),
-    }
+    crate::tflm::run_inputs(req.input.as_deref(), req.seed, graph)
 }
 
 /// Verifies a plan on real TFLM (see the module docs).
@@ -820,21 +802,12 @@ impl Subject {
             None => tflite::import_for_tflm(&name, &bytes)
                 .with_context(|| format!("planning {}", req.model))?,
         };
-        let path = runner_path(
+        let (path, image) = target_runner(
             req.target,
             req.kernels,
             req.executor.as_deref(),
             "--executor",
         )?;
-        let image = load_runner(&path, req.kernels)?;
-        if image.arch != req.target {
-            bail!(
-                "{} is a {} runner but --target is {}",
-                path.display(),
-                image.arch.name(),
-                req.target.name()
-            );
-        }
         let arena_limit = crate::tflm::runner_arena_bytes(&image)?;
         check_tensors_fit(&model, arena_limit, &path)?;
         let inputs = inputs_of(req, &graph)?;
@@ -979,10 +952,7 @@ fn foreign_overlaps(
     subject: &Subject,
     kernels: Kernels,
 ) -> Result<(TracedOverlaps, Vec<TflmOpOverlap>)> {
-    let other = load_runner(
-        &runner_path(req.target, kernels, None, "--executor")?,
-        kernels,
-    )?;
+    let (_, other) = target_runner(req.target, kernels, None, "--executor")?;
     let layers = trace_layers(
         &other,
         &subject.bytes,
