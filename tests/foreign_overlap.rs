@@ -248,15 +248,19 @@ fn verify_rejects_an_unknown_kernel_library_in_a_plan_file() {
 #[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
 fn an_executor_of_another_library_than_kernels_is_an_error() {
     // The report must never say cmsis-nn when no
-    // CMSIS-NN code ran, nor tflm when CMSIS-NN did.
+    // CMSIS-NN code ran, nor tflm when CMSIS-NN did. `verify --runtime
+    // executor` runs memtrace's executor; `cold` runs a TFLM runner.
     let model = tfmicro_model("hello_world");
-    let reference = guest("cortex-m4", "executor");
-    let cmsis = guest("cortex-m4", "executor-cmsis");
-    for (kernels, exe, built_with) in [
-        ("cmsis-nn", &reference, "tflm"),
-        ("tflm", &cmsis, "cmsis-nn"),
+    for (cmd, reference, cmsis, kind) in [
+        ("verify", "executor", "executor-cmsis", "executor"),
+        ("cold", "tflm-runner", "tflm-runner-cmsis", "runner"),
     ] {
-        for cmd in ["verify", "cold"] {
+        let reference = guest("cortex-m4", reference);
+        let cmsis = guest("cortex-m4", cmsis);
+        for (kernels, exe, built_with) in [
+            ("cmsis-nn", &reference, "tflm"),
+            ("tflm", &cmsis, "cmsis-nn"),
+        ] {
             let mut args = vec![cmd];
             if cmd == "verify" {
                 args.extend(["--runtime", "executor"]);
@@ -274,12 +278,14 @@ fn an_executor_of_another_library_than_kernels_is_an_error() {
             assert!(out.stdout.is_empty());
             assert!(
                 err.starts_with("error: ")
-                    && err.contains(&format!("is a {built_with} executor"))
+                    && err.contains(&format!("is a {built_with} {kind}"))
                     && err.contains(&format!("--kernels {built_with}")),
                 "{err}"
             );
         }
     }
+    let reference = guest("cortex-m4", "executor");
+    let cmsis = guest("cortex-m4", "executor-cmsis");
     // Matching pairs run.
     for (kernels, exe) in [("tflm", &reference), ("cmsis-nn", &cmsis)] {
         let out = memtrace([
