@@ -386,6 +386,44 @@ fn verify_writes_the_proven_plan_and_its_header() {
     assert!(std::fs::metadata(&emitted).unwrap().len() > 0);
 }
 
+/// The arena to allocate is measured on the inputs the verified run used:
+/// the zoo's MobileNet v1 aborts in its SOFTMAX on all-zero inputs (real
+/// TFLM does; the first run below shows it), so a measurement on zeros
+/// gives no number, while the seeded run's measurement holds TFLM's head
+/// and tail.
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn the_arena_to_allocate_is_measured_on_the_verified_runs_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let zeros = dir.path().join("zeros.bin");
+    std::fs::write(&zeros, vec![0u8; 128 * 128 * 3]).unwrap();
+    let model = "zoo:mobilenet_v1_0.25_128_int8";
+    let on_zeros = memtrace(["verify", model, "--input", path_str(&zeros), "--no-oracle"]);
+    assert_eq!(on_zeros.status.code(), Some(1), "{}", stdout(&on_zeros));
+    assert!(
+        stderr(&on_zeros).contains("(SOFTMAX)"),
+        "{}",
+        stderr(&on_zeros)
+    );
+    let out = memtrace([
+        "verify",
+        model,
+        "--planner",
+        "dmo-heap",
+        "--no-oracle",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let measured = &v["arena_to_allocate"];
+    assert!(measured["not_measured"].is_null(), "{measured}");
+    let arena = &measured["arena"];
+    let head = arena["head_bytes"].as_u64().unwrap();
+    assert_eq!(head, v["plan"]["head_bytes"].as_u64().unwrap());
+    assert!(arena["bytes"].as_u64().unwrap() >= head + arena["tail_bytes"].as_u64().unwrap());
+}
+
 /// `plan` and `verify` choose the same plan when no planner is named: the
 /// smallest of `plan`'s table (found here from its JSON, not from memtrace's
 /// choice), on real TFLM with traced O_s; `plan --emit-offline` and

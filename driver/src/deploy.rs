@@ -7,7 +7,10 @@
 //! `arena_used_bytes()` leaves out the alignment its allocator loses at the
 //! arena's end. It is found by running TFLM's own `AllocateTensors()` in the
 //! emulator, with arenas around head + tail, until N fits and N − 1 does not;
-//! then one full run (`Invoke()`) at N confirms it. The runner's arena starts
+//! then one full run (`Invoke()`) at N confirms it. Every probe runs the
+//! model on the inputs of the run whose plan it measures: real TFLM may abort
+//! on other data (a synthetic model's SOFTMAX does on all-zero inputs, in
+//! PyPI's TFLM as in the runner). The runner's arena starts
 //! 16-byte aligned (`memtrace_arena`), as the header's
 //! `alignas(16) static uint8_t arena[kTensorArenaSize]` does.
 
@@ -122,6 +125,8 @@ struct RunnerLayout {
     job_at: u64,
     model_at: u64,
     model_len: u64,
+    io_at: u64,
+    io_len: u64,
     arena_len: u64,
 }
 
@@ -144,6 +149,8 @@ impl RunnerLayout {
             job_at: at(symbols::JOB)?,
             model_at: at(symbols::MODEL)?,
             model_len: span(symbols::MODEL, symbols::MODEL_END)?,
+            io_at: at(symbols::IO)?,
+            io_len: span(symbols::IO, symbols::IO_END)?,
             arena_len: span(symbols::ARENA, symbols::ARENA_END)?,
         })
     }
@@ -153,7 +160,7 @@ impl RunnerLayout {
 const RUN_INSTRUCTIONS: u64 = 200_000_000_000;
 
 /// Runs TFLM on `model` with an arena of `arena` bytes, the whole model on
-/// zero inputs; `allocate_only` asks only that `AllocateTensors()` fitted.
+/// `inputs` (every graph input's bytes, in order); `allocate_only` asks only that `AllocateTensors()` fitted.
 /// (The runner has no stop after `AllocateTensors()`: an early return there
 /// made the CMSIS-NN runner's operator names read empty, a difference in
 /// its compiled code not yet explained, so every probe runs the model.) Exit code 4 (`AllocateTensors()` failed) is [`Probe::TooSmall`];
@@ -162,13 +169,14 @@ fn probe(
     image: &ElfImage,
     layout: &RunnerLayout,
     model: &[u8],
+    inputs: &[u8],
     arena: u64,
     allocate_only: bool,
 ) -> Result<Probe> {
     let job = TflmJob {
         model_bytes: model.len() as u32,
         arena_bytes: arena as u32,
-        input_bytes: 0,
+        input_bytes: inputs.len() as u32,
         layers: false,
         weights: false,
     };
@@ -176,7 +184,11 @@ fn probe(
     let mailbox = tflm::MEMTRACE_TFLM_WORDS as u64 * 4;
     let run = run_without_hooks(
         image,
-        &[(layout.job_at, words), (layout.model_at, model.to_vec())],
+        &[
+            (layout.job_at, words),
+            (layout.model_at, model.to_vec()),
+            (layout.io_at, inputs.to_vec()),
+        ],
         &[(layout.job_at, mailbox)],
         RUN_INSTRUCTIONS,
     )?;
@@ -258,33 +270,44 @@ fn boundary(start: u64, ceiling: u64, mut fits: impl FnMut(u64) -> Result<bool>)
 }
 
 /// Measures the arena a firmware must allocate for `model` (a `.tflite`,
-/// with or without `OfflineMemoryAllocation`) on the `target` TFLM runner
-/// of `kernels` (or `runner`), or takes it from `cache` when this runner
-/// measured these bytes before.
+/// with or without `OfflineMemoryAllocation`) run on `inputs` (every graph
+/// input's bytes, in order) on the `target` TFLM runner of `kernels` (or
+/// `runner`), or takes it from `cache` when this runner measured these
+/// bytes before.
 pub fn measure_arena(
     model: &[u8],
+    inputs: &[u8],
     kernels: Kernels,
     target: Arch,
     runner: Option<&Path>,
     cache: &TraceCache,
 ) -> Result<ArenaToAllocate> {
     let path = runner_path(target, kernels, runner, "--runtime executor")?;
-    measure_arena_on(&load_runner(&path, kernels)?, model, kernels, cache)
+    measure_arena_on(&load_runner(&path, kernels)?, model, inputs, kernels, cache)
 }
 
 /// [`measure_arena`] on a runner already loaded.
 pub fn measure_arena_on(
     image: &ElfImage,
     model: &[u8],
+    inputs: &[u8],
     kernels: Kernels,
     cache: &TraceCache,
 ) -> Result<ArenaToAllocate> {
-    let key = TraceCache::key("deploy-arena-to-allocate-v1", &[&image.bytes, model]);
-    cache.fetch(&key, || measure_uncached(image, model, kernels))
+    let key = TraceCache::key(
+        "deploy-arena-to-allocate-v2",
+        &[&image.bytes, model, inputs],
+    );
+    cache.fetch(&key, || measure_uncached(image, model, inputs, kernels))
 }
 
 /// [`measure_arena`] without the cache.
-fn measure_uncached(image: &ElfImage, model: &[u8], kernels: Kernels) -> Result<ArenaToAllocate> {
+fn measure_uncached(
+    image: &ElfImage,
+    model: &[u8],
+    inputs: &[u8],
+    kernels: Kernels,
+) -> Result<ArenaToAllocate> {
     let layout = RunnerLayout::of(image)?;
     if model.len() as u64 > layout.model_len {
         bail!(
@@ -293,11 +316,18 @@ fn measure_uncached(image: &ElfImage, model: &[u8], kernels: Kernels) -> Result<
             layout.model_len
         );
     }
+    if inputs.len() as u64 > layout.io_len {
+        bail!(
+            "the inputs ({} B) do not fit the runner's input region ({} B)",
+            inputs.len(),
+            layout.io_len
+        );
+    }
     let ceiling = layout.arena_len.min(u32::MAX as u64);
     let mut runs = 0u32;
     let mut allocate = |arena: u64| {
         runs += 1;
-        probe(image, &layout, model, arena, true)
+        probe(image, &layout, model, inputs, arena, true)
     };
     // TFLM's own figure in the whole arena is where the search starts.
     let start = match allocate(ceiling)? {
@@ -310,7 +340,8 @@ fn measure_uncached(image: &ElfImage, model: &[u8], kernels: Kernels) -> Result<
         Ok(matches!(allocate(arena)?, Probe::Fits { .. }))
     })?;
     runs += 1;
-    let Probe::Fits { used, head, tail } = probe(image, &layout, model, bytes, false)? else {
+    let Probe::Fits { used, head, tail } = probe(image, &layout, model, inputs, bytes, false)?
+    else {
         bail!("TFLM allocated the model in {bytes} B but failed to run it there");
     };
     Ok(ArenaToAllocate {

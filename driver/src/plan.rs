@@ -441,7 +441,20 @@ fn deployable(
     };
     // A model TFLM refuses still gets its plan written (without a header);
     // only the budget cannot do without the number.
-    let arena = measure_arena(&emitted.bytes, req.kernels, req.target, None, &req.cache);
+    // The inputs `plan`'s traced run used (seed 1).
+    let arena = memtrace_model::graph::read_graph(&emitted.bytes)
+        .map_err(crate::error::Error::from)
+        .and_then(|graph| crate::tflm::seeded_inputs(&graph, 1))
+        .and_then(|inputs| {
+            measure_arena(
+                &emitted.bytes,
+                &inputs,
+                req.kernels,
+                req.target,
+                None,
+                &req.cache,
+            )
+        });
     let (arena, not_measured) = match arena {
         Ok(a) => (Some(a), None),
         Err(e) if req.fits.is_none() => (None, Some(e.to_string())),

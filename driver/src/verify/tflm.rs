@@ -732,11 +732,16 @@ fn deploy_figures(
     }
     .to_metadata()?;
     let model = tflite::emit_offline_noted(run_bytes, offsets, Some(&note))?.bytes;
-    let (arena, not_measured) =
-        match measure_arena_on(&subject.image, &model, req.kernels, &req.cache) {
-            Ok(a) => (Some(a), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
+    let (arena, not_measured) = match measure_arena_on(
+        &subject.image,
+        &model,
+        &subject.inputs,
+        req.kernels,
+        &req.cache,
+    ) {
+        Ok(a) => (Some(a), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let measured = MeasuredPlan {
         planner: under_test.planner.clone(),
         overlap: under_test.overlap.clone(),
