@@ -1,8 +1,8 @@
 //! Real TensorFlow Lite Micro in the emulator (the TFLM runner guests):
 //! `memtrace run MODEL.tflite` traces every operator of TFLM's own
-//! interpreter, and `verify --runtime tflm` proves a plan by giving it to
-//! TFLM as `OfflineMemoryAllocation`. Every figure is checked against a
-//! second method: memtrace's Algorithm 2, memtrace's own executor, memtrace's
+//! interpreter, and `verify` proves a plan by giving it to TFLM as
+//! `OfflineMemoryAllocation`. Every figure is checked against a second
+//! method: memtrace's Algorithm 2, memtrace's kernel suite, memtrace's
 //! greedy planner against TFLM's, and PyPI `tflite-micro` on the host.
 
 mod common;
@@ -51,7 +51,7 @@ fn run_model(model: &str, args: &[&str]) -> Value {
 }
 
 fn verify_tflm(model: &str, args: &[&str]) -> (bool, Value) {
-    let mut all = vec!["verify", model, "--runtime", "tflm", "--format", "json"];
+    let mut all = vec!["verify", model, "--format", "json"];
     all.extend_from_slice(args);
     let out = memtrace(&all);
     assert!(
@@ -143,46 +143,59 @@ fn tflms_reference_kernels_walk_memory_as_algorithm_2_predicts() {
 
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
-fn real_tflm_and_memtraces_executor_trace_the_same_overlaps_on_both_libraries() {
-    // Two runtimes, two sets of glue code (memtrace's executor and TFLM's
-    // own kernels/ and kernels/cmsis_nn/), one model: every operator's O_s
-    // and the planned arena must agree.
+fn real_tflm_and_the_kernel_suite_trace_the_same_overlaps_on_both_libraries() {
+    // Two programs, two sets of glue code (memtrace's kernel suite, one
+    // layer per job, and TFLM's own kernels/ and kernels/cmsis_nn/ running
+    // the whole model), one model: every operator's O_s and the planned
+    // arena must agree, and TFLM's own head must be memtrace's tflm-greedy.
     let model = "zoo:mobilenet_v1_0.25_128_int8";
-    for kernels in ["tflm", "cmsis-nn"] {
+    for (kernels, suite) in [("tflm", "suite"), ("cmsis-nn", "suite-cmsis")] {
+        let suite = common::guest("cortex-m4", suite);
         let out = memtrace([
-            "verify",
+            "plan",
             model,
-            "--runtime",
-            "executor",
             "--kernels",
             kernels,
+            "--overlap",
+            "traced",
+            "--suite",
+            suite.to_str().unwrap(),
             "--format",
             "json",
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
-        let executor = json(&out);
-        let (ok, tflm) = verify_tflm(model, &["--kernels", kernels]);
+        let planned = json(&out);
+        let (ok, tflm) = verify_tflm(model, &["--kernels", kernels, "--planner", "dmo-heap"]);
         assert!(ok, "{kernels}: {}", tflm["clobbers"]);
-        let ours = executor["traced_overlaps"].as_array().unwrap();
+        let suite_os = planned["op_overlap_bytes"].as_array().unwrap();
         let theirs = tflm["traced_overlaps"].as_array().unwrap();
-        assert_eq!(ours.len(), theirs.len());
-        for o in ours {
-            let t = theirs
-                .iter()
-                .find(|t| t["output"] == o["op"])
-                .unwrap_or_else(|| panic!("{kernels}: no TFLM operator writes {}", o["op"]));
+        assert_eq!(suite_os.len(), theirs.len(), "{kernels}");
+        for t in theirs {
+            let op = u(&t["index"]) as usize;
             assert_eq!(
-                t["monotone_bytes"], o["monotone_bytes"],
-                "{kernels} {}",
-                o["op"]
+                suite_os[op].as_u64(),
+                Some(t["monotone_bytes"].as_u64().unwrap_or(0)),
+                "{kernels}: operator {op} ({})",
+                t["op"]
             );
         }
+        let peak = |planner: &str, overlap: &str| {
+            planned["plans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["planner"] == planner && p["overlap"] == overlap)
+                .map(|p| u(&p["peak_bytes"]))
+                .unwrap_or_else(|| panic!("no {planner}/{overlap} plan"))
+        };
         assert_eq!(
-            tflm["plan"]["planned_bytes"], executor["plan"]["arena_bytes"],
+            u(&tflm["plan"]["planned_bytes"]),
+            peak("dmo-heap", "traced"),
             "{kernels}"
         );
         assert_eq!(
-            tflm["reference"]["head_bytes"], executor["reference"]["arena_bytes"],
+            u(&tflm["reference"]["head_bytes"]),
+            peak("tflm-greedy", "none"),
             "{kernels}: TFLM's own head vs memtrace's tflm-greedy"
         );
     }
@@ -475,13 +488,13 @@ fn the_x86_64_runners_give_the_cortex_m4_outputs_and_plans() {
 
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
-fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
+fn verify_proves_every_plan_on_real_tflm() {
     let model = shared_model("tflm_hello_world_int8.tflite");
     let dir = std::env::temp_dir().join(format!("memtrace-default-runtime-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let png = dir.join("arena.png");
     // No --runtime: real TFLM runs the plan, drawn and timed as on the
-    // executor.
+    // (TFLM timed without hooks).
     let out = memtrace([
         "verify",
         &model,
@@ -500,42 +513,28 @@ fn verify_proves_plans_on_real_tflm_unless_only_the_executor_runs_them() {
     assert!(untraced > 0.0, "{}", r["plan"]);
     let picture = std::fs::read(&png).unwrap();
     assert_eq!(&picture[1..4], b"PNG");
-    // The same on memtrace's executor, asked for by name.
-    let out = memtrace([
-        "verify",
-        &model,
-        "--runtime",
-        "executor",
-        "--format",
-        "json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(json(&out)["runtime"], "executor");
     // TinySeg runs on TFLM too (its storage operators are the runner's
-    // custom operators); the int16 accumulator only on the executor:
-    // chosen without --runtime, a usage error with --runtime tflm.
+    // custom operators).
     let tinyseg = ["verify", &model, "--planner", "tinyseg", "--format", "json"];
     let out = memtrace(tinyseg);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["runtime"], "tflm");
-    let int16 = [
-        "verify",
-        &model,
-        "--accumulator",
-        "int16",
-        "--format",
-        "json",
-    ];
-    let out = memtrace(int16);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(json(&out)["runtime"], "executor");
-    let out = memtrace([&int16[..], &["--runtime", "tflm"]].concat());
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--accumulator int16") && stderr(&out).contains("--runtime executor"),
-        "{}",
-        stderr(&out)
-    );
+    // The retired executor and the dropped int16 accumulator are usage
+    // errors that say so.
+    for (flag, value, says) in [
+        ("--runtime", "executor", "executor was retired"),
+        (
+            "--accumulator",
+            "int16",
+            "int16 TRANSPOSE_CONV accumulator was dropped",
+        ),
+    ] {
+        for command in ["verify", "plan"] {
+            let out = memtrace([command, &model, flag, value]);
+            assert_eq!(out.status.code(), Some(2), "{command} {flag} {value}");
+            assert!(stderr(&out).contains(says), "{}", stderr(&out));
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -27,7 +27,6 @@ use memtrace_tracer::{AccessPath, Arch};
 use crate::bench::{fastest, untraced_baselines};
 use crate::error::Result;
 use crate::kernels::Kernels;
-use crate::kernels::Runtime;
 use crate::provenance::OverlapChoice;
 use crate::tflm::{load_runner, model_bytes, seeded_inputs, ModelRun};
 use crate::trace_cache::TraceCache;
@@ -214,13 +213,11 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         target: Arch::CortexM4,
         kernels,
         overlap_kernels: None,
-        executor: None,
+        runner: None,
         plot: None,
         baseline,
         max_instructions: crate::common::MAX_INSTRUCTIONS,
         spill: Default::default(),
-        accumulator: Default::default(),
-        runtime: Runtime::Tflm,
         allow_foreign_plan: false,
         cache: TraceCache::new(false),
         oracle,

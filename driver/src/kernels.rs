@@ -1,12 +1,10 @@
 //! Kernel libraries: which build of the harness's guests runs a layer or a
 //! model. The same operator compiled from two libraries can walk memory in
 //! different orders, so O_s, scratch needs and the safety of an overlapped
-//! plan belong to the library build, not to the operator. And the runtime
-//! that runs a whole model with them: memtrace's executor or real TFLM.
+//! plan belong to the library build, not to the operator.
 
 use std::path::{Path, PathBuf};
 
-use memtrace_model::Accumulator;
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::error::Result;
@@ -118,45 +116,6 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
                 rel.display()
             )
         })
-}
-
-/// What runs the model in `verify`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum Runtime {
-    /// memtrace's executor: operators lowered by memtrace, tensors placed
-    /// by memtrace (every memtrace operator, TinySeg's spill and fetch
-    /// included).
-    Executor,
-    /// Real TensorFlow Lite Micro: its `MicroInterpreter`, allocator and
-    /// kernels, the plan given as `OfflineMemoryAllocation`.
-    #[default]
-    Tflm,
-}
-
-impl Runtime {
-    /// The runtime `plan` and `verify` use: the one asked for, or real TFLM
-    /// unless the request needs what only memtrace's executor runs. Errs
-    /// (with the reason) when TFLM is asked for such a request.
-    pub fn for_request(
-        requested: Option<Runtime>,
-        accumulator: Accumulator,
-    ) -> std::result::Result<Runtime, String> {
-        let executor_only = if accumulator != Accumulator::Int32 {
-            Some("--accumulator int16 (TFLM's TRANSPOSE_CONV keeps its own int32 accumulator)")
-        } else {
-            None
-        };
-        match (requested, executor_only) {
-            (Some(Runtime::Tflm), Some(why)) => Err(format!(
-                "{why} runs only on memtrace's executor, not with --runtime tflm: use --runtime \
-                 executor"
-            )),
-            (Some(r), _) => Ok(r),
-            (None, Some(_)) => Ok(Runtime::Executor),
-            (None, None) => Ok(Runtime::Tflm),
-        }
-    }
 }
 
 #[cfg(test)]

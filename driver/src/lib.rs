@@ -25,7 +25,6 @@ pub mod oracle;
 pub mod plan;
 pub mod plan_file;
 pub mod provenance;
-pub(crate) mod reference;
 pub mod regress;
 pub mod run;
 pub mod spill;

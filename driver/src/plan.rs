@@ -9,17 +9,15 @@ use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
 use memtrace_analyzer::tinyseg::TinysegPlan;
 use memtrace_model::planner::overlap::TracedOverlaps;
 use memtrace_model::planner::report::{compare, compare_all, Comparison};
-use memtrace_model::planner::{OverlapSource, Overlaps, Plan, PlanOptions, PlannerKind};
-use memtrace_model::{self as model, tflite, Accumulator, Model};
+use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::{tflite, Model};
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::bail;
 use crate::common::{check_output, threads};
 use crate::deploy::{measure_arena, Budget, MeasuredPlan};
 use crate::error::{Context, Result};
-use crate::executor_run::{ExecutorRun, Watch};
-use crate::kernels::Runtime;
-use crate::kernels::{harness_guest, library_of, Kernels};
+use crate::kernels::{library_of, Kernels};
 use crate::plan_file::PlanProvenance;
 use crate::provenance::{OverlapChoice, OverlapProvenance};
 use crate::spill::{transform, SpillOptions};
@@ -54,14 +52,8 @@ pub struct PlanRequest {
     pub emit_offline: Option<PathBuf>,
     /// Offsets and sizes are multiples of this.
     pub alignment: u64,
-    /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary
-    /// tensor quantisation, half the scratch).
-    pub accumulator: Accumulator,
     /// TinySeg's options (with `planner` = `tinyseg`).
     pub spill: SpillOptions,
-    /// The runtime the plan is for: with real TFLM, the scratch buffers and
-    /// traced O_s come from a run of the model itself on TFLM's runner.
-    pub runtime: Runtime,
     /// Traced O_s kept from earlier runs ([`TraceCache`]).
     pub cache: TraceCache,
     /// The firmware's arena budget in bytes (`--fits`).
@@ -186,17 +178,14 @@ impl PlanOutcome {
 fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)> {
     // On TFLM the model's own run traces every operator: the O_s verify
     // proves by default.
-    let source = req.overlap.unwrap_or(match req.runtime {
-        Runtime::Tflm => OverlapChoice::Traced,
-        Runtime::Executor => OverlapChoice::default_for(req.kernels),
-    });
+    let source = req.overlap.unwrap_or(OverlapChoice::Traced);
     let (modelled, suite) = match source {
         OverlapChoice::Traced => match &req.suite {
             Some(suite) => (
                 Some(library_of(&ElfImage::load(suite)?)),
                 Some(suite.clone()),
             ),
-            // The library's executor, as verify traces it.
+            // The model's own run on the library's TFLM runner.
             None => (Some(req.kernels), None),
         },
         OverlapChoice::Algorithmic | OverlapChoice::Analytic => (Some(Kernels::Tflm), None),
@@ -232,7 +221,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         &req.model,
         req.kernels,
         req.target,
-        runtime_name(req.runtime),
+        "tflm",
         provenance.source,
     )?;
     let warnings: Vec<String> = provenance.warning().into_iter().collect();
@@ -244,52 +233,27 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             provenance.warning().unwrap_or_default()
         );
     }
-    let model = match req.runtime {
-        Runtime::Tflm => crate::tflm::load_for_tflm(&req.model)?,
-        Runtime::Executor => {
-            model::source::load(&req.model).with_context(|| format!("loading {}", req.model))?
-        }
-    }
-    .with_transpose_conv_accumulator(req.accumulator);
+    let model = crate::tflm::load_for_tflm(&req.model)?;
     let file_tensors = model.tensors.len();
-    let (model, overlaps) = match req.runtime {
-        // The model itself traced on real TFLM: its scratch buffers, and
-        // with a traced source every operator's O_s.
-        Runtime::Tflm => {
-            let traced = crate::tflm::plan_inputs(
-                &req.model,
-                model.ops.len(),
-                req.kernels,
-                req.target,
-                &req.cache,
-            )?;
-            let model = model.with_scratch(&traced.scratch);
-            let overlaps = match provenance.source.method() {
-                None => Overlaps::compute(&model, &traced.overlaps),
-                Some(method) => Overlaps::compute(&model, &method as &dyn OverlapSource),
-            };
-            (model, overlaps)
-        }
-        Runtime::Executor => {
-            let base = model.clone();
-            let model = library_model(model, req.kernels)?;
-            let overlaps = match (provenance.source.method(), &suite) {
-                (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
-                (None, Some(suite)) => {
-                    Overlaps::compute(&model, &traced(&model, suite, &req.cache)?)
-                }
-                (None, None) => Overlaps::compute(
-                    &model,
-                    &traced_like_verify(&base, &model, req.kernels, &req.cache)?,
-                ),
-            };
-            (model, overlaps)
-        }
+    // The model itself traced on real TFLM: its scratch buffers, and with a
+    // traced source (without --suite) every operator's O_s.
+    let traced_run = crate::tflm::plan_inputs(
+        &req.model,
+        model.ops.len(),
+        req.kernels,
+        req.target,
+        &req.cache,
+    )?;
+    let model = model.with_scratch(&traced_run.scratch);
+    let overlaps = match (provenance.source.method(), &suite) {
+        (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
+        (None, Some(suite)) => Overlaps::compute(&model, &traced(&model, suite, &req.cache)?),
+        (None, None) => Overlaps::compute(&model, &traced_run.overlaps),
     };
     let opts = PlanOptions {
         alignment: req.alignment.max(1),
         // TFLM runs the operators in the model's order.
-        model_order_only: req.runtime == Runtime::Tflm,
+        model_order_only: true,
         ..PlanOptions::default()
     };
     if req.planner == Some(PlannerKind::Tinyseg) {
@@ -302,19 +266,11 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                  (TinySeg's storage operators as custom operators) once TFLM ran it"
             );
         }
-        // Zoo models get verify's seeded weights, which decide where an
-        // int16 accumulator is exact.
+        // Zoo models get verify's seeded weights.
         let seed = req.model.starts_with("zoo:").then_some(1);
         let mut warnings = warnings;
-        let spill = match req.runtime {
-            Runtime::Tflm => {
-                let (spill, warning) =
-                    crate::spill::for_tflm(&model, &overlaps, &req.spill, &opts, seed)?;
-                warnings.extend(warning);
-                spill
-            }
-            Runtime::Executor => req.spill,
-        };
+        let (spill, warning) = crate::spill::for_tflm(&model, &overlaps, &req.spill, &opts, seed)?;
+        warnings.extend(warning);
         let (optimized, seconds) = transform(&model, &overlaps, &spill, &opts, seed)?;
         if let Some(path) = &req.plot {
             plot_plan(&optimized.graph.model, &optimized.plan, path)?;
@@ -403,8 +359,6 @@ fn deployable(
         return Ok(None);
     }
     let needed = req.emit_offline.is_some() || req.fits.is_some();
-    // Planning for memtrace's executor runs no TFLM: measure only when asked.
-    let wanted = needed || req.runtime == Runtime::Tflm;
     let measured = |arena, not_measured| MeasuredPlan {
         planner: plan.planner.name().into(),
         overlap: plan.overlap.clone(),
@@ -412,13 +366,6 @@ fn deployable(
         arena,
         not_measured,
     };
-    if !wanted {
-        let why = "measured with --runtime tflm, --emit-offline or --fits".to_string();
-        return Ok(Some(Deployable {
-            measured: measured(None, Some(why)),
-            emitted: None,
-        }));
-    }
     let mut offsets = plan.offline_offsets(model);
     offsets.truncate(file_tensors);
     // The plan's provenance goes beside it, as the `memtrace_plan` entry.
@@ -468,87 +415,6 @@ fn deployable(
         measured: measured(arena, not_measured),
         emitted: Some(emitted),
     }))
-}
-
-/// `model` with the scratch tensors `kernels` needs: asked of its Cortex-M4
-/// executor, or for TFLM's reference kernels computed the way their
-/// `Prepare` requests them ([`Model::with_reference_scratch`]; the
-/// reference executor's query gives the same bytes, tests/verify_tiny_unet.rs).
-fn library_model(model: Model, kernels: Kernels) -> Result<Model> {
-    if kernels == Kernels::Tflm {
-        return Ok(model.with_reference_scratch());
-    }
-    let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--kernels tflm")?;
-    let image = ElfImage::load(&exe)?;
-    ExecutorRun {
-        image: &image,
-        seed: 1,
-        max_instructions: crate::common::MAX_INSTRUCTIONS,
-        input: None,
-    }
-    .with_scratch(&model)
-}
-
-/// Traced O_s of every operator of `model` (`base` with the library's
-/// scratch tensors) for `kernels`, from the one source `verify` uses: an
-/// un-overlapped run of the whole model (seed 1) in the library's Cortex-M4
-/// executor, every operator's monotone O_s measured in its layer window —
-/// QUANTIZE and DEQUANTIZE included, which have no kernel-suite layer. A
-/// model the executor cannot run (an operator it has no kernel for) is
-/// traced layer by layer through the library's kernel suite instead.
-fn traced_like_verify(
-    base: &Model,
-    model: &Model,
-    kernels: Kernels,
-    cache: &TraceCache,
-) -> Result<TracedOverlaps> {
-    let exe = harness_guest(Arch::CortexM4, kernels.executor_file(), "--suite")?;
-    let image = ElfImage::load(&exe)?;
-    let key = TraceCache::key(
-        "executor-reference-os-v2",
-        &[
-            &image.bytes,
-            &TraceCache::model_part(base),
-            &TraceCache::model_part(model),
-        ],
-    );
-    cache.fetch(&key, || {
-        reference_overlaps(&image, base, model, kernels, cache)
-    })
-}
-
-/// [`traced_like_verify`] without the cache.
-fn reference_overlaps(
-    image: &ElfImage,
-    base: &Model,
-    model: &Model,
-    kernels: Kernels,
-    cache: &TraceCache,
-) -> Result<TracedOverlaps> {
-    let greedy = Plan::tflm_greedy(model)?;
-    let runnable = memtrace_model::lower::lower(
-        model,
-        &memtrace_model::lower::LowerInput {
-            order: &greedy.order,
-            offsets: &greedy.offsets(model),
-            arena_bytes: greedy.arena_bytes(model),
-            seed: 1,
-            input_data: None,
-        },
-    )
-    .is_ok();
-    if !runnable {
-        let suite = harness_guest(Arch::CortexM4, kernels.suite_file(), "--suite")?;
-        return traced(model, &suite, cache);
-    }
-    let run = ExecutorRun {
-        image,
-        seed: 1,
-        max_instructions: crate::common::MAX_INSTRUCTIONS,
-        input: None,
-    };
-    let reference = crate::reference::reference_run(&run, base, Watch::default())?;
-    Ok(crate::reference::traced_overlaps(&reference).0)
 }
 
 /// Traces each distinct layer configuration of the model through the
@@ -602,14 +468,6 @@ pub fn traced(model: &Model, suite: &Path, cache: &TraceCache) -> Result<TracedO
         by_op: HashMap::new(),
         by_spec,
     })
-}
-
-/// The name a plan's provenance gives `runtime`.
-fn runtime_name(runtime: Runtime) -> &'static str {
-    match runtime {
-        Runtime::Tflm => "tflm",
-        Runtime::Executor => "executor",
-    }
 }
 
 /// Writes the deployable model and its header (unless it misses the

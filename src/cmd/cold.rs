@@ -33,26 +33,8 @@ pub enum PlotTime {
 pub struct ColdArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
     pub model: String,
-    /// Seed of the generated inputs (and of the weights of zoo models).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Raw bytes of the graph inputs, concatenated in order, instead of
-    /// seeded data.
-    #[arg(long, value_name = "FILE")]
-    pub input: Option<PathBuf>,
-    /// Architecture of the TFLM runner.
-    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
-    pub target: Arch,
-    /// TFLM's kernels (tflm: the reference kernels, tflm-runner.elf;
-    /// cmsis-nn: tflm-runner-cmsis.elf).
-    #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
-    pub kernels: Kernels,
-    /// The TFLM runner ELF (default: harness-c/build/TARGET/tflm-runner.elf,
-    /// or tflm-runner-cmsis.elf with --kernels cmsis-nn).
-    // `--executor` is the name from before `cold` ran on TFLM: still
-    // accepted, not offered, for one release.
-    #[arg(long, value_name = "ELF", alias = "executor")]
-    pub runner: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: super::model_run_args::ModelRunArgs,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Write the report here instead of stdout.
@@ -77,11 +59,11 @@ pub struct ColdArgs {
 pub fn run(args: ColdArgs) -> Result<ExitCode> {
     let report = cold(&ColdOptions {
         model: args.model,
-        seed: args.seed,
-        input: args.input,
-        target: args.target,
-        kernels: args.kernels,
-        runner: args.runner,
+        seed: args.run.seed,
+        input: args.run.input,
+        target: args.run.target,
+        kernels: args.run.kernels,
+        runner: args.run.runner,
         plot: args.plot,
         plot_instructions: args.plot_time == PlotTime::Instructions,
         out: args.out.clone(),

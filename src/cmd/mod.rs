@@ -4,7 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod cold;
-pub mod executor_args;
+pub mod model_run_args;
 pub mod plan;
 pub mod regress;
 pub mod run;
@@ -80,4 +80,38 @@ pub fn jobs(text: &str) -> Result<usize, String> {
         .ok_or_else(|| {
             format!("`{text}` is not a worker count from 1 to {max} (each worker is an emulator)")
         })
+}
+
+/// `--runtime`: only `tflm` is left. memtrace's own executor was retired
+/// (TinySeg's storage operators are the TFLM runner's custom operators), so
+/// `executor` is an error that says so instead of an unknown value.
+pub fn runtime_value(text: &str) -> Result<String, String> {
+    match text {
+        "tflm" => Ok(text.to_string()),
+        "executor" => Err(
+            "memtrace's executor was retired: every model runs on real TFLM (the \
+             default; TinySeg's spill and fetch operators are the runner's custom operators), so \
+             leave out --runtime"
+                .into(),
+        ),
+        other => Err(format!("unknown runtime `{other}` (only tflm)")),
+    }
+}
+
+/// `--accumulator`: only `int32`, TFLM's own. TinySeg's int16 accumulator
+/// for TRANSPOSE_CONV was dropped with the executor: TFLM's TRANSPOSE_CONV
+/// asks for an int32 scratch in `Prepare`, an int16 one would need a kernel
+/// of memtrace's own in every firmware, and it is exact only where every
+/// sum fits 16 bits (docs/tinyseg.md).
+pub fn accumulator_value(text: &str) -> Result<String, String> {
+    match text {
+        "int32" => Ok(text.to_string()),
+        "int16" => Err(
+            "the int16 TRANSPOSE_CONV accumulator was dropped: TFLM's TRANSPOSE_CONV \
+             keeps an int32 accumulator, and a narrower one would need a kernel of memtrace's own \
+             in the firmware (docs/tinyseg.md, \"What was dropped\")"
+                .into(),
+        ),
+        other => Err(format!("unknown accumulator `{other}` (only int32)")),
+    }
 }

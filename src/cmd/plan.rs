@@ -7,12 +7,11 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::kernels::{Kernels, Runtime};
+use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan::{plan, PlanRequest};
 use memtrace_driver::provenance::OverlapChoice;
 use memtrace_driver::trace_cache::TraceCache;
 use memtrace_model::planner::PlannerKind;
-use memtrace_model::Accumulator;
 use memtrace_tracer::Arch;
 
 /// `all` (`None`), or one planner.
@@ -49,9 +48,8 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub spill: super::spill_args::SpillArgs,
     /// Where O_s comes from: analytic, algorithmic, traced or none. Default:
-    /// traced — on real TFLM, the model's own run; on memtrace's executor,
-    /// every layer through --suite for any library but tflm, whose loop
-    /// nests the analytic default models.
+    /// traced — the model's own run on real TFLM (or, with --suite, every
+    /// layer through that kernel suite).
     #[arg(long, value_enum)]
     pub overlap: Option<OverlapChoice>,
     /// Write --emit-offline even when the O_s source models another kernel
@@ -59,17 +57,16 @@ pub struct PlanArgs {
     /// --kernels cmsis-nn): such a plan may corrupt data on --kernels.
     #[arg(long)]
     pub allow_foreign_overlap: bool,
-    /// Kernel library the plan is for: cmsis-nn adds each operator's scratch
-    /// buffer (asked of executor-cmsis.elf) and traces suite-cmsis.elf.
+    /// Kernel library the plan is for: its TFLM runner's run gives each
+    /// operator's scratch buffers and traced O_s.
     #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
     pub kernels: Kernels,
-    /// The core the plan is for (real TFLM's runner of that target; the
-    /// executor runs on cortex-m4 only).
+    /// The core the plan is for (real TFLM's runner of that target).
     #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
     pub target: Arch,
-    /// Kernel suite traced for `--overlap traced` (default:
-    /// harness-c/build/cortex-m4/suite.elf, or suite-cmsis.elf with
-    /// --kernels cmsis-nn).
+    /// Take traced O_s from this kernel suite instead, each distinct layer
+    /// traced through it (e.g. a suite built from another CMSIS-NN release);
+    /// scratch buffers still come from the model's run on TFLM.
     #[arg(long)]
     pub suite: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -92,16 +89,12 @@ pub struct PlanArgs {
     /// two from 1 to 4096.
     #[arg(long, default_value_t = 16, value_parser = alignment)]
     pub alignment: u64,
-    /// TRANSPOSE_CONV accumulator (int16: TinySeg's scratch quantisation).
-    #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
-    pub accumulator: Accumulator,
-    /// The runtime the plan is for: tflm traces the model itself on real
-    /// TensorFlow Lite Micro (harness-c/build/cortex-m4/tflm-runner*.elf) for
-    /// every operator's scratch buffers and O_s. Default: tflm, except for
-    /// what only memtrace's executor runs (--planner tinyseg, --accumulator
-    /// int16).
-    #[arg(long, value_enum)]
-    pub runtime: Option<Runtime>,
+    /// Only int32 (TFLM's own); int16 was dropped with memtrace's executor.
+    #[arg(long, hide = true, value_parser = super::accumulator_value)]
+    pub accumulator: Option<String>,
+    /// Only tflm, the default (memtrace's executor was retired).
+    #[arg(long, hide = true, value_parser = super::runtime_value)]
+    pub runtime: Option<String>,
     /// Trace every layer again instead of taking O_s traced by an earlier
     /// run of the same guest ELF (the cache: $MEMTRACE_CACHE_DIR, else
     /// ~/.cache/memtrace/traces)
@@ -110,15 +103,6 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
-    let runtime = Runtime::for_request(args.runtime, args.accumulator)
-        .unwrap_or_else(|e| super::usage_error(&e));
-    if runtime == Runtime::Executor && args.target != Arch::CortexM4 {
-        super::usage_error(&format!(
-            "--target {}: memtrace's executor plans for cortex-m4 only (real TFLM, the default \
-             runtime, runs on every target)",
-            args.target.name()
-        ));
-    }
     args.spill
         .check(args.planner.0 == Some(PlannerKind::Tinyseg));
     let report = plan(&PlanRequest {
@@ -133,8 +117,6 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         emit_offline: args.emit_offline,
         alignment: args.alignment,
         spill: args.spill.options(),
-        accumulator: args.accumulator,
-        runtime,
         cache: TraceCache::new(!args.no_cache),
         fits: args.fits,
     })?;

@@ -11,14 +11,11 @@ use clap::Args;
 use memtrace_driver::common::check_output;
 use memtrace_driver::deploy::{header_path, Budget};
 use memtrace_driver::kernels::Kernels;
-use memtrace_driver::kernels::Runtime;
 use memtrace_driver::plan_file::PlanPick;
 use memtrace_driver::provenance::OverlapChoice;
-use memtrace_driver::verify::executor::verify;
 use memtrace_driver::verify::tflm::{verify_tflm, TflmVerifyReport};
 use memtrace_driver::verify::VerifyOptions;
 use memtrace_model::planner::PlannerKind;
-use memtrace_model::Accumulator;
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
@@ -50,7 +47,7 @@ pub struct VerifyArgs {
     #[arg(long, requires = "plan")]
     pub allow_foreign_plan: bool,
     #[command(flatten)]
-    pub run: super::executor_args::ExecutorArgs,
+    pub run: super::model_run_args::ModelRunArgs,
     /// Take the traced O_s from this library's run instead (e.g. check a
     /// plan certified for tflm on cmsis-nn). Not with --plan, whose file
     /// gives the placement.
@@ -80,19 +77,12 @@ pub struct VerifyArgs {
     /// Stop a guest that runs longer than this many instructions.
     #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
-    /// Accumulator of every TRANSPOSE_CONV (int16: TinySeg's temporary tensor
-    /// quantisation, half the scratch; compare the output digest with int32's).
-    #[arg(long, value_enum, default_value_t = Accumulator::Int32)]
-    pub accumulator: Accumulator,
-    /// What runs the model: real TensorFlow Lite Micro (its interpreter,
-    /// allocator and kernels; the plan given to it as
-    /// OfflineMemoryAllocation; --executor then names the TFLM runner ELF),
-    /// or memtrace's executor. Default: tflm, except for what only the
-    /// executor runs (--accumulator int16). TinySeg (--planner tinyseg)
-    /// runs on both: on TFLM its storage operators are the runner's custom
-    /// operators, and its scratch is never narrowed to int16.
-    #[arg(long, value_enum)]
-    pub runtime: Option<Runtime>,
+    /// Only int32 (TFLM's own); int16 was dropped with memtrace's executor.
+    #[arg(long, hide = true, value_parser = super::accumulator_value)]
+    pub accumulator: Option<String>,
+    /// Only tflm, the default (memtrace's executor was retired).
+    #[arg(long, hide = true, value_parser = super::runtime_value)]
+    pub runtime: Option<String>,
     /// Once the plan is proven (result OK), write the model with it as
     /// OfflineMemoryAllocation to OUT.tflite and its C header to OUT.h
     /// (kTensorArenaSize, the model bytes; docs/deploy.md). Nothing is
@@ -134,19 +124,12 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     }
     let planner = args.planner;
     args.spill.check(planner == Some(PlannerKind::Tinyseg));
-    let runtime = Runtime::for_request(args.runtime, args.accumulator)
-        .unwrap_or_else(|e| super::usage_error(&e));
     let format = args.format;
     let embedded_plan = args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();
     let deploy = Deploy {
         dest: args.emit_offline,
         fits: args.fits,
     };
-    if runtime != Runtime::Tflm && (deploy.dest.is_some() || deploy.fits.is_some()) {
-        super::usage_error(
-            "--emit-offline and --fits prove the plan on real TFLM: they need --runtime tflm",
-        );
-    }
     if let Some(dest) = &deploy.dest {
         let model = std::path::Path::new(&args.model);
         if args.model.starts_with("zoo:") {
@@ -167,32 +150,18 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         target: args.run.target,
         kernels: args.run.kernels,
         overlap_kernels: args.overlap_from,
-        executor: args.run.executor,
+        runner: args.run.runner,
         plot: args.plot,
         baseline: args.baseline,
         max_instructions: args.max_instructions,
         spill: args.spill.options(),
-        accumulator: args.accumulator,
         allow_foreign_plan: args.allow_foreign_plan,
-        runtime,
         cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
         oracle: !args.no_oracle,
         embedded_plan,
         pick,
     };
-    if opts.runtime == Runtime::Tflm {
-        let report = verify_tflm(&opts)?;
-        for w in &report.warnings {
-            super::say(&format!("WARNING: {w}"));
-        }
-        match format {
-            Format::Table => super::emit(&report.to_text())?,
-            Format::Json => super::emit(&json_with_verdict(&report, report.ok())?)?,
-        }
-        let deployed = deploy.finish(&report)?;
-        return Ok(ExitCode::from(u8::from(!report.ok() || !deployed)));
-    }
-    let report = verify(&opts)?;
+    let report = verify_tflm(&opts)?;
     for w in &report.warnings {
         super::say(&format!("WARNING: {w}"));
     }
@@ -200,7 +169,8 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         Format::Table => super::emit(&report.to_text())?,
         Format::Json => super::emit(&json_with_verdict(&report, report.ok())?)?,
     }
-    Ok(ExitCode::from(u8::from(!report.ok())))
+    let deployed = deploy.finish(&report)?;
+    Ok(ExitCode::from(u8::from(!report.ok() || !deployed)))
 }
 
 /// A report and its verdict, as the JSON output prints them: every field of

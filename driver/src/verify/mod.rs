@@ -1,21 +1,20 @@
 //! Whole-model verification (`memtrace verify`): a plan proven by running
-//! the model under it, on memtrace's executor ([`executor`]) or on real
-//! TensorFlow Lite Micro ([`tflm`]). This module holds what both share: the
-//! request, and the placement files it may name instead of a planner.
+//! the model under it on real TensorFlow Lite Micro ([`tflm`]; TinySeg's
+//! transformed models in `tflm_tinyseg`). This module holds the request and
+//! the placement files it may name instead of a planner.
 
-pub mod executor;
 pub mod tflm;
 mod tflm_tinyseg;
 
 use std::path::PathBuf;
 
 use memtrace_model::planner::PlannerKind;
-use memtrace_model::{Accumulator, Model};
+use memtrace_model::Model;
 use memtrace_tracer::Arch;
 use serde::Deserialize;
 
 use crate::error::{Context, Result};
-use crate::kernels::{Kernels, Runtime};
+use crate::kernels::Kernels;
 use crate::plan_file::{check_provenance, from_document, PlanPick};
 use crate::provenance::OverlapChoice;
 use crate::spill::SpillOptions;
@@ -37,17 +36,17 @@ pub struct VerifyOptions {
     pub plan: Option<PathBuf>,
     /// Seed of the generated input (and of zoo weights).
     pub seed: u64,
-    /// Raw bytes of the first graph input.
+    /// Raw bytes of the graph inputs, concatenated in input order.
     pub input: Option<PathBuf>,
-    /// Architecture of the executor.
+    /// Architecture of the runner.
     pub target: Arch,
-    /// Kernel library of the executor.
+    /// Kernel library of the runner.
     pub kernels: Kernels,
     /// Library whose traces give the plan's traced O_s (default: `kernels`).
     pub overlap_kernels: Option<Kernels>,
-    /// The executor ELF (default: `harness-c/build/TARGET/` and the
-    /// library's executor file).
-    pub executor: Option<PathBuf>,
+    /// The TFLM runner ELF (default: `harness-c/build/TARGET/` and the
+    /// library's runner file).
+    pub runner: Option<PathBuf>,
     /// Arena-wide trace picture of both runs.
     pub plot: Option<PathBuf>,
     /// Also time the plan's program without hooks.
@@ -56,11 +55,6 @@ pub struct VerifyOptions {
     pub max_instructions: u64,
     /// TinySeg's base planner and target (with `planner` = `tinyseg`).
     pub spill: SpillOptions,
-    /// Accumulator of every TRANSPOSE_CONV, in both runs (int16: TinySeg's
-    /// temporary tensor quantisation).
-    pub accumulator: Accumulator,
-    /// What runs the model: memtrace's executor or real TFLM.
-    pub runtime: Runtime,
     /// Check a `plan` file made for another kernel library than `kernels`
     /// (with a warning) instead of refusing it.
     pub allow_foreign_plan: bool,

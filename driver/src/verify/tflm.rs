@@ -1,4 +1,4 @@
-//! `memtrace verify --runtime tflm`: a plan proven on real TensorFlow Lite
+//! `memtrace verify`: a plan proven on real TensorFlow Lite
 //! Micro in the emulator, with TFLM's own allocator and kernels.
 //!
 //! 1. The reference run: TFLM lays out the arena with its own greedy planner
@@ -33,7 +33,7 @@ use super::VerifyOptions;
 use crate::common::{exit_text, run_without_hooks};
 use crate::deploy::{measure_arena_on, MeasuredPlan};
 use crate::error::{Context, Result};
-use crate::kernels::{Kernels, Runtime};
+use crate::kernels::Kernels;
 use crate::oracle::{self, OracleComparison};
 use crate::plan_file::{EmbeddedOrigin, PlanProvenance};
 use crate::spill::{storage_op_instructions, SpillRun};
@@ -112,7 +112,7 @@ pub struct TensorPlacement {
     pub reference_offset: Option<u64>,
 }
 
-/// What `verify --runtime tflm` found.
+/// What `verify` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct TflmVerifyReport {
     /// The model.
@@ -773,7 +773,6 @@ struct Subject {
 
 impl Subject {
     fn load(req: &VerifyOptions) -> Result<Subject> {
-        Runtime::for_request(Some(Runtime::Tflm), req.accumulator).map_err(|e| failed!("{e}"))?;
         if let Some(p) = &req.plot {
             crate::common::check_output(p, &[std::path::Path::new(&req.model)])?;
         }
@@ -810,8 +809,8 @@ impl Subject {
         let (path, image) = target_runner(
             req.target,
             req.kernels,
-            req.executor.as_deref(),
-            "--executor",
+            req.runner.as_deref(),
+            "--runner",
         )?;
         let arena_limit = crate::tflm::runner_arena_bytes(&image)?;
         check_tensors_fit(&model, arena_limit, &path)?;
@@ -957,7 +956,7 @@ fn foreign_overlaps(
     subject: &Subject,
     kernels: Kernels,
 ) -> Result<(TracedOverlaps, Vec<TflmOpOverlap>)> {
-    let (_, other) = target_runner(req.target, kernels, None, "--executor")?;
+    let (_, other) = target_runner(req.target, kernels, None, "--runner")?;
     let layers = trace_layers(
         &other,
         &subject.bytes,
