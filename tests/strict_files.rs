@@ -29,8 +29,6 @@ fn verify_plan(text: &str) -> (Option<i32>, String, String) {
     let model = tfmicro_model("hello_world");
     let out = memtrace([
         "verify",
-        "--runtime",
-        "executor",
         path_str(&model),
         "--plan",
         path_str(&path),
@@ -47,16 +45,18 @@ fn a_plan_arena_smaller_than_its_tensors_is_an_error_naming_the_tensor() {
     let (code, out, err) = verify_plan(r#"{"tensors": [{"name": "Identity", "offset": 0}]}"#);
     assert_eq!(code, Some(0), "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
-    let placed = r["plan"]["tensors"]
+    let placed = r["tensors"]
         .as_array()
         .unwrap()
         .iter()
         .find(|t| t["name"] == "Identity")
         .unwrap()
         .clone();
-    assert_eq!(u(&placed["offset"]), 0);
-    let size = u(&placed["size"]);
-    let arena = u(&r["plan"]["arena_bytes"]);
+    // Where the file put it, and where TFLM found it when it ran.
+    assert_eq!(u(&placed["planned_offset"]), 0, "{r}");
+    assert_eq!(u(&placed["tflm_offset"]), 0, "{r}");
+    let size = u(&placed["bytes"]);
+    let arena = u(&r["plan"]["planned_bytes"]);
     assert!(arena >= size, "{r}");
 
     for too_small in [0, 1, size - 1] {
@@ -80,7 +80,7 @@ fn a_plan_arena_smaller_than_its_tensors_is_an_error_naming_the_tensor() {
     ));
     assert_eq!(code, Some(0), "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(u(&r["plan"]["arena_bytes"]), arena);
+    assert_eq!(u(&r["plan"]["planned_bytes"]), arena);
 }
 
 #[test]
