@@ -204,13 +204,7 @@ fn an_offline_plan_covers_every_subgraph_and_tflm_takes_it() {
     let mut plans = Vec::new();
     for (model, out) in [(&one, "one-plan.tflite"), (&two, "two-plan.tflite")] {
         let out = dir.path().join(out);
-        let a = args(&[
-            "plan",
-            &path_arg(model),
-            "--runtime",
-            "tflm",
-            "--emit-offline",
-        ]);
+        let a = args(&["plan", &path_arg(model), "--emit-offline"]);
         let a = [a, vec![path_arg(&out)]].concat();
         let o = bounded(dir.path(), &a, Duration::from_secs(120));
         assert_eq!(o.code, Some(0), "{}", o.show(&a));
@@ -328,15 +322,7 @@ fn tflm_commands(model: &Path) -> Vec<Vec<String>> {
     let m = path_arg(model);
     vec![
         args(&["run", &m, "--kernels", "cmsis-nn"]),
-        args(&[
-            "plan",
-            &m,
-            "--runtime",
-            "tflm",
-            "--kernels",
-            "cmsis-nn",
-            "--no-cache",
-        ]),
+        args(&["plan", &m, "--kernels", "cmsis-nn", "--no-cache"]),
         args(&[
             "verify",
             &m,
@@ -543,7 +529,7 @@ fn model_strings_are_printed_escaped_in_reports_and_errors() {
     assert_no_raw_controls(&o, &a);
     assert!(o.stdout.contains(&format!("t0{escaped}")), "{}", o.show(&a));
     for a in [
-        args(&["plan", &m, "--runtime", "tflm", "--no-cache"]),
+        args(&["plan", &m, "--no-cache"]),
         args(&["verify", &m, "--no-oracle", "--no-cache"]),
     ] {
         let o = bounded(dir.path(), &a, Duration::from_secs(60));
@@ -656,15 +642,7 @@ fn uint32_tensors_run_plan_and_verify_on_real_tflm() {
 
     // Any plan keeps a CAST's input and output apart: 256 B of UINT32 and
     // 128 B of INT16 are live together.
-    let a = args(&[
-        "plan",
-        &m,
-        "--runtime",
-        "tflm",
-        "--format",
-        "json",
-        "--no-cache",
-    ]);
+    let a = args(&["plan", &m, "--format", "json", "--no-cache"]);
     let o = bounded(dir.path(), &a, Duration::from_secs(60));
     assert_eq!(o.code, Some(0), "{}", o.show(&a));
     let plan: Value = serde_json::from_str(&o.stdout).unwrap();
@@ -869,14 +847,7 @@ fn campaign_of_subgraph_option_name_and_type_mutants() {
         let bytes = with_extra_subgraphs(&hello, extra);
         let total: usize = tensor_counts(&bytes).iter().sum();
         std::fs::write(&model, &bytes).unwrap();
-        let a = args(&[
-            "plan",
-            &path_arg(&model),
-            "--runtime",
-            "tflm",
-            "--no-cache",
-            "--emit-offline",
-        ]);
+        let a = args(&["plan", &path_arg(&model), "--no-cache", "--emit-offline"]);
         let a = [a, vec![path_arg(&emitted)]].concat();
         let o = bounded(dir.path(), &a, limit);
         tally.record(&format!("{extra} extra subgraphs, plan"), &o, &a, |_| {

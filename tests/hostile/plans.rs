@@ -163,9 +163,6 @@ fn verify_plan(dir: &Scratch, model: &str, plan: &Value, args: &[&str]) -> Run {
         "--format",
         "json",
     ];
-    if !args.contains(&"--runtime") {
-        all.extend(["--runtime", "tflm"]);
-    }
     all.extend_from_slice(args);
     memtrace(dir, &all)
 }
@@ -225,10 +222,6 @@ fn huge_plan_sizes_are_errors_naming_the_field_not_aborts() {
         let r = verify_plan(&dir, &model, plan, &[]);
         assert_eq!(r.signal, None, "{plan}: killed: {}", r.stderr);
         r.assert_error(&[field, &RUNNER_ARENA.to_string()]);
-        // The executor has its own, smaller bound: also a clean error.
-        let r = verify_plan(&dir, &model, plan, &["--runtime", "executor"]);
-        assert_eq!(r.signal, None, "{plan}: killed: {}", r.stderr);
-        assert_eq!(r.code, Some(1), "{plan}: {}", r.stderr);
     }
     assert!(dir.leftovers().is_empty(), "{:?}", dir.leftovers());
 }
@@ -266,9 +259,6 @@ fn a_model_with_a_4_gib_output_is_an_error_naming_the_tensor_not_an_abort() {
     let r = memtrace(&dir, &["verify", &model, "--no-oracle"]);
     assert_eq!(r.signal, None, "killed: {}", r.stderr);
     r.assert_error(&["huge_out", "4294967296", &RUNNER_ARENA.to_string()]);
-    let r = memtrace(&dir, &["verify", &model, "--runtime", "executor"]);
-    assert_eq!(r.signal, None, "killed: {}", r.stderr);
-    r.assert_error(&["huge_out", "4294967296"]);
     // `plan` only computes (its 4 GiB arena is reported, not allocated);
     // `run` reports what TFLM did: on a 32-bit target its size_t byte count
     // of the tensor wraps to 0, so TFLM runs it. No abort either way.
@@ -337,11 +327,8 @@ fn plans_of_models_with_variable_tensors_verify() {
         let (n, o) = &placed[0];
         let partial = json!({"tensors": [{"name": n, "offset": o}]});
         verify_plan(&dir, &model, &partial, &[]).assert_ok();
-        // What `plan` prints for this runtime.
-        let report = memtrace(
-            &dir,
-            &["plan", &model, "--runtime", "tflm", "--format", "json"],
-        );
+        // What `plan` prints for it.
+        let report = memtrace(&dir, &["plan", &model, "--format", "json"]);
         assert_eq!(report.code, Some(0), "{}", report.stderr);
         let printed = plan_file_from_report(&report.json(), "dmo-heap", "tflm");
         verify_plan(&dir, &model, &printed, &[]).assert_ok();
@@ -386,7 +373,7 @@ fn a_plans_kernels_are_checked_on_real_tflm() {
     assert_eq!(v["warnings"], json!([]));
 }
 
-/// `plan MODEL --runtime tflm --kernels tflm --emit-offline` into `dir`:
+/// `plan MODEL --kernels tflm --emit-offline` into `dir`:
 /// the model with a dmo-heap plan for the reference kernels embedded, and
 /// that plan's offsets.
 fn emit_offline(dir: &Scratch, model: &str, out: &str) -> (String, Vec<i64>) {
@@ -396,8 +383,6 @@ fn emit_offline(dir: &Scratch, model: &str, out: &str) -> (String, Vec<i64>) {
         &[
             "plan",
             model,
-            "--runtime",
-            "tflm",
             "--kernels",
             "tflm",
             "--emit-offline",
@@ -521,10 +506,7 @@ fn an_unnamed_tensor_has_one_name_in_reports_and_plans() {
         .unwrap_or_else(|| panic!("no `{name}` in {}", v["tensors"]));
     let offset = row["reference_offset"].as_u64().unwrap();
     // `plan` calls it the same.
-    let r = memtrace(
-        &dir,
-        &["plan", &model, "--runtime", "tflm", "--format", "json"],
-    );
+    let r = memtrace(&dir, &["plan", &model, "--format", "json"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stdout.contains(&format!("\"{name}\"")), "{}", r.stdout);
     // Both spellings are accepted in a plan, at its reference offset.
@@ -552,10 +534,7 @@ fn a_tensor_listed_twice_in_a_plan_is_an_error_naming_it() {
         {"name": name, "offset": 0},
         {"name": name, "offset": 64},
     ]});
-    for runtime in ["tflm", "executor"] {
-        verify_plan(&dir, &model, &plan, &["--runtime", runtime])
-            .assert_error(&[&format!("`{name}`"), "listed twice"]);
-    }
+    verify_plan(&dir, &model, &plan, &[]).assert_error(&[&format!("`{name}`"), "listed twice"]);
 }
 
 /// What the campaign knows of a mutant before running it.
