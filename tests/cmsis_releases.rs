@@ -96,7 +96,7 @@ fn check_release(name: &str, r: &Release) {
     make(
         &build,
         &checkout(r),
-        &elfs(&build, &TARGETS, &["suite-cmsis.elf", "executor-cmsis.elf"]),
+        &elfs(&build, &TARGETS, &["suite-cmsis.elf"]),
     );
     eprintln!(
         "{name}: built both targets in {:.1} s",
