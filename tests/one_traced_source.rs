@@ -1,8 +1,7 @@
-//! `plan --overlap traced` and `verify` take their traced O_s from one
-//! source: the un-overlapped run of the whole model in
-//! the library's executor. Before, `plan` traced kernel-suite layers only,
-//! so QUANTIZE and DEQUANTIZE (no suite layer) got no overlap while
-//! `verify` measured one, and the two planned different arenas.
+//! `plan` and `verify` take their traced O_s from one source: an
+//! un-overlapped run of the whole model on the library's TFLM runner (each
+//! its own run). Kernel-suite layers alone would miss QUANTIZE and
+//! DEQUANTIZE (no suite layer), and the two would plan different arenas.
 
 mod common;
 
@@ -61,8 +60,6 @@ fn plan_and_verify_plan_with_the_same_traced_overlaps() {
     for model in [path_str(&sandwich), path_str(&hello), "zoo:sakr_cifar10"] {
         let v = run_json(&[
             "verify",
-            "--runtime",
-            "executor",
             model,
             "--planner",
             "dmo-heap",
@@ -72,8 +69,6 @@ fn plan_and_verify_plan_with_the_same_traced_overlaps() {
         let p = run_json(&[
             "plan",
             model,
-            "--runtime",
-            "executor",
             "--overlap",
             "traced",
             "--planner",
@@ -99,7 +94,7 @@ fn plan_and_verify_plan_with_the_same_traced_overlaps() {
         assert_eq!(v["plan"]["overlap"], "traced");
         assert_eq!(
             u(&plan["peak_bytes"]),
-            u(&v["plan"]["arena_bytes"]),
+            u(&v["plan"]["planned_bytes"]),
             "{model}"
         );
     }
