@@ -77,19 +77,10 @@ fn plans_for_cmsis_nn_take_their_overlaps_from_cmsis_nn_traces_by_default() {
     assert_eq!(r["warnings"], serde_json::json!([]));
     assert_eq!(r["plans"][0]["overlap"], "traced", "{r}");
     assert!(!err.contains("WARNING"), "{err}");
-    // The reference library too: on real TFLM (the default runtime) the
-    // model's own run is traced; memtrace's executor keeps the closed forms.
+    // The reference library too: the model's own run on TFLM is traced.
     let (t, err) = plan_json(&["zoo:mobilenet_v1_0.25_128_int8", "--planner", "dmo-heap"]);
     assert_eq!(t["kernels"], "tflm");
     assert_eq!(t["overlap_source"], "traced");
-    let (e, _) = plan_json(&[
-        "zoo:mobilenet_v1_0.25_128_int8",
-        "--planner",
-        "dmo-heap",
-        "--runtime",
-        "executor",
-    ]);
-    assert_eq!(e["overlap_source"], "analytic");
     assert_eq!(t["overlap_kernels"], "tflm");
     assert_eq!(t["foreign_overlap"], false);
     assert!(!err.contains("WARNING"), "{err}");
@@ -185,8 +176,6 @@ fn verify_plan(model: &Path, plan: &str, args: &[&str]) -> (Option<i32>, String,
     std::fs::write(&path, plan).unwrap();
     let mut all = vec![
         "verify",
-        "--runtime",
-        "executor",
         path_str(model),
         "--plan",
         path_str(&path),
@@ -233,7 +222,7 @@ fn verify_refuses_a_plan_made_for_another_library_unless_allowed() {
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("WARNING"), "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
-    assert!(r["warnings"].is_null(), "{r}");
+    assert_eq!(r["warnings"], serde_json::json!([]), "{r}");
 }
 
 #[test]
@@ -246,57 +235,45 @@ fn verify_rejects_an_unknown_kernel_library_in_a_plan_file() {
 
 #[test]
 #[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
-fn an_executor_of_another_library_than_kernels_is_an_error() {
+fn a_runner_of_another_library_than_kernels_is_an_error() {
     // The report must never say cmsis-nn when no
-    // CMSIS-NN code ran, nor tflm when CMSIS-NN did. `verify --runtime
-    // executor` runs memtrace's executor; `cold` runs a TFLM runner.
+    // CMSIS-NN code ran, nor tflm when CMSIS-NN did.
     let model = tfmicro_model("hello_world");
-    for (cmd, reference, cmsis, kind) in [
-        ("verify", "executor", "executor-cmsis", "executor"),
-        ("cold", "tflm-runner", "tflm-runner-cmsis", "runner"),
-    ] {
-        let reference = guest("cortex-m4", reference);
-        let cmsis = guest("cortex-m4", cmsis);
-        for (kernels, exe, built_with) in [
+    let reference = guest("cortex-m4", "tflm-runner");
+    let cmsis = guest("cortex-m4", "tflm-runner-cmsis");
+    for cmd in ["verify", "cold"] {
+        for (kernels, runner, built_with) in [
             ("cmsis-nn", &reference, "tflm"),
             ("tflm", &cmsis, "cmsis-nn"),
         ] {
-            let mut args = vec![cmd];
-            if cmd == "verify" {
-                args.extend(["--runtime", "executor"]);
-            }
-            args.extend([
+            let out = memtrace([
+                cmd,
                 path_str(&model),
                 "--kernels",
                 kernels,
-                "--executor",
-                path_str(exe),
+                "--runner",
+                path_str(runner),
             ]);
-            let out = memtrace(&args);
             let err = stderr(&out);
             assert_eq!(out.status.code(), Some(1), "{cmd} {kernels}: {err}");
             assert!(out.stdout.is_empty());
             assert!(
                 err.starts_with("error: ")
-                    && err.contains(&format!("is a {built_with} {kind}"))
+                    && err.contains(&format!("is a {built_with} runner"))
                     && err.contains(&format!("--kernels {built_with}")),
                 "{err}"
             );
         }
     }
-    let reference = guest("cortex-m4", "executor");
-    let cmsis = guest("cortex-m4", "executor-cmsis");
     // Matching pairs run.
-    for (kernels, exe) in [("tflm", &reference), ("cmsis-nn", &cmsis)] {
+    for (kernels, runner) in [("tflm", &reference), ("cmsis-nn", &cmsis)] {
         let out = memtrace([
             "verify",
-            "--runtime",
-            "executor",
             path_str(&model),
             "--kernels",
             kernels,
-            "--executor",
-            path_str(exe),
+            "--runner",
+            path_str(runner),
         ]);
         assert_eq!(out.status.code(), Some(0), "{kernels}: {}", stderr(&out));
     }
@@ -335,8 +312,6 @@ fn the_plan_printed_for_cmsis_nn_verifies_clean_on_cmsis_nn_and_the_foreign_one_
     let verify = |path: &Path, extra: &[&str]| -> (Option<i32>, Value) {
         let mut all = vec![
             "verify",
-            "--runtime",
-            "executor",
             "zoo:mobilenet_v1_0.25_128_int8",
             "--kernels",
             "cmsis-nn",

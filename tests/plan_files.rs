@@ -1,6 +1,6 @@
 //! Plan files that round-trip and plans that say whose they are: what
-//! `memtrace plan --format json` writes, `verify --plan` takes as is on
-//! either runtime; its provenance (model digest, kernels, target) is checked
+//! `memtrace plan --format json` writes, `verify --plan` takes as is; its
+//! provenance (model digest, kernels, target) is checked
 //! against the run; `plan --emit-offline` writes a `memtrace_plan` metadata
 //! entry that `run` and `verify` read to say whose an embedded
 //! `OfflineMemoryAllocation` is.
@@ -89,8 +89,8 @@ fn smallest(doc: &Value) -> &Value {
         .unwrap()
 }
 
-/// `verify MODEL --plan FILE --kernels K --runtime R --format json`.
-fn verify_plan(model: &str, plan: &str, kernels: &str, runtime: &str, extra: &[&str]) -> Value {
+/// `verify MODEL --plan FILE --kernels K --format json`.
+fn verify_plan(model: &str, plan: &str, kernels: &str, extra: &[&str]) -> Value {
     let mut all = vec![
         "verify",
         model,
@@ -98,8 +98,6 @@ fn verify_plan(model: &str, plan: &str, kernels: &str, runtime: &str, extra: &[&
         plan,
         "--kernels",
         kernels,
-        "--runtime",
-        runtime,
         "--no-oracle",
         "--format",
         "json",
@@ -140,61 +138,50 @@ fn assert_tflm_placed_as(report: &Value, plan: &Value) {
     }
 }
 
-/// No clobbered read (a list on TFLM, a count on the executor) and
-/// outputs bit-exact.
+/// No clobbered read and outputs bit-exact.
 fn assert_clean(v: &Value) {
-    let clobbers = &v["clobbers"];
-    assert!(
-        clobbers.as_array().is_some_and(|c| c.is_empty()) || clobbers.as_u64() == Some(0),
-        "{v}"
-    );
+    assert_eq!(v["clobbers"], serde_json::json!([]), "{v}");
     assert_eq!(v["bit_exact"], true, "{v}");
 }
 
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
-fn a_plan_document_round_trips_on_both_runtimes() {
+fn a_plan_document_round_trips() {
     let dir = Scratch::new("round-trip");
     let kws = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
     for model in [ZOO, kws.as_str()] {
         for kernels in ["tflm", "cmsis-nn"] {
-            for runtime in ["tflm", "executor"] {
+            {
                 // Every planner (the default), then one.
-                let all = plan_document(&dir, model, kernels, &["--runtime", runtime], "all.json");
+                let all = plan_document(&dir, model, kernels, &[], "all.json");
                 let one = plan_document(
                     &dir,
                     model,
                     kernels,
-                    &["--runtime", runtime, "--planner", "exact"],
+                    &["--planner", "exact"],
                     "one.json",
                 );
                 let p = &all["provenance"];
                 assert_eq!(p["kernels"], kernels);
                 assert_eq!(p["target"], "cortex-m4");
-                assert_eq!(p["runtime"], runtime);
-                for verify_on in ["tflm", "executor"] {
-                    let what = format!("{model} {kernels} planned on {runtime}, on {verify_on}");
-                    let v = verify_plan(model, &dir.path("all.json"), kernels, verify_on, &[]);
+                assert_eq!(p["runtime"], "tflm");
+                {
+                    let what = format!("{model} {kernels}");
+                    let v = verify_plan(model, &dir.path("all.json"), kernels, &[]);
                     assert_clean(&v);
                     let taken = smallest(&all);
-                    if verify_on == "tflm" {
-                        assert_tflm_placed_as(&v, taken);
-                        let note = v["plan_taken"].as_str().unwrap();
-                        assert!(
-                            note.contains(taken["planner"].as_str().unwrap())
-                                && note.contains("smallest"),
-                            "{what}: {note}"
-                        );
-                        assert_eq!(v["plan"]["planned_bytes"], taken["peak_bytes"], "{what}");
-                    } else {
-                        assert_eq!(v["plan"]["arena_bytes"], taken["peak_bytes"], "{what}");
-                    }
-                    let v = verify_plan(model, &dir.path("one.json"), kernels, verify_on, &[]);
+                    assert_tflm_placed_as(&v, taken);
+                    let note = v["plan_taken"].as_str().unwrap();
+                    assert!(
+                        note.contains(taken["planner"].as_str().unwrap())
+                            && note.contains("smallest"),
+                        "{what}: {note}"
+                    );
+                    assert_eq!(v["plan"]["planned_bytes"], taken["peak_bytes"], "{what}");
+                    let v = verify_plan(model, &dir.path("one.json"), kernels, &[]);
                     assert_clean(&v);
-                    if verify_on == "tflm" {
-                        assert_tflm_placed_as(&v, &one["plans"][0]);
-                        assert!(v["plan_taken"].as_str().unwrap().contains("its only plan"));
-                    }
+                    assert_tflm_placed_as(&v, &one["plans"][0]);
+                    assert!(v["plan_taken"].as_str().unwrap().contains("its only plan"));
                 }
             }
         }
@@ -208,7 +195,7 @@ fn planner_picks_one_plan_of_a_document() {
     let doc = plan_document(&dir, ZOO, "tflm", &[], "all.json");
     let file = dir.path("all.json");
     for planner in ["linear", "tflm-greedy", "exact"] {
-        let v = verify_plan(ZOO, &file, "tflm", "tflm", &["--planner", planner]);
+        let v = verify_plan(ZOO, &file, "tflm", &["--planner", planner]);
         assert_clean(&v);
         let row = doc["plans"]
             .as_array()
@@ -225,7 +212,6 @@ fn planner_picks_one_plan_of_a_document() {
     let v = verify_plan(
         ZOO,
         &file,
-        "tflm",
         "tflm",
         &["--planner", "dmo-heap", "--overlap", "none"],
     );
@@ -283,7 +269,7 @@ fn a_plan_of_another_model_kernels_or_target_is_refused_naming_both() {
     let dir = Scratch::new("refused");
     let exported = dir.path("mobilenet.tflite");
     export_zoo(&exported);
-    let doc = plan_document(&dir, ZOO, "cmsis-nn", &["--runtime", "tflm"], "plan.json");
+    let doc = plan_document(&dir, ZOO, "cmsis-nn", &[], "plan.json");
     let file = dir.path("plan.json");
     // The digest the plan carries is the exported model's bytes' FNV-1a.
     let ours = fnv1a(&std::fs::read(&exported).unwrap());
@@ -291,49 +277,34 @@ fn a_plan_of_another_model_kernels_or_target_is_refused_naming_both() {
     // Another model.
     let hello = shared_model("tflm_hello_world_int8.tflite");
     let theirs = fnv1a(&std::fs::read(&hello).unwrap());
-    for runtime in ["tflm", "executor"] {
-        let err = refused(
-            &hello,
-            &file,
-            &["--kernels", "cmsis-nn", "--runtime", runtime],
-        );
-        assert!(err.contains(&ours) && err.contains(&theirs), "{err}");
-        assert!(err.contains("another model"), "{err}");
-        // Other kernels.
-        let err = refused(ZOO, &file, &["--kernels", "tflm", "--runtime", runtime]);
-        assert!(
-            err.contains("cmsis-nn") && err.contains("not tflm"),
-            "{err}"
-        );
-        assert!(err.contains("--allow-foreign-plan"), "{err}");
-    }
-    // Another target (only the executor runs on x86-64).
-    let err = refused(
-        ZOO,
-        &file,
-        &[
-            "--kernels",
-            "cmsis-nn",
-            "--runtime",
-            "executor",
-            "--target",
-            "x86-64",
-        ],
+    let err = refused(&hello, &file, &["--kernels", "cmsis-nn"]);
+    assert!(err.contains(&ours) && err.contains(&theirs), "{err}");
+    assert!(err.contains("another model"), "{err}");
+    // Other kernels.
+    let err = refused(ZOO, &file, &["--kernels", "tflm"]);
+    assert!(
+        err.contains("cmsis-nn") && err.contains("not tflm"),
+        "{err}"
     );
+    assert!(err.contains("--allow-foreign-plan"), "{err}");
+    // Another target: the same plan, said to be made for x86-64.
+    let mut other_target = doc.clone();
+    other_target["provenance"]["target"] = "x86-64".into();
+    let elsewhere = dir.path("x86-plan.json");
+    std::fs::write(&elsewhere, other_target.to_string()).unwrap();
+    let err = refused(ZOO, &elsewhere, &["--kernels", "cmsis-nn"]);
     assert!(err.contains("cortex-m4") && err.contains("x86-64"), "{err}");
     // The exported file is the same model as the zoo's: taken.
-    let v = verify_plan(&exported, &file, "cmsis-nn", "tflm", &[]);
+    let v = verify_plan(&exported, &file, "cmsis-nn", &[]);
     assert_clean(&v);
 }
 
-/// `plan MODEL --runtime tflm --kernels tflm --emit-offline OUT`.
+/// `plan MODEL --kernels tflm --emit-offline OUT`.
 fn emit_reference_plan(dir: &Scratch, model: &str, out: &str) -> String {
     let dest = dir.path(out);
     let r = memtrace([
         "plan",
         model,
-        "--runtime",
-        "tflm",
         "--kernels",
         "tflm",
         "--emit-offline",
@@ -444,19 +415,6 @@ fn an_embedded_plan_says_whose_it_is() {
         "{err}"
     );
 
-    // memtrace's executor places tensors itself: it says so, and whose the
-    // plan it does not check is.
-    let r = memtrace(["verify", &embedded, "--runtime", "executor", "--no-oracle"]);
-    assert!(r.status.success(), "{}", stderr(&r));
-    let err = stderr(&r);
-    assert!(
-        err.contains("WARNING: ")
-            && err.contains("carries an embedded offline plan")
-            && err.contains("memtrace's plan")
-            && err.contains("--runtime tflm"),
-        "{err}"
-    );
-
     // The same offsets without memtrace's note: unknown origin.
     let stripped = tflite::strip_metadata(&bytes, tflite::PLAN_METADATA)
         .unwrap()
@@ -488,6 +446,4 @@ fn an_embedded_plan_says_whose_it_is() {
     );
     // Nothing to warn about kernels: nobody said which it was made for.
     assert!(!stderr(&r).contains("made by memtrace"), "{}", stderr(&r));
-    let r = memtrace(["verify", &foreign, "--runtime", "executor", "--no-oracle"]);
-    assert!(stderr(&r).contains("unknown origin"), "{}", stderr(&r));
 }

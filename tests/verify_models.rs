@@ -34,7 +34,7 @@ fn assert_dmo_safe(model: &str, overlap: &str) -> Value {
     assert_eq!(r["plan"]["planner"], "dmo-heap");
     assert_eq!(r["plan"]["overlap"], overlap);
     assert_eq!(r["clobbers"], json!([]), "{model}: clobbers");
-    assert_eq!(r["reference"]["clobbers"], json!([]), "{model}");
+    assert_eq!(r["reference"]["clobbers"], json!(0), "{model}");
     assert_eq!(r["bit_exact"], true, "{model}: outputs differ");
     assert_eq!(code, 0, "{model}: {r}");
     let (reference, planned) = (
@@ -169,7 +169,7 @@ fn an_overlap_beyond_the_traced_os_is_reported_as_a_clobber() {
     assert_eq!(c["overwritten_by"]["tensor"], output);
     // The first clobbered byte lies in the overlapped part of the input.
     assert!(u(&c["offset"]) < os + 16);
-    assert_eq!(r["reference"]["clobbers"], json!([]));
+    assert_eq!(r["reference"]["clobbers"], json!(0));
 }
 
 /// The reverse sweep, proved by running it: every operator of magic_wand
@@ -210,12 +210,18 @@ fn the_traced_reverse_os_is_exactly_the_safe_reverse_overlap() {
             code, 1,
             "{layer} at reverse O_s + 4 must clobber: {unsafe_}"
         );
+        // A byte both tensors share is read either as the input (a
+        // clobber) or as the output the kernel wrote: TFLM's SOFTMAX reads
+        // its output back to normalise it, so there the shadow map cannot
+        // tell the two reads apart and the wrong outputs show the clobber.
         let clobbers = unsafe_["clobbers"].as_array().unwrap();
+        let named = clobbers
+            .iter()
+            .any(|c| c["op"] == layer && c["tensor"] == input);
+        let reads_its_output = layer.contains(":SOFTMAX:");
         assert!(
-            clobbers
-                .iter()
-                .any(|c| c["op"] == layer && c["tensor"] == input),
-            "{layer}: {clobbers:?}"
+            named || (reads_its_output && unsafe_["bit_exact"] == false),
+            "{layer}: {unsafe_}"
         );
     }
     // MaxPool leaves the input's last rows unread: a reverse overlap exists.

@@ -7,14 +7,11 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use memtrace_abi::Analysis;
-use memtrace_io::input::{read_limited, MAX_INPUT_FILE};
 use memtrace_io::output::{output_target, OutputTarget};
-use memtrace_model::{self as model, Accumulator, Model};
 use memtrace_tracer::baseline::{run_untraced, UntracedOptions, UntracedRun};
 use memtrace_tracer::{AccessPath, ElfImage, Progress, RunSummary, TraceOptions};
 
-use crate::bail;
-use crate::error::{Context, Error, Result};
+use crate::error::{Error, Result};
 
 /// The instruction budget of one guest run unless `--max-instructions`
 /// says otherwise, the same for every command: about 30 to 50 s of
@@ -193,32 +190,3 @@ pub fn access_path(exact_time: bool) -> AccessPath {
     }
 }
 
-/// The model at `source` (`MODEL.tflite` or `zoo:NAME`) and the first
-/// graph input's bytes (`--input`), checked.
-pub(crate) fn load_model(
-    source: &str,
-    input: Option<&Path>,
-    accumulator: Accumulator,
-) -> Result<(Model, Option<Vec<u8>>)> {
-    let model = model::source::load(source)
-        .with_context(|| format!("loading {source}"))?
-        .with_transpose_conv_accumulator(accumulator);
-    model.validate()?;
-    let input_data = input
-        .map(|p| read_limited(p, MAX_INPUT_FILE, "--input files"))
-        .transpose()?;
-    if let (Some(data), Some(&first)) = (&input_data, model.inputs.first()) {
-        let t = &model.tensors[first];
-        if data.len() as u64 != t.bytes {
-            bail!(
-                "--input has {} bytes; graph input `{}` ({} {:?}) needs {}",
-                data.len(),
-                t.name,
-                t.dtype,
-                t.shape,
-                t.bytes
-            );
-        }
-    }
-    Ok((model, input_data))
-}

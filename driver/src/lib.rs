@@ -18,7 +18,6 @@ pub mod common;
 pub mod contract;
 pub mod deploy;
 pub mod error;
-pub(crate) mod executor_run;
 pub mod kernels;
 pub mod ladder;
 pub mod oracle;

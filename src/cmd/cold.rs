@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_driver::cold::{cold, ColdOptions};
-use memtrace_driver::kernels::Kernels;
-use memtrace_tracer::Arch;
 
 use super::write_report;
 
