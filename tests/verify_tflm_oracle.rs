@@ -23,15 +23,14 @@ fn oracle(py: &PathBuf, model: &str) -> (i32, Value) {
     oracle_with(py, model, &[])
 }
 
-/// The oracle with `verify_args` passed on to `memtrace verify` on
-/// memtrace's executor (the runtime these tests hold to real TFLM).
+/// The oracle with `verify_args` passed on to `memtrace verify` (TFLM in
+/// the emulator, held here to PyPI's TFLM on the host by the script).
 fn oracle_with(py: &PathBuf, model: &str, verify_args: &[&str]) -> (i32, Value) {
     let out = Command::new(py)
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
         .arg(env!("CARGO_BIN_EXE_memtrace"))
         .arg(model)
         .arg("--")
-        .args(["--runtime", "executor"])
         .args(verify_args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -114,7 +113,7 @@ fn exported_int8_zoo_models_are_bit_exact_and_dmo_beats_tflm_s_arena() {
     std::fs::remove_dir_all(&tmp).ok();
 }
 
-/// PAD in the executor is TFLM's PAD: the Keras-style MobileNet v1 with an
+/// PAD in the emulated runner is PyPI TFLM's PAD: the Keras-style MobileNet v1 with an
 /// explicit PAD before each stride-2 layer, exported and run by current
 /// TFLM, gives memtrace's outputs bit for bit, TFLM's own arena head equals
 /// memtrace's tflm-greedy (the PAD outputs make it 133 136 B instead of the
@@ -165,8 +164,9 @@ fn tiny_unet_is_bit_exact_with_current_tflm_and_its_arena_head_is_tflm_greedy() 
 }
 
 /// CMSIS-NN's int8 kernels are designed to match TFLM's reference kernels
-/// bit for bit: the CMSIS-NN executor's outputs equal current TFLM's, and
-/// the DMO plan from CMSIS-NN's own traces verifies clean on it.
+/// bit for bit: TFLM built with CMSIS-NN in the emulator gives PyPI TFLM's
+/// outputs (its reference kernels), and the plan from CMSIS-NN's own traces
+/// verifies clean on it.
 #[test]
 #[cfg_attr(
     no_oracle,
@@ -176,7 +176,7 @@ fn tiny_unet_is_bit_exact_with_current_tflm_and_its_arena_head_is_tflm_greedy() 
     all(no_cmsis, not(no_oracle)),
     ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR"
 )]
-fn the_cmsis_nn_executor_is_bit_exact_with_current_tflm() {
+fn the_cmsis_nn_build_is_bit_exact_with_current_tflm() {
     let py = python();
     let tmp = std::env::temp_dir().join(format!("memtrace-oracle-cmsis-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
@@ -231,7 +231,7 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
     let verify = |extra: &[&str]| -> (Value, String) {
         let run = |format: &str| {
             let args = [
-                &["--runtime", "tflm", "--no-cache", "--format", format],
+                &["--no-cache", "--format", format],
                 extra,
             ]
             .concat();
@@ -278,20 +278,4 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
         }
     }
     assert_eq!(beside, alone, "the same clobbers, placements and outputs");
-}
-
-/// `--no-oracle` on memtrace's executor: the report has no host comparison,
-/// where the same verify without the flag has one that agrees.
-#[test]
-#[cfg_attr(
-    no_oracle,
-    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
-)]
-fn no_oracle_leaves_out_the_host_comparison_on_the_executor_too() {
-    let verify = |extra: &[&str]| -> Value {
-        let args = [&["--runtime", "executor", "--format", "json"], extra].concat();
-        serde_json::from_slice(&verify_with_python(&ad_model(), &args)).expect("a JSON report")
-    };
-    assert_eq!(verify(&[])["oracle"]["bit_exact"], true);
-    assert!(verify(&["--no-oracle"]).get("oracle").is_none());
 }
