@@ -462,15 +462,7 @@ fn the_traced_run_is_the_one_run_and_verify_report() {
         layers.iter().map(|l| l.1).sum::<u64>()
     );
     assert_eq!(u(&cold["arena_bytes"]), u(&run["tflm"]["head_bytes"]));
-    let out = memtrace([
-        "verify",
-        model,
-        "--runtime",
-        "tflm",
-        "--no-oracle",
-        "--format",
-        "json",
-    ]);
+    let out = memtrace(["verify", model, "--no-oracle", "--format", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let verify = json(&out);
     let tensors = cold["tensors"].as_array().unwrap();

@@ -42,7 +42,6 @@ use std::time::{Duration, Instant};
 use memtrace_abi::spec::{Dtype, LayerSpec, OpKind};
 use memtrace_driver::verify::placement_from_plan;
 use memtrace_model::export::{materialize, to_tflite};
-use memtrace_model::lower::{check_placement, lower, LowerInput};
 use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::{tflite, zoo, Model};
 use memtrace_overlap::configs::{estimated_instructions, try_random_configs};
@@ -749,7 +748,8 @@ fn elf_target(name: &str, bytes: Vec<u8>) -> Result<(), String> {
 }
 
 /// Import, then what `plan` and `verify` do with an imported model before
-/// the emulator: validate, layer specs, two planners, lowering.
+/// the emulator: validate, layer specs, two planners, the offline plan
+/// written into the model.
 fn tflite_target(bytes: &[u8]) -> Result<(), String> {
     let model = tflite::import_bytes("fuzz", bytes).map_err(|e| e.to_string())?;
     model.validate().map_err(|e| e.to_string())?;
@@ -776,22 +776,16 @@ fn tflite_target(bytes: &[u8]) -> Result<(), String> {
     for t in &plan.tensors {
         offsets[t.tensor] = Some(t.offset);
     }
-    let arena = plan.peak_bytes.unwrap_or(0);
-    // Lowering fills graph inputs with seeded data: keep it small.
-    if arena <= 4 << 20 {
-        lower(
-            &model,
-            &LowerInput {
-                order: &plan.order,
-                offsets: &offsets,
-                arena_bytes: arena,
-                seed: 1,
-                input_data: None,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    }
+    tflite::emit_offline(bytes, &offline_offsets(&offsets)).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Offsets as `OfflineMemoryAllocation` holds them (-1: TFLM places it).
+fn offline_offsets(offsets: &[Option<u64>]) -> Vec<i64> {
+    offsets
+        .iter()
+        .map(|o| o.and_then(|v| i64::try_from(v).ok()).unwrap_or(-1))
+        .collect()
 }
 
 fn spec_target(text: &str) -> Result<(), String> {
@@ -808,22 +802,17 @@ fn spec_target(text: &str) -> Result<(), String> {
 }
 
 /// What `verify --plan` does with a plan file, up to the emulator: names to
-/// tensors, offsets over the reference placement, the arena, lowering.
-fn plan_target(model: &Model, reference: &[Option<u64>], text: &str) -> Result<(), String> {
-    let (offsets, arena) =
+/// tensors, offsets over the reference placement, the arena, the offline
+/// plan written into the model's bytes.
+fn plan_target(
+    bytes: &[u8],
+    model: &Model,
+    reference: &[Option<u64>],
+    text: &str,
+) -> Result<(), String> {
+    let (offsets, _arena) =
         placement_from_plan(model, reference, text).map_err(|e| e.to_string())?;
-    check_placement(model, &offsets, arena).map_err(|e| e.to_string())?;
-    lower(
-        model,
-        &LowerInput {
-            order: &(0..model.ops.len()).collect::<Vec<_>>(),
-            offsets: &offsets,
-            arena_bytes: arena,
-            seed: 1,
-            input_data: None,
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    tflite::emit_offline(bytes, &offline_offsets(&offsets)).map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -929,7 +918,8 @@ fn fuzz_job_spec_parser_in_process() {
 #[test]
 fn fuzz_plan_json_in_process() {
     let started = Instant::now();
-    let model = tflite::import_file(&common::tfmicro_model("magic_wand")).unwrap();
+    let bytes = std::fs::read(common::tfmicro_model("magic_wand")).unwrap();
+    let model = tflite::import_bytes("magic_wand", &bytes).unwrap();
     let plan = planner::run(
         &model,
         PlannerKind::TflmGreedy,
@@ -948,10 +938,10 @@ fn fuzz_plan_json_in_process() {
         "arena_bytes": plan.peak_bytes,
     })
     .to_string();
-    plan_target(&model, &reference, &seed_plan).unwrap();
+    plan_target(&bytes, &model, &reference, &seed_plan).unwrap();
     let mut t = Tally::default();
     let run = |t: &mut Tally, text: &str| {
-        if !in_process(t, "plan", || plan_target(&model, &reference, text)) {
+        if !in_process(t, "plan", || plan_target(&bytes, &model, &reference, text)) {
             keep("plan", "json", text.as_bytes());
         }
     };

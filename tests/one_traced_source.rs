@@ -58,14 +58,7 @@ fn plan_and_verify_plan_with_the_same_traced_overlaps() {
     let sandwich = quantize_sandwich(&dir);
     let hello = tfmicro_model("hello_world");
     for model in [path_str(&sandwich), path_str(&hello), "zoo:sakr_cifar10"] {
-        let v = run_json(&[
-            "verify",
-            model,
-            "--planner",
-            "dmo-heap",
-            "--format",
-            "json",
-        ]);
+        let v = run_json(&["verify", model, "--planner", "dmo-heap", "--format", "json"]);
         let p = run_json(&[
             "plan",
             model,

@@ -154,13 +154,7 @@ fn a_plan_document_round_trips() {
             {
                 // Every planner (the default), then one.
                 let all = plan_document(&dir, model, kernels, &[], "all.json");
-                let one = plan_document(
-                    &dir,
-                    model,
-                    kernels,
-                    &["--planner", "exact"],
-                    "one.json",
-                );
+                let one = plan_document(&dir, model, kernels, &["--planner", "exact"], "one.json");
                 let p = &all["provenance"];
                 assert_eq!(p["kernels"], kernels);
                 assert_eq!(p["target"], "cortex-m4");
@@ -302,14 +296,7 @@ fn a_plan_of_another_model_kernels_or_target_is_refused_naming_both() {
 /// `plan MODEL --kernels tflm --emit-offline OUT`.
 fn emit_reference_plan(dir: &Scratch, model: &str, out: &str) -> String {
     let dest = dir.path(out);
-    let r = memtrace([
-        "plan",
-        model,
-        "--kernels",
-        "tflm",
-        "--emit-offline",
-        &dest,
-    ]);
+    let r = memtrace(["plan", model, "--kernels", "tflm", "--emit-offline", &dest]);
     assert!(r.status.success(), "{}", stderr(&r));
     dest
 }

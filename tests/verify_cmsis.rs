@@ -109,7 +109,11 @@ fn a_plan_certified_on_the_reference_kernels_is_proven_or_refuted_on_cmsis_nn() 
     let dmo = ["--planner", "dmo-heap", "--no-oracle"];
     let (code, tflm) = verify(model, &dmo);
     assert_eq!(code, 0, "the reference-kernel plan is certified there");
-    let cross_args = [&dmo[..], &["--kernels", "cmsis-nn", "--overlap-from", "tflm"]].concat();
+    let cross_args = [
+        &dmo[..],
+        &["--kernels", "cmsis-nn", "--overlap-from", "tflm"],
+    ]
+    .concat();
     let (cross_code, cross) = verify(model, &cross_args);
     let (own_code, own) = verify(model, &[&dmo[..], &["--kernels", "cmsis-nn"]].concat());
     assert_eq!(cross["overlap_kernels"], "tflm");

@@ -230,11 +230,7 @@ fn a_short_plan_run_beside_the_oracle_is_one_timed_run_with_the_same_report() {
     let model = ad_model();
     let verify = |extra: &[&str]| -> (Value, String) {
         let run = |format: &str| {
-            let args = [
-                &["--no-cache", "--format", format],
-                extra,
-            ]
-            .concat();
+            let args = [&["--no-cache", "--format", format], extra].concat();
             verify_with_python(&model, &args)
         };
         let json = serde_json::from_slice(&run("json")).expect("a JSON report");

@@ -126,7 +126,10 @@ fn a_transpose_convolution_s_scratch_is_its_int32_accumulator() {
 #[test]
 #[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
 fn tiny_unet_on_cmsis_nn_is_bit_exact_with_the_reference_kernels() {
-    let (code, r) = verify(TINY_UNET, &["--kernels", "cmsis-nn", "--planner", "dmo-heap"]);
+    let (code, r) = verify(
+        TINY_UNET,
+        &["--kernels", "cmsis-nn", "--planner", "dmo-heap"],
+    );
     assert_clean(TINY_UNET, &r, code);
     let (_, reference_kernels) = verify(TINY_UNET, &["--planner", "dmo-heap"]);
     assert_eq!(r["output_digest"], reference_kernels["output_digest"]);

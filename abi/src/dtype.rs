@@ -1,6 +1,5 @@
-//! Element types of tensors: one enum for the model's tensors, the kernel
-//! suite's layers and the executor's program. The suite and the program
-//! know only some of them ([`Dtype::job_code`], [`Dtype::program_code`]).
+//! Element types of tensors: one enum for the model's tensors and the kernel
+//! suite's layers. The suite knows only some of them ([`Dtype::job_code`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,17 +13,6 @@ c_constants! {
     JOB_DTYPE_CODES: i32 {
         DTYPE_F32 = 1,
         DTYPE_INT8 = 2,
-    }
-}
-
-c_constants! {
-    /// Element-type codes of the executor's program (`enum prg_dtype` of
-    /// `memtrace_program.h`).
-    PROGRAM_DTYPE_CODES: i32 {
-        PDT_F32 = 1,
-        PDT_INT8 = 2,
-        PDT_UINT8 = 3,
-        PDT_INT32 = 4,
     }
 }
 
@@ -120,18 +108,6 @@ impl Dtype {
         match self {
             Dtype::Float32 => Some(DTYPE_F32),
             Dtype::Int8 => Some(DTYPE_INT8),
-            _ => None,
-        }
-    }
-
-    /// Code in the executor's program (`enum prg_dtype`), if the executor
-    /// has tensors of this type.
-    pub fn program_code(self) -> Option<i32> {
-        match self {
-            Dtype::Float32 => Some(PDT_F32),
-            Dtype::Int8 => Some(PDT_INT8),
-            Dtype::Uint8 => Some(PDT_UINT8),
-            Dtype::Int32 => Some(PDT_INT32),
             _ => None,
         }
     }

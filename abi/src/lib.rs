@@ -9,7 +9,6 @@
 //! * [`spec`]: layer configurations and the job mailbox of `memtrace_job.h`;
 //! * [`symbols`]: the guest symbols the host finds by name;
 //! * [`selection`]: how `--layer` names a layer (name, index, `index:op`);
-//! * [`program`]: the whole-model program of `memtrace_program.h`;
 //! * [`tflm`]: the mailbox of the TFLM runner guests (`memtrace_tflm.h`);
 //! * [`event`]: the event stream the tracer sends;
 //! * [`analysis`]: the trait every consumer of that stream implements.
@@ -37,7 +36,6 @@ pub mod dtype;
 pub mod event;
 pub mod geometry;
 pub mod op;
-pub mod program;
 pub mod protocol;
 pub mod selection;
 pub mod spec;

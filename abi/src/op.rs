@@ -1,8 +1,7 @@
 //! The operator vocabulary: every operator memtrace knows, in one enum, with
 //! its name and code in each layer of the stack — TFLite's builtin operator
-//! (import and export of `.tflite`), the kernel suite's job (`memtrace_job.h`,
-//! one layer traced in isolation) and the executor's program
-//! (`memtrace_program.h`, a whole model). [`OpKind::names`] is the one table
+//! (import and export of `.tflite`) and the kernel suite's job
+//! (`memtrace_job.h`, one layer traced in isolation). [`OpKind::names`] is the one table
 //! that says all of them; an operator that a layer does not know has `None`
 //! there.
 
@@ -26,31 +25,6 @@ c_constants! {
         OP_TRANSPOSE_CONV = 9,
         OP_CONCATENATION = 10,
         OP_PAD = 11,
-    }
-}
-
-c_constants! {
-    /// Operator codes of the executor's program (`enum prg_kind` of
-    /// `memtrace_program.h`; the job's codes where both have the operator).
-    PROGRAM_KIND_CODES: i32 {
-        PK_CONV2D = 1,
-        PK_DEPTHWISE_CONV2D = 2,
-        PK_MAX_POOL = 3,
-        PK_AVERAGE_POOL = 4,
-        PK_FULLY_CONNECTED = 5,
-        PK_ADD = 6,
-        PK_RELU = 7,
-        PK_SOFTMAX = 9,
-        PK_RESHAPE = 10,
-        PK_QUANTIZE = 11,
-        PK_DEQUANTIZE = 12,
-        PK_TRANSPOSE_CONV = 13,
-        PK_CONCATENATION = 14,
-        PK_PAD = 15,
-        PK_SPILL = 20,
-        PK_FETCH = 21,
-        PK_FETCH_CONCAT = 22,
-        PK_FETCH_CONV2D = 23,
     }
 }
 
@@ -145,10 +119,6 @@ pub struct OpNames {
     pub builtin: Option<i32>,
     /// The kernel suite's job code (`OP_*`).
     pub job: Option<i32>,
-    /// The executor program's kind (`PK_*`): the kernel that runs it, which
-    /// several operators may share (RELU6 runs the RELU kernel with its
-    /// clamp, SQUEEZE the RESHAPE copy).
-    pub program: Option<i32>,
 }
 
 /// One row of [`OpKind::names`].
@@ -157,14 +127,12 @@ const fn row(
     tflite: &'static str,
     builtin: Option<i32>,
     job: Option<i32>,
-    program: Option<i32>,
 ) -> OpNames {
     OpNames {
         name,
         tflite,
         builtin,
         job,
-        program,
     }
 }
 
@@ -223,97 +191,60 @@ impl OpKind {
     pub const fn names(self) -> OpNames {
         use OpKind as K;
         match self {
-            K::Conv2d => row(
-                "conv2d",
-                "CONV_2D",
-                Some(3),
-                Some(OP_CONV2D),
-                Some(PK_CONV2D),
-            ),
+            K::Conv2d => row("conv2d", "CONV_2D", Some(3), Some(OP_CONV2D)),
             K::DepthwiseConv2d => row(
                 "depthwise_conv2d",
                 "DEPTHWISE_CONV_2D",
                 Some(4),
                 Some(OP_DEPTHWISE_CONV2D),
-                Some(PK_DEPTHWISE_CONV2D),
             ),
             K::FullyConnected => row(
                 "fully_connected",
                 "FULLY_CONNECTED",
                 Some(9),
                 Some(OP_FULLY_CONNECTED),
-                Some(PK_FULLY_CONNECTED),
             ),
-            K::MaxPool => row(
-                "max_pool",
-                "MAX_POOL_2D",
-                Some(17),
-                Some(OP_MAX_POOL),
-                Some(PK_MAX_POOL),
-            ),
+            K::MaxPool => row("max_pool", "MAX_POOL_2D", Some(17), Some(OP_MAX_POOL)),
             K::AveragePool => row(
                 "average_pool",
                 "AVERAGE_POOL_2D",
                 Some(1),
                 Some(OP_AVERAGE_POOL),
-                Some(PK_AVERAGE_POOL),
             ),
-            K::Add => row("add", "ADD", Some(0), Some(OP_ADD), Some(PK_ADD)),
-            K::Sub => row("sub", "SUB", Some(41), None, None),
-            K::Mul => row("mul", "MUL", Some(18), None, None),
-            K::Relu => row("relu", "RELU", Some(19), Some(OP_RELU), Some(PK_RELU)),
-            K::Relu6 => row("relu6", "RELU6", Some(21), None, Some(PK_RELU)),
-            K::ReluN1To1 => row("relu_n1_to1", "RELU_N1_TO_1", Some(20), None, Some(PK_RELU)),
-            K::Logistic => row("logistic", "LOGISTIC", Some(14), None, None),
-            K::Tanh => row("tanh", "TANH", Some(28), None, None),
-            K::Softmax => row("softmax", "SOFTMAX", Some(25), None, Some(PK_SOFTMAX)),
-            K::Reshape => row("reshape", "RESHAPE", Some(22), None, Some(PK_RESHAPE)),
-            K::Squeeze => row("squeeze", "SQUEEZE", Some(43), None, Some(PK_RESHAPE)),
-            K::Quantize => row("quantize", "QUANTIZE", Some(114), None, Some(PK_QUANTIZE)),
-            K::Dequantize => row(
-                "dequantize",
-                "DEQUANTIZE",
-                Some(6),
-                None,
-                Some(PK_DEQUANTIZE),
-            ),
+            K::Add => row("add", "ADD", Some(0), Some(OP_ADD)),
+            K::Sub => row("sub", "SUB", Some(41), None),
+            K::Mul => row("mul", "MUL", Some(18), None),
+            K::Relu => row("relu", "RELU", Some(19), Some(OP_RELU)),
+            K::Relu6 => row("relu6", "RELU6", Some(21), None),
+            K::ReluN1To1 => row("relu_n1_to1", "RELU_N1_TO_1", Some(20), None),
+            K::Logistic => row("logistic", "LOGISTIC", Some(14), None),
+            K::Tanh => row("tanh", "TANH", Some(28), None),
+            K::Softmax => row("softmax", "SOFTMAX", Some(25), None),
+            K::Reshape => row("reshape", "RESHAPE", Some(22), None),
+            K::Squeeze => row("squeeze", "SQUEEZE", Some(43), None),
+            K::Quantize => row("quantize", "QUANTIZE", Some(114), None),
+            K::Dequantize => row("dequantize", "DEQUANTIZE", Some(6), None),
             K::Concatenation => row(
                 "concatenation",
                 "CONCATENATION",
                 Some(2),
                 Some(OP_CONCATENATION),
-                Some(PK_CONCATENATION),
             ),
-            K::Pad => row("pad", "PAD", Some(34), Some(OP_PAD), Some(PK_PAD)),
-            K::Mean => row("mean", "MEAN", Some(40), None, None),
+            K::Pad => row("pad", "PAD", Some(34), Some(OP_PAD)),
+            K::Mean => row("mean", "MEAN", Some(40), None),
             K::TransposeConv => row(
                 "transpose_conv",
                 "TRANSPOSE_CONV",
                 Some(67),
                 Some(OP_TRANSPOSE_CONV),
-                Some(PK_TRANSPOSE_CONV),
             ),
-            K::Spill => row("spill", "SPILL", None, None, Some(PK_SPILL)),
-            // SPILL_KEEP copies the head where SPILL copies the tail: the
-            // same kernel, started at offset 0.
-            K::SpillKeep => row("spill_keep", "SPILL_KEEP", None, None, Some(PK_SPILL)),
-            K::Fetch => row("fetch", "FETCH", None, None, Some(PK_FETCH)),
-            K::FetchConcat => row(
-                "fetch_concat",
-                "FETCH_CONCAT",
-                None,
-                None,
-                Some(PK_FETCH_CONCAT),
-            ),
-            K::FetchConv2d => row(
-                "fetch_conv2d",
-                "FETCH_CONV_2D",
-                None,
-                None,
-                Some(PK_FETCH_CONV2D),
-            ),
-            K::Other => row("other", "OTHER", None, None, None),
-            K::Matmul => row("matmul", "MATMUL", None, Some(OP_MATMUL), None),
+            K::Spill => row("spill", "SPILL", None, None),
+            K::SpillKeep => row("spill_keep", "SPILL_KEEP", None, None),
+            K::Fetch => row("fetch", "FETCH", None, None),
+            K::FetchConcat => row("fetch_concat", "FETCH_CONCAT", None, None),
+            K::FetchConv2d => row("fetch_conv2d", "FETCH_CONV_2D", None, None),
+            K::Other => row("other", "OTHER", None, None),
+            K::Matmul => row("matmul", "MATMUL", None, Some(OP_MATMUL)),
         }
     }
 
@@ -366,12 +297,6 @@ impl OpKind {
     /// the kernel suite runs the operator as a layer of its own.
     pub fn job_code(self) -> Option<i32> {
         self.names().job
-    }
-
-    /// Code of the executor kernel that runs the operator (`enum prg_kind` in
-    /// `memtrace_program.h`), if the executor has one.
-    pub fn program_code(self) -> Option<i32> {
-        self.names().program
     }
 
     /// Ops with a sliding window: stride, dilation, padding and the derived

@@ -9,8 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memtrace_abi::program::ExecutorExit;
-use memtrace_abi::{dtype, op, program, protocol, spec, symbols, tflm};
+use memtrace_abi::{dtype, op, protocol, spec, symbols, tflm};
 
 /// The text of `file` under `harness-c/`.
 fn harness_text(file: &str) -> String {
@@ -117,23 +116,6 @@ fn memtrace_job_h_matches_the_spec_module() {
 }
 
 #[test]
-fn memtrace_program_h_matches_the_program_module() {
-    agree(
-        "memtrace_program.h",
-        &["MEMTRACE_PROGRAM_", "PRG_", "TEN_", "OPW_", "PDT_", "PK_"],
-        &[
-            program::PROGRAM_MAGIC_TABLE,
-            program::PROGRAM_LAYOUT,
-            program::PROGRAM_FLAGS,
-            program::PROGRAM_CODES,
-            op::PROGRAM_KIND_CODES,
-            dtype::PROGRAM_DTYPE_CODES,
-            program::PROGRAM_LIMITS,
-        ],
-    );
-}
-
-#[test]
 fn memtrace_tflm_h_matches_the_tflm_module() {
     agree(
         "memtrace_tflm.h",
@@ -146,20 +128,6 @@ fn memtrace_tflm_h_matches_the_tflm_module() {
             tflm::TFLM_STORAGE_CODES,
         ],
     );
-}
-
-#[test]
-fn executor_h_exit_codes_match_executor_exit() {
-    // `enum : int { kOk = 0, ... }` of the executor's internal header.
-    let header: BTreeMap<String, i64> = constants_of(&harness_text("executor/executor.h"))
-        .into_iter()
-        .filter(|(name, _)| name.starts_with('k'))
-        .collect();
-    let rust: BTreeMap<String, i64> = ExecutorExit::ALL
-        .iter()
-        .map(|e| (e.c_name().to_owned(), e.code() as i64))
-        .collect();
-    assert_eq!(header, rust);
 }
 
 /// Whether the harness defines `symbol`: a linker-script assignment
@@ -213,13 +181,17 @@ fn guest_symbols_are_defined_by_the_harness() {
 #[test]
 fn the_parser_reads_both_forms_and_a_changed_value_is_caught() {
     // The check must be able to fail: a value the header does not have.
-    let header = header_constants("memtrace_program.h");
-    assert_eq!(header.get("OPW_WORDS"), Some(&48));
-    assert_eq!(header.get("MEMTRACE_PROGRAM_MAGIC"), Some(&0x3147_5250));
+    let header = header_constants("memtrace_tflm.h");
+    assert_eq!(header.get("MEMTRACE_TFLM_WORDS"), Some(&32));
+    assert_eq!(header.get("MEMTRACE_TFLM_MAGIC"), Some(&0x5446_4C31));
+    // An enum entry with a comment after it.
+    assert_eq!(header.get("TFLM_ARENA_USED"), Some(&9));
     // Several entries on one line.
-    assert_eq!(header.get("PDT_INT32"), Some(&4));
-    let wrong: &[(&str, i64)] = &[("OPW_KIND", 1)];
-    let caught = std::panic::catch_unwind(|| agree("memtrace_program.h", &[], &[wrong]));
+    let one_line = constants_of("enum { A_ONE = 1, A_TWO = 2, A_SIX = 0x6 };");
+    assert_eq!(one_line.get("A_TWO"), Some(&2));
+    assert_eq!(one_line.get("A_SIX"), Some(&6));
+    let wrong: &[(&str, i64)] = &[("TFLM_STAGE", 1)];
+    let caught = std::panic::catch_unwind(|| agree("memtrace_tflm.h", &[], &[wrong]));
     assert!(caught.is_err());
 }
 

@@ -189,4 +189,3 @@ pub fn access_path(exact_time: bool) -> AccessPath {
         AccessPath::Mmio
     }
 }
-

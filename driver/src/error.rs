@@ -20,12 +20,6 @@ pub enum Error {
     /// A planner failed or produced an invalid plan.
     #[error(transparent)]
     Plan(#[from] memtrace_model::planner::PlanError),
-    /// A model could not be lowered to an executor program.
-    #[error(transparent)]
-    Lower(#[from] memtrace_model::lower::LowerError),
-    /// A program the executor format cannot express.
-    #[error(transparent)]
-    Program(#[from] memtrace_abi::program::ProgramError),
     /// No random configuration fits the instruction budget.
     #[error(transparent)]
     Budget(#[from] memtrace_overlap::configs::BudgetError),

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use memtrace_analyzer::shadow::Clobber;
 use memtrace_analyzer::tinyseg::SpillReport;
-use memtrace_model::lower::materialize;
 use memtrace_model::planner::{Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::storage_layout;
+use memtrace_model::synth::materialize;
 use memtrace_model::tinyseg::compress::compress;
 use memtrace_model::tinyseg::{optimize, NarrowScratch, Optimized, TinysegOptions};
 use memtrace_model::Model;

@@ -16,8 +16,8 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::TfliteGraph;
-use memtrace_model::lower::synth_values;
 use memtrace_model::planner::TracedOverlaps;
+use memtrace_model::synth::synth_values;
 use memtrace_model::{self as model, tflite, Model};
 use memtrace_overlap::rng::Rng;
 use memtrace_tracer::{AccessPath, Arch, ClockMode, ElfImage, RunSummary, TraceOptions};
@@ -421,8 +421,8 @@ fn with_abort_site(image: &ElfImage, reason: &str) -> String {
     )
 }
 
-/// Seeded bytes for every graph input, concatenated in order (the same
-/// generator as the executor's inputs, `verify::lower::synth_values`).
+/// Seeded bytes for every graph input, concatenated in order
+/// ([`synth_values`], seeded per input).
 pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
     // Sizes come from the model: bounded before anything is generated, by
     // the bound an `--input` file has.

@@ -3,7 +3,7 @@
 # the include path declare, as a C header on stdout (cmsis_nn_features.h).
 #
 # CMSIS-NN has no version macros, so each difference the glue
-# (suite/kernels_cmsis.cc, executor/kernels_cmsis.cc) cares about is tried by
+# (suite/kernels_cmsis.cc) cares about is tried by
 # compiling a two-line C++ file against arm_nnfunctions.h (-fsyntax-only):
 #
 #   MEMTRACE_CMSIS_NN_PAD             1: arm_pad_s8 exists (v7.0.0 on; 0 before)

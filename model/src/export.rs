@@ -7,7 +7,7 @@ use crate::codes::{act, tensor_type};
 use crate::schema::tflite as fb;
 use crate::{Model, OpKind, Padding, Quantization};
 
-pub use crate::lower::materialize;
+pub use crate::synth::materialize;
 
 /// The TFLite builtin of `k`; `None` for `Other`, whose builtin memtrace
 /// does not keep (only the TFLM runtime runs such a model, from its own

@@ -11,8 +11,8 @@
 //!
 //! Around the graph: the arena [`planner`]s and the lower bound, TinySeg's
 //! graph transformation ([`tinyseg`]), the graph-level cold ranges
-//! ([`cold`]), lowering a model and a plan to an executor program
-//! ([`mod@lower`]) and `.tflite` export of zoo models ([`export`]). No
+//! ([`cold`]), the seeded constants and inputs of zoo models ([`synth`])
+//! and `.tflite` export of zoo models ([`export`]). No
 //! events, no emulator, no pictures: the analyzer and the driver do those.
 //!
 //! The example `planning_times` (`cargo run --release -p memtrace-model
@@ -22,7 +22,6 @@ mod codes;
 pub mod cold;
 pub mod export;
 pub mod graph;
-pub mod lower;
 pub(crate) mod order;
 pub mod planner;
 /// The Rust flatbuffers code generated from TensorFlow's TFLite schema:
@@ -32,6 +31,7 @@ pub mod schema;
 mod shape;
 pub mod source;
 pub(crate) mod spill_ops;
+pub mod synth;
 pub use spill_ops::storage_layout;
 mod suite;
 pub mod tflite;

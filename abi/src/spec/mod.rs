@@ -19,9 +19,9 @@ mod text;
 use serde::{Deserialize, Serialize};
 
 pub use crate::activation::Activation;
-pub use crate::dtype::{Dtype, JOB_DTYPE_CODES, PROGRAM_DTYPE_CODES};
+pub use crate::dtype::{Dtype, JOB_DTYPE_CODES};
 pub use crate::geometry::{shape_text, Padding, Shape};
-pub use crate::op::{OpKind, JOB_OP_CODES, PROGRAM_KIND_CODES};
+pub use crate::op::{OpKind, JOB_OP_CODES};
 pub use job::*;
 
 use crate::geometry::{elements, pad_before};

@@ -806,12 +806,8 @@ impl Subject {
             None => tflite::import_for_tflm(&name, &bytes)
                 .with_context(|| format!("planning {}", req.model))?,
         };
-        let (path, image) = target_runner(
-            req.target,
-            req.kernels,
-            req.runner.as_deref(),
-            "--runner",
-        )?;
+        let (path, image) =
+            target_runner(req.target, req.kernels, req.runner.as_deref(), "--runner")?;
         let arena_limit = crate::tflm::runner_arena_bytes(&image)?;
         check_tensors_fit(&model, arena_limit, &path)?;
         let inputs = inputs_of(req, &graph)?;

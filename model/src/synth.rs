@@ -1,23 +1,28 @@
 //! Seeded constants: what a zoo model lacks (weights, biases, shape
 //! operands, quantisation) and the graph inputs of a run, deterministic in
-//! the seed. Imported models carry their own constants and keep them; the
-//! encoding of constants into a program is `ops`'s.
+//! the seed. Imported models carry their own constants and keep them.
+//!
+//! Zoo models only know shapes, so they get seeded data: weights uniform in
+//! the int8 range (float: ±g·√(3/K)), biases small, and for int8 a fixed
+//! activation scale of 0.05 with zero point 0 and weight scales chosen so that
+//! an output keeps roughly the spread of its input (real multiplier
+//! g / (73·√K)), with g = √2 before a ReLU/ReLU6 (He) and 1 otherwise;
+//! softmax outputs use TFLM's required scale 1/256 and zero point −128.
 
 use memtrace_overlap::rng::Rng;
 
-use super::quant::{act_q, per_tensor};
 use crate::{Activation, Dtype, Model, Op, OpKind, Quantization, Tensor};
 
 /// Verifier streams start from the seed mixed with the SplitMix64 increment,
 /// so that seed 0 is not the all-zero state.
-pub(super) fn stream(seed: u64) -> Rng {
+fn stream(seed: u64) -> Rng {
     Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15)
 }
 
 /// Fills in what a zoo model lacks, deterministically from `seed`: the data
 /// of every constant (weights, biases, reshape shapes) and, for int8/uint8
 /// models, the quantisation of activations, weights and biases (see the
-/// module docs of [`crate::lower`]). Tensors that already have data or
+/// module docs). Tensors that already have data or
 /// quantisation keep it, so imported models are returned unchanged.
 pub fn materialize(model: &Model, seed: u64) -> Model {
     let mut m = model.clone();
@@ -64,7 +69,7 @@ fn quantize_activations(m: &mut Model, model: &Model) {
 
 /// He-style gain: a (clipped) ReLU halves the second moment, so without √2
 /// a deep model's activations fade to zero.
-pub(super) fn gain(activation: Activation) -> f64 {
+fn gain(activation: Activation) -> f64 {
     match activation {
         Activation::Relu | Activation::Relu6 => std::f64::consts::SQRT_2,
         _ => 1.0,
@@ -73,7 +78,7 @@ pub(super) fn gain(activation: Activation) -> f64 {
 
 /// The weight scale a zoo model gets: an output keeps roughly the spread of
 /// its input (real multiplier g / (73·√K)).
-pub(super) fn weight_scale(sx: f64, sy: f64, gain: f64, fan_in: usize) -> f64 {
+fn weight_scale(sx: f64, sy: f64, gain: f64, fan_in: usize) -> f64 {
     sy * gain / (sx * 73.0 * (fan_in as f64).sqrt())
 }
 
@@ -147,7 +152,7 @@ fn fill_shape_operand(m: &mut Model, si: usize, y: usize) {
 /// (input, filter, bias) of a convolution, transpose convolution or fully
 /// connected operator; for a `FETCH_CONV_2D` the input is its first
 /// concatenated activation.
-pub(super) fn conv_operands(model: &Model, op: &Op) -> Option<(usize, usize, Option<usize>)> {
+fn conv_operands(model: &Model, op: &Op) -> Option<(usize, usize, Option<usize>)> {
     if op.kind == OpKind::FetchConv2d {
         let parts = model.fetch_conv_parts(op).ok()?;
         return Some((parts.activations[0], parts.filter, parts.bias));
@@ -171,7 +176,7 @@ fn bias_position(kind: OpKind) -> usize {
 /// (or unit), except for a transpose convolution, whose scatter adds the
 /// input channels of only the kernel taps that land on an output position
 /// (`⌈KH/SH⌉·⌈KW/SW⌉` of them).
-pub(super) fn fan_in(model: &Model, op: &Op) -> usize {
+fn fan_in(model: &Model, op: &Op) -> usize {
     let (Some((_, wi, _)), Some(&y)) = (conv_operands(model, op), op.outputs.first()) else {
         return 1;
     };
@@ -184,23 +189,6 @@ pub(super) fn fan_in(model: &Model, op: &Op) -> usize {
     }
     let out_c = *model.tensors[y].shape.last().unwrap_or(&1) as usize;
     (w.elements() as usize / out_c.max(1)).max(1)
-}
-
-/// The weights' bytes: the model's, or seeded ones (`k` products per output,
-/// `gain` as [`gain`] says).
-pub(super) fn weight_data(rng: &mut Rng, t: &Tensor, k: usize, gain: f32) -> Vec<u8> {
-    match &t.data {
-        Some(b) if b.len() as u64 == t.bytes => b.clone(),
-        _ => synth_weights(rng, t, k, gain),
-    }
-}
-
-/// The bias's bytes: the model's, or seeded ones.
-pub(super) fn bias_data(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
-    match &t.data {
-        Some(b) if b.len() as u64 == t.bytes => b.clone(),
-        _ => synth_bias(rng, t),
-    }
 }
 
 /// Seeded weights: the int8/uint8 range, or floats in ±g·√(3/K).
@@ -229,11 +217,6 @@ fn synth_bias(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
             .flat_map(|_| (rng.int(-512, 512) as i32).to_le_bytes())
             .collect(),
     }
-}
-
-/// Seeded graph input: the whole int8/uint8 range, or floats in [−1, 1).
-pub(crate) fn synth_input(rng: &mut Rng, t: &Tensor) -> Vec<u8> {
-    synth_values(rng, t.dtype, t.elements() as usize)
 }
 
 /// `n` seeded values of `dtype`, little-endian: the whole range of 8- and
@@ -283,4 +266,34 @@ pub fn synth_values(rng: &mut Rng, dtype: Dtype, n: usize) -> Vec<u8> {
         // A handle is TFLM's to give; an input of one gets handle 0.
         Dtype::Resource => vec![0; 4 * n],
     }
+}
+
+/// The activation scale zoo models get.
+const ACT_SCALE: f64 = 0.05;
+
+/// (scale, zero point) of an activation tensor; `softmax_out` selects TFLM's
+/// fixed softmax output parameters when the model has none.
+fn act_q(t: &Tensor, softmax_out: bool) -> (f64, i32) {
+    if let Some(q) = &t.quantization {
+        if let (Some(&s), zp) = (q.scale.first(), q.zero_point.first().copied()) {
+            if s > 0.0 {
+                return (s as f64, zp.unwrap_or(0) as i32);
+            }
+        }
+    }
+    match (softmax_out, t.dtype) {
+        (true, Dtype::Uint8) => (1.0 / 256.0, 0),
+        (true, _) => (1.0 / 256.0, -128),
+        (false, Dtype::Uint8) => (ACT_SCALE, 128),
+        _ => (ACT_SCALE, 0),
+    }
+}
+
+/// Per-tensor quantisation of one scale and zero point.
+fn per_tensor(scale: f64, zp: i32) -> Option<Quantization> {
+    Some(Quantization {
+        scale: vec![scale as f32],
+        zero_point: vec![zp as i64],
+        quantized_dimension: 0,
+    })
 }
