@@ -36,7 +36,7 @@ enum Command {
     /// bit-exact outputs against an un-overlapped run.
     Verify(cmd::verify::VerifyArgs),
     /// Cold ranges of a model's tensors: TinySeg's graph-level analysis and
-    /// byte-level cold ranges from a traced run of the executor.
+    /// byte-level cold ranges from a traced run on real TFLM.
     Cold(cmd::cold::ColdArgs),
     /// Built-in models: list them, export one as .tflite.
     Zoo(cmd::zoo::ZooArgs),

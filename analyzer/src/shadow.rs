@@ -2,15 +2,15 @@
 //! last wrote it and in which layer. A read, through a buffer of role
 //! `input`, of a byte that does not hold that input tensor is a clobber.
 //!
-//! Tensors are identified by their buffer names (the executor names buffers
-//! after the model's tensors, which `lower` makes unique). Writes through any
+//! Tensors are identified by their buffer names (the TFLM runner names
+//! buffers after the model's tensors, made unique by
+//! `memtrace_model::Model::tensor_names`). Writes through any
 //! buffer of a layer — output, or an input that overlaps the output — are
 //! writes of the layer's output tensor, except writes through a `scratch`
 //! buffer, which hold the scratch tensor. Accesses outside the arena (weights
-//! and biases in the program) are not tracked.
+//! and biases in the model) are not tracked.
 //!
-//! A RESHAPE (or SQUEEZE: the executor's `reshape` kernel) is the identity on
-//! bytes, and like TFLM's it copies nothing when its output is placed exactly
+//! A RESHAPE is the identity on bytes, and TFLM's copies nothing when its output is placed exactly
 //! on its input (same address and size): the input's bytes *are* the output.
 //! So at the end of such an aliased reshape layer, every byte of the output
 //! that still holds the input tensor is recorded as holding the output
@@ -70,21 +70,21 @@ pub struct LayerOverlap {
     /// The layer loaded bytes of its own output buffer (an accumulating
     /// kernel, e.g. CMSIS-NN's max pool comparing into its output).
     pub reads_output: bool,
-    /// The executor kernel that ran (the layer's `op`).
+    /// The kernel that ran (the layer's `op`).
     pub op: String,
     /// Guest instructions retired inside the layer's window.
     pub instructions: u64,
 }
 
 /// Kernels that are the identity on bytes and skip their copy when output
-/// and input are the same memory: the executor's `reshape`, and TFLM's own
-/// RESHAPE (`kernels/reshape.cc`) in a run of the TFLM runner.
+/// and input are the same memory: TFLM's RESHAPE (`kernels/reshape.cc`), as
+/// the TFLM runner names it, and `reshape`, as a layer window may.
 const ALIASING_KERNELS: [&str; 2] = ["reshape", "RESHAPE"];
 
 #[derive(Default)]
 struct Current {
     name: String,
-    /// The layer's operator (executor kernel name).
+    /// The layer's operator (kernel name).
     op: String,
     index: usize,
     buffers: HashMap<u32, Buffer>,

@@ -282,7 +282,7 @@ pub fn measure_arena(
     runner: Option<&Path>,
     cache: &TraceCache,
 ) -> Result<ArenaToAllocate> {
-    let path = runner_path(target, kernels, runner, "--runtime executor")?;
+    let path = runner_path(target, kernels, runner, "--runner")?;
     measure_arena_on(&load_runner(&path, kernels)?, model, inputs, kernels, cache)
 }
 

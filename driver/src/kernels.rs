@@ -20,7 +20,7 @@ fn is_cmsis_nn_function(name: &str) -> bool {
         && (name.starts_with("arm_nn_") || ["_s8", "_s16", "_s4"].iter().any(|t| name.contains(t)))
 }
 
-/// The kernel library an ELF (kernel suite or model executor) was built
+/// The kernel library an ELF (kernel suite or TFLM runner) was built
 /// with, from its function symbols: CMSIS-NN when it defines any of
 /// CMSIS-NN's functions, TFLM's reference kernels otherwise (the harness
 /// links the reference kernels into every build, CMSIS-NN only into the

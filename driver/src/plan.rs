@@ -31,8 +31,7 @@ pub struct PlanRequest {
     pub model: String,
     /// One planner, or all of them.
     pub planner: Option<PlannerKind>,
-    /// Where O_s comes from (default: traced on real TFLM; on the executor
-    /// [`OverlapChoice::default_for`] the kernel library).
+    /// Where O_s comes from (default: traced on real TFLM).
     pub overlap: Option<OverlapChoice>,
     /// Write `emit_offline` even when the O_s model another library's loop
     /// nests than `kernels` (`--allow-foreign-overlap`).
@@ -41,7 +40,7 @@ pub struct PlanRequest {
     /// and traced O_s come from its suite.
     pub kernels: Kernels,
     /// The core the plan is for: real TFLM's runner of that target traces
-    /// the model and measures the arena (memtrace's executor: Cortex-M4).
+    /// the model and measures the arena.
     pub target: Arch,
     /// Kernel suite traced for [`OverlapChoice::Traced`] (default: the
     /// library's Cortex-M4 suite).

@@ -94,15 +94,15 @@ pub fn for_tflm(
     let warning = narrowed.then(|| {
         format!(
             "--scratch-int16 {}: TFLM's TRANSPOSE_CONV keeps its int32 accumulator, so no scratch \
-             was narrowed (int16 scratch runs on --runtime executor)",
+             was narrowed (docs/tinyseg.md, \"What was dropped\")",
             format!("{:?}", opts.narrow_scratch).to_lowercase()
         )
     });
     Ok((never, warning))
 }
 
-/// The storage operators, as layer windows name them: the executor's
-/// kernels, the TFLM runner's custom operators.
+/// The storage operators, as layer windows name them: the TFLM runner's
+/// custom operators.
 const STORAGE_OPS: [&str; 9] = [
     "spill",
     "fetch",

@@ -555,10 +555,7 @@ pub fn plan_inputs(
     let bytes = tflite::strip_offline(&bytes)?.unwrap_or(bytes);
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
-    let image = load_runner(
-        &runner_path(target, kernels, None, "--runtime executor")?,
-        kernels,
-    )?;
+    let image = load_runner(&runner_path(target, kernels, None, "--runner")?, kernels)?;
     let key = TraceCache::key(
         "tflm-plan-inputs-v1",
         &[&image.bytes, &bytes, &inputs, &(ops as u64).to_le_bytes()],

@@ -506,7 +506,7 @@ impl Model {
 
 impl Model {
     /// Unique buffer names, by tensor index: the tensor's name, with
-    /// `#index` when two tensors share it (or it is empty). The executor's
+    /// `#index` when two tensors share it (or it is empty). The TFLM runner's
     /// buffers and every report name tensors so.
     pub fn tensor_names(&self) -> Vec<String> {
         let mut count = std::collections::HashMap::new();

@@ -32,7 +32,7 @@ pub struct UntracedOptions<'a> {
     /// Kernel-suite job for the `memtrace_job` mailbox.
     pub job: Option<&'a Job>,
     /// Bytes written into guest memory first (as
-    /// [`crate::TraceOptions::preload`]), e.g. the executor's model program.
+    /// [`crate::TraceOptions::preload`]), e.g. the TFLM runner's model and inputs.
     pub preload: &'a [(u64, Vec<u8>)],
     /// Guest ranges `(address, length)` read back after the exit.
     pub readback: &'a [(u64, u64)],

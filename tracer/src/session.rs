@@ -99,7 +99,7 @@ pub struct TraceOptions<'a> {
     /// Called every 2^24 retired instructions with the progress so far.
     pub progress: Option<Box<dyn FnMut(Progress) + Send + 'a>>,
     /// Bytes the host writes into guest memory before the first instruction
-    /// (after the job mailbox), e.g. a model program for the executor.
+    /// (after the job mailbox), e.g. a model and its inputs for the TFLM runner.
     pub preload: Vec<(u64, Vec<u8>)>,
     /// Guest ranges `(address, length)` read back once the guest has exited;
     /// returned in [`RunSummary::memory`] in the same order.

@@ -15,7 +15,7 @@
 //! Real TFLM runs the transformed model (`memtrace verify --planner
 //! tinyseg`), its storage operators written as the TFLM runner's custom
 //! operators (`crate::export`), its storage tensors in a storage region
-//! outside the arena; so does memtrace's executor (docs/tinyseg.md).
+//! outside the arena (docs/tinyseg.md).
 
 pub mod bench;
 pub mod compress;
