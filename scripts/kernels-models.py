@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Whole models on two kernel libraries: the table of docs/kernels.md.
+"""Whole models on two kernel libraries, as a Markdown table.
 
     scripts/kernels-models.py MEMTRACE MODEL...
 
 For each model (`zoo:NAME` or a .tflite path) it runs `memtrace verify` on
-the TFLM reference executor and on the CMSIS-NN executor, the reference
-kernels' DMO plan on CMSIS-NN (`--overlap-from tflm`), and `memtrace plan`
-for the lower bound with CMSIS-NN's traced O_s, and prints one Markdown row
-per model. Every number comes from memtrace's JSON; nothing is computed here
+real TFLM with its reference kernels and with its CMSIS-NN kernels, the
+reference kernels' DMO plan on CMSIS-NN (`--overlap-from tflm`), and
+`memtrace plan` for the lower bound with CMSIS-NN's traced O_s, and prints
+one Markdown row per model. Every number comes from memtrace's JSON; nothing is computed here
 but the formatting.
 """
 import json
@@ -33,17 +33,17 @@ def verdict(report):
 
 
 def row(binary, model):
-    tflm = memtrace(binary, "verify", model)
-    cmsis = memtrace(binary, "verify", model, "--kernels", "cmsis-nn")
-    cross = memtrace(binary, "verify", model, "--kernels", "cmsis-nn", "--overlap-from", "tflm")
-    bound = memtrace(binary, "plan", model, "--kernels", "cmsis-nn", "--overlap", "traced",
-                     "--planner", "dmo-heap")
-    library = cmsis["reference_kernels"]
-    same = "yes" if library and library["bit_exact"] else "**no**"
+    dmo = ("--planner", "dmo-heap")
+    tflm = memtrace(binary, "verify", model, *dmo)
+    cmsis = memtrace(binary, "verify", model, "--kernels", "cmsis-nn", *dmo)
+    cross = memtrace(binary, "verify", model, "--kernels", "cmsis-nn", "--overlap-from", "tflm",
+                     *dmo)
+    bound = memtrace(binary, "plan", model, "--kernels", "cmsis-nn", "--overlap", "traced", *dmo)
+    same = "yes" if cmsis["output_digest"] == tflm["output_digest"] else "**no**"
     name = model.split("/")[-1]
-    return (f"| {name} | {tflm['reference']['arena_bytes']:,} | {tflm['plan']['arena_bytes']:,} "
-            f"| {verdict(cross)} | {cmsis['reference']['arena_bytes']:,} "
-            f"| {cmsis['plan']['arena_bytes']:,} ({verdict(cmsis)}) "
+    return (f"| {name} | {tflm['reference']['head_bytes']:,} | {tflm['plan']['planned_bytes']:,} "
+            f"| {verdict(cross)} | {cmsis['reference']['head_bytes']:,} "
+            f"| {cmsis['plan']['planned_bytes']:,} ({verdict(cmsis)}) "
             f"| {bound['lower_bound_bytes']:,} | {same} |")
 
 
@@ -51,8 +51,8 @@ def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
     binary = sys.argv[1]
-    print("| model | TFLM greedy B | DMO, reference O_s B | that plan on CMSIS-NN "
-          "| TFLM greedy + CMSIS-NN scratch B | DMO, CMSIS-NN O_s B | lower bound, CMSIS-NN O_s B "
+    print("| model | TFLM head B | DMO, reference O_s B | that plan on CMSIS-NN "
+          "| TFLM head, CMSIS-NN B | DMO, CMSIS-NN O_s B | lower bound, CMSIS-NN O_s B "
           "| CMSIS-NN outputs = reference |")
     print("|---|---|---|---|---|---|---|---|")
     for model in sys.argv[2:]:

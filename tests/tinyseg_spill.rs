@@ -334,13 +334,9 @@ fn upsampler(channels: u32) -> Model {
     g.finish(&[out])
 }
 
-#[test]
-fn on_tflm_no_scratch_is_narrowed_and_a_warning_says_why() {
-    // The same one-channel upsampler: TFLM's TRANSPOSE_CONV requests its
-    // int32 accumulator itself, so the plan keeps it (no step narrows it),
-    // says so, and the arena TFLM allocates is the plan's.
-    let (code, r) = verify_tinyseg(&upsampler(1), &[]);
-    assert_clean(code, &r);
+/// No step of the report narrows a scratch to int16, and a warning names
+/// `--scratch-int16 MODE` and TFLM's int32 accumulator.
+fn assert_no_scratch_narrowed(r: &serde_json::Value, mode: &str) {
     assert!(r["tinyseg"]["steps"]
         .as_array()
         .unwrap()
@@ -348,9 +344,20 @@ fn on_tflm_no_scratch_is_narrowed_and_a_warning_says_why() {
         .all(|s| s["action"] != "scratch int16"));
     let warnings = r["warnings"].to_string();
     assert!(
-        warnings.contains("--scratch-int16 exact") && warnings.contains("int32 accumulator"),
+        warnings.contains(&format!("--scratch-int16 {mode}"))
+            && warnings.contains("int32 accumulator"),
         "{warnings}"
     );
+}
+
+#[test]
+fn on_tflm_no_scratch_is_narrowed_and_a_warning_says_why() {
+    // The same one-channel upsampler: TFLM's TRANSPOSE_CONV requests its
+    // int32 accumulator itself, so the plan keeps it (no step narrows it),
+    // says so, and the arena TFLM allocates is the plan's.
+    let (code, r) = verify_tinyseg(&upsampler(1), &[]);
+    assert_clean(code, &r);
+    assert_no_scratch_narrowed(&r, "exact");
     // Nothing changed: the plan is TFLM's own, whose head holds the int32
     // accumulator TFLM asked for (16×16×4 words).
     let (plan, reference) = arenas(&r);
@@ -366,16 +373,7 @@ fn on_tflm_no_scratch_is_narrowed_and_a_warning_says_why() {
     assert_eq!(r["warnings"], serde_json::json!([]), "{}", r["warnings"]);
     let (code, r) = verify_tinyseg(&upsampler(32), &["--scratch-int16", "always"]);
     assert_clean(code, &r);
-    assert!(r["tinyseg"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|s| s["action"] != "scratch int16"));
-    let warnings = r["warnings"].to_string();
-    assert!(
-        warnings.contains("--scratch-int16 always") && warnings.contains("int32 accumulator"),
-        "{warnings}"
-    );
+    assert_no_scratch_narrowed(&r, "always");
 }
 
 #[test]

@@ -24,8 +24,9 @@ pub struct ModelRunArgs {
     #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
     pub kernels: Kernels,
     /// The TFLM runner ELF (default: harness-c/build/TARGET/tflm-runner.elf,
-    /// or tflm-runner-cmsis.elf with --kernels cmsis-nn). `--executor` is
-    /// its old name, kept for one release.
+    /// or tflm-runner-cmsis.elf with --kernels cmsis-nn).
+    // `--executor`, its old name, is still accepted (not offered) for one
+    // release.
     #[arg(long, value_name = "ELF", alias = "executor")]
     pub runner: Option<PathBuf>,
 }
