@@ -50,7 +50,7 @@ fn run_model(model: &str, args: &[&str]) -> Value {
     json(&out)
 }
 
-fn verify_tflm(model: &str, args: &[&str]) -> (bool, Value) {
+fn verify(model: &str, args: &[&str]) -> (bool, Value) {
     let mut all = vec!["verify", model, "--format", "json"];
     all.extend_from_slice(args);
     let out = memtrace(&all);
@@ -165,7 +165,7 @@ fn real_tflm_and_the_kernel_suite_trace_the_same_overlaps_on_both_libraries() {
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let planned = json(&out);
-        let (ok, tflm) = verify_tflm(model, &["--kernels", kernels, "--planner", "dmo-heap"]);
+        let (ok, tflm) = verify(model, &["--kernels", kernels, "--planner", "dmo-heap"]);
         assert!(ok, "{kernels}: {}", tflm["clobbers"]);
         let suite_os = planned["op_overlap_bytes"].as_array().unwrap();
         let theirs = tflm["traced_overlaps"].as_array().unwrap();
@@ -206,7 +206,7 @@ fn real_tflm_and_the_kernel_suite_trace_the_same_overlaps_on_both_libraries() {
 fn every_shared_model_verifies_clean_and_bit_exact_on_real_tflm() {
     for model in shared_models() {
         for kernels in ["tflm", "cmsis-nn"] {
-            let (ok, r) = verify_tflm(&model, &["--kernels", kernels]);
+            let (ok, r) = verify(&model, &["--kernels", kernels]);
             assert!(ok, "{model} on {kernels}: {r}");
             assert_eq!(r["clobbers"], serde_json::json!([]));
             assert_eq!(r["bit_exact"], true);
@@ -231,14 +231,14 @@ fn every_shared_model_verifies_clean_and_bit_exact_on_real_tflm() {
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 fn a_plan_certified_on_reference_kernels_clobbers_on_tflms_cmsis_nn_kernels() {
     let model = "zoo:mobilenet_v1_0.25_128_int8";
-    let (ok, foreign) = verify_tflm(model, &["--kernels", "cmsis-nn", "--overlap-from", "tflm"]);
+    let (ok, foreign) = verify(model, &["--kernels", "cmsis-nn", "--overlap-from", "tflm"]);
     assert!(!ok);
     let c = &foreign["clobbers"][0];
     assert_eq!(c["op"], "2:CONV_2D:conv_pw_1");
     assert_eq!(c["tensor"], "conv_dw_1");
     assert_eq!(c["overwritten_by"]["tensor"], "conv_pw_1");
     assert!(u(&foreign["mismatched_bytes"]) > 0);
-    let (ok, own) = verify_tflm(model, &["--kernels", "cmsis-nn"]);
+    let (ok, own) = verify(model, &["--kernels", "cmsis-nn"]);
     assert!(ok, "{}", own["clobbers"]);
     assert!(
         u(&own["plan"]["planned_bytes"]) > u(&foreign["plan"]["planned_bytes"]),
@@ -275,9 +275,9 @@ fn one_byte_past_the_traced_overlap_clobbers_on_real_tflm() {
         std::fs::write(&path, text.to_string()).unwrap();
         path.display().to_string()
     };
-    let (ok, at_os) = verify_tflm(&model, &["--plan", &plan(os)]);
+    let (ok, at_os) = verify(&model, &["--plan", &plan(os)]);
     assert!(ok, "at the traced O_s: {}", at_os["clobbers"]);
-    let (ok, past) = verify_tflm(&model, &["--plan", &plan(os + 1)]);
+    let (ok, past) = verify(&model, &["--plan", &plan(os + 1)]);
     assert!(!ok);
     let c = &past["clobbers"][0];
     assert_eq!(c["op"], op_layers(&r)[0]["name"]);
@@ -420,7 +420,7 @@ fn mobilenet_v1_1_0_224_verifies_on_tflms_reference_kernels() {
 fn zoo_model_verifies_on_real_tflm(name: &str, builds: &[&str], args: &[&str]) {
     let model = format!("zoo:{name}");
     for kernels in builds {
-        let (ok, r) = verify_tflm(&model, &[&["--kernels", kernels], args].concat());
+        let (ok, r) = verify(&model, &[&["--kernels", kernels], args].concat());
         assert!(ok, "{model} on {kernels}: {}", r["clobbers"]);
         assert_eq!(r["bit_exact"], true);
         // memtrace's tflm-greedy predicts TFLM's own head.
@@ -460,9 +460,9 @@ fn the_x86_64_runners_give_the_cortex_m4_outputs_and_plans() {
     // Cortex-M4 DSP paths and pure-C x86-64 paths are different kernels.
     let model = shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite");
     for kernels in ["tflm", "cmsis-nn"] {
-        let (ok, m4) = verify_tflm(&model, &["--kernels", kernels]);
+        let (ok, m4) = verify(&model, &["--kernels", kernels]);
         assert!(ok);
-        let (ok, x86) = verify_tflm(&model, &["--kernels", kernels, "--target", "x86-64"]);
+        let (ok, x86) = verify(&model, &["--kernels", kernels, "--target", "x86-64"]);
         assert!(ok, "x86-64 {kernels}: {}", x86["clobbers"]);
         assert_eq!(x86["target"], "x86-64");
         assert_eq!(x86["output_digest"], m4["output_digest"], "{kernels}");

@@ -30,8 +30,8 @@ use crate::kernels::Kernels;
 use crate::provenance::OverlapChoice;
 use crate::tflm::{load_runner, model_bytes, seeded_inputs, ModelRun};
 use crate::trace_cache::TraceCache;
-use crate::verify::tflm::{verify_tflm, TflmVerifyReport};
 use crate::verify::VerifyOptions;
+use crate::verify::{verify, VerifyReport};
 
 /// One row of the table.
 struct Phase {
@@ -224,10 +224,10 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         embedded_plan: false,
         pick: None,
     };
-    let plain: Vec<(TflmVerifyReport, f64)> = (0..repeat.max(1))
+    let plain: Vec<(VerifyReport, f64)> = (0..repeat.max(1))
         .map(|_| {
             let before = cpu_seconds();
-            let report = verify_tflm(&options(false, true))?;
+            let report = verify(&options(false, true))?;
             Ok((report, cpu_seconds() - before))
         })
         .collect::<Result<_>>()?;
@@ -236,12 +236,12 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
         .min_by(|a, b| a.0.seconds.total_cmp(&b.0.seconds))
         .expect("at least one verify");
     let (wall, cpu) = (fastest.0.seconds, fastest.1);
-    let plain: Vec<TflmVerifyReport> = plain.into_iter().map(|(r, _)| r).collect();
-    let timed: Vec<TflmVerifyReport> = (0..repeat.max(1))
-        .map(|_| verify_tflm(&options(true, true)))
+    let plain: Vec<VerifyReport> = plain.into_iter().map(|(r, _)| r).collect();
+    let timed: Vec<VerifyReport> = (0..repeat.max(1))
+        .map(|_| verify(&options(true, true)))
         .collect::<Result<_>>()?;
     let min = |values: &mut dyn Iterator<Item = f64>| values.fold(f64::INFINITY, f64::min);
-    let least = |f: &dyn Fn(&TflmVerifyReport) -> Option<f64>, of: &[TflmVerifyReport]| {
+    let least = |f: &dyn Fn(&VerifyReport) -> Option<f64>, of: &[VerifyReport]| {
         let m = min(&mut of.iter().filter_map(f));
         m.is_finite().then_some(m)
     };
@@ -268,8 +268,8 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
     if let Some(oracle) = oracle {
         // The plan run again with no oracle beside it: what its tracing
         // costs on a machine that runs nothing else.
-        let alone: Vec<TflmVerifyReport> = (0..repeat.max(1))
-            .map(|_| verify_tflm(&options(false, false)))
+        let alone: Vec<VerifyReport> = (0..repeat.max(1))
+            .map(|_| verify(&options(false, false)))
             .collect::<Result<_>>()?;
         phases.push(Phase {
             name: "verify --no-oracle: plan",

@@ -235,7 +235,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let model = crate::tflm::load_for_tflm(&req.model)?;
     let file_tensors = model.tensors.len();
     // The model itself traced on real TFLM: its scratch buffers, and with a
-    // traced source (without --suite) every operator's O_s.
+    // traced source every operator's O_s (with --suite, those the suite
+    // does not run).
     let traced_run = crate::tflm::plan_inputs(
         &req.model,
         model.ops.len(),
@@ -246,7 +247,19 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let model = model.with_scratch(&traced_run.scratch);
     let overlaps = match (provenance.source.method(), &suite) {
         (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
-        (None, Some(suite)) => Overlaps::compute(&model, &traced(&model, suite, &req.cache)?),
+        (None, Some(suite)) => {
+            // Operators the suite does not run (RESHAPE, SOFTMAX, ...) keep
+            // the O_s traced on TFLM.
+            let mut from_suite = traced(&model, suite, &req.cache)?;
+            from_suite.by_op = traced_run
+                .overlaps
+                .by_op
+                .iter()
+                .filter(|(&op, _)| model.layer_spec(op).is_none())
+                .map(|(&op, &bytes)| (op, bytes))
+                .collect();
+            Overlaps::compute(&model, &from_suite)
+        }
         (None, None) => Overlaps::compute(&model, &traced_run.overlaps),
     };
     let opts = PlanOptions {

@@ -66,7 +66,8 @@ pub struct PlanArgs {
     pub target: Arch,
     /// Take traced O_s from this kernel suite instead, each distinct layer
     /// traced through it (e.g. a suite built from another CMSIS-NN release);
-    /// scratch buffers still come from the model's run on TFLM.
+    /// scratch buffers, and the O_s of operators the suite does not run,
+    /// still come from the model's run on TFLM.
     #[arg(long)]
     pub suite: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]

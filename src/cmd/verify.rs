@@ -13,8 +13,8 @@ use memtrace_driver::deploy::{header_path, Budget};
 use memtrace_driver::kernels::Kernels;
 use memtrace_driver::plan_file::PlanPick;
 use memtrace_driver::provenance::OverlapChoice;
-use memtrace_driver::verify::tflm::{verify_tflm, TflmVerifyReport};
 use memtrace_driver::verify::VerifyOptions;
+use memtrace_driver::verify::{verify, VerifyReport};
 use memtrace_model::planner::PlannerKind;
 
 #[derive(Args, Debug)]
@@ -161,7 +161,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         embedded_plan,
         pick,
     };
-    let report = verify_tflm(&opts)?;
+    let report = verify(&opts)?;
     for w in &report.warnings {
         super::say(&format!("WARNING: {w}"));
     }
@@ -198,7 +198,7 @@ impl Deploy {
     /// Checks the budget and writes the proven model and its header; says
     /// on stderr what it did. False when the budget is missed or the proof
     /// failed with files asked for.
-    fn finish(&self, report: &TflmVerifyReport) -> Result<bool> {
+    fn finish(&self, report: &VerifyReport) -> Result<bool> {
         if self.dest.is_none() && self.fits.is_none() {
             return Ok(true);
         }

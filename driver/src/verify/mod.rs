@@ -1,25 +1,58 @@
-//! Whole-model verification (`memtrace verify`): a plan proven by running
-//! the model under it on real TensorFlow Lite Micro ([`tflm`]; TinySeg's
-//! transformed models in `tflm_tinyseg`). This module holds the request and
-//! the placement files it may name instead of a planner.
+//! `memtrace verify`: a plan proven on real TensorFlow Lite Micro in the
+//! emulator, with TFLM's own allocator and kernels.
+//!
+//! 1. The reference run: TFLM lays out the arena with its own greedy planner
+//!    and runs the model; a shadow map watches every arena byte, and each
+//!    operator's O_s is traced on the way (the `traced` source, from this
+//!    kernel build or from `--overlap-from`'s) ([`runs`]).
+//! 2. memtrace plans the model (with the scratch buffers TFLM gave each
+//!    operator), or takes the plan a file or the model gives
+//!    ([`under_test`]; TinySeg's transformed models in `tflm_tinyseg`), and
+//!    writes it into a copy of the model as `OfflineMemoryAllocation`.
+//! 3. The plan run: TFLM honours the offline plan; the shadow map finds any
+//!    read of a byte that no longer holds its tensor, and the outputs must be
+//!    bit-exact with the reference run's — and with PyPI `tflite-micro` on
+//!    the host when it is installed ([`crate::oracle`]).
+//!
+//! [`verify`] does the three and fills the [`VerifyReport`]; with the plan
+//! proven, it measures the arena a firmware must allocate ([`crate::deploy`]).
 
-pub mod tflm;
+mod report;
+mod runs;
+mod subject;
 mod tflm_tinyseg;
+mod under_test;
+
+pub use report::{TensorPlacement, TflmOpOverlap, TflmRunReport, VerifyReport};
+pub use under_test::{check_plan_kernels, placement_from_plan, plan_kernels};
 
 use std::path::PathBuf;
 
-use memtrace_model::planner::PlannerKind;
-use memtrace_model::Model;
-use memtrace_tracer::Arch;
-use serde::Deserialize;
-
-use crate::error::{Context, Result};
-use crate::kernels::Kernels;
-use crate::plan_file::{check_provenance, from_document, PlanPick};
+use crate::plan_file::PlanPick;
 use crate::provenance::OverlapChoice;
 use crate::spill::SpillOptions;
+use std::time::Instant;
+
+use memtrace_analyzer::verify::{digest, mismatched_bytes};
+use memtrace_model::planner::PlannerKind;
+use memtrace_model::tflite;
+use memtrace_tracer::Arch;
+
+use crate::bail;
+use crate::deploy::{measure_arena_on, MeasuredPlan};
+use crate::error::Result;
+use crate::kernels::Kernels;
+use crate::plan_file::PlanProvenance;
+use crate::spill::{storage_op_instructions, SpillRun};
+use crate::tflm::scratch_needs;
 use crate::trace_cache::TraceCache;
-use crate::{bail, failed};
+use report::tensor_placements;
+use runs::{check_arena_fits, foreign_overlaps, own_plan_run, plan_run, run_report, PlanSubject};
+use subject::{greedy_prediction, Subject};
+use under_test::{
+    embedded_plan, plan_from_file, plan_from_planner, planned_reference_offsets,
+    tinyseg_under_test, UnderTest,
+};
 
 /// What to verify, and how.
 #[derive(Debug, Clone)]
@@ -81,200 +114,222 @@ impl VerifyOptions {
     }
 }
 
-/// A `--plan` file. Unknown keys are errors that name them (a misspelt
-/// `"arena_btes"` must not be ignored).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanFile {
-    tensors: Vec<PlanFileTensor>,
-    arena_bytes: Option<u64>,
-    /// The kernel library the plan was made for (`tflm`, `cmsis-nn`).
-    kernels: Option<String>,
-    /// The O_s source the plan was made with (`traced`, `analytic`, ...).
-    #[allow(dead_code)]
-    overlap: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanFileTensor {
-    name: String,
-    offset: u64,
-}
-
-/// The tensor offsets and arena size a plan file's `text` gives `model`
-/// (`{"tensors": [{"name", "offset"}], "arena_bytes"}`): listed tensors at
-/// their offsets, the others at their `reference` offsets; the arena
-/// `arena_bytes`, which every placed tensor must fit (an error names the
-/// first that does not), or without it the end of the last tensor.
-///
-/// A tensor is named as reports name it; an unnamed tensor N is `tensorN`,
-/// and the older spelling `tensor_N` is accepted too. A tensor listed twice
-/// (under either spelling) is an error naming it: which offset was meant
-/// cannot be told.
-pub fn placement_from_plan(
-    model: &Model,
-    reference: &[Option<u64>],
-    text: &str,
-) -> Result<(Vec<Option<u64>>, u64)> {
-    let names = model.tensor_names();
-    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
-    let mut offsets = reference.to_vec();
-    let mut listed = vec![false; names.len()];
-    for t in &file.tensors {
-        let i =
-            plan_tensor_index(&names, &t.name).ok_or_else(|| failed!("no tensor `{}`", t.name))?;
-        if std::mem::replace(&mut listed[i], true) {
-            let spelling = if t.name == names[i] {
-                String::new()
-            } else {
-                format!(" (the second time as `{}`)", t.name)
-            };
-            bail!(
-                "tensor `{}` is listed twice in the plan{spelling}: give each tensor one offset",
-                names[i]
-            );
-        }
-        if offsets[i].is_none() {
-            if model.tensors[i].is_variable {
-                bail!(
-                    "tensor `{}` is a variable tensor: it persists across runs outside the \
-                     planned arena, so a plan cannot place it",
-                    t.name
-                );
-            }
-            bail!("tensor `{}` is not an arena tensor", t.name);
-        }
-        offsets[i] = Some(t.offset);
-    }
-    let mut end = 0u64;
-    for (i, o) in offsets.iter().enumerate() {
-        let Some(o) = *o else { continue };
-        let bytes = model.tensors[i].bytes;
-        let Some(e) = o.checked_add(bytes) else {
-            bail!(
-                "tensor `{}` at offset {o} + {bytes} bytes does not fit any arena",
-                names[i]
-            );
-        };
-        if let Some(arena) = file.arena_bytes.filter(|&a| e > a) {
-            bail!(
-                "tensor `{}` at offset {o} + {bytes} bytes ends at byte {e}, beyond the plan's \
-                 \"arena_bytes\": {arena}",
-                names[i]
-            );
-        }
-        end = end.max(e);
-    }
-    Ok((offsets, file.arena_bytes.unwrap_or(end)))
-}
-
-/// A `--plan` file read for a run: the placement, and what the report says
-/// about it.
-pub(crate) struct PlanFileRead {
-    /// Offsets by tensor index (unlisted tensors at the reference's).
-    pub offsets: Vec<Option<u64>>,
-    /// The plan's arena.
-    pub arena: u64,
-    /// Warnings (a plan for other kernels let through, another TFLM build).
-    pub warnings: Vec<String>,
-    /// With a `plan` document: which of its plans was taken, and why.
-    pub taken: Option<(String, String)>,
-}
-
-/// Reads `--plan path` for `model` (unlisted tensors at `reference`): a
-/// plain placement (`{"tensors", "arena_bytes", "kernels"}`) or the JSON
-/// `memtrace plan --format json` writes, taken as is (one of its plans, see
-/// [`crate::plan_file::from_document`]; its provenance must match the run's
-/// model and target, its kernels the run's unless `--allow-foreign-plan`).
-pub(crate) fn read_plan_file(
-    path: &std::path::Path,
-    model: &Model,
-    reference: &[Option<u64>],
-    req: &VerifyOptions,
-) -> Result<PlanFileRead> {
-    let text = memtrace_io::input::read_text_limited(
-        path,
-        memtrace_io::input::MAX_TEXT_FILE,
-        "plan files",
-    )?;
-    let doc = from_document(&text, req.pick).with_context(|| path.display().to_string())?;
-    let mut warnings = Vec::new();
-    let (text, taken) = match doc {
-        Some(d) => {
-            if let Some(p) = &d.provenance {
-                warnings.extend(
-                    check_provenance(p, &req.model, req.target, req.kernels)
-                        .with_context(|| path.display().to_string())?,
-                );
-            }
-            (d.file.to_string(), Some((d.taken, d.why)))
-        }
-        None => (text, None),
+/// Verifies a plan on real TFLM (see the module docs).
+pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
+    let started = Instant::now();
+    let subject = Subject::load(req)?;
+    let (mut reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
+    let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
+    let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
+        (own_overlaps, own_report)
+    } else {
+        foreign_overlaps(req, &subject, overlap_kernels)?
     };
-    warnings.extend(check_plan_kernels(path, &text, req)?);
-    let (offsets, arena) =
-        placement_from_plan(model, reference, &text).with_context(|| path.display().to_string())?;
-    Ok(PlanFileRead {
-        offsets,
-        arena,
+
+    // 2. memtrace's plan, with TFLM's scratch buffers as tensors.
+    let model = &subject.model;
+    let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
+    // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
+    let predicted = greedy_prediction(&planned_model)?;
+    let mut warnings: Vec<String> = subject
+        .origin
+        .as_ref()
+        .and_then(|o| {
+            o.foreign_kernels_warning(
+                req.kernels,
+                &format!(
+                    "This verify checks it on {k}; to deploy on {k}, re-plan for them (`memtrace \
+                     plan MODEL --kernels {k} --emit-offline OUT`)",
+                    k = req.kernels.name()
+                ),
+            )
+        })
+        .into_iter()
+        .collect();
+    let mut plan_taken = None;
+    // TinySeg plans a transformed model, which TFLM runs instead of the
+    // model under the plan.
+    let tinyseg = match (&req.plan, req.planner) {
+        (None, Some(PlannerKind::Tinyseg)) => Some(tflm_tinyseg::plan(
+            req,
+            &subject.bytes,
+            &scratch_needs(&reference.result, model.ops.len()),
+            &source_overlaps,
+        )?),
+        _ => None,
+    };
+    let under_test = match (&req.plan, &subject.embedded) {
+        _ if tinyseg.is_some() => tinyseg_under_test(req, tinyseg.as_ref())?,
+        (Some(path), _) => {
+            let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
+            let graph_tensors = subject.graph.tensors.len();
+            let (under_test, notes, taken) =
+                plan_from_file(req, path, &planned_model, &reference_offsets, graph_tensors)?;
+            warnings.extend(notes);
+            plan_taken = taken;
+            under_test
+        }
+        (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
+        _ => plan_from_planner(req, &planned_model, &source_overlaps)?,
+    };
+    let mut offsets = under_test.offsets.clone();
+    // What TFLM runs under the plan: the model, or TinySeg's transformation.
+    let (run_bytes, run_graph) = match &tinyseg {
+        Some(t) => {
+            warnings.extend(t.warnings.iter().cloned());
+            warnings.extend(crate::spill::target_missed(
+                req.spill.target_bytes,
+                t.optimized.steps.last().map(|s| s.peak_bytes),
+            ));
+            if under_test.arena > subject.arena_limit {
+                bail!(
+                    "{}: the plan's arena of {} bytes is larger than the runner's arena of {} bytes",
+                    under_test.label(),
+                    under_test.arena,
+                    subject.arena_limit
+                );
+            }
+            (&t.bytes, &t.graph)
+        }
+        None => {
+            check_arena_fits(&under_test, &planned_model, subject.arena_limit)?;
+            offsets.truncate(subject.graph.tensors.len());
+            (&subject.bytes, &subject.graph)
+        }
+    };
+
+    // 3. TFLM runs memtrace's plan, beside the host oracle.
+    let readers = match &tinyseg {
+        Some(t) => tflm_tinyseg::readers_after(&reference.readers, &t.optimized),
+        None => reference.readers.clone(),
+    };
+    let (mut planned, oracle) = plan_run(
+        req,
+        &subject,
+        PlanSubject {
+            bytes: run_bytes,
+            readers: &readers,
+            storage: tinyseg.is_some(),
+        },
+        &reference,
+        &under_test,
+        &offsets,
+    )?;
+    let reference_head = reference.result.head_bytes;
+    if let (Some(path), Some(a), Some(b)) =
+        (&req.plot, reference.trace.as_mut(), planned.trace.as_mut())
+    {
+        // Each panel states its own plan's sizes: both are drawn on the
+        // larger extent.
+        a.title = format!("TFLM's own plan: head {reference_head} B");
+        b.title = format!(
+            "{} ({}) on TFLM: {} B planned, head {} B",
+            under_test.planner, under_test.overlap, under_test.arena, planned.result.head_bytes
+        );
+        memtrace_analyzer::plot::arena::render(&[a, b], path)?;
+    }
+    let a = &reference.result.output_bytes;
+    let b = &planned.result.output_bytes;
+    let mismatched = mismatched_bytes(a, b);
+    let planned_bytes = under_test.arena;
+    let arena_to_allocate = deploy_figures(req, &subject, run_bytes, &under_test, &offsets)?;
+    let tinyseg_report = tinyseg.as_ref().map(|t| {
+        SpillRun {
+            optimized: &t.optimized,
+            options: req.spill,
+            storage: &planned.storage,
+            storage_clobbers: planned.storage_clobbers.clone(),
+            storage_op_instructions: storage_op_instructions(
+                planned
+                    .layers
+                    .iter()
+                    .map(|l| (l.op.as_str(), l.instructions)),
+            ),
+            instructions: (planned.instructions, reference.instructions),
+            planning_seconds: t.seconds,
+        }
+        .report()
+    });
+    Ok(VerifyReport {
+        model: req.model.clone(),
+        runtime: "tflm",
+        target: req.target,
+        kernels: req.kernels,
+        overlap_kernels,
+        seed: req.seed,
+        input: req.input.as_ref().map(|p| p.display().to_string()),
+        runner: subject.image.path.display().to_string(),
+        reference: run_report(&reference, "tflm".into(), "none".into(), predicted),
+        plan: run_report(
+            &planned,
+            under_test.planner,
+            under_test.overlap,
+            planned_bytes,
+        ),
+        clobbers: planned.clobbers.clone(),
+        bit_exact: mismatched == 0,
+        mismatched_bytes: mismatched,
+        output_bytes: a.len() as u64,
+        output_digest: digest(a),
+        output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
+        oracle,
+        oracle_off: !req.oracle,
+        traced_overlaps: traced_report,
+        tensors: tensor_placements(
+            run_graph,
+            &offsets,
+            tinyseg.as_ref().map(|t| t.original.as_slice()),
+            &reference.result,
+            &planned.result,
+        ),
+        embedded_plan_tensors: subject
+            .embedded
+            .as_ref()
+            .map(|o| o.iter().filter(|&&v| v >= 0).count()),
+        embedded_plan_origin: subject.origin.clone(),
+        plan_taken,
         warnings,
-        taken,
+        seconds: started.elapsed().as_secs_f64(),
+        tinyseg: tinyseg_report,
+        plan_model: arena_to_allocate.1,
+        arena_to_allocate: arena_to_allocate.0,
     })
 }
 
-/// The index of the tensor a plan file calls `name`: the tensor so named,
-/// or for `tensor_N` (the spelling older reports gave an unnamed tensor)
-/// tensor N when it is unnamed (`tensorN`).
-fn plan_tensor_index(names: &[String], name: &str) -> Option<usize> {
-    if let Some(i) = names.iter().position(|n| n == name) {
-        return Some(i);
-    }
-    let n: usize = name.strip_prefix("tensor_")?.parse().ok()?;
-    (names.get(n)? == &format!("tensor{n}")).then_some(n)
-}
-
-/// The kernel library a plan file says it was made for (`"kernels"`), if it
-/// says.
-pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
-    let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
-    file.kernels
-        .map(|name| {
-            Kernels::from_name(&name)
-                .ok_or_else(|| failed!("unknown \"kernels\": \"{name}\" (known: tflm, cmsis-nn)"))
-        })
-        .transpose()
-}
-
-/// Checks the library a plan file (`text`, read from `path`) says it was
-/// made for against the run's `--kernels`: an unknown name is an error; a
-/// plan for another library is refused, or with `--allow-foreign-plan`
-/// accepted with the warning returned (its overlaps were proven on the
-/// other library's loop nests, not these).
-pub fn check_plan_kernels(
-    path: &std::path::Path,
-    text: &str,
+/// The arena a firmware must allocate for the plan under test (TFLM's
+/// refusal of the model at any arena is a note, not an error: the proof
+/// above already says what failed), and the model with that plan.
+fn deploy_figures(
     req: &VerifyOptions,
-) -> Result<Option<String>> {
-    let Some(made_for) = plan_kernels(text).with_context(|| path.display().to_string())? else {
-        return Ok(None);
+    subject: &Subject,
+    run_bytes: &[u8],
+    under_test: &UnderTest,
+    offsets: &[i64],
+) -> Result<(MeasuredPlan, Vec<u8>)> {
+    // The plan's provenance goes into the model, as `plan --emit-offline`
+    // writes it: `run` and `verify` of the written model then say whose it is.
+    let note = PlanProvenance {
+        planner: Some(under_test.planner.clone()),
+        ..PlanProvenance::new(&req.model, req.kernels, req.target, "tflm", req.overlap)?
+    }
+    .to_metadata()?;
+    let model = tflite::emit_offline_noted(run_bytes, offsets, Some(&note))?.bytes;
+    let (arena, not_measured) = match measure_arena_on(
+        &subject.image,
+        &model,
+        &subject.inputs,
+        req.kernels,
+        &req.cache,
+    ) {
+        Ok(a) => (Some(a), None),
+        Err(e) => (None, Some(e.to_string())),
     };
-    if made_for == req.kernels {
-        return Ok(None);
-    }
-    let what = format!(
-        "{}: the plan was made for the {} kernels, not {} (--kernels): its overlaps may corrupt \
-         data on {}",
-        path.display(),
-        made_for.name(),
-        req.kernels.name(),
-        req.kernels.name()
-    );
-    if !req.allow_foreign_plan {
-        bail!(
-            "{what}; pass --allow-foreign-plan to check it on {} anyway",
-            req.kernels.name()
-        );
-    }
-    Ok(Some(what))
+    let measured = MeasuredPlan {
+        planner: under_test.planner.clone(),
+        overlap: under_test.overlap.clone(),
+        planned_bytes: under_test.arena,
+        arena,
+        not_measured,
+    };
+    Ok((measured, model))
 }
