@@ -1,6 +1,5 @@
 //! A user's own CMSIS-NN binary, built from docs/protocol.md section 11
-//! alone (issue 18, items 5 and 6), and the four places where the first
-//! such user got stuck:
+//! alone, and the four places where the first such user got stuck:
 //!
 //! 1. no link recipe (`undefined reference to 'memtrace_rt_exit'`): the
 //!    documented line links a program with `libmemtrace_rt.a` and nothing
