@@ -4,10 +4,10 @@
 //! 1. The reference run: TFLM lays out the arena with its own greedy planner
 //!    and runs the model; a shadow map watches every arena byte, and each
 //!    operator's O_s is traced on the way (the `traced` source, from this
-//!    kernel build or from `--overlap-from`'s) ([`runs`]).
+//!    kernel build or from `--overlap-from`'s) (`runs`).
 //! 2. memtrace plans the model (with the scratch buffers TFLM gave each
 //!    operator), or takes the plan a file or the model gives
-//!    ([`under_test`]; TinySeg's transformed models in `tflm_tinyseg`), and
+//!    (`under_test`; TinySeg's transformed models in `tflm_tinyseg`), and
 //!    writes it into a copy of the model as `OfflineMemoryAllocation`.
 //! 3. The plan run: TFLM honours the offline plan; the shadow map finds any
 //!    read of a byte that no longer holds its tensor, and the outputs must be
