@@ -24,7 +24,7 @@ fn main() {
             "harness-c/build/x86_64/tflm-runner-cmsis.elf",
             "the x86-64 TFLM runner tests will be ignored; install musl-dev and run `make -C harness-c`",
         ),
-        // CMSIS-NN releases beside the repository (tests/cmsis_releases.rs).
+        // CMSIS-NN releases beside the repository (tests/libraries/cmsis_releases.rs).
         (
             "no_cmsis_v4",
             "../shared/third_party/cmsis-nn-v4.0.0/Include/arm_nnfunctions.h",

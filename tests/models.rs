@@ -1,0 +1,21 @@
+//! Whole models on real TFLM: `verify` and `plan` on the shared and zoo
+//! models, both kernel builds, plan files and their provenance, the arena
+//! to allocate and the firmware that uses it, the trace cache, and the
+//! host oracle (PyPI `tflite-micro`).
+
+mod common;
+
+mod models {
+    pub mod tflm_runtime;
+    pub mod verify_models;
+    pub mod verify_cmsis;
+    pub mod verify_cmsis_model;
+    pub mod verify_tiny_unet;
+    pub mod verify_tflm_oracle;
+    pub mod plan_files;
+    pub mod foreign_overlap;
+    pub mod deploy;
+    pub mod one_traced_source;
+    pub mod trace_cache;
+    pub mod hardening;
+}
