@@ -6,18 +6,19 @@
 mod common;
 
 mod cli {
+    pub mod architecture;
+    pub mod bad_inputs;
+    pub mod cold_ranges;
     pub mod exit_codes;
+    pub mod overlap_run;
+    pub mod plan_cli;
+    pub mod run_contract;
     pub mod run_errors;
     pub mod run_outputs;
     pub mod run_overlap;
-    pub mod run_contract;
-    pub mod overlap_run;
-    pub mod plan_cli;
     pub mod stdout_closed;
     pub mod strict_files;
-    pub mod bad_inputs;
-    pub mod validate_sweep;
+    pub mod suite_operators;
     pub mod user_binary;
-    pub mod architecture;
-    pub mod cold_ranges;
+    pub mod validate_sweep;
 }

@@ -5,11 +5,11 @@
 mod common;
 
 mod libraries {
-    pub mod kernels_cmsis;
+    pub mod check;
+    pub mod check_calls;
     pub mod cmsis_releases;
+    pub mod kernels_cmsis;
     pub mod regress_cmsis;
     pub mod regress_modified;
     pub mod regress_releases;
-    pub mod check;
-    pub mod check_calls;
 }

@@ -6,16 +6,16 @@
 mod common;
 
 mod models {
+    pub mod deploy;
+    pub mod foreign_overlap;
+    pub mod hardening;
+    pub mod one_traced_source;
+    pub mod plan_files;
     pub mod tflm_runtime;
-    pub mod verify_models;
+    pub mod trace_cache;
     pub mod verify_cmsis;
     pub mod verify_cmsis_model;
-    pub mod verify_tiny_unet;
+    pub mod verify_models;
     pub mod verify_tflm_oracle;
-    pub mod plan_files;
-    pub mod foreign_overlap;
-    pub mod deploy;
-    pub mod one_traced_source;
-    pub mod trace_cache;
-    pub mod hardening;
+    pub mod verify_tiny_unet;
 }
