@@ -81,6 +81,16 @@ pub fn json(out: &Output) -> Value {
     })
 }
 
+/// `memtrace ARGS --format json` → (exit code, report), whatever the exit.
+pub fn json_run(args: &[&str]) -> (i32, Value) {
+    let mut all = args.to_vec();
+    all.extend(["--format", "json"]);
+    let out = memtrace(&all);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("memtrace {all:?}: no JSON ({e}): {}", stderr(&out)));
+    (out.status.code().unwrap_or(-1), report)
+}
+
 /// Runs `memtrace run ELF ARGS --format json`, asserting success.
 pub fn run_json(elf: &Path, args: &[&str]) -> Value {
     let mut all = vec!["run".to_owned(), elf.display().to_string()];

@@ -6,22 +6,12 @@
 
 use crate::common;
 
-use common::{memtrace, stderr};
+use common::json_run;
 use serde_json::{json, Value};
-
-/// `memtrace ARGS --format json` → (exit code, report).
-fn run_json(args: &[&str]) -> (i32, Value) {
-    let mut all = args.to_vec();
-    all.extend(["--format", "json"]);
-    let out = memtrace(&all);
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("memtrace {all:?}: no JSON ({e}): {}", stderr(&out)));
-    (out.status.code().unwrap_or(-1), report)
-}
 
 /// `memtrace verify MODEL ARGS --format json` → (exit code, report).
 fn verify(model: &str, args: &[&str]) -> (i32, Value) {
-    run_json(&[&["verify", model], args].concat())
+    json_run(&[&["verify", model], args].concat())
 }
 
 fn planned(r: &Value) -> u64 {
@@ -66,7 +56,7 @@ fn cmsis_nn_runs_int8_models_bit_exact_with_the_reference_kernels() {
 #[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
 fn the_librarys_scratch_buffer_is_a_planned_arena_tensor() {
     let model = "zoo:mobilenet_v1_0.25_128_int8";
-    let (code, doc) = run_json(&["plan", model, "--kernels", "cmsis-nn"]);
+    let (code, doc) = json_run(&["plan", model, "--kernels", "cmsis-nn"]);
     assert_eq!(code, 0, "{doc}");
     // conv1 is a 3x3 conv over 3 channels. CMSIS-NN's DSP build of
     // arm_convolve_s8_get_buffer_size needs two int16 im2col columns of
@@ -93,7 +83,7 @@ fn the_librarys_scratch_buffer_is_a_planned_arena_tensor() {
         assert!(at + size <= plan["peak_bytes"].as_u64().unwrap(), "{what}");
     }
     // The reference kernels ask for none.
-    let (_, t) = run_json(&["plan", model]);
+    let (_, t) = json_run(&["plan", model]);
     for plan in t["plans"].as_array().unwrap() {
         assert!(placed(plan, "conv1/scratch").is_none());
     }

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{memtrace, stderr, u};
+use common::{json_run, u};
 use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::zoo::GraphBuilder;
 use memtrace_model::Dtype;
@@ -13,19 +13,9 @@ use serde_json::{json, Value};
 
 const TINY_UNET: &str = "zoo:tiny_unet_80x120_int8";
 
-/// `memtrace ARGS --format json` → (exit code, report).
-fn run_json(args: &[&str]) -> (i32, Value) {
-    let mut all = args.to_vec();
-    all.extend(["--format", "json"]);
-    let out = memtrace(&all);
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("memtrace {all:?}: no JSON ({e}): {}", stderr(&out)));
-    (out.status.code().unwrap_or(-1), report)
-}
-
 /// `memtrace verify MODEL ARGS --format json` → (exit code, report).
 fn verify(model: &str, args: &[&str]) -> (i32, Value) {
-    run_json(&[&["verify", model, "--no-oracle"], args].concat())
+    json_run(&[&["verify", model, "--no-oracle"], args].concat())
 }
 
 /// Both runs clean and the plan's outputs equal TFLM's own plan's.
@@ -40,7 +30,7 @@ fn assert_clean(model: &str, r: &Value, code: i32) {
 /// scratch requests, one per operator that asks), in operator order, and
 /// its `tflm-greedy` peak.
 fn planned_scratch(model: &str, args: &[&str]) -> (Vec<u64>, u64) {
-    let (code, r) = run_json(&[&["plan", model, "--planner", "tflm-greedy"], args].concat());
+    let (code, r) = json_run(&[&["plan", model, "--planner", "tflm-greedy"], args].concat());
     assert_eq!(code, 0, "{r}");
     let plan = &r["plans"][0];
     let scratch = plan["tensors"]
