@@ -11,7 +11,7 @@
 //!   own words and the operator, not as a protocol violation.
 //!
 //! Tests that run the oracle need `MEMTRACE_TFLM_PYTHON` (as
-//! `tests/verify_oracle.rs`; `make test` sets it) and are reported as
+//! `tests/models/verify_tflm_oracle.rs`; `make test` sets it) and are reported as
 //! ignored without it; tests on real TFLM need the runner guests.
 
 use std::os::unix::process::ExitStatusExt;
