@@ -14,14 +14,14 @@
 
 use std::path::Path;
 
-use memtrace_abi::tflm::{self, symbols, TflmJob};
+use memtrace_abi::tflm::{self, symbols};
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::{sha256_prefix, ArenaToAllocate, ARENA_ALIGNMENT};
 use crate::common::run_without_hooks;
 use crate::error::Result;
 use crate::kernels::Kernels;
-use crate::tflm::{load_runner, runner_path};
+use crate::tflm::{load_runner, runner_path, ModelRun};
 use crate::trace_cache::TraceCache;
 use crate::{bail, failed};
 
@@ -33,38 +33,24 @@ enum Probe {
     TooSmall(String),
 }
 
-/// Where the runner's mailbox, model region and arena are.
+/// Where the runner's mailbox is, and how large its arena region.
 struct RunnerLayout {
     job_at: u64,
-    model_at: u64,
-    model_len: u64,
-    io_at: u64,
-    io_len: u64,
     arena_len: u64,
-}
-
-fn symbol_address(image: &ElfImage, name: &str) -> Result<u64> {
-    image
-        .symbol(name)
-        .map(|s| s.address)
-        .ok_or_else(|| failed!("{} lacks `{name}`: rebuild it", image.path.display()))
 }
 
 impl RunnerLayout {
     fn of(image: &ElfImage) -> Result<RunnerLayout> {
-        let at = |name| symbol_address(image, name);
-        let span = |start, end| -> Result<u64> {
-            let (s, e) = (at(start)?, at(end)?);
-            e.checked_sub(s)
-                .ok_or_else(|| failed!("{}: `{end}` lies below `{start}`", image.path.display()))
+        let at = |name| {
+            image
+                .symbol(name)
+                .map(|s| s.address)
+                .ok_or_else(|| failed!("{} lacks `{name}`: rebuild it", image.path.display()))
         };
+        let (start, end) = (at(symbols::ARENA)?, at(symbols::ARENA_END)?);
         Ok(RunnerLayout {
             job_at: at(symbols::JOB)?,
-            model_at: at(symbols::MODEL)?,
-            model_len: span(symbols::MODEL, symbols::MODEL_END)?,
-            io_at: at(symbols::IO)?,
-            io_len: span(symbols::IO, symbols::IO_END)?,
-            arena_len: span(symbols::ARENA, symbols::ARENA_END)?,
+            arena_len: end.saturating_sub(start),
         })
     }
 }
@@ -86,22 +72,18 @@ fn probe(
     arena: u64,
     allocate_only: bool,
 ) -> Result<Probe> {
-    let job = TflmJob {
-        model_bytes: model.len() as u32,
-        arena_bytes: arena as u32,
-        input_bytes: inputs.len() as u32,
+    // The job, the model and the inputs written as every run writes them
+    // (each checked to fit its region).
+    let preload = ModelRun {
+        arena_bytes: Some(arena),
         layers: false,
-        weights: false,
-    };
-    let words = job.bytes();
+        ..ModelRun::whole(image, model, inputs, RUN_INSTRUCTIONS)
+    }
+    .preload()?;
     let mailbox = tflm::MEMTRACE_TFLM_WORDS as u64 * 4;
     let run = run_without_hooks(
         image,
-        &[
-            (layout.job_at, words),
-            (layout.model_at, model.to_vec()),
-            (layout.io_at, inputs.to_vec()),
-        ],
+        &preload,
         &[(layout.job_at, mailbox)],
         RUN_INSTRUCTIONS,
     )?;
@@ -222,20 +204,6 @@ fn measure_uncached(
     kernels: Kernels,
 ) -> Result<ArenaToAllocate> {
     let layout = RunnerLayout::of(image)?;
-    if model.len() as u64 > layout.model_len {
-        bail!(
-            "the model ({} B) does not fit the runner's model region ({} B)",
-            model.len(),
-            layout.model_len
-        );
-    }
-    if inputs.len() as u64 > layout.io_len {
-        bail!(
-            "the inputs ({} B) do not fit the runner's input region ({} B)",
-            inputs.len(),
-            layout.io_len
-        );
-    }
     let ceiling = layout.arena_len.min(u32::MAX as u64);
     let mut runs = 0u32;
     let mut allocate = |arena: u64| {
