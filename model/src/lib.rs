@@ -549,16 +549,6 @@ impl Model {
             .collect()
     }
 
-    /// This model with every TRANSPOSE_CONV accumulating in `accumulator`
-    /// (TinySeg's temporary tensor quantisation when [`Accumulator::Int16`]).
-    pub fn with_transpose_conv_accumulator(&self, accumulator: Accumulator) -> Model {
-        let mut m = self.clone();
-        for op in m.ops.iter_mut().filter(|o| o.kind == OpKind::TransposeConv) {
-            op.options.accumulator = accumulator;
-        }
-        m
-    }
-
     /// This model with the scratch tensors of TFLM's reference kernels
     /// (`Model::reference_scratch_needs`), as TFLM's planner sees them.
     pub fn with_reference_scratch(&self) -> Model {
