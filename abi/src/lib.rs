@@ -9,7 +9,7 @@
 //! * [`spec`]: layer configurations and the job mailbox of `memtrace_job.h`;
 //! * [`symbols`]: the guest symbols the host finds by name;
 //! * [`selection`]: how `--layer` names a layer (name, index, `index:op`);
-//! * [`tflm`]: the mailbox of the TFLM runner guests (`memtrace_tflm.h`);
+//! * [`runner`]: the mailbox of the TFLM runner guests (`memtrace_tflm.h`);
 //! * [`event`]: the event stream the tracer sends;
 //! * [`analysis`]: the trait every consumer of that stream implements.
 //!
@@ -37,11 +37,11 @@ pub mod event;
 pub mod geometry;
 pub mod op;
 pub mod protocol;
+pub mod runner;
 pub mod selection;
 pub mod spec;
 pub mod symbols;
 pub mod target;
-pub mod tflm;
 
 pub use activation::Activation;
 pub use analysis::Analysis;

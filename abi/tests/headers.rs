@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memtrace_abi::{dtype, op, protocol, spec, symbols, tflm};
+use memtrace_abi::{dtype, op, protocol, runner, spec, symbols};
 
 /// The text of `file` under `harness-c/`.
 fn harness_text(file: &str) -> String {
@@ -121,11 +121,11 @@ fn memtrace_tflm_h_matches_the_tflm_module() {
         "memtrace_tflm.h",
         &["MEMTRACE_TFLM_", "TFLM_"],
         &[
-            tflm::TFLM_HEADER,
-            tflm::TFLM_LAYOUT,
-            tflm::TFLM_CODES,
-            tflm::TFLM_STORAGE_LAYOUT,
-            tflm::TFLM_STORAGE_CODES,
+            runner::TFLM_HEADER,
+            runner::TFLM_LAYOUT,
+            runner::TFLM_CODES,
+            runner::TFLM_STORAGE_LAYOUT,
+            runner::TFLM_STORAGE_CODES,
         ],
     );
 }
@@ -169,7 +169,7 @@ fn guest_symbols_are_defined_by_the_harness() {
         .collect();
     let missing: Vec<&str> = symbols::ALL
         .iter()
-        .chain(tflm::symbols::ALL.iter())
+        .chain(runner::symbols::ALL.iter())
         .copied()
         .filter(|s| !defines(&texts, s))
         .collect();
@@ -209,6 +209,6 @@ fn tflm_runner_buffer_ids_match_the_tflm_module() {
         let v = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
         parse_c_integer(v).unwrap_or_else(|| panic!("`{line}`"))
     };
-    assert_eq!(value("kIdOutputs"), i64::from(tflm::BUFFER_ID_OUTPUTS));
-    assert_eq!(value("kIdScratch"), i64::from(tflm::BUFFER_ID_SCRATCH));
+    assert_eq!(value("kIdOutputs"), i64::from(runner::BUFFER_ID_OUTPUTS));
+    assert_eq!(value("kIdScratch"), i64::from(runner::BUFFER_ID_SCRATCH));
 }

@@ -4,10 +4,12 @@
 
 use std::path::PathBuf;
 
-use memtrace_driver::baseline::{tabulate, TableOptions};
-use memtrace_driver::regress::{regress, RegressOptions, Status, DEFAULT_INSTRUCTION_THRESHOLD};
-use memtrace_driver::run::{run, RunOptions};
-use memtrace_driver::sweep::ConfigSelection;
+use memtrace_driver::workflows::baseline::{tabulate, TableOptions};
+use memtrace_driver::workflows::regress::{
+    regress, RegressOptions, Status, DEFAULT_INSTRUCTION_THRESHOLD,
+};
+use memtrace_driver::workflows::run::{run, RunOptions};
+use memtrace_driver::workflows::sweep::ConfigSelection;
 use memtrace_overlap::algorithmic::algorithmic_overlap;
 use memtrace_overlap::configs::DEFAULT_BUDGET;
 

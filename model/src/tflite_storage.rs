@@ -14,7 +14,7 @@
 //! (type, shape, quantisation), so that [`attach_storage`] rebuilds it on
 //! import.
 
-use memtrace_abi::tflm::*;
+use memtrace_abi::runner::*;
 
 use crate::schema::tflite as fb;
 use crate::spill_ops::storage_layout;

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use memtrace_driver::bench::{bench, BenchOptions};
-use memtrace_driver::ladder::{ladder, TABLE_ONE};
+use memtrace_driver::workflows::bench::ladder::{ladder, TABLE_ONE};
+use memtrace_driver::workflows::bench::{bench, BenchOptions};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -66,9 +66,14 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         } else {
             models.clone()
         };
-        memtrace_driver::bench_models::bench_models(&models, &build_dir, args.repeat, &mut out)?;
+        memtrace_driver::workflows::bench::models::bench_models(
+            &models,
+            &build_dir,
+            args.repeat,
+            &mut out,
+        )?;
     } else if let Some(models) = &args.tinyseg {
-        memtrace_driver::spill::bench_tinyseg(models, args.repeat, &mut out)?;
+        memtrace_driver::support::spill::bench_tinyseg(models, args.repeat, &mut out)?;
     } else if args.ladder {
         ladder(
             &build_dir.join("cortex-m4/suite.elf"),
@@ -109,7 +114,7 @@ fn shared_models() -> Result<Vec<String>> {
 /// The first harness build folder memtrace looks for guests in (the source
 /// tree's), whether or not it holds them yet: the errors then name it.
 fn default_build_dir() -> PathBuf {
-    memtrace_driver::kernels::guest_roots()
+    memtrace_driver::runtime::kernels::guest_roots()
         .into_iter()
         .next()
         .unwrap_or_else(|| PathBuf::from("harness-c/build"))

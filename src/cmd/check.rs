@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use memtrace_driver::check::{self, CheckOptions, Suppressions};
+use memtrace_driver::workflows::check::{self, CheckOptions, Suppressions};
 
 use super::Format;
 
@@ -52,7 +52,6 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         Some(path) => Suppressions::load(path)?,
         None => Suppressions::default(),
     };
-    let json = matches!(args.format, Format::Json);
     let report = check::check(&CheckOptions {
         program: args.program.clone(),
         args: args.args.clone(),
@@ -60,24 +59,13 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         heap_bytes: args.heap,
         stack_bytes: args.stack,
         memcheck: !args.no_memcheck,
-        echo: !json,
+        echo: !matches!(args.format, Format::Json),
         suppressions,
         calls: !args.no_calls,
     })?;
-    if json {
-        super::emit(&report.json())?;
-    } else {
-        for line in report.text().lines() {
-            super::say(line);
-        }
-    }
-    let status = if report.errors() > 0 {
-        args.error_exitcode
-    } else {
-        // A shell sees the low 8 bits of a status.
-        report
-            .program_status()
-            .map_or(args.error_exitcode, |s| s as u8)
+    let answer = check::CheckAnswer {
+        report: &report,
+        error_exitcode: args.error_exitcode,
     };
-    Ok(ExitCode::from(status))
+    super::finish(&answer, args.format.into(), None)
 }

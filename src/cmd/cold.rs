@@ -7,15 +7,23 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::cold::{cold, ColdOptions};
-
-use super::write_report;
+use memtrace_driver::workflows::cold::{cold, ColdOptions};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     Table,
     Json,
     Csv,
+}
+
+impl From<Format> for memtrace_driver::Format {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Table => Self::Table,
+            Format::Json => Self::Json,
+            Format::Csv => Self::Csv,
+        }
+    }
 }
 
 /// The time axis of the picture.
@@ -50,7 +58,7 @@ pub struct ColdArgs {
     #[arg(long)]
     pub exact_time: bool,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
+    #[arg(long, default_value_t = memtrace_driver::support::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
 }
 
@@ -68,15 +76,5 @@ pub fn run(args: ColdArgs) -> Result<ExitCode> {
         exact_time: args.exact_time,
         max_instructions: args.max_instructions,
     })?;
-    let text = match args.format {
-        Format::Table => report.to_text(),
-        Format::Json => report.to_json()?,
-        Format::Csv => report.to_csv()?,
-    };
-    write_report(args.out.as_deref(), &text)?;
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    super::finish(&report, args.format.into(), args.out.as_deref())
 }

@@ -1,5 +1,6 @@
 //! Subcommands: each parses its arguments into a driver options type, calls
-//! one workflow and prints its report.
+//! one workflow and hands its report to [`finish`], which prints what the
+//! report answers and exits with the status it chose.
 
 pub mod bench;
 pub mod check;
@@ -17,7 +18,7 @@ pub mod zoo;
 
 use std::path::Path;
 
-pub use memtrace_driver::text::terminal_safe;
+pub use memtrace_driver::support::text::terminal_safe;
 
 /// Prints one line to stderr, its control characters escaped
 /// ([`terminal_safe`]): warnings and notes quote model and guest strings.
@@ -30,6 +31,36 @@ pub fn say(line: &str) {
 pub enum Format {
     Table,
     Json,
+}
+
+impl From<Format> for memtrace_driver::Format {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Table => Self::Table,
+            Format::Json => Self::Json,
+        }
+    }
+}
+
+/// Prints what a command's report answers ([`memtrace_driver::Answer`]):
+/// its notes, the report (to `out`, or stdout), its verdict; and ends with
+/// the exit status the report chose.
+pub fn finish(
+    report: &dyn memtrace_driver::Answer,
+    format: memtrace_driver::Format,
+    out: Option<&Path>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let outcome = report.answer(format)?;
+    for line in &outcome.notes {
+        say(line);
+    }
+    if out.is_some() || !outcome.report.is_empty() {
+        write_report(out, &outcome.report)?;
+    }
+    for line in &outcome.verdict {
+        say(line);
+    }
+    Ok(std::process::ExitCode::from(outcome.status))
 }
 
 /// Writes `text` to `out` atomically, or to stdout; either way with its
@@ -71,9 +102,9 @@ pub fn usage_error(message: &str) -> ! {
     .exit()
 }
 
-/// `--jobs`: a worker count from 1 to [`MAX_JOBS`](memtrace_driver::common::MAX_JOBS).
+/// `--jobs`: a worker count from 1 to [`MAX_JOBS`](memtrace_driver::support::common::MAX_JOBS).
 pub fn jobs(text: &str) -> Result<usize, String> {
-    let max = memtrace_driver::common::MAX_JOBS;
+    let max = memtrace_driver::support::common::MAX_JOBS;
     text.parse::<usize>()
         .ok()
         .filter(|n| (1..=max).contains(n))

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use memtrace_driver::kernels::Kernels;
+use memtrace_driver::runtime::kernels::Kernels;
 use memtrace_tracer::Arch;
 
 /// Seed, input, target, kernel library and runner of a model run.

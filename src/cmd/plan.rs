@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::kernels::Kernels;
-use memtrace_driver::plan::{plan, PlanRequest};
-use memtrace_driver::provenance::OverlapChoice;
-use memtrace_driver::trace_cache::TraceCache;
+use memtrace_driver::runtime::kernels::Kernels;
+use memtrace_driver::runtime::trace_cache::TraceCache;
+use memtrace_driver::support::provenance::OverlapChoice;
+use memtrace_driver::workflows::plan::{plan, PlanRequest};
 use memtrace_model::planner::PlannerKind;
 use memtrace_tracer::Arch;
 
@@ -84,7 +84,7 @@ pub struct PlanArgs {
     /// The firmware's arena budget (e.g. 128K, 131072, 0.5M): exit 1 with
     /// the shortfall in bytes when the arena to allocate exceeds it (and
     /// write no --emit-offline files), say what is left when it fits.
-    #[arg(long, value_name = "SIZE", value_parser = memtrace_driver::deploy::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = memtrace_driver::workflows::deploy::parse_size)]
     pub fits: Option<u64>,
     /// Offsets and sizes are multiples of this (TFLM uses 16): a power of
     /// two from 1 to 4096.
@@ -121,25 +121,5 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         cache: TraceCache::new(!args.no_cache),
         fits: args.fits,
     })?;
-    for w in &report.warnings {
-        super::say(&format!("WARNING: {w}"));
-    }
-    if let Some(line) = &report.emitted {
-        super::say(line);
-    }
-    match args.format {
-        Format::Json => super::emit(&report.to_json()?)?,
-        Format::Table => super::emit(&report.to_table())?,
-    }
-    if let Some(budget) = report.budget {
-        // The table states it; a JSON reader gets it in `budget`, a person
-        // on stderr.
-        if matches!(args.format, Format::Json) || !budget.fits() {
-            eprintln!("{}", budget.message());
-        }
-        if !budget.fits() {
-            return Ok(ExitCode::FAILURE);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    super::finish(&report, args.format.into(), None)
 }

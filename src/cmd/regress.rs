@@ -8,14 +8,21 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::regress::{regress, RegressOptions, DEFAULT_INSTRUCTION_THRESHOLD};
-
-use super::write_report;
+use memtrace_driver::workflows::regress::{regress, RegressOptions, DEFAULT_INSTRUCTION_THRESHOLD};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     Markdown,
     Json,
+}
+
+impl From<Format> for memtrace_driver::Format {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Markdown => Self::Markdown,
+            Format::Json => Self::Json,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -50,7 +57,7 @@ fn percent(text: &str) -> Result<f64, String> {
 
 pub fn run(args: RegressArgs) -> Result<ExitCode> {
     if let Some(out) = &args.out {
-        memtrace_driver::common::check_output(out, &[&args.baseline, &args.elf])?;
+        memtrace_driver::support::common::check_output(out, &[&args.baseline, &args.elf])?;
     }
     let report = regress(&RegressOptions {
         baseline: args.baseline,
@@ -59,21 +66,5 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         max_instructions: args.max_instructions,
         instruction_threshold: args.instruction_threshold,
     })?;
-    for w in report.warnings() {
-        super::say(&w);
-    }
-    let text = match args.format {
-        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
-        Format::Markdown => report.to_markdown(),
-    };
-    write_report(args.out.as_deref(), &text)?;
-    for line in report.failure_lines() {
-        super::say(&line);
-    }
-    super::say(&report.summary_line());
-    Ok(if report.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    super::finish(&report, args.format.into(), args.out.as_deref())
 }

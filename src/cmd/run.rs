@@ -6,11 +6,8 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::Args;
-use memtrace_driver::contract::broken_layers;
-use memtrace_driver::kernels::Kernels;
-use memtrace_driver::run::{
-    flagged_layers, run as trace_layers, tables_text, warnings, ModelOptions, RunOptions,
-};
+use memtrace_driver::runtime::kernels::Kernels;
+use memtrace_driver::workflows::run::{self, ModelOptions, RunAnswer, RunOptions};
 use memtrace_tracer::Arch;
 
 #[derive(Args, Debug)]
@@ -63,7 +60,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
+    #[arg(long, default_value_t = memtrace_driver::support::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
     /// Observe buffers with memory hooks even when neither --events nor
     /// --plot needs each access's exact instruction (several times slower;
@@ -148,7 +145,7 @@ fn same_output(a: &std::path::Path, b: &std::path::Path) -> bool {
 /// model; a missing one gets the loader's error).
 fn check_model_only_options(args: &RunArgs) {
     let is_binary = std::fs::metadata(&args.elf).is_ok_and(|m| m.is_file())
-        && !memtrace_driver::run::is_model(&args.elf);
+        && !memtrace_driver::workflows::run::is_model(&args.elf);
     if !is_binary {
         return;
     }
@@ -171,26 +168,12 @@ fn check_model_only_options(args: &RunArgs) {
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     check_distinct_outputs(&args);
     check_model_only_options(&args);
-    let report = trace_layers(&RunOptions::from(&args))?;
-    match args.format {
-        Format::Json => super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?,
-        Format::Table => super::emit(&tables_text(&report)?)?,
-    }
-    for line in warnings(&report, args.explain) {
-        super::say(&line);
-    }
-    let flagged = flagged_layers(&report);
-    let failed_os = flagged > 0 && args.strict_os;
-    if failed_os {
-        eprintln!("error: {flagged} layer(s) failed an O_s cross-check (--strict-os)");
-    }
-    let broken = broken_layers(&report);
-    let failed_contract = broken > 0 && args.strict;
-    if failed_contract {
-        eprintln!("error: {broken} layer(s) broke the memory contract (--strict)");
-    }
-    if failed_os || failed_contract {
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    let report = run::run(&RunOptions::from(&args))?;
+    let answer = RunAnswer {
+        report: &report,
+        strict: args.strict,
+        strict_os: args.strict_os,
+        explain: args.explain,
+    };
+    super::finish(&answer, args.format.into(), None)
 }

@@ -1,7 +1,7 @@
 //! The TinySeg arguments `plan` and `verify` share (`--planner tinyseg`).
 
 use clap::Args;
-use memtrace_driver::spill::SpillOptions;
+use memtrace_driver::support::spill::SpillOptions;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::tinyseg::NarrowScratch;
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use memtrace_driver::sweep::ConfigSelection;
+use memtrace_driver::workflows::sweep::ConfigSelection;
 use memtrace_overlap::configs::DEFAULT_BUDGET;
 
 /// Which configurations to sweep.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use memtrace_driver::baseline::{tabulate, TableOptions};
+use memtrace_driver::workflows::baseline::{tabulate, TableOptions};
 
 use super::sweep_args::ConfigArgs;
 
@@ -32,24 +32,5 @@ pub fn run(args: TableArgs) -> Result<ExitCode> {
         no_builtin: args.no_builtin,
         configs: args.configs.into(),
     })?;
-    eprintln!(
-        "{}: {} rows ({} built-in layers, {} configs) written to {} in {:.1} s",
-        args.elf.display(),
-        t.rows.len(),
-        t.rows.iter().filter(|r| r.source == "builtin").count(),
-        t.configs,
-        args.out.display(),
-        t.seconds
-    );
-    for r in t.rows.iter().filter(|r| !r.flags.is_empty()) {
-        let flags: Vec<&str> = r.flags.iter().map(|f| f.name()).collect();
-        // Layer names are the guest's.
-        super::say(&format!(
-            "WARNING {}: {} fails the O_s cross-checks [{}] (recorded as traced)",
-            r.name,
-            r.spec,
-            flags.join(" ")
-        ));
-    }
-    Ok(ExitCode::SUCCESS)
+    super::finish(&t, memtrace_driver::Format::Table, None)
 }

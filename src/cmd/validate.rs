@@ -11,16 +11,25 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::validate::{validate, ValidateOptions};
+use memtrace_driver::workflows::validate::{validate, ValidateOptions};
 
 use super::sweep_args::ConfigArgs;
-use super::write_report;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     Table,
     Json,
     Csv,
+}
+
+impl From<Format> for memtrace_driver::Format {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Table => Self::Table,
+            Format::Json => Self::Json,
+            Format::Csv => Self::Csv,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -42,23 +51,5 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
         configs: args.configs.into(),
         out: args.out.clone(),
     })?;
-    let text = match args.format {
-        Format::Table => report.to_table()?,
-        Format::Json => report.to_json()?,
-        Format::Csv => report.to_csv()?,
-    };
-    write_report(args.out.as_deref(), &text)?;
-    if !matches!(args.format, Format::Table) || args.out.is_some() {
-        super::say(&report.summary_line());
-    }
-    for line in report.problem_lines() {
-        super::say(&line);
-    }
-    Ok(
-        if report.summary.violations > 0 || report.summary.errors > 0 {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        },
-    )
+    super::finish(&report, args.format.into(), args.out.as_deref())
 }

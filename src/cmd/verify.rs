@@ -8,13 +8,13 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::Args;
-use memtrace_driver::common::check_output;
-use memtrace_driver::deploy::{header_path, Budget};
-use memtrace_driver::kernels::Kernels;
-use memtrace_driver::plan_file::PlanPick;
-use memtrace_driver::provenance::OverlapChoice;
-use memtrace_driver::verify::VerifyOptions;
-use memtrace_driver::verify::{verify, VerifyReport};
+use memtrace_driver::runtime::kernels::Kernels;
+use memtrace_driver::runtime::plan_file::PlanPick;
+use memtrace_driver::support::common::check_output;
+use memtrace_driver::support::provenance::OverlapChoice;
+use memtrace_driver::workflows::deploy::{header_path, Deployment};
+use memtrace_driver::workflows::verify::verify;
+use memtrace_driver::workflows::verify::VerifyOptions;
 use memtrace_model::planner::PlannerKind;
 
 #[derive(Args, Debug)]
@@ -75,7 +75,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub no_oracle: bool,
     /// Stop a guest that runs longer than this many instructions.
-    #[arg(long, default_value_t = memtrace_driver::common::MAX_INSTRUCTIONS)]
+    #[arg(long, default_value_t = memtrace_driver::support::common::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
     /// Only int32 (TFLM's own); int16 was dropped with memtrace's executor.
     #[arg(long, hide = true, value_parser = super::accumulator_value)]
@@ -93,7 +93,7 @@ pub struct VerifyArgs {
     /// the shortfall in bytes when the arena to allocate exceeds it (and
     /// write no --emit-offline files), say what is left when it fits.
     /// Real TFLM only.
-    #[arg(long, value_name = "SIZE", value_parser = memtrace_driver::deploy::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = memtrace_driver::workflows::deploy::parse_size)]
     pub fits: Option<u64>,
 }
 
@@ -126,7 +126,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     args.spill.check(planner == Some(PlannerKind::Tinyseg));
     let format = args.format;
     let embedded_plan = args.plan.is_none() && args.planner.is_none() && args.overlap.is_none();
-    let deploy = Deploy {
+    let deploy = Deployment {
         dest: args.emit_offline,
         fits: args.fits,
     };
@@ -156,101 +156,11 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         max_instructions: args.max_instructions,
         spill: args.spill.options(),
         allow_foreign_plan: args.allow_foreign_plan,
-        cache: memtrace_driver::trace_cache::TraceCache::new(!args.no_cache),
+        deploy,
+        cache: memtrace_driver::runtime::trace_cache::TraceCache::new(!args.no_cache),
         oracle: !args.no_oracle,
         embedded_plan,
         pick,
     };
-    let report = verify(&opts)?;
-    for w in &report.warnings {
-        super::say(&format!("WARNING: {w}"));
-    }
-    match format {
-        Format::Table => super::emit(&report.to_text())?,
-        Format::Json => super::emit(&json_with_verdict(&report, report.ok())?)?,
-    }
-    let deployed = deploy.finish(&report)?;
-    Ok(ExitCode::from(u8::from(!report.ok() || !deployed)))
-}
-
-/// A report and its verdict, as the JSON output prints them: every field of
-/// the report, then `"ok"` (what the text's `result:` line and the exit
-/// status say).
-#[derive(serde::Serialize)]
-struct WithVerdict<'a, R: serde::Serialize> {
-    #[serde(flatten)]
-    report: &'a R,
-    ok: bool,
-}
-
-/// `report` as pretty JSON with its verdict, and a final newline.
-fn json_with_verdict<R: serde::Serialize>(report: &R, ok: bool) -> Result<String> {
-    Ok(serde_json::to_string_pretty(&WithVerdict { report, ok })? + "\n")
-}
-
-/// `--emit-offline` and `--fits` of a verify on real TFLM.
-struct Deploy {
-    dest: Option<PathBuf>,
-    fits: Option<u64>,
-}
-
-impl Deploy {
-    /// Checks the budget and writes the proven model and its header; says
-    /// on stderr what it did. False when the budget is missed or the proof
-    /// failed with files asked for.
-    fn finish(&self, report: &VerifyReport) -> Result<bool> {
-        if self.dest.is_none() && self.fits.is_none() {
-            return Ok(true);
-        }
-        let m = &report.arena_to_allocate;
-        let Some(arena) = &m.arena else {
-            anyhow::bail!(
-                "the arena to allocate was not measured: {}",
-                m.not_measured.as_deref().unwrap_or("unknown reason")
-            );
-        };
-        let budget = self.fits.map(|budget_bytes| Budget {
-            budget_bytes,
-            arena_bytes: arena.bytes,
-        });
-        if let Some(b) = &budget {
-            eprintln!("{}", b.message());
-        }
-        let fits = budget.is_none_or(|b| b.fits());
-        let Some(dest) = &self.dest else {
-            return Ok(fits);
-        };
-        if !report.ok() {
-            eprintln!("did not write {}: the plan was not proven", dest.display());
-            return Ok(false);
-        }
-        if !fits {
-            eprintln!(
-                "did not write {}: it misses the --fits budget",
-                dest.display()
-            );
-            return Ok(false);
-        }
-        let header = memtrace_driver::deploy::write_measured_plan(
-            dest,
-            &report.plan_model,
-            m,
-            arena,
-            "verify --emit-offline",
-            &report.model,
-            true,
-        )?;
-        eprintln!(
-            "wrote {} and {} ({} planner, head {} B, proven on TFLM; arena to allocate {} B on \
-             TFLM {} kernels, {})",
-            dest.display(),
-            header.display(),
-            m.planner,
-            m.planned_bytes,
-            arena.bytes,
-            arena.kernels,
-            arena.target
-        );
-        Ok(true)
-    }
+    super::finish(&verify(&opts)?, format.into(), None)
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use memtrace_abi::spec::LayerSpec;
-use memtrace_driver::verify::placement_from_plan;
+use memtrace_driver::workflows::verify::placement_from_plan;
 use memtrace_model::planner::{self, Overlaps, PlanOptions, PlannerKind};
 use memtrace_model::{tflite, Model};
 use memtrace_overlap::configs::estimated_instructions;

@@ -502,7 +502,7 @@ fn assert_no_raw_controls(o: &Outcome, a: &[String]) {
 
 #[test]
 fn terminal_safe_shows_controls_and_keeps_plain_text() {
-    use memtrace_driver::text::terminal_safe;
+    use memtrace_driver::support::text::terminal_safe;
     assert_eq!(
         terminal_safe("a\x1b[31mred\rb\u{202e}c\u{7f}\u{9b}"),
         "a\\x1b[31mred\\rb\\u{202e}c\\x7f\\u{9b}"

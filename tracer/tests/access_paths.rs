@@ -141,7 +141,7 @@ fn mmio_and_hooks_agree_on_real_tflm_whose_layers_share_pages() {
 /// What the TFLM runner `image` needs in memory to run `model` (of
 /// `../shared/models`) one layer per operator, weights undeclared.
 fn tflm_preload(image: &ElfImage, model: &str) -> Vec<(u64, Vec<u8>)> {
-    use memtrace_abi::tflm::{symbols, TflmJob};
+    use memtrace_abi::runner::{symbols, TflmJob};
     let at = |name| image.symbol(name).unwrap().address;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/models")

@@ -31,7 +31,7 @@ use memtrace_model::cold::graph_cold_ranges;
 use memtrace_model::Model;
 
 /// Name the runner gives the windows that copy graph inputs into the arena.
-pub use memtrace_abi::tflm::LOAD_INPUT;
+pub use memtrace_abi::runner::LOAD_INPUT;
 
 /// Which model tensor each buffer a window declares is: buffer id → tensor
 /// index, per window. The guest's declarations say it (for the TFLM runner,

@@ -1,0 +1,112 @@
+//! What a run is given: the model's `.tflite` bytes ([`model_bytes`],
+//! [`load_for_tflm`]) and its graph inputs, from a file or seeded
+//! ([`run_inputs`], [`seeded_inputs`]).
+
+use std::path::Path;
+
+use memtrace_model::export::{materialize, to_tflite};
+use memtrace_model::graph::TfliteGraph;
+use memtrace_model::synth::synth_values;
+use memtrace_model::{self as model, tflite, Model};
+use memtrace_overlap::rng::Rng;
+
+use crate::support::error::{Context, Result};
+use crate::{bail, failed};
+
+/// The graph inputs of a run: the bytes of `input` (every graph input,
+/// concatenated in order; its size must be theirs), or seeded data.
+pub fn run_inputs(input: Option<&Path>, seed: u64, graph: &TfliteGraph) -> Result<Vec<u8>> {
+    let Some(p) = input else {
+        return seeded_inputs(graph, seed);
+    };
+    let data =
+        memtrace_io::input::read_limited(p, memtrace_io::input::MAX_INPUT_FILE, "--input files")?;
+    let want = input_bytes(graph)?;
+    if data.len() as u64 != want {
+        bail!(
+            "--input {} has {} bytes; the graph inputs need {want}",
+            p.display(),
+            data.len()
+        );
+    }
+    Ok(data)
+}
+
+/// Seeded bytes for every graph input, concatenated in order
+/// ([`synth_values`], seeded per input).
+pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
+    // Sizes come from the model: bounded before anything is generated, by
+    // the bound an `--input` file has.
+    let total = input_bytes(graph)?;
+    let limit = memtrace_io::input::MAX_INPUT_FILE;
+    if total > limit {
+        bail!("the graph inputs need {total} bytes, more than memtrace generates ({limit} bytes)");
+    }
+    let mut rng = Rng::new(seed ^ 0x5446_4C4D);
+    let mut out = Vec::new();
+    for &t in &graph.inputs {
+        let tensor = &graph.tensors[t];
+        let (Some(dtype), Some(bytes)) = (tensor.dtype, tensor.bytes) else {
+            bail!(
+                "graph input `{}` has type {} and shape {:?}: memtrace cannot generate its data \
+                 (pass --input)",
+                graph.tensor_name(t),
+                tensor.type_name,
+                tensor.shape
+            );
+        };
+        let n = (bytes / dtype.size().max(1)) as usize;
+        out.extend(synth_values(&mut rng, dtype, n));
+    }
+    Ok(out)
+}
+
+/// Bytes of all graph inputs together, or an error naming the input whose
+/// size is unknown.
+pub fn input_bytes(graph: &TfliteGraph) -> Result<u64> {
+    graph.inputs.iter().try_fold(0u64, |acc, &t| {
+        graph.tensors[t]
+            .bytes
+            .map(|b| acc.saturating_add(b))
+            .ok_or_else(|| {
+                failed!(
+                    "graph input `{}` has no fixed size (shape {:?})",
+                    graph.tensor_name(t),
+                    graph.tensors[t].shape
+                )
+            })
+    })
+}
+
+/// The `.tflite` bytes of `MODEL.tflite` or `zoo:NAME` (the zoo model with
+/// verify's seeded weights).
+pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
+    Ok(match arg.strip_prefix("zoo:") {
+        Some(_) => {
+            let m = model::source::load(arg).with_context(|| format!("loading {arg}"))?;
+            to_tflite(&materialize(&m, seed))?
+        }
+        None => memtrace_io::input::read_limited(
+            std::path::Path::new(arg),
+            memtrace_io::input::MAX_TFLITE_FILE,
+            ".tflite models",
+        )?,
+    })
+}
+
+/// The model of `MODEL.tflite` or `zoo:NAME` for planning on real TFLM:
+/// operators memtrace does not model are opaque nodes
+/// ([`tflite::import_for_tflm`]).
+pub fn load_for_tflm(arg: &str) -> Result<Model> {
+    Ok(match arg.strip_prefix("zoo:") {
+        Some(_) => model::source::load(arg)?,
+        None => {
+            let bytes = model_bytes(arg, 1)?;
+            let name = std::path::Path::new(arg)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into());
+            tflite::import_for_tflm(&name, &bytes).with_context(|| format!("loading {arg}"))?
+        }
+    })
+}

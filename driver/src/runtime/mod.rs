@@ -1,0 +1,58 @@
+//! Real TensorFlow Lite Micro in the emulator: one run of a `.tflite` on a
+//! TFLM runner guest (`harness-c/tflm/`, `memtrace_tflm.h`).
+//!
+//! The model is data: its bytes go to `memtrace_model`, the input bytes to
+//! `memtrace_io` and the mailbox to `memtrace_tflm_job`; TFLM's own
+//! `MicroInterpreter` lays out the arena (or honours the model's
+//! `OfflineMemoryAllocation`) and runs it, one memtrace layer per operator.
+//! What it wrote back (outputs, arena use, where every tensor lives) is read
+//! once the guest has exited.
+//!
+//! `runner` finds, loads and checks the runner guest; `inputs` gives a run
+//! its `.tflite` bytes and graph inputs; `model_run` is the run itself
+//! ([`ModelRun`]); `plan_inputs` is what a plan for TFLM takes from one
+//! traced run ([`PlanInputs`]). The runner's regions they share are here.
+
+mod inputs;
+pub mod kernels;
+mod model_run;
+pub mod oracle;
+pub mod plan_file;
+mod plan_inputs;
+mod runner;
+pub mod trace_cache;
+
+pub use inputs::{input_bytes, load_for_tflm, model_bytes, run_inputs, seeded_inputs};
+pub use model_run::{ModelOutcome, ModelRun, ScratchWatch};
+pub use plan_inputs::{
+    plan_inputs, scratch_needs, trace_model_operators, traced_overlaps, PlanInputs,
+};
+pub use runner::{
+    load_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code, target_runner,
+};
+
+use memtrace_tracer::ElfImage;
+
+use crate::failed;
+use crate::support::error::Result;
+
+/// A guest region: start address and length.
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    at: u64,
+    len: u64,
+}
+
+/// The region between two symbols of the runner.
+fn region(image: &ElfImage, start: &str, end: &str) -> Result<Region> {
+    match (image.symbol(start), image.symbol(end)) {
+        (Some(s), Some(e)) if e.address > s.address => Ok(Region {
+            at: s.address,
+            len: e.address - s.address,
+        }),
+        _ => Err(failed!(
+            "{} lacks the region `{start}`..`{end}`: rebuild it with harness-c",
+            image.path.display()
+        )),
+    }
+}

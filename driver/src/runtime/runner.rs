@@ -1,0 +1,106 @@
+//! The TFLM runner guest: where it is ([`runner_path`]), loaded and checked
+//! ([`load_runner`], [`target_runner`]), its regions and the code of TFLM's
+//! runtime in it ([`runtime_code`]).
+
+use std::path::{Path, PathBuf};
+
+use memtrace_abi::runner::symbols;
+use memtrace_tracer::{Arch, ElfImage};
+
+use super::region;
+use crate::bail;
+use crate::runtime::kernels::{check_built_with, harness_guest, Kernels};
+use crate::support::error::Result;
+
+/// The runner guest of `kernels` for `arch`, or the one the user named
+/// (with `option`, which a missing harness build's error suggests).
+pub fn runner_path(
+    arch: Arch,
+    kernels: Kernels,
+    explicit: Option<&Path>,
+    option: &str,
+) -> Result<PathBuf> {
+    match explicit {
+        Some(p) => Ok(p.to_path_buf()),
+        None => harness_guest(arch, kernels.runner_file(), option),
+    }
+}
+
+/// The runner of `kernels` for `target` (or the one named with `option`),
+/// loaded and checked: a runner built with `kernels`, for `target`.
+pub fn target_runner(
+    target: Arch,
+    kernels: Kernels,
+    explicit: Option<&Path>,
+    option: &str,
+) -> Result<(PathBuf, ElfImage)> {
+    let path = runner_path(target, kernels, explicit, option)?;
+    let image = load_runner(&path, kernels)?;
+    if image.arch != target {
+        bail!(
+            "{} is a {} runner but --target is {}",
+            path.display(),
+            image.arch.name(),
+            target.name()
+        );
+    }
+    Ok((path, image))
+}
+
+/// Loads a runner guest and checks that it is one, built with `kernels`
+/// (a report would otherwise name a library whose code never ran).
+pub fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {
+    let image = ElfImage::load(path)?;
+    if image.symbol(symbols::JOB).is_none() {
+        bail!(
+            "{} is no TFLM runner (it has no `{}`): pass a harness-c/build/*/tflm-runner*.elf",
+            path.display(),
+            symbols::JOB
+        );
+    }
+    check_built_with(&image, kernels, "runner", kernels.runner_file())?;
+    Ok(image)
+}
+
+/// TFLM's runtime classes (mangled name components) whose code runs inside
+/// an operator's window around the kernel: the interpreter loop and the
+/// allocator resetting its temporary allocations after each operator.
+const RUNTIME_CLASSES: [&str; 5] = [
+    "26SingleArenaBufferAllocator",
+    "14MicroAllocator",
+    "21MicroInterpreterGraph",
+    "23MicroInterpreterContext",
+    "16MicroInterpreter",
+];
+
+/// Code ranges of TFLM's runtime in a runner: their writes inside a window
+/// are the runtime's bookkeeping, not the kernel's
+/// ([`memtrace_analyzer::contract::ContractCheck::with_runtime_code`]).
+pub fn runtime_code(image: &ElfImage) -> Vec<(u64, u64)> {
+    image
+        .functions()
+        .filter(|(_, _, name)| {
+            name.starts_with("_ZN6tflite") && RUNTIME_CLASSES.iter().any(|c| name.contains(c))
+        })
+        .map(|(at, size, _)| (at, at + size.max(1)))
+        .collect()
+}
+
+/// The runner's storage region of TinySeg's spilled tensors
+/// (`memtrace_storage`..`memtrace_storage_end`): its guest address and
+/// bytes.
+pub fn runner_storage(image: &ElfImage) -> Result<(u64, u64)> {
+    let r = region(
+        image,
+        memtrace_abi::symbols::STORAGE,
+        memtrace_abi::symbols::STORAGE_END,
+    )?;
+    Ok((r.at, r.len))
+}
+
+/// Bytes of the runner's arena region (`memtrace_arena`..`memtrace_arena_end`):
+/// the most TFLM can be given, so the bound for every size taken from a
+/// model or a plan before anything is allocated for it.
+pub fn runner_arena_bytes(image: &ElfImage) -> Result<u64> {
+    Ok(region(image, symbols::ARENA, symbols::ARENA_END)?.len)
+}

@@ -1,0 +1,248 @@
+//! CMSIS-NN API calls of an unmodified program as layers (docs/check.md,
+//! "API calls as layers"): the tracer declares each outermost call's
+//! buffers (`memtrace_tracer::program`), and the same analyses as a marked
+//! program's layers get its messages — `LayerStats` for access counts and
+//! O_s (with the host methods' O_s when the call is a configuration the
+//! kernel suite knows), `ContractCheck` for the memory contract. Here they
+//! are joined into one report per call.
+
+use serde_json::{json, Value};
+
+use memtrace_abi::{Analysis, Message};
+use memtrace_analyzer::contract::{ContractCheck, ContractReport};
+use memtrace_analyzer::layer_stats::LayerStats;
+use memtrace_analyzer::report::LayerReport;
+use memtrace_overlap::check::Flag;
+use memtrace_tracer::program::{run_program_with, ProgramOptions, ProgramRun, TracedCall};
+use memtrace_tracer::ElfImage;
+
+use crate::Result;
+
+/// One API call: where it was made, its layer (counts, O_s, contract) and
+/// its stray reads.
+#[derive(Clone, Debug)]
+pub struct CallReport {
+    /// The call as the tracer saw it.
+    pub call: TracedCall,
+    /// Its layer; `None` when the call could not be one.
+    pub layer: Option<LayerReport>,
+}
+
+impl CallReport {
+    /// Whether the call broke its memory contract or read data outside
+    /// its buffers.
+    pub fn violates(&self) -> bool {
+        self.call.stray_reads > 0
+            || self
+                .layer
+                .as_ref()
+                .and_then(|l| l.contract.as_ref())
+                .is_some_and(|c| !c.ok)
+    }
+
+    /// The traced monotone O_s, in bytes.
+    pub fn monotone_bytes(&self) -> Option<u64> {
+        self.layer
+            .as_ref()
+            .and_then(|l| l.overlap.as_ref())
+            .map(|o| o.monotone_bytes)
+    }
+}
+
+/// Runs `image` with its API calls traced: the run and one report per call.
+pub(super) fn run_traced(
+    image: &ElfImage,
+    options: &ProgramOptions,
+) -> Result<(ProgramRun, Vec<CallReport>)> {
+    let mut stats = LayerStats::default();
+    let mut contract = ContractCheck::default();
+    let run = {
+        let mut sink = |m: Message| deliver(&mut [&mut stats, &mut contract], &m);
+        run_program_with(image, options, Some(&mut sink))?
+    };
+    let mut contracts = contract.layers;
+    crate::support::violations::locate(image, &mut contracts);
+    let mut layers = stats.layers;
+    for c in contracts {
+        if let Some(l) = layers.iter_mut().find(|l| l.index == c.index) {
+            l.contract = Some(library_contract(c));
+        }
+    }
+    let calls = run
+        .calls
+        .iter()
+        .map(|call| CallReport {
+            call: call.clone(),
+            layer: call
+                .index
+                .and_then(|i| layers.iter().find(|l| l.index == i).cloned()),
+        })
+        .collect();
+    Ok((run, calls))
+}
+
+/// Every call runs CMSIS-NN, which sizes its own scratch: unused scratch
+/// is its padding, information and no violation.
+fn library_contract(mut c: ContractReport) -> ContractReport {
+    c.excuse_library_scratch();
+    c
+}
+
+/// One message to each analysis, as the tracer's stream hands them out.
+fn deliver(analyses: &mut [&mut dyn Analysis], message: &Message) {
+    for a in analyses.iter_mut() {
+        match message {
+            Message::LayerBegin(l) => a.layer_begin(l),
+            Message::BufferDeclared(b) => a.buffer(b),
+            Message::Events(e) => a.events(e),
+            Message::StrayWrite(w) => a.stray_write(w),
+            Message::LayerEnd { instructions } => a.layer_end(*instructions),
+            Message::Exit { .. } => {}
+        }
+    }
+}
+
+/// `basic_arm_convolve_s8 (test_arm_convolve_s8.c:98)`.
+fn site_text(c: &TracedCall) -> String {
+    let s = &c.call_site;
+    let name = s.function.as_deref().unwrap_or("?");
+    match (&s.file, s.line) {
+        (Some(f), Some(l)) => format!("{name} ({f}:{l})"),
+        _ => format!("{name} ({:#x})", s.pc),
+    }
+}
+
+/// The calls as text: one line each, then a line per contract violation.
+pub(super) fn text(calls: &[CallReport]) -> String {
+    let mut out = String::new();
+    for r in calls {
+        let c = &r.call;
+        let Some(layer) = &r.layer else {
+            out.push_str(&format!(
+                "call: {} at {}: not traced: {}\n",
+                c.function,
+                site_text(c),
+                c.error.as_deref().unwrap_or("?")
+            ));
+            continue;
+        };
+        let os = match &layer.overlap {
+            Some(o) => {
+                let mut t = format!(
+                    "O_s monotone {} B, exact {} B of {} B output",
+                    o.monotone_bytes, o.exact_bytes, o.output_bytes
+                );
+                // The host methods model the reference kernels' loops:
+                // CMSIS-NN's differ (docs/kernels.md, "Reference vs
+                // CMSIS-NN O_s"), so a mismatch is expected, not flagged.
+                if let Some(a) = o.algorithmic_bytes {
+                    t.push_str(&format!(" (reference loops: {a} B)"));
+                }
+                for f in o.flags.iter().filter(|f| **f != Flag::Mismatch) {
+                    t.push_str(&format!(" {}", f.name()));
+                }
+                t
+            }
+            None => "no O_s (no input/output pair)".to_owned(),
+        };
+        let verdict = match (&layer.contract, c.stray_reads) {
+            (Some(k), 0) if k.ok => "contract ok".to_owned(),
+            (Some(k), n) => {
+                let mut broken: Vec<String> =
+                    k.violated().map(|(name, _)| name.to_owned()).collect();
+                if n > 0 {
+                    broken.push("stray_read".to_owned());
+                }
+                format!("contract BROKEN: {}", broken.join(", "))
+            }
+            (None, _) => "no contract".to_owned(),
+        };
+        let unfinished = if c.unfinished { " (unfinished)" } else { "" };
+        out.push_str(&format!(
+            "call {}: {} at {}: {}: {} instructions, {os}, {verdict}{unfinished}\n",
+            layer.index,
+            c.function,
+            site_text(c),
+            c.shapes,
+            layer.instructions
+        ));
+        if let Some(k) = &layer.contract {
+            for (rule, rr) in k.violated() {
+                if let Some(v) = &rr.first {
+                    out.push_str(&format!(
+                        "  {rule}: {} ({} violation(s))\n",
+                        v.describe(),
+                        rr.violations
+                    ));
+                }
+            }
+        }
+        for n in &c.notes {
+            out.push_str(&format!("  note: {n}\n"));
+        }
+        if let Some(s) = &c.first_stray_read {
+            out.push_str(&format!(
+                "  stray_read: {} B load from {} at {} ({} stray read(s))\n",
+                s.size,
+                object_text(s.address, &s.object),
+                s.at,
+                c.stray_reads
+            ));
+        }
+    }
+    let traced = calls.iter().filter(|r| r.layer.is_some()).count();
+    let broken = calls.iter().filter(|r| r.violates()).count();
+    out.push_str(&format!(
+        "calls: {} CMSIS-NN calls, {traced} traced as layers, {broken} breaking the memory contract\n",
+        calls.len()
+    ));
+    out
+}
+
+fn object_text(address: u64, object: &Option<(String, u64)>) -> String {
+    match object {
+        Some((name, offset)) => format!("`{name}`+{offset} ({address:#x})"),
+        None => format!("{address:#x}"),
+    }
+}
+
+/// The calls as JSON: each with its call site, shapes, stray reads and its
+/// layer (buffers, O_s, contract) as `memtrace run` reports a layer.
+pub(super) fn json(calls: &[CallReport]) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .map(|r| {
+                let c = &r.call;
+                json!({
+                    "index": c.index,
+                    "function": c.function,
+                    "call_site": {
+                        "pc": c.call_site.pc,
+                        "function": c.call_site.function,
+                        "file": c.call_site.file,
+                        "line": c.call_site.line,
+                    },
+                    "shapes": c.shapes,
+                    "error": c.error,
+                    "instructions": c.instructions,
+                    "unfinished": c.unfinished,
+                    "notes": c.notes,
+                    "violates": r.violates(),
+                    "stray_reads": c.stray_reads,
+                    "first_stray_read": c.first_stray_read.as_ref().map(|s| json!({
+                        "pc": s.at.pc,
+                        "function": s.at.function,
+                        "file": s.at.file,
+                        "line": s.at.line,
+                        "address": s.address,
+                        "size": s.size,
+                        "object": s.object.as_ref().map(|o| &o.0),
+                        "offset": s.object.as_ref().map(|o| o.1),
+                    })),
+                    "layer": r.layer.as_ref().and_then(|l| serde_json::to_value(l).ok()),
+                })
+            })
+            .collect(),
+    )
+}

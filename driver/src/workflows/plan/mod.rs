@@ -1,0 +1,240 @@
+//! Arena planning (`memtrace plan`): every arena planner on one model, side by side (the DMO
+//! paper's Table III), each plan checked by the independent validator.
+//!
+//! What `plan` found is in `report` ([`PlanReport`]); `suite` traces O_s
+//! through a kernel suite (`--suite`, [`traced`]); `emit` makes the best
+//! plan deployable: written into a copy of the model, its arena measured on
+//! real TFLM, and the files `--emit-offline` writes.
+
+mod emit;
+mod report;
+mod suite;
+
+pub use report::{PlanOutcome, PlanReport};
+pub use suite::traced;
+
+use std::path::{Path, PathBuf};
+
+use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
+use memtrace_analyzer::tinyseg::TinysegPlan;
+use memtrace_model::planner::report::{compare, compare_all};
+use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_tracer::{Arch, ElfImage};
+
+use crate::bail;
+use crate::runtime::kernels::{library_of, Kernels};
+use crate::runtime::plan_file::PlanProvenance;
+use crate::runtime::trace_cache::TraceCache;
+use crate::support::common::check_output;
+use crate::support::error::Result;
+use crate::support::provenance::{OverlapChoice, OverlapProvenance};
+use crate::support::spill::{transform, SpillOptions};
+use crate::workflows::deploy::{Budget, MeasuredPlan};
+use emit::{deployable, emit};
+
+/// What to plan and what to write.
+#[derive(Debug, Clone)]
+pub struct PlanRequest {
+    /// A `.tflite` file or `zoo:NAME`.
+    pub model: String,
+    /// One planner, or all of them.
+    pub planner: Option<PlannerKind>,
+    /// Where O_s comes from (default: traced on real TFLM).
+    pub overlap: Option<OverlapChoice>,
+    /// Write `emit_offline` even when the O_s model another library's loop
+    /// nests than `kernels` (`--allow-foreign-overlap`).
+    pub allow_foreign_overlap: bool,
+    /// Kernel library the plan is for: its scratch buffers become tensors,
+    /// and traced O_s come from its suite.
+    pub kernels: Kernels,
+    /// The core the plan is for: real TFLM's runner of that target traces
+    /// the model and measures the arena.
+    pub target: Arch,
+    /// Kernel suite traced for [`OverlapChoice::Traced`] (default: the
+    /// library's Cortex-M4 suite).
+    pub suite: Option<PathBuf>,
+    /// Picture of every plan.
+    pub plot: Option<PathBuf>,
+    /// A copy of the model with the best plan as `OfflineMemoryAllocation`.
+    pub emit_offline: Option<PathBuf>,
+    /// Offsets and sizes are multiples of this.
+    pub alignment: u64,
+    /// TinySeg's options (with `planner` = `tinyseg`).
+    pub spill: SpillOptions,
+    /// Traced O_s kept from earlier runs ([`TraceCache`]).
+    pub cache: TraceCache,
+    /// The firmware's arena budget in bytes (`--fits`).
+    pub fits: Option<u64>,
+}
+
+/// The O_s source of `req` and whose loop nests it models: traces model the
+/// library of the traced suite (read from its symbols), the algorithmic and
+/// analytic methods TFLM's reference kernels.
+fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)> {
+    // On TFLM the model's own run traces every operator: the O_s verify
+    // proves by default.
+    let source = req.overlap.unwrap_or(OverlapChoice::Traced);
+    let (modelled, suite) = match source {
+        OverlapChoice::Traced => match &req.suite {
+            Some(suite) => (
+                Some(library_of(&ElfImage::load(suite)?)),
+                Some(suite.clone()),
+            ),
+            // The model's own run on the library's TFLM runner.
+            None => (Some(req.kernels), None),
+        },
+        OverlapChoice::Algorithmic | OverlapChoice::Analytic => (Some(Kernels::Tflm), None),
+        OverlapChoice::None => (None, None),
+    };
+    let provenance = OverlapProvenance {
+        kernels: req.kernels,
+        source,
+        modelled,
+    };
+    Ok((provenance, suite))
+}
+
+/// Every requested planner on the model, side by side; draws and emits what
+/// was asked for. An O_s source that models another library than
+/// `req.kernels` is refused for `emit_offline` unless
+/// `allow_foreign_overlap`, and warned about in the report.
+pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
+    for path in req.plot.iter().chain(&req.emit_offline) {
+        check_output(path, &[Path::new(&req.model)])?;
+    }
+    if let Some(dest) = &req.emit_offline {
+        check_output(
+            &crate::workflows::deploy::header_path(dest),
+            &[Path::new(&req.model), dest],
+        )?;
+    }
+    if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
+        bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
+    }
+    let (provenance, suite) = provenance(req)?;
+    let plan_provenance = PlanProvenance::new(
+        &req.model,
+        req.kernels,
+        req.target,
+        "tflm",
+        provenance.source,
+    )?;
+    let warnings: Vec<String> = provenance.warning().into_iter().collect();
+    if provenance.is_foreign() && req.emit_offline.is_some() && !req.allow_foreign_overlap {
+        bail!(
+            "refusing to --emit-offline a plan for {}: {} (pass --allow-foreign-overlap to \
+             write it anyway)",
+            req.kernels.name(),
+            provenance.warning().unwrap_or_default()
+        );
+    }
+    let model = crate::runtime::load_for_tflm(&req.model)?;
+    let file_tensors = model.tensors.len();
+    // The model itself traced on real TFLM: its scratch buffers, and with a
+    // traced source every operator's O_s (with --suite, those the suite
+    // does not run).
+    let traced_run = crate::runtime::plan_inputs(
+        &req.model,
+        model.ops.len(),
+        req.kernels,
+        req.target,
+        &req.cache,
+    )?;
+    let model = model.with_scratch(&traced_run.scratch);
+    let overlaps = match (provenance.source.method(), &suite) {
+        (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
+        (None, Some(suite)) => {
+            // Operators the suite does not run (RESHAPE, SOFTMAX, ...) keep
+            // the O_s traced on TFLM.
+            let mut from_suite = traced(&model, suite, &req.cache)?;
+            from_suite.by_op = traced_run
+                .overlaps
+                .by_op
+                .iter()
+                .filter(|(&op, _)| model.layer_spec(op).is_none())
+                .map(|(&op, &bytes)| (op, bytes))
+                .collect();
+            Overlaps::compute(&model, &from_suite)
+        }
+        (None, None) => Overlaps::compute(&model, &traced_run.overlaps),
+    };
+    let opts = PlanOptions {
+        alignment: req.alignment.max(1),
+        // TFLM runs the operators in the model's order.
+        model_order_only: true,
+        ..PlanOptions::default()
+    };
+    if req.planner == Some(PlannerKind::Tinyseg) {
+        if req.emit_offline.is_some() {
+            // The transformed model is only worth writing once TFLM ran it
+            // with the scratch its kernels actually ask for.
+            bail!(
+                "--emit-offline with --planner tinyseg: use `memtrace verify MODEL.tflite \
+                 --planner tinyseg --emit-offline OUT.tflite`, which writes the transformed model \
+                 (TinySeg's storage operators as custom operators) once TFLM ran it"
+            );
+        }
+        // Zoo models get verify's seeded weights.
+        let seed = req.model.starts_with("zoo:").then_some(1);
+        let mut warnings = warnings;
+        let (spill, warning) =
+            crate::support::spill::for_tflm(&model, &overlaps, &req.spill, &opts, seed)?;
+        warnings.extend(warning);
+        let (optimized, seconds) = transform(&model, &overlaps, &spill, &opts, seed)?;
+        if let Some(path) = &req.plot {
+            plot_plan(&optimized.graph.model, &optimized.plan, path)?;
+        }
+        let report = TinysegPlan::new(&optimized, req.spill.target_bytes, seconds);
+        warnings.extend(crate::support::spill::target_missed(
+            req.spill.target_bytes,
+            optimized.plan.peak_bytes,
+        ));
+        return Ok(PlanReport {
+            outcome: PlanOutcome::Tinyseg(Box::new(report)),
+            provenance,
+            warnings,
+            emitted: None,
+            op_overlap_bytes: overlaps.per_op.clone(),
+            deploy: None,
+            budget: None,
+            plan_provenance,
+        });
+    }
+    let comparison = match req.planner {
+        None => compare_all(&model, &overlaps, &opts)?,
+        Some(kind) => compare(&model, &overlaps, &[(kind, kind.uses_overlap())], &opts)?,
+    };
+    if let Some(path) = &req.plot {
+        plot_comparison(&model, &comparison, path)?;
+    }
+    let deployable = deployable(req, &model, file_tensors, &comparison, &plan_provenance)?;
+    let deploy = deployable.as_ref().map(|d| d.measured.clone());
+    let budget = match (req.fits, &deploy) {
+        (None, _) => None,
+        (Some(budget_bytes), Some(MeasuredPlan { arena: Some(a), .. })) => Some(Budget {
+            budget_bytes,
+            arena_bytes: a.bytes,
+        }),
+        (Some(_), d) => bail!(
+            "--fits needs the arena to allocate, which was not measured: {}",
+            d.as_ref()
+                .and_then(|d| d.not_measured.clone())
+                .unwrap_or_else(|| "no plan applies".into())
+        ),
+    };
+    let emitted = match (&req.emit_offline, deployable) {
+        (Some(dest), Some(d)) => Some(emit(req, &d, budget, dest)?),
+        (Some(_), None) => bail!("no plan to emit"),
+        (None, _) => None,
+    };
+    Ok(PlanReport {
+        outcome: PlanOutcome::Comparison(comparison),
+        provenance,
+        warnings,
+        emitted,
+        op_overlap_bytes: overlaps.per_op,
+        deploy,
+        budget,
+        plan_provenance,
+    })
+}

@@ -1,0 +1,130 @@
+//! The model under verification ([`Subject`]): its `.tflite` bytes and
+//! graph, the TFLM runner that runs it (checked to hold its tensors) and the
+//! graph inputs of both runs.
+
+use memtrace_model::graph::{read_graph, TfliteGraph};
+use memtrace_model::planner::Plan;
+use memtrace_model::{self as model, tflite, Model};
+use memtrace_tracer::ElfImage;
+
+use super::VerifyOptions;
+use crate::bail;
+use crate::runtime::oracle::{self};
+use crate::runtime::plan_file::EmbeddedOrigin;
+use crate::runtime::{model_bytes, target_runner};
+use crate::support::error::{Context, Result};
+
+/// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
+pub(super) fn greedy_prediction(model: &Model) -> Result<u64> {
+    let plan = Plan::tflm_greedy(model)?;
+    Ok(plan.arena_bytes(model))
+}
+
+/// What a TFLM verify runs: the model's bytes, graph and memtrace model,
+/// the inputs, and the runner.
+pub(super) struct Subject {
+    /// The model without any `OfflineMemoryAllocation` it carried: what
+    /// TFLM's own plan, the host oracle and every plan under test start from.
+    pub(super) bytes: Vec<u8>,
+    /// The offsets of the offline plan the model carried, if any.
+    pub(super) embedded: Option<Vec<i64>>,
+    /// Whose that plan is.
+    pub(super) origin: Option<EmbeddedOrigin>,
+    pub(super) graph: TfliteGraph,
+    pub(super) model: Model,
+    pub(super) inputs: Vec<u8>,
+    pub(super) image: ElfImage,
+    /// Bytes of the runner's arena: the bound of every size a plan or the
+    /// model asks for.
+    pub(super) arena_limit: u64,
+}
+
+impl Subject {
+    pub(super) fn load(req: &VerifyOptions) -> Result<Subject> {
+        if let Some(p) = &req.plot {
+            crate::support::common::check_output(p, &[std::path::Path::new(&req.model)])?;
+        }
+        let given = model_bytes(&req.model, req.seed)?;
+        let graph = read_graph(&given).with_context(|| format!("reading {}", req.model))?;
+        // TFLM's own plan is the reference: an offline plan the model
+        // carries is taken out of every run but the one that verifies it.
+        let embedded =
+            tflite::read_offline(&given).with_context(|| format!("reading {}", req.model))?;
+        let origin = embedded.as_ref().map(|_| EmbeddedOrigin::of(&given));
+        let bytes = match embedded {
+            Some(_) => tflite::strip_offline(&given)
+                .with_context(|| format!("reading {}", req.model))?
+                .unwrap_or(given),
+            None => given,
+        };
+        if graph.outputs.is_empty() {
+            bail!(
+                "{} has no graph outputs: there is nothing to compare",
+                req.model
+            );
+        }
+        let name = req
+            .model
+            .rsplit('/')
+            .next()
+            .unwrap_or(&req.model)
+            .to_string();
+        let model = match req.model.strip_prefix("zoo:") {
+            Some(_) => model::source::load(&req.model)?,
+            None => tflite::import_for_tflm(&name, &bytes)
+                .with_context(|| format!("planning {}", req.model))?,
+        };
+        let (path, image) =
+            target_runner(req.target, req.kernels, req.runner.as_deref(), "--runner")?;
+        let arena_limit = crate::runtime::runner_arena_bytes(&image)?;
+        check_tensors_fit(&model, arena_limit, &path)?;
+        let inputs = inputs_of(req, &graph)?;
+        Ok(Subject {
+            bytes,
+            embedded,
+            origin,
+            graph,
+            model,
+            inputs,
+            image,
+            arena_limit,
+        })
+    }
+}
+
+/// The graph outputs as the oracle compares them: name, element type,
+/// bytes.
+pub(super) fn output_layout(graph: &TfliteGraph) -> Vec<oracle::OutputLayout> {
+    graph
+        .outputs
+        .iter()
+        .map(|&t| oracle::OutputLayout {
+            name: graph.tensor_name(t),
+            dtype: graph.tensors[t].dtype,
+            bytes: graph.tensors[t].bytes.unwrap_or(0),
+        })
+        .collect()
+}
+
+/// The graph inputs' bytes: `--input` (all inputs, concatenated) or seeded.
+fn inputs_of(req: &VerifyOptions, graph: &TfliteGraph) -> Result<Vec<u8>> {
+    crate::runtime::run_inputs(req.input.as_deref(), req.seed, graph)
+}
+
+/// Refuses a model with a tensor TFLM could never hold in the runner's
+/// arena of `limit` bytes (checked before any size is taken from the
+/// model): constants live in the model, everything else in the arena.
+fn check_tensors_fit(model: &Model, limit: u64, runner: &std::path::Path) -> Result<()> {
+    let names = model.tensor_names();
+    for (t, tensor) in model.tensors.iter().enumerate() {
+        if !tensor.is_constant && tensor.bytes > limit {
+            bail!(
+                "tensor `{}` needs {} bytes, more than the runner's arena of {limit} bytes ({})",
+                names[t],
+                tensor.bytes,
+                runner.display()
+            );
+        }
+    }
+    Ok(())
+}
