@@ -7,24 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+
+use super::TableFormat;
 use memtrace_driver::workflows::cold::{cold, ColdOptions};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-    Csv,
-}
-
-impl From<Format> for memtrace_driver::Format {
-    fn from(format: Format) -> Self {
-        match format {
-            Format::Table => Self::Table,
-            Format::Json => Self::Json,
-            Format::Csv => Self::Csv,
-        }
-    }
-}
 
 /// The time axis of the picture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -41,8 +26,8 @@ pub struct ColdArgs {
     pub model: String,
     #[command(flatten)]
     pub run: super::model_run_args::ModelRunArgs,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
     /// Write the report here instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,

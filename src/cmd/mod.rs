@@ -42,6 +42,24 @@ impl From<Format> for memtrace_driver::Format {
     }
 }
 
+/// `--format` of the commands that print a table, JSON or CSV rows.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum TableFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+impl From<TableFormat> for memtrace_driver::Format {
+    fn from(format: TableFormat) -> Self {
+        match format {
+            TableFormat::Table => Self::Table,
+            TableFormat::Json => Self::Json,
+            TableFormat::Csv => Self::Csv,
+        }
+    }
+}
+
 /// Prints what a command's report answers ([`memtrace_driver::Answer`]):
 /// its notes, the report (to `out`, or stdout), its verdict; and ends with
 /// the exit status the report chose.

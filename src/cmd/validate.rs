@@ -10,27 +10,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
+
+use super::TableFormat;
 use memtrace_driver::workflows::validate::{validate, ValidateOptions};
 
 use super::sweep_args::ConfigArgs;
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-    Csv,
-}
-
-impl From<Format> for memtrace_driver::Format {
-    fn from(format: Format) -> Self {
-        match format {
-            Format::Table => Self::Table,
-            Format::Json => Self::Json,
-            Format::Csv => Self::Csv,
-        }
-    }
-}
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
@@ -38,8 +23,8 @@ pub struct ValidateArgs {
     pub elf: PathBuf,
     #[command(flatten)]
     pub configs: ConfigArgs,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
     /// Write the report here instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
