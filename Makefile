@@ -26,7 +26,7 @@ APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
 # executables; pip and cargo-binstall use it too).
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: all demo demo-guests test bench lint fuzz deps guests build install link oracle clean
+.PHONY: all demo demo-guests test bench lint fuzz deps guests build install link oracle wheel clean
 
 all: build
 
@@ -71,11 +71,18 @@ demo: demo-guests
 oracle: deps
 	@bash scripts/install-oracle.sh $(ORACLE_VENV)
 
+# The Python wheel (python/dist/): the binary, the prebuilt guests and the
+# Python API, for users without Rust or a cross compiler (docs/python.md).
+wheel: build
+	bash scripts/build-wheel.sh
+
 # --no-fail-fast: every test binary runs, so one failure does not hide the
-# others; cargo still exits non-zero when any test failed.
-test: build oracle
+# others; cargo still exits non-zero when any test failed. Then the wheel,
+# installed in a fresh venv without compilers, runs the Python API's tests.
+test: build oracle wheel
 	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python \
 	    $(CARGO) test --release --workspace --all-targets --no-fail-fast
+	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python bash scripts/test-wheel.sh
 
 bench: build
 	$(MEMTRACE) bench
@@ -97,4 +104,4 @@ lint:
 
 clean:
 	$(MAKE) -C harness-c clean
-	rm -rf $(DEMO_OUT)
+	rm -rf $(DEMO_OUT) python/build python/dist

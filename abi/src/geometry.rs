@@ -2,8 +2,8 @@
 //! schemes and the two formulas derived from them, the output extent of a
 //! window (`ComputeOutSize`) and the padding before the first input row or
 //! column (`ComputePadding`). The kernel suite's specs, the model's shape
-//! checks and the lowering to an executor program all use these, so the
-//! three can never disagree on a shape.
+//! checks and the TinySeg transform all use these, so they can never
+//! disagree on a shape.
 
 use serde::{Deserialize, Serialize};
 

@@ -96,7 +96,7 @@ pub enum OpKind {
     FetchConcat,
     /// Any other TFLite operator (builtin or custom), imported for real TFLM
     /// only: planned from its tensors' lifetimes, overlapped only where a
-    /// trace on TFLM proves it, never lowered to memtrace's executor.
+    /// trace on TFLM proves it; no kernel-suite layer.
     Other,
     /// TinySeg `FetchingConv2D`: a `CONV_2D` whose input is the
     /// concatenation along `axis` of its leading non-constant inputs (one or

@@ -110,7 +110,7 @@ pub mod symbols {
     pub const IO: &str = "memtrace_io";
     /// End of the input/output region.
     pub const IO_END: &str = "memtrace_io_end";
-    /// The tensor arena: the same symbols as the executor's.
+    /// The tensor arena: the same symbols as the kernel suite's.
     pub use crate::symbols::{ARENA, ARENA_END};
 
     /// Every symbol of the runner, for the check against the harness.

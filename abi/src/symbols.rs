@@ -9,7 +9,7 @@ pub const PORT: &str = "memtrace_port";
 pub const SIGNAL: &str = "memtrace_signal";
 /// The kernel suite's job mailbox (`memtrace_job.h`).
 pub const JOB: &str = "memtrace_job";
-/// Start of the NOLOAD arena; the executor's program is written here.
+/// Start of the NOLOAD arena (TFLM's tensor arena in the runner).
 pub const ARENA: &str = "memtrace_arena";
 /// End of the arena region.
 pub const ARENA_END: &str = "memtrace_arena_end";

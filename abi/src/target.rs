@@ -71,10 +71,10 @@ impl AccessPath {
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Kernels {
-    /// TensorFlow Lite Micro's reference kernels (`suite.elf`, `executor.elf`).
+    /// TensorFlow Lite Micro's reference kernels (`suite.elf`, `tflm-runner.elf`).
     #[default]
     Tflm,
-    /// Arm CMSIS-NN (`suite-cmsis.elf`, `executor-cmsis.elf`), built from
+    /// Arm CMSIS-NN (`suite-cmsis.elf`, `tflm-runner-cmsis.elf`), built from
     /// `CMSIS_NN_DIR`.
     CmsisNn,
 }
@@ -93,14 +93,6 @@ impl Kernels {
         [Kernels::Tflm, Kernels::CmsisNn]
             .into_iter()
             .find(|k| k.name() == name)
-    }
-
-    /// File name of the library's whole-model executor.
-    pub fn executor_file(self) -> &'static str {
-        match self {
-            Kernels::Tflm => "executor.elf",
-            Kernels::CmsisNn => "executor-cmsis.elf",
-        }
     }
 
     /// File name of the TFLM runner built with this library's kernels

@@ -62,28 +62,37 @@ pub fn build_dir(arch: Arch) -> &'static str {
     }
 }
 
-/// The harness build folders guests are looked for in, first to last: the
+/// Where an installation keeps its prebuilt guests, relative to the
+/// folder of the executable (`PREFIX/bin/memtrace` →
+/// `PREFIX/share/memtrace/guests`): the layout of a Python wheel's data
+/// (`make wheel`), which pip installs under the environment's prefix.
+pub const INSTALLED_GUESTS: &str = "../share/memtrace/guests";
+
+/// The harness build folders guests are looked for in, first to last: an
+/// installation's guests beside the executable ([`INSTALLED_GUESTS`]), the
 /// source tree this memtrace was built from, then `harness-c/build` beside
 /// any folder holding the running executable (a target directory inside a
 /// clone). Never the working directory: a `harness-c/build` planted where
 /// memtrace happens to run would otherwise silently replace the guests.
 pub fn guest_roots() -> Vec<PathBuf> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .ok();
+    let installed = exe
+        .as_deref()
+        .and_then(Path::parent)
+        .map(|bin| bin.join(INSTALLED_GUESTS))
+        .filter(|dir| dir.is_dir());
     let source_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .map(Path::to_path_buf);
-    let beside_exe = std::env::current_exe()
-        .and_then(std::fs::canonicalize)
-        .ok()
-        .map(|exe| {
-            exe.ancestors()
-                .skip(1)
-                .map(Path::to_path_buf)
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
+        .map(|tree| tree.join("harness-c").join("build"));
+    let beside_exe = exe
+        .iter()
+        .flat_map(|exe| exe.ancestors().skip(1))
+        .map(|base| base.join("harness-c").join("build"))
+        .collect::<Vec<_>>();
     let mut roots: Vec<PathBuf> = Vec::new();
-    for base in source_tree.into_iter().chain(beside_exe) {
-        let root = base.join("harness-c").join("build");
+    for root in installed.into_iter().chain(source_tree).chain(beside_exe) {
         if !roots.contains(&root) {
             roots.push(root);
         }

@@ -1,0 +1,210 @@
+"""Typed results of the API calls, each with its per-row table for pandas
+or polars and the JSON report memtrace printed (`raw`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+
+def _frame(rows: list[dict[str, Any]], library: str):
+    if library == "pandas":
+        import pandas
+
+        return pandas.DataFrame(rows)
+    import polars
+
+    return polars.DataFrame(rows)
+
+
+class _Table:
+    """Results whose rows make a table (`rows()`)."""
+
+    def rows(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def to_pandas(self):
+        """The rows as a `pandas.DataFrame` (pandas must be installed)."""
+        return _frame(self.rows(), "pandas")
+
+    def to_polars(self):
+        """The rows as a `polars.DataFrame` (polars must be installed)."""
+        return _frame(self.rows(), "polars")
+
+
+@dataclass
+class Layer:
+    """One traced layer: a model operator on TFLM, or a kernel layer."""
+
+    index: int
+    name: str
+    op: str
+    instructions: int
+    input_bytes: Optional[int]
+    output_bytes: Optional[int]
+    monotone_os_bytes: Optional[int]
+    exact_os_bytes: Optional[int]
+    library: Optional[str]
+    kernel: Optional[str]
+
+
+@dataclass
+class RunResult(_Table):
+    """`memtrace run`: every layer, and on TFLM the arena it used."""
+
+    program: str
+    arch: str
+    kernels: Optional[str]
+    arena_used_bytes: Optional[int]
+    head_bytes: Optional[int]
+    tail_bytes: Optional[int]
+    layers: list[Layer]
+    raw: dict[str, Any] = field(repr=False)
+    plot_bytes: Optional[bytes] = field(default=None, repr=False)
+
+    @classmethod
+    def from_json(cls, report: dict[str, Any]) -> "RunResult":
+        tflm = report.get("tflm") or {}
+        layers = []
+        for layer in report["layers"]:
+            overlap = layer.get("overlap") or {}
+            layers.append(
+                Layer(
+                    index=layer["index"],
+                    name=layer["name"],
+                    op=layer["op"],
+                    instructions=layer["instructions"],
+                    input_bytes=overlap.get("input_bytes"),
+                    output_bytes=overlap.get("output_bytes"),
+                    monotone_os_bytes=overlap.get("monotone_bytes"),
+                    exact_os_bytes=overlap.get("exact_bytes"),
+                    library=layer.get("library"),
+                    kernel=layer.get("kernel"),
+                )
+            )
+        return cls(
+            program=tflm.get("model", report["elf"]),
+            arch=report["arch"],
+            kernels=tflm.get("kernels"),
+            arena_used_bytes=tflm.get("arena_used_bytes"),
+            head_bytes=tflm.get("head_bytes"),
+            tail_bytes=tflm.get("tail_bytes"),
+            layers=layers,
+            raw=report,
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [asdict(layer) for layer in self.layers]
+
+    def plot(self):
+        """The trace picture memtrace drew (`run(..., plot=True)`), as an
+        IPython image in a notebook, else PNG bytes."""
+        return _picture(self.plot_bytes)
+
+
+@dataclass
+class Plan:
+    """One planner's plan: its arena head and where each tensor goes."""
+
+    planner: str
+    overlap: str
+    status: str
+    peak_bytes: int
+    tensors: list[dict[str, Any]] = field(repr=False)
+
+
+@dataclass
+class PlanResult(_Table):
+    """`memtrace plan`: every planner's plan, and the arena a firmware must
+    allocate for the best one, measured on real TFLM."""
+
+    model: str
+    kernels: str
+    lower_bound_bytes: int
+    plans: list[Plan]
+    arena_to_allocate_bytes: Optional[int]
+    warnings: list[str]
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, report: dict[str, Any]) -> "PlanResult":
+        arena = (report.get("arena_to_allocate") or {}).get("arena") or {}
+        return cls(
+            model=report["model"],
+            kernels=report["kernels"],
+            lower_bound_bytes=report["lower_bound_bytes"],
+            plans=[
+                Plan(p["planner"], p["overlap"], p["status"], p["peak_bytes"], p["tensors"])
+                for p in report["plans"]
+            ],
+            arena_to_allocate_bytes=arena.get("bytes"),
+            warnings=list(report.get("warnings") or []),
+            raw=report,
+        )
+
+    @property
+    def best(self) -> Plan:
+        """The smallest plan (the one `--emit-offline` writes)."""
+        return min(self.plans, key=lambda p: p.peak_bytes)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in asdict(p).items() if k != "tensors"} for p in self.plans
+        ]
+
+
+@dataclass
+class VerifyResult(_Table):
+    """`memtrace verify`: the plan proven (or not) on real TFLM."""
+
+    model: str
+    kernels: str
+    target: str
+    ok: bool
+    bit_exact: bool
+    clobbers: int
+    oracle_agrees: Optional[bool]
+    planner: str
+    planned_bytes: int
+    arena_to_allocate_bytes: Optional[int]
+    warnings: list[str]
+    raw: dict[str, Any] = field(repr=False)
+    plot_bytes: Optional[bytes] = field(default=None, repr=False)
+
+    @classmethod
+    def from_json(cls, report: dict[str, Any]) -> "VerifyResult":
+        arena = (report.get("arena_to_allocate") or {}).get("arena") or {}
+        oracle = report.get("oracle")
+        return cls(
+            model=report["model"],
+            kernels=report["kernels"],
+            target=report["target"],
+            ok=report["ok"],
+            bit_exact=report["bit_exact"],
+            clobbers=len(report["clobbers"]),
+            oracle_agrees=oracle.get("agrees") if oracle else None,
+            planner=report["plan"]["planner"],
+            planned_bytes=report["plan"]["planned_bytes"],
+            arena_to_allocate_bytes=arena.get("bytes"),
+            warnings=list(report.get("warnings") or []),
+            raw=report,
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per operator: its traced O_s."""
+        return list(self.raw["traced_overlaps"])
+
+    def plot(self):
+        """The arena picture of both runs (`verify(..., plot=True)`)."""
+        return _picture(self.plot_bytes)
+
+
+def _picture(png: Optional[bytes]):
+    if png is None:
+        raise ValueError("no picture: call with plot=True")
+    try:
+        from IPython.display import Image
+
+        return Image(data=png, format="png")
+    except ImportError:
+        return png
