@@ -16,7 +16,7 @@ python3 -m venv "$venv"
 start=$(date +%s%N)
 "$venv/bin/pip" install -q --disable-pip-version-check "$wheel"
 installed=$(date +%s%N)
-"$venv/bin/pip" install -q --disable-pip-version-check pytest pandas polars
+"$venv/bin/pip" install -q --disable-pip-version-check pytest pandas polars ray pyarrow
 echo "memtrace: wheel $(basename "$wheel") ($(stat -c %s "$wheel") bytes) installed in" \
     "$(( (installed - start) / 1000000 )) ms" >&2
 cd "$venv"

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 from ._binary import MemtraceError, call, call_json, executable
 from ._model import Model, model_argument, picture_file
 from .results import Layer, Plan, PlanResult, RunResult, VerifyResult
+from .sweep import SweepResult, sweep
 
 __all__ = [
     "MemtraceError",
@@ -31,11 +32,13 @@ __all__ = [
     "Plan",
     "PlanResult",
     "RunResult",
+    "SweepResult",
     "VerifyResult",
     "executable",
     "plan",
     "regress",
     "run",
+    "sweep",
     "table",
     "verify",
     "version",
