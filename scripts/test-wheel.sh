@@ -22,6 +22,8 @@ echo "memtrace: wheel $(basename "$wheel") ($(stat -c %s "$wheel") bytes) instal
 cd "$venv"
 oracle=()
 [ -n "${MEMTRACE_TFLM_PYTHON:-}" ] && oracle=(MEMTRACE_TFLM_PYTHON="$MEMTRACE_TFLM_PYTHON")
-env -i HOME="$HOME" PATH="$venv/bin" TMPDIR="${TMPDIR:-/tmp}" "${oracle[@]}" \
+# The tests start their own two-node Ray cluster on this machine, local
+# only: without token authentication, whatever ~/.ray holds.
+env -i HOME="$HOME" PATH="$venv/bin" TMPDIR="${TMPDIR:-/tmp}" "${oracle[@]}" RAY_AUTH_MODE=disabled \
     MEMTRACE_MODELS="${MEMTRACE_MODELS:-$root/../shared/models}" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"

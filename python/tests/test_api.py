@@ -103,3 +103,17 @@ def test_errors_carry_memtraces_message(tmp_path):
     assert caught.value.status != 0
     with pytest.raises(TypeError):
         memtrace.run(12345)
+
+
+def test_a_guest_the_wheel_lacks_says_what_to_build_and_install(models, prefix):
+    runner = prefix / "share" / "memtrace" / "guests" / "x86_64" / "tflm-runner-cmsis.elf"
+    aside = runner.with_suffix(".aside")
+    runner.rename(aside)
+    try:
+        with pytest.raises(memtrace.MemtraceError) as caught:
+            memtrace.run(models / "tflm_hello_world_int8.tflite", target="x86-64", kernels="cmsis-nn")
+    finally:
+        aside.rename(runner)
+    message = str(caught.value)
+    assert "not among the guests this installation carries" in message
+    assert "gcc-arm-none-eabi" in message and "--runner" in message

@@ -22,15 +22,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ray_start(*args: str) -> None:
+    done = subprocess.run([RAY, "start", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"ray start {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A head node and a second node, one CPU each, on this machine."""
     port = free_port()
     common = ["--num-cpus=1", "--disable-usage-stats"]
-    subprocess.run([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
-                   check=True, capture_output=True)
+    ray_start("--head", f"--port={port}", "--include-dashboard=false", *common)
     address = f"127.0.0.1:{port}"
-    subprocess.run([RAY, "start", f"--address={address}", *common], check=True, capture_output=True)
+    ray_start(f"--address={address}", *common)
     yield address
     import ray
 

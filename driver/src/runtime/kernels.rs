@@ -69,8 +69,9 @@ pub fn build_dir(arch: Arch) -> &'static str {
 pub const INSTALLED_GUESTS: &str = "../share/memtrace/guests";
 
 /// The harness build folders guests are looked for in, first to last: an
-/// installation's guests beside the executable ([`INSTALLED_GUESTS`]), the
-/// source tree this memtrace was built from, then `harness-c/build` beside
+/// installation's guests beside the executable ([`INSTALLED_GUESTS`]) and
+/// nothing else when it has them; otherwise the source tree this memtrace
+/// was built from, then `harness-c/build` beside
 /// any folder holding the running executable (a target directory inside a
 /// clone). Never the working directory: a `harness-c/build` planted where
 /// memtrace happens to run would otherwise silently replace the guests.
@@ -91,8 +92,13 @@ pub fn guest_roots() -> Vec<PathBuf> {
         .flat_map(|exe| exe.ancestors().skip(1))
         .map(|base| base.join("harness-c").join("build"))
         .collect::<Vec<_>>();
+    // An installation is self-contained: its binary never mixes in the
+    // guests of a source tree that happens to be where it was built.
+    if let Some(installed) = installed {
+        return vec![installed];
+    }
     let mut roots: Vec<PathBuf> = Vec::new();
-    for root in installed.into_iter().chain(source_tree).chain(beside_exe) {
+    for root in source_tree.into_iter().chain(beside_exe) {
         if !roots.contains(&root) {
             roots.push(root);
         }
@@ -118,6 +124,16 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
             let first = roots
                 .first()
                 .map_or_else(|| rel.clone(), |root| root.join(&rel));
+            if roots.first().is_some_and(|root| root.ends_with("share/memtrace/guests")) {
+                return failed!(
+                    "{} is not among the guests this installation carries ({}): build it in a \
+                     memtrace source tree (`make -C harness-c build/{}`{cmsis}, which needs \
+                     Debian's gcc-arm-none-eabi and libnewlib-arm-none-eabi) and pass {option}",
+                    rel.display(),
+                    roots[0].display(),
+                    rel.display()
+                );
+            }
             failed!(
                 "{} not found: build it (`make -C harness-c build/{}`{cmsis}; every guest: \
                  `make build`) or pass {option}",
