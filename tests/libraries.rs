@@ -12,4 +12,5 @@ mod libraries {
     pub mod regress_cmsis;
     pub mod regress_modified;
     pub mod regress_releases;
+    pub mod regress_unit_tests;
 }

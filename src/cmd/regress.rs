@@ -8,7 +8,10 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use memtrace_driver::workflows::regress::{regress, RegressOptions, DEFAULT_INSTRUCTION_THRESHOLD};
+use memtrace_driver::workflows::check;
+use memtrace_driver::workflows::regress::{
+    regress, regress_unit_tests, RegressOptions, UnitTestOptions, DEFAULT_INSTRUCTION_THRESHOLD,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
@@ -27,10 +30,17 @@ impl From<Format> for memtrace_driver::Format {
 
 #[derive(Args, Debug)]
 pub struct RegressArgs {
-    /// Baseline written by `memtrace table`.
+    /// Baseline written by `memtrace table` (with --unit-tests: the folder
+    /// of unit-test programs built against the old release, or one program).
     pub baseline: PathBuf,
-    /// The new build of the kernel binary.
+    /// The new build of the kernel binary (with --unit-tests: the same
+    /// tests built against the new release).
     pub elf: PathBuf,
+    /// Compare a library's own unit tests built against two releases under
+    /// `memtrace check`: Unity's verdicts, memcheck's findings, and each
+    /// API call's O_s, memory contract and instructions.
+    #[arg(long)]
+    pub unit_tests: bool,
     #[arg(long, value_enum, default_value_t = Format::Markdown)]
     pub format: Format,
     /// Write the report here instead of stdout.
@@ -58,6 +68,22 @@ fn percent(text: &str) -> Result<f64, String> {
 pub fn run(args: RegressArgs) -> Result<ExitCode> {
     if let Some(out) = &args.out {
         memtrace_driver::support::common::check_output(out, &[&args.baseline, &args.elf])?;
+    }
+    if args.unit_tests {
+        if args.jobs.is_some() {
+            super::usage_error(
+                "--jobs has no effect with --unit-tests (the suites run one by one)",
+            );
+        }
+        let report = regress_unit_tests(&UnitTestOptions {
+            old: args.baseline,
+            new: args.elf,
+            max_instructions: args.max_instructions,
+            heap_bytes: check::HEAP_BYTES,
+            stack_bytes: check::STACK_BYTES,
+            instruction_threshold: args.instruction_threshold,
+        })?;
+        return super::finish(&report, args.format.into(), args.out.as_deref());
     }
     let report = regress(&RegressOptions {
         baseline: args.baseline,

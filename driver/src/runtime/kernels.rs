@@ -76,9 +76,7 @@ pub const INSTALLED_GUESTS: &str = "../share/memtrace/guests";
 /// clone). Never the working directory: a `harness-c/build` planted where
 /// memtrace happens to run would otherwise silently replace the guests.
 pub fn guest_roots() -> Vec<PathBuf> {
-    let exe = std::env::current_exe()
-        .and_then(std::fs::canonicalize)
-        .ok();
+    let exe = std::env::current_exe().and_then(std::fs::canonicalize).ok();
     let installed = exe
         .as_deref()
         .and_then(Path::parent)
@@ -124,7 +122,10 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
             let first = roots
                 .first()
                 .map_or_else(|| rel.clone(), |root| root.join(&rel));
-            if roots.first().is_some_and(|root| root.ends_with("share/memtrace/guests")) {
+            if roots
+                .first()
+                .is_some_and(|root| root.ends_with("share/memtrace/guests"))
+            {
                 return failed!(
                     "{} is not among the guests this installation carries ({}): build it in a \
                      memtrace source tree (`make -C harness-c build/{}`{cmsis}, which needs \

@@ -18,6 +18,7 @@
 mod change;
 mod compare;
 mod render;
+mod unit_tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ use crate::workflows::baseline::{Baseline, BaselineRow, EXACT_ACCESS};
 use crate::workflows::sweep::{require_job_mailbox, Depth, Row, Sweep};
 pub use change::Change;
 use compare::compare;
+pub use unit_tests::{
+    regress_unit_tests, CallChange, SuiteChange, SuiteFigures, UnitTestOptions, UnitTestRegress,
+};
 
 /// Instruction-count changes up to this many percent are not reported.
 pub const DEFAULT_INSTRUCTION_THRESHOLD: f64 = 2.0;
