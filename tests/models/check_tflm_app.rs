@@ -1,0 +1,206 @@
+//! `memtrace check` on TFLM's own person_detection test, built unmodified
+//! (`make -C harness-c tflm-apps`): each operator the interpreter invokes
+//! is a layer, found from TFLM's node loop by symbol and read through the
+//! program's DWARF. Its figures are set against a second, independent path
+//! to the same model: `memtrace run person_detect.tflite`, memtrace's own
+//! TFLM runner, whose layer windows come from TFLM's profiler hooks and
+//! whose tensors it declares itself.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::{json, memtrace, path_str, stderr, u};
+use serde_json::Value;
+
+/// A program of `make -C harness-c tflm-apps`.
+fn tflm_app(name: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("harness-c/build/cortex-m4/tflm-apps")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build TFLM's example tests first (`make -C harness-c tflm-apps`, or `make test`)",
+        p.display()
+    );
+    p
+}
+
+fn person_detect_model() -> PathBuf {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/tflm_person_detect.tflite");
+    assert!(p.exists(), "{} is missing", p.display());
+    p
+}
+
+fn check(program: &Path, extra: &[&str]) -> (Value, i32) {
+    let mut args = vec!["check", "--format", "json", path_str(program)];
+    args.extend_from_slice(extra);
+    let out = memtrace(&args);
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    (json(&out), out.status.code().unwrap_or(-1))
+}
+
+/// `(role, size)` of every buffer of a layer, sorted: the two paths declare
+/// them in different orders (and name them differently: the runner reads
+/// the tensors' names from the model).
+fn buffer_sizes(layer: &Value) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = layer["buffers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["role"].as_str().unwrap().to_owned(), u(&b["size"])))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Loads, stores and updates of every buffer, by role and size, sorted.
+fn buffer_counts(layer: &Value) -> Vec<(String, u64, u64, u64, u64)> {
+    let mut v: Vec<_> = layer["buffers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["role"].as_str().unwrap().to_owned(),
+                u(&b["size"]),
+                u(&b["loads"]),
+                u(&b["stores"]),
+                u(&b["updates"]),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A layer's O_s figures: the pair's sizes and forward O_s, then the
+/// reverse sweep's.
+fn overlap(layer: &Value) -> (Vec<u64>, Vec<u64>) {
+    let o = &layer["overlap"];
+    let get = |keys: &[&str]| keys.iter().map(|k| u(&o[*k])).collect();
+    (
+        get(&[
+            "input_bytes",
+            "output_bytes",
+            "monotone_bytes",
+            "exact_bytes",
+        ]),
+        get(&["reverse_monotone_bytes", "reverse_exact_bytes"]),
+    )
+}
+
+#[test]
+fn person_detection_unmodified_gives_the_runners_operators_os_and_arena() {
+    let program = tflm_app("person_detection_test.elf");
+    let (report, status) = check(&program, &["--operators"]);
+    // The program's own verdict, reproduced.
+    assert_eq!(status, 0, "{report}");
+    assert_eq!(report["exit_status"], 0);
+    let stdout = report["stdout"].as_str().unwrap();
+    assert!(stdout.contains("~~~ALL TESTS PASSED~~~"), "{stdout}");
+    assert_eq!(report["memcheck"]["errors"], 0, "{report}");
+
+    let tflm = &report["tflm"];
+    assert!(tflm["missing"].is_null(), "{tflm}");
+    let invocations = tflm["invocations"].as_array().unwrap();
+    // The test invokes the model twice: a person, then no person.
+    assert_eq!(invocations.len(), 2, "{tflm}");
+    let operators = tflm["operators"].as_array().unwrap();
+
+    // The same model on memtrace's runner, with the test's first image as
+    // its input and the test's arena size.
+    let input = tflm_app("person_image.bin");
+    let out = memtrace([
+        "run",
+        path_str(&person_detect_model()),
+        "--format",
+        "json",
+        "--input",
+        path_str(&input),
+        "--arena-bytes",
+        "139264",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = json(&out);
+    // The runner's own window that copies the input in is no operator.
+    let run_layers: Vec<&Value> = run["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["op"] != "load_input")
+        .collect();
+    assert_eq!(u(&run["tflm"]["operators"]) as usize, run_layers.len());
+
+    for (n, inv) in invocations.iter().enumerate() {
+        let ops: Vec<&Value> = operators
+            .iter()
+            .filter(|o| u(&o["invocation"]) as usize == n)
+            .collect();
+        assert_eq!(ops.len(), run_layers.len(), "invocation {n}: {tflm}");
+        assert_eq!(u(&inv["operators"]) as usize, ops.len());
+        for (k, (op, theirs)) in ops.iter().zip(&run_layers).enumerate() {
+            let ours = &op["layer"];
+            let what = format!("invocation {n}, operator {k} ({})", op["op"]);
+            assert_eq!(u(&op["node"]) as usize, k);
+            assert_eq!(op["op"], theirs["op"], "{what}");
+            assert_eq!(op["violates"], false, "{op}");
+            assert_eq!(buffer_sizes(ours), buffer_sizes(theirs), "{what}");
+            let ((forward, reverse), (their_forward, their_reverse)) =
+                (overlap(ours), overlap(theirs));
+            assert_eq!(forward, their_forward, "O_s of {what}: {ours} vs {theirs}");
+            // Every access of TFLM's kernels is the same on both paths, to
+            // the count. Not RESHAPE's: TFLM copies its tensor with
+            // `memcpy`, the C library's — the runner links memtrace's
+            // run-time `memcpy` (one byte at a time, forward: 2 loads and
+            // 2 stores for its 2 bytes), the program newlib's (one
+            // halfword load and store). The forward O_s agree (2 B of 2
+            // B); the reverse sweep's do not (0 B on the runner, 2 B in
+            // the program: newlib reads both bytes before it writes
+            // either).
+            if theirs["library"] == "harness-c" {
+                assert_eq!(op["op"], "RESHAPE", "{what}");
+                assert_eq!(theirs["kernel"], "memcpy", "{what}");
+                assert_eq!((&reverse, &their_reverse), (&vec![2, 2], &vec![0, 0]));
+                continue;
+            }
+            assert_eq!(reverse, their_reverse, "reverse O_s of {what}");
+            assert_eq!(buffer_counts(ours), buffer_counts(theirs), "{what}");
+        }
+        // TFLM's arena, read from the program's allocator when the loop
+        // returned, is the runner's. Both arrays end on a 16-byte boundary
+        // (the runner's region is 16-aligned and 139264 a multiple of 16;
+        // the compiler put the test's `tensor_arena` on a 16-byte
+        // boundary): the tail's allocations are aligned down from the
+        // end, so another end would pad the tail by up to 15 bytes.
+        let arena = &inv["arena"];
+        assert_eq!((u(&arena["start"]) + u(&arena["arena_bytes"])) % 16, 0);
+        for field in ["head_bytes", "tail_bytes", "arena_used_bytes"] {
+            assert_eq!(
+                u(&arena[field]),
+                u(&run["tflm"][field]),
+                "{field}: {arena} vs {}",
+                run["tflm"]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_program_without_tflm_says_why_it_has_no_operators() {
+    let program = common::unit_tests::unit_tests().join("test_arm_convolve_s8.elf");
+    let out = memtrace(["check", "--operators", path_str(&program)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no TFLM operators to trace")
+            && err.contains("tflite::MicroInterpreterGraph::InvokeSubgraph(int)"),
+        "{err}"
+    );
+    // By default the JSON says it, and the program runs as before.
+    let (report, status) = check(&program, &[]);
+    assert_eq!(status, 0, "{report}");
+    let missing = report["tflm"]["missing"].as_str().unwrap();
+    assert!(missing.contains("does not link TFLM"), "{missing}");
+}
