@@ -204,3 +204,39 @@ fn a_program_without_tflm_says_why_it_has_no_operators() {
     let missing = report["tflm"]["missing"].as_str().unwrap();
     assert!(missing.contains("does not link TFLM"), "{missing}");
 }
+
+/// The number in the program's line `[RecordingMicroAllocator] Arena
+/// allocation <what> N bytes`.
+fn recorded(stdout: &str, what: &str) -> u64 {
+    let prefix = format!("[RecordingMicroAllocator] Arena allocation {what} ");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in {stdout}"));
+    line.trim_end_matches(" bytes").parse().unwrap()
+}
+
+#[test]
+fn hello_world_reads_the_arena_its_recording_allocator_prints() {
+    let program = tflm_app("hello_world_test.elf");
+    let (report, status) = check(&program, &["--operators"]);
+    assert_eq!(status, 0, "{report}");
+    let stdout = report["stdout"].as_str().unwrap();
+    assert!(stdout.contains("~~~ALL TESTS PASSED~~~"), "{stdout}");
+    let tflm = &report["tflm"];
+    // One Invoke() under the RecordingMicroInterpreter, then four each on
+    // the float and the int8 model: three FULLY_CONNECTED each.
+    let invocations = tflm["invocations"].as_array().unwrap();
+    assert_eq!(invocations.len(), 9, "{tflm}");
+    for op in tflm["operators"].as_array().unwrap() {
+        assert_eq!(op["op"], "FULLY_CONNECTED", "{op}");
+        assert_eq!(op["violates"], false, "{op}");
+    }
+    // TFLM's own account of its arena (RecordingMicroAllocator's
+    // PrintAllocations, after the first Invoke()) is what memtrace read
+    // from the allocator's fields.
+    let arena = &invocations[0]["arena"];
+    assert_eq!(u(&arena["arena_used_bytes"]), recorded(stdout, "total"));
+    assert_eq!(u(&arena["head_bytes"]), recorded(stdout, "head"));
+    assert_eq!(u(&arena["tail_bytes"]), recorded(stdout, "tail"));
+}

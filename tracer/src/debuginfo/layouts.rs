@@ -76,12 +76,15 @@ impl TypeLayouts {
             };
             if let Ok(root) = tree.root() {
                 // A unit the walk cannot read gives what it read so far.
-                let _ = wanted.walk(&dwarf, &unit, root, "");
+                let _ = wanted.walk(&dwarf, &unit, root, "", 0);
             }
         }
         found
     }
 }
+
+/// Namespaces and classes nested deeper than this are not entered.
+const MAX_SCOPE_DEPTH: usize = 32;
 
 /// What [`TypeLayouts::load`] looks for, and what it found so far.
 struct Wanted<'a> {
@@ -120,7 +123,13 @@ impl Wanted<'_> {
         unit: &gimli::Unit<Reader>,
         node: Node<'_, '_>,
         scope: &str,
+        depth: usize,
     ) -> gimli::Result<()> {
+        // Deeper scopes than any program's: a file made to exhaust the
+        // stack is read no further.
+        if depth > MAX_SCOPE_DEPTH {
+            return Ok(());
+        }
         let mut children = node.children();
         while let Some(child) = children.next()? {
             if self.complete() {
@@ -139,7 +148,7 @@ impl Wanted<'_> {
                         None => continue,
                     };
                     if self.may_hold(&inner) {
-                        self.walk(dwarf, unit, child, &inner)?;
+                        self.walk(dwarf, unit, child, &inner, depth + 1)?;
                     }
                 }
                 gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type => {
@@ -159,7 +168,7 @@ impl Wanted<'_> {
                         // structures, each with many members).
                         let inner = format!("{q}::");
                         if self.structs.iter().any(|s| s.starts_with(&inner)) {
-                            self.walk(dwarf, unit, child, &inner)?;
+                            self.walk(dwarf, unit, child, &inner, depth + 1)?;
                         }
                     }
                 }

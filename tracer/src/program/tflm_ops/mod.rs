@@ -183,12 +183,12 @@ pub(super) fn on_block(uc: &mut Uc<'_, '_>, address: u64) {
         Some(f) if address == f.return_pc && reg(uc, RegisterARM::SP) == f.entry_sp => {
             leave_loop(uc, false);
         }
+        // Inside a layer a call from the loop is a nested subgraph's.
+        Some(_) if layer::is_open(uc) => {}
         Some(f) => {
-            if !layer::is_open(uc) {
-                let lr = reg(uc, RegisterARM::LR) & !1;
-                if (code.0..code.1).contains(&lr) {
-                    invoke_at(uc, address, f);
-                }
+            let lr = reg(uc, RegisterARM::LR) & !1;
+            if (code.0..code.1).contains(&lr) {
+                invoke_at(uc, address, f);
             }
         }
     }

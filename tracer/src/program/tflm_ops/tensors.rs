@@ -32,6 +32,10 @@ pub(super) const ELEMENT_BYTES: &[(&str, u32)] = &[
 /// TFLite's `BuiltinOperator_CUSTOM`: the registration names itself.
 const BUILTIN_CUSTOM: i32 = 32;
 
+/// More bytes than a guest's memory holds (memtrace maps at most 1 GiB):
+/// the eval tensor is not one.
+const MAX_TENSOR_BYTES: u64 = 1 << 30;
+
 /// More dimensions than any TFLite tensor has: the dims array is not one.
 const MAX_DIMS: u32 = 16;
 
@@ -131,15 +135,22 @@ impl Tensors<'_> {
                 } else {
                     shapes.1.push(shape);
                 }
-                let Some(bytes) = tensor.bytes().filter(|&b| b > 0 && tensor.data != 0) else {
-                    notes.push(format!(
-                        "tensor{index} not declared: {}",
-                        match tensor.elem {
-                            None => format!("type {} has no byte size in TFLM", tensor.ty),
-                            Some(_) => "no data".to_owned(),
-                        }
-                    ));
-                    continue;
+                let bytes = match (tensor.elem, tensor.bytes()) {
+                    (None, _) => Err(format!("type {} has no byte size in TFLM", tensor.ty)),
+                    (_, Some(0)) => Err("no bytes".to_owned()),
+                    _ if tensor.data == 0 => Err("no data".to_owned()),
+                    (_, Some(b)) if b <= MAX_TENSOR_BYTES => Ok(b),
+                    _ => Err(format!(
+                        "its shape {} is more than a guest's memory",
+                        tensor.shape()
+                    )),
+                };
+                let bytes = match bytes {
+                    Ok(b) => b,
+                    Err(why) => {
+                        notes.push(format!("tensor{index} not declared: {why}"));
+                        continue;
+                    }
                 };
                 buffers.push(LayerBuffer {
                     role: self.role(input, k, kind, tensor.data),
@@ -330,7 +341,9 @@ mod tests {
         tensor(&mut m, 1, 0x2000_0100, 0, &[], 99);
         tensor(&mut m, 2, 0x2000_0200, 0x9100, &[3], INT8);
         tensor(&mut m, 3, 0x2000_0300, 0, &[], INT8);
-        node(&mut m, 0xA000, &[0, -1, 0, 1], &[2, 3]);
+        // dims no guest could hold
+        tensor(&mut m, 4, 0x2000_0400, 0x9200, &[65536, 65536], INT8);
+        node(&mut m, 0xA000, &[0, -1, 0, 1, 4], &[2, 3]);
         let o = offsets();
         let (buffers, shapes, notes) = tensors(&m, &o).buffers(0xA000, None).unwrap();
         let got: Vec<(Role, u64)> = buffers.iter().map(|b| (b.role, b.size)).collect();
@@ -338,9 +351,10 @@ mod tests {
             got,
             [(Role::Scratch, 32), (Role::Output, 3), (Role::Scratch, 1)]
         );
-        assert_eq!(shapes, "2x4, scalar -> 3, scalar");
-        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(shapes, "2x4, scalar, 65536x65536 -> 3, scalar");
+        assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains("tensor1") && notes[0].contains("type 99"));
+        assert!(notes[1].contains("tensor4") && notes[1].contains("more than a guest's memory"));
     }
 
     #[test]
