@@ -5,6 +5,8 @@
 #   make -C harness-c tflm-apps
 #
 #   build/cortex-m4/tflm-apps/person_detection_test.elf
+#   build/cortex-m4/tflm-apps/person_detection_test_cmsis.elf   the same on
+#                                                   TFLM's CMSIS-NN kernels
 #   build/cortex-m4/tflm-apps/hello_world_test.elf
 #   build/cortex-m4/tflm-apps/person_image.bin      the person image's pixels,
 #                                                   the model's input bytes
@@ -13,8 +15,10 @@
 # example's sources from the tests tree (TFLM_TESTS), unmodified, the arrays
 # TFLM generates at build time from the models and images (here by
 # ../scripts/cc_array.py, memtrace's own generator), and TFLM itself: the
-# same cached libtflm.a (reference kernels) as the TFLM runner, compiled
-# with the same flags, so that both run the same kernels and allocator.
+# same cached libtflm.a as the TFLM runner (reference kernels, or for
+# *_cmsis.elf TFLM's CMSIS-NN kernels, whose build the test's own source
+# sees through -DCMSIS_NN), compiled with the same flags, so that both run
+# the same kernels and allocator.
 # The platform is TFLM's generic Cortex-M one (cortex_m_generic/debug_log.cc,
 # from the tree, unmodified) and a board file of ours, semihosting.cc,
 # which registers its log callback and gives it a clock: newlib's
@@ -41,12 +45,16 @@ CC_ARRAY := python3 ../scripts/cc_array.py
 # the same TF_LITE_STATIC_MEMORY layouts on both sides of every call.
 APPS_CXXFLAGS = $(ARCH.cortex-m4) $(TFLM_LIB_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.reference) \
     -I$(APPS_GEN) -I$(TFLM_TESTS) $(TFLM_TREE_INCLUDES) -MMD -MP
+APPS_CXXFLAGS.cmsis = $(ARCH.cortex-m4) $(TFLM_LIB_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.cmsis_nn) \
+    -I$(APPS_GEN) -I$(TFLM_TESTS) $(TFLM_TREE_INCLUDES) $(TFLM_INC.cmsis_nn) -MMD -MP
 APPS_LIB = $(TFLM_LIBDIR.cortex-m4.reference)/libtflm.a
+APPS_LIB.cmsis = $(TFLM_LIBDIR.cortex-m4.cmsis_nn)/libtflm.a
 APPS_PLATFORM := $(APPS)/obj/debug_log.o $(APPS)/obj/semihosting.o
 
 .PHONY: tflm-apps tflm-apps-note
 ifneq ($(APPS_FOUND),)
-tflm-apps: $(APPS)/person_detection_test.elf $(APPS)/hello_world_test.elf $(APPS)/person_image.bin
+tflm-apps: $(APPS)/person_detection_test.elf $(APPS)/hello_world_test.elf $(APPS)/person_image.bin \
+    $(if $(TFLM_CMSIS_NN_FOUND),$(APPS)/person_detection_test_cmsis.elf)
 else
 tflm-apps: tflm-apps-note
 endif
@@ -87,6 +95,10 @@ $(APPS)/obj/tests/%.o: $(TFLM_TESTS)/%.cc $(APPS_HEADERS) | check-cortex-m4
 	@mkdir -p $(@D)
 	$(CXX.cortex-m4) $(APPS_CXXFLAGS) -c $< -o $@
 
+$(APPS)/obj-cmsis/tests/%.o: $(TFLM_TESTS)/%.cc $(APPS_HEADERS) | check-cortex-m4
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(APPS_CXXFLAGS.cmsis) -c $< -o $@
+
 $(APPS)/obj/gen/%.o: $(APPS_GEN)/%.cc | check-cortex-m4
 	@mkdir -p $(@D)
 	$(CXX.cortex-m4) $(APPS_CXXFLAGS) -c $< -o $@
@@ -113,3 +125,8 @@ $(APPS)/%.elf: $(APPS_PLATFORM) $(APPS_LIB)
 
 $(APPS)/person_detection_test.elf: $(PD_OBJS)
 $(APPS)/hello_world_test.elf: $(HW_OBJS)
+
+# The same test on TFLM's CMSIS-NN kernels.
+$(APPS)/person_detection_test_cmsis.elf: $(APPS_PLATFORM) $(subst /obj/tests/,/obj-cmsis/tests/,$(PD_OBJS)) $(APPS_LIB.cmsis)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) --specs=rdimon.specs -Wl,--gc-sections \
+	    -Wl,-Map=$(@:.elf=.map) -o $@ $(filter %.o,$^) $(APPS_LIB.cmsis) -lm

@@ -91,9 +91,11 @@ fn overlap(layer: &Value) -> (Vec<u64>, Vec<u64>) {
     )
 }
 
-#[test]
-fn person_detection_unmodified_gives_the_runners_operators_os_and_arena() {
-    let program = tflm_app("person_detection_test.elf");
+/// `check` on `program`, TFLM's person_detection test built on `kernels`
+/// (`tflm` reference or `cmsis-nn`), against `memtrace run` of the same
+/// model on the runner with the same kernels.
+fn person_detection_is_the_runners(program: &str, kernels: &str) {
+    let program = tflm_app(program);
     let (report, status) = check(&program, &["--operators"]);
     // The program's own verdict, reproduced.
     assert_eq!(status, 0, "{report}");
@@ -117,6 +119,8 @@ fn person_detection_unmodified_gives_the_runners_operators_os_and_arena() {
         path_str(&person_detect_model()),
         "--format",
         "json",
+        "--kernels",
+        kernels,
         "--input",
         path_str(&input),
         "--arena-bytes",
@@ -141,50 +145,84 @@ fn person_detection_unmodified_gives_the_runners_operators_os_and_arena() {
         assert_eq!(ops.len(), run_layers.len(), "invocation {n}: {tflm}");
         assert_eq!(u(&inv["operators"]) as usize, ops.len());
         for (k, (op, theirs)) in ops.iter().zip(&run_layers).enumerate() {
-            let ours = &op["layer"];
-            let what = format!("invocation {n}, operator {k} ({})", op["op"]);
-            assert_eq!(u(&op["node"]) as usize, k);
-            assert_eq!(op["op"], theirs["op"], "{what}");
-            assert_eq!(op["violates"], false, "{op}");
-            assert_eq!(buffer_sizes(ours), buffer_sizes(theirs), "{what}");
-            let ((forward, reverse), (their_forward, their_reverse)) =
-                (overlap(ours), overlap(theirs));
-            assert_eq!(forward, their_forward, "O_s of {what}: {ours} vs {theirs}");
-            // Every access of TFLM's kernels is the same on both paths, to
-            // the count. Not RESHAPE's: TFLM copies its tensor with
-            // `memcpy`, the C library's — the runner links memtrace's
-            // run-time `memcpy` (one byte at a time, forward: 2 loads and
-            // 2 stores for its 2 bytes), the program newlib's (one
-            // halfword load and store). The forward O_s agree (2 B of 2
-            // B); the reverse sweep's do not (0 B on the runner, 2 B in
-            // the program: newlib reads both bytes before it writes
-            // either).
-            if theirs["library"] == "harness-c" {
-                assert_eq!(op["op"], "RESHAPE", "{what}");
-                assert_eq!(theirs["kernel"], "memcpy", "{what}");
-                assert_eq!((&reverse, &their_reverse), (&vec![2, 2], &vec![0, 0]));
-                continue;
-            }
-            assert_eq!(reverse, their_reverse, "reverse O_s of {what}");
-            assert_eq!(buffer_counts(ours), buffer_counts(theirs), "{what}");
-        }
-        // TFLM's arena, read from the program's allocator when the loop
-        // returned, is the runner's. Both arrays end on a 16-byte boundary
-        // (the runner's region is 16-aligned and 139264 a multiple of 16;
-        // the compiler put the test's `tensor_arena` on a 16-byte
-        // boundary): the tail's allocations are aligned down from the
-        // end, so another end would pad the tail by up to 15 bytes.
-        let arena = &inv["arena"];
-        assert_eq!((u(&arena["start"]) + u(&arena["arena_bytes"])) % 16, 0);
-        for field in ["head_bytes", "tail_bytes", "arena_used_bytes"] {
-            assert_eq!(
-                u(&arena[field]),
-                u(&run["tflm"][field]),
-                "{field}: {arena} vs {}",
-                run["tflm"]
+            same_operator(
+                op,
+                theirs,
+                &format!("invocation {n}, operator {k} ({})", op["op"]),
             );
+            assert_eq!(u(&op["node"]) as usize, k);
         }
+        same_arena(&inv["arena"], &run["tflm"]);
     }
+}
+
+/// One operator: the same op and buffers (scratch included), the same
+/// O_s, and every buffer's accesses to the count.
+fn same_operator(op: &Value, theirs: &Value, what: &str) {
+    let ours = &op["layer"];
+    assert_eq!(op["op"], theirs["op"], "{what}");
+    assert_eq!(op["violates"], false, "{op}");
+    assert_eq!(buffer_sizes(ours), buffer_sizes(theirs), "{what}");
+    let ((forward, reverse), (their_forward, their_reverse)) = (overlap(ours), overlap(theirs));
+    assert_eq!(forward, their_forward, "O_s of {what}: {ours} vs {theirs}");
+    // Every access of TFLM's kernels is the same on both paths, to the
+    // count. Not RESHAPE's: TFLM copies its tensor with `memcpy`, the C
+    // library's — the runner links memtrace's run-time `memcpy` (one byte
+    // at a time, forward: 2 loads and 2 stores for its 2 bytes), the
+    // program newlib's (one halfword load and store). The forward O_s
+    // agree (2 B of 2 B); the reverse sweep's do not (0 B on the runner,
+    // 2 B in the program: newlib reads both bytes before it writes either).
+    if theirs["library"] == "harness-c" {
+        assert_eq!(op["op"], "RESHAPE", "{what}");
+        assert_eq!(theirs["kernel"], "memcpy", "{what}");
+        assert_eq!((&reverse, &their_reverse), (&vec![2, 2], &vec![0, 0]));
+        return;
+    }
+    assert_eq!(reverse, their_reverse, "reverse O_s of {what}");
+    assert_eq!(buffer_counts(ours), buffer_counts(theirs), "{what}");
+}
+
+/// TFLM's arena, read from the program's allocator when the loop
+/// returned, against the runner's. The head is the same plan. The tail is
+/// the same allocations, aligned down from the arena's end: the runner's
+/// ends on a 16-byte boundary (its region is 16-aligned, 139264 a
+/// multiple of 16), the program's where the linker put `tensor_arena`.
+/// From the first 16-aligned allocation on, both tails are aligned alike,
+/// so they differ by that first allocation's padding: a difference of
+/// less than 16 B, congruent to the program's end modulo 16 (none when it
+/// too ends on a boundary).
+fn same_arena(arena: &Value, runner: &Value) {
+    assert_eq!(
+        u(&arena["head_bytes"]),
+        u(&runner["head_bytes"]),
+        "{arena} vs {runner}"
+    );
+    let end = u(&arena["start"]) + u(&arena["arena_bytes"]);
+    let tail = u(&arena["tail_bytes"]) as i64 - u(&runner["tail_bytes"]) as i64;
+    assert!(
+        tail.abs() < 16 && tail.rem_euclid(16) == (end % 16) as i64,
+        "tail {arena} vs {runner}: the arena ends at {end:#x}"
+    );
+    assert_eq!(
+        u(&arena["arena_used_bytes"]) as i64 - u(&runner["arena_used_bytes"]) as i64,
+        tail
+    );
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn person_detection_unmodified_gives_the_runners_operators_os_and_arena() {
+    // Its `tensor_arena` ends on a 16-byte boundary: the tails are equal.
+    person_detection_is_the_runners("person_detection_test.elf", "tflm");
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn person_detection_on_cmsis_nn_gives_the_runners_operators_and_scratch() {
+    // TFLM's CMSIS-NN kernels ask for scratch buffers (the average pool's,
+    // 1024 B): found from the requests made while they were prepared, they
+    // are the runner's, to the access.
+    person_detection_is_the_runners("person_detection_test_cmsis.elf", "cmsis-nn");
 }
 
 #[test]
@@ -217,6 +255,7 @@ fn recorded(stdout: &str, what: &str) -> u64 {
 }
 
 #[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 fn hello_world_reads_the_arena_its_recording_allocator_prints() {
     let program = tflm_app("hello_world_test.elf");
     let (report, status) = check(&program, &["--operators"]);

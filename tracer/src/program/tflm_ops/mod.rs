@@ -27,24 +27,33 @@
 //! of a convolution, depthwise convolution or fully connected layer, input
 //! 3 of a transpose convolution), one in the arena's persistent tail a
 //! variable (state that outlives the operator: scratch), any other an
-//! input; output 0 is the output, the others scratch. Scratch buffers a
-//! kernel requested in the arena are not declared (the loop does not say
-//! whose they are): the reference kernels of int8 models request none.
+//! input; output 0 is the output, the others scratch. The scratch buffers
+//! a kernel asked for in the arena are scratch too, as many bytes as it
+//! asked for: whose they are is learnt while the kernels are prepared (the
+//! entry of `MicroInterpreterContext::RequestScratchBufferInArena`, with
+//! the node the graph is preparing), where they are from the interpreter
+//! context's handles when the operator runs.
+//!
+//! `structs.rs` reads TFLM's structures, `tensors.rs` turns a node's
+//! tensors into buffers.
 
 mod structs;
 mod tensors;
 
 use unicorn_engine::RegisterARM;
 
-use memtrace_abi::OpKind;
+use memtrace_abi::{OpKind, Role};
 
-use super::layer::{self, Closed, Owner, Window};
+use super::layer::{self, Closed, LayerBuffer, Owner, Window};
 use super::{reg, Uc};
 use crate::arch::Machine;
 use crate::debuginfo::TypeLayouts;
 use crate::elf::ElfImage;
 pub use structs::TflmArena;
-use structs::{node_index, read_arena, read_frame, Memory, Offsets, STRUCTS};
+use structs::{
+    node_index, read_arena, read_frame, read_handles, read_request, scratch_data, Memory, Offsets,
+    ScratchOffsets, STRUCTS,
+};
 use tensors::{op_name, Tensors, ELEMENT_BYTES};
 
 /// The interpreter's node loop, demangled.
@@ -98,10 +107,31 @@ struct Frame {
     return_pc: u64,
     entry_sp: u64,
     allocator: u64,
+    subgraph: i64,
     nodes: u64,
     tensors: u64,
     arena: Option<TflmArena>,
+    /// The interpreter context's scratch buffer handles.
+    handles: Option<u64>,
     invocation: usize,
+}
+
+/// A scratch buffer a kernel asked for while it was prepared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Request {
+    allocator: u64,
+    subgraph: i64,
+    node: u64,
+    index: u64,
+    bytes: u64,
+}
+
+/// What it takes to give each operator its scratch buffers: the request
+/// function's entry, the offsets, the requests seen.
+struct Scratch {
+    request_entry: u64,
+    offsets: ScratchOffsets,
+    requests: Vec<Request>,
 }
 
 /// The operators of one run.
@@ -112,6 +142,9 @@ pub(super) struct TflmOps {
     /// `TfLiteType` value → element bytes.
     element_bytes: Vec<(i64, u32)>,
     frame: Option<Frame>,
+    /// `None` when the program's DWARF or symbols do not describe TFLM's
+    /// scratch requests: operators then declare none.
+    scratch: Option<Scratch>,
     pub(super) invocations: Vec<TflmInvocation>,
     pub(super) records: Vec<RawOperator>,
 }
@@ -120,7 +153,11 @@ impl TflmOps {
     /// The interpreter of `image`, or why it has none to trace: no node
     /// loop, or DWARF that does not describe TFLM's structures.
     pub(super) fn for_image(image: &ElfImage) -> Result<TflmOps, String> {
-        let code = node_loop(image)?;
+        let code = function_named(image, INVOKE_SUBGRAPH)?.ok_or_else(|| {
+            format!(
+                "no function `{INVOKE_SUBGRAPH}`: the program does not link TFLM's MicroInterpreter"
+            )
+        })?;
         let names: Vec<&str> = ELEMENT_BYTES.iter().map(|(n, _)| *n).collect();
         let types = TypeLayouts::load(image, STRUCTS, &names);
         let offsets = Offsets::from(&types)?;
@@ -128,11 +165,23 @@ impl TflmOps {
             .iter()
             .filter_map(|(n, b)| Some((*types.enumerators.get(*n)?, *b)))
             .collect();
+        let scratch = match (
+            function_named(image, REQUEST_SCRATCH).ok().flatten(),
+            ScratchOffsets::from(&types),
+        ) {
+            (Some((entry, _)), Ok(offsets)) => Some(Scratch {
+                request_entry: entry,
+                offsets,
+                requests: Vec::new(),
+            }),
+            _ => None,
+        };
         Ok(TflmOps {
             code,
             offsets,
             element_bytes,
             frame: None,
+            scratch,
             invocations: Vec::new(),
             records: Vec::new(),
         })
@@ -147,36 +196,55 @@ impl TflmOps {
     }
 }
 
-/// The node loop's code range: the function whose demangled name is
-/// [`INVOKE_SUBGRAPH`].
-fn node_loop(image: &ElfImage) -> Result<(u64, u64), String> {
+/// The function through which kernels ask for scratch buffers while
+/// they are prepared, demangled up to its parameters (`size_t` is another
+/// type on another target).
+const REQUEST_SCRATCH: &str = "tflite::MicroInterpreterContext::RequestScratchBufferInArena(";
+
+/// The code range `[start, end)` of the function whose demangled name is
+/// `name` (or, for a name ending in `(`, starts with it); `None` when the
+/// program has none.
+fn function_named(image: &ElfImage, name: &str) -> Result<Option<(u64, u64)>, String> {
+    // The function's own name, between the last `::` and the parameters:
+    // only symbols holding it are demangled.
+    let bare = name.split('(').next().unwrap_or(name);
+    let bare = bare.rsplit("::").next().unwrap_or(bare);
     let found = image
         .functions()
-        .filter(|(_, _, name)| name.contains("InvokeSubgraph"))
-        .find(|(_, _, name)| {
-            addr2line::demangle(name, gimli::DW_LANG_C_plus_plus).as_deref()
-                == Some(INVOKE_SUBGRAPH)
+        .filter(|(_, _, mangled)| mangled.contains(bare))
+        .find(|(_, _, mangled)| {
+            let demangled = addr2line::demangle(mangled, gimli::DW_LANG_C_plus_plus);
+            demangled.is_some_and(|d| {
+                if name.ends_with('(') {
+                    d.starts_with(name)
+                } else {
+                    d == name
+                }
+            })
         });
     match found {
         Some((start, size, _)) if size > 0 => {
             let start = image.arch.code_address(start);
-            Ok((start, start + size))
+            Ok(Some((start, start + size)))
         }
-        Some(_) => Err(format!(
-            "`{INVOKE_SUBGRAPH}` has no size in the symbol table"
-        )),
-        None => Err(format!(
-            "no function `{INVOKE_SUBGRAPH}`: the program does not link TFLM's MicroInterpreter"
-        )),
+        Some(_) => Err(format!("`{name}` has no size in the symbol table")),
+        None => Ok(None),
     }
 }
 
 /// A block start: the node loop's entry or return, or an operator's
 /// invocation. Costs a comparison or two at most blocks.
 pub(super) fn on_block(uc: &mut Uc<'_, '_>, address: u64) {
-    let Some((frame, code)) = uc.get_data().tflm.as_ref().map(|t| (t.frame, t.code)) else {
+    let Some(t) = uc.get_data().tflm.as_ref() else {
         return;
     };
+    let (frame, code) = (t.frame, t.code);
+    if t.scratch
+        .as_ref()
+        .is_some_and(|s| s.request_entry == address)
+    {
+        return record_request(uc);
+    }
     match frame {
         None if address == code.0 && !layer::is_open(uc) => enter_loop(uc),
         None => {}
@@ -216,6 +284,10 @@ fn enter_loop(uc: &mut Uc<'_, '_>) {
     };
     let o = t.offsets;
     let invocation = t.invocations.len();
+    let handles = t
+        .scratch
+        .as_ref()
+        .and_then(|s| read_handles(&*uc, &s.offsets, graph));
     let frame = read_frame(&*uc, &o, graph, subgraph);
     let (frame, error) = match frame {
         Ok((allocator, nodes, tensors)) => {
@@ -224,9 +296,11 @@ fn enter_loop(uc: &mut Uc<'_, '_>) {
                 return_pc,
                 entry_sp,
                 allocator,
+                subgraph,
                 nodes,
                 tensors,
                 arena: arena.as_ref().ok().copied(),
+                handles,
                 invocation,
             };
             (Some(frame), arena.err())
@@ -245,6 +319,78 @@ fn enter_loop(uc: &mut Uc<'_, '_>) {
     // Without its arrays no operator of this run can be found; the
     // invocation says why.
     t.frame = frame;
+}
+
+/// A kernel asks for a scratch buffer: the node being prepared, and the
+/// index the request gets. A request of an index already seen for the
+/// same allocator starts a new allocation of the model (the interpreter
+/// is prepared again, or another one reuses the arena): the requests from
+/// that index on are forgotten.
+fn record_request(uc: &mut Uc<'_, '_>) {
+    let interpreter_context = reg(uc, RegisterARM::R0);
+    let bytes = reg(uc, RegisterARM::R1);
+    let Some(s) = uc.get_data().tflm.as_ref().and_then(|t| t.scratch.as_ref()) else {
+        return;
+    };
+    let Some((allocator, subgraph, node, index)) =
+        read_request(&*uc, &s.offsets, interpreter_context)
+    else {
+        return;
+    };
+    let Some(s) = uc
+        .get_data_mut()
+        .tflm
+        .as_mut()
+        .and_then(|t| t.scratch.as_mut())
+    else {
+        return;
+    };
+    s.requests
+        .retain(|r| r.allocator != allocator || r.index < index);
+    s.requests.push(Request {
+        allocator,
+        subgraph,
+        node,
+        index,
+        bytes,
+    });
+}
+
+/// The scratch buffers node `node` of the frame's subgraph asked for, as
+/// buffers (`scratch<j>`, the bytes the kernel asked for), and the notes
+/// of those that cannot be found.
+fn scratch_buffers(
+    mem: &dyn Memory,
+    scratch: Option<&Scratch>,
+    f: &Frame,
+    node: usize,
+) -> (Vec<LayerBuffer>, Vec<String>) {
+    let (mut buffers, mut notes) = (Vec::new(), Vec::new());
+    let Some(s) = scratch else {
+        return (buffers, notes);
+    };
+    let mine = s.requests.iter().filter(|r| {
+        r.allocator == f.allocator && r.subgraph == f.subgraph && r.node == node as u64
+    });
+    for (j, r) in mine.enumerate() {
+        let data = f
+            .handles
+            .and_then(|h| scratch_data(mem, &s.offsets, h, r.index));
+        match data {
+            Some(base) => buffers.push(LayerBuffer {
+                role: Role::Scratch,
+                name: format!("scratch{j}"),
+                base,
+                size: r.bytes,
+                elem_size: 1,
+            }),
+            None => notes.push(format!(
+                "scratch{j} ({} B, request {}) not declared: its handle is unreadable",
+                r.bytes, r.index
+            )),
+        }
+    }
+    (buffers, notes)
 }
 
 fn leave_loop(uc: &mut Uc<'_, '_>, unfinished: bool) {
@@ -314,6 +460,7 @@ fn open_operator(
         tensors: f.tensors,
         arena: f.arena,
     };
+    let (scratch, scratch_notes) = scratch_buffers(&*uc, t.scratch.as_ref(), &f, node_index);
     let buffers = tensors.buffers(node, kind);
     let return_pc = reg(uc, RegisterARM::LR) & !1;
     let entry_sp = reg(uc, RegisterARM::SP);
@@ -331,7 +478,9 @@ fn open_operator(
         unfinished: false,
         notes: Vec::new(),
     };
-    let window = buffers.and_then(|(buffers, shapes, mut notes)| {
+    let window = buffers.and_then(|(mut buffers, shapes, mut notes)| {
+        buffers.extend(scratch);
+        notes.extend(scratch_notes);
         let (buffers, dropped) = layer::declarable(buffers)?;
         notes.extend(dropped);
         raw.shapes = shapes;

@@ -15,6 +15,9 @@ const EVAL_TENSOR: &str = "TfLiteEvalTensor";
 const INT_ARRAY: &str = "TfLiteIntArray";
 const MICRO_ALLOCATOR: &str = "tflite::MicroAllocator";
 const ARENA: &str = "tflite::SingleArenaBufferAllocator";
+const CONTEXT: &str = "TfLiteContext";
+const INTERPRETER_CONTEXT: &str = "tflite::MicroInterpreterContext";
+const SCRATCH_HANDLE: &str = "tflite::ScratchBufferHandle";
 /// The structures read, by qualified name.
 pub(super) const STRUCTS: &[&str] = &[
     GRAPH,
@@ -26,6 +29,9 @@ pub(super) const STRUCTS: &[&str] = &[
     INT_ARRAY,
     MICRO_ALLOCATOR,
     ARENA,
+    CONTEXT,
+    INTERPRETER_CONTEXT,
+    SCRATCH_HANDLE,
 ];
 
 /// A field: its offset in its structure and its bytes.
@@ -68,64 +74,113 @@ pub(super) struct Offsets {
     pub temp: Field,
 }
 
+/// Layouts looked up by name, each miss said in words.
+struct Lookup<'a>(&'a TypeLayouts);
+
+impl Lookup<'_> {
+    fn layout(&self, name: &str) -> Result<&StructLayout, String> {
+        self.0
+            .structs
+            .get(name)
+            .ok_or_else(|| format!("its DWARF defines no `{name}` (was TFLM compiled with -g?)"))
+    }
+
+    fn field(&self, ty: &str, member: &str) -> Result<Field, String> {
+        let m = self
+            .layout(ty)?
+            .member(member)
+            .ok_or_else(|| format!("`{ty}` has no member `{member}` in its DWARF"))?;
+        Ok(Field {
+            offset: m.offset,
+            bytes: m.size.unwrap_or(4),
+        })
+    }
+
+    fn size(&self, ty: &str) -> Result<u64, String> {
+        match self.layout(ty)?.size {
+            0 => Err(format!("`{ty}` has no size in its DWARF")),
+            n => Ok(n),
+        }
+    }
+
+    fn base(&self, ty: &str, base: &str) -> Result<u64, String> {
+        self.layout(ty)?
+            .bases
+            .get(base)
+            .copied()
+            .ok_or_else(|| format!("`{ty}` does not derive from `{base}` in its DWARF"))
+    }
+}
+
 impl Offsets {
     pub(super) fn from(types: &TypeLayouts) -> Result<Offsets, String> {
-        let layout = |name: &str| -> Result<&StructLayout, String> {
-            types.structs.get(name).ok_or_else(|| {
-                format!("its DWARF defines no `{name}` (was TFLM compiled with -g?)")
-            })
-        };
-        let field = |ty: &str, member: &str| -> Result<Field, String> {
-            let m = layout(ty)?
-                .member(member)
-                .ok_or_else(|| format!("`{ty}` has no member `{member}` in its DWARF"))?;
-            Ok(Field {
-                offset: m.offset,
-                bytes: m.size.unwrap_or(4),
-            })
-        };
-        let size = |ty: &str| -> Result<u64, String> {
-            match layout(ty)?.size {
-                0 => Err(format!("`{ty}` has no size in its DWARF")),
-                n => Ok(n),
-            }
-        };
-        let base = |ty: &str, base: &str| -> Result<u64, String> {
-            layout(ty)?
-                .bases
-                .get(base)
-                .copied()
-                .ok_or_else(|| format!("`{ty}` does not derive from `{base}` in its DWARF"))
-        };
+        let t = Lookup(types);
         Ok(Offsets {
-            graph_allocations: field(GRAPH, "subgraph_allocations_")?,
-            graph_allocator: field(GRAPH, "allocator_")?,
-            allocations_size: size(ALLOCATIONS)?,
-            allocations_nodes: field(ALLOCATIONS, "node_and_registrations")?,
-            allocations_tensors: field(ALLOCATIONS, "tensors")?,
-            node_and_registration_size: size(NODE_AND_REGISTRATION)?,
-            node: field(NODE_AND_REGISTRATION, "node")?.offset,
-            registration: field(NODE_AND_REGISTRATION, "registration")?,
-            node_inputs: field(NODE, "inputs")?,
-            node_outputs: field(NODE, "outputs")?,
-            invoke: field(REGISTRATION, "invoke")?,
-            builtin_code: field(REGISTRATION, "builtin_code")?,
-            custom_name: field(REGISTRATION, "custom_name")?,
-            tensor_size: size(EVAL_TENSOR)?,
-            tensor_data: field(EVAL_TENSOR, "data")?,
-            tensor_dims: field(EVAL_TENSOR, "dims")?,
-            tensor_type: field(EVAL_TENSOR, "type")?,
-            array_size: field(INT_ARRAY, "size")?,
-            array_data: field(INT_ARRAY, "data")?.offset,
-            non_persistent: field(MICRO_ALLOCATOR, "non_persistent_buffer_allocator_")?,
-            persistent: field(MICRO_ALLOCATOR, "persistent_buffer_allocator_")?,
-            non_persistent_base: base(ARENA, "INonPersistentBufferAllocator")?,
-            persistent_base: base(ARENA, "IPersistentBufferAllocator")?,
-            buffer_head: field(ARENA, "buffer_head_")?,
-            buffer_tail: field(ARENA, "buffer_tail_")?,
-            head: field(ARENA, "head_")?,
-            tail: field(ARENA, "tail_")?,
-            temp: field(ARENA, "temp_")?,
+            graph_allocations: t.field(GRAPH, "subgraph_allocations_")?,
+            graph_allocator: t.field(GRAPH, "allocator_")?,
+            allocations_size: t.size(ALLOCATIONS)?,
+            allocations_nodes: t.field(ALLOCATIONS, "node_and_registrations")?,
+            allocations_tensors: t.field(ALLOCATIONS, "tensors")?,
+            node_and_registration_size: t.size(NODE_AND_REGISTRATION)?,
+            node: t.field(NODE_AND_REGISTRATION, "node")?.offset,
+            registration: t.field(NODE_AND_REGISTRATION, "registration")?,
+            node_inputs: t.field(NODE, "inputs")?,
+            node_outputs: t.field(NODE, "outputs")?,
+            invoke: t.field(REGISTRATION, "invoke")?,
+            builtin_code: t.field(REGISTRATION, "builtin_code")?,
+            custom_name: t.field(REGISTRATION, "custom_name")?,
+            tensor_size: t.size(EVAL_TENSOR)?,
+            tensor_data: t.field(EVAL_TENSOR, "data")?,
+            tensor_dims: t.field(EVAL_TENSOR, "dims")?,
+            tensor_type: t.field(EVAL_TENSOR, "type")?,
+            array_size: t.field(INT_ARRAY, "size")?,
+            array_data: t.field(INT_ARRAY, "data")?.offset,
+            non_persistent: t.field(MICRO_ALLOCATOR, "non_persistent_buffer_allocator_")?,
+            persistent: t.field(MICRO_ALLOCATOR, "persistent_buffer_allocator_")?,
+            non_persistent_base: t.base(ARENA, "INonPersistentBufferAllocator")?,
+            persistent_base: t.base(ARENA, "IPersistentBufferAllocator")?,
+            buffer_head: t.field(ARENA, "buffer_head_")?,
+            buffer_tail: t.field(ARENA, "buffer_tail_")?,
+            head: t.field(ARENA, "head_")?,
+            tail: t.field(ARENA, "tail_")?,
+            temp: t.field(ARENA, "temp_")?,
+        })
+    }
+}
+
+/// The offsets of TFLM's scratch buffers: a kernel asks for one while it
+/// is prepared (`MicroInterpreterContext::RequestScratchBufferInArena`,
+/// whose index is the allocator's request count at that moment) and finds
+/// it while it runs in the interpreter context's handles (`TfLiteContext`'s
+/// `impl_` is that context).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ScratchOffsets {
+    pub graph_context: Field,
+    pub graph_subgraph: Field,
+    pub graph_operator: Field,
+    pub context_impl: Field,
+    pub interpreter_allocator: Field,
+    pub interpreter_graph: Field,
+    pub interpreter_handles: Field,
+    pub request_count: Field,
+    pub handle_size: u64,
+    pub handle_data: Field,
+}
+
+impl ScratchOffsets {
+    pub(super) fn from(types: &TypeLayouts) -> Result<ScratchOffsets, String> {
+        let t = Lookup(types);
+        Ok(ScratchOffsets {
+            graph_context: t.field(GRAPH, "context_")?,
+            graph_subgraph: t.field(GRAPH, "current_subgraph_index_")?,
+            graph_operator: t.field(GRAPH, "current_operator_index_")?,
+            context_impl: t.field(CONTEXT, "impl_")?,
+            interpreter_allocator: t.field(INTERPRETER_CONTEXT, "allocator_")?,
+            interpreter_graph: t.field(INTERPRETER_CONTEXT, "graph_")?,
+            interpreter_handles: t.field(INTERPRETER_CONTEXT, "scratch_buffer_handles_")?,
+            request_count: t.field(MICRO_ALLOCATOR, "scratch_buffer_request_count_")?,
+            handle_size: t.size(SCRATCH_HANDLE)?,
+            handle_data: t.field(SCRATCH_HANDLE, "data")?,
         })
     }
 }
@@ -208,6 +263,43 @@ pub(super) fn read_frame(
         .field(entry, o.allocations_tensors)
         .ok_or_else(|| unreadable("tensors"))?;
     Ok((allocator, nodes, tensors))
+}
+
+/// A kernel's scratch request at the entry of
+/// `MicroInterpreterContext::RequestScratchBufferInArena(bytes, &index)`
+/// (`this` the interpreter context): `(allocator, subgraph, node, index)`,
+/// the node the graph is preparing and the index the request will get.
+pub(super) fn read_request(
+    mem: &dyn Memory,
+    s: &ScratchOffsets,
+    interpreter_context: u64,
+) -> Option<(u64, i64, u64, u64)> {
+    let allocator = mem.field(interpreter_context, s.interpreter_allocator)?;
+    let graph = mem.field(interpreter_context, s.interpreter_graph)?;
+    let subgraph = mem.field(graph, s.graph_subgraph)? as u32 as i32 as i64;
+    let node = mem.field(graph, s.graph_operator)?;
+    let index = mem.field(allocator, s.request_count)?;
+    Some((allocator, subgraph, node, index))
+}
+
+/// The scratch handles of the interpreter whose graph is `graph` (its
+/// `TfLiteContext`'s `impl_` is the interpreter context holding them).
+pub(super) fn read_handles(mem: &dyn Memory, s: &ScratchOffsets, graph: u64) -> Option<u64> {
+    let context = mem.field(graph, s.graph_context).filter(|&c| c != 0)?;
+    let interpreter_context = mem.field(context, s.context_impl).filter(|&c| c != 0)?;
+    mem.field(interpreter_context, s.interpreter_handles)
+        .filter(|&h| h != 0)
+}
+
+/// Where scratch buffer `index` is (`GetScratchBuffer`).
+pub(super) fn scratch_data(
+    mem: &dyn Memory,
+    s: &ScratchOffsets,
+    handles: u64,
+    index: u64,
+) -> Option<u64> {
+    let at = handles.checked_add(index.checked_mul(s.handle_size)?)?;
+    mem.field(at, s.handle_data).filter(|&d| d != 0)
 }
 
 /// The arena behind a `MicroAllocator`: its two allocator interfaces must
