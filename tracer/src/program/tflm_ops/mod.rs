@@ -322,10 +322,8 @@ fn enter_loop(uc: &mut Uc<'_, '_>) {
 }
 
 /// A kernel asks for a scratch buffer: the node being prepared, and the
-/// index the request gets. A request of an index already seen for the
-/// same allocator starts a new allocation of the model (the interpreter
-/// is prepared again, or another one reuses the arena): the requests from
-/// that index on are forgotten.
+/// index the request gets ([`Scratch::record`]: the interpreter may be
+/// prepared again, or another one reuse the arena).
 fn record_request(uc: &mut Uc<'_, '_>) {
     let interpreter_context = reg(uc, RegisterARM::R0);
     let bytes = reg(uc, RegisterARM::R1);
@@ -345,15 +343,24 @@ fn record_request(uc: &mut Uc<'_, '_>) {
     else {
         return;
     };
-    s.requests
-        .retain(|r| r.allocator != allocator || r.index < index);
-    s.requests.push(Request {
+    s.record(Request {
         allocator,
         subgraph,
         node,
         index,
         bytes,
     });
+}
+
+impl Scratch {
+    /// A new request; one of an index already seen for the same allocator
+    /// starts a new allocation of the model, whose earlier requests from
+    /// that index on are forgotten.
+    fn record(&mut self, request: Request) {
+        self.requests
+            .retain(|r| r.allocator != request.allocator || r.index < request.index);
+        self.requests.push(request);
+    }
 }
 
 /// The scratch buffers node `node` of the frame's subgraph asked for, as
@@ -524,5 +531,127 @@ fn open_operator(
         if let Some(inv) = t.invocations.get_mut(f.invocation) {
             inv.operators += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::structs::tests::Words;
+    use super::*;
+
+    fn field(offset: u64) -> structs::Field {
+        structs::Field { offset, bytes: 4 }
+    }
+
+    fn scratch() -> Scratch {
+        Scratch {
+            request_entry: 0x100,
+            offsets: ScratchOffsets {
+                graph_context: field(4),
+                graph_subgraph: field(16),
+                graph_operator: field(20),
+                context_impl: field(0),
+                interpreter_allocator: field(4),
+                interpreter_graph: field(8),
+                interpreter_handles: field(20),
+                request_count: field(40),
+                handle_size: 4,
+                handle_data: field(0),
+            },
+            requests: Vec::new(),
+        }
+    }
+
+    fn request(allocator: u64, node: u64, index: u64, bytes: u64) -> Request {
+        Request {
+            allocator,
+            subgraph: 0,
+            node,
+            index,
+            bytes,
+        }
+    }
+
+    fn frame(allocator: u64, handles: Option<u64>) -> Frame {
+        Frame {
+            return_pc: 0,
+            entry_sp: 0,
+            allocator,
+            subgraph: 0,
+            nodes: 0,
+            tensors: 0,
+            arena: None,
+            handles,
+            invocation: 0,
+        }
+    }
+
+    #[test]
+    fn a_new_allocation_of_the_model_forgets_the_requests_it_replaces() {
+        let mut s = scratch();
+        for r in [
+            request(1, 0, 0, 64),
+            request(1, 2, 1, 32),
+            request(2, 0, 0, 8),
+        ] {
+            s.record(r);
+        }
+        // The first interpreter prepared again: its index 1 anew.
+        s.record(request(1, 3, 1, 16));
+        assert_eq!(
+            s.requests,
+            [
+                request(1, 0, 0, 64),
+                request(2, 0, 0, 8),
+                request(1, 3, 1, 16)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_operators_scratch_is_its_nodes_requests_where_the_handles_say() {
+        let mut s = scratch();
+        for r in [
+            request(1, 4, 0, 64),
+            request(1, 5, 1, 32),
+            request(1, 5, 2, 8),
+        ] {
+            s.record(r);
+        }
+        s.record(request(9, 5, 0, 100));
+        let mut m = Words::default();
+        m.put(0x3000, &[0x2000_0000, 0x2000_0040, 0]);
+        let (buffers, notes) = scratch_buffers(&m, Some(&s), &frame(1, Some(0x3000)), 5);
+        let got: Vec<(&str, u64, u64)> = buffers
+            .iter()
+            .map(|b| (b.name.as_str(), b.base, b.size))
+            .collect();
+        assert_eq!(got, [("scratch0", 0x2000_0040, 32)]);
+        // A handle that points nowhere is said, not declared.
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("scratch1 (8 B, request 2)"), "{notes:?}");
+        let (buffers, notes) = scratch_buffers(&m, Some(&s), &frame(1, None), 5);
+        assert!(buffers.is_empty() && notes.len() == 2);
+        assert_eq!(scratch_buffers(&m, None, &frame(1, None), 5).0, []);
+    }
+
+    #[test]
+    fn a_request_is_read_as_the_node_being_prepared_and_the_next_index() {
+        let s = scratch();
+        let mut m = Words::default();
+        // interpreter context 0x100: allocator 0x200, graph 0x300
+        m.put(0x104, &[0x200, 0x300]);
+        m.put(0x200 + 40, &[7]);
+        m.put(0x300 + 16, &[0, 12]);
+        assert_eq!(
+            structs::read_request(&m, &s.offsets, 0x100),
+            Some((0x200, 0, 12, 7))
+        );
+        // graph 0x300 → context 0x400 → its impl 0x100 → handles 0x3000
+        m.put(0x304, &[0x400]);
+        m.put(0x400, &[0x100]);
+        m.put(0x114, &[0x3000]);
+        assert_eq!(read_handles(&m, &s.offsets, 0x300), Some(0x3000));
+        assert_eq!(read_handles(&m, &s.offsets, 0x999), None);
     }
 }
