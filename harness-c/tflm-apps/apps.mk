@@ -79,8 +79,7 @@ $(eval $(call cc_array_rule,$(APPS_EXAMPLES)/hello_world/models/hello_world_int8
 # The person image's pixels as `memtrace run --input` takes them.
 $(APPS)/person_image.bin: $(APPS_EXAMPLES)/person_detection/testdata/person.bmp ../scripts/cc_array.py
 	@mkdir -p $(@D)
-	$(CC_ARRAY) $< g_person_image_data $(@D)/gen-bin.h $(@D)/gen-bin.cc $@
-	@rm -f $(@D)/gen-bin.h $(@D)/gen-bin.cc
+	$(CC_ARRAY) --bin $< $@
 
 PD_GENERATED := tensorflow/lite/micro/models/person_detect_model_data \
     $(PD)/testdata/person_image_data $(PD)/testdata/no_person_image_data
