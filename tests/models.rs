@@ -1,11 +1,13 @@
 //! Whole models on real TFLM: `verify` and `plan` on the shared and zoo
 //! models, both kernel builds, plan files and their provenance, the arena
 //! to allocate and the firmware that uses it, the trace cache, and the
-//! host oracle (PyPI `tflite-micro`).
+//! host oracle (PyPI `tflite-micro`), and TFLM's own example programs,
+//! unmodified, under `check`.
 
 mod common;
 
 mod models {
+    pub mod check_tflm_app;
     pub mod deploy;
     pub mod foreign_overlap;
     pub mod hardening;

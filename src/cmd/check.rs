@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use memtrace_driver::workflows::check::{self, CheckOptions, Suppressions};
+use memtrace_driver::workflows::check::{self, CheckOptions, Operators, Suppressions};
 
 use super::Format;
 
@@ -38,6 +38,15 @@ pub struct CheckArgs {
     /// (docs/check.md, "API calls as layers").
     #[arg(long)]
     pub no_calls: bool,
+    /// Require TFLM's interpreter: trace each operator invocation as a
+    /// layer, and fail (saying why) when the program has none to trace. By
+    /// default operators are traced when the program has an interpreter
+    /// (docs/check.md, "TFLM operators as layers").
+    #[arg(long, conflicts_with = "no_operators")]
+    pub operators: bool,
+    /// Do not trace TFLM's operator invocations as layers.
+    #[arg(long)]
+    pub no_operators: bool,
     /// Run the program without memcheck (semihosting and faults only).
     #[arg(long)]
     pub no_memcheck: bool,
@@ -62,6 +71,11 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         echo: !matches!(args.format, Format::Json),
         suppressions,
         calls: !args.no_calls,
+        operators: match (args.operators, args.no_operators) {
+            (true, _) => Operators::Required,
+            (_, true) => Operators::Off,
+            _ => Operators::Found,
+        },
     })?;
     let answer = check::CheckAnswer {
         report: &report,

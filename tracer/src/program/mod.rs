@@ -10,8 +10,10 @@
 
 mod calls;
 mod cmsis_api;
+mod layer;
 pub mod layout;
 mod report;
+mod tflm_ops;
 
 use std::collections::HashMap;
 
@@ -26,13 +28,15 @@ pub use crate::memcheck::FindingKind;
 use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
 use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
 use crate::unwind::Unwinder;
-pub use calls::Sink;
+pub use layer::Sink;
+use layer::{Closed, Layers, Owner};
 pub use layout::Layout;
 use report::finish;
 pub use report::{
     BlockReport, Finding, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind, StrayRead,
-    TracedCall, KEEP_OUTPUT,
+    TflmRun, TracedCall, TracedOperator, KEEP_OUTPUT,
 };
+pub use tflm_ops::{TflmArena, TflmInvocation, INVOKE_SUBGRAPH};
 
 /// How to run a program.
 #[derive(Clone, Debug)]
@@ -90,8 +94,35 @@ pub(super) struct State<'i> {
     end: Option<RawEnd>,
     /// Where to go on after a hook stopped the engine (see [`Resume`]).
     resume: Option<Resume>,
+    /// The layers' sink and open window, when layers are traced.
+    layers: Option<Layers<'i>>,
     /// The CMSIS-NN API calls traced as layers, when asked for.
-    calls: Option<calls::Calls<'i>>,
+    calls: Option<calls::Calls>,
+    /// TFLM's operator invocations traced as layers, when asked for and the
+    /// program has an interpreter.
+    tflm: Option<tflm_ops::TflmOps>,
+    /// Why operators were asked for and none can be traced.
+    tflm_missing: Option<String>,
+}
+
+/// What of an unmodified program becomes layers, and where their messages
+/// go.
+pub struct LayerTracing<'i> {
+    /// Each layer's messages (begin, buffers, events, stray writes, end),
+    /// as the program runs.
+    pub sink: Sink<'i>,
+    /// Each outermost call of a CMSIS-NN API function (`calls.rs`).
+    pub calls: bool,
+    /// Each operator invocation of TFLM's interpreter (`tflm_ops.rs`); a
+    /// CMSIS-NN call inside one belongs to the operator's layer.
+    pub operators: bool,
+}
+
+/// Whether `image` has a TFLM interpreter whose operators can be traced
+/// as layers: `Err` says why not (no node loop, no DWARF for TFLM's
+/// structures).
+pub fn find_interpreter(image: &ElfImage) -> Result<(), String> {
+    tflm_ops::TflmOps::for_image(image).map(|_| ())
 }
 
 /// A new start after a semihosting call or a skipped bad free: the hook
@@ -112,14 +143,15 @@ pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<Program
     run_program_with(image, options, None)
 }
 
-/// Runs `image` like [`run_program`]; with a `sink`, each outermost call of
-/// a CMSIS-NN API function the program makes is a layer whose messages
-/// (begin, buffers, events, stray writes, end) go to `sink` as the program
-/// runs (`calls.rs`), and [`ProgramRun::calls`] lists the calls.
+/// Runs `image` like [`run_program`]; with `tracing`, each outermost call
+/// of a CMSIS-NN API function the program makes and each operator TFLM's
+/// interpreter invokes is a layer whose messages go to its sink as the
+/// program runs, and [`ProgramRun::calls`] and [`ProgramRun::tflm`] list
+/// them.
 pub fn run_program_with<'i>(
     image: &'i ElfImage,
     options: &ProgramOptions,
-    sink: Option<Sink<'i>>,
+    tracing: Option<LayerTracing<'i>>,
 ) -> Result<ProgramRun, TraceError> {
     if image.arch != Arch::CortexM4 {
         return Err(TraceError::UnsupportedElf {
@@ -167,6 +199,14 @@ pub fn run_program_with<'i>(
     } else {
         HashMap::new()
     };
+    let (calls, operators) = tracing
+        .as_ref()
+        .map_or((false, false), |t| (t.calls, t.operators));
+    let (tflm, tflm_missing) = match operators.then(|| tflm_ops::TflmOps::for_image(image)) {
+        Some(Ok(t)) => (Some(t), None),
+        Some(Err(why)) => (None, Some(why)),
+        None => (None, None),
+    };
     let state = State {
         image,
         layout,
@@ -178,7 +218,10 @@ pub fn run_program_with<'i>(
         unwinder: None,
         end: None,
         resume: None,
-        calls: sink.and_then(|sink| calls::Calls::for_image(image, sink)),
+        layers: tracing.map(|t| Layers::new(t.sink)),
+        calls: calls.then(|| calls::Calls::for_image(image)).flatten(),
+        tflm,
+        tflm_missing,
     };
     let mut uc = image.arch.new_engine(state)?;
     fast_stores(&mut uc, image.arch)?;
@@ -202,7 +245,10 @@ pub fn run_program_with<'i>(
         start = resume.pc;
     };
     let pc = uc.pc_read().unwrap_or(0);
-    calls::close(&mut uc, pc, true);
+    if let Some(c) = layer::close(&mut uc, pc, true) {
+        closed(&mut uc, &c);
+    }
+    tflm_ops::finish(&mut uc);
     finish(uc, image, result)
 }
 
@@ -330,8 +376,13 @@ fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
         let _ = uc.mem_read(address, &mut code);
         uc.get_data_mut().clock.block_start(address, size, || code);
     }
-    // After the clock has entered the block: a call ends at its start.
-    calls::on_block(uc, address);
+    // After the clock has entered the block: a layer ends at its start.
+    if layer::returning(uc, address) {
+        if let Some(c) = layer::close(uc, address, false) {
+            closed(uc, &c);
+        }
+    }
+    tflm_ops::on_block(uc, address);
     let s = uc.get_data();
     let retired = s.clock.retired_before_block();
     if retired > s.budget {
@@ -355,6 +406,23 @@ fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
         let r0 = reg(uc, RegisterARM::R0) as u32;
         if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
             m.block(address, sp, || r0);
+        }
+    }
+}
+
+/// Hands what a closed window saw to its owner.
+fn closed(uc: &mut Uc<'_, '_>, c: &Closed) {
+    let s = uc.get_data_mut();
+    match c.owner {
+        Owner::Call(r) => {
+            if let Some(calls) = s.calls.as_mut() {
+                calls.closed(r, c);
+            }
+        }
+        Owner::Operator(r) => {
+            if let Some(t) = s.tflm.as_mut() {
+                t.closed(r, c);
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::memcheck::{FindingKind, RawStack};
 use crate::semihosting::Exit;
 
 use super::calls::RawCall;
+use super::tflm_ops::{RawOperator, TflmInvocation};
 
 /// Why a program stopped without exiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +140,48 @@ pub struct TracedCall {
     pub notes: Vec<String>,
 }
 
+/// An operator invocation of TFLM's interpreter (`run_program_with`).
+#[derive(Clone, Debug)]
+pub struct TracedOperator {
+    /// Its layer's index among the run's layers; `None` when it could not
+    /// be one.
+    pub index: Option<usize>,
+    /// The interpreter's run of its node loop it belongs to (0-based,
+    /// [`TflmRun::invocations`]).
+    pub invocation: usize,
+    /// Its node's position in the subgraph.
+    pub node: usize,
+    /// TFLite's name of the operator (`CONV_2D`) or its custom name.
+    pub op: String,
+    /// The registration's builtin code.
+    pub builtin_code: i64,
+    /// The function invoked: the kernel's `Eval`.
+    pub kernel: CodeLocation,
+    /// `in1, in2 -> out` shapes of its tensors.
+    pub shapes: String,
+    /// Why it is no layer.
+    pub error: Option<String>,
+    /// Instructions retired inside it.
+    pub instructions: u64,
+    /// The program ended inside it.
+    pub unfinished: bool,
+    /// Tensors not declared and why.
+    pub notes: Vec<String>,
+}
+
+/// TFLM's interpreter in a run that traced its operators.
+#[derive(Clone, Debug, Default)]
+pub struct TflmRun {
+    /// Why no operator could be traced (no interpreter, no DWARF for
+    /// TFLM's structures); `None` when the interpreter was found.
+    pub missing: Option<String>,
+    /// Each outermost run of its node loop (`MicroInterpreter::Invoke`),
+    /// with the arena's head and tail when it returned.
+    pub invocations: Vec<TflmInvocation>,
+    /// Each operator invocation, in order.
+    pub operators: Vec<TracedOperator>,
+}
+
 /// A finished program run.
 #[derive(Clone, Debug)]
 pub struct ProgramRun {
@@ -156,6 +199,8 @@ pub struct ProgramRun {
     pub memcheck: Option<MemcheckReport>,
     /// The CMSIS-NN API calls, in order, when they were traced.
     pub calls: Vec<TracedCall>,
+    /// TFLM's interpreter and its operators, when they were traced.
+    pub tflm: Option<TflmRun>,
 }
 
 /// Bytes of each output stream a run keeps.
@@ -239,6 +284,22 @@ pub(super) fn finish(
         .into_iter()
         .map(|r| traced_call(&debug, image, r))
         .collect();
+    let tflm = match (s.tflm.take(), s.tflm_missing.take()) {
+        (Some(t), _) => Some(TflmRun {
+            missing: None,
+            invocations: t.invocations,
+            operators: t
+                .records
+                .into_iter()
+                .map(|r| traced_operator(&debug, image, r))
+                .collect(),
+        }),
+        (None, Some(why)) => Some(TflmRun {
+            missing: Some(why),
+            ..TflmRun::default()
+        }),
+        (None, None) => None,
+    };
     let host = s.host.take();
     let (stdout, stderr) = host.map_or((Vec::new(), Vec::new()), |h| {
         (h.console.stdout, h.console.stderr)
@@ -251,6 +312,7 @@ pub(super) fn finish(
         layout: s.layout,
         memcheck,
         calls,
+        tflm,
     })
 }
 
@@ -316,6 +378,25 @@ fn traced_call(debug: &DebugInfo, image: &ElfImage, r: RawCall) -> TracedCall {
             size,
             object: image.object_at(address).map(|(n, o)| (n.to_owned(), o)),
         }),
+        unfinished: r.unfinished,
+        notes: r.notes,
+    }
+}
+
+/// An operator's record with its kernel function located.
+fn traced_operator(debug: &DebugInfo, image: &ElfImage, r: RawOperator) -> TracedOperator {
+    let mut kernel = debug.locate(image, r.invoke);
+    kernel.inlined_into = None;
+    TracedOperator {
+        index: r.index,
+        invocation: r.invocation,
+        node: r.node,
+        op: r.op,
+        builtin_code: r.builtin_code,
+        kernel,
+        shapes: r.shapes,
+        error: r.error,
+        instructions: r.instructions,
         unfinished: r.unfinished,
         notes: r.notes,
     }

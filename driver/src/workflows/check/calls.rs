@@ -1,10 +1,12 @@
-//! CMSIS-NN API calls of an unmodified program as layers (docs/check.md,
-//! "API calls as layers"): the tracer declares each outermost call's
-//! buffers (`memtrace_tracer::program`), and the same analyses as a marked
-//! program's layers get its messages — `LayerStats` for access counts and
-//! O_s (with the host methods' O_s when the call is a configuration the
-//! kernel suite knows), `ContractCheck` for the memory contract. Here they
-//! are joined into one report per call.
+//! CMSIS-NN API calls and TFLM operator invocations of an unmodified
+//! program as layers (docs/check.md, "API calls as layers" and "TFLM
+//! operators as layers"): the tracer declares each outermost call's or
+//! invocation's buffers (`memtrace_tracer::program`), and the same analyses
+//! as a marked program's layers get its messages — `LayerStats` for access
+//! counts and O_s (with the host methods' O_s when a call is a
+//! configuration the kernel suite knows), `ContractCheck` for the memory
+//! contract. Here they are joined into one report per call (the operators'
+//! are `operators.rs`'s).
 
 use serde_json::{json, Value};
 
@@ -13,7 +15,9 @@ use memtrace_analyzer::contract::{ContractCheck, ContractReport};
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_overlap::check::Flag;
-use memtrace_tracer::program::{run_program_with, ProgramOptions, ProgramRun, TracedCall};
+use memtrace_tracer::program::{
+    run_program_with, LayerTracing, ProgramOptions, ProgramRun, TracedCall,
+};
 use memtrace_tracer::ElfImage;
 
 use crate::Result;
@@ -49,16 +53,25 @@ impl CallReport {
     }
 }
 
-/// Runs `image` with its API calls traced: the run and one report per call.
+/// Runs `image` with its API calls (`calls`) and TFLM operator
+/// invocations (`operators`) traced: the run and every layer's report, in
+/// layer order.
 pub(super) fn run_traced(
     image: &ElfImage,
     options: &ProgramOptions,
-) -> Result<(ProgramRun, Vec<CallReport>)> {
+    calls: bool,
+    operators: bool,
+) -> Result<(ProgramRun, Vec<LayerReport>)> {
     let mut stats = LayerStats::default();
     let mut contract = ContractCheck::default();
     let run = {
         let mut sink = |m: Message| deliver(&mut [&mut stats, &mut contract], &m);
-        run_program_with(image, options, Some(&mut sink))?
+        let tracing = LayerTracing {
+            sink: &mut sink,
+            calls,
+            operators,
+        };
+        run_program_with(image, options, Some(tracing))?
     };
     let mut contracts = contract.layers;
     crate::support::violations::locate(image, &mut contracts);
@@ -68,8 +81,12 @@ pub(super) fn run_traced(
             l.contract = Some(library_contract(c));
         }
     }
-    let calls = run
-        .calls
+    Ok((run, layers))
+}
+
+/// One report per call of `run`, with its layer from `layers`.
+pub(super) fn reports(run: &ProgramRun, layers: &[LayerReport]) -> Vec<CallReport> {
+    run.calls
         .iter()
         .map(|call| CallReport {
             call: call.clone(),
@@ -77,12 +94,12 @@ pub(super) fn run_traced(
                 .index
                 .and_then(|i| layers.iter().find(|l| l.index == i).cloned()),
         })
-        .collect();
-    Ok((run, calls))
+        .collect()
 }
 
 /// Every call runs CMSIS-NN, which sizes its own scratch: unused scratch
-/// is its padding, information and no violation.
+/// is its padding, information and no violation (as `memtrace run` says
+/// it of TFLM's operators).
 fn library_contract(mut c: ContractReport) -> ContractReport {
     c.excuse_library_scratch();
     c

@@ -8,6 +8,7 @@
 //! read from its output, and the report is rendered (`report.rs`).
 
 pub mod calls;
+pub mod operators;
 mod report;
 pub mod suppress;
 pub mod unity;
@@ -15,12 +16,13 @@ pub mod unity;
 use std::path::PathBuf;
 
 use memtrace_tracer::program::{
-    run_program, Finding, Leak, ProgramEnd, ProgramOptions, ProgramRun, StopKind,
+    find_interpreter, run_program, Finding, Leak, ProgramEnd, ProgramOptions, ProgramRun, StopKind,
 };
 use memtrace_tracer::semihosting::Exit;
 use memtrace_tracer::ElfImage;
 
 pub use calls::CallReport;
+pub use operators::{OperatorReport, TflmReport};
 pub use report::{CheckAnswer, CheckReport, ReportEnd};
 pub use suppress::Suppressions;
 pub use unity::UnityResult;
@@ -55,6 +57,21 @@ pub struct CheckOptions {
     pub suppressions: Suppressions,
     /// Trace the program's CMSIS-NN API calls as layers.
     pub calls: bool,
+    /// Trace TFLM's operator invocations as layers.
+    pub operators: Operators,
+}
+
+/// Whether `check` traces TFLM's operator invocations as layers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Operators {
+    /// When the program has a TFLM interpreter (the report says why it
+    /// found none).
+    #[default]
+    Found,
+    /// The program must have one: without, `check` fails before running it.
+    Required,
+    /// Never.
+    Off,
 }
 
 /// Runs the program and reports.
@@ -68,13 +85,24 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport> {
         echo: options.echo,
         memcheck: options.memcheck,
     };
-    let (run, calls) = if options.calls {
-        calls::run_traced(&image, &program)?
-    } else {
-        (run_program(&image, &program)?, Vec::new())
-    };
+    if options.operators == Operators::Required {
+        if let Err(why) = find_interpreter(&image) {
+            crate::bail!(
+                "{}: no TFLM operators to trace: {why}",
+                options.program.display()
+            );
+        }
+    }
+    let operators = options.operators != Operators::Off;
+    if !options.calls && !operators {
+        return Ok(report_of(options, run_program(&image, &program)?));
+    }
+    let (run, layers) = calls::run_traced(&image, &program, options.calls, operators)?;
+    let calls = options.calls.then(|| calls::reports(&run, &layers));
+    let tflm = operators::report(&run, &layers);
     let mut report = report_of(options, run);
-    report.calls = options.calls.then_some(calls);
+    report.calls = calls;
+    report.tflm = tflm;
     Ok(report)
 }
 
@@ -142,5 +170,6 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
         frees,
         layout: run.layout,
         calls: None,
+        tflm: None,
     }
 }

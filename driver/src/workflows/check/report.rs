@@ -71,6 +71,9 @@ pub struct CheckReport {
     pub layout: Layout,
     /// Its CMSIS-NN API calls as layers, when they were traced.
     pub calls: Option<Vec<super::CallReport>>,
+    /// TFLM's interpreter and its operator invocations as layers, when
+    /// they were traced.
+    pub tflm: Option<super::TflmReport>,
 }
 
 /// `abort`'s signal, SIGABRT; a shell reports such an end as 128 + 6.
@@ -78,9 +81,10 @@ const SIGABRT_STATUS: i32 = 134;
 
 impl CheckReport {
     /// Errors memtrace found: memcheck's ([`CheckReport::memcheck_errors`])
-    /// and the API calls that broke their memory contract.
+    /// and the API calls and operator invocations that broke their memory
+    /// contract.
     pub fn errors(&self) -> usize {
-        self.memcheck_errors() + self.broken_calls()
+        self.memcheck_errors() + self.broken_calls() + self.tflm.as_ref().map_or(0, |t| t.broken())
     }
 
     /// Memcheck's errors: findings, lost blocks, and a stop (fault, stack
@@ -137,6 +141,11 @@ impl CheckReport {
         }
         if let Some(calls) = &self.calls {
             out.push_str(&super::calls::text(calls));
+        }
+        // Why a program has no interpreter is said by `--operators` (an
+        // error) and the JSON: most programs checked have none.
+        if let Some(tflm) = self.tflm.as_ref().filter(|t| t.missing.is_none()) {
+            out.push_str(&super::operators::text(tflm));
         }
         if !self.memcheck {
             return out;
@@ -230,6 +239,7 @@ impl CheckReport {
                 "leaks": leaks,
             })),
             "calls": self.calls.as_deref().map(super::calls::json),
+            "tflm": self.tflm.as_ref().map(super::operators::json),
             "layout": {
                 "heap": [self.layout.heap.0, self.layout.heap.1],
                 "stack": [self.layout.stack.0, self.layout.stack.1],

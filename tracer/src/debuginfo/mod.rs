@@ -1,5 +1,13 @@
 //! PC -> function and file:line, from DWARF (gimli + addr2line), loaded lazily:
 //! only error reports and event tables that ask for locations pay for it.
+//! Also the layouts of named structures and the values of named
+//! enumerators ([`TypeLayouts`]), for reading a program's own data
+//! structures from guest memory without hard-coding their offsets
+//! (`layouts.rs`).
+
+mod layouts;
+
+pub use layouts::{Member, StructLayout, TypeLayouts};
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -179,20 +187,23 @@ pub fn short_path(path: &str) -> String {
 }
 
 fn load_context(bytes: &Arc<[u8]>) -> Result<addr2line::Context<Reader>, gimli::Error> {
+    addr2line::Context::from_dwarf(load_dwarf(bytes)?)
+}
+
+fn load_dwarf(bytes: &Arc<[u8]>) -> Result<gimli::Dwarf<Reader>, gimli::Error> {
     let file = object::File::parse(&**bytes).map_err(|_| gimli::Error::Io)?;
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
         gimli::RunTimeEndian::Big
     };
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+    gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
         let data: Cow<[u8]> = file
             .section_by_name(id.name())
             .and_then(|s| s.uncompressed_data().ok())
             .unwrap_or(Cow::Borrowed(&[]));
         Ok(gimli::EndianArcSlice::new(Arc::from(&*data), endian))
-    })?;
-    addr2line::Context::from_dwarf(dwarf)
+    })
 }
 
 /// Fills function and file:line into the error's guest context, for the

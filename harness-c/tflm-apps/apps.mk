@@ -1,0 +1,131 @@
+# harness-c/tflm-apps/apps.mk — TFLM's own example tests, built unmodified
+# for the Cortex-M4 as programs `memtrace check` runs (docs/check.md, "TFLM
+# operators as layers"); included by ../Makefile:
+#
+#   make -C harness-c tflm-apps
+#
+#   build/cortex-m4/tflm-apps/person_detection_test.elf
+#   build/cortex-m4/tflm-apps/person_detection_test_cmsis.elf   the same on
+#                                                   TFLM's CMSIS-NN kernels
+#   build/cortex-m4/tflm-apps/hello_world_test.elf
+#   build/cortex-m4/tflm-apps/person_image.bin      the person image's pixels,
+#                                                   the model's input bytes
+#
+# Each is what TFLM's own build links for the test: the test source and the
+# example's sources from the tests tree (TFLM_TESTS), unmodified, the arrays
+# TFLM generates at build time from the models and images (here by
+# ../scripts/cc_array.py, memtrace's own generator), and TFLM itself: the
+# same cached libtflm.a as the TFLM runner (reference kernels, or for
+# *_cmsis.elf TFLM's CMSIS-NN kernels, whose build the test's own source
+# sees through -DCMSIS_NN), compiled with the same flags, so that both run
+# the same kernels and allocator.
+# The platform is TFLM's generic Cortex-M one (cortex_m_generic/debug_log.cc,
+# from the tree, unmodified) and a board file of ours, semihosting.cc,
+# which registers its log callback and gives it a clock: newlib's
+# semihosting (--specs=rdimon.specs) then gives the tests printf, the heap
+# and exit, and their own verdict (~~~ALL TESTS PASSED~~~, the exit status).
+#
+# Variables:
+#   TFLM_TESTS=/path   TFLM's tests and examples (tensorflow/lite/micro/
+#                      examples/, testing/); default: the sibling
+#                      ../shared/third_party/tflm-tests
+#   PERSON_DETECT_MODEL=/path   the example's model (TFLM's
+#                      tensorflow/lite/micro/models/person_detect.tflite);
+#                      default: ../shared/models/tflm_person_detect.tflite
+
+TFLM_TESTS ?= $(abspath ../../shared/third_party/tflm-tests)
+PERSON_DETECT_MODEL ?= $(abspath ../../shared/models/tflm_person_detect.tflite)
+APPS := $(BUILD)/cortex-m4/tflm-apps
+APPS_GEN := $(APPS)/gen
+APPS_EXAMPLES := $(TFLM_TESTS)/tensorflow/lite/micro/examples
+APPS_FOUND := $(and $(TFLM_TREE_FOUND),$(wildcard $(TFLM_TESTS)/tensorflow/lite/micro/testing/micro_test_v2.h))
+CC_ARRAY := python3 ../scripts/cc_array.py
+
+# TFLM's flags (tflm/tflm.mk) for every object, TFLM's and the tests' alike:
+# the same TF_LITE_STATIC_MEMORY layouts on both sides of every call.
+APPS_CXXFLAGS = $(ARCH.cortex-m4) $(TFLM_LIB_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.reference) \
+    -I$(APPS_GEN) -I$(TFLM_TESTS) $(TFLM_TREE_INCLUDES) -MMD -MP
+APPS_CXXFLAGS.cmsis = $(ARCH.cortex-m4) $(TFLM_LIB_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.cmsis_nn) \
+    -I$(APPS_GEN) -I$(TFLM_TESTS) $(TFLM_TREE_INCLUDES) $(TFLM_INC.cmsis_nn) -MMD -MP
+APPS_LIB = $(TFLM_LIBDIR.cortex-m4.reference)/libtflm.a
+APPS_LIB.cmsis = $(TFLM_LIBDIR.cortex-m4.cmsis_nn)/libtflm.a
+APPS_PLATFORM := $(APPS)/obj/debug_log.o $(APPS)/obj/semihosting.o
+
+.PHONY: tflm-apps tflm-apps-note
+ifneq ($(APPS_FOUND),)
+tflm-apps: $(APPS)/person_detection_test.elf $(APPS)/hello_world_test.elf $(APPS)/person_image.bin \
+    $(if $(TFLM_CMSIS_NN_FOUND),$(APPS)/person_detection_test_cmsis.elf)
+else
+tflm-apps: tflm-apps-note
+endif
+
+tflm-apps-note:
+	@echo "memtrace: TFLM's tests not found at $(TFLM_TESTS) (or no TFLM tree); set TFLM_TESTS=/path/to/tflm-tests to build the TFLM example programs"
+
+# --- generated arrays -----------------------------------------------------------
+# $(1) = input file, $(2) = array name, $(3) = header path under gen/
+define cc_array_rule
+$(APPS_GEN)/$(3).h $(APPS_GEN)/$(3).cc &: $(1) ../scripts/cc_array.py
+	$(CC_ARRAY) $(1) $(2) $(APPS_GEN)/$(3).h $(APPS_GEN)/$(3).cc
+endef
+PD := tensorflow/lite/micro/examples/person_detection
+HW := tensorflow/lite/micro/examples/hello_world
+$(eval $(call cc_array_rule,$(PERSON_DETECT_MODEL),g_person_detect_model_data,tensorflow/lite/micro/models/person_detect_model_data))
+$(eval $(call cc_array_rule,$(APPS_EXAMPLES)/person_detection/testdata/person.bmp,g_person_image_data,$(PD)/testdata/person_image_data))
+$(eval $(call cc_array_rule,$(APPS_EXAMPLES)/person_detection/testdata/no_person.bmp,g_no_person_image_data,$(PD)/testdata/no_person_image_data))
+$(eval $(call cc_array_rule,$(APPS_EXAMPLES)/hello_world/models/hello_world_float.tflite,g_hello_world_float_model_data,$(HW)/models/hello_world_float_model_data))
+$(eval $(call cc_array_rule,$(APPS_EXAMPLES)/hello_world/models/hello_world_int8.tflite,g_hello_world_int8_model_data,$(HW)/models/hello_world_int8_model_data))
+
+# The person image's pixels as `memtrace run --input` takes them.
+$(APPS)/person_image.bin: $(APPS_EXAMPLES)/person_detection/testdata/person.bmp ../scripts/cc_array.py
+	@mkdir -p $(@D)
+	$(CC_ARRAY) --bin $< $@
+
+PD_GENERATED := tensorflow/lite/micro/models/person_detect_model_data \
+    $(PD)/testdata/person_image_data $(PD)/testdata/no_person_image_data
+HW_GENERATED := $(HW)/models/hello_world_float_model_data $(HW)/models/hello_world_int8_model_data
+
+# --- objects --------------------------------------------------------------------
+# Sources of the tests tree and the generated arrays, each where it lies.
+# Every object waits for all generated headers (the tests include them).
+APPS_HEADERS := $(addprefix $(APPS_GEN)/,$(addsuffix .h,$(PD_GENERATED) $(HW_GENERATED)))
+
+$(APPS)/obj/tests/%.o: $(TFLM_TESTS)/%.cc $(APPS_HEADERS) | check-cortex-m4
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(APPS_CXXFLAGS) -c $< -o $@
+
+$(APPS)/obj-cmsis/tests/%.o: $(TFLM_TESTS)/%.cc $(APPS_HEADERS) | check-cortex-m4
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(APPS_CXXFLAGS.cmsis) -c $< -o $@
+
+$(APPS)/obj/gen/%.o: $(APPS_GEN)/%.cc | check-cortex-m4
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(APPS_CXXFLAGS) -c $< -o $@
+
+$(APPS)/obj/debug_log.o: $(TFLM_TREE)/tensorflow/lite/micro/cortex_m_generic/debug_log.cc | check-cortex-m4
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(APPS_CXXFLAGS) -c $< -o $@
+
+# Ours: the repository's warnings, TFLM's headers as system headers.
+$(APPS)/obj/semihosting.o: tflm-apps/semihosting.cc | check-cortex-m4
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(TFLM_RUNNER_CXXFLAGS) $(TFLM_TREE_DEFS) -c $< -o $@
+
+PD_OBJS := $(APPS)/obj/tests/$(PD)/person_detection_test.o $(APPS)/obj/tests/$(PD)/model_settings.o \
+    $(addprefix $(APPS)/obj/gen/,$(addsuffix .o,$(PD_GENERATED)))
+HW_OBJS := $(APPS)/obj/tests/$(HW)/hello_world_test.o \
+    $(addprefix $(APPS)/obj/gen/,$(addsuffix .o,$(HW_GENERATED)))
+
+# The link of TFLM's test programs on a semihosted Cortex-M: newlib's
+# start-up code, heap and stack (no linker script of ours).
+$(APPS)/%.elf: $(APPS_PLATFORM) $(APPS_LIB)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) --specs=rdimon.specs -Wl,--gc-sections \
+	    -Wl,-Map=$(@:.elf=.map) -o $@ $(filter %.o,$^) $(APPS_LIB) -lm
+
+$(APPS)/person_detection_test.elf: $(PD_OBJS)
+$(APPS)/hello_world_test.elf: $(HW_OBJS)
+
+# The same test on TFLM's CMSIS-NN kernels.
+$(APPS)/person_detection_test_cmsis.elf: $(APPS_PLATFORM) $(subst /obj/tests/,/obj-cmsis/tests/,$(PD_OBJS)) $(APPS_LIB.cmsis)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) --specs=rdimon.specs -Wl,--gc-sections \
+	    -Wl,-Map=$(@:.elf=.map) -o $@ $(filter %.o,$^) $(APPS_LIB.cmsis) -lm

@@ -1,0 +1,468 @@
+//! A layer window in an unmodified program: what a CMSIS-NN API call
+//! (`calls.rs`) and a TFLM operator invocation (`tflm_ops.rs`) share once
+//! they have found their buffers. The window opens at a function's entry
+//! and closes when it returns (the block at its return address, with the
+//! stack pointer of its entry); in between every guest access is
+//! classified: an access to a buffer becomes load, store or update events,
+//! a write elsewhere outside the callee's own stack a stray write, and,
+//! when the opener asks for it, a read of the program's data outside the
+//! buffers and argument structures a stray read. The same [`Message`]s a
+//! marked program's layer makes go to the caller's analyses (counts, O_s,
+//! the memory contract), in program order.
+//!
+//! One window at a time: a function the open one calls belongs to it (a
+//! wrapper's kernel, an operator's CMSIS-NN calls).
+
+use std::sync::Arc;
+
+use unicorn_engine::{HookType, MemType, RegisterARM};
+
+use memtrace_abi::event::STRAY_WRITES_UNWOUND;
+use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
+use memtrace_abi::spec::LayerSpec;
+
+use super::{reg, stack_here, Layout, Uc};
+use crate::arch::Machine;
+use crate::machine::emulator_error;
+
+/// Events per message.
+const BATCH: usize = 8192;
+
+/// Where the layers' messages go.
+pub type Sink<'i> = &'i mut dyn FnMut(Message);
+
+/// One buffer of a layer, as a `memtrace.h` layer declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LayerBuffer {
+    pub role: Role,
+    pub name: String,
+    pub base: u64,
+    pub size: u64,
+    pub elem_size: u32,
+}
+
+/// Who opened a window: the index of its record in `calls.rs` or
+/// `tflm_ops.rs`, which learns at the close what the window saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Owner {
+    /// A CMSIS-NN API call.
+    Call(usize),
+    /// A TFLM operator invocation.
+    Operator(usize),
+}
+
+/// Loads that read the program's data outside a window's buffers: its data
+/// objects, the heap, the caller's stack. An API call is given everything
+/// it may read in its arguments; a TFLM operator reads its node, its
+/// operator data and the interpreter's structures by design, so its
+/// windows watch no reads.
+#[derive(Clone, Debug)]
+pub(super) struct ReadWatch {
+    /// The program's data objects (`[start, end)`, sorted) whose reads are
+    /// stray.
+    pub objects: Arc<[(u64, u64)]>,
+    /// `(address, bytes)` of the argument structures: read, never stray.
+    pub structs: Vec<(u64, u64)>,
+    /// Stray reads counted.
+    pub count: u64,
+    /// The first: PC, address, bytes.
+    pub first: Option<(u64, u64, u64)>,
+}
+
+impl ReadWatch {
+    fn in_object(&self, address: u64) -> bool {
+        let i = self.objects.partition_point(|&(s, _)| s <= address);
+        i > 0 && address < self.objects[i - 1].1
+    }
+}
+
+/// A window to open: the layer and where its function returns.
+pub(super) struct Window {
+    pub owner: Owner,
+    pub name: String,
+    pub op: String,
+    pub params: String,
+    pub spec: Option<LayerSpec>,
+    pub buffers: Vec<LayerBuffer>,
+    /// The function's return address (Thumb bit cleared).
+    pub return_pc: u64,
+    /// The stack pointer at its entry.
+    pub entry_sp: u64,
+    /// The end of its stack arguments: the callee's to read and write
+    /// (AAPCS), with all of the stack below its entry.
+    pub stack_arguments: u64,
+    pub reads: Option<ReadWatch>,
+}
+
+struct Declared {
+    buffer: LayerBuffer,
+    id: u32,
+    written: Vec<u64>,
+}
+
+struct OpenLayer {
+    owner: Owner,
+    return_pc: u64,
+    entry_sp: u64,
+    stack_arguments: u64,
+    t0: u64,
+    seq: u64,
+    buffers: Vec<Declared>,
+    reads: Option<ReadWatch>,
+    hook: Option<unicorn_engine::UcHookId>,
+    unwound: u32,
+}
+
+/// What a window saw, handed to its owner at the close.
+pub(super) struct Closed {
+    pub owner: Owner,
+    pub instructions: u64,
+    /// The program ended inside it.
+    pub unfinished: bool,
+    pub reads: Option<ReadWatch>,
+}
+
+/// The layers of one run: where their messages go, the next index, the
+/// open window.
+pub(super) struct Layers<'i> {
+    sink: Sink<'i>,
+    next: usize,
+    batch: Vec<Event>,
+    open: Option<OpenLayer>,
+}
+
+impl<'i> Layers<'i> {
+    pub(super) fn new(sink: Sink<'i>) -> Layers<'i> {
+        Layers {
+            sink,
+            next: 0,
+            batch: Vec::with_capacity(BATCH),
+            open: None,
+        }
+    }
+
+    /// The index the next window gets.
+    pub(super) fn next_index(&self) -> usize {
+        self.next
+    }
+
+    fn flush(&mut self) {
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            (self.sink)(Message::Events(batch));
+        }
+    }
+}
+
+/// Whether a window is open.
+pub(super) fn is_open(uc: &Uc<'_, '_>) -> bool {
+    uc.get_data()
+        .layers
+        .as_ref()
+        .is_some_and(|l| l.open.is_some())
+}
+
+/// Opens `window` at the instruction `t0` instructions into the run: the
+/// layer's begin and buffers go to the sink, and every access is watched
+/// until it closes. Returns the layer's index; `None` when a window is
+/// already open or the run traces no layers.
+pub(super) fn open(uc: &mut Uc<'_, '_>, window: Window, t0: u64, pc: u64) -> Option<usize> {
+    let layers = uc.get_data_mut().layers.as_mut()?;
+    if layers.open.is_some() {
+        return None;
+    }
+    let index = layers.next;
+    layers.next += 1;
+    (layers.sink)(Message::LayerBegin(LayerInfo {
+        index,
+        name: window.name,
+        op: window.op,
+        params: window.params,
+        spec: window.spec,
+    }));
+    let mut buffers = Vec::new();
+    for (id, b) in window.buffers.into_iter().enumerate() {
+        (layers.sink)(Message::BufferDeclared(Buffer {
+            id: id as u32,
+            role: b.role,
+            name: b.name.clone(),
+            base: b.base,
+            size: b.size as u32,
+            elem_size: b.elem_size,
+        }));
+        buffers.push(Declared {
+            written: vec![0; (b.size as usize).div_ceil(64)],
+            id: id as u32,
+            buffer: b,
+        });
+    }
+    layers.open = Some(OpenLayer {
+        owner: window.owner,
+        return_pc: window.return_pc,
+        entry_sp: window.entry_sp,
+        stack_arguments: window.stack_arguments,
+        t0,
+        seq: 0,
+        buffers,
+        reads: window.reads,
+        hook: None,
+        unwound: 0,
+    });
+    match uc.add_mem_hook(HookType::MEM_READ | HookType::MEM_WRITE, 1, 0, on_access) {
+        Ok(h) => {
+            if let Some(open) = uc
+                .get_data_mut()
+                .layers
+                .as_mut()
+                .and_then(|l| l.open.as_mut())
+            {
+                open.hook = Some(h);
+            }
+        }
+        Err(e) => {
+            let message = emulator_error("hooking a layer's accesses", e).to_string();
+            super::stop(uc, super::StopKind::Fault, message, pc);
+        }
+    }
+    Some(index)
+}
+
+/// Buffers a layer may declare: sized to fit a `u32`, and overlapping
+/// none other but an input its output (the protocol's rule) or a buffer
+/// the layer only reads another it only reads. A buffer that breaks it is
+/// dropped, and said why: one array passed as two arguments, or shapes
+/// that make a buffer reach into the next array (its accesses there are
+/// then stray).
+pub(super) fn declarable(
+    mut buffers: Vec<LayerBuffer>,
+) -> Result<(Vec<LayerBuffer>, Vec<String>), String> {
+    let mut kept: Vec<LayerBuffer> = Vec::new();
+    let mut dropped = Vec::new();
+    // Activations first, scratch last: a clash drops the less telling one.
+    let rank = |r: Role| match r {
+        Role::Input | Role::Output => 0,
+        Role::Weights | Role::Bias => 1,
+        Role::Scratch => 2,
+    };
+    buffers.sort_by_key(|b| rank(b.role));
+    for b in buffers {
+        if b.size > u32::MAX as u64 {
+            return Err(format!("buffer `{}` of {} B is too large", b.name, b.size));
+        }
+        // An input may overlap the output (DMO places them so), and
+        // buffers the layer only reads may overlap each other.
+        let read_only = |r: Role| matches!(r, Role::Input | Role::Weights | Role::Bias);
+        let io = |a: Role, b: Role| {
+            matches!(
+                (a, b),
+                (Role::Input, Role::Output) | (Role::Output, Role::Input)
+            ) || read_only(a) && read_only(b)
+        };
+        let clash = kept
+            .iter()
+            .find(|k| b.base < k.base + k.size && k.base < b.base + b.size && !io(b.role, k.role));
+        match clash {
+            Some(k) => dropped.push(format!(
+                "`{}` [{:#x}, {:#x}) overlaps `{}` [{:#x}, {:#x})",
+                b.name,
+                b.base,
+                b.base + b.size,
+                k.name,
+                k.base,
+                k.base + k.size
+            )),
+            None => kept.push(b),
+        }
+    }
+    Ok((kept, dropped))
+}
+
+/// A block start: the open window closes when the block is its return
+/// address and the stack is back where it was at the entry.
+pub(super) fn returning(uc: &Uc<'_, '_>, address: u64) -> bool {
+    uc.get_data()
+        .layers
+        .as_ref()
+        .and_then(|l| l.open.as_ref())
+        .is_some_and(|o| o.return_pc == address && reg(uc, RegisterARM::SP) == o.entry_sp)
+}
+
+/// Ends the open window at `pc` (`unfinished`: the program ended inside
+/// it): what it saw, for its owner.
+pub(super) fn close(uc: &mut Uc<'_, '_>, pc: u64, unfinished: bool) -> Option<Closed> {
+    let now = uc.get_data().clock.now(pc);
+    let layers = uc.get_data_mut().layers.as_mut()?;
+    let open = layers.open.take()?;
+    layers.flush();
+    let instructions = now.saturating_sub(open.t0);
+    (layers.sink)(Message::LayerEnd { instructions });
+    if let Some(h) = open.hook {
+        let _ = uc.remove_hook(h);
+    }
+    Some(Closed {
+        owner: open.owner,
+        instructions,
+        unfinished,
+        reads: open.reads,
+    })
+}
+
+fn on_access(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _value: i64) -> bool {
+    let pc = uc.pc_read().unwrap_or(0);
+    let write = kind == MemType::WRITE;
+    let now = uc.get_data().clock.now(pc);
+    let layout = uc.get_data().layout;
+    let stray = {
+        let Some(layers) = uc.get_data_mut().layers.as_mut() else {
+            return true;
+        };
+        record(layers, pc, now, write, address, size as u64, &layout)
+    };
+    if let Some((at, n)) = stray {
+        let unwind = uc
+            .get_data()
+            .layers
+            .as_ref()
+            .and_then(|l| l.open.as_ref())
+            .is_some_and(|o| o.unwound < STRAY_WRITES_UNWOUND);
+        let callers = if unwind {
+            stack_here(uc, pc).returns
+        } else {
+            Vec::new()
+        };
+        if let Some(layers) = uc.get_data_mut().layers.as_mut() {
+            let t = layers.open.as_mut().map_or(0, |o| {
+                o.unwound += unwind as u32;
+                now.saturating_sub(o.t0)
+            });
+            layers.flush();
+            (layers.sink)(Message::StrayWrite(StrayWrite {
+                t,
+                pc,
+                address: at,
+                size: n as u32,
+                callers,
+            }));
+        }
+    }
+    let arch = uc.get_data().image.arch;
+    arch.clear_stale_it_state(uc);
+    true
+}
+
+/// One access of the open window: its events; a write's bytes outside
+/// every buffer and the callee's stack as `(address, bytes)` (a stray
+/// write); a stray read counted.
+fn record(
+    layers: &mut Layers<'_>,
+    pc: u64,
+    now: u64,
+    write: bool,
+    address: u64,
+    size: u64,
+    layout: &Layout,
+) -> Option<(u64, u64)> {
+    let open = layers.open.as_mut()?;
+    let t = now.saturating_sub(open.t0);
+    let end = address + size;
+    let mut covered = 0u64;
+    for d in &mut open.buffers {
+        let (base, stop) = (d.buffer.base, d.buffer.base + d.buffer.size);
+        let (lo, hi) = (address.max(base), end.min(stop));
+        if lo >= hi {
+            continue;
+        }
+        covered += hi - lo;
+        push_events(
+            &mut layers.batch,
+            &mut open.seq,
+            d,
+            (lo - base) as u32,
+            (hi - base) as u32,
+            write,
+            t,
+            pc,
+        );
+    }
+    let callee_stack = (layout.stack.0..open.stack_arguments).contains(&address);
+    let outside = covered < size && !callee_stack;
+    let mut stray = None;
+    if outside && write {
+        // The first byte no buffer holds, to the end of the access.
+        let first = (address..end)
+            .find(|&a| {
+                !open
+                    .buffers
+                    .iter()
+                    .any(|d| (d.buffer.base..d.buffer.base + d.buffer.size).contains(&a))
+            })
+            .unwrap_or(address);
+        stray = Some((first, end - first));
+    } else if let (true, Some(watch)) = (outside, open.reads.as_mut()) {
+        let in_struct = watch
+            .structs
+            .iter()
+            .any(|&(s, n)| address < s + n && s < end);
+        let caller_stack = (open.stack_arguments..layout.stack.1).contains(&address);
+        let heap = (layout.heap.0..layout.heap.1).contains(&address);
+        let reads_data = !in_struct && (caller_stack || heap || watch.in_object(address));
+        if reads_data {
+            watch.count += 1;
+            watch.first.get_or_insert((pc, address, size));
+        }
+    }
+    if layers.batch.len() >= BATCH {
+        layers.flush();
+    }
+    stray
+}
+
+/// The events of bytes `[first, last)` of buffer `d`: a load, or stores of
+/// bytes the window has not written yet and updates of those it has.
+#[allow(clippy::too_many_arguments)]
+fn push_events(
+    batch: &mut Vec<Event>,
+    seq: &mut u64,
+    d: &mut Declared,
+    first: u32,
+    last: u32,
+    write: bool,
+    t: u64,
+    pc: u64,
+) {
+    let mut push = |offset: u32, end: u32, kind| {
+        batch.push(Event {
+            t,
+            seq: *seq,
+            pc,
+            buffer: d.id,
+            offset,
+            size: end - offset,
+            kind,
+        });
+        *seq += 1;
+    };
+    if !write {
+        push(first, last, AccessKind::Load);
+        return;
+    }
+    let is_set = |bits: &[u64], i: u32| bits[(i / 64) as usize] >> (i % 64) & 1 == 1;
+    let mut start = first;
+    while start < last {
+        let written = is_set(&d.written, start);
+        let mut end = start + 1;
+        while end < last && is_set(&d.written, end) == written {
+            end += 1;
+        }
+        let kind = if written {
+            AccessKind::Update
+        } else {
+            AccessKind::Store
+        };
+        push(start, end, kind);
+        start = end;
+    }
+    for i in first..last {
+        d.written[(i / 64) as usize] |= 1 << (i % 64);
+    }
+}
