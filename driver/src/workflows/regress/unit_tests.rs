@@ -21,7 +21,9 @@ use serde::Serialize;
 use crate::bail;
 use crate::support::error::{Context, Result};
 use crate::support::outcome::{Answer, Format, Outcome};
-use crate::workflows::check::{check, CallReport, CheckOptions, CheckReport, Suppressions};
+use crate::workflows::check::{
+    check, CallReport, CheckOptions, CheckReport, Operators, Suppressions,
+};
 
 /// What to compare.
 #[derive(Clone, Debug)]
@@ -182,6 +184,7 @@ fn run(program: &Path, options: &UnitTestOptions) -> Result<CheckReport> {
         echo: false,
         suppressions: Suppressions::default(),
         calls: true,
+        operators: Operators::Off,
     })
 }
 
