@@ -35,7 +35,7 @@ deps:
 
 guests: deps
 	$(MAKE) -C harness-c -j2
-	$(MAKE) -C harness-c tflm-apps -j2
+	$(MAKE) -C harness-c tflm-apps tflm-kernel-tests -j2
 	$(MAKE) -C harness-c/unit-tests -j2
 
 build: deps guests

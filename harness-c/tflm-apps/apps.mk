@@ -125,6 +125,25 @@ $(APPS)/%.elf: $(APPS_PLATFORM) $(APPS_LIB)
 $(APPS)/person_detection_test.elf: $(PD_OBJS)
 $(APPS)/hello_world_test.elf: $(HW_OBJS)
 
+# TFLM's kernel tests of the operators memtrace plans, each its own program
+# (micro_test_v2.h's main), on the reference kernels:
+#   build/cortex-m4/tflm-apps/kernels/<op>_test.elf
+TFLM_KERNEL_TESTS := activations add concatenation depthwise_conv fully_connected mul pad \
+    pooling reshape softmax transpose_conv
+KT := tensorflow/lite/micro/kernels
+KERNEL_TEST_ELFS := $(addprefix $(APPS)/kernels/,$(addsuffix _test.elf,$(TFLM_KERNEL_TESTS)))
+.PHONY: tflm-kernel-tests
+tflm-kernel-tests: $(if $(APPS_FOUND),$(KERNEL_TEST_ELFS),tflm-apps-note)
+
+$(KERNEL_TEST_ELFS): $(APPS)/kernels/%_test.elf: $(APPS_PLATFORM) $(APPS)/obj/tests/$(KT)/%_test.o $(APPS_LIB)
+	@mkdir -p $(@D)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) --specs=rdimon.specs -Wl,--gc-sections \
+	    -Wl,-Map=$(@:.elf=.map) -o $@ $(filter %.o,$^) $(APPS_LIB) -lm
+
+# depthwise_conv_test uses the tests tree's conv test data. (conv_test also
+# needs conv_test_common.cc, which neither the TFLM tree nor its tests hold.)
+$(APPS)/kernels/depthwise_conv_test.elf: $(APPS)/obj/tests/$(KT)/testdata/conv_test_data.o
+
 # The same test on TFLM's CMSIS-NN kernels.
 $(APPS)/person_detection_test_cmsis.elf: $(APPS_PLATFORM) $(subst /obj/tests/,/obj-cmsis/tests/,$(PD_OBJS)) $(APPS_LIB.cmsis)
 	$(CXX.cortex-m4) $(ARCH.cortex-m4) --specs=rdimon.specs -Wl,--gc-sections \

@@ -279,3 +279,35 @@ fn hello_world_reads_the_arena_its_recording_allocator_prints() {
     assert_eq!(u(&arena["head_bytes"]), recorded(stdout, "head"));
     assert_eq!(u(&arena["tail_bytes"]), recorded(stdout, "tail"));
 }
+
+/// TFLM's own kernel tests of the operators memtrace plans, built
+/// unmodified (`make -C harness-c tflm-kernel-tests`), each run under
+/// `check`: the verdict the program prints itself and its exit status come
+/// back unchanged, and memcheck finds nothing in them. They run their
+/// kernels through `KernelRunner`, not an interpreter, so `check` traces no
+/// operator and says why.
+#[test]
+fn tflms_own_kernel_tests_pass_under_check_as_they_do_natively() {
+    let dir = tflm_app("kernels");
+    let mut programs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "elf"))
+        .collect();
+    programs.sort();
+    assert!(programs.len() >= 11, "{programs:?}");
+    for program in &programs {
+        let (report, status) = check(program, &[]);
+        let name = program.display();
+        // micro_test_v2.h's own verdict, in the program's own output.
+        let stdout = report["stdout"].as_str().unwrap();
+        assert!(stdout.contains("~~~ALL TESTS PASSED~~~"), "{name}: {stdout}");
+        assert_eq!(report["end"]["kind"], "exit", "{name}");
+        assert_eq!(report["exit_status"], 0, "{name}");
+        assert_eq!(status, 0, "{name}");
+        assert_eq!(report["memcheck"]["errors"], 0, "{name}: {:#}", report["memcheck"]);
+        let missing = report["tflm"]["missing"].as_str().unwrap_or_default();
+        assert!(missing.contains("MicroInterpreter"), "{name}: {:#}", report["tflm"]);
+        assert!(u(&report["instructions"]) > 10_000, "{name}");
+    }
+}
