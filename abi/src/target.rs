@@ -6,14 +6,42 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The guest architectures memtrace emulates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The guest architectures memtrace emulates: one Cortex-M core each (the
+/// CPU model Unicorn runs, Thumb only), and x86-64 as a host.
+///
+/// Cortex-M cores differ in what a kernel library compiles to: CMSIS-NN
+/// takes its pure-C paths on the M0 and M3 and its DSP (SIMD) paths on the
+/// M4, M7 and M33, which read and write memory in other orders and ask for
+/// other scratch. O_s and plans therefore belong to a core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Arch {
-    /// ARMv7E-M Thumb-2, emulated as a Cortex-M4.
+    /// ARMv6-M, emulated as a Cortex-M0. The Cortex-M0+ has the same
+    /// instruction set (it adds an MPU, a vector table offset and a faster
+    /// pipeline, nothing a trace sees), and Unicorn models no M0+, so
+    /// `cortex-m0plus` names this target too.
+    #[serde(rename = "cortex-m0", alias = "cortex-m0plus")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m0", alias = "cortex-m0plus"))]
+    CortexM0,
+    /// ARMv7-M (Thumb-2, no DSP extension, no FPU), emulated as a Cortex-M3.
+    #[serde(rename = "cortex-m3")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m3"))]
+    CortexM3,
+    /// ARMv7E-M Thumb-2 with the DSP extension and a single-precision FPU,
+    /// emulated as a Cortex-M4.
     #[serde(rename = "cortex-m4")]
     #[cfg_attr(feature = "clap", value(name = "cortex-m4"))]
     CortexM4,
+    /// ARMv7E-M with a double-precision FPU (FPv5), emulated as a
+    /// Cortex-M7.
+    #[serde(rename = "cortex-m7")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m7"))]
+    CortexM7,
+    /// ARMv8-M Mainline with the DSP extension and a single-precision FPU
+    /// (FPv5), emulated as a Cortex-M33.
+    #[serde(rename = "cortex-m33")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m33"))]
+    CortexM33,
     /// x86-64 (SSE2, no AVX), freestanding.
     #[serde(rename = "x86-64")]
     #[cfg_attr(feature = "clap", value(name = "x86-64"))]
@@ -21,11 +49,47 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// Every target, the Cortex-M cores from the smallest.
+    pub const ALL: [Arch; 6] = [
+        Arch::CortexM0,
+        Arch::CortexM3,
+        Arch::CortexM4,
+        Arch::CortexM7,
+        Arch::CortexM33,
+        Arch::X86_64,
+    ];
+
     /// Name used on the command line and in reports (`cortex-m4`, `x86-64`).
     pub fn name(self) -> &'static str {
         match self {
+            Arch::CortexM0 => "cortex-m0",
+            Arch::CortexM3 => "cortex-m3",
             Arch::CortexM4 => "cortex-m4",
+            Arch::CortexM7 => "cortex-m7",
+            Arch::CortexM33 => "cortex-m33",
             Arch::X86_64 => "x86-64",
+        }
+    }
+
+    /// The target named `name` as [`Arch::name`] spells it (and
+    /// `cortex-m0plus` for the Cortex-M0 target).
+    pub fn from_name(name: &str) -> Option<Arch> {
+        if name == "cortex-m0plus" {
+            return Some(Arch::CortexM0);
+        }
+        Arch::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// Whether this is a Cortex-M core (Thumb code, the ARM emulator).
+    pub fn is_cortex_m(self) -> bool {
+        self != Arch::X86_64
+    }
+
+    /// The harness's build folder of this target (`harness-c/build/<dir>`).
+    pub fn build_dir(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            core => core.name(),
         }
     }
 
@@ -34,8 +98,8 @@ impl Arch {
     /// x86-64.
     pub fn address_limit(self) -> u64 {
         match self {
-            Arch::CortexM4 => 1 << 32,
             Arch::X86_64 => 1 << 47,
+            _ => 1 << 32,
         }
     }
 }
@@ -137,10 +201,14 @@ mod tests {
 
     #[test]
     fn names_are_the_serialised_names() {
-        for a in [Arch::CortexM4, Arch::X86_64] {
+        for a in Arch::ALL {
             assert_eq!(json(a), format!("\"{}\"", a.name()));
             assert_eq!(a.to_string(), a.name());
+            assert_eq!(Arch::from_name(a.name()), Some(a));
         }
+        let m0plus: Arch = serde_json::from_str("\"cortex-m0plus\"").unwrap();
+        assert_eq!(m0plus, Arch::CortexM0);
+        assert_eq!(Arch::from_name("cortex-m0plus"), Some(Arch::CortexM0));
         for p in [AccessPath::Hooks, AccessPath::Mmio] {
             assert_eq!(json(p), format!("\"{}\"", p.name()));
             assert_eq!(format!("{p:>6}"), format!("{:>6}", p.name()));

@@ -50,7 +50,7 @@ MUSL_LIBC ?= /usr/lib/x86_64-linux-musl/libc.a
 MUSL_FOUND := $(if $(strip $(MUSL_LIBC)),$(wildcard $(MUSL_LIBC)))
 
 # Targets the runner is built for (x86-64 only with musl's libc.a).
-TFLM_TARGETS := cortex-m4 $(if $(MUSL_FOUND),x86_64)
+TFLM_TARGETS := cortex-m4 $(if $(MUSL_FOUND),x86_64) $(ALL_CORES)
 
 # The flags TFLM is compiled with: the repository's code generation flags,
 # C++17 (TFLM needs it), no exceptions / RTTI / thread-safe statics /
@@ -160,6 +160,9 @@ TFLM_LDSCRIPT.cortex-m4 := rt/cortex-m4/memtrace-tflm.ld
 # system call is pulled in (the link fails if something is).
 TFLM_LDLIBS.cortex-m4 := -lm -lc -lgcc
 TFLM_CHECK.cortex-m4 :=
+# The other Cortex-M cores link the same way (newlib's multilib for the core).
+$(foreach c,$(ALL_CORES),$(eval TFLM_LDSCRIPT.$(c) := $(TFLM_LDSCRIPT.cortex-m4)) \
+    $(eval TFLM_LDLIBS.$(c) := $(TFLM_LDLIBS.cortex-m4))$(eval TFLM_CHECK.$(c) :=))
 
 TFLM_LDSCRIPT.x86_64 := rt/x86_64/memtrace-tflm.ld
 # musl's libc.a by its path (not -lc: that would be glibc's), then libgcc.

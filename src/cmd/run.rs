@@ -72,7 +72,11 @@ pub struct RunArgs {
     /// Default: tflm.
     #[arg(long, value_enum)]
     pub kernels: Option<Kernels>,
-    /// With a .tflite: the runner's architecture. Default: cortex-m4.
+    /// The core to emulate. With a .tflite: the runner's (default
+    /// cortex-m4; the runner is harness-c/build/TARGET/). With an ELF: a
+    /// core that implements what its build attributes (.ARM.attributes)
+    /// say it uses, else it is refused with the reason (default: the core
+    /// they name, cortex-m4 when they name none).
     #[arg(long, value_enum)]
     pub target: Option<Arch>,
     /// With a .tflite: the TFLM runner ELF (default:
@@ -104,6 +108,7 @@ impl From<&RunArgs> for RunOptions {
             model: ModelOptions {
                 kernels: a.kernels.unwrap_or(Kernels::Tflm),
                 target: a.target.unwrap_or(Arch::CortexM4),
+                elf_target: a.target,
                 runner: a.runner.clone(),
                 arena_bytes: a.arena_bytes,
                 input: a.input.clone(),
@@ -151,7 +156,6 @@ fn check_model_only_options(args: &RunArgs) {
     }
     let given = [
         (args.kernels.is_some(), "--kernels"),
-        (args.target.is_some(), "--target"),
         (args.runner.is_some(), "--runner"),
         (args.arena_bytes.is_some(), "--arena-bytes"),
         (args.input.is_some(), "--input"),

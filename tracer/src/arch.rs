@@ -35,7 +35,7 @@ pub(crate) trait Machine {
     fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64;
 
     /// The integer registers by DWARF register number, for unwinding
-    /// (`unwind.rs`): r0–r15 on Cortex-M4; on x86-64 rax, rdx, rcx, rbx,
+    /// (`unwind.rs`): r0–r15 on a Cortex-M; on x86-64 rax, rdx, rcx, rbx,
     /// rsi, rdi, rbp, rsp, r8–r15 (0–15) and the return-address column 16,
     /// which holds RIP. `pc` is the current instruction, as the hook that
     /// asks knows it.
@@ -77,33 +77,35 @@ impl Machine for Arch {
     fn new_engine<'a, D>(self, data: D) -> Result<Unicorn<'a, D>, TraceError> {
         let emu = |what: &str, e| TraceError::Emulator(format!("{what}: {e:?}"));
         match self {
-            Arch::CortexM4 => {
+            Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, data)
+                .map_err(|e| emu("creating the x86-64 emulator", e)),
+            core => {
                 let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, data)
                     .map_err(|e| emu("creating the ARM emulator", e))?;
-                // Mode::MCLASS would force a Cortex-M33; choose the M4 explicitly.
-                uc.ctl_set_cpu_model(ArmCpuModel::CORTEX_M4 as i32)
-                    .map_err(|e| emu("selecting Cortex-M4", e))?;
+                // Mode::MCLASS would force a Cortex-M33; choose the core
+                // explicitly (it decides which instructions exist: no
+                // Thumb-2 on the M0, no DSP on the M3, no FPU on either).
+                uc.ctl_set_cpu_model(cpu_model(core) as i32)
+                    .map_err(|e| emu(&format!("selecting the {core} CPU model"), e))?;
                 // The start-up code sets SP itself; a poisoned LR only keeps
                 // a return from the entry point readable as a fault.
                 let _ = uc.reg_write(RegisterARM::LR, 0xFFFF_FFFF);
                 Ok(uc)
             }
-            Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, data)
-                .map_err(|e| emu("creating the x86-64 emulator", e)),
         }
     }
 
     fn start_address(self, entry: u64) -> u64 {
         match self {
-            Arch::CortexM4 => entry | 1,
             Arch::X86_64 => entry,
+            _ => entry | 1,
         }
     }
 
     fn block_clock(self) -> BlockClock {
         match self {
-            Arch::CortexM4 => BlockClock::thumb(),
             Arch::X86_64 => BlockClock::x86_64(),
+            _ => BlockClock::thumb(),
         }
     }
 
@@ -113,23 +115,23 @@ impl Machine for Arch {
         read: impl Fn(&Unicorn<'_, D>, u64, &mut [u8]) -> Result<(), unicorn_engine::uc_error>,
     ) -> Option<u64> {
         match self {
-            Arch::CortexM4 => uc
-                .reg_read(RegisterARM::LR)
-                .ok()
-                .map(|lr| (lr & !1).wrapping_sub(4)),
             Arch::X86_64 => {
                 let sp = uc.reg_read(RegisterX86::RSP).ok()?;
                 let mut ret = [0u8; 8];
                 read(uc, sp, &mut ret).ok()?;
                 Some(u64::from_le_bytes(ret).wrapping_sub(5))
             }
+            _ => uc
+                .reg_read(RegisterARM::LR)
+                .ok()
+                .map(|lr| (lr & !1).wrapping_sub(4)),
         }
     }
 
     fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64 {
         match self {
-            Arch::CortexM4 => uc.reg_read(RegisterARM::SP),
             Arch::X86_64 => uc.reg_read(RegisterX86::RSP),
+            _ => uc.reg_read(RegisterARM::SP),
         }
         .unwrap_or(0)
     }
@@ -137,19 +139,19 @@ impl Machine for Arch {
     fn registers<D>(self, uc: &Unicorn<'_, D>, pc: u64) -> Registers {
         let mut regs = Registers::default();
         match self {
-            Arch::CortexM4 => {
-                use RegisterARM::*;
+            Arch::X86_64 => {
+                use RegisterX86::*;
                 let all = [
-                    R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, SP, LR,
+                    RAX, RDX, RCX, RBX, RSI, RDI, RBP, RSP, R8, R9, R10, R11, R12, R13, R14, R15,
                 ];
                 for (n, reg) in all.into_iter().enumerate() {
                     regs.set(n as u16, uc.reg_read(reg).ok());
                 }
             }
-            Arch::X86_64 => {
-                use RegisterX86::*;
+            _ => {
+                use RegisterARM::*;
                 let all = [
-                    RAX, RDX, RCX, RBX, RSI, RDI, RBP, RSP, R8, R9, R10, R11, R12, R13, R14, R15,
+                    R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, SP, LR,
                 ];
                 for (n, reg) in all.into_iter().enumerate() {
                     regs.set(n as u16, uc.reg_read(reg).ok());
@@ -162,49 +164,49 @@ impl Machine for Arch {
 
     fn dwarf_sp(self) -> u16 {
         match self {
-            Arch::CortexM4 => 13,
             Arch::X86_64 => 7,
+            _ => 13,
         }
     }
 
     fn dwarf_pc(self) -> u16 {
         match self {
-            Arch::CortexM4 => 15,
             Arch::X86_64 => 16,
+            _ => 15,
         }
     }
 
     fn word_bytes(self) -> usize {
         match self {
-            Arch::CortexM4 => 4,
             Arch::X86_64 => 8,
+            _ => 4,
         }
     }
 
     fn code_address(self, address: u64) -> u64 {
         match self {
-            Arch::CortexM4 => address & !1,
             Arch::X86_64 => address,
+            _ => address & !1,
         }
     }
 
     fn clear_stale_it_state<D>(self, uc: &mut Unicorn<'_, D>) {
-        if self == Arch::CortexM4 {
+        if self.is_cortex_m() {
             const THUMB: u64 = 1 << 24;
             let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
         }
     }
 
     fn interrupt_name(self, number: u32) -> &'static str {
-        match (self, number) {
-            (Arch::CortexM4, 1) => "undefined instruction",
-            (Arch::CortexM4, 2) => "supervisor call (SVC)",
-            (Arch::CortexM4, 3) | (Arch::CortexM4, 4) => "memory abort",
-            (Arch::CortexM4, 7) => "breakpoint (BKPT)",
-            (Arch::X86_64, 3) => "breakpoint (int3)",
-            (Arch::X86_64, 6) => "invalid opcode",
-            (Arch::X86_64, 13) => "general protection fault",
-            (Arch::X86_64, 14) => "page fault",
+        match (self.is_cortex_m(), number) {
+            (true, 1) => "undefined instruction",
+            (true, 2) => "supervisor call (SVC)",
+            (true, 3) | (true, 4) => "memory abort",
+            (true, 7) => "breakpoint (BKPT)",
+            (false, 3) => "breakpoint (int3)",
+            (false, 6) => "invalid opcode",
+            (false, 13) => "general protection fault",
+            (false, 14) => "page fault",
             _ => "exception",
         }
     }
@@ -228,5 +230,16 @@ impl Registers {
         if let Some(slot) = self.0.get_mut(n as usize) {
             *slot = value;
         }
+    }
+}
+
+/// Unicorn's CPU model of a Cortex-M core (x86-64 has none to choose).
+fn cpu_model(core: Arch) -> ArmCpuModel {
+    match core {
+        Arch::CortexM0 => ArmCpuModel::CORTEX_M0,
+        Arch::CortexM3 => ArmCpuModel::CORTEX_M3,
+        Arch::CortexM7 => ArmCpuModel::CORTEX_M7,
+        Arch::CortexM33 => ArmCpuModel::CORTEX_M33,
+        Arch::CortexM4 | Arch::X86_64 => ArmCpuModel::CORTEX_M4,
     }
 }

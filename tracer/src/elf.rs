@@ -7,6 +7,7 @@ use std::sync::Arc;
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::arch::Machine;
+use crate::attributes::ArmBuild;
 use crate::error::TraceError;
 
 pub use memtrace_abi::target::Arch;
@@ -116,7 +117,9 @@ pub struct Symbol {
 pub struct ElfImage {
     /// File the image was read from.
     pub path: PathBuf,
-    /// Guest architecture, from the ELF header.
+    /// Guest architecture: from the ELF header, and for an Arm executable
+    /// the core its build attributes name (Cortex-M4 without them), or the
+    /// core [`ElfImage::on_target`] chose.
     pub arch: Arch,
     /// Entry point with the Thumb bit cleared.
     pub entry: u64,
@@ -129,6 +132,28 @@ pub struct ElfImage {
     objects: Vec<(u64, u64, String)>,
     /// The whole file, kept for lazy DWARF loading.
     pub bytes: Arc<[u8]>,
+    /// Its Arm build attributes, when it has them.
+    arm_build: Option<ArmBuild>,
+}
+
+/// The build attributes of an Arm executable (`None` for other machines and
+/// for Arm executables without a `.ARM.attributes` section).
+fn arm_build(path: &Path, file: &object::File<'_>) -> Result<Option<ArmBuild>, TraceError> {
+    use object::ObjectSection;
+    if file.architecture() != object::Architecture::Arm {
+        return Ok(None);
+    }
+    let Some(section) = file.section_by_name(".ARM.attributes") else {
+        return Ok(None);
+    };
+    let malformed = |reason: String| TraceError::MalformedElf {
+        path: path.to_owned(),
+        reason,
+    };
+    let data = section
+        .data()
+        .map_err(|e| malformed(format!(".ARM.attributes: {e}")))?;
+    ArmBuild::parse(data).map(Some).map_err(malformed)
 }
 
 impl ElfImage {
@@ -186,6 +211,7 @@ impl ElfImage {
             });
         }
         let raw_entry = file.entry();
+        let arm_build = arm_build(path, &file)?;
         let arch = match (file.architecture(), file.is_64()) {
             (object::Architecture::Arm, false) => {
                 if raw_entry & 1 == 0 {
@@ -194,7 +220,20 @@ impl ElfImage {
                         arch: "ARM (A32 entry point, not Thumb)".into(),
                     });
                 }
-                Arch::CortexM4
+                // The core its build attributes name; one without them
+                // (another toolchain's) runs on the Cortex-M4 as before.
+                match &arm_build {
+                    Some(build) => build.default_core().ok_or_else(|| {
+                        let reason = build
+                            .refusal(Arch::CortexM33)
+                            .unwrap_or_else(|| "no emulated core runs it".into());
+                        TraceError::UnsupportedArch {
+                            path: path.to_owned(),
+                            arch: format!("ARM, which no emulated Cortex-M core runs: {reason}"),
+                        }
+                    })?,
+                    None => Arch::CortexM4,
+                }
             }
             (object::Architecture::X86_64, true) => Arch::X86_64,
             (other, _) => {
@@ -289,7 +328,40 @@ impl ElfImage {
             functions,
             objects,
             bytes,
+            arm_build,
         })
+    }
+
+    /// The image run as `target`: its own architecture, or (an Arm
+    /// executable) another Cortex-M core that implements everything its
+    /// build attributes say it uses. Refused with the reason otherwise.
+    pub fn on_target(mut self, target: Arch) -> Result<ElfImage, TraceError> {
+        if target == self.arch {
+            return Ok(self);
+        }
+        let refusal = match (&self.arm_build, self.arch.is_cortex_m()) {
+            (_, false) => Some(format!("it is an {} executable", self.arch.name())),
+            (Some(build), true) => build.refusal(target),
+            // No build attributes: nothing says it needs more than any core.
+            (None, true) => (!target.is_cortex_m()).then(|| "it is an ARM executable".into()),
+        };
+        match refusal {
+            Some(reason) => Err(TraceError::WrongCore {
+                path: self.path.clone(),
+                target: target.name(),
+                reason,
+            }),
+            None => {
+                self.arch = target;
+                Ok(self)
+            }
+        }
+    }
+
+    /// What the executable's `.ARM.attributes` say it needs of the core
+    /// (`None` for x86-64, or an Arm executable without them).
+    pub fn arm_build(&self) -> Option<&ArmBuild> {
+        self.arm_build.as_ref()
     }
 
     /// The `memtrace_port` protocol object every memtrace guest defines.

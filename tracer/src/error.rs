@@ -154,6 +154,17 @@ pub enum TraceError {
         /// The architecture found.
         arch: String,
     },
+    /// An executable asked to run on a core that lacks what it was built
+    /// for (its `.ARM.attributes`).
+    #[error("{path} cannot run on the {target} target: {reason}")]
+    WrongCore {
+        /// Path of the ELF file.
+        path: PathBuf,
+        /// The target asked for.
+        target: &'static str,
+        /// What the executable needs that the core lacks.
+        reason: String,
+    },
     /// A well-formed ELF file of a kind memtrace does not run.
     #[error("{path}: unsupported ELF: {reason}")]
     UnsupportedElf {

@@ -8,6 +8,7 @@
 //! analyzer's.
 
 mod arch;
+pub mod attributes;
 pub mod baseline;
 pub mod clock;
 pub mod debuginfo;

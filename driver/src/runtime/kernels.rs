@@ -56,10 +56,7 @@ pub fn check_built_with(image: &ElfImage, kernels: Kernels, kind: &str, file: &s
 
 /// The harness build folder of `arch`.
 pub fn build_dir(arch: Arch) -> &'static str {
-    match arch {
-        Arch::CortexM4 => "cortex-m4",
-        Arch::X86_64 => "x86_64",
-    }
+    arch.build_dir()
 }
 
 /// Where an installation keeps its prebuilt guests, relative to the

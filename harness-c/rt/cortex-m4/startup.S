@@ -1,5 +1,8 @@
 /*
- * Cortex-M4 start-up code for memtrace guests.
+ * Cortex-M start-up code for memtrace guests (every Cortex-M core: nothing
+ * here goes beyond ARMv6-M, and the core and FPU are the compiler's -mcpu /
+ * -mfpu, so that the object's build attributes are those of the core built
+ * for).
  *
  * The emulator starts execution at the ELF entry (Reset_Handler | 1) with every
  * register zero, so Reset_Handler must set SP itself before anything touches
@@ -14,8 +17,6 @@
  * an emulator that models the SCS).
  */
     .syntax unified
-    .cpu cortex-m4
-    .fpu fpv4-sp-d16
     .thumb
 
     .section .isr_vector, "a", %progbits

@@ -21,7 +21,7 @@ use unicorn_engine::{HookType, MemType, Prot, RegisterARM, Unicorn};
 
 use crate::arch::Machine;
 use crate::clock::BlockClock;
-use crate::elf::{Arch, ElfImage};
+use crate::elf::ElfImage;
 use crate::error::TraceError;
 use crate::machine::{emulator_error, fast_stores, load_segments, set_permissions};
 pub use crate::memcheck::FindingKind;
@@ -138,7 +138,8 @@ struct Resume {
 
 pub(super) type Uc<'a, 'i> = Unicorn<'a, State<'i>>;
 
-/// Runs `image`, an unmodified Cortex-M4 program, to its exit.
+/// Runs `image`, an unmodified Cortex-M program, to its exit, as the core
+/// `image.arch` names.
 pub fn run_program(image: &ElfImage, options: &ProgramOptions) -> Result<ProgramRun, TraceError> {
     run_program_with(image, options, None)
 }
@@ -153,7 +154,7 @@ pub fn run_program_with<'i>(
     options: &ProgramOptions,
     tracing: Option<LayerTracing<'i>>,
 ) -> Result<ProgramRun, TraceError> {
-    if image.arch != Arch::CortexM4 {
+    if !image.arch.is_cortex_m() {
         return Err(TraceError::UnsupportedElf {
             path: image.path.clone(),
             reason: "`check` runs Cortex-M programs (Thumb ELF executables)".into(),

@@ -65,6 +65,9 @@ pub struct ModelOptions {
     pub kernels: Kernels,
     /// Architecture of the runner guest.
     pub target: Arch,
+    /// The core a kernel binary runs on when asked (default: the one its
+    /// build attributes name).
+    pub elf_target: Option<Arch>,
     /// The runner guest (default: harness-c/build/TARGET/tflm-runner*.elf).
     pub runner: Option<PathBuf>,
     /// The arena TFLM gets (default: the runner's whole arena region).
@@ -78,6 +81,7 @@ impl Default for ModelOptions {
         ModelOptions {
             kernels: Kernels::Tflm,
             target: Arch::CortexM4,
+            elf_target: None,
             runner: None,
             arena_bytes: None,
             input: None,
@@ -123,10 +127,12 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let mut guest = if tflite {
         model_guest(opts)?
     } else {
-        Guest::Elf {
-            image: ElfImage::load(&opts.elf)?,
-            job,
-        }
+        let image = ElfImage::load(&opts.elf)?;
+        let image = match opts.model.elf_target {
+            Some(target) => image.on_target(target)?,
+            None => image,
+        };
+        Guest::Elf { image, job }
     };
     let mut stats = LayerStats::default();
     let runtime_code = match &guest {
