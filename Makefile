@@ -26,7 +26,7 @@ APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
 # executables; pip and cargo-binstall use it too).
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: all demo demo-guests test bench lint fuzz deps guests build install link oracle wheel clean
+.PHONY: all demo demo-guests test bench lint fuzz deps guests cores build install link oracle wheel clean
 
 all: build
 
@@ -37,6 +37,11 @@ guests: deps
 	$(MAKE) -C harness-c -j2
 	$(MAKE) -C harness-c tflm-apps tflm-kernel-tests -j2
 	$(MAKE) -C harness-c/unit-tests -j2
+
+# The other Cortex-M cores' suites and TFLM runners (tests/cores.rs): built
+# by `make test`, never by `make build` or `make demo`.
+cores: deps
+	$(MAKE) -C harness-c -j2 cores
 
 build: deps guests
 	$(CARGO) build --release --workspace
@@ -80,7 +85,7 @@ wheel: build
 # --no-fail-fast: every test binary runs, so one failure does not hide the
 # others; cargo still exits non-zero when any test failed. Then the wheel,
 # installed in a fresh venv without compilers, runs the Python API's tests.
-test: build oracle wheel
+test: build cores oracle wheel
 	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python \
 	    $(CARGO) test --release --workspace --all-targets --no-fail-fast
 	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python bash scripts/test-wheel.sh

@@ -5,6 +5,8 @@
 //!   CMSIS-NN checkout (harness-c's Makefile);
 //! * the TFLM runners, built only when `TFLM_TREE` points at a TFLM tree
 //!   (on x86-64 also only with musl's libm);
+//! * the other Cortex-M cores' suites and TFLM runners (`make -C harness-c
+//!   cores`);
 //! * the host oracle, PyPI `tflite-micro` in `MEMTRACE_TFLM_PYTHON`.
 
 fn main() {
@@ -58,6 +60,25 @@ fn main() {
             println!("cargo:rustc-cfg={cfg}");
             println!("cargo:warning={probe} is missing: {what}");
         }
+    }
+    // Every core's CMSIS-NN suite and runners, or the per-core tests are
+    // ignored (one missing guest would otherwise fail them half-way).
+    println!("cargo:rustc-check-cfg=cfg(no_cores)");
+    let mut cores_missing = None;
+    for core in ["cortex-m0", "cortex-m3", "cortex-m7", "cortex-m33"] {
+        for elf in ["suite-cmsis.elf", "tflm-runner.elf", "tflm-runner-cmsis.elf"] {
+            let probe = format!("harness-c/build/{core}/{elf}");
+            println!("cargo:rerun-if-changed={probe}");
+            if cores_missing.is_none() && !std::path::Path::new(&probe).exists() {
+                cores_missing = Some(probe);
+            }
+        }
+    }
+    if let Some(probe) = cores_missing {
+        println!("cargo:rustc-cfg=no_cores");
+        println!(
+            "cargo:warning={probe} is missing: the per-core tests will be ignored; run `make -C harness-c cores`"
+        );
     }
     println!("cargo:rerun-if-env-changed=MEMTRACE_TFLM_PYTHON");
     println!("cargo:rustc-check-cfg=cfg(no_oracle)");

@@ -1,0 +1,215 @@
+//! Every Cortex-M core a model ships to: the guests of `make -C harness-c
+//! cores` run as their own core, real TFLM on each verifies bit-exact with
+//! the host oracle, CMSIS-NN's pure-C code (Cortex-M0) and its DSP code
+//! (Cortex-M4) give a layer different O_s — seen both in the model on real
+//! TFLM and in the kernel suite — and a binary is refused on a core that
+//! lacks what it was built for.
+
+mod common;
+
+use common::{guest, json, memtrace, path_str, stderr};
+use serde_json::Value;
+
+/// The Arm cores, smallest first.
+const ARM_CORES: [&str; 5] = [
+    "cortex-m0",
+    "cortex-m3",
+    "cortex-m4",
+    "cortex-m7",
+    "cortex-m33",
+];
+
+fn kws() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models/mlperf_tiny_kws_ds_cnn_int8.tflite");
+    assert!(path.exists(), "{} is missing", path.display());
+    path.to_str().unwrap().to_owned()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("{v} is not an unsigned integer"))
+}
+
+/// `memtrace ARGS --format json`, which must succeed.
+fn json_of(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--format", "json"]);
+    let out = memtrace(&all);
+    assert!(
+        out.status.success(),
+        "memtrace {}: {}",
+        all.join(" "),
+        stderr(&out)
+    );
+    json(&out)
+}
+
+/// The model traced on real TFLM's CMSIS-NN kernels of `core`.
+fn model_run(core: &str) -> Value {
+    json_of(&["run", &kws(), "--kernels", "cmsis-nn", "--target", core])
+}
+
+/// The ELF's Tag_CPU_arch, read by binutils (independently of memtrace).
+fn readelf_cpu_arch(elf: &std::path::Path) -> String {
+    let out = std::process::Command::new("arm-none-eabi-readelf")
+        .args(["-A", path_str(elf)])
+        .output()
+        .expect("arm-none-eabi-readelf runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Tag_CPU_arch: "))
+        .unwrap_or_else(|| panic!("no Tag_CPU_arch in {}:\n{text}", elf.display()))
+        .to_owned()
+}
+
+#[test]
+#[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
+fn each_core_guest_is_built_for_its_core_and_runs_as_it() {
+    let expected = [
+        ("cortex-m0", "v6S-M"),
+        ("cortex-m3", "v7"),
+        ("cortex-m4", "v7E-M"),
+        ("cortex-m7", "v7E-M"),
+        ("cortex-m33", "v8-M.mainline"),
+    ];
+    for (core, arch) in expected {
+        for elf in ["suite-cmsis", "tflm-runner-cmsis"] {
+            let path = guest(core, elf);
+            assert_eq!(readelf_cpu_arch(&path), arch, "{}", path.display());
+        }
+        // The report names the core the ELF's attributes name.
+        let r = json_of(&[
+            "run",
+            path_str(&guest(core, "suite-cmsis")),
+            "--job",
+            "op=relu,dtype=int8,input=1x3x5x7",
+        ]);
+        assert_eq!(r["arch"], core);
+    }
+}
+
+#[test]
+#[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
+fn a_cortex_m4_binary_is_refused_on_the_m0_and_m3_and_runs_on_the_m7() {
+    let m4 = guest("cortex-m4", "suite-cmsis");
+    for (core, isa) in [("cortex-m0", "ARMv6-M"), ("cortex-m3", "ARMv7-M")] {
+        let out = memtrace(["run", path_str(&m4), "--target", core]);
+        assert_eq!(out.status.code(), Some(1), "{core}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("cannot run on the {core} target"))
+                && err.contains("ARMv7E-M")
+                && err.contains(isa),
+            "{core}: {err}"
+        );
+    }
+    // Double precision: an M7 runner on the M4 (single precision) or the
+    // M33 is refused; M0 code runs on every core.
+    let m7 = guest("cortex-m7", "tflm-runner");
+    for core in ["cortex-m4", "cortex-m33"] {
+        let out = memtrace(["run", path_str(&m7), "--target", core]);
+        assert!(stderr(&out).contains("FPv5-D16"), "{core}: {}", stderr(&out));
+    }
+    let job = "op=relu,dtype=int8,input=1x3x5x7";
+    let m0 = guest("cortex-m0", "suite");
+    let own = json_of(&["run", path_str(&m0), "--job", job]);
+    for core in ["cortex-m4", "cortex-m33"] {
+        let r = json_of(&["run", path_str(&m0), "--job", job, "--target", core]);
+        assert_eq!(r["arch"], core);
+        // The same code on another core: the same instructions and accesses.
+        assert_eq!(r["instructions"], own["instructions"], "{core}");
+        assert_eq!(r["layers"][0]["overlap"], own["layers"][0]["overlap"]);
+    }
+    // A model run takes the runner of the core asked; a runner of another
+    // core is refused.
+    let out = memtrace([
+        "run",
+        &kws(),
+        "--target",
+        "cortex-m0",
+        "--runner",
+        path_str(&guest("cortex-m4", "tflm-runner")),
+    ]);
+    assert!(
+        stderr(&out).contains("is a cortex-m4 runner but --target is cortex-m0"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+#[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
+fn every_arm_core_verifies_kws_on_cmsis_nn_bit_exact_with_the_oracle() {
+    let mut heads = Vec::new();
+    for core in ARM_CORES {
+        let r = json_of(&["verify", &kws(), "--kernels", "cmsis-nn", "--target", core]);
+        assert_eq!(r["target"], core);
+        assert!(
+            r["runner"].as_str().unwrap().contains(&format!("/{core}/")),
+            "{core}: {}",
+            r["runner"]
+        );
+        assert_eq!(r["ok"], true, "{core}: {}", r["clobbers"]);
+        assert_eq!(r["clobbers"], serde_json::json!([]), "{core}");
+        assert_eq!(r["bit_exact"], true, "{core}");
+        if cfg!(not(no_oracle)) {
+            let o = &r["oracle"];
+            assert_eq!(o["error"], Value::Null, "{core}: {o}");
+            assert_eq!(o["bit_exact"], true, "{core} vs PyPI tflite-micro: {o}");
+        }
+        heads.push(u(&r["reference"]["head_bytes"]));
+    }
+    // TFLM's own plan asks for the pure-C path's scratch on the M0 and M3,
+    // not the DSP path's: its head is not the same on every core.
+    assert!(
+        heads.iter().any(|&h| h != heads[2]),
+        "TFLM's head is the same on every core: {heads:?}"
+    );
+}
+
+/// The traced layers of a model run with their spec, O_s and scratch.
+fn layers(run: &Value) -> &Vec<Value> {
+    run["layers"].as_array().expect("layers")
+}
+
+#[test]
+#[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
+fn cmsis_nn_pure_c_and_dsp_paths_give_a_layer_other_overlap_in_the_model_and_the_suite() {
+    let m0 = model_run("cortex-m0");
+    let m4 = model_run("cortex-m4");
+    assert_eq!(layers(&m0).len(), layers(&m4).len());
+    let mut differing = 0;
+    for (a, b) in layers(&m0).iter().zip(layers(&m4)) {
+        assert_eq!(a["name"], b["name"]);
+        let (o0, o4) = (&a["overlap"]["monotone_bytes"], &b["overlap"]["monotone_bytes"]);
+        if o0 == o4 {
+            continue;
+        }
+        let Some(spec) = a["spec"].as_str() else {
+            continue;
+        };
+        // The same layer through the kernel suite built with CMSIS-NN for
+        // each core: the difference is the library's code path, not TFLM's.
+        let suite = |core: &str| {
+            let r = json_of(&[
+                "run",
+                path_str(&guest(core, "suite-cmsis")),
+                "--job",
+                spec,
+            ]);
+            let layer = r["layers"][0].clone();
+            assert_eq!(layer["library"], "cmsis-nn", "{core} {spec}");
+            layer["overlap"]["monotone_bytes"].clone()
+        };
+        let (s0, s4) = (suite("cortex-m0"), suite("cortex-m4"));
+        assert_ne!(s0, s4, "{spec}: the suite gives both cores one O_s");
+        assert_eq!(&s0, o0, "{spec} on cortex-m0: suite vs model");
+        assert_eq!(&s4, o4, "{spec} on cortex-m4: suite vs model");
+        differing += 1;
+    }
+    assert!(
+        differing > 0,
+        "no KWS layer's O_s differs between the M0 and the M4"
+    );
+}
