@@ -104,6 +104,13 @@ fn a_cortex_m4_binary_is_refused_on_the_m0_and_m3_and_runs_on_the_m7() {
             "{core}: {err}"
         );
     }
+    // Another instruction set altogether.
+    let out = memtrace(["run", path_str(&m4), "--target", "x86-64"]);
+    assert!(
+        stderr(&out).contains("cannot run on the x86-64 target"),
+        "{}",
+        stderr(&out)
+    );
     // Double precision: an M7 runner on the M4 (single precision) or the
     // M33 is refused; M0 code runs on every core.
     let m7 = guest("cortex-m7", "tflm-runner");

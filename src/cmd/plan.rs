@@ -62,8 +62,11 @@ pub struct PlanArgs {
     #[arg(long, value_enum, default_value_t = Kernels::Tflm)]
     pub kernels: Kernels,
     /// The core the plan is for (real TFLM's runner of that target).
-    #[arg(long, value_enum, default_value_t = Arch::CortexM4)]
-    pub target: Arch,
+    /// Several, comma-separated (cortex-m0,cortex-m4,cortex-m33): one plan
+    /// that holds on each, with every operator's smallest O_s and largest
+    /// scratch over them, and the largest arena to allocate.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "cortex-m4")]
+    pub target: Vec<Arch>,
     /// Take traced O_s from this kernel suite instead, each distinct layer
     /// traced through it (e.g. a suite built from another CMSIS-NN release);
     /// scratch buffers, and the O_s of operators the suite does not run,
@@ -104,6 +107,14 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: PlanArgs) -> Result<ExitCode> {
+    // Each core once, in the order given (the first is the one named first
+    // in the plan's provenance).
+    let mut targets: Vec<Arch> = Vec::new();
+    for t in &args.target {
+        if !targets.contains(t) {
+            targets.push(*t);
+        }
+    }
     args.spill
         .check(args.planner.0 == Some(PlannerKind::Tinyseg));
     let report = plan(&PlanRequest {
@@ -112,7 +123,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
         overlap: args.overlap,
         allow_foreign_overlap: args.allow_foreign_overlap,
         kernels: args.kernels,
-        target: args.target,
+        target: targets[0],
+        more_targets: targets[1..].to_vec(),
         suite: args.suite,
         plot: args.plot,
         emit_offline: args.emit_offline,

@@ -518,7 +518,6 @@ fn model_options_on_a_kernel_binary_are_errors_naming_them() {
         ("--kernels", "cmsis-nn"),
         ("--input", "/nonexistent"),
         ("--runner", "/nonexistent"),
-        ("--target", "x86-64"),
         ("--arena-bytes", "4096"),
     ] {
         let out = common::memtrace(["run", path_str(&suite), "--layer", "conv1", option, value]);

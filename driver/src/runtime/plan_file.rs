@@ -30,13 +30,14 @@ pub struct PlanProvenance {
     pub model_digest: String,
     /// The kernel library the plan is for.
     pub kernels: String,
-    /// The architecture the plan is for.
+    /// The architecture the plan is for; a plan for several cores names
+    /// them all, comma-separated (`cortex-m0,cortex-m4`).
     pub target: String,
     /// The runtime whose scratch buffers and order the plan assumes.
     pub runtime: String,
     /// The TFLM build: digest of the TFLM runner ELF built with `kernels`
-    /// (the TFLM tree pins no version string the runner could report);
-    /// `None` when no runner is built.
+    /// (the TFLM tree pins no version string the runner could report), one
+    /// per target, comma-separated; `None` when a runner is not built.
     pub tflm_build: Option<String>,
     /// The planner (in an emitted model; `plan`'s JSON names it per plan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +66,29 @@ impl PlanProvenance {
             planner: None,
             overlap_source: overlap.name().to_string(),
         })
+    }
+
+    /// The provenance of a plan made now for every core of `targets` (the
+    /// first is the one it was measured on; see [`PlanProvenance::new`]).
+    pub fn for_targets(
+        model: &str,
+        kernels: Kernels,
+        targets: &[Arch],
+        runtime: &str,
+        overlap: OverlapChoice,
+    ) -> Result<PlanProvenance> {
+        let first = *targets.first().ok_or_else(|| failed!("a plan needs a target"))?;
+        let builds: Option<Vec<String>> = targets.iter().map(|&t| tflm_build(t, kernels)).collect();
+        Ok(PlanProvenance {
+            target: join_names(targets),
+            tflm_build: builds.map(|b| b.join(",")),
+            ..PlanProvenance::new(model, kernels, first, runtime, overlap)?
+        })
+    }
+
+    /// The position of `target` among the cores the plan is for.
+    fn target_index(&self, target: Arch) -> Option<usize> {
+        self.target.split(',').position(|t| t == target.name())
     }
 
     /// One line for reports: `memtrace 0.1.0, planner exact (analytic O_s),
@@ -320,18 +344,24 @@ pub(crate) fn check_provenance(
             made.model_digest
         );
     }
-    if made.target != target.name() {
+    let Some(index) = made.target_index(target) else {
         bail!(
             "the plan was made for target {}, not {} (--target): its scratch buffers and O_s are \
-             another target's kernels' (verify on {})",
+             another target's kernels' (verify on {}, or plan with --target {},{})",
             made.target,
             target.name(),
+            made.target,
+            made.target,
             target.name()
         );
-    }
+    };
     let mut warnings = Vec::new();
     let here = tflm_build(target, kernels);
-    if let (Some(a), Some(b)) = (&made.tflm_build, &here) {
+    let made_here = made
+        .tflm_build
+        .as_deref()
+        .and_then(|b| b.split(',').nth(index));
+    if let (Some(a), Some(b)) = (made_here, &here) {
         if a != b && made.kernels == kernels.name() {
             warnings.push(format!(
                 "the plan was made with another TFLM build (runner digest {a}, this one {b}): \
@@ -340,6 +370,15 @@ pub(crate) fn check_provenance(
         }
     }
     Ok(warnings)
+}
+
+/// `cortex-m0,cortex-m4`: the names of `targets`, comma-separated.
+fn join_names(targets: &[Arch]) -> String {
+    targets
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

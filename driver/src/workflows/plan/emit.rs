@@ -11,7 +11,7 @@ use super::PlanRequest;
 use crate::bail;
 use crate::runtime::plan_file::PlanProvenance;
 use crate::support::error::{Context, Result};
-use crate::workflows::deploy::{measure_arena, Budget, MeasuredPlan};
+use crate::workflows::deploy::{Budget, MeasuredPlan};
 
 /// The best plan written into the model, and the arena TFLM needs for it.
 pub(super) struct Deployable {
@@ -24,7 +24,8 @@ pub(super) struct Deployable {
 /// The best plan's offsets of the file's own `file_tensors` tensors in a
 /// copy of the model (the scratch tensors added after them are TFLM's to
 /// place: it plans scratch buffers online around the offline ones), and the
-/// arena TFLM needs for that copy, measured on the runner of `req.kernels`.
+/// arena TFLM needs for that copy, measured on the runner of `req.kernels`
+/// (the largest over the cores the plan is for).
 /// `None` for a zoo model without `--emit-offline` or `--fits` (it has no
 /// `.tflite` of its own) or when no plan applies. Without a runner the
 /// measurement is a note, unless the header or the budget needs it.
@@ -76,12 +77,11 @@ pub(super) fn deployable(
         .map_err(crate::support::error::Error::from)
         .and_then(|graph| crate::runtime::seeded_inputs(&graph, 1))
         .and_then(|inputs| {
-            measure_arena(
+            super::targets::largest_arena(
                 &emitted.bytes,
                 &inputs,
                 req.kernels,
-                req.target,
-                None,
+                &req.targets(),
                 &req.cache,
             )
         });

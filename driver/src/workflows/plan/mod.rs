@@ -4,11 +4,14 @@
 //! What `plan` found is in `report` ([`PlanReport`]); `suite` traces O_s
 //! through a kernel suite (`--suite`, [`traced`]); `emit` makes the best
 //! plan deployable: written into a copy of the model, its arena measured on
-//! real TFLM, and the files `--emit-offline` writes.
+//! real TFLM, and the files `--emit-offline` writes; `targets` combines
+//! what several cores traced into one plan for all of them
+//! (`--target CORE,CORE,…`).
 
 mod emit;
 mod report;
 mod suite;
+mod targets;
 
 pub use report::{PlanOutcome, PlanReport};
 pub use suite::traced;
@@ -50,6 +53,10 @@ pub struct PlanRequest {
     /// The core the plan is for: real TFLM's runner of that target traces
     /// the model and measures the arena.
     pub target: Arch,
+    /// Further cores the one plan must hold on: each operator gets its
+    /// smallest O_s and its largest scratch over `target` and these, and
+    /// the arena to allocate is the largest measured on any of them.
+    pub more_targets: Vec<Arch>,
     /// Kernel suite traced for [`OverlapChoice::Traced`] (default: the
     /// library's Cortex-M4 suite).
     pub suite: Option<PathBuf>,
@@ -65,6 +72,15 @@ pub struct PlanRequest {
     pub cache: TraceCache,
     /// The firmware's arena budget in bytes (`--fits`).
     pub fits: Option<u64>,
+}
+
+impl PlanRequest {
+    /// Every core the plan is for: `target`, then `more_targets`.
+    pub fn targets(&self) -> Vec<Arch> {
+        std::iter::once(self.target)
+            .chain(self.more_targets.iter().copied())
+            .collect()
+    }
 }
 
 /// The O_s source of `req` and whose loop nests it models: traces model the
@@ -112,10 +128,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
     let (provenance, suite) = provenance(req)?;
-    let plan_provenance = PlanProvenance::new(
+    let plan_provenance = PlanProvenance::for_targets(
         &req.model,
         req.kernels,
-        req.target,
+        &req.targets(),
         "tflm",
         provenance.source,
     )?;
@@ -132,12 +148,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let file_tensors = model.tensors.len();
     // The model itself traced on real TFLM: its scratch buffers, and with a
     // traced source every operator's O_s (with --suite, those the suite
-    // does not run).
-    let traced_run = crate::runtime::plan_inputs(
+    // does not run), on every core the plan is for.
+    let traced_run = targets::plan_inputs_on_every_target(
         &req.model,
         model.ops.len(),
         req.kernels,
-        req.target,
+        &req.targets(),
         &req.cache,
     )?;
     let model = model.with_scratch(&traced_run.scratch);
