@@ -61,12 +61,12 @@ fn main() {
             println!("cargo:warning={probe} is missing: {what}");
         }
     }
-    // Every core's CMSIS-NN suite and runners, or the per-core tests are
+    // Every core's suites and CMSIS-NN runner, or the per-core tests are
     // ignored (one missing guest would otherwise fail them half-way).
     println!("cargo:rustc-check-cfg=cfg(no_cores)");
     let mut cores_missing = None;
     for core in ["cortex-m0", "cortex-m3", "cortex-m7", "cortex-m33"] {
-        for elf in ["suite-cmsis.elf", "tflm-runner.elf", "tflm-runner-cmsis.elf"] {
+        for elf in ["suite.elf", "suite-cmsis.elf", "tflm-runner-cmsis.elf"] {
             let probe = format!("harness-c/build/{core}/{elf}");
             println!("cargo:rerun-if-changed={probe}");
             if cores_missing.is_none() && !std::path::Path::new(&probe).exists() {

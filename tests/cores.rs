@@ -74,7 +74,7 @@ fn each_core_guest_is_built_for_its_core_and_runs_as_it() {
         ("cortex-m33", "v8-M.mainline"),
     ];
     for (core, arch) in expected {
-        for elf in ["suite-cmsis", "tflm-runner-cmsis"] {
+        for elf in ["suite", "suite-cmsis", "tflm-runner-cmsis"] {
             let path = guest(core, elf);
             assert_eq!(readelf_cpu_arch(&path), arch, "{}", path.display());
         }
@@ -91,7 +91,7 @@ fn each_core_guest_is_built_for_its_core_and_runs_as_it() {
 
 #[test]
 #[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
-fn a_cortex_m4_binary_is_refused_on_the_m0_and_m3_and_runs_on_the_m7() {
+fn a_binary_runs_only_on_cores_that_implement_its_build_attributes() {
     let m4 = guest("cortex-m4", "suite-cmsis");
     for (core, isa) in [("cortex-m0", "ARMv6-M"), ("cortex-m3", "ARMv7-M")] {
         let out = memtrace(["run", path_str(&m4), "--target", core]);
@@ -111,12 +111,16 @@ fn a_cortex_m4_binary_is_refused_on_the_m0_and_m3_and_runs_on_the_m7() {
         "{}",
         stderr(&out)
     );
-    // Double precision: an M7 runner on the M4 (single precision) or the
-    // M33 is refused; M0 code runs on every core.
-    let m7 = guest("cortex-m7", "tflm-runner");
+    // Double precision: the M7's suite (float kernels, FPv5-D16) on the M4
+    // (single precision) or the M33 is refused; M0 code runs on every core.
+    let m7 = guest("cortex-m7", "suite");
     for core in ["cortex-m4", "cortex-m33"] {
         let out = memtrace(["run", path_str(&m7), "--target", core]);
-        assert!(stderr(&out).contains("FPv5-D16"), "{core}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("FPv5-D16"),
+            "{core}: {}",
+            stderr(&out)
+        );
     }
     let job = "op=relu,dtype=int8,input=1x3x5x7";
     let m0 = guest("cortex-m0", "suite");
@@ -189,7 +193,10 @@ fn cmsis_nn_pure_c_and_dsp_paths_give_a_layer_other_overlap_in_the_model_and_the
     let mut differing = 0;
     for (a, b) in layers(&m0).iter().zip(layers(&m4)) {
         assert_eq!(a["name"], b["name"]);
-        let (o0, o4) = (&a["overlap"]["monotone_bytes"], &b["overlap"]["monotone_bytes"]);
+        let (o0, o4) = (
+            &a["overlap"]["monotone_bytes"],
+            &b["overlap"]["monotone_bytes"],
+        );
         if o0 == o4 {
             continue;
         }
@@ -199,12 +206,7 @@ fn cmsis_nn_pure_c_and_dsp_paths_give_a_layer_other_overlap_in_the_model_and_the
         // The same layer through the kernel suite built with CMSIS-NN for
         // each core: the difference is the library's code path, not TFLM's.
         let suite = |core: &str| {
-            let r = json_of(&[
-                "run",
-                path_str(&guest(core, "suite-cmsis")),
-                "--job",
-                spec,
-            ]);
+            let r = json_of(&["run", path_str(&guest(core, "suite-cmsis")), "--job", spec]);
             let layer = r["layers"][0].clone();
             assert_eq!(layer["library"], "cmsis-nn", "{core} {spec}");
             layer["overlap"]["monotone_bytes"].clone()
@@ -218,5 +220,80 @@ fn cmsis_nn_pure_c_and_dsp_paths_give_a_layer_other_overlap_in_the_model_and_the
     assert!(
         differing > 0,
         "no KWS layer's O_s differs between the M0 and the M4"
+    );
+}
+
+#[test]
+#[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
+fn one_plan_for_three_cores_takes_the_smallest_overlap_and_verifies_on_each() {
+    let cores = ["cortex-m0", "cortex-m4", "cortex-m33"];
+    let dir = tempfile::tempdir().unwrap();
+    let plan_file = dir.path().join("plan.json");
+    let out = memtrace([
+        "plan",
+        &kws(),
+        "--kernels",
+        "cmsis-nn",
+        "--target",
+        &cores.join(","),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(&plan_file, &out.stdout).unwrap();
+    let plan = json(&out);
+    assert_eq!(plan["provenance"]["target"], cores.join(","));
+    // Each operator's O_s is the smallest the model's own traced runs on
+    // the three cores give it (`run`, the per-layer report).
+    let runs: Vec<Value> = cores.iter().map(|c| model_run(c)).collect();
+    let planned = plan["op_overlap_bytes"].as_array().unwrap();
+    let mut below_m4 = 0;
+    for (op, bytes) in planned.iter().enumerate() {
+        let traced: Vec<u64> = runs
+            .iter()
+            .map(|r| {
+                let layer = layers(r)
+                    .iter()
+                    .find(|l| l["name"].as_str().unwrap().starts_with(&format!("{op}:")))
+                    .unwrap_or_else(|| panic!("operator {op} was not traced"));
+                u(&layer["overlap"]["monotone_bytes"])
+            })
+            .collect();
+        let smallest = *traced.iter().min().unwrap();
+        assert_eq!(u(bytes), smallest, "operator {op}: {traced:?}");
+        below_m4 += usize::from(smallest < traced[1]);
+    }
+    assert!(below_m4 > 0, "no operator has less O_s on another core");
+    // verify --plan proves the one plan on each core, and refuses it on a
+    // core it was not made for.
+    for core in cores {
+        let r = json_of(&[
+            "verify",
+            &kws(),
+            "--kernels",
+            "cmsis-nn",
+            "--target",
+            core,
+            "--plan",
+            path_str(&plan_file),
+        ]);
+        assert_eq!(r["ok"], true, "{core}: {}", r["clobbers"]);
+        assert_eq!(r["bit_exact"], true, "{core}");
+    }
+    let out = memtrace([
+        "verify",
+        &kws(),
+        "--kernels",
+        "cmsis-nn",
+        "--target",
+        "cortex-m7",
+        "--plan",
+        path_str(&plan_file),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("made for target cortex-m0,cortex-m4,cortex-m33, not cortex-m7"),
+        "{}",
+        stderr(&out)
     );
 }

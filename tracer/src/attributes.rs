@@ -16,7 +16,7 @@ use object::LittleEndian;
 use crate::elf::Arch;
 
 /// The Arm architecture profile a Cortex-M binary was compiled for, from
-/// the smallest; each runs on the cores whose [`Isa::implements`] says so.
+/// the smallest; each runs on the cores whose architecture implements it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
     /// ARMv6-M (`Tag_CPU_arch` 11, 12): Thumb-1 plus a few 32-bit
@@ -149,8 +149,8 @@ struct Raw {
 /// Reads the "aeabi" file-scope attributes of `data` (the section's bytes).
 fn read_raw(data: &[u8]) -> Result<Raw, String> {
     let bad = |e: object::Error| format!("malformed .ARM.attributes: {e}");
-    let section = AttributesSection::<FileHeader32<LittleEndian>>::new(LittleEndian, data)
-        .map_err(bad)?;
+    let section =
+        AttributesSection::<FileHeader32<LittleEndian>>::new(LittleEndian, data).map_err(bad)?;
     let mut raw = Raw::default();
     let mut subsections = section.subsections().map_err(bad)?;
     while let Some(sub) = subsections.next().map_err(bad)? {
@@ -431,7 +431,10 @@ mod tests {
         let build = ArmBuild::parse(&data).unwrap();
         assert_eq!(build.default_core(), Some(Arch::CortexM7));
         let m4 = build.refusal(Arch::CortexM4).unwrap();
-        assert!(m4.contains("FPv5-D16") && m4.contains("VFPv4-SP-D16"), "{m4}");
+        assert!(
+            m4.contains("FPv5-D16") && m4.contains("VFPv4-SP-D16"),
+            "{m4}"
+        );
         assert!(build.refusal(Arch::CortexM33).unwrap().contains("FPv5-SP"));
     }
 

@@ -77,7 +77,9 @@ impl PlanProvenance {
         runtime: &str,
         overlap: OverlapChoice,
     ) -> Result<PlanProvenance> {
-        let first = *targets.first().ok_or_else(|| failed!("a plan needs a target"))?;
+        let first = *targets
+            .first()
+            .ok_or_else(|| failed!("a plan needs a target"))?;
         let builds: Option<Vec<String>> = targets.iter().map(|&t| tflm_build(t, kernels)).collect();
         Ok(PlanProvenance {
             target: join_names(targets),

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 
 use crate::deploy::{measure_arena, ArenaToAllocate};
 use crate::error::{Context, Result};
-use crate::trace_cache::TraceCache;
-use memtrace_tracer::Arch;
 use crate::kernels::Kernels;
 use crate::tflm::PlanInputs;
+use crate::trace_cache::TraceCache;
+use memtrace_tracer::Arch;
 
 /// `model` (`ops` operators) traced on real TFLM's `kernels` on every core
 /// of `targets`, combined into what holds on all of them: per operator the
@@ -35,10 +35,7 @@ pub(super) fn plan_inputs_on_every_target(
 
 /// What holds on both `a`'s core and `b`'s: the larger scratch, the smaller
 /// O_s, per operator.
-fn combine_plan_inputs(
-    mut a: PlanInputs,
-    b: &PlanInputs,
-) -> PlanInputs {
+fn combine_plan_inputs(mut a: PlanInputs, b: &PlanInputs) -> PlanInputs {
     for (i, s) in a.scratch.iter_mut().enumerate() {
         *s = (*s).max(b.scratch.get(i).copied().unwrap_or(0));
     }
@@ -103,7 +100,10 @@ mod tests {
         let both = combine_plan_inputs(dsp, &pure_c);
         assert_eq!(both.scratch, vec![0, 256, 16]);
         let by_op: HashMap<usize, u64> = [(0, 490), (1, 64)].into_iter().collect();
-        assert_eq!(both.overlaps.by_op, by_op, "op 2 has no O_s on the M0: none");
+        assert_eq!(
+            both.overlaps.by_op, by_op,
+            "op 2 has no O_s on the M0: none"
+        );
         let by_spec: HashMap<String, u64> = [("a".to_string(), 5)].into_iter().collect();
         assert_eq!(both.overlaps.by_spec, by_spec);
     }
