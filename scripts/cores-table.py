@@ -63,14 +63,22 @@ def overlaps(report):
 
 
 def differing(report, base):
-    """The operators whose O_s differ from the base core's, as text."""
+    """The operators whose O_s differ from the base core's, as text; a run
+    of consecutive operators with the same change is written once
+    (`0-9:FULLY_CONNECTED 2→1`)."""
     if report is base:
         return "(reference)"
     ours, theirs = overlaps(report), overlaps(base)
-    diffs = [f"{i}:{op} {theirs[i][1]}→{b}"
-             for i, (op, b) in sorted(ours.items())
-             if i in theirs and theirs[i][1] != b]
-    return ", ".join(diffs) if diffs else "none"
+    changes = [(i, op, theirs[i][1], b) for i, (op, b) in sorted(ours.items())
+               if i in theirs and theirs[i][1] != b]
+    runs = []
+    for i, op, was, now in changes:
+        if runs and runs[-1][1] == i - 1 and tuple(runs[-1][2:]) == (op, was, now):
+            runs[-1][1] = i
+        else:
+            runs.append([i, i, op, was, now])
+    text = [f"{a}{'' if a == b else f'-{b}'}:{op} {was}→{now}" for a, b, op, was, now in runs]
+    return ", ".join(text) if text else "none"
 
 
 def row(model, kernels, core, report, base):
