@@ -103,7 +103,7 @@ pub(crate) fn plan_target(
     text: &str,
 ) -> Result<(), String> {
     let (offsets, _arena) =
-        placement_from_plan(model, reference, text).map_err(|e| e.to_string())?;
+        placement_from_plan(model, reference, text, false).map_err(|e| e.to_string())?;
     tflite::emit_offline(bytes, &offline_offsets(&offsets)).map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -222,19 +222,26 @@ struct PlanFileTensor {
 /// A tensor is named as reports name it; an unnamed tensor N is `tensorN`,
 /// and the older spelling `tensor_N` is accepted too. A tensor listed twice
 /// (under either spelling) is an error naming it: which offset was meant
-/// cannot be told.
+/// cannot be told. With `other_cores_scratch` (a plan made for several
+/// cores), an operator's scratch tensor (`…/scratch`) that `model` lacks is
+/// passed over: that operator asks for scratch on another core, not on this
+/// one.
 pub fn placement_from_plan(
     model: &Model,
     reference: &[Option<u64>],
     text: &str,
+    other_cores_scratch: bool,
 ) -> Result<(Vec<Option<u64>>, u64)> {
     let names = model.tensor_names();
     let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
     let mut offsets = reference.to_vec();
     let mut listed = vec![false; names.len()];
     for t in &file.tensors {
-        let i =
-            plan_tensor_index(&names, &t.name).ok_or_else(|| failed!("no tensor `{}`", t.name))?;
+        let found = plan_tensor_index(&names, &t.name);
+        if found.is_none() && other_cores_scratch && t.name.ends_with("/scratch") {
+            continue;
+        }
+        let i = found.ok_or_else(|| failed!("no tensor `{}`", t.name))?;
         if std::mem::replace(&mut listed[i], true) {
             let spelling = if t.name == names[i] {
                 String::new()
@@ -311,6 +318,10 @@ pub(crate) fn read_plan_file(
     )?;
     let doc = from_document(&text, req.pick).with_context(|| path.display().to_string())?;
     let mut warnings = Vec::new();
+    let several_cores = doc
+        .as_ref()
+        .and_then(|d| d.provenance.as_ref())
+        .is_some_and(|p| p.target.contains(','));
     let (text, taken) = match doc {
         Some(d) => {
             if let Some(p) = &d.provenance {
@@ -324,8 +335,8 @@ pub(crate) fn read_plan_file(
         None => (text, None),
     };
     warnings.extend(check_plan_kernels(path, &text, req)?);
-    let (offsets, arena) =
-        placement_from_plan(model, reference, &text).with_context(|| path.display().to_string())?;
+    let (offsets, arena) = placement_from_plan(model, reference, &text, several_cores)
+        .with_context(|| path.display().to_string())?;
     Ok(PlanFileRead {
         offsets,
         arena,
