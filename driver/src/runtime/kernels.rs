@@ -132,9 +132,18 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
                     rel.display()
                 );
             }
+            // The other cores' guests are not part of the default build.
+            let every = if matches!(arch, Arch::CortexM4 | Arch::X86_64) {
+                "every guest: `make build`".to_string()
+            } else {
+                format!(
+                    "every guest of this core: `make -C harness-c cores CORES={}`",
+                    arch.name()
+                )
+            };
             failed!(
-                "{} not found: build it (`make -C harness-c build/{}`{cmsis}; every guest: \
-                 `make build`) or pass {option}",
+                "{} not found: build it (`make -C harness-c build/{}`{cmsis}; {every}) or pass \
+                 {option}",
                 first.display(),
                 rel.display()
             )
