@@ -46,6 +46,14 @@ def default_memtrace():
     return str(Path(target) / "release" / "memtrace")
 
 
+RUNNERS = {"tflm": "tflm-runner.elf", "cmsis-nn": "tflm-runner-cmsis.elf"}
+
+
+def built(core, kernels):
+    """Whether the TFLM runner of `kernels` is built for `core`."""
+    return (ROOT / "harness-c" / "build" / core / RUNNERS[kernels]).is_file()
+
+
 def verify(memtrace, model, kernels, core):
     """verify's JSON report, or None (with the error on stderr)."""
     cmd = [memtrace, "verify", str(MODELS_DIR / model), "--kernels", kernels,
@@ -110,9 +118,14 @@ def main():
     for model in args.model or MODELS:
         short = model.removesuffix(".tflite")
         for kernels in args.kernels or KERNELS:
-            reports = {core: verify(args.memtrace, model, kernels, core) for core in cores}
-            base = reports[BASE_CORE]
-            for core in cores:
+            here = [c for c in cores if built(c, kernels)]
+            for c in cores:
+                if c not in here:
+                    sys.stderr.write(f"skipped: {kernels} on {c} (runner not built: "
+                                     f"make -C harness-c cores CORES={c})\n")
+            reports = {core: verify(args.memtrace, model, kernels, core) for core in here}
+            base = reports.get(BASE_CORE)
+            for core in here:
                 print(row(short, kernels, core, reports[core], base), flush=True)
 
 
