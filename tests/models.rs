@@ -1,13 +1,14 @@
 //! Whole models on real TFLM: `verify` and `plan` on the shared and zoo
 //! models, both kernel builds, plan files and their provenance, the arena
 //! to allocate and the firmware that uses it, the trace cache, and the
-//! host oracle (PyPI `tflite-micro`), and TFLM's own example programs,
-//! unmodified, under `check`.
+//! host oracle (PyPI `tflite-micro`), TFLM's own example programs,
+//! unmodified, under `check`, and every Cortex-M core a model ships to.
 
 mod common;
 
 mod models {
     pub mod check_tflm_app;
+    pub mod cores;
     pub mod deploy;
     pub mod foreign_overlap;
     pub mod hardening;

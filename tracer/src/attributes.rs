@@ -13,7 +13,7 @@ use object::elf::FileHeader32;
 use object::read::elf::AttributesSection;
 use object::LittleEndian;
 
-use crate::elf::Arch;
+use memtrace_abi::target::Arch;
 
 /// The Arm architecture profile a Cortex-M binary was compiled for, from
 /// the smallest; each runs on the cores whose architecture implements it.

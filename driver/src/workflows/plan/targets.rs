@@ -7,12 +7,13 @@
 
 use std::collections::HashMap;
 
-use crate::deploy::{measure_arena, ArenaToAllocate};
-use crate::error::{Context, Result};
-use crate::kernels::Kernels;
-use crate::tflm::PlanInputs;
-use crate::trace_cache::TraceCache;
 use memtrace_tracer::Arch;
+
+use crate::runtime::kernels::Kernels;
+use crate::runtime::trace_cache::TraceCache;
+use crate::runtime::PlanInputs;
+use crate::support::error::{Context, Result};
+use crate::workflows::deploy::{measure_arena, ArenaToAllocate};
 
 /// `model` (`ops` operators) traced on real TFLM's `kernels` on every core
 /// of `targets`, combined into what holds on all of them: per operator the

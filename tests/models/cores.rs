@@ -4,10 +4,18 @@
 //! (Cortex-M4) give a layer different O_s — seen both in the model on real
 //! TFLM and in the kernel suite — and a binary is refused on a core that
 //! lacks what it was built for.
+//!
+//! The cores beyond the Cortex-M4 run one model here (MLPerf Tiny KWS, the
+//! smallest whose CMSIS-NN layers take both code paths); the MLPerf Tiny
+//! set and person_detect on every core and both kernel builds is
+//! `scripts/cores-table.py` (docs/kernels.md, "Per-core numbers").
 
-mod common;
+use crate::common;
 
-use common::{guest, json, memtrace, path_str, stderr};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use common::{guest, json, memtrace, path_str, stderr, u};
 use serde_json::Value;
 
 /// The Arm cores, smallest first.
@@ -26,11 +34,6 @@ fn kws() -> String {
     path.to_str().unwrap().to_owned()
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64()
-        .unwrap_or_else(|| panic!("{v} is not an unsigned integer"))
-}
-
 /// `memtrace ARGS --format json`, which must succeed.
 fn json_of(args: &[&str]) -> Value {
     let mut all = args.to_vec();
@@ -45,9 +48,15 @@ fn json_of(args: &[&str]) -> Value {
     json(&out)
 }
 
-/// The model traced on real TFLM's CMSIS-NN kernels of `core`.
+/// The model traced on real TFLM's CMSIS-NN kernels of `core`, once per
+/// test binary (two tests read the same runs).
 fn model_run(core: &str) -> Value {
-    json_of(&["run", &kws(), "--kernels", "cmsis-nn", "--target", core])
+    static RUNS: Mutex<Option<HashMap<String, Value>>> = Mutex::new(None);
+    let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    runs.get_or_insert_with(HashMap::new)
+        .entry(core.to_owned())
+        .or_insert_with(|| json_of(&["run", &kws(), "--kernels", "cmsis-nn", "--target", core]))
+        .clone()
 }
 
 /// The ELF's Tag_CPU_arch, read by binutils (independently of memtrace).
