@@ -5,8 +5,8 @@
 //!   CMSIS-NN checkout (harness-c's Makefile);
 //! * the TFLM runners, built only when `TFLM_TREE` points at a TFLM tree
 //!   (on x86-64 also only with musl's libm);
-//! * the other Cortex-M cores' suites and TFLM runners (`make -C harness-c
-//!   cores`);
+//! * the other Cortex-M cores' suites and CMSIS-NN TFLM runners (`make -C
+//!   harness-c cores-tested`);
 //! * the host oracle, PyPI `tflite-micro` in `MEMTRACE_TFLM_PYTHON`.
 
 fn main() {
@@ -61,8 +61,9 @@ fn main() {
             println!("cargo:warning={probe} is missing: {what}");
         }
     }
-    // Every core's suites and CMSIS-NN runner, or the per-core tests are
-    // ignored (one missing guest would otherwise fail them half-way).
+    // Every core's suites and CMSIS-NN runner (harness-c's CORE_TEST_ELFS),
+    // or the per-core tests are ignored (one missing guest would otherwise
+    // fail them half-way).
     println!("cargo:rustc-check-cfg=cfg(no_cores)");
     let mut cores_missing = None;
     for core in ["cortex-m0", "cortex-m3", "cortex-m7", "cortex-m33"] {
@@ -77,7 +78,7 @@ fn main() {
     if let Some(probe) = cores_missing {
         println!("cargo:rustc-cfg=no_cores");
         println!(
-            "cargo:warning={probe} is missing: the per-core tests will be ignored; run `make -C harness-c cores`"
+            "cargo:warning={probe} is missing: the per-core tests will be ignored; run `make -C harness-c cores-tested`"
         );
     }
     println!("cargo:rerun-if-env-changed=MEMTRACE_TFLM_PYTHON");

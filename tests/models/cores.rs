@@ -1,14 +1,16 @@
 //! Every Cortex-M core a model ships to: the guests of `make -C harness-c
-//! cores` run as their own core, real TFLM on each verifies bit-exact with
-//! the host oracle, CMSIS-NN's pure-C code (Cortex-M0) and its DSP code
-//! (Cortex-M4) give a layer different O_s — seen both in the model on real
-//! TFLM and in the kernel suite — and a binary is refused on a core that
-//! lacks what it was built for.
+//! cores-tested` run as their own core, real TFLM on each verifies
+//! bit-exact with the host oracle, CMSIS-NN's pure-C code (Cortex-M0) and
+//! its DSP code (Cortex-M4) give a layer different O_s — seen both in the
+//! model on real TFLM and in the kernel suite —, one plan holds on three
+//! cores, and a binary is refused on a core that lacks what it was built
+//! for.
 //!
-//! The cores beyond the Cortex-M4 run one model here (MLPerf Tiny KWS, the
-//! smallest whose CMSIS-NN layers take both code paths); the MLPerf Tiny
-//! set and person_detect on every core and both kernel builds is
-//! `scripts/cores-table.py` (docs/kernels.md, "Per-core numbers").
+//! The cores beyond the Cortex-M4 run one model here (MLPerf Tiny KWS, whose
+//! average pool and last fully connected layer differ between CMSIS-NN's
+//! two code paths); the MLPerf Tiny set and person_detect on every core
+//! and both kernel builds are `scripts/cores-table.py`'s (docs/kernels.md,
+//! "Per-core numbers").
 
 use crate::common;
 
