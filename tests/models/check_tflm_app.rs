@@ -301,13 +301,24 @@ fn tflms_own_kernel_tests_pass_under_check_as_they_do_natively() {
         let name = program.display();
         // micro_test_v2.h's own verdict, in the program's own output.
         let stdout = report["stdout"].as_str().unwrap();
-        assert!(stdout.contains("~~~ALL TESTS PASSED~~~"), "{name}: {stdout}");
+        assert!(
+            stdout.contains("~~~ALL TESTS PASSED~~~"),
+            "{name}: {stdout}"
+        );
         assert_eq!(report["end"]["kind"], "exit", "{name}");
         assert_eq!(report["exit_status"], 0, "{name}");
         assert_eq!(status, 0, "{name}");
-        assert_eq!(report["memcheck"]["errors"], 0, "{name}: {:#}", report["memcheck"]);
+        assert_eq!(
+            report["memcheck"]["errors"], 0,
+            "{name}: {:#}",
+            report["memcheck"]
+        );
         let missing = report["tflm"]["missing"].as_str().unwrap_or_default();
-        assert!(missing.contains("MicroInterpreter"), "{name}: {:#}", report["tflm"]);
+        assert!(
+            missing.contains("MicroInterpreter"),
+            "{name}: {:#}",
+            report["tflm"]
+        );
         assert!(u(&report["instructions"]) > 10_000, "{name}");
     }
 }
