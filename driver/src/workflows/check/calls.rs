@@ -120,6 +120,25 @@ fn deliver(analyses: &mut [&mut dyn Analysis], message: &Message) {
 }
 
 /// `basic_arm_convolve_s8 (test_arm_convolve_s8.c:98)`.
+/// One indented line per contract rule the layer broke, with its first
+/// violation; the text reports of calls and operators share it.
+pub(super) fn violation_lines(layer: &LayerReport) -> String {
+    let Some(contract) = &layer.contract else {
+        return String::new();
+    };
+    contract
+        .violated()
+        .filter_map(|(rule, report)| {
+            let first = report.first.as_ref()?;
+            Some(format!(
+                "  {rule}: {} ({} violation(s))\n",
+                first.describe(),
+                report.violations
+            ))
+        })
+        .collect()
+}
+
 fn site_text(c: &TracedCall) -> String {
     let s = &c.call_site;
     let name = s.function.as_deref().unwrap_or("?");
@@ -183,17 +202,7 @@ pub(super) fn text(calls: &[CallReport]) -> String {
             c.shapes,
             layer.instructions
         ));
-        if let Some(k) = &layer.contract {
-            for (rule, rr) in k.violated() {
-                if let Some(v) = &rr.first {
-                    out.push_str(&format!(
-                        "  {rule}: {} ({} violation(s))\n",
-                        v.describe(),
-                        rr.violations
-                    ));
-                }
-            }
-        }
+        out.push_str(&violation_lines(layer));
         for n in &c.notes {
             out.push_str(&format!("  note: {n}\n"));
         }

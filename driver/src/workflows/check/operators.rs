@@ -162,17 +162,7 @@ fn operator_text(r: &OperatorReport) -> String {
         layer.instructions,
         overlap_text(layer)
     );
-    if let Some(k) = &layer.contract {
-        for (rule, rr) in k.violated() {
-            if let Some(v) = &rr.first {
-                out.push_str(&format!(
-                    "  {rule}: {} ({} violation(s))\n",
-                    v.describe(),
-                    rr.violations
-                ));
-            }
-        }
-    }
+    out.push_str(&super::calls::violation_lines(layer));
     for n in &o.notes {
         out.push_str(&format!("  note: {n}\n"));
     }
