@@ -32,6 +32,24 @@ class _Table:
         return _frame(self.rows(), "polars")
 
 
+class _Pictured:
+    """Results that keep the picture memtrace drew (`plot=True`)."""
+
+    plot_bytes: Optional[bytes]
+
+    def plot(self):
+        """The picture (run: the trace; verify: the arena of both runs), as
+        an IPython image in a notebook, else PNG bytes."""
+        if self.plot_bytes is None:
+            raise ValueError("no picture: call with plot=True")
+        try:
+            from IPython.display import Image
+
+            return Image(data=self.plot_bytes, format="png")
+        except ImportError:
+            return self.plot_bytes
+
+
 @dataclass
 class Layer:
     """One traced layer: a model operator on TFLM, or a kernel layer."""
@@ -49,7 +67,7 @@ class Layer:
 
 
 @dataclass
-class RunResult(_Table):
+class RunResult(_Table, _Pictured):
     """`memtrace run`: every layer, and on TFLM the arena it used."""
 
     program: str
@@ -95,11 +113,6 @@ class RunResult(_Table):
 
     def rows(self) -> list[dict[str, Any]]:
         return [asdict(layer) for layer in self.layers]
-
-    def plot(self):
-        """The trace picture memtrace drew (`run(..., plot=True)`), as an
-        IPython image in a notebook, else PNG bytes."""
-        return _picture(self.plot_bytes)
 
 
 @dataclass
@@ -154,7 +167,7 @@ class PlanResult(_Table):
 
 
 @dataclass
-class VerifyResult(_Table):
+class VerifyResult(_Table, _Pictured):
     """`memtrace verify`: the plan proven (or not) on real TFLM."""
 
     model: str
@@ -194,17 +207,3 @@ class VerifyResult(_Table):
         """One row per operator: its traced O_s."""
         return list(self.raw["traced_overlaps"])
 
-    def plot(self):
-        """The arena picture of both runs (`verify(..., plot=True)`)."""
-        return _picture(self.plot_bytes)
-
-
-def _picture(png: Optional[bytes]):
-    if png is None:
-        raise ValueError("no picture: call with plot=True")
-    try:
-        from IPython.display import Image
-
-        return Image(data=png, format="png")
-    except ImportError:
-        return png

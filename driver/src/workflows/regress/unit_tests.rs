@@ -12,7 +12,7 @@
 //! clobber). Instruction changes beyond the threshold and calls present on
 //! one side only are reported, not failed.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -120,15 +120,10 @@ pub struct UnitTestRegress {
 pub fn regress_unit_tests(options: &UnitTestOptions) -> Result<UnitTestRegress> {
     let old = programs(&options.old)?;
     let new = programs(&options.new)?;
-    let names = |p: &[PathBuf]| -> BTreeSet<String> { p.iter().map(|p| suite_name(p)).collect() };
-    let (old_names, new_names) = (names(&old), names(&new));
     let mut suites = Vec::new();
-    for name in old_names.intersection(&new_names) {
-        let find = |side: &[PathBuf]| side.iter().find(|p| suite_name(p) == *name).cloned();
-        let (Some(a), Some(b)) = (find(&old), find(&new)) else {
-            continue;
-        };
-        let (a, b) = (run(&a, options)?, run(&b, options)?);
+    for (name, a) in &old {
+        let Some(b) = new.get(name) else { continue };
+        let (a, b) = (run(a, options)?, run(b, options)?);
         suites.push(compare_suite(name, &a, &b, options.instruction_threshold));
     }
     if suites.is_empty() {
@@ -138,28 +133,36 @@ pub fn regress_unit_tests(options: &UnitTestOptions) -> Result<UnitTestRegress> 
             options.new.display()
         );
     }
+    let only = |this: &BTreeMap<String, PathBuf>, other: &BTreeMap<String, PathBuf>| {
+        this.keys()
+            .filter(|k| !other.contains_key(*k))
+            .cloned()
+            .collect()
+    };
     let passed = suites.iter().all(|s| !s.fails);
     Ok(UnitTestRegress {
         old: options.old.display().to_string(),
         new: options.new.display().to_string(),
         suites,
-        only_old: old_names.difference(&new_names).cloned().collect(),
-        only_new: new_names.difference(&old_names).cloned().collect(),
+        only_old: only(&old, &new),
+        only_new: only(&new, &old),
         passed,
     })
 }
 
-/// The programs of `path`: its `*.elf` files, sorted, or the one program.
-fn programs(path: &Path) -> Result<Vec<PathBuf>> {
-    if path.is_file() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let entries = std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "elf") && p.is_file())
-        .collect();
-    found.sort();
+/// The programs of `path` by suite name: its `*.elf` files, or the one
+/// program.
+fn programs(path: &Path) -> Result<BTreeMap<String, PathBuf>> {
+    let found: BTreeMap<String, PathBuf> = if path.is_file() {
+        [(suite_name(path), path.to_path_buf())].into()
+    } else {
+        std::fs::read_dir(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "elf") && p.is_file())
+            .map(|p| (suite_name(&p), p))
+            .collect()
+    };
     if found.is_empty() {
         bail!("{} holds no unit-test program (*.elf)", path.display());
     }
