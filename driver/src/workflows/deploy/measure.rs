@@ -15,14 +15,14 @@
 use std::path::Path;
 
 use memtrace_abi::runner::{self, symbols};
-use memtrace_tracer::{Arch, ElfImage};
+use memtrace_tracer::{Arch, ElfImage, TraceError};
 
 use super::{sha256_prefix, ArenaToAllocate, ARENA_ALIGNMENT};
 use crate::runtime::kernels::Kernels;
 use crate::runtime::trace_cache::TraceCache;
 use crate::runtime::{load_runner, runner_path, ModelRun};
 use crate::support::common::run_without_hooks;
-use crate::support::error::Result;
+use crate::support::error::{Error, Result};
 use crate::{bail, failed};
 
 /// What one allocation probe found.
@@ -81,12 +81,25 @@ fn probe(
     }
     .preload()?;
     let mailbox = runner::MEMTRACE_TFLM_WORDS as u64 * 4;
-    let run = run_without_hooks(
+    let run = match run_without_hooks(
         image,
         &preload,
         &[(layout.job_at, mailbox)],
         RUN_INSTRUCTIONS,
-    )?;
+    ) {
+        Ok(run) => run,
+        // TFLM does not always check the arena it was given: too small, its
+        // greedy planner can write through a pointer it never got
+        // (keyword_scrambled on CMSIS-NN faults in
+        // `GreedyMemoryPlanner::CalculateOffsetsIfNeeded`). A firmware with
+        // that arena would corrupt memory: it is too small.
+        Err(Error::Trace(fault @ TraceError::GuestFault { .. })) => {
+            return Ok(Probe::TooSmall(format!(
+                "TFLM faulted with an arena of {arena} B: {fault}"
+            )))
+        }
+        Err(e) => return Err(e),
+    };
     let reason = run.exit_reason.clone().unwrap_or_default();
     match run.exit_code as u32 {
         runner::TFLM_EXIT_OK => {}
