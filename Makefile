@@ -17,10 +17,12 @@ DEMO_OUT ?= demo-out
 ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 
 # Debian packages: the emulator build (cmake, libclang for bindgen), the
-# Cortex-M4 cross compiler with its C and C++ libraries, host C/C++, musl's
-# static libc.a (libm without IFUNCs for the x86-64 TFLM runner).
+# Cortex-M cross compiler with its C and C++ libraries, the RISC-V cross
+# compiler and its C library (picolibc), host C/C++, musl's static libc.a
+# (libm without IFUNCs for the x86-64 TFLM runner).
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
-    libstdc++-arm-none-eabi-newlib gcc g++ musl-dev make python3 python3-venv ruby
+    libstdc++-arm-none-eabi-newlib gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf \
+    gcc g++ musl-dev make python3 python3-venv ruby
 
 # Where `make install` links the binary (the usual place of per-user
 # executables; pip and cargo-binstall use it too).
@@ -38,9 +40,10 @@ guests: deps
 	$(MAKE) -C harness-c tflm-apps tflm-kernel-tests -j2
 	$(MAKE) -C harness-c/unit-tests -j2
 
-# The other Cortex-M cores' kernel suites and TFLM runners (cortex-m0, -m3,
-# -m7, -m33): all of them for scripts/cores-table.py (`cores`), or what
-# tests/models/cores.rs runs (`cores-tested`, which `make test` builds).
+# The other cores' kernel suites and TFLM runners (cortex-m0, -m3, -m7, -m33,
+# and riscv32 with the reference kernels): all of them for
+# scripts/cores-table.py (`cores`), or what tests/models/cores.rs and
+# riscv.rs run (`cores-tested`, which `make test` builds).
 # Never built by `make build` or `make demo`.
 cores: deps
 	$(MAKE) -C harness-c -j2 cores

@@ -5,8 +5,8 @@
 //!   CMSIS-NN checkout (harness-c's Makefile);
 //! * the TFLM runners, built only when `TFLM_TREE` points at a TFLM tree
 //!   (on x86-64 also only with musl's libm);
-//! * the other Cortex-M cores' suites and CMSIS-NN TFLM runners (`make -C
-//!   harness-c cores-tested`);
+//! * the other Cortex-M cores' suites and CMSIS-NN TFLM runners, the RISC-V
+//!   suite and reference TFLM runner (`make -C harness-c cores-tested`);
 //! * the host oracle, PyPI `tflite-micro` in `MEMTRACE_TFLM_PYTHON`.
 
 fn main() {
@@ -80,6 +80,19 @@ fn main() {
         println!(
             "cargo:warning={probe} is missing: the per-core tests will be ignored; run `make -C harness-c cores-tested`"
         );
+    }
+    // The RISC-V suite and reference-kernel runner (also `cores-tested`).
+    println!("cargo:rustc-check-cfg=cfg(no_riscv)");
+    for elf in ["suite.elf", "tflm-runner.elf"] {
+        let probe = format!("harness-c/build/riscv32/{elf}");
+        println!("cargo:rerun-if-changed={probe}");
+        if !std::path::Path::new(&probe).exists() {
+            println!("cargo:rustc-cfg=no_riscv");
+            println!(
+                "cargo:warning={probe} is missing: the RISC-V tests will be ignored; run `make -C harness-c cores-tested`"
+            );
+            break;
+        }
     }
     println!("cargo:rerun-if-env-changed=MEMTRACE_TFLM_PYTHON");
     println!("cargo:rustc-check-cfg=cfg(no_oracle)");

@@ -7,7 +7,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The guest architectures memtrace emulates: one Cortex-M core each (the
-/// CPU model Unicorn runs, Thumb only), and x86-64 as a host.
+/// CPU model Unicorn runs, Thumb only), a 32-bit RISC-V core, and x86-64 as
+/// a host.
 ///
 /// Cortex-M cores differ in what a kernel library compiles to: CMSIS-NN
 /// takes its pure-C paths on the M0 and M3 and its DSP (SIMD) paths on the
@@ -42,6 +43,13 @@ pub enum Arch {
     #[serde(rename = "cortex-m33")]
     #[cfg_attr(feature = "clap", value(name = "cortex-m33"))]
     CortexM33,
+    /// 32-bit RISC-V, RV32IMAC (the ESP32-C6's and the Pico 2's Hazard3
+    /// instruction set; code built for RV32IMC, the ESP32-C3's, runs on it
+    /// unchanged), no FPU: float is done in software. Emulated as Unicorn's
+    /// generic RV32 core.
+    #[serde(rename = "riscv32")]
+    #[cfg_attr(feature = "clap", value(name = "riscv32"))]
+    Riscv32,
     /// x86-64 (SSE2, no AVX), freestanding.
     #[serde(rename = "x86-64")]
     #[cfg_attr(feature = "clap", value(name = "x86-64"))]
@@ -50,12 +58,13 @@ pub enum Arch {
 
 impl Arch {
     /// Every target, the Cortex-M cores from the smallest.
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::CortexM0,
         Arch::CortexM3,
         Arch::CortexM4,
         Arch::CortexM7,
         Arch::CortexM33,
+        Arch::Riscv32,
         Arch::X86_64,
     ];
 
@@ -67,6 +76,7 @@ impl Arch {
             Arch::CortexM4 => "cortex-m4",
             Arch::CortexM7 => "cortex-m7",
             Arch::CortexM33 => "cortex-m33",
+            Arch::Riscv32 => "riscv32",
             Arch::X86_64 => "x86-64",
         }
     }
@@ -82,7 +92,16 @@ impl Arch {
 
     /// Whether this is a Cortex-M core (Thumb code, the ARM emulator).
     pub fn is_cortex_m(self) -> bool {
-        self != Arch::X86_64
+        !matches!(self, Arch::X86_64 | Arch::Riscv32)
+    }
+
+    /// Whether Arm's CMSIS-NN is a kernel library of this target. It is
+    /// Arm's library for Cortex-M: its pure-C paths would compile
+    /// elsewhere, but no RISC-V deployment ships it, so a RISC-V plan is
+    /// made with TFLM's reference kernels (x86-64 builds it as a host
+    /// check of the library itself).
+    pub fn has_cmsis_nn(self) -> bool {
+        self != Arch::Riscv32
     }
 
     /// The harness's build folder of this target (`harness-c/build/<dir>`).
@@ -94,8 +113,8 @@ impl Arch {
     }
 
     /// End (exclusive) of the guest address space a segment may occupy: the
-    /// 32-bit space of a Cortex-M, the canonical lower half (47 bits) of
-    /// x86-64.
+    /// 32-bit space of a Cortex-M or RV32, the canonical lower half (47
+    /// bits) of x86-64.
     pub fn address_limit(self) -> u64 {
         match self {
             Arch::X86_64 => 1 << 47,

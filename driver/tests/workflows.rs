@@ -65,6 +65,7 @@ fn a_baseline_regresses_clean_against_itself_and_fails_on_the_reordered_kernel()
     let out = dir.path().join("baseline.json");
     let table = tabulate(&TableOptions {
         elf: guest("suite.elf"),
+        target: None,
         out: out.clone(),
         no_builtin: false,
         configs: ConfigSelection {
@@ -85,6 +86,7 @@ fn a_baseline_regresses_clean_against_itself_and_fails_on_the_reordered_kernel()
     let options = |elf: &str| RegressOptions {
         baseline: out.clone(),
         elf: guest(elf),
+        target: None,
         jobs: Some(1),
         max_instructions: 2_000_000_000,
         instruction_threshold: DEFAULT_INSTRUCTION_THRESHOLD,

@@ -179,7 +179,16 @@ TFLM_CHECK.x86_64 = @bad=`objdump -d --no-show-raw-insn $$@ | awk '/^[0-9a-f]+ <
 	    echo "error: $$@ makes system calls or uses the thread pointer beyond the stack canary (musl members: see $$(@:.elf=.map))" >&2; \
 	    rm -f $$@; exit 1; fi
 
+# picolibc's libm and libc for RISC-V, as newlib's on the Cortex-M (its
+# release build: the one compiled for speed). Its errno is thread-local:
+# rt/riscv32/start.S points tp at the linker script's TLS block.
+PICOLIBC_LIB := $(PICOLIBC)/lib/release/rv32imac/ilp32
+TFLM_LDSCRIPT.riscv32 := rt/riscv32/memtrace-tflm.ld
+TFLM_LDLIBS.riscv32 := -L$(PICOLIBC_LIB) -lm -lc -lgcc
+TFLM_CHECK.riscv32 :=
+
 $(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),$(eval $(call tflm_lib_rules,$(t),$(k)))))
+$(foreach t,$(RISCV),$(eval $(call tflm_lib_rules,$(t),reference)))
 $(foreach t,$(TFLM_TARGETS),$(eval $(t): $(TFLM_NOTE)))
 $(if $(MUSL_FOUND),,$(eval x86_64: tflm-musl-note))
 
@@ -217,7 +226,7 @@ deploy-example: $(BUILD)/cortex-m4/libmemtrace_rt.a $(BUILD)/cortex-m4/memtrace.
 	    $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_KERNELS))/libtflm.a -lmemtrace_rt -lm -lc -lgcc -o $(DEPLOY_ELF)
 
 else
-$(foreach t,$(TFLM_TARGETS),$(eval $(t): tflm-note))
+$(foreach t,$(TFLM_TARGETS) $(RISCV),$(eval $(t): tflm-note))
 deploy-example: tflm-note
 endif
 

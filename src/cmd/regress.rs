@@ -12,6 +12,7 @@ use memtrace_driver::workflows::check;
 use memtrace_driver::workflows::regress::{
     regress, regress_unit_tests, RegressOptions, UnitTestOptions, DEFAULT_INSTRUCTION_THRESHOLD,
 };
+use memtrace_tracer::Arch;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
@@ -36,6 +37,11 @@ pub struct RegressArgs {
     /// The new build of the kernel binary (with --unit-tests: the same
     /// tests built against the new release).
     pub elf: PathBuf,
+    /// The core to trace the new build on. A baseline traced on another
+    /// core is compared only when this is given: the comparison is then
+    /// across cores (what a plan made for one core risks on another).
+    #[arg(long, value_enum)]
+    pub target: Option<Arch>,
     /// Compare a library's own unit tests built against two releases under
     /// `memtrace check`: Unity's verdicts, memcheck's findings, and each
     /// API call's O_s, memory contract and instructions.
@@ -70,6 +76,12 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
         memtrace_driver::support::common::check_output(out, &[&args.baseline, &args.elf])?;
     }
     if args.unit_tests {
+        if args.target.is_some() {
+            super::usage_error(
+                "--target has no effect with --unit-tests (the unit-test programs run on the \
+                 core their build attributes name)",
+            );
+        }
         if args.jobs.is_some() {
             super::usage_error(
                 "--jobs has no effect with --unit-tests (the suites run one by one)",
@@ -88,6 +100,7 @@ pub fn run(args: RegressArgs) -> Result<ExitCode> {
     let report = regress(&RegressOptions {
         baseline: args.baseline,
         elf: args.elf,
+        target: args.target,
         jobs: args.jobs,
         max_instructions: args.max_instructions,
         instruction_threshold: args.instruction_threshold,

@@ -4,7 +4,10 @@
 //! clocked. The rest of the tracer asks [`Arch`] (through [`Machine`])
 //! instead of matching on it.
 
-use unicorn_engine::{Arch as UcArch, ArmCpuModel, Mode, RegisterARM, RegisterX86, Unicorn};
+use unicorn_engine::{
+    Arch as UcArch, ArmCpuModel, Mode, RegisterARM, RegisterRISCV, RegisterX86, Riscv32CpuModel,
+    Unicorn,
+};
 
 use crate::clock::BlockClock;
 use crate::error::TraceError;
@@ -23,7 +26,8 @@ pub(crate) trait Machine {
     fn block_clock(self) -> BlockClock;
 
     /// The call instruction that entered the current function, from its
-    /// return address: `bl` (4 bytes, LR) or `call rel32` (5 bytes, top of
+    /// return address: `bl` (4 bytes, LR), `jal`/`jalr` (4 bytes, ra) or
+    /// their compressed forms (2 bytes), or `call rel32` (5 bytes, top of
     /// stack). `read` reads guest memory.
     fn caller<D>(
         self,
@@ -35,17 +39,19 @@ pub(crate) trait Machine {
     fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64;
 
     /// The integer registers by DWARF register number, for unwinding
-    /// (`unwind.rs`): r0–r15 on a Cortex-M; on x86-64 rax, rdx, rcx, rbx,
-    /// rsi, rdi, rbp, rsp, r8–r15 (0–15) and the return-address column 16,
-    /// which holds RIP. `pc` is the current instruction, as the hook that
-    /// asks knows it.
+    /// (`unwind.rs`): r0–r15 on a Cortex-M; x0–x31 on RISC-V, and column
+    /// 32 for the PC (RISC-V's return-address column is ra, x1); on x86-64
+    /// rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp, r8–r15 (0–15) and the
+    /// return-address column 16, which holds RIP. `pc` is the current
+    /// instruction, as the hook that asks knows it.
     fn registers<D>(self, uc: &Unicorn<'_, D>, pc: u64) -> Registers;
 
-    /// The DWARF number of the stack pointer (r13, rsp).
+    /// The DWARF number of the stack pointer (r13, x2, rsp).
     fn dwarf_sp(self) -> u16;
 
     /// The DWARF column that holds the program counter while unwinding (r15;
-    /// on x86-64 the return-address column 16).
+    /// on RISC-V column 32, past the integer registers; on x86-64 the
+    /// return-address column 16).
     fn dwarf_pc(self) -> u16;
 
     /// Bytes of a saved register on the stack.
@@ -79,6 +85,15 @@ impl Machine for Arch {
         match self {
             Arch::X86_64 => Unicorn::new_with_data(UcArch::X86, Mode::MODE_64, data)
                 .map_err(|e| emu("creating the x86-64 emulator", e)),
+            Arch::Riscv32 => {
+                let mut uc = Unicorn::new_with_data(UcArch::RISCV, Mode::RISCV32, data)
+                    .map_err(|e| emu("creating the RISC-V emulator", e))?;
+                // The generic RV32 core: RV32GC, so it runs RV32IMAC code
+                // (and RV32IMC, a subset) as built.
+                uc.ctl_set_cpu_model(Riscv32CpuModel::ANY as i32)
+                    .map_err(|e| emu("selecting the RV32 CPU model", e))?;
+                Ok(uc)
+            }
             core => {
                 let mut uc = Unicorn::new_with_data(UcArch::ARM, Mode::THUMB, data)
                     .map_err(|e| emu("creating the ARM emulator", e))?;
@@ -97,7 +112,7 @@ impl Machine for Arch {
 
     fn start_address(self, entry: u64) -> u64 {
         match self {
-            Arch::X86_64 => entry,
+            Arch::X86_64 | Arch::Riscv32 => entry,
             _ => entry | 1,
         }
     }
@@ -105,6 +120,7 @@ impl Machine for Arch {
     fn block_clock(self) -> BlockClock {
         match self {
             Arch::X86_64 => BlockClock::x86_64(),
+            Arch::Riscv32 => BlockClock::riscv(),
             _ => BlockClock::thumb(),
         }
     }
@@ -121,6 +137,12 @@ impl Machine for Arch {
                 read(uc, sp, &mut ret).ok()?;
                 Some(u64::from_le_bytes(ret).wrapping_sub(5))
             }
+            Arch::Riscv32 => {
+                let ra = uc.reg_read(RegisterRISCV::RA).ok()?;
+                let mut before = [0u8; 4];
+                read(uc, ra.wrapping_sub(4), &mut before).ok()?;
+                Some(ra.wrapping_sub(riscv_call_length(u32::from_le_bytes(before))))
+            }
             _ => uc
                 .reg_read(RegisterARM::LR)
                 .ok()
@@ -131,6 +153,7 @@ impl Machine for Arch {
     fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64 {
         match self {
             Arch::X86_64 => uc.reg_read(RegisterX86::RSP),
+            Arch::Riscv32 => uc.reg_read(RegisterRISCV::SP),
             _ => uc.reg_read(RegisterARM::SP),
         }
         .unwrap_or(0)
@@ -146,6 +169,13 @@ impl Machine for Arch {
                 ];
                 for (n, reg) in all.into_iter().enumerate() {
                     regs.set(n as u16, uc.reg_read(reg).ok());
+                }
+            }
+            Arch::Riscv32 => {
+                // x0..x31 are consecutive in Unicorn's numbering.
+                let x0 = RegisterRISCV::X0 as i32;
+                for n in 0..32 {
+                    regs.set(n as u16, uc.reg_read(x0 + n).ok());
                 }
             }
             _ => {
@@ -165,6 +195,7 @@ impl Machine for Arch {
     fn dwarf_sp(self) -> u16 {
         match self {
             Arch::X86_64 => 7,
+            Arch::Riscv32 => 2,
             _ => 13,
         }
     }
@@ -172,6 +203,7 @@ impl Machine for Arch {
     fn dwarf_pc(self) -> u16 {
         match self {
             Arch::X86_64 => 16,
+            Arch::Riscv32 => 32,
             _ => 15,
         }
     }
@@ -185,7 +217,7 @@ impl Machine for Arch {
 
     fn code_address(self, address: u64) -> u64 {
         match self {
-            Arch::X86_64 => address,
+            Arch::X86_64 | Arch::Riscv32 => address,
             _ => address & !1,
         }
     }
@@ -198,6 +230,9 @@ impl Machine for Arch {
     }
 
     fn interrupt_name(self, number: u32) -> &'static str {
+        if self == Arch::Riscv32 {
+            return riscv_exception_name(number);
+        }
         match (self.is_cortex_m(), number) {
             (true, 1) => "undefined instruction",
             (true, 2) => "supervisor call (SVC)",
@@ -212,12 +247,59 @@ impl Machine for Arch {
     }
 }
 
+/// What a RISC-V trap cause (Unicorn's interrupt number) means, from the
+/// privileged specification's exception codes.
+fn riscv_exception_name(cause: u32) -> &'static str {
+    match cause {
+        0 => "instruction address misaligned",
+        1 => "instruction access fault",
+        2 => "illegal instruction",
+        3 => "breakpoint (ebreak)",
+        4 => "load address misaligned",
+        5 => "load access fault",
+        6 => "store address misaligned",
+        7 => "store access fault",
+        8 | 9 | 11 => "environment call (ecall)",
+        12 => "instruction page fault",
+        13 => "load page fault",
+        15 => "store page fault",
+        _ => "exception",
+    }
+}
+
+/// Bytes of the call instruction that ends just before a return address,
+/// given the 4 bytes before it: 4 for `jal`/`jalr` linking ra, 2 for the
+/// compressed `c.jal`/`c.jalr` (which link ra implicitly), 4 when neither
+/// decodes (a tail of something else; the frame is then approximate).
+fn riscv_call_length(before: u32) -> u64 {
+    let opcode = before & 0x7f;
+    let rd = (before >> 7) & 0x1f;
+    if matches!(opcode, 0x6f | 0x67) && rd == 1 {
+        return 4;
+    }
+    let last = (before >> 16) as u16;
+    let c_jal = last & 0xe003 == 0x2001;
+    let c_jalr = last & 0xf07f == 0x9002 && (last >> 7) & 0x1f != 0;
+    if c_jal || c_jalr {
+        2
+    } else {
+        4
+    }
+}
+
 /// DWARF register columns the unwinder tracks (see [`Machine::registers`]).
-const COLUMNS: usize = 17;
+const COLUMNS: usize = 33;
 
 /// Integer register values by DWARF register number; `None` is unknown.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Registers([Option<u64>; COLUMNS]);
+
+impl Default for Registers {
+    /// Every column unknown.
+    fn default() -> Self {
+        Registers([None; COLUMNS])
+    }
+}
 
 impl Registers {
     /// The value of column `n`, if known.
@@ -240,6 +322,6 @@ fn cpu_model(core: Arch) -> ArmCpuModel {
         Arch::CortexM3 => ArmCpuModel::CORTEX_M3,
         Arch::CortexM7 => ArmCpuModel::CORTEX_M7,
         Arch::CortexM33 => ArmCpuModel::CORTEX_M33,
-        Arch::CortexM4 | Arch::X86_64 => ArmCpuModel::CORTEX_M4,
+        Arch::CortexM4 | Arch::Riscv32 | Arch::X86_64 => ArmCpuModel::CORTEX_M4,
     }
 }

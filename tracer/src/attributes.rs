@@ -375,7 +375,7 @@ impl Core {
                 dsp: true,
                 fpu: fpu(5, false),
             },
-            Arch::X86_64 => return None,
+            Arch::Riscv32 | Arch::X86_64 => return None,
         })
     }
 }

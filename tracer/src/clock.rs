@@ -5,6 +5,7 @@
 //! the (hook-synchronised) PC inside the block gives the rest. A block's
 //! instruction boundaries are computed once per block address and cached:
 //! Thumb-2 lengths follow from the first halfword ([`thumb_instruction_starts`]),
+//! so do RISC-V's (compressed or not, [`riscv_instruction_starts`]),
 //! x86-64 lengths come from a real decoder ([`x86_64_block_layout`], iced-x86).
 //! [`BlockClock`] is the same for both; only the boundary function differs.
 //!
@@ -131,6 +132,33 @@ pub fn thumb_block_layout(_address: u64, bytes: &[u8]) -> BlockLayout {
     }
 }
 
+/// True when a RISC-V halfword starts a 32-bit instruction: its two low bits
+/// are `11`; every other value starts a 16-bit compressed one (the C
+/// extension). Longer encodings are reserved, and RV32IMAC has none.
+pub fn is_wide_riscv(first_halfword: u16) -> bool {
+    first_halfword & 0b11 == 0b11
+}
+
+/// Offsets of the instructions in RISC-V code `bytes`.
+pub fn riscv_instruction_starts(bytes: &[u8]) -> Box<[u16]> {
+    let mut starts = Vec::with_capacity(bytes.len() / 3);
+    let mut at = 0usize;
+    while at + 1 < bytes.len() {
+        starts.push(at as u16);
+        let hw = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        at += if is_wide_riscv(hw) { 4 } else { 2 };
+    }
+    starts.into_boxed_slice()
+}
+
+/// Layout of a RISC-V block (no repeated instructions either).
+pub fn riscv_block_layout(_address: u64, bytes: &[u8]) -> BlockLayout {
+    BlockLayout {
+        starts: riscv_instruction_starts(bytes),
+        repeats_at: None,
+    }
+}
+
 /// Layout of x86-64 code `bytes` loaded at `address`, decoded in 64-bit mode.
 ///
 /// Unicorn's x86 block `size` covers whole instructions: on every block of
@@ -214,6 +242,11 @@ impl BlockClock {
     /// The clock for Thumb-2 code.
     pub fn thumb() -> Self {
         Self::new(thumb_block_layout)
+    }
+
+    /// The clock for RISC-V code (RV32 with the C extension).
+    pub fn riscv() -> Self {
+        Self::new(riscv_block_layout)
     }
 
     /// The clock for x86-64 code.
@@ -322,6 +355,15 @@ mod tests {
         // movs r0,#1 (16-bit); ldr.w r1,[r2] (32-bit: f8d2 1000); bx lr (16-bit)
         let code = [0x01, 0x20, 0xd2, 0xf8, 0x00, 0x10, 0x70, 0x47];
         assert_eq!(&*thumb_instruction_starts(&code), &[0, 2, 6]);
+    }
+
+    #[test]
+    fn riscv_lengths_follow_the_low_bits() {
+        // Encodings from the RISC-V unprivileged spec: c.li a0,1 (16-bit,
+        // 0x4505); lw a1,0(a2) (32-bit, 0x00062583); c.jr ra (0x8082).
+        let code = [0x05, 0x45, 0x83, 0x25, 0x06, 0x00, 0x82, 0x80];
+        assert_eq!(&*riscv_instruction_starts(&code), &[0, 2, 6]);
+        assert!(is_wide_riscv(0x2583) && !is_wide_riscv(0x4505));
     }
 
     #[test]

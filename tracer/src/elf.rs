@@ -236,6 +236,15 @@ impl ElfImage {
                 }
             }
             (object::Architecture::X86_64, true) => Arch::X86_64,
+            (object::Architecture::Riscv32, false) => Arch::Riscv32,
+            (object::Architecture::Riscv64, _) => {
+                return Err(TraceError::UnsupportedArch {
+                    path: path.to_owned(),
+                    arch: "RV64 (64-bit RISC-V); memtrace emulates RV32 cores: build with \
+                           -march=rv32imac -mabi=ilp32"
+                        .into(),
+                })
+            }
             (other, _) => {
                 return Err(TraceError::UnsupportedArch {
                     path: path.to_owned(),

@@ -135,6 +135,8 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
             // The other cores' guests are not part of the default build.
             let every = if matches!(arch, Arch::CortexM4 | Arch::X86_64) {
                 "every guest: `make build`".to_string()
+            } else if arch == Arch::Riscv32 {
+                "every RISC-V guest: `make -C harness-c riscv32`".to_string()
             } else {
                 format!(
                     "every guest of this core: `make -C harness-c cores CORES={}`",

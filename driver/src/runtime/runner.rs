@@ -20,6 +20,13 @@ pub fn runner_path(
     explicit: Option<&Path>,
     option: &str,
 ) -> Result<PathBuf> {
+    if kernels == Kernels::CmsisNn && !arch.has_cmsis_nn() {
+        bail!(
+            "--kernels cmsis-nn is not available on {arch}: CMSIS-NN is Arm's kernel library for \
+             Cortex-M cores, and {arch} plans are made with TFLM's reference kernels \
+             (--kernels tflm)"
+        );
+    }
     match explicit {
         Some(p) => Ok(p.to_path_buf()),
         None => harness_guest(arch, kernels.runner_file(), option),

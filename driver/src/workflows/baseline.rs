@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use memtrace_io::input::{read_text_limited, MAX_TEXT_FILE};
 use memtrace_io::output::write_atomically;
-use memtrace_tracer::ElfImage;
+use memtrace_tracer::{Arch, ElfImage};
 use serde::{Deserialize, Serialize};
 
 use crate::bail;
@@ -158,6 +158,8 @@ impl Baseline {
 pub struct TableOptions {
     /// The kernel binary.
     pub elf: PathBuf,
+    /// The core to trace it on (`None`: the one it was built for).
+    pub target: Option<Arch>,
     /// The baseline file to write.
     pub out: PathBuf,
     /// Leave out the binary's built-in layers.
@@ -195,7 +197,10 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
     } else {
         None
     };
-    let image = ElfImage::load(&opts.elf)?;
+    let mut image = ElfImage::load(&opts.elf)?;
+    if let Some(target) = opts.target {
+        image = image.on_target(target)?;
+    }
     if specs.as_ref().is_some_and(|s| !s.is_empty()) {
         require_job_mailbox(&image)?;
     }

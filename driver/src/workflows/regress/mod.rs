@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use memtrace_abi::LayerSpec;
-use memtrace_tracer::ElfImage;
+use memtrace_tracer::{Arch, ElfImage};
 use serde::Serialize;
 
 use crate::failed;
@@ -48,6 +48,9 @@ pub struct RegressOptions {
     pub baseline: PathBuf,
     /// The new build of the kernel binary.
     pub elf: PathBuf,
+    /// The core to trace it on; given, a baseline of another core is
+    /// compared across cores instead of refused.
+    pub target: Option<Arch>,
     /// Worker threads (default: all cores).
     pub jobs: Option<usize>,
     /// Stop a guest that runs longer than this many instructions.
@@ -198,14 +201,18 @@ pub fn regress(opts: &RegressOptions) -> Result<RegressReport> {
             opts.baseline.display()
         );
     }
-    let image = ElfImage::load(&opts.elf)?;
-    if baseline.arch != image.arch.name() {
+    let mut image = ElfImage::load(&opts.elf)?;
+    if let Some(target) = opts.target {
+        image = image.on_target(target)?;
+    } else if baseline.arch != image.arch.name() {
         crate::bail!(
             "{} was traced on {} but {} is {}: a baseline only says what a build of the same \
-             architecture must keep (write one for this ELF with `memtrace table`)",
+             core must keep; to compare across cores, name the core with --target {} (or \
+             write a baseline for this ELF with `memtrace table`)",
             opts.baseline.display(),
             baseline.arch,
             opts.elf.display(),
+            image.arch.name(),
             image.arch.name()
         );
     }
@@ -296,7 +303,7 @@ impl RegressReport {
         let mut lines = Vec::new();
         if self.arch != self.baseline_arch {
             lines.push(format!(
-                "WARNING: the baseline was traced on {} and {} is {}",
+                "NOTE: compared across cores: the baseline was traced on {} and {} on {}",
                 self.baseline_arch, self.elf, self.arch
             ));
         }
