@@ -2,16 +2,18 @@
 """The per-core table of docs/kernels.md, measured by memtrace itself.
 
 For the MLPerf Tiny models and TFLM's person_detect (../shared/models), on
-every Arm core (harness-c/build/<core>/, `make -C harness-c cores`) and both
-kernel builds of real TFLM, runs
+every Arm core (harness-c/build/<core>/, `make -C harness-c cores`) with both
+kernel builds of real TFLM, and on 32-bit RISC-V with its reference kernels
+(CMSIS-NN is Arm's library), runs
 
     memtrace verify MODEL --kernels K --target CORE --format json
 
 and prints one Markdown row per (model, kernels, core): TFLM's own plan
 (head and tail), the arena to allocate for memtrace's plan (the one `plan
 --format json` reports as `arena_to_allocate`; verify proves that plan and
-measures the same arena), whether the plan verified bit-exact, and the
-operators whose traced O_s differ from the Cortex-M4's.
+measures the same arena), whether the plan verified bit-exact, the
+instructions of TFLM's own plan's run, and the operators whose traced O_s
+differ from the Cortex-M4's.
 
     scripts/cores-table.py [--memtrace PATH] [--core cortex-m0 ...]
                            [--model NAME.tflite ...] [--kernels tflm ...]
@@ -36,7 +38,9 @@ MODELS = [
     "mlperf_tiny_ad_fc_autoencoder_int8.tflite",
     "tflm_person_detect.tflite",
 ]
-CORES = ["cortex-m0", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33"]
+CORES = ["cortex-m0", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "riscv32"]
+# Cores without CMSIS-NN (Arm's library): only the reference kernels run there.
+NO_CMSIS_NN = {"riscv32"}
 KERNELS = ["tflm", "cmsis-nn"]
 BASE_CORE = "cortex-m4"
 
@@ -91,15 +95,16 @@ def differing(report, base):
 
 def row(model, kernels, core, report, base):
     if report is None:
-        return f"| {model} | {kernels} | {core} | — | — | — | failed | — |"
+        return f"| {model} | {kernels} | {core} | — | — | — | — | failed | — |"
     ref = report["reference"]
     arena = (report.get("arena_to_allocate") or {}).get("arena") or {}
     oracle = report.get("oracle")
     exact = "yes" if report["bit_exact"] and (oracle is None or oracle["bit_exact"]) else "NO"
     verdict = exact if report["ok"] else "FAILED"
     diffs = differing(report, base) if base else "—"
+    instructions = f"{ref['instructions']:,}".replace(",", " ")
     return (f"| {model} | {kernels} | {core} | {ref['head_bytes']} | {ref['tail_bytes']} | "
-            f"{arena.get('bytes', '—')} | {verdict} | {diffs} |")
+            f"{arena.get('bytes', '—')} | {instructions} | {verdict} | {diffs} |")
 
 
 def main():
@@ -112,14 +117,15 @@ def main():
     cores = args.core or CORES
     if BASE_CORE not in cores:
         cores = [BASE_CORE] + cores
-    print("| model | kernels | core | TFLM head B | TFLM tail B | DMO arena B | "
+    print("| model | kernels | core | TFLM head B | TFLM tail B | DMO arena B | instructions | "
           "bit-exact (plan, oracle) | operators whose O_s differ from the M4's (M4→core) |")
-    print("|---|---|---|---:|---:|---:|---|---|")
+    print("|---|---|---|---:|---:|---:|---:|---|---|")
     for model in args.model or MODELS:
         short = model.removesuffix(".tflite")
         for kernels in args.kernels or KERNELS:
-            here = [c for c in cores if built(c, kernels)]
-            for c in cores:
+            runs_on = [c for c in cores if not (kernels == "cmsis-nn" and c in NO_CMSIS_NN)]
+            here = [c for c in runs_on if built(c, kernels)]
+            for c in runs_on:
                 if c not in here:
                     sys.stderr.write(f"skipped: {kernels} on {c} (runner not built: "
                                      f"make -C harness-c cores CORES={c})\n")

@@ -14,6 +14,7 @@ mod models {
     pub mod hardening;
     pub mod one_traced_source;
     pub mod plan_files;
+    pub mod riscv;
     pub mod tflm_runtime;
     pub mod trace_cache;
     pub mod verify_cmsis;
