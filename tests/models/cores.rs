@@ -96,13 +96,17 @@ fn each_core_guest_is_built_for_its_core_and_runs_as_it() {
             "--job",
             "op=relu,dtype=int8,input=1x3x5x7",
         ]);
-        assert_eq!(r["arch"], core);        // The reference kernels' built-in layers on this core: the trace's
-        // O_s equal the loop-nest algorithm's, a second method that knows
-        // nothing of the core.
+        assert_eq!(r["arch"], core); // The reference kernels' built-in layers on this core: the trace's
+                                     // O_s equal the loop-nest algorithm's, a second method that knows
+                                     // nothing of the core.
         let reference = json_of(&["run", path_str(&guest(core, "suite"))]);
         for l in layers(&reference) {
             let o = &l["overlap"];
-            assert_eq!(o["monotone_bytes"], o["algorithmic_bytes"], "{core} {}", l["name"]);
+            assert_eq!(
+                o["monotone_bytes"], o["algorithmic_bytes"],
+                "{core} {}",
+                l["name"]
+            );
         }
     }
 }
