@@ -78,11 +78,11 @@ fn an_object_file_is_said_to_be_not_linked() {
 
 #[test]
 fn an_unsupported_architecture_is_rejected() {
-    // The Cortex-M4 suite relabelled as RISC-V (e_machine = 243).
+    // The Cortex-M4 suite relabelled as MIPS (e_machine = 8).
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("riscv.elf");
+    let file = dir.path().join("mips.elf");
     let mut bytes = std::fs::read(guest("cortex-m4", "suite")).unwrap();
-    bytes[18..20].copy_from_slice(&243u16.to_le_bytes());
+    bytes[18..20].copy_from_slice(&8u16.to_le_bytes());
     std::fs::write(&file, &bytes).unwrap();
     let err = fails(&["run", p(&file)]);
     assert!(err.contains("unsupported architecture"), "{err}");
