@@ -81,9 +81,15 @@ fn main() {
             "cargo:warning={probe} is missing: the per-core tests will be ignored; run `make -C harness-c cores-tested`"
         );
     }
-    // The RISC-V suite and reference-kernel runner (also `cores-tested`).
+    // The RISC-V suite, reference-kernel runner and error guests (also
+    // `cores-tested`).
     println!("cargo:rustc-check-cfg=cfg(no_riscv)");
-    for elf in ["suite.elf", "tflm-runner.elf"] {
+    for elf in [
+        "suite.elf",
+        "tflm-runner.elf",
+        "fault.elf",
+        "stack-overflow.elf",
+    ] {
         let probe = format!("harness-c/build/riscv32/{elf}");
         println!("cargo:rerun-if-changed={probe}");
         if !std::path::Path::new(&probe).exists() {

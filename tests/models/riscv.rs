@@ -162,6 +162,33 @@ fn a_binary_runs_only_on_the_instruction_set_it_was_built_for() {
     no_riscv,
     ignore = "RISC-V guests not built: make -C harness-c cores-tested"
 )]
+fn a_riscv_guest_fault_and_stack_overflow_name_the_line_and_the_caller() {
+    // The call chain comes from unwinding RV32 frames with the ELF's DWARF
+    // call-frame information; the lines are the guests' own.
+    let out = memtrace(["run", path_str(&guest("riscv32", "fault"))]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("guest fault in layer `fault`")
+            && err.contains("`read_unmapped` (guests/fault.c:")
+            && err.contains("called from `main` (guests/fault.c:")
+            && err.contains("read of unmapped address 0x70000000"),
+        "{err}"
+    );
+    let out = memtrace(["run", path_str(&guest("riscv32", "stack-overflow"))]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("stack overflow") && err.contains("`descend` (guests/stack_overflow.c:"),
+        "{err}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    no_riscv,
+    ignore = "RISC-V guests not built: make -C harness-c cores-tested"
+)]
 fn cmsis_nn_is_refused_on_riscv32_with_the_reason() {
     let out = memtrace([
         "run",
