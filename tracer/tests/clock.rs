@@ -1,5 +1,5 @@
 //! The exact instruction clock: block lengths + per-block decoding (Thumb-2,
-//! x86-64) must give the same time for every event as counting each
+//! RISC-V, x86-64) must give the same time for every event as counting each
 //! instruction with a code hook, except where Unicorn's code hook does not
 //! count retired instructions (failed IT-block instructions, `rep` passes).
 
@@ -225,4 +225,19 @@ fn x86_64_rep_string_instruction_is_one_instruction() {
     let extra: u64 = reps.iter().map(|r| r.2).sum();
     assert_eq!(slow_n[1] - fast_n[1], extra, "layer instructions");
     assert_eq!(slow_n[0] - fast_n[0], extra, "whole-program instructions");
+}
+
+/// RISC-V has neither IT blocks nor repeated instructions: the block clock
+/// (instruction lengths from each first halfword, compressed or not) and the
+/// per-instruction hook agree on every event and every count, the whole
+/// program included. The guest comes from `make -C harness-c riscv32`
+/// (`cores-tested`, which `make test` builds first).
+#[test]
+fn riscv_block_clock_equals_per_instruction_hooks() {
+    let image = ElfImage::load(&guest("riscv32", "suite.elf")).unwrap();
+    for spec in SPECS {
+        let ((fast, fast_n), (slow, slow_n)) = both_clocks(&image, spec);
+        assert_eq!(fast, slow, "{spec}");
+        assert_eq!(fast_n, slow_n, "{spec}");
+    }
 }
