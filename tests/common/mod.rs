@@ -9,6 +9,29 @@ use serde_json::Value;
 
 pub mod unit_tests;
 
+/// A public model of `../shared/models/` (never copied into the repository).
+pub fn shared_model(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/models")
+        .join(name);
+    assert!(p.exists(), "{} is missing", p.display());
+    p.display().to_string()
+}
+
+/// `memtrace ARGS --format json`, which must succeed: its report.
+pub fn json_ok(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--format", "json"]);
+    let out = memtrace(&all);
+    assert!(
+        out.status.success(),
+        "memtrace {}: {}",
+        all.join(" "),
+        stderr(&out)
+    );
+    json(&out)
+}
+
 /// Path of a guest built by the harness, e.g. `guest("cortex-m4", "suite")`.
 pub fn guest(target: &str, name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

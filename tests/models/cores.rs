@@ -17,7 +17,7 @@ use crate::common;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use common::{guest, json, memtrace, path_str, stderr, u};
+use common::{guest, json, json_ok, memtrace, path_str, shared_model, stderr, u};
 use serde_json::Value;
 
 /// The Arm cores, smallest first.
@@ -30,24 +30,7 @@ const ARM_CORES: [&str; 5] = [
 ];
 
 fn kws() -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models/mlperf_tiny_kws_ds_cnn_int8.tflite");
-    assert!(path.exists(), "{} is missing", path.display());
-    path.to_str().unwrap().to_owned()
-}
-
-/// `memtrace ARGS --format json`, which must succeed.
-fn json_of(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["--format", "json"]);
-    let out = memtrace(&all);
-    assert!(
-        out.status.success(),
-        "memtrace {}: {}",
-        all.join(" "),
-        stderr(&out)
-    );
-    json(&out)
+    shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite")
 }
 
 /// The model traced on real TFLM's CMSIS-NN kernels of `core`, once per
@@ -57,7 +40,7 @@ fn model_run(core: &str) -> Value {
     let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
     runs.get_or_insert_with(HashMap::new)
         .entry(core.to_owned())
-        .or_insert_with(|| json_of(&["run", &kws(), "--kernels", "cmsis-nn", "--target", core]))
+        .or_insert_with(|| json_ok(&["run", &kws(), "--kernels", "cmsis-nn", "--target", core]))
         .clone()
 }
 
@@ -90,7 +73,7 @@ fn each_core_guest_is_built_for_its_core_and_runs_as_it() {
             assert_eq!(readelf_cpu_arch(&path), arch, "{}", path.display());
         }
         // The report names the core the ELF's attributes name.
-        let r = json_of(&[
+        let r = json_ok(&[
             "run",
             path_str(&guest(core, "suite-cmsis")),
             "--job",
@@ -99,7 +82,7 @@ fn each_core_guest_is_built_for_its_core_and_runs_as_it() {
         assert_eq!(r["arch"], core); // The reference kernels' built-in layers on this core: the trace's
                                      // O_s equal the loop-nest algorithm's, a second method that knows
                                      // nothing of the core.
-        let reference = json_of(&["run", path_str(&guest(core, "suite"))]);
+        let reference = json_ok(&["run", path_str(&guest(core, "suite"))]);
         for l in layers(&reference) {
             let o = &l["overlap"];
             assert_eq!(
@@ -146,9 +129,9 @@ fn a_binary_runs_only_on_cores_that_implement_its_build_attributes() {
     }
     let job = "op=relu,dtype=int8,input=1x3x5x7";
     let m0 = guest("cortex-m0", "suite");
-    let own = json_of(&["run", path_str(&m0), "--job", job]);
+    let own = json_ok(&["run", path_str(&m0), "--job", job]);
     for core in ["cortex-m4", "cortex-m33"] {
-        let r = json_of(&["run", path_str(&m0), "--job", job, "--target", core]);
+        let r = json_ok(&["run", path_str(&m0), "--job", job, "--target", core]);
         assert_eq!(r["arch"], core);
         // The same code on another core: the same instructions and accesses.
         assert_eq!(r["instructions"], own["instructions"], "{core}");
@@ -176,7 +159,7 @@ fn a_binary_runs_only_on_cores_that_implement_its_build_attributes() {
 fn every_arm_core_verifies_kws_on_cmsis_nn_bit_exact_with_the_oracle() {
     let mut instructions = Vec::new();
     for core in ARM_CORES {
-        let r = json_of(&["verify", &kws(), "--kernels", "cmsis-nn", "--target", core]);
+        let r = json_ok(&["verify", &kws(), "--kernels", "cmsis-nn", "--target", core]);
         assert_eq!(r["target"], core);
         assert!(
             r["runner"].as_str().unwrap().contains(&format!("/{core}/")),
@@ -226,6 +209,41 @@ fn job_text(spec: &Value) -> String {
     items.join(",")
 }
 
+/// `plan MODEL(KWS) --kernels KERNELS --target A,B,...` as JSON, also
+/// written to `file` for `verify --plan`; its provenance names every core.
+pub(crate) fn plan_for_cores(kernels: &str, cores: &[&str], file: &std::path::Path) -> Value {
+    let targets = cores.join(",");
+    let out = memtrace([
+        "plan",
+        &kws(),
+        "--kernels",
+        kernels,
+        "--target",
+        &targets,
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(file, &out.stdout).unwrap();
+    let plan = json(&out);
+    assert_eq!(plan["provenance"]["target"], targets);
+    plan
+}
+
+/// Operator `op`'s traced monotone O_s in each of `runs` (`run MODEL`'s
+/// per-layer reports), in order.
+pub(crate) fn traced_overlaps(runs: &[Value], op: usize) -> Vec<u64> {
+    runs.iter()
+        .map(|r| {
+            let layer = layers(r)
+                .iter()
+                .find(|l| l["name"].as_str().unwrap().starts_with(&format!("{op}:")))
+                .unwrap_or_else(|| panic!("operator {op} was not traced"));
+            u(&layer["overlap"]["monotone_bytes"])
+        })
+        .collect()
+}
+
 /// The traced layers of a model run with their spec, O_s and scratch.
 fn layers(run: &Value) -> &Vec<Value> {
     run["layers"].as_array().expect("layers")
@@ -254,7 +272,7 @@ fn cmsis_nn_pure_c_and_dsp_paths_give_a_layer_other_overlap_in_the_model_and_the
         // The same layer through the kernel suite built with CMSIS-NN for
         // each core: the difference is the library's code path, not TFLM's.
         let suite = |core: &str| {
-            let r = json_of(&["run", path_str(&guest(core, "suite-cmsis")), "--job", spec]);
+            let r = json_ok(&["run", path_str(&guest(core, "suite-cmsis")), "--job", spec]);
             let layer = r["layers"][0].clone();
             assert_eq!(layer["library"], "CMSIS-NN", "{core} {spec}");
             layer["overlap"]["monotone_bytes"].clone()
@@ -277,36 +295,14 @@ fn one_plan_for_three_cores_takes_the_smallest_overlap_and_verifies_on_each() {
     let cores = ["cortex-m0", "cortex-m4", "cortex-m33"];
     let dir = tempfile::tempdir().unwrap();
     let plan_file = dir.path().join("plan.json");
-    let out = memtrace([
-        "plan",
-        &kws(),
-        "--kernels",
-        "cmsis-nn",
-        "--target",
-        &cores.join(","),
-        "--format",
-        "json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    std::fs::write(&plan_file, &out.stdout).unwrap();
-    let plan = json(&out);
-    assert_eq!(plan["provenance"]["target"], cores.join(","));
+    let plan = plan_for_cores("cmsis-nn", &cores, &plan_file);
     // Each operator's O_s is the smallest the model's own traced runs on
     // the three cores give it (`run`, the per-layer report).
     let runs: Vec<Value> = cores.iter().map(|c| model_run(c)).collect();
     let planned = plan["op_overlap_bytes"].as_array().unwrap();
     let mut below_m4 = 0;
     for (op, bytes) in planned.iter().enumerate() {
-        let traced: Vec<u64> = runs
-            .iter()
-            .map(|r| {
-                let layer = layers(r)
-                    .iter()
-                    .find(|l| l["name"].as_str().unwrap().starts_with(&format!("{op}:")))
-                    .unwrap_or_else(|| panic!("operator {op} was not traced"));
-                u(&layer["overlap"]["monotone_bytes"])
-            })
-            .collect();
+        let traced = traced_overlaps(&runs, op);
         let smallest = *traced.iter().min().unwrap();
         assert_eq!(u(bytes), smallest, "operator {op}: {traced:?}");
         below_m4 += usize::from(smallest < traced[1]);
@@ -315,7 +311,7 @@ fn one_plan_for_three_cores_takes_the_smallest_overlap_and_verifies_on_each() {
     // verify --plan proves the one plan on each core, and refuses it on a
     // core it was not made for.
     for core in cores {
-        let r = json_of(&[
+        let r = json_ok(&[
             "verify",
             &kws(),
             "--kernels",

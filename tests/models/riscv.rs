@@ -15,28 +15,13 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{guest, json, memtrace, path_str, stderr, u};
+use common::{guest, json, json_ok, memtrace, path_str, shared_model, stderr, u};
 use serde_json::Value;
 
-fn kws() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models/mlperf_tiny_kws_ds_cnn_int8.tflite");
-    assert!(path.exists(), "{} is missing", path.display());
-    path.to_str().unwrap().to_owned()
-}
+use super::cores::{plan_for_cores, traced_overlaps};
 
-/// `memtrace ARGS --format json`, which must succeed.
-fn json_of(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["--format", "json"]);
-    let out = memtrace(&all);
-    assert!(
-        out.status.success(),
-        "memtrace {}: {}",
-        all.join(" "),
-        stderr(&out)
-    );
-    json(&out)
+fn kws() -> String {
+    shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite")
 }
 
 /// The ELF header as binutils reads it (independently of memtrace).
@@ -75,7 +60,7 @@ fn the_riscv_suite_is_rv32_code_whose_overlaps_match_the_algorithm_and_the_corte
         header.contains("ELF32") && header.contains("RISC-V"),
         "{header}"
     );
-    let rv = json_of(&["run", path_str(&suite)]);
+    let rv = json_ok(&["run", path_str(&suite)]);
     assert_eq!(rv["arch"], "riscv32");
     let layers = rv["layers"].as_array().unwrap();
     assert!(layers.len() >= 5, "{} layers", layers.len());
@@ -98,7 +83,7 @@ fn the_riscv_suite_is_rv32_code_whose_overlaps_match_the_algorithm_and_the_corte
     // Third: the same reference kernels compiled for the Cortex-M4 walk
     // memory in the same order, so each layer keeps its O_s, while the
     // instruction counts show two different programs ran.
-    let m4 = json_of(&["run", path_str(&guest("cortex-m4", "suite"))]);
+    let m4 = json_ok(&["run", path_str(&guest("cortex-m4", "suite"))]);
     assert_eq!(exact_overlaps(&rv), exact_overlaps(&m4));
     assert_ne!(rv["instructions"], m4["instructions"]);
 }
@@ -212,7 +197,7 @@ fn cmsis_nn_is_refused_on_riscv32_with_the_reason() {
     ignore = "RISC-V guests not built: make -C harness-c cores-tested"
 )]
 fn kws_verifies_on_riscv32_bit_exact_with_the_oracle() {
-    let r = json_of(&["verify", &kws(), "--target", "riscv32"]);
+    let r = json_ok(&["verify", &kws(), "--target", "riscv32"]);
     assert_eq!(r["target"], "riscv32");
     assert!(
         r["runner"].as_str().unwrap().contains("/riscv32/"),
@@ -238,42 +223,16 @@ fn one_plan_for_a_cortex_m_and_a_riscv_core_verifies_on_each() {
     let cores = ["cortex-m4", "riscv32"];
     let dir = tempfile::tempdir().unwrap();
     let plan_file = dir.path().join("plan.json");
-    let out = memtrace([
-        "plan",
-        &kws(),
-        "--target",
-        &cores.join(","),
-        "--format",
-        "json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    std::fs::write(&plan_file, &out.stdout).unwrap();
-    let plan = json(&out);
-    assert_eq!(plan["provenance"]["target"], cores.join(","));
+    let plan = plan_for_cores("tflm", &cores, &plan_file);
     // Each operator's planned O_s is the smallest of the model's own traced
     // runs on the two cores (`run`'s per-layer report).
     let runs: Vec<Value> = cores
         .iter()
-        .map(|c| json_of(&["run", &kws(), "--target", c]))
+        .map(|c| json_ok(&["run", &kws(), "--target", c]))
         .collect();
-    for (op, bytes) in plan["op_overlap_bytes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .enumerate()
-    {
-        let traced: Vec<u64> = runs
-            .iter()
-            .map(|r| {
-                let layer = r["layers"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|l| l["name"].as_str().unwrap().starts_with(&format!("{op}:")))
-                    .unwrap_or_else(|| panic!("operator {op} was not traced"));
-                u(&layer["overlap"]["monotone_bytes"])
-            })
-            .collect();
+    let planned = plan["op_overlap_bytes"].as_array().unwrap();
+    for (op, bytes) in planned.iter().enumerate() {
+        let traced = traced_overlaps(&runs, op);
         assert_eq!(
             u(bytes),
             *traced.iter().min().unwrap(),
@@ -281,7 +240,7 @@ fn one_plan_for_a_cortex_m_and_a_riscv_core_verifies_on_each() {
         );
     }
     for core in cores {
-        let r = json_of(&[
+        let r = json_ok(&[
             "verify",
             &kws(),
             "--target",
