@@ -17,18 +17,20 @@ DEMO_OUT ?= demo-out
 ORACLE_VENV ?= $(HOME)/.cache/memtrace-venv
 
 # Debian packages: the emulator build (cmake, libclang for bindgen), the
-# Cortex-M cross compiler with its C and C++ libraries, the RISC-V cross
-# compiler and its C library (picolibc), host C/C++, musl's static libc.a
-# (libm without IFUNCs for the x86-64 TFLM runner).
+# Cortex-M cross compiler with its C and C++ libraries, host C/C++, musl's
+# static libc.a (libm without IFUNCs for the x86-64 TFLM runner).
 APT_PACKAGES := cmake libclang-dev gcc-arm-none-eabi libnewlib-arm-none-eabi \
-    libstdc++-arm-none-eabi-newlib gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf \
-    gcc g++ musl-dev make python3 python3-venv ruby
+    libstdc++-arm-none-eabi-newlib gcc g++ musl-dev make python3 python3-venv ruby
+# Only for the other cores (`cores`, `cores-tested`, so `make test`, never
+# `make demo`): the RISC-V cross compiler and its C library, picolibc (1 GB
+# of multilibs installed).
+CORE_APT_PACKAGES := gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf
 
 # Where `make install` links the binary (the usual place of per-user
 # executables; pip and cargo-binstall use it too).
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: all demo demo-guests test bench lint fuzz deps guests cores cores-tested build install link oracle wheel clean
+.PHONY: all demo demo-guests test bench lint fuzz deps core-deps guests cores cores-tested build install link oracle wheel clean
 
 all: build
 
@@ -45,11 +47,14 @@ guests: deps
 # scripts/cores-table.py (`cores`), or what tests/models/cores.rs and
 # riscv.rs run (`cores-tested`, which `make test` builds).
 # Never built by `make build` or `make demo`.
-cores: deps
+cores: deps core-deps
 	$(MAKE) -C harness-c -j2 cores
 
-cores-tested: deps
+cores-tested: deps core-deps
 	$(MAKE) -C harness-c -j2 cores-tested
+
+core-deps:
+	@bash scripts/install-deps.sh $(CORE_APT_PACKAGES)
 
 build: deps guests
 	$(CARGO) build --release --workspace
