@@ -68,21 +68,26 @@ pub fn check_json(elf: &Path, extra: &[&str]) -> (Value, i32) {
 /// One copy of CMSIS-NN's convolve_s8 suite, its test source edited by
 /// `plant`, built against the unit tests' runner, Unity and library.
 pub fn planted_suite(dir: &Path, plant: impl Fn(&str) -> String) -> (PathBuf, String) {
+    planted_copy(dir, "test_arm_convolve_s8", plant)
+}
+
+/// One copy of the unit-test suite `suite` (`test_arm_svdf_s8`), its test
+/// source edited by `plant`, built against the unit tests' runner, Unity
+/// and library.
+pub fn planted_copy(dir: &Path, suite: &str, plant: impl Fn(&str) -> String) -> (PathBuf, String) {
     let cases = dir.join("TestCases");
-    let suite = cases.join("test_arm_convolve_s8");
-    std::fs::create_dir_all(suite.join("Unity")).unwrap();
-    let original = tests_dir().join("test_arm_convolve_s8");
+    let copy = cases.join(suite);
+    std::fs::create_dir_all(copy.join("Unity")).unwrap();
+    let original = tests_dir().join(suite);
     // The test data and helpers are read where they are, never copied.
     for shared in ["TestData", "Utils"] {
         std::os::unix::fs::symlink(tests_dir().join(shared), cases.join(shared)).unwrap();
     }
-    std::fs::copy(
-        original.join("Unity/unity_test_arm_convolve_s8.c"),
-        suite.join("Unity/unity_test_arm_convolve_s8.c"),
-    )
-    .unwrap();
-    let source = plant(&std::fs::read_to_string(original.join("test_arm_convolve_s8.c")).unwrap());
-    std::fs::write(suite.join("test_arm_convolve_s8.c"), &source).unwrap();
+    let unity_file = format!("Unity/unity_{suite}.c");
+    std::fs::copy(original.join(&unity_file), copy.join(&unity_file)).unwrap();
+    let test_file = format!("{suite}.c");
+    let source = plant(&std::fs::read_to_string(original.join(&test_file)).unwrap());
+    std::fs::write(copy.join(&test_file), &source).unwrap();
     let built = unit_tests();
     let cmsis =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/third_party/cmsis-nn/Include");
@@ -90,9 +95,9 @@ pub fn planted_suite(dir: &Path, plant: impl Fn(&str) -> String) -> (PathBuf, St
     let elf = dir.join("planted.elf");
     let include = |p: &Path| format!("-I{}", p.display());
     compile(
-        &[&suite.join("Unity/unity_test_arm_convolve_s8.c")],
+        &[&copy.join(&unity_file)],
         &[
-            built.join("obj/test_arm_convolve_s8_runner.o"),
+            built.join(format!("obj/{suite}_runner.o")),
             built.join("unity.o"),
             built.join("libcmsis-nn.a"),
         ],

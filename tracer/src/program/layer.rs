@@ -11,7 +11,9 @@
 //! the memory contract), in program order.
 //!
 //! One window at a time: a function the open one calls belongs to it (a
-//! wrapper's kernel, an operator's CMSIS-NN calls).
+//! wrapper's kernel, an LSTM's elementwise and activation kernels, an
+//! operator's CMSIS-NN calls), and the API functions entered while it is
+//! open are counted as its inner calls.
 
 use std::sync::Arc;
 
@@ -21,6 +23,7 @@ use memtrace_abi::event::STRAY_WRITES_UNWOUND;
 use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
 use memtrace_abi::spec::LayerSpec;
 
+use super::report::InnerCall;
 use super::{reg, stack_here, Layout, Uc};
 use crate::arch::Machine;
 use crate::machine::emulator_error;
@@ -111,6 +114,7 @@ struct OpenLayer {
     reads: Option<ReadWatch>,
     hook: Option<unicorn_engine::UcHookId>,
     unwound: u32,
+    inner: Vec<InnerCall>,
 }
 
 /// What a window saw, handed to its owner at the close.
@@ -120,6 +124,8 @@ pub(super) struct Closed {
     /// The program ended inside it.
     pub unfinished: bool,
     pub reads: Option<ReadWatch>,
+    /// The API functions entered inside it, in order of their first call.
+    pub inner_calls: Vec<InnerCall>,
 }
 
 /// The layers of one run: where their messages go, the next index, the
@@ -160,6 +166,24 @@ pub(super) fn is_open(uc: &Uc<'_, '_>) -> bool {
         .layers
         .as_ref()
         .is_some_and(|l| l.open.is_some())
+}
+
+/// Counts an entry of the API function `function` inside the open window
+/// (its accesses are already the window's); `false` when none is open.
+pub(super) fn inner_call(uc: &mut Uc<'_, '_>, function: &'static str) -> bool {
+    let Some(open) = uc
+        .get_data_mut()
+        .layers
+        .as_mut()
+        .and_then(|l| l.open.as_mut())
+    else {
+        return false;
+    };
+    match open.inner.iter_mut().find(|c| c.function == function) {
+        Some(c) => c.calls += 1,
+        None => open.inner.push(InnerCall { function, calls: 1 }),
+    }
+    true
 }
 
 /// Opens `window` at the instruction `t0` instructions into the run: the
@@ -207,6 +231,7 @@ pub(super) fn open(uc: &mut Uc<'_, '_>, window: Window, t0: u64, pc: u64) -> Opt
         reads: window.reads,
         hook: None,
         unwound: 0,
+        inner: Vec::new(),
     });
     match uc.add_mem_hook(HookType::MEM_READ | HookType::MEM_WRITE, 1, 0, on_access) {
         Ok(h) => {
@@ -304,6 +329,7 @@ pub(super) fn close(uc: &mut Uc<'_, '_>, pc: u64, unfinished: bool) -> Option<Cl
         instructions,
         unfinished,
         reads: open.reads,
+        inner_calls: open.inner,
     })
 }
 

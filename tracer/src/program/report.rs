@@ -113,6 +113,17 @@ pub struct StrayRead {
     pub object: Option<(String, u64)>,
 }
 
+/// An API function of the table called inside another layer's window (a
+/// wrapper's kernel, an LSTM's elementwise kernels, an operator's CMSIS-NN
+/// calls): no layer of its own, its accesses are the enclosing layer's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InnerCall {
+    /// The API function.
+    pub function: &'static str,
+    /// How often it was entered inside the window.
+    pub calls: u64,
+}
+
 /// A CMSIS-NN API call the program made (`run_program_with`).
 #[derive(Clone, Debug)]
 pub struct TracedCall {
@@ -138,6 +149,8 @@ pub struct TracedCall {
     /// What is wrong with the buffers its arguments describe (one not
     /// declared, one reaching past the caller's array).
     pub notes: Vec<String>,
+    /// The API functions it called, whose accesses are its layer's.
+    pub inner_calls: Vec<InnerCall>,
 }
 
 /// An operator invocation of TFLM's interpreter (`run_program_with`).
@@ -167,6 +180,9 @@ pub struct TracedOperator {
     pub unfinished: bool,
     /// Tensors not declared and why.
     pub notes: Vec<String>,
+    /// The CMSIS-NN API functions its kernel called, whose accesses are
+    /// its layer's (when API calls are traced).
+    pub inner_calls: Vec<InnerCall>,
 }
 
 /// TFLM's interpreter in a run that traced its operators.
@@ -380,6 +396,7 @@ fn traced_call(debug: &DebugInfo, image: &ElfImage, r: RawCall) -> TracedCall {
         }),
         unfinished: r.unfinished,
         notes: r.notes,
+        inner_calls: r.inner_calls,
     }
 }
 
@@ -399,5 +416,6 @@ fn traced_operator(debug: &DebugInfo, image: &ElfImage, r: RawOperator) -> Trace
         instructions: r.instructions,
         unfinished: r.unfinished,
         notes: r.notes,
+        inner_calls: r.inner_calls,
     }
 }

@@ -163,6 +163,7 @@ fn operator_text(r: &OperatorReport) -> String {
         overlap_text(layer)
     );
     out.push_str(&super::calls::violation_lines(layer));
+    out.push_str(&super::calls::inner_calls_line(&o.inner_calls));
     for n in &o.notes {
         out.push_str(&format!("  note: {n}\n"));
     }
@@ -220,6 +221,7 @@ pub(super) fn json(report: &TflmReport) -> Value {
                 "instructions": o.instructions,
                 "unfinished": o.unfinished,
                 "notes": o.notes,
+                "inner_calls": super::calls::inner_calls_json(&o.inner_calls),
                 "violates": r.violates(),
                 "layer": r.layer.as_ref().and_then(|l| serde_json::to_value(l).ok()),
             })

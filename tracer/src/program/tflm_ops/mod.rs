@@ -45,6 +45,7 @@ use unicorn_engine::RegisterARM;
 use memtrace_abi::{OpKind, Role};
 
 use super::layer::{self, Closed, LayerBuffer, Owner, Window};
+use super::report::InnerCall;
 use super::{reg, Uc};
 use crate::arch::Machine;
 use crate::debuginfo::TypeLayouts;
@@ -99,6 +100,8 @@ pub struct RawOperator {
     pub unfinished: bool,
     /// Tensors not declared and why.
     pub notes: Vec<String>,
+    /// The CMSIS-NN API functions its kernel called.
+    pub inner_calls: Vec<InnerCall>,
 }
 
 /// The outermost node loop running: what its entry gave.
@@ -192,6 +195,7 @@ impl TflmOps {
         if let Some(r) = self.records.get_mut(record) {
             r.instructions = closed.instructions;
             r.unfinished = closed.unfinished;
+            r.inner_calls = closed.inner_calls.clone();
         }
     }
 }
@@ -484,6 +488,7 @@ fn open_operator(
         instructions: 0,
         unfinished: false,
         notes: Vec::new(),
+        inner_calls: Vec::new(),
     };
     let window = buffers.and_then(|(mut buffers, shapes, mut notes)| {
         buffers.extend(scratch);
