@@ -1,6 +1,7 @@
 //! CMSIS-NN's unit tests for `memtrace check`: the built suites, C programs
 //! compiled with semihosting, and copies of a suite with a bug planted.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -111,4 +112,35 @@ pub fn planted_copy(dir: &Path, suite: &str, plant: impl Fn(&str) -> String) -> 
 pub fn replace_first(text: &str, old: &str, new: &str) -> String {
     assert!(text.contains(old), "`{old}` not in the test source");
     text.replacen(old, new, 1)
+}
+
+/// Every integer `#define` of the headers of the test data `data`
+/// (`TestData/<data>/*.h`; `true` and `false` as 1 and 0).
+pub fn defines(data: &str) -> HashMap<String, i64> {
+    let dir = tests_dir().join("TestData").join(data);
+    let mut out = HashMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.len() == 3 && w[0] == "#define" {
+                let value = match w[2] {
+                    "true" => Some(1),
+                    "false" => Some(0),
+                    v => v.parse().ok(),
+                };
+                if let Some(v) = value {
+                    out.insert(w[1].to_owned(), v);
+                }
+            }
+        }
+    }
+    assert!(!out.is_empty(), "no #define in {}", dir.display());
+    out
+}
+
+/// `P_NAME` of the test data `p` (`svdf_int8` → `SVDF_INT8_NAME`).
+pub fn define(d: &HashMap<String, i64>, data: &str, name: &str) -> u64 {
+    let key = format!("{}_{name}", data.to_uppercase());
+    *d.get(&key).unwrap_or_else(|| panic!("{key} not defined")) as u64
 }

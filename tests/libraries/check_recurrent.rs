@@ -17,7 +17,9 @@ use std::path::Path;
 use std::process::Command;
 
 use common::u;
-use common::unit_tests::{check_json, line_of, planted_copy, replace_first, tests_dir, unit_tests};
+use common::unit_tests::{
+    check_json, define, defines, line_of, planted_copy, replace_first, tests_dir, unit_tests,
+};
 use serde_json::Value;
 
 /// The sizes of the defined symbols of `elf`, as `arm-none-eabi-nm -S`
@@ -37,37 +39,6 @@ fn symbol_sizes(elf: &Path) -> HashMap<String, u64> {
         })
         .filter_map(|(name, size)| Some((name, size?)))
         .collect()
-}
-
-/// Every integer `#define` of the headers of the test data `data`
-/// (`TestData/<data>/*.h`; `true` and `false` as 1 and 0).
-fn defines(data: &str) -> HashMap<String, i64> {
-    let dir = tests_dir().join("TestData").join(data);
-    let mut out = HashMap::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for line in text.lines() {
-            let w: Vec<&str> = line.split_whitespace().collect();
-            if w.len() == 3 && w[0] == "#define" {
-                let value = match w[2] {
-                    "true" => Some(1),
-                    "false" => Some(0),
-                    v => v.parse().ok(),
-                };
-                if let Some(v) = value {
-                    out.insert(w[1].to_owned(), v);
-                }
-            }
-        }
-    }
-    assert!(!out.is_empty(), "no #define in {}", dir.display());
-    out
-}
-
-/// `P_NAME` of the test data `p` (`svdf_int8` → `SVDF_INT8_NAME`).
-fn define(d: &HashMap<String, i64>, data: &str, name: &str) -> u64 {
-    let key = format!("{}_{name}", data.to_uppercase());
-    *d.get(&key).unwrap_or_else(|| panic!("{key} not defined")) as u64
 }
 
 /// Whether the test data's `<data>_biases` array holds only zeros (its
