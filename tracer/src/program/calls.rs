@@ -257,6 +257,7 @@ pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
             count: 0,
             first: None,
         }),
+        owned: Vec::new(),
     };
     let index = layer::open(uc, window, t0, address);
     if let Some(r) = uc

@@ -183,6 +183,12 @@ pub struct TracedOperator {
     /// The CMSIS-NN API functions its kernel called, whose accesses are
     /// its layer's (when API calls are traced).
     pub inner_calls: Vec<InnerCall>,
+    /// The persistent op data its kernel allocated for itself while it
+    /// was initialised and prepared: buffers and bytes. Memory it owns,
+    /// not buffers of its layer.
+    pub persistent: (usize, u64),
+    /// Stores its kernel made there (state kept between invocations).
+    pub persistent_writes: u64,
 }
 
 /// TFLM's interpreter in a run that traced its operators.
@@ -417,5 +423,7 @@ fn traced_operator(debug: &DebugInfo, image: &ElfImage, r: RawOperator) -> Trace
         unfinished: r.unfinished,
         notes: r.notes,
         inner_calls: r.inner_calls,
+        persistent: r.persistent,
+        persistent_writes: r.persistent_writes,
     }
 }
