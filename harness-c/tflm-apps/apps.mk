@@ -59,7 +59,7 @@ APPS_PLATFORM := $(APPS)/obj/debug_log.o $(APPS)/obj/semihosting.o
 .PHONY: tflm-apps tflm-apps-note
 ifneq ($(APPS_FOUND),)
 tflm-apps: $(APPS)/person_detection_test.elf $(APPS)/hello_world_test.elf $(APPS)/person_image.bin \
-    $(APPS)/micro_speech_test.elf $(MS_WINDOWS) \
+    $(APPS)/micro_speech_test.elf micro-speech-windows \
     $(if $(TFLM_CMSIS_NN_FOUND),$(APPS)/person_detection_test_cmsis.elf)
 else
 tflm-apps: tflm-apps-note
@@ -107,6 +107,8 @@ HW_GENERATED := $(HW)/models/hello_world_float_model_data $(HW)/models/hello_wor
 MS_GENERATED := $(addprefix $(MS)/models/,$(addsuffix _model_data,$(MS_MODELS))) \
     $(addprefix $(MS)/testdata/,$(addsuffix _audio_data,$(MS_WAVS)))
 MS_WINDOWS := $(addprefix $(APPS)/micro_speech/,$(addsuffix _window.bin,$(MS_WAVS)))
+.PHONY: micro-speech-windows
+micro-speech-windows: $(MS_WINDOWS)
 
 # --- objects --------------------------------------------------------------------
 # Sources of the tests tree and the generated arrays, each where it lies.
