@@ -164,6 +164,15 @@ fn same_operator(op: &Value, theirs: &Value, what: &str) {
     let ours = &op["layer"];
     assert_eq!(op["op"], theirs["op"], "{what}");
     assert_eq!(op["violates"], false, "{op}");
+    // The operators the runner attributes to CMSIS-NN (by the PCs that
+    // ran, through the DWARF) are those that entered its API inside their
+    // layer (its entries hooked): inner calls, no layers of their own.
+    let inner = op["inner_calls"].as_array().unwrap();
+    assert_eq!(
+        !inner.is_empty(),
+        theirs["library"] == "CMSIS-NN",
+        "{what}: {op}"
+    );
     assert_eq!(buffer_sizes(ours), buffer_sizes(theirs), "{what}");
     let ((forward, reverse), (their_forward, their_reverse)) = (overlap(ours), overlap(theirs));
     assert_eq!(forward, their_forward, "O_s of {what}: {ours} vs {theirs}");
