@@ -16,8 +16,7 @@ use memtrace_abi::spec::LayerSpec;
 
 use super::cmsis_api::layouts::{self, ApiLayouts};
 use super::cmsis_api::{read_call, ApiFunction, CallBuffer, CallSite, Family, API};
-use super::layer::{self, Closed, LayerBuffer, Owner, ReadWatch, Window};
-use super::report::InnerCall;
+use super::layer::{self, Closed, InnerCall, LayerBuffer, Owner, ReadWatch, Window};
 use super::{reg, Uc};
 use crate::arch::Machine;
 use crate::debuginfo::TypeLayouts;

@@ -23,7 +23,6 @@ use memtrace_abi::event::STRAY_WRITES_UNWOUND;
 use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
 use memtrace_abi::spec::LayerSpec;
 
-use super::report::InnerCall;
 use super::{reg, stack_here, Layout, Uc};
 use crate::arch::Machine;
 use crate::machine::emulator_error;
@@ -42,6 +41,17 @@ pub(super) struct LayerBuffer {
     pub base: u64,
     pub size: u64,
     pub elem_size: u32,
+}
+
+/// An API function of the table called inside another layer's window (a
+/// wrapper's kernel, an LSTM's elementwise kernels, an operator's CMSIS-NN
+/// calls): no layer of its own, its accesses are the enclosing layer's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InnerCall {
+    /// The API function.
+    pub function: &'static str,
+    /// How often it was entered inside the window.
+    pub calls: u64,
 }
 
 /// Who opened a window: the index of its record in `calls.rs` or

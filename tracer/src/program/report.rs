@@ -12,6 +12,7 @@ use crate::memcheck::{FindingKind, RawStack};
 use crate::semihosting::Exit;
 
 use super::calls::RawCall;
+pub use super::layer::InnerCall;
 use super::tflm_ops::{RawOperator, TflmInvocation};
 
 /// Why a program stopped without exiting.
@@ -111,17 +112,6 @@ pub struct StrayRead {
     pub size: u64,
     /// The data object it lies in, and the offset into it.
     pub object: Option<(String, u64)>,
-}
-
-/// An API function of the table called inside another layer's window (a
-/// wrapper's kernel, an LSTM's elementwise kernels, an operator's CMSIS-NN
-/// calls): no layer of its own, its accesses are the enclosing layer's.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InnerCall {
-    /// The API function.
-    pub function: &'static str,
-    /// How often it was entered inside the window.
-    pub calls: u64,
 }
 
 /// A CMSIS-NN API call the program made (`run_program_with`).

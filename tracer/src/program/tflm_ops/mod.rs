@@ -48,8 +48,7 @@ use unicorn_engine::RegisterARM;
 
 use memtrace_abi::{OpKind, Role};
 
-use super::layer::{self, Closed, LayerBuffer, Owner, Window};
-use super::report::InnerCall;
+use super::layer::{self, Closed, InnerCall, LayerBuffer, Owner, Window};
 use super::{reg, Uc};
 use crate::arch::Machine;
 use crate::debuginfo::TypeLayouts;
