@@ -7,8 +7,10 @@ Runs every suite `make -C harness-c/unit-tests` built
 Unity's own counts and verdict as memtrace read them from the program's
 output, how the program ended, memcheck's findings by kind (lost blocks
 included), the instructions it retired, and its CMSIS-NN API calls as
-layers (docs/check.md, "API calls as layers"): the calls traced, those that
-break the memory contract, and the largest traced monotone O_s of a call.
+layers (docs/check.md, "API calls as layers"): the calls traced, the API
+calls made inside them (a wrapper's kernel, an LSTM's elementwise kernels:
+no layers of their own), those that break the memory contract, and the
+largest traced monotone O_s of a call.
 
     scripts/unit-tests-table.py [--memtrace PATH] [--build-dir harness-c/build]
 
@@ -68,7 +70,12 @@ def calls_cells(report):
             best = (overlap["monotone_bytes"], overlap["output_bytes"], c["function"])
     largest = f"{best[0]} B of {best[1]} B (`{best[2]}`)" if best else "–"
     traced_cell = f"{len(traced)}" if len(traced) == len(calls) else f"{len(traced)} of {len(calls)}"
-    return traced_cell, str(broken), largest
+    return traced_cell, str(inner_calls(report)), str(broken), largest
+
+
+def inner_calls(report):
+    """API calls made inside the traced calls (their inner calls)."""
+    return sum(i["calls"] for c in report.get("calls") or [] for i in c.get("inner_calls") or [])
 
 
 def unity_cell(report):
@@ -88,28 +95,30 @@ def main():
     if not suites:
         sys.exit("no suites built: make -C harness-c/unit-tests")
     print("| suite | tests | Unity's result | ended | memcheck findings | instructions "
-          "| calls traced | contract broken | largest O_s |")
-    print("|---|---:|---|---|---|---:|---:|---:|---|")
+          "| calls traced | inner calls | contract broken | largest O_s |")
+    print("|---|---:|---|---|---|---:|---:|---:|---:|---|")
     totals = collections.Counter()
     for elf in suites:
         r = check(args.memtrace, elf)
         end = r["end"]
         ended = f"exit {end['code']}" if end["kind"] == "exit" else end["kind"]
         tests = r["unity"]["tests"] if r["unity"] else "–"
-        traced, broken, largest = calls_cells(r)
+        traced, inner, broken, largest = calls_cells(r)
         print(f"| `{elf.stem}` | {tests} | {unity_cell(r)} | {ended} | {findings_cell(r)} "
               f"| {r['instructions']:,} ".replace(",", " ")
-              + f"| {traced} | {broken} | {largest} |")
+              + f"| {traced} | {inner} | {broken} | {largest} |")
         totals["suites"] += 1
         totals["tests"] += r["unity"]["tests"] if r["unity"] else 0
         totals["with findings"] += r["memcheck"]["errors"] > 0
         totals["calls"] += len(r.get("calls") or [])
         totals["traced"] += sum(1 for c in r.get("calls") or [] if c["layer"])
+        totals["inner"] += int(inner)
         totals["broken"] += int(broken)
     print()
     print(f"{totals['suites']} suites, {totals['tests']} tests; "
           f"{totals['with findings']} suites with memcheck findings; "
-          f"{totals['calls']} CMSIS-NN API calls, {totals['traced']} traced as layers, "
+          f"{totals['calls']} CMSIS-NN API calls, {totals['traced']} traced as layers "
+          f"({totals['inner']} more made inside them), "
           f"{totals['broken']} breaking the memory contract.")
 
 

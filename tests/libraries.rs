@@ -7,6 +7,7 @@ mod common;
 mod libraries {
     pub mod check;
     pub mod check_calls;
+    pub mod check_recurrent;
     pub mod cmsis_releases;
     pub mod kernels_cmsis;
     pub mod regress_cmsis;

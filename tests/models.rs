@@ -7,6 +7,7 @@
 mod common;
 
 mod models {
+    pub mod check_micro_speech;
     pub mod check_tflm_app;
     pub mod cores;
     pub mod deploy;

@@ -8,8 +8,13 @@
 #   build/cortex-m4/tflm-apps/person_detection_test_cmsis.elf   the same on
 #                                                   TFLM's CMSIS-NN kernels
 #   build/cortex-m4/tflm-apps/hello_world_test.elf
+#   build/cortex-m4/tflm-apps/micro_speech_test.elf
 #   build/cortex-m4/tflm-apps/person_image.bin      the person image's pixels,
 #                                                   the model's input bytes
+#   build/cortex-m4/tflm-apps/micro_speech/<wav>_window.bin  the first 30 ms
+#                                                   (480 samples) of each test
+#                                                   WAV: the audio
+#                                                   preprocessor's input bytes
 #
 # Each is what TFLM's own build links for the test: the test source and the
 # example's sources from the tests tree (TFLM_TESTS), unmodified, the arrays
@@ -54,6 +59,7 @@ APPS_PLATFORM := $(APPS)/obj/debug_log.o $(APPS)/obj/semihosting.o
 .PHONY: tflm-apps tflm-apps-note
 ifneq ($(APPS_FOUND),)
 tflm-apps: $(APPS)/person_detection_test.elf $(APPS)/hello_world_test.elf $(APPS)/person_image.bin \
+    $(APPS)/micro_speech_test.elf micro-speech-windows \
     $(if $(TFLM_CMSIS_NN_FOUND),$(APPS)/person_detection_test_cmsis.elf)
 else
 tflm-apps: tflm-apps-note
@@ -75,20 +81,39 @@ $(eval $(call cc_array_rule,$(APPS_EXAMPLES)/person_detection/testdata/person.bm
 $(eval $(call cc_array_rule,$(APPS_EXAMPLES)/person_detection/testdata/no_person.bmp,g_no_person_image_data,$(PD)/testdata/no_person_image_data))
 $(eval $(call cc_array_rule,$(APPS_EXAMPLES)/hello_world/models/hello_world_float.tflite,g_hello_world_float_model_data,$(HW)/models/hello_world_float_model_data))
 $(eval $(call cc_array_rule,$(APPS_EXAMPLES)/hello_world/models/hello_world_int8.tflite,g_hello_world_int8_model_data,$(HW)/models/hello_world_int8_model_data))
+# micro_speech: its two models and its six WAV files (int16 samples, as
+# TFLM's generate_cc_arrays writes them for the test).
+MS := tensorflow/lite/micro/examples/micro_speech
+MS_MODELS := micro_speech_quantized audio_preprocessor_int8
+MS_WAVS := no_1000ms yes_1000ms silence_1000ms noise_1000ms no_30ms yes_30ms
+$(foreach m,$(MS_MODELS),$(eval $(call cc_array_rule,$(APPS_EXAMPLES)/micro_speech/models/$(m).tflite,g_$(m)_model_data,$(MS)/models/$(m)_model_data)))
+$(foreach w,$(MS_WAVS),$(eval $(call cc_array_rule,$(APPS_EXAMPLES)/micro_speech/testdata/$(w).wav,g_$(w)_audio_data,$(MS)/testdata/$(w)_audio_data)))
 
 # The person image's pixels as `memtrace run --input` takes them.
 $(APPS)/person_image.bin: $(APPS_EXAMPLES)/person_detection/testdata/person.bmp ../scripts/cc_array.py
 	@mkdir -p $(@D)
 	$(CC_ARRAY) --bin $< $@
 
+# The first window of each WAV (kFeatureDurationMs = 30 ms at 16 kHz) as the
+# audio preprocessor's input for `memtrace run`.
+MS_WINDOW_SAMPLES := 480
+$(APPS)/micro_speech/%_window.bin: $(APPS_EXAMPLES)/micro_speech/testdata/%.wav ../scripts/cc_array.py
+	@mkdir -p $(@D)
+	$(CC_ARRAY) --bin $< $@ $(MS_WINDOW_SAMPLES)
+
 PD_GENERATED := tensorflow/lite/micro/models/person_detect_model_data \
     $(PD)/testdata/person_image_data $(PD)/testdata/no_person_image_data
 HW_GENERATED := $(HW)/models/hello_world_float_model_data $(HW)/models/hello_world_int8_model_data
+MS_GENERATED := $(addprefix $(MS)/models/,$(addsuffix _model_data,$(MS_MODELS))) \
+    $(addprefix $(MS)/testdata/,$(addsuffix _audio_data,$(MS_WAVS)))
+MS_WINDOWS := $(addprefix $(APPS)/micro_speech/,$(addsuffix _window.bin,$(MS_WAVS)))
+.PHONY: micro-speech-windows
+micro-speech-windows: $(MS_WINDOWS)
 
 # --- objects --------------------------------------------------------------------
 # Sources of the tests tree and the generated arrays, each where it lies.
 # Every object waits for all generated headers (the tests include them).
-APPS_HEADERS := $(addprefix $(APPS_GEN)/,$(addsuffix .h,$(PD_GENERATED) $(HW_GENERATED)))
+APPS_HEADERS := $(addprefix $(APPS_GEN)/,$(addsuffix .h,$(PD_GENERATED) $(HW_GENERATED) $(MS_GENERATED)))
 
 $(APPS)/obj/tests/%.o: $(TFLM_TESTS)/%.cc $(APPS_HEADERS) | check-cortex-m4
 	@mkdir -p $(@D)
@@ -115,6 +140,8 @@ PD_OBJS := $(APPS)/obj/tests/$(PD)/person_detection_test.o $(APPS)/obj/tests/$(P
     $(addprefix $(APPS)/obj/gen/,$(addsuffix .o,$(PD_GENERATED)))
 HW_OBJS := $(APPS)/obj/tests/$(HW)/hello_world_test.o \
     $(addprefix $(APPS)/obj/gen/,$(addsuffix .o,$(HW_GENERATED)))
+MS_OBJS := $(APPS)/obj/tests/$(MS)/micro_speech_test.o \
+    $(addprefix $(APPS)/obj/gen/,$(addsuffix .o,$(MS_GENERATED)))
 
 # The link of TFLM's test programs on a semihosted Cortex-M: newlib's
 # start-up code, heap and stack (no linker script of ours).
@@ -124,6 +151,7 @@ $(APPS)/%.elf: $(APPS_PLATFORM) $(APPS_LIB)
 
 $(APPS)/person_detection_test.elf: $(PD_OBJS)
 $(APPS)/hello_world_test.elf: $(HW_OBJS)
+$(APPS)/micro_speech_test.elf: $(MS_OBJS)
 
 # TFLM's kernel tests of the operators memtrace plans, each its own program
 # (micro_test_v2.h's main), on the reference kernels:

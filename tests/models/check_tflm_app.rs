@@ -14,7 +14,7 @@ use common::{json, memtrace, path_str, stderr, u};
 use serde_json::Value;
 
 /// A program of `make -C harness-c tflm-apps`.
-fn tflm_app(name: &str) -> PathBuf {
+pub fn tflm_app(name: &str) -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("harness-c/build/cortex-m4/tflm-apps")
         .join(name);
@@ -33,7 +33,9 @@ fn person_detect_model() -> PathBuf {
     p
 }
 
-fn check(program: &Path, extra: &[&str]) -> (Value, i32) {
+/// `memtrace check --format json PROGRAM EXTRA…`: the report and the exit
+/// status.
+pub fn check(program: &Path, extra: &[&str]) -> (Value, i32) {
     let mut args = vec!["check", "--format", "json", path_str(program)];
     args.extend_from_slice(extra);
     let out = memtrace(&args);
@@ -44,7 +46,7 @@ fn check(program: &Path, extra: &[&str]) -> (Value, i32) {
 /// `(role, size)` of every buffer of a layer, sorted: the two paths declare
 /// them in different orders (and name them differently: the runner reads
 /// the tensors' names from the model).
-fn buffer_sizes(layer: &Value) -> Vec<(String, u64)> {
+pub fn buffer_sizes(layer: &Value) -> Vec<(String, u64)> {
     let mut v: Vec<(String, u64)> = layer["buffers"]
         .as_array()
         .unwrap()
@@ -56,7 +58,7 @@ fn buffer_sizes(layer: &Value) -> Vec<(String, u64)> {
 }
 
 /// Loads, stores and updates of every buffer, by role and size, sorted.
-fn buffer_counts(layer: &Value) -> Vec<(String, u64, u64, u64, u64)> {
+pub fn buffer_counts(layer: &Value) -> Vec<(String, u64, u64, u64, u64)> {
     let mut v: Vec<_> = layer["buffers"]
         .as_array()
         .unwrap()
@@ -77,7 +79,7 @@ fn buffer_counts(layer: &Value) -> Vec<(String, u64, u64, u64, u64)> {
 
 /// A layer's O_s figures: the pair's sizes and forward O_s, then the
 /// reverse sweep's.
-fn overlap(layer: &Value) -> (Vec<u64>, Vec<u64>) {
+pub fn overlap(layer: &Value) -> (Vec<u64>, Vec<u64>) {
     let o = &layer["overlap"];
     let get = |keys: &[&str]| keys.iter().map(|k| u(&o[*k])).collect();
     (
@@ -162,6 +164,15 @@ fn same_operator(op: &Value, theirs: &Value, what: &str) {
     let ours = &op["layer"];
     assert_eq!(op["op"], theirs["op"], "{what}");
     assert_eq!(op["violates"], false, "{op}");
+    // The operators the runner attributes to CMSIS-NN (by the PCs that
+    // ran, through the DWARF) are those that entered its API inside their
+    // layer (its entries hooked): inner calls, no layers of their own.
+    let inner = op["inner_calls"].as_array().unwrap();
+    assert_eq!(
+        !inner.is_empty(),
+        theirs["library"] == "CMSIS-NN",
+        "{what}: {op}"
+    );
     assert_eq!(buffer_sizes(ours), buffer_sizes(theirs), "{what}");
     let ((forward, reverse), (their_forward, their_reverse)) = (overlap(ours), overlap(theirs));
     assert_eq!(forward, their_forward, "O_s of {what}: {ours} vs {theirs}");
@@ -185,22 +196,23 @@ fn same_operator(op: &Value, theirs: &Value, what: &str) {
 /// TFLM's arena, read from the program's allocator when the loop
 /// returned, against the runner's. The head is the same plan. The tail is
 /// the same allocations, aligned down from the arena's end: the runner's
-/// ends on a 16-byte boundary (its region is 16-aligned, 139264 a
-/// multiple of 16), the program's where the linker put `tensor_arena`.
-/// From the first 16-aligned allocation on, both tails are aligned alike,
-/// so they differ by that first allocation's padding: a difference of
-/// less than 16 B, congruent to the program's end modulo 16 (none when it
-/// too ends on a boundary).
-fn same_arena(arena: &Value, runner: &Value) {
+/// region is 16-aligned, so its arena ends `arena_bytes` mod 16 past a
+/// 16-byte boundary, the program's where the linker put its array. From
+/// the first 16-aligned allocation on, both tails are aligned alike, so
+/// they differ by that first allocation's padding: a difference of less
+/// than 16 B, congruent to the difference of the two ends modulo 16 (none
+/// when they end alike).
+pub fn same_arena(arena: &Value, runner: &Value) {
     assert_eq!(
         u(&arena["head_bytes"]),
         u(&runner["head_bytes"]),
         "{arena} vs {runner}"
     );
     let end = u(&arena["start"]) + u(&arena["arena_bytes"]);
+    let runner_end = u(&runner["arena_bytes"]);
     let tail = u(&arena["tail_bytes"]) as i64 - u(&runner["tail_bytes"]) as i64;
     assert!(
-        tail.abs() < 16 && tail.rem_euclid(16) == (end % 16) as i64,
+        tail.abs() < 16 && tail.rem_euclid(16) == (end as i64 - runner_end as i64).rem_euclid(16),
         "tail {arena} vs {runner}: the arena ends at {end:#x}"
     );
     assert_eq!(

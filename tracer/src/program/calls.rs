@@ -4,7 +4,8 @@
 //! its buffers declared as a `memtrace.h` layer declares them, and the
 //! call is a layer window until it returns (`layer.rs`), with its reads of
 //! the program's data outside its buffers and argument structures watched
-//! (stray reads).
+//! (stray reads). A call made while a window is open opens none: it is
+//! counted as an inner call of the open layer, whose accesses it makes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,10 +14,12 @@ use unicorn_engine::RegisterARM;
 
 use memtrace_abi::spec::LayerSpec;
 
-use super::cmsis_api::{read_call, ApiFunction, CallBuffer, CallSite, API};
-use super::layer::{self, Closed, LayerBuffer, Owner, ReadWatch, Window};
+use super::cmsis_api::layouts::{self, ApiLayouts};
+use super::cmsis_api::{read_call, ApiFunction, CallBuffer, CallSite, Family, API};
+use super::layer::{self, Closed, InnerCall, LayerBuffer, Owner, ReadWatch, Window};
 use super::{reg, Uc};
 use crate::arch::Machine;
+use crate::debuginfo::TypeLayouts;
 use crate::elf::ElfImage;
 use crate::memcheck::Memcheck;
 
@@ -46,6 +49,9 @@ pub struct RawCall {
     /// declared (it overlaps another), one that reaches past the array the
     /// caller passed.
     pub notes: Vec<String>,
+    /// The API functions it called (a wrapper's kernel, an LSTM's
+    /// elementwise kernels).
+    pub inner_calls: Vec<InnerCall>,
 }
 
 /// The calls of one run.
@@ -55,6 +61,8 @@ pub(super) struct Calls {
     /// call outside its buffers are stray: every sized non-code symbol but
     /// the library's own tables.
     objects: Arc<[(u64, u64)]>,
+    /// The layouts of the recurrent families' structures.
+    layouts: ApiLayouts,
     pub(super) records: Vec<RawCall>,
 }
 
@@ -80,9 +88,11 @@ impl Calls {
             .map(|(a, s, _)| (a, a + s))
             .collect();
         objects.sort_unstable();
+        let layouts = structure_layouts(image, &entries);
         Some(Calls {
             entries,
             objects: objects.into(),
+            layouts,
             records: Vec::new(),
         })
     }
@@ -103,7 +113,21 @@ impl Calls {
             r.stray_reads = w.count;
             r.first_stray_read = w.first;
         }
+        r.inner_calls = closed.inner_calls.clone();
     }
+}
+
+/// The layouts of the recurrent families' structures: from the program's
+/// DWARF when it calls one of them (the DWARF is read only then), v7.0.0's
+/// otherwise.
+fn structure_layouts(image: &ElfImage, entries: &HashMap<u64, &'static ApiFunction>) -> ApiLayouts {
+    let recurrent = entries
+        .values()
+        .any(|api| matches!(api.family, Family::Svdf { .. } | Family::Lstm));
+    if !recurrent {
+        return ApiLayouts::V7_0_0;
+    }
+    ApiLayouts::from_types(&TypeLayouts::load(image, &layouts::STRUCTS, &[]))
 }
 
 /// The guest at an API function's entry.
@@ -133,19 +157,24 @@ impl CallSite for Entry<'_, '_, '_> {
 }
 
 /// The entry of an API function: a new layer, unless a window is open (a
-/// wrapper's kernel belongs to the wrapper's layer, an operator's calls to
-/// the operator's).
+/// wrapper's kernel belongs to the wrapper's layer, an LSTM's kernels to
+/// the LSTM's, an operator's calls to the operator's), where it is counted
+/// as an inner call.
 pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
-    if layer::is_open(uc) {
-        return;
-    }
     let Some(calls) = uc.get_data().calls.as_ref() else {
         return;
     };
     let Some(&api) = calls.entries.get(&address) else {
         return;
     };
+    if layer::inner_call(uc, api.name) {
+        return;
+    }
+    let Some(calls) = uc.get_data().calls.as_ref() else {
+        return;
+    };
     let objects = calls.objects.clone();
+    let layouts = calls.layouts;
     let sp = reg(uc, RegisterARM::SP);
     let return_pc = reg(uc, RegisterARM::LR) & !1;
     let read = {
@@ -155,14 +184,22 @@ pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
             sp,
             memcheck: s.memcheck.as_ref(),
         };
-        read_call(api, &entry)
+        read_call(api, &entry, &layouts).map(|l| {
+            let past: Vec<String> = l
+                .buffers
+                .iter()
+                .filter_map(|b| past_heap_block(&entry, b))
+                .collect();
+            (l, past)
+        })
     };
     let t0 = uc.get_data().clock.now(address);
     let image = uc.get_data().image;
-    let layer = read.and_then(|l| {
+    let layer = read.and_then(|(l, past_blocks)| {
         let buffers = l.buffers.iter().map(layer_buffer).collect();
         let (buffers, mut notes) = layer::declarable(buffers)?;
         notes.extend(buffers.iter().filter_map(|b| past_object(image, b)));
+        notes.extend(past_blocks);
         Ok((l, buffers, notes))
     });
     let Some(calls) = uc.get_data_mut().calls.as_mut() else {
@@ -180,6 +217,7 @@ pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
         first_stray_read: None,
         unfinished: false,
         notes: Vec::new(),
+        inner_calls: Vec::new(),
     });
     let raw = &mut calls.records[record];
     let (layer, buffers) = match layer {
@@ -218,6 +256,7 @@ pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
             count: 0,
             first: None,
         }),
+        owned: Vec::new(),
     };
     let index = layer::open(uc, window, t0, address);
     if let Some(r) = uc
@@ -238,6 +277,21 @@ fn layer_buffer(b: &CallBuffer) -> LayerBuffer {
         size: b.size,
         elem_size: b.elem_size,
     }
+}
+
+/// A buffer that starts in a live heap block and reaches past its end:
+/// the caller allocated less than the shapes it gave (memcheck reports
+/// the kernel's accesses past it as overruns).
+fn past_heap_block(entry: &Entry<'_, '_, '_>, b: &CallBuffer) -> Option<String> {
+    let rest = entry.heap_block_rest(b.base)?;
+    (b.size > rest).then(|| {
+        format!(
+            "`{}` ({} B by its shapes) reaches {} B past the end of the heap block it lies in ({rest} B from its start)",
+            b.name,
+            b.size,
+            b.size - rest
+        )
+    })
 }
 
 /// A buffer that starts in a data object of the program and reaches past

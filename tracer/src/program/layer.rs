@@ -11,7 +11,9 @@
 //! the memory contract), in program order.
 //!
 //! One window at a time: a function the open one calls belongs to it (a
-//! wrapper's kernel, an operator's CMSIS-NN calls).
+//! wrapper's kernel, an LSTM's elementwise and activation kernels, an
+//! operator's CMSIS-NN calls), and the API functions entered while it is
+//! open are counted as its inner calls.
 
 use std::sync::Arc;
 
@@ -39,6 +41,17 @@ pub(super) struct LayerBuffer {
     pub base: u64,
     pub size: u64,
     pub elem_size: u32,
+}
+
+/// An API function of the table called inside another layer's window (a
+/// wrapper's kernel, an LSTM's elementwise kernels, an operator's CMSIS-NN
+/// calls): no layer of its own, its accesses are the enclosing layer's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InnerCall {
+    /// The API function.
+    pub function: &'static str,
+    /// How often it was entered inside the window.
+    pub calls: u64,
 }
 
 /// Who opened a window: the index of its record in `calls.rs` or
@@ -92,6 +105,10 @@ pub(super) struct Window {
     /// (AAPCS), with all of the stack below its entry.
     pub stack_arguments: u64,
     pub reads: Option<ReadWatch>,
+    /// `[start, end)` of memory the function owns besides its buffers (a
+    /// TFLM kernel's persistent op data): its writes there are counted,
+    /// no stray writes.
+    pub owned: Vec<(u64, u64)>,
 }
 
 struct Declared {
@@ -111,6 +128,9 @@ struct OpenLayer {
     reads: Option<ReadWatch>,
     hook: Option<unicorn_engine::UcHookId>,
     unwound: u32,
+    inner: Vec<InnerCall>,
+    owned: Vec<(u64, u64)>,
+    owned_writes: u64,
 }
 
 /// What a window saw, handed to its owner at the close.
@@ -120,6 +140,10 @@ pub(super) struct Closed {
     /// The program ended inside it.
     pub unfinished: bool,
     pub reads: Option<ReadWatch>,
+    /// The API functions entered inside it, in order of their first call.
+    pub inner_calls: Vec<InnerCall>,
+    /// Stores to the memory it owns besides its buffers.
+    pub owned_writes: u64,
 }
 
 /// The layers of one run: where their messages go, the next index, the
@@ -160,6 +184,24 @@ pub(super) fn is_open(uc: &Uc<'_, '_>) -> bool {
         .layers
         .as_ref()
         .is_some_and(|l| l.open.is_some())
+}
+
+/// Counts an entry of the API function `function` inside the open window
+/// (its accesses are already the window's); `false` when none is open.
+pub(super) fn inner_call(uc: &mut Uc<'_, '_>, function: &'static str) -> bool {
+    let Some(open) = uc
+        .get_data_mut()
+        .layers
+        .as_mut()
+        .and_then(|l| l.open.as_mut())
+    else {
+        return false;
+    };
+    match open.inner.iter_mut().find(|c| c.function == function) {
+        Some(c) => c.calls += 1,
+        None => open.inner.push(InnerCall { function, calls: 1 }),
+    }
+    true
 }
 
 /// Opens `window` at the instruction `t0` instructions into the run: the
@@ -207,6 +249,9 @@ pub(super) fn open(uc: &mut Uc<'_, '_>, window: Window, t0: u64, pc: u64) -> Opt
         reads: window.reads,
         hook: None,
         unwound: 0,
+        inner: Vec::new(),
+        owned: window.owned,
+        owned_writes: 0,
     });
     match uc.add_mem_hook(HookType::MEM_READ | HookType::MEM_WRITE, 1, 0, on_access) {
         Ok(h) => {
@@ -304,6 +349,8 @@ pub(super) fn close(uc: &mut Uc<'_, '_>, pc: u64, unfinished: bool) -> Option<Cl
         instructions,
         unfinished,
         reads: open.reads,
+        inner_calls: open.inner,
+        owned_writes: open.owned_writes,
     })
 }
 
@@ -388,16 +435,18 @@ fn record(
     let outside = covered < size && !callee_stack;
     let mut stray = None;
     if outside && write {
-        // The first byte no buffer holds, to the end of the access.
-        let first = (address..end)
-            .find(|&a| {
-                !open
-                    .buffers
-                    .iter()
-                    .any(|d| (d.buffer.base..d.buffer.base + d.buffer.size).contains(&a))
-            })
-            .unwrap_or(address);
-        stray = Some((first, end - first));
+        // The first byte no buffer holds and the function does not own, to
+        // the end of the access.
+        let held = |a: u64| {
+            open.buffers
+                .iter()
+                .any(|d| (d.buffer.base..d.buffer.base + d.buffer.size).contains(&a))
+        };
+        let owned = |a: u64| open.owned.iter().any(|&(s, e)| (s..e).contains(&a));
+        match (address..end).find(|&a| !held(a) && !owned(a)) {
+            Some(first) => stray = Some((first, end - first)),
+            None => open.owned_writes += 1,
+        }
     } else if let (true, Some(watch)) = (outside, open.reads.as_mut()) {
         let in_struct = watch
             .structs
@@ -464,5 +513,69 @@ fn push_events(
     }
     for i in first..last {
         d.written[(i / 64) as usize] |= 1 << (i % 64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An open window with one 16-byte buffer at 0x1000 and 32 owned bytes
+    /// at 0x2000, its messages dropped.
+    fn window_with_owned_memory(sink: Sink<'_>) -> Layers<'_> {
+        let mut layers = Layers::new(sink);
+        layers.open = Some(OpenLayer {
+            owner: Owner::Operator(0),
+            return_pc: 0,
+            entry_sp: 0,
+            stack_arguments: 0x9000,
+            t0: 0,
+            seq: 0,
+            buffers: vec![Declared {
+                buffer: LayerBuffer {
+                    role: Role::Output,
+                    name: "output".into(),
+                    base: 0x1000,
+                    size: 16,
+                    elem_size: 1,
+                },
+                id: 0,
+                written: vec![0],
+            }],
+            reads: None,
+            hook: None,
+            unwound: 0,
+            inner: Vec::new(),
+            owned: vec![(0x2000, 0x2020)],
+            owned_writes: 0,
+        });
+        layers
+    }
+
+    #[test]
+    fn writes_to_owned_memory_are_counted_and_only_the_bytes_past_it_are_stray() {
+        let mut sink = |_: Message| {};
+        let mut layers = window_with_owned_memory(&mut sink);
+        let layout = Layout {
+            heap: (0x4000, 0x5000),
+            stack: (0x8000, 0xA000),
+            initial_sp: 0xA000,
+            from_vector_table: false,
+        };
+        // Into the buffer, into the owned bytes: neither is stray.
+        assert_eq!(record(&mut layers, 0, 1, true, 0x1000, 4, &layout), None);
+        assert_eq!(record(&mut layers, 0, 2, true, 0x2010, 4, &layout), None);
+        // Straddling the owned bytes' end: the two bytes past it are.
+        assert_eq!(
+            record(&mut layers, 0, 3, true, 0x201E, 4, &layout),
+            Some((0x2020, 2))
+        );
+        // Elsewhere: stray, not owned.
+        assert_eq!(
+            record(&mut layers, 0, 4, true, 0x3000, 4, &layout),
+            Some((0x3000, 4))
+        );
+        let open = layers.open.as_ref().unwrap();
+        assert_eq!(open.owned_writes, 1, "one store wholly in owned memory");
     }
 }

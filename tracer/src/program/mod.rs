@@ -33,8 +33,8 @@ use layer::{Closed, Layers, Owner};
 pub use layout::Layout;
 use report::finish;
 pub use report::{
-    BlockReport, Finding, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind, StrayRead,
-    TflmRun, TracedCall, TracedOperator, KEEP_OUTPUT,
+    BlockReport, Finding, InnerCall, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind,
+    StrayRead, TflmRun, TracedCall, TracedOperator, KEEP_OUTPUT,
 };
 pub use tflm_ops::{TflmArena, TflmInvocation, INVOKE_SUBGRAPH};
 

@@ -12,6 +12,7 @@ use crate::memcheck::{FindingKind, RawStack};
 use crate::semihosting::Exit;
 
 use super::calls::RawCall;
+pub use super::layer::InnerCall;
 use super::tflm_ops::{RawOperator, TflmInvocation};
 
 /// Why a program stopped without exiting.
@@ -138,6 +139,8 @@ pub struct TracedCall {
     /// What is wrong with the buffers its arguments describe (one not
     /// declared, one reaching past the caller's array).
     pub notes: Vec<String>,
+    /// The API functions it called, whose accesses are its layer's.
+    pub inner_calls: Vec<InnerCall>,
 }
 
 /// An operator invocation of TFLM's interpreter (`run_program_with`).
@@ -167,6 +170,15 @@ pub struct TracedOperator {
     pub unfinished: bool,
     /// Tensors not declared and why.
     pub notes: Vec<String>,
+    /// The CMSIS-NN API functions its kernel called, whose accesses are
+    /// its layer's (when API calls are traced).
+    pub inner_calls: Vec<InnerCall>,
+    /// The persistent op data its kernel allocated for itself while it
+    /// was initialised and prepared: buffers and bytes. Memory it owns,
+    /// not buffers of its layer.
+    pub persistent: (usize, u64),
+    /// Stores its kernel made there (state kept between invocations).
+    pub persistent_writes: u64,
 }
 
 /// TFLM's interpreter in a run that traced its operators.
@@ -380,6 +392,7 @@ fn traced_call(debug: &DebugInfo, image: &ElfImage, r: RawCall) -> TracedCall {
         }),
         unfinished: r.unfinished,
         notes: r.notes,
+        inner_calls: r.inner_calls,
     }
 }
 
@@ -399,5 +412,8 @@ fn traced_operator(debug: &DebugInfo, image: &ElfImage, r: RawOperator) -> Trace
         instructions: r.instructions,
         unfinished: r.unfinished,
         notes: r.notes,
+        inner_calls: r.inner_calls,
+        persistent: r.persistent,
+        persistent_writes: r.persistent_writes,
     }
 }

@@ -16,7 +16,7 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_overlap::check::Flag;
 use memtrace_tracer::program::{
-    run_program_with, LayerTracing, ProgramOptions, ProgramRun, TracedCall,
+    run_program_with, InnerCall, LayerTracing, ProgramOptions, ProgramRun, TracedCall,
 };
 use memtrace_tracer::ElfImage;
 
@@ -139,6 +139,30 @@ pub(super) fn violation_lines(layer: &LayerReport) -> String {
         .collect()
 }
 
+/// `  inside: arm_elementwise_mul_s16 ×3, arm_nn_activation_s16 ×15`: the
+/// API functions a layer's call or operator called, whose accesses are
+/// its own; empty when it called none. Calls and operators share it.
+pub(super) fn inner_calls_line(inner: &[InnerCall]) -> String {
+    if inner.is_empty() {
+        return String::new();
+    }
+    let calls: Vec<String> = inner
+        .iter()
+        .map(|c| format!("{} ×{}", c.function, c.calls))
+        .collect();
+    format!("  inside: {}\n", calls.join(", "))
+}
+
+/// The inner calls as JSON: `[{"function": …, "calls": n}]`.
+pub(super) fn inner_calls_json(inner: &[InnerCall]) -> Value {
+    Value::Array(
+        inner
+            .iter()
+            .map(|c| json!({ "function": c.function, "calls": c.calls }))
+            .collect(),
+    )
+}
+
 fn site_text(c: &TracedCall) -> String {
     let s = &c.call_site;
     let name = s.function.as_deref().unwrap_or("?");
@@ -203,6 +227,7 @@ pub(super) fn text(calls: &[CallReport]) -> String {
             layer.instructions
         ));
         out.push_str(&violation_lines(layer));
+        out.push_str(&inner_calls_line(&c.inner_calls));
         for n in &c.notes {
             out.push_str(&format!("  note: {n}\n"));
         }
@@ -254,6 +279,7 @@ pub(super) fn json(calls: &[CallReport]) -> Value {
                     "instructions": c.instructions,
                     "unfinished": c.unfinished,
                     "notes": c.notes,
+                    "inner_calls": inner_calls_json(&c.inner_calls),
                     "violates": r.violates(),
                     "stray_reads": c.stray_reads,
                     "first_stray_read": c.first_stray_read.as_ref().map(|s| json!({

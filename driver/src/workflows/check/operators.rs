@@ -163,10 +163,26 @@ fn operator_text(r: &OperatorReport) -> String {
         overlap_text(layer)
     );
     out.push_str(&super::calls::violation_lines(layer));
+    out.push_str(&super::calls::inner_calls_line(&o.inner_calls));
+    out.push_str(&persistent_line(o));
     for n in &o.notes {
         out.push_str(&format!("  note: {n}\n"));
     }
     out
+}
+
+/// `  persistent op data: 2 buffers (1052 B), 640 stores`: the state a
+/// kernel kept in the op data it allocated for itself; empty when it wrote
+/// none there.
+fn persistent_line(o: &TracedOperator) -> String {
+    if o.persistent_writes == 0 {
+        return String::new();
+    }
+    let (buffers, bytes) = o.persistent;
+    format!(
+        "  persistent op data: {buffers} buffer(s) ({bytes} B), {} stores\n",
+        o.persistent_writes
+    )
 }
 
 fn arena_json(arena: &Result<TflmArena, String>) -> Value {
@@ -220,6 +236,12 @@ pub(super) fn json(report: &TflmReport) -> Value {
                 "instructions": o.instructions,
                 "unfinished": o.unfinished,
                 "notes": o.notes,
+                "inner_calls": super::calls::inner_calls_json(&o.inner_calls),
+                "persistent": {
+                    "buffers": o.persistent.0,
+                    "bytes": o.persistent.1,
+                    "writes": o.persistent_writes,
+                },
                 "violates": r.violates(),
                 "layer": r.layer.as_ref().and_then(|l| serde_json::to_value(l).ok()),
             })

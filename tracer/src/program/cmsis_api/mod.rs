@@ -12,15 +12,26 @@
 //! Cortex-M), so their offsets are the word index times 4. The same layouts
 //! hold in v4.0.0 to v7.0.0 for the structures read here.
 //!
+//! The recurrent families (`recurrent.rs`) read nested structures that
+//! change between releases (`cmsis_nn_lstm_params` and its gates,
+//! `cmsis_nn_lstm_context`, `cmsis_nn_svdf_params`): those are read with
+//! the program's own DWARF layouts when it has them, v7.0.0's otherwise
+//! (`layouts.rs`). Their signatures are v7.0.0's: `arm_svdf_s8` takes a
+//! `ctx` first since v5.0.0, and the LSTM entry points are v6.0.0's.
+//!
 //! Sizes come from the fields the kernels themselves read, never from ones
 //! a caller may leave unset: CMSIS-NN's own unit tests set neither
 //! `filter_dims.n` nor `output_dims.n` of a convolution, and pass a scratch
 //! buffer with `ctx.size = 0` (its size is then the heap block it lies in).
 
 mod families;
+pub(crate) mod layouts;
 mod reader;
+mod recurrent;
 
 use memtrace_abi::Role;
+
+use layouts::ApiLayouts;
 
 /// What a family of functions computes and how its arguments are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +79,19 @@ pub(crate) enum Family {
     },
     /// `(input, output, size, left_shift, type)`.
     Activation,
+    /// `([ctx,] input_ctx, output_ctx, svdf_params, input_quant,
+    /// output_quant, input_dims, input, state_dims, state,
+    /// weights_feature_dims, weights_feature, weights_time_dims,
+    /// weights_time, bias_dims, bias, output_dims, output)`.
+    Svdf {
+        /// `arm_svdf_s8` has a `ctx` first; `arm_svdf_state_s16_s8` not.
+        context: bool,
+        /// Bytes of a state and time-weight element (1, or 2 for
+        /// `arm_svdf_state_s16_s8`).
+        state_elem: u32,
+    },
+    /// `(input, output, cmsis_nn_lstm_params *, cmsis_nn_lstm_context *)`.
+    Lstm,
 }
 
 /// One API function.
@@ -99,6 +123,8 @@ impl ApiFunction {
             Family::Pad => 6,
             Family::VectorSum { bias_arg } => bias_arg as u64 + 1,
             Family::Activation => 5,
+            Family::Svdf { context, .. } => 17 + context as u64,
+            Family::Lstm => 4,
         };
         arguments.saturating_sub(4)
     }
@@ -198,6 +224,26 @@ pub(crate) const API: &[ApiFunction] = &[
         8,
     ),
     f("arm_nn_activation_s16", Family::Activation, (2, 2), 0),
+    f(
+        "arm_svdf_s8",
+        Family::Svdf {
+            context: true,
+            state_elem: 1,
+        },
+        (1, 1),
+        4,
+    ),
+    f(
+        "arm_svdf_state_s16_s8",
+        Family::Svdf {
+            context: false,
+            state_elem: 2,
+        },
+        (1, 1),
+        4,
+    ),
+    f("arm_lstm_unidirectional_s8", Family::Lstm, (1, 1), 4),
+    f("arm_lstm_unidirectional_s16", Family::Lstm, (2, 2), 8),
 ];
 
 const FC: Family = Family::FullyConnected { per_channel: false };
@@ -242,11 +288,17 @@ pub(crate) trait CallSite {
     fn heap_block_rest(&self, address: u64) -> Option<u64>;
 }
 
-/// Reads the call of `api` at `site`: its layer, or why it cannot be one
-/// (a NULL structure, a dimension that is no shape).
-pub(crate) fn read_call(api: &ApiFunction, site: &dyn CallSite) -> Result<CallLayer, String> {
+/// Reads the call of `api` at `site`, the structures of `layouts`: its
+/// layer, or why it cannot be one (a NULL structure, a dimension that is
+/// no shape).
+pub(crate) fn read_call(
+    api: &ApiFunction,
+    site: &dyn CallSite,
+    layouts: &ApiLayouts,
+) -> Result<CallLayer, String> {
     let mut r = reader::Reader {
         site,
+        layouts,
         layer: CallLayer::default(),
     };
     match api.family {
@@ -262,6 +314,11 @@ pub(crate) fn read_call(api: &ApiFunction, site: &dyn CallSite) -> Result<CallLa
         Family::Pad => families::pad(&mut r, api)?,
         Family::VectorSum { bias_arg } => families::vector_sum(&mut r, api, bias_arg)?,
         Family::Activation => families::activation(&mut r, api),
+        Family::Svdf {
+            context,
+            state_elem,
+        } => recurrent::svdf(&mut r, api, context, state_elem)?,
+        Family::Lstm => recurrent::lstm(&mut r, api)?,
     }
     Ok(r.layer)
 }
@@ -318,7 +375,7 @@ mod tests {
             .iter()
             .find(|a| a.name == "arm_convolve_wrapper_s8")
             .unwrap();
-        let layer = read_call(api, &site).unwrap();
+        let layer = read_call(api, &site, &ApiLayouts::V7_0_0).unwrap();
         let sizes: Vec<(&str, u64, u64)> = layer
             .buffers
             .iter()
@@ -342,6 +399,105 @@ mod tests {
         );
     }
 
+    fn api(name: &str) -> &'static ApiFunction {
+        API.iter().find(|a| a.name == name).unwrap()
+    }
+
+    fn sizes(layer: &CallLayer) -> Vec<(&str, u64, u64)> {
+        layer
+            .buffers
+            .iter()
+            .map(|b| (b.name, b.base, b.size))
+            .collect()
+    }
+
+    #[test]
+    fn an_svdf_call_declares_state_weights_and_scratch_from_the_dims_it_reads() {
+        let mut m = HashMap::new();
+        put(&mut m, 0x100, &[0x9000, 0]); // ctx: the kernel sums, MVE only
+        put(&mut m, 0x110, &[0x9100, 0]); // input_ctx
+        put(&mut m, 0x120, &[0x9200, 0]); // output_ctx
+        put(&mut m, 0x200, &[2, 0, 0, 0, 0, 0, 0]); // params: rank 2
+        put(&mut m, 0x300, &[1, 2]); // input quant
+        put(&mut m, 0x308, &[1, 2]); // output quant
+        put(&mut m, 0x400, &[3, 7, 0xDEAD, 0xDEAD]); // input: n = 3, h = 7
+        put(&mut m, 0x410, &[10, 0xDEAD, 0xDEAD, 0xDEAD]); // feature: n = 10
+        put(&mut m, 0x420, &[0xDEAD, 4, 0xDEAD, 0xDEAD]); // time: h = 4
+        let mut args = vec![0x100, 0x110, 0x120, 0x200, 0x300, 0x308, 0x400, 0x1000];
+        // state_dims (unset), state, feature dims, feature weights, time
+        // dims, time weights, bias dims (unset), bias, output dims, output.
+        args.extend([
+            0, 0x2000, 0x410, 0x3000, 0x420, 0x4000, 0, 0x5000, 0, 0x6000,
+        ]);
+        let site = Fake { args, memory: m };
+        let layer = read_call(api("arm_svdf_s8"), &site, &ApiLayouts::V7_0_0).unwrap();
+        // 3 batches, 7 inputs, 10 features, 4 time steps, 5 units.
+        assert_eq!(
+            sizes(&layer),
+            vec![
+                ("input", 0x1000, 21),
+                ("state", 0x2000, 3 * 10 * 4),
+                ("weights_feature", 0x3000, 70),
+                ("weights_time", 0x4000, 40),
+                ("bias", 0x5000, 5 * 4),
+                ("output", 0x6000, 15),
+                ("input_ctx", 0x9100, 3 * 10 * 4),
+                ("output_ctx", 0x9200, 3 * 5 * 4),
+            ]
+        );
+        assert!(layer.structs.contains(&(0x100, 8)), "ctx is read");
+        // A rank the kernel would divide by is refused.
+        let mut zero = site;
+        zero.memory.insert(0x200, 0);
+        assert!(read_call(api("arm_svdf_s8"), &zero, &ApiLayouts::V7_0_0).is_err());
+    }
+
+    #[test]
+    fn an_lstm_call_declares_every_gate_and_its_context_from_its_parameters() {
+        let mut m = HashMap::new();
+        // time_major 0, batches 2, time steps 3, input 5, hidden 4, then
+        // the other ten words of the header.
+        let mut params = vec![0, 2, 3, 5, 4];
+        params.extend([0; 10]);
+        for gate in 0..4u32 {
+            let a = 0x1000 * (gate + 1);
+            params.extend([0, 0, a, a + 0x100, 0, 0, a + 0x200, a + 0x300, 0xBAD, 0]);
+        }
+        put(&mut m, 0x200, &params);
+        put(&mut m, 0x400, &[0x8000, 0x8100, 0x8200]);
+        let site = Fake {
+            args: vec![0x500, 0x600, 0x200, 0x400],
+            memory: m,
+        };
+        let layer = read_call(
+            api("arm_lstm_unidirectional_s16"),
+            &site,
+            &ApiLayouts::V7_0_0,
+        )
+        .unwrap();
+        let got = sizes(&layer);
+        assert_eq!(got.len(), 2 + 16 + 3);
+        assert_eq!(got[0], ("input", 0x500, 2 * 3 * 5 * 2));
+        assert_eq!(got[1], ("output", 0x600, 2 * 3 * 4 * 2));
+        // The output gate's arrays: int8 weights, int64 effective biases.
+        assert_eq!(
+            &got[14..18],
+            &[
+                ("output_gate.input_weights", 0x4000, 4 * 5),
+                ("output_gate.input_effective_bias", 0x4100, 4 * 8),
+                ("output_gate.hidden_weights", 0x4200, 4 * 4),
+                ("output_gate.hidden_effective_bias", 0x4300, 4 * 8),
+            ]
+        );
+        assert_eq!(got[20], ("cell_state", 0x8200, 2 * 4 * 2));
+        assert!(
+            got.iter().all(|b| b.1 != 0xBAD),
+            "the gate's bias is never read"
+        );
+        assert_eq!(layer.shapes, "input=2x3x5,output=2x3x4,time_major=0");
+        assert_eq!(layer.structs, vec![(0x200, 220), (0x400, 12)]);
+    }
+
     #[test]
     fn a_dimension_that_is_no_shape_is_refused() {
         let mut m = HashMap::new();
@@ -351,6 +507,6 @@ mod tests {
             memory: m,
         };
         let api = API.iter().find(|a| a.name == "arm_max_pool_s8").unwrap();
-        assert!(read_call(api, &site).is_err());
+        assert!(read_call(api, &site, &ApiLayouts::V7_0_0).is_err());
     }
 }

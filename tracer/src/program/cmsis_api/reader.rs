@@ -4,6 +4,7 @@
 
 use memtrace_abi::Role;
 
+use super::layouts::ApiLayouts;
 use super::{ApiFunction, CallBuffer, CallLayer, CallSite};
 
 /// Entries of `exp_lut` and `one_by_one_lut` of `arm_softmax_s16`
@@ -18,6 +19,7 @@ pub(super) const DW_CONV_PARAMS_BYTES: u64 = 44;
 pub(super) const FC_PARAMS_BYTES: u64 = 20;
 pub(super) const POOL_PARAMS_BYTES: u64 = 24;
 pub(super) const QUANT_BYTES: u64 = 12;
+pub(super) const PER_TENSOR_QUANT_BYTES: u64 = 8;
 
 /// `cmsis_nn_dims` as NHWC.
 #[derive(Clone, Copy, Debug, Default)]
@@ -42,6 +44,7 @@ pub(super) type Tile = (u64, u64);
 
 pub(super) struct Reader<'a> {
     pub(super) site: &'a dyn CallSite,
+    pub(super) layouts: &'a ApiLayouts,
     pub(super) layer: CallLayer,
 }
 
@@ -56,6 +59,22 @@ impl Reader<'_> {
         self.site
             .word(at + 4 * index)
             .ok_or_else(|| format!("argument structure at {at:#x} is not in guest memory"))
+    }
+    /// The word at `address` (a member of a structure read with a layout
+    /// of [`ApiLayouts`]).
+    pub(super) fn word_at(&self, address: u64) -> Result<u32, String> {
+        self.site
+            .word(address)
+            .ok_or_else(|| format!("argument structure at {address:#x} is not in guest memory"))
+    }
+    /// A dimension read from a structure (`what` names it): a positive
+    /// shape, or why it is none.
+    pub(super) fn dimension(&self, address: u64, what: &str) -> Result<u64, String> {
+        let v = self.word_at(address)?;
+        if v == 0 || v > MAX_DIM {
+            return Err(format!("{what} is {} (not a shape)", v as i32));
+        }
+        Ok(v as u64)
     }
     pub(super) fn structure(&mut self, arg: usize, bytes: u64) -> Result<u64, String> {
         let at = self.arg(arg);

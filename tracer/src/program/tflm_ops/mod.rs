@@ -32,11 +32,15 @@
 //! asked for: whose they are is learnt while the kernels are prepared (the
 //! entry of `MicroInterpreterContext::RequestScratchBufferInArena`, with
 //! the node the graph is preparing), where they are from the interpreter
-//! context's handles when the operator runs.
+//! context's handles when the operator runs. The persistent buffers a
+//! kernel allocated for itself while it was initialised and prepared are
+//! its own memory (`persistent.rs`): its writes there are counted, no
+//! stray writes.
 //!
 //! `structs.rs` reads TFLM's structures, `tensors.rs` turns a node's
 //! tensors into buffers.
 
+mod persistent;
 mod structs;
 mod tensors;
 
@@ -44,17 +48,18 @@ use unicorn_engine::RegisterARM;
 
 use memtrace_abi::{OpKind, Role};
 
-use super::layer::{self, Closed, LayerBuffer, Owner, Window};
+use super::layer::{self, Closed, InnerCall, LayerBuffer, Owner, Window};
 use super::{reg, Uc};
 use crate::arch::Machine;
 use crate::debuginfo::TypeLayouts;
 use crate::elf::ElfImage;
+use persistent::Persistent;
 pub use structs::TflmArena;
 use structs::{
     node_index, read_arena, read_frame, read_handles, read_request, scratch_data, Memory, Offsets,
     ScratchOffsets, STRUCTS,
 };
-use tensors::{op_name, Tensors, ELEMENT_BYTES};
+use tensors::{op_name, NameTable, Tensors, ELEMENT_BYTES, NAME_TABLE};
 
 /// The interpreter's node loop, demangled.
 pub const INVOKE_SUBGRAPH: &str = "tflite::MicroInterpreterGraph::InvokeSubgraph(int)";
@@ -99,6 +104,12 @@ pub struct RawOperator {
     pub unfinished: bool,
     /// Tensors not declared and why.
     pub notes: Vec<String>,
+    /// The CMSIS-NN API functions its kernel called.
+    pub inner_calls: Vec<InnerCall>,
+    /// Its persistent op data: buffers and bytes.
+    pub persistent: (usize, u64),
+    /// Stores its kernel made to its persistent op data.
+    pub persistent_writes: u64,
 }
 
 /// The outermost node loop running: what its entry gave.
@@ -141,10 +152,15 @@ pub(super) struct TflmOps {
     offsets: Offsets,
     /// `TfLiteType` value → element bytes.
     element_bytes: Vec<(i64, u32)>,
+    /// TFLite's operator names in the program, when it links them.
+    names: Option<NameTable>,
     frame: Option<Frame>,
     /// `None` when the program's DWARF or symbols do not describe TFLM's
     /// scratch requests: operators then declare none.
     scratch: Option<Scratch>,
+    /// `None` like `scratch`, or when the program has no
+    /// `MicroInterpreterContext::AllocatePersistentBuffer`.
+    persistent: Option<Persistent>,
     pub(super) invocations: Vec<TflmInvocation>,
     pub(super) records: Vec<RawOperator>,
 }
@@ -176,12 +192,25 @@ impl TflmOps {
             }),
             _ => None,
         };
+        let persistent = match (
+            function_named(image, ALLOCATE_PERSISTENT).ok().flatten(),
+            &scratch,
+        ) {
+            (Some((entry, _)), Some(s)) => Some(Persistent::new(entry, s.offsets)),
+            _ => None,
+        };
+        let names = image
+            .symbol(NAME_TABLE)
+            .filter(|s| !s.is_function && s.size > 0)
+            .map(|s| NameTable::new(s.address, s.size));
         Ok(TflmOps {
             code,
             offsets,
             element_bytes,
+            names,
             frame: None,
             scratch,
+            persistent,
             invocations: Vec::new(),
             records: Vec::new(),
         })
@@ -192,6 +221,8 @@ impl TflmOps {
         if let Some(r) = self.records.get_mut(record) {
             r.instructions = closed.instructions;
             r.unfinished = closed.unfinished;
+            r.inner_calls = closed.inner_calls.clone();
+            r.persistent_writes = closed.owned_writes;
         }
     }
 }
@@ -200,6 +231,10 @@ impl TflmOps {
 /// they are prepared, demangled up to its parameters (`size_t` is another
 /// type on another target).
 const REQUEST_SCRATCH: &str = "tflite::MicroInterpreterContext::RequestScratchBufferInArena(";
+
+/// The function through which kernels allocate their persistent op data
+/// while they are initialised and prepared, demangled up to its parameters.
+const ALLOCATE_PERSISTENT: &str = "tflite::MicroInterpreterContext::AllocatePersistentBuffer(";
 
 /// The code range `[start, end)` of the function whose demangled name is
 /// `name` (or, for a name ending in `(`, starts with it); `None` when the
@@ -244,6 +279,14 @@ pub(super) fn on_block(uc: &mut Uc<'_, '_>, address: u64) {
         .is_some_and(|s| s.request_entry == address)
     {
         return record_request(uc);
+    }
+    if let Some(p) = t.persistent.as_ref() {
+        if p.entry == address {
+            return enter_allocation(uc);
+        }
+        if p.returning(address, reg(uc, RegisterARM::SP)) {
+            return leave_allocation(uc);
+        }
     }
     match frame {
         None if address == code.0 && !layer::is_open(uc) => enter_loop(uc),
@@ -352,6 +395,38 @@ fn record_request(uc: &mut Uc<'_, '_>) {
     });
 }
 
+/// A kernel allocates persistent op data: its owner (the node being
+/// initialised or prepared) and size; its address comes at the return.
+fn enter_allocation(uc: &mut Uc<'_, '_>) {
+    let (interpreter_context, bytes) = (reg(uc, RegisterARM::R0), reg(uc, RegisterARM::R1));
+    let (return_pc, sp) = (reg(uc, RegisterARM::LR) & !1, reg(uc, RegisterARM::SP));
+    let Some(mut p) = uc
+        .get_data_mut()
+        .tflm
+        .as_mut()
+        .and_then(|t| t.persistent.take())
+    else {
+        return;
+    };
+    p.enter(&*uc, interpreter_context, bytes, return_pc, sp);
+    if let Some(t) = uc.get_data_mut().tflm.as_mut() {
+        t.persistent = Some(p);
+    }
+}
+
+/// The allocation returns its address in r0.
+fn leave_allocation(uc: &mut Uc<'_, '_>) {
+    let base = reg(uc, RegisterARM::R0) as u32 as u64;
+    if let Some(p) = uc
+        .get_data_mut()
+        .tflm
+        .as_mut()
+        .and_then(|t| t.persistent.as_mut())
+    {
+        p.returned(base);
+    }
+}
+
 impl Scratch {
     /// A new request; one of an index already seen for the same allocator
     /// starts a new allocation of the model, whose earlier requests from
@@ -458,7 +533,7 @@ fn open_operator(
     let builtin_code = uc
         .field(registration, o.builtin_code)
         .map_or(-1, |c| c as u32 as i32 as i64);
-    let op = op_name(&*uc, &o, registration, builtin_code);
+    let op = op_name(&*uc, &o, registration, builtin_code, t.names);
     let kind = OpKind::from_builtin_code(builtin_code as i32);
     let tensors = Tensors {
         mem: &*uc,
@@ -468,6 +543,9 @@ fn open_operator(
         arena: f.arena,
     };
     let (scratch, scratch_notes) = scratch_buffers(&*uc, t.scratch.as_ref(), &f, node_index);
+    let owned = t.persistent.as_ref().map_or(Vec::new(), |p| {
+        p.owned(f.allocator, f.subgraph, node_index as u64)
+    });
     let buffers = tensors.buffers(node, kind);
     let return_pc = reg(uc, RegisterARM::LR) & !1;
     let entry_sp = reg(uc, RegisterARM::SP);
@@ -484,6 +562,9 @@ fn open_operator(
         instructions: 0,
         unfinished: false,
         notes: Vec::new(),
+        inner_calls: Vec::new(),
+        persistent: (owned.len(), owned.iter().map(|(s, e)| e - s).sum()),
+        persistent_writes: 0,
     };
     let window = buffers.and_then(|(mut buffers, shapes, mut notes)| {
         buffers.extend(scratch);
@@ -519,6 +600,7 @@ fn open_operator(
         // `invoke(context, node)` has no stack arguments.
         stack_arguments: entry_sp,
         reads: None,
+        owned,
     };
     let opened = layer::open(uc, window, t0, address);
     let Some(t) = uc.get_data_mut().tflm.as_mut() else {

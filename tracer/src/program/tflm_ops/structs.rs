@@ -35,7 +35,7 @@ pub(super) const STRUCTS: &[&str] = &[
 ];
 
 /// A field: its offset in its structure and its bytes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Field {
     pub offset: u64,
     pub bytes: u64,
@@ -153,7 +153,7 @@ impl Offsets {
 /// whose index is the allocator's request count at that moment) and finds
 /// it while it runs in the interpreter context's handles (`TfLiteContext`'s
 /// `impl_` is that context).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct ScratchOffsets {
     pub graph_context: Field,
     pub graph_subgraph: Field,

@@ -41,16 +41,60 @@ const MAX_DIMS: u32 = 16;
 
 /// TFLite's name of the operator (as TFLM's `OpNameFromRegistration`): the
 /// builtin's, or the custom name the registration carries.
-pub(super) fn op_name(mem: &dyn Memory, o: &Offsets, registration: u64, code: i64) -> String {
+pub(super) fn op_name(
+    mem: &dyn Memory,
+    o: &Offsets,
+    registration: u64,
+    code: i64,
+    names: Option<NameTable>,
+) -> String {
     if code == BUILTIN_CUSTOM as i64 {
         let name = mem
             .field(registration, o.custom_name)
             .and_then(|at| c_string(mem, at, 64));
         return name.unwrap_or_else(|| "CUSTOM".to_owned());
     }
+    if let Some(name) = names.and_then(|t| t.name(mem, code)) {
+        return name;
+    }
     match OpKind::from_builtin_code(code as i32) {
         Some(k) => k.tflite_name().to_owned(),
         None => format!("BUILTIN_{code}"),
+    }
+}
+
+/// TFLite's names of its builtin operators as the program holds them:
+/// the schema's `EnumNamesBuiltinOperator()` table of C strings (a static
+/// local array, linked when TFLM names an operator, as its profiler and
+/// error messages do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NameTable {
+    /// The array of pointers.
+    pub address: u64,
+    /// Its entries.
+    pub entries: u64,
+}
+
+/// The table's symbol: `tflite::EnumNamesBuiltinOperator()::names`.
+pub(super) const NAME_TABLE: &str = "_ZZN6tflite24EnumNamesBuiltinOperatorEvE5names";
+
+/// Bytes of a pointer of the table (a 32-bit core).
+const POINTER_BYTES: u64 = 4;
+
+impl NameTable {
+    /// The table of `size` bytes at `address`.
+    pub(super) fn new(address: u64, size: u64) -> NameTable {
+        NameTable {
+            address,
+            entries: size / POINTER_BYTES,
+        }
+    }
+
+    /// Entry `code`, when it is a non-empty name.
+    fn name(&self, mem: &dyn Memory, code: i64) -> Option<String> {
+        let code = u64::try_from(code).ok().filter(|&c| c < self.entries)?;
+        let at = mem.read(self.address + code * POINTER_BYTES, POINTER_BYTES)?;
+        c_string(mem, at, 64).filter(|n| !n.is_empty())
     }
 }
 
@@ -382,8 +426,16 @@ mod tests {
                 u32::from_le_bytes(*b"P\0\0\0"),
             ],
         );
-        assert_eq!(op_name(&m, &o, 0xC000, 3), "CONV_2D");
-        assert_eq!(op_name(&m, &o, 0xC000, 32), "MY_OP");
-        assert_eq!(op_name(&m, &o, 0xC000, 9999), "BUILTIN_9999");
+        assert_eq!(op_name(&m, &o, 0xC000, 3, None), "CONV_2D");
+        assert_eq!(op_name(&m, &o, 0xC000, 32, None), "MY_OP");
+        assert_eq!(op_name(&m, &o, 0xC000, 9999, None), "BUILTIN_9999");
+        // The program's own table of TFLite's names: CAST is builtin 53.
+        m.put(0xE000 + 53 * 4, &[0xE400]);
+        m.put(0xE400, &[u32::from_le_bytes(*b"CAST"), 0]);
+        let table = Some(NameTable::new(0xE000, 54 * 4));
+        assert_eq!(op_name(&m, &o, 0xC000, 53, table), "CAST");
+        // Past its end, or an entry without a name: memtrace's own names.
+        assert_eq!(op_name(&m, &o, 0xC000, 54, table), "BUILTIN_54");
+        assert_eq!(op_name(&m, &o, 0xC000, 3, table), "CONV_2D");
     }
 }
