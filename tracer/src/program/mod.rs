@@ -28,13 +28,13 @@ pub use crate::memcheck::FindingKind;
 use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
 use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
 use crate::unwind::Unwinder;
-pub use layer::Sink;
 use layer::{Closed, Layers, Owner};
+pub use layer::{InnerCall, Sink};
 pub use layout::Layout;
 use report::finish;
 pub use report::{
-    BlockReport, Finding, InnerCall, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind,
-    StrayRead, TflmRun, TracedCall, TracedOperator, KEEP_OUTPUT,
+    BlockReport, Finding, Leak, MemcheckReport, ProgramEnd, ProgramRun, StopKind, StrayRead,
+    TflmRun, TracedCall, TracedOperator, KEEP_OUTPUT,
 };
 pub use tflm_ops::{TflmArena, TflmInvocation, INVOKE_SUBGRAPH};
 

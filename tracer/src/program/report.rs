@@ -12,7 +12,7 @@ use crate::memcheck::{FindingKind, RawStack};
 use crate::semihosting::Exit;
 
 use super::calls::RawCall;
-pub use super::layer::InnerCall;
+use super::layer::InnerCall;
 use super::tflm_ops::{RawOperator, TflmInvocation};
 
 /// Why a program stopped without exiting.
