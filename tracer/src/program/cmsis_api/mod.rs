@@ -28,6 +28,7 @@ mod families;
 pub(crate) mod layouts;
 mod reader;
 mod recurrent;
+mod transform;
 
 use memtrace_abi::Role;
 
@@ -92,6 +93,18 @@ pub(crate) enum Family {
     },
     /// `(input, output, cmsis_nn_lstm_params *, cmsis_nn_lstm_context *)`.
     Lstm,
+    /// `(ctx, output_ctx, transpose_conv_params, quant, input_dims, input,
+    /// filter_dims, filter, bias_dims, bias, output_dims, output)`.
+    TransposeConv {
+        /// `arm_transpose_conv_wrapper_s8`: may take the reverse-convolution
+        /// path (`arm_convolve_s8` on the upscaled input).
+        wrapper: bool,
+    },
+    /// `(ctx, bmm_params, quant, lhs_dims, lhs, rhs_dims, rhs,
+    /// output_dims, output)`, with batch broadcasting.
+    BatchMatmul,
+    /// `(input, output, input_dims, output_dims, transpose_params)`.
+    Transpose,
 }
 
 /// One API function.
@@ -125,6 +138,9 @@ impl ApiFunction {
             Family::Activation => 5,
             Family::Svdf { context, .. } => 17 + context as u64,
             Family::Lstm => 4,
+            Family::TransposeConv { .. } => 12,
+            Family::BatchMatmul => 9,
+            Family::Transpose => 5,
         };
         arguments.saturating_sub(4)
     }
@@ -244,6 +260,21 @@ pub(crate) const API: &[ApiFunction] = &[
     ),
     f("arm_lstm_unidirectional_s8", Family::Lstm, (1, 1), 4),
     f("arm_lstm_unidirectional_s16", Family::Lstm, (2, 2), 8),
+    f(
+        "arm_transpose_conv_wrapper_s8",
+        Family::TransposeConv { wrapper: true },
+        (1, 1),
+        4,
+    ),
+    f(
+        "arm_transpose_conv_s8",
+        Family::TransposeConv { wrapper: false },
+        (1, 1),
+        4,
+    ),
+    f("arm_batch_matmul_s8", Family::BatchMatmul, (1, 1), 0),
+    f("arm_batch_matmul_s16", Family::BatchMatmul, (2, 2), 0),
+    f("arm_transpose_s8", Family::Transpose, (1, 1), 0),
 ];
 
 const FC: Family = Family::FullyConnected { per_channel: false };
@@ -319,6 +350,9 @@ pub(crate) fn read_call(
             state_elem,
         } => recurrent::svdf(&mut r, api, context, state_elem)?,
         Family::Lstm => recurrent::lstm(&mut r, api)?,
+        Family::TransposeConv { wrapper } => transform::transpose_conv(&mut r, api, wrapper)?,
+        Family::BatchMatmul => transform::batch_matmul(&mut r, api)?,
+        Family::Transpose => transform::transpose(&mut r, api)?,
     }
     Ok(r.layer)
 }
