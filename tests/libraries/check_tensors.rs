@@ -39,13 +39,15 @@ fn inner_calls(call: &Value) -> HashMap<String, u64> {
 }
 
 /// The monotone O_s (docs/overlap.md, section 1) of reads and writes in
-/// program order, `(first input byte read, output end written)` per step:
-/// `max(0, min(IB + OB − M_last, min over reads of OB − M + r))`.
+/// program order: `max(0, min(IB + OB − M_last, min over reads after a
+/// write of OB − M + r))`, M the output end written before read r (a read
+/// before any write is clobbered by none).
 fn monotone(ib: u64, ob: u64, steps: impl IntoIterator<Item = Step>) -> u64 {
     let (mut m, mut least) = (0u64, i128::MAX);
     for s in steps {
         match s {
-            Step::Read(r) => least = least.min(ob as i128 - m as i128 + r as i128),
+            Step::Read(r) if m > 0 => least = least.min(ob as i128 - m as i128 + r as i128),
+            Step::Read(_) => {}
             Step::Write(end) => m = m.max(end),
         }
     }
@@ -164,11 +166,32 @@ impl TransposeConv {
     }
 }
 
+/// The test data each Unity test of `suite` runs, in order: the function
+/// its `test_` wrapper calls, up to `_arm_`. (v7.0.0's transpose-conv
+/// suites run their third test again as the fourth.)
+fn unity_runs(suite: &str) -> Vec<String> {
+    let unity = std::fs::read_to_string(
+        tests_dir()
+            .join(suite)
+            .join("Unity")
+            .join(format!("unity_{suite}.c")),
+    )
+    .unwrap();
+    unity
+        .lines()
+        .filter(|l| l.starts_with("void test_"))
+        .filter_map(|l| {
+            let body = l.split('{').nth(1)?;
+            Some(body.trim().split("_arm_").next()?.to_owned())
+        })
+        .collect()
+}
+
 #[test]
 fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_datas_sizes() {
-    for (suite, reverse_calls) in [
-        ("test_arm_transpose_conv_s8", 0),
-        ("test_arm_reverse_transpose_conv_s8", 3),
+    for suite in [
+        "test_arm_transpose_conv_s8",
+        "test_arm_reverse_transpose_conv_s8",
     ] {
         let elf = unit_tests().join(format!("{suite}.elf"));
         let (report, status) = check_json(&elf, &[]);
@@ -182,6 +205,16 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
             source.matches("arm_transpose_conv_wrapper_s8(").count(),
             "{suite}"
         );
+        let runs = unity_runs(suite);
+        assert_eq!(
+            calls.iter().map(test_data_of).collect::<Vec<_>>(),
+            runs,
+            "{suite}"
+        );
+        let reverse_calls = runs
+            .iter()
+            .filter(|data| TransposeConv::of(data).reverse())
+            .count();
         let mut reverse = 0;
         for c in calls {
             assert_eq!(c["function"], "arm_transpose_conv_wrapper_s8", "{c}");
@@ -208,7 +241,6 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
             let mut expected: HashMap<String, u64> = [
                 ("input", symbol("input")),
                 ("filter", symbol("weights")),
-                ("bias", symbol("biases")),
                 ("multiplier", symbol("output_mult")),
                 ("shift", symbol("output_shift")),
                 ("output", dst),
@@ -216,6 +248,12 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
             .into_iter()
             .map(|(n, s)| (n.to_owned(), s))
             .collect();
+            // A test data's bias may be a NULL pointer (transpose_conv_2):
+            // no buffer; else out_c words.
+            if !null_biases(&data) {
+                assert_eq!(symbol("biases"), t.out_c * 4, "{data}");
+                expected.insert("bias".into(), symbol("biases"));
+            }
             let scratch = &c["layer"]["contract"]["scratch"];
             let (steps, kernel) = if t.reverse() {
                 reverse += 1;
@@ -231,7 +269,7 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
                     .as_array()
                     .unwrap()
                     .iter()
-                    .find(|s| s["name"] == "scratch")
+                    .find(|s| s["buffer"] == "scratch")
                     .unwrap_or_else(|| panic!("{c}"));
                 assert_eq!(u(&im2col["high_water_bytes"]), 2 * aligned + 2 * columns);
                 (t.reverse_steps(), "arm_convolve_s8")
@@ -255,6 +293,14 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
         }
         assert_eq!(reverse, reverse_calls, "{suite}");
     }
+}
+
+/// Whether the test data's `<data>_biases` is a NULL pointer
+/// (`biases_data.h`), not an array.
+fn null_biases(data: &str) -> bool {
+    std::fs::read_to_string(tests_dir().join("TestData").join(data).join("biases_data.h"))
+        .unwrap()
+        .contains("_biases = NULL;")
 }
 
 /// The symbol of the test data `data` whose name starts with `prefix`
@@ -408,7 +454,11 @@ fn each_transpose_call_is_one_layer_its_output_reached_by_the_permutation() {
     let calls = report["calls"].as_array().unwrap();
     let source =
         std::fs::read_to_string(tests_dir().join(suite).join(format!("{suite}.c"))).unwrap();
-    assert_eq!(calls.len(), source.matches("arm_transpose_s8(").count());
+    assert_eq!(calls.len(), source.matches("= arm_transpose_s8(").count());
+    assert_eq!(
+        calls.iter().map(test_data_of).collect::<Vec<_>>(),
+        unity_runs(suite)
+    );
     for c in calls {
         assert_eq!(c["function"], "arm_transpose_s8", "{c}");
         clean_layer(c);

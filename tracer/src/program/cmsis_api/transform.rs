@@ -10,9 +10,9 @@ use memtrace_abi::Role;
 use super::reader::*;
 use super::ApiFunction;
 
-/// `cmsis_nn_transpose_conv_params`: offsets, stride, padding, padding
-/// offsets, dilation, activation (11 words).
-const TRANSPOSE_CONV_PARAMS_BYTES: u64 = 44;
+/// `cmsis_nn_transpose_conv_params`: two offsets, then stride, padding,
+/// padding offsets, dilation and activation of two words each (12 words).
+const TRANSPOSE_CONV_PARAMS_BYTES: u64 = 48;
 /// `cmsis_nn_bmm_params`: two `bool`s padded to a word, then
 /// `cmsis_nn_fc_params` (5 words).
 const BMM_PARAMS_BYTES: u64 = 24;
