@@ -51,9 +51,7 @@ fn monotone(ib: u64, ob: u64, steps: impl IntoIterator<Item = Step>) -> u64 {
             Step::Write(end) => m = m.max(end),
         }
     }
-    least
-        .min(ib as i128 + ob as i128 - m as i128)
-        .max(0) as u64
+    least.min(ib as i128 + ob as i128 - m as i128).max(0) as u64
 }
 
 /// A step of a kernel's loop order, in bytes from its buffer's start.
@@ -230,11 +228,7 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
                 t.batches * t.in_h * t.in_w * t.in_c,
                 "{data}"
             );
-            assert_eq!(
-                symbol("weights"),
-                t.out_c * t.fh * t.fw * t.in_c,
-                "{data}"
-            );
+            assert_eq!(symbol("weights"), t.out_c * t.fh * t.fw * t.in_c, "{data}");
             let d = defines(&data);
             let dst = define(&d, &data, "DST_SIZE");
             assert_eq!(dst, t.batches * t.out_h * t.out_w * t.out_c, "{data}");
@@ -298,9 +292,14 @@ fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_dat
 /// Whether the test data's `<data>_biases` is a NULL pointer
 /// (`biases_data.h`), not an array.
 fn null_biases(data: &str) -> bool {
-    std::fs::read_to_string(tests_dir().join("TestData").join(data).join("biases_data.h"))
-        .unwrap()
-        .contains("_biases = NULL;")
+    std::fs::read_to_string(
+        tests_dir()
+            .join("TestData")
+            .join(data)
+            .join("biases_data.h"),
+    )
+    .unwrap()
+    .contains("_biases = NULL;")
 }
 
 /// The symbol of the test data `data` whose name starts with `prefix`
@@ -464,9 +463,13 @@ fn each_transpose_call_is_one_layer_its_output_reached_by_the_permutation() {
         clean_layer(c);
         assert_eq!(c["inner_calls"], Value::Array(vec![]), "{c}");
         let data = test_data_of(c);
-        let config =
-            std::fs::read_to_string(tests_dir().join("TestData").join(&data).join("config_data.h"))
-                .unwrap();
+        let config = std::fs::read_to_string(
+            tests_dir()
+                .join("TestData")
+                .join(&data)
+                .join("config_data.h"),
+        )
+        .unwrap();
         let upper = data.to_uppercase();
         let input = brace_define(&config, &format!("{upper}_IN_DIM"));
         let output = brace_define(&config, &format!("{upper}_OUT_DIM"));

@@ -537,7 +537,7 @@ mod tests {
         let mut m = HashMap::new();
         put(&mut m, 0x100, &[0x9000, 0]); // ctx
         put(&mut m, 0x110, &[0x9800, 0]); // reverse_conv_ctx
-        // Offsets, stride (w, h) 2x2, padding 0x0, offsets, dilation, act.
+                                          // Offsets, stride (w, h) 2x2, padding 0x0, offsets, dilation, act.
         put(&mut m, 0x200, &[0, 0, 2, 2, 0, 0, 0, 0, 1, 1, 0, 0]);
         put(&mut m, 0x300, &[0xA000, 0xA100]);
         put(&mut m, 0x400, &[1, 3, 3, 17]); // input: 17 channels
@@ -613,7 +613,10 @@ mod tests {
             sizes(&layer),
             vec![("input", 0x1000, 120), ("output", 0x2000, 120)]
         );
-        assert!(layer.structs.contains(&(0x600, 16)), "the permutation is read");
+        assert!(
+            layer.structs.contains(&(0x600, 16)),
+            "the permutation is read"
+        );
         // An axis past the dimensions: the kernel returns an error.
         let mut bad = site;
         bad.memory.insert(0x600, 4);

@@ -49,7 +49,11 @@ fn takes_reverse_path(s: &TransposeConvShapes) -> bool {
 /// `stride.w` (docs/kernels.md).
 fn rolling_buffer_bytes(s: &TransposeConvShapes) -> u64 {
     let row = ((s.input.w - 1) * s.stride.1 + s.filter.w.max(s.stride.1)) * s.output.c;
-    s.filter.h.max(s.stride.0).saturating_mul(row).saturating_mul(4)
+    s.filter
+        .h
+        .max(s.stride.0)
+        .saturating_mul(row)
+        .saturating_mul(4)
 }
 
 /// Bytes of `arm_convolve_s8`'s im2col buffer on a core without MVE: two
