@@ -17,7 +17,9 @@ use std::collections::HashMap;
 
 use super::check_recurrent::{buffer_sizes, clean_layer, overlap, passes, symbol_sizes};
 use common::u;
-use common::unit_tests::{check_json, define, defines, tests_dir, unit_tests};
+use common::unit_tests::{
+    check_json, define, defines, line_of, planted_copy, replace_first, tests_dir, unit_tests,
+};
 use serde_json::Value;
 
 /// The test data a call uses: the test function's name up to `_arm_`
@@ -497,4 +499,59 @@ fn each_transpose_call_is_one_layer_its_output_reached_by_the_permutation() {
             .flat_map(|&(from, to)| [Step::Read(from), Step::Write(to + 1)]);
         assert_eq!(overlap(c).0, monotone(size, size, steps), "{c}");
     }
+}
+
+#[test]
+fn a_transpose_conv_scratch_smaller_than_the_kernels_rolling_buffer_is_noted_and_overrun() {
+    let dir = tempfile::tempdir().unwrap();
+    let (elf, source) = planted_copy(dir.path(), "test_arm_transpose_conv_s8", |s| {
+        replace_first(
+            s,
+            "ctx.buf = malloc(buf_size);",
+            "ctx.buf = malloc(buf_size - 4); /* PLANTED */",
+        )
+    });
+    let (report, _) = check_json(&elf, &[]);
+    let planted = line_of(&source, "/* PLANTED */");
+    // transpose_conv_1's call: its rolling buffer is MAX(6, 2) rows of
+    // ((9 − 1) · 2 + 6) · 3 words, 1584 B, 4 B past the block.
+    let t = TransposeConv::of("transpose_conv_1");
+    let rolling = t.fh.max(t.sh) * ((t.in_w - 1) * t.sw + t.fw.max(t.sw)) * t.out_c * 4;
+    assert_eq!(rolling, 1584);
+    let call = &report["calls"][0];
+    assert_eq!(test_data_of(call), "transpose_conv_1", "{call}");
+    let note =
+        format!("`scratch` ({rolling} B by its shapes) reaches 4 B past the end of the heap block");
+    assert!(
+        call["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().starts_with(&note)),
+        "{call}"
+    );
+    // Memcheck sees the kernel write there, in the block allocated at the
+    // planted line.
+    let overrun = report["memcheck"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["kind"] == "overrun"
+                && f["chain"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|fr| fr["function"] == "arm_transpose_conv_s8")
+        })
+        .unwrap_or_else(|| panic!("no overrun in the kernel: {report}"));
+    assert_eq!(u(&overrun["block"]["size"]), rolling - 4, "{overrun}");
+    assert!(
+        overrun["block"]["allocated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["line"].as_u64() == Some(planted)),
+        "{overrun}"
+    );
 }
