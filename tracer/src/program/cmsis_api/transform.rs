@@ -34,6 +34,18 @@ struct TransposeConvShapes {
     pad: Tile,
 }
 
+/// The product of `factors`, saturated: four dimensions of up to 2^16
+/// each with an element size overflow 64 bits, and a buffer that large is
+/// then noted as reaching past its array rather than wrapped.
+fn product(factors: &[u64]) -> u64 {
+    factors.iter().fold(1, |p, &f| p.saturating_mul(f))
+}
+
+/// Bytes of a tensor of `dims` with `elem`-byte elements, saturated.
+fn saturating_volume(dims: &Dims, elem: u32) -> u64 {
+    product(&[dims.n, dims.h, dims.w, dims.c, elem as u64])
+}
+
 /// Whether `arm_transpose_conv_wrapper_s8` takes the reverse-convolution
 /// path (stride at most 2 both ways, more than 16 input channels): it
 /// reverses the filter into `reverse_conv_ctx->buf` and runs
@@ -91,7 +103,7 @@ pub(super) fn transpose_conv(
             Role::Scratch,
             "reversed_filter",
             reversed,
-            s.filter.volume(),
+            saturating_volume(&s.filter, 1),
             1,
         );
     } else {
@@ -102,16 +114,22 @@ pub(super) fn transpose_conv(
         Role::Input,
         "input",
         r.arg(5),
-        s.input.volume() * api.input_elem as u64,
+        saturating_volume(&s.input, api.input_elem),
         api.input_elem,
     );
-    r.buffer(Role::Weights, "filter", r.arg(7), s.filter.volume(), 1);
+    r.buffer(
+        Role::Weights,
+        "filter",
+        r.arg(7),
+        saturating_volume(&s.filter, 1),
+        1,
+    );
     r.bias(9, api.bias_elem, s.output.c)?;
     r.buffer(
         Role::Output,
         "output",
         r.arg(11),
-        s.output.volume() * api.output_elem as u64,
+        saturating_volume(&s.output, api.output_elem),
         api.output_elem,
     );
     r.layer.shapes = format!(
@@ -185,21 +203,21 @@ pub(super) fn batch_matmul(r: &mut Reader<'_>, api: &ApiFunction) -> Result<(), 
         Role::Input,
         "lhs",
         r.arg(4),
-        lhs.n * lhs.h * lhs.w * cols * elem,
+        product(&[lhs.n, lhs.h, lhs.w, cols, elem]),
         api.input_elem,
     );
     r.buffer(
         Role::Input,
         "rhs",
         r.arg(6),
-        rhs.volume() * elem,
+        product(&[rhs.n, rhs.h, rhs.w, rhs.c, elem]),
         api.input_elem,
     );
     r.buffer(
         Role::Output,
         "output",
         r.arg(8),
-        out.n * out.h * lhs.w * rhs.w * api.output_elem as u64,
+        product(&[out.n, out.h, lhs.w, rhs.w, api.output_elem as u64]),
         api.output_elem,
     );
     r.layer.shapes = format!(
@@ -263,7 +281,7 @@ pub(super) fn transpose(r: &mut Reader<'_>, _api: &ApiFunction) -> Result<(), St
                 strides[perm[k]] = stride;
             }
             let extent = reach(&[d.n, d.h, d.w, d.c], &strides);
-            (d.volume(), extent, d.text())
+            (saturating_volume(&d, 1), extent, d.text())
         }
     };
     r.buffer(Role::Input, "input", r.arg(0), input_elements, 1);
@@ -315,6 +333,24 @@ mod tests {
         assert_eq!(reach(&[2, 3, 4], &[3, 1, 6]), 24);
         // A repeated axis leaves one stride 0: the output is shorter.
         assert_eq!(reach(&[2, 3, 4], &[0, 1, 6]), 1 + 2 + 18);
+    }
+
+    #[test]
+    fn a_volume_past_64_bits_saturates_and_a_small_one_is_exact() {
+        let big = Dims {
+            n: 1 << 16,
+            h: 1 << 16,
+            w: 1 << 16,
+            c: 1 << 16,
+        };
+        assert_eq!(saturating_volume(&big, 2), u64::MAX);
+        let small = Dims {
+            n: 2,
+            h: 3,
+            w: 4,
+            c: 5,
+        };
+        assert_eq!(saturating_volume(&small, 2), small.volume() * 2);
     }
 
     #[test]
