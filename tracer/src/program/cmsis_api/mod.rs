@@ -19,6 +19,12 @@
 //! (`layouts.rs`). Their signatures are v7.0.0's: `arm_svdf_s8` takes a
 //! `ctx` first since v5.0.0, and the LSTM entry points are v6.0.0's.
 //!
+//! The transpose-convolution, batch matmul and transpose families
+//! (`transform.rs`) read `cmsis_nn_transpose_conv_params` (12 words),
+//! `cmsis_nn_bmm_params` (two `bool`s padded to a word, then
+//! `cmsis_nn_fc_params`) and `cmsis_nn_transpose_params` (`num_dims` and
+//! the permutation's pointer), v7.0.0's.
+//!
 //! Sizes come from the fields the kernels themselves read, never from ones
 //! a caller may leave unset: CMSIS-NN's own unit tests set neither
 //! `filter_dims.n` nor `output_dims.n` of a convolution, and pass a scratch
