@@ -8,6 +8,7 @@ mod libraries {
     pub mod check;
     pub mod check_calls;
     pub mod check_recurrent;
+    pub mod check_tensors;
     pub mod cmsis_releases;
     pub mod kernels_cmsis;
     pub mod regress_cmsis;

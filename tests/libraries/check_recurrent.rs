@@ -24,7 +24,7 @@ use serde_json::Value;
 
 /// The sizes of the defined symbols of `elf`, as `arm-none-eabi-nm -S`
 /// prints them.
-fn symbol_sizes(elf: &Path) -> HashMap<String, u64> {
+pub(crate) fn symbol_sizes(elf: &Path) -> HashMap<String, u64> {
     let out = Command::new("arm-none-eabi-nm")
         .args(["-S", "--defined-only"])
         .arg(elf)
@@ -61,7 +61,7 @@ fn zero_biases(data: &str) -> bool {
 }
 
 /// `name → size` of a layer's buffers.
-fn buffer_sizes(layer: &Value) -> HashMap<String, u64> {
+pub(crate) fn buffer_sizes(layer: &Value) -> HashMap<String, u64> {
     layer["buffers"]
         .as_array()
         .unwrap()
@@ -81,7 +81,7 @@ fn test_data_of(call: &Value) -> String {
 }
 
 /// The suite's verdict, as the program printed it: every test passed.
-fn passes(report: &Value, status: i32, suite: &str) {
+pub(crate) fn passes(report: &Value, status: i32, suite: &str) {
     assert_eq!(status, 0, "{suite}: {report}");
     let unity = &report["unity"];
     assert_eq!(unity["ok"], true, "{suite}");
@@ -97,7 +97,7 @@ fn passes(report: &Value, status: i32, suite: &str) {
 
 /// A call is a layer that keeps its memory contract and reads nothing
 /// astray, and its kernel writes each scratch buffer to its last byte.
-fn clean_layer(call: &Value) {
+pub(crate) fn clean_layer(call: &Value) {
     assert_eq!(call["violates"], false, "{call}");
     assert_eq!(call["stray_reads"], 0, "{call}");
     let contract = &call["layer"]["contract"];
@@ -108,7 +108,7 @@ fn clean_layer(call: &Value) {
 }
 
 /// `(monotone, exact)` O_s of a call's layer.
-fn overlap(call: &Value) -> (u64, u64) {
+pub(crate) fn overlap(call: &Value) -> (u64, u64) {
     let o = &call["layer"]["overlap"];
     (u(&o["monotone_bytes"]), u(&o["exact_bytes"]))
 }

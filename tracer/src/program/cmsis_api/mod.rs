@@ -19,6 +19,12 @@
 //! (`layouts.rs`). Their signatures are v7.0.0's: `arm_svdf_s8` takes a
 //! `ctx` first since v5.0.0, and the LSTM entry points are v6.0.0's.
 //!
+//! The transpose-convolution, batch matmul and transpose families
+//! (`transform.rs`) read `cmsis_nn_transpose_conv_params` (12 words),
+//! `cmsis_nn_bmm_params` (two `bool`s padded to a word, then
+//! `cmsis_nn_fc_params`) and `cmsis_nn_transpose_params` (`num_dims` and
+//! the permutation's pointer), v7.0.0's.
+//!
 //! Sizes come from the fields the kernels themselves read, never from ones
 //! a caller may leave unset: CMSIS-NN's own unit tests set neither
 //! `filter_dims.n` nor `output_dims.n` of a convolution, and pass a scratch
@@ -28,6 +34,7 @@ mod families;
 pub(crate) mod layouts;
 mod reader;
 mod recurrent;
+mod transform;
 
 use memtrace_abi::Role;
 
@@ -92,6 +99,18 @@ pub(crate) enum Family {
     },
     /// `(input, output, cmsis_nn_lstm_params *, cmsis_nn_lstm_context *)`.
     Lstm,
+    /// `(ctx, output_ctx, transpose_conv_params, quant, input_dims, input,
+    /// filter_dims, filter, bias_dims, bias, output_dims, output)`.
+    TransposeConv {
+        /// `arm_transpose_conv_wrapper_s8`: may take the reverse-convolution
+        /// path (`arm_convolve_s8` on the upscaled input).
+        wrapper: bool,
+    },
+    /// `(ctx, bmm_params, quant, lhs_dims, lhs, rhs_dims, rhs,
+    /// output_dims, output)`, with batch broadcasting.
+    BatchMatmul,
+    /// `(input, output, input_dims, output_dims, transpose_params)`.
+    Transpose,
 }
 
 /// One API function.
@@ -125,6 +144,9 @@ impl ApiFunction {
             Family::Activation => 5,
             Family::Svdf { context, .. } => 17 + context as u64,
             Family::Lstm => 4,
+            Family::TransposeConv { .. } => 12,
+            Family::BatchMatmul => 9,
+            Family::Transpose => 5,
         };
         arguments.saturating_sub(4)
     }
@@ -244,6 +266,21 @@ pub(crate) const API: &[ApiFunction] = &[
     ),
     f("arm_lstm_unidirectional_s8", Family::Lstm, (1, 1), 4),
     f("arm_lstm_unidirectional_s16", Family::Lstm, (2, 2), 8),
+    f(
+        "arm_transpose_conv_wrapper_s8",
+        Family::TransposeConv { wrapper: true },
+        (1, 1),
+        4,
+    ),
+    f(
+        "arm_transpose_conv_s8",
+        Family::TransposeConv { wrapper: false },
+        (1, 1),
+        4,
+    ),
+    f("arm_batch_matmul_s8", Family::BatchMatmul, (1, 1), 0),
+    f("arm_batch_matmul_s16", Family::BatchMatmul, (2, 2), 0),
+    f("arm_transpose_s8", Family::Transpose, (1, 1), 0),
 ];
 
 const FC: Family = Family::FullyConnected { per_channel: false };
@@ -319,6 +356,9 @@ pub(crate) fn read_call(
             state_elem,
         } => recurrent::svdf(&mut r, api, context, state_elem)?,
         Family::Lstm => recurrent::lstm(&mut r, api)?,
+        Family::TransposeConv { wrapper } => transform::transpose_conv(&mut r, api, wrapper)?,
+        Family::BatchMatmul => transform::batch_matmul(&mut r, api)?,
+        Family::Transpose => transform::transpose(&mut r, api)?,
     }
     Ok(r.layer)
 }
@@ -496,6 +536,97 @@ mod tests {
         );
         assert_eq!(layer.shapes, "input=2x3x5,output=2x3x4,time_major=0");
         assert_eq!(layer.structs, vec![(0x200, 220), (0x400, 12)]);
+    }
+
+    #[test]
+    fn a_transpose_conv_wrapper_declares_the_scratch_of_the_path_it_takes() {
+        let mut m = HashMap::new();
+        put(&mut m, 0x100, &[0x9000, 0]); // ctx
+        put(&mut m, 0x110, &[0x9800, 0]); // reverse_conv_ctx
+                                          // Offsets, stride (w, h) 2x2, padding 0x0, offsets, dilation, act.
+        put(&mut m, 0x200, &[0, 0, 2, 2, 0, 0, 0, 0, 1, 1, 0, 0]);
+        put(&mut m, 0x300, &[0xA000, 0xA100]);
+        put(&mut m, 0x400, &[1, 3, 3, 17]); // input: 17 channels
+        put(&mut m, 0x500, &[0xDEAD, 2, 2, 0xDEAD]); // filter: h, w only
+        put(&mut m, 0x600, &[0xDEAD, 6, 6, 5]); // output
+        let mut args = vec![0x100, 0x110, 0x200, 0x300, 0x400, 0x1000, 0x500];
+        args.extend([0x2000, 0, 0x3000, 0x600, 0x4000]);
+        let site = Fake { args, memory: m };
+        let layer = read_call(
+            api("arm_transpose_conv_wrapper_s8"),
+            &site,
+            &ApiLayouts::V7_0_0,
+        )
+        .unwrap();
+        // Reverse path: im2col of 2·2·17 = 68 columns, two int16 copies.
+        assert_eq!(
+            sizes(&layer),
+            vec![
+                ("scratch", 0x9000, 2 * 68 * 2),
+                ("reversed_filter", 0x9800, 5 * 2 * 2 * 17),
+                ("multiplier", 0xA000, 20),
+                ("shift", 0xA100, 20),
+                ("input", 0x1000, 153),
+                ("filter", 0x2000, 340),
+                ("bias", 0x3000, 20),
+                ("output", 0x4000, 180),
+            ]
+        );
+        // The kernel itself: the rolling buffer, max(2, 2) rows of
+        // ((3 − 1)·2 + 2)·5 words; output_ctx unread.
+        let layer = read_call(api("arm_transpose_conv_s8"), &site, &ApiLayouts::V7_0_0).unwrap();
+        assert_eq!(sizes(&layer)[0], ("scratch", 0x9000, 2 * 6 * 5 * 4));
+        assert!(sizes(&layer).iter().all(|b| b.0 != "reversed_filter"));
+    }
+
+    #[test]
+    fn a_batch_matmul_broadcasts_an_input_of_one_and_refuses_other_extents() {
+        let mut m = HashMap::new();
+        put(&mut m, 0x400, &[1, 3, 4, 0xDEAD]); // lhs: c unread
+        put(&mut m, 0x410, &[2, 3, 5, 6]); // rhs
+        put(&mut m, 0x420, &[2, 3, 0xDEAD, 0xDEAD]); // output
+        let site = Fake {
+            args: vec![0, 0x200, 0x300, 0x400, 0x1000, 0x410, 0x2000, 0x420, 0x3000],
+            memory: m,
+        };
+        let layer = read_call(api("arm_batch_matmul_s16"), &site, &ApiLayouts::V7_0_0).unwrap();
+        assert_eq!(
+            sizes(&layer),
+            vec![
+                ("lhs", 0x1000, 3 * 4 * 6 * 2),
+                ("rhs", 0x2000, 2 * 3 * 5 * 6 * 2),
+                ("output", 0x3000, 2 * 3 * 4 * 5 * 2),
+            ]
+        );
+        let mut bad = site;
+        bad.memory.insert(0x400, 3); // lhs n 3 against rhs n 2
+        assert!(read_call(api("arm_batch_matmul_s16"), &bad, &ApiLayouts::V7_0_0).is_err());
+    }
+
+    #[test]
+    fn a_transpose_declares_the_output_its_permutation_reaches() {
+        let mut m = HashMap::new();
+        put(&mut m, 0x400, &[2, 3, 4, 5]);
+        put(&mut m, 0x410, &[5, 4, 3, 2]); // NHWC reversed
+        put(&mut m, 0x500, &[4, 0x600]);
+        put(&mut m, 0x600, &[3, 2, 1, 0]);
+        let site = Fake {
+            args: vec![0x1000, 0x2000, 0x400, 0x410, 0x500],
+            memory: m,
+        };
+        let layer = read_call(api("arm_transpose_s8"), &site, &ApiLayouts::V7_0_0).unwrap();
+        assert_eq!(
+            sizes(&layer),
+            vec![("input", 0x1000, 120), ("output", 0x2000, 120)]
+        );
+        assert!(
+            layer.structs.contains(&(0x600, 16)),
+            "the permutation is read"
+        );
+        // An axis past the dimensions: the kernel returns an error.
+        let mut bad = site;
+        bad.memory.insert(0x600, 4);
+        assert!(read_call(api("arm_transpose_s8"), &bad, &ApiLayouts::V7_0_0).is_err());
     }
 
     #[test]
