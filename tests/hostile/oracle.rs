@@ -313,10 +313,9 @@ fn hello_input(model: &Model) -> Vec<u8> {
 
 #[test]
 #[cfg_attr(
-    no_oracle,
-    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+    any(no_oracle, no_tflm),
+    ignore = "needs the tflite-micro oracle (MEMTRACE_TFLM_PYTHON) and the TFLM runner guests (TFLM_TREE)"
 )]
-#[cfg_attr(no_tflm, ignore = "TFLM runner guests not built: set TFLM_TREE")]
 fn float_outputs_that_differ_from_the_host_oracle_fail_verify() {
     let dir = fresh_dir("float");
     let base = hello_world();
@@ -363,10 +362,9 @@ fn plant_modules(dir: &Path, marker: &Path) {
 
 #[test]
 #[cfg_attr(
-    no_oracle,
-    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+    any(no_oracle, no_tflm),
+    ignore = "needs the tflite-micro oracle (MEMTRACE_TFLM_PYTHON) and the TFLM runner guests (TFLM_TREE)"
 )]
-#[cfg_attr(no_tflm, ignore = "TFLM runner guests not built: set TFLM_TREE")]
 fn the_oracle_imports_nothing_from_the_working_directory_or_pythonpath() {
     let dir = fresh_dir("planted");
     let cwd = dir.join("cwd");
@@ -462,10 +460,9 @@ fn wait_for_oracle(tmp: &Path, limit: Duration) -> Option<u32> {
 
 #[test]
 #[cfg_attr(
-    no_oracle,
-    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+    any(no_oracle, no_tflm),
+    ignore = "needs the tflite-micro oracle (MEMTRACE_TFLM_PYTHON) and the TFLM runner guests (TFLM_TREE)"
 )]
-#[cfg_attr(no_tflm, ignore = "TFLM runner guests not built: set TFLM_TREE")]
 fn a_signal_while_the_oracle_runs_leaves_no_file_and_no_python() {
     let dir = fresh_dir("signals");
     let py = slow_python(&dir);
@@ -568,10 +565,9 @@ struct Tally {
 
 #[test]
 #[cfg_attr(
-    no_oracle,
-    ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
+    any(no_oracle, no_tflm),
+    ignore = "needs the tflite-micro oracle (MEMTRACE_TFLM_PYTHON) and the TFLM runner guests (TFLM_TREE)"
 )]
-#[cfg_attr(no_tflm, ignore = "TFLM runner guests not built: set TFLM_TREE")]
 fn campaign_float_output_mutants_against_the_oracle() {
     let dir = fresh_dir("campaign");
     let base = hello_world();

@@ -209,7 +209,7 @@ const V7: Release = Release {
     ignore = "CMSIS-NN v6.0.0 not at ../shared/third_party/cmsis-nn-v6.0.0"
 )]
 #[cfg_attr(
-    no_cmsis_v7,
+    all(no_cmsis_v7, not(no_cmsis_v6)),
     ignore = "CMSIS-NN v7.0.0 not at ../shared/third_party/cmsis-nn"
 )]
 fn v6_0_0_builds_and_runs_and_switching_back_relinks_only() {

@@ -287,7 +287,7 @@ fn both_builds(model: &str) {
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 #[cfg_attr(
-    no_oracle,
+    all(no_oracle, not(no_tflm)),
     ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
 )]
 fn hello_world_deploys_bit_exact_with_exactly_its_arena() {
@@ -297,7 +297,7 @@ fn hello_world_deploys_bit_exact_with_exactly_its_arena() {
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 #[cfg_attr(
-    no_oracle,
+    all(no_oracle, not(no_tflm)),
     ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
 )]
 fn person_detect_deploys_bit_exact_with_exactly_its_arena() {
@@ -307,7 +307,7 @@ fn person_detect_deploys_bit_exact_with_exactly_its_arena() {
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 #[cfg_attr(
-    no_oracle,
+    all(no_oracle, not(no_tflm)),
     ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
 )]
 fn mlperf_kws_deploys_bit_exact_with_exactly_its_arena() {
@@ -320,7 +320,7 @@ fn mlperf_kws_deploys_bit_exact_with_exactly_its_arena() {
 #[test]
 #[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
 #[cfg_attr(
-    no_oracle,
+    all(no_oracle, not(no_tflm)),
     ignore = "MEMTRACE_TFLM_PYTHON not set: no tflite-micro oracle"
 )]
 fn keyword_scrambled_deploys_though_tflm_faults_on_too_small_an_arena() {
