@@ -25,11 +25,15 @@
 //! `cmsis_nn_fc_params`) and `cmsis_nn_transpose_params` (`num_dims` and
 //! the permutation's pointer), v7.0.0's.
 //!
+//! The copying families (`copies.rs`) take plain scalars: concatenation
+//! along one axis, reshape, and the ReLUs that clamp one buffer in place.
+//!
 //! Sizes come from the fields the kernels themselves read, never from ones
 //! a caller may leave unset: CMSIS-NN's own unit tests set neither
 //! `filter_dims.n` nor `output_dims.n` of a convolution, and pass a scratch
 //! buffer with `ctx.size = 0` (its size is then the heap block it lies in).
 
+mod copies;
 mod families;
 pub(crate) mod layouts;
 mod reader;
@@ -111,6 +115,31 @@ pub(crate) enum Family {
     BatchMatmul,
     /// `(input, output, input_dims, output_dims, transpose_params)`.
     Transpose,
+    /// `(input, input_x, input_y, input_z, input_w, output, [output_<axis>,]
+    /// offset_<axis>)`: the input copied into the output at an offset
+    /// along `axis` (no `output_w` along W).
+    Concatenation {
+        /// The axis concatenated along.
+        axis: Axis,
+    },
+    /// `(input, output, total_size)`: a copy.
+    Reshape,
+    /// `(data, size)`: `size` elements clamped in place.
+    Relu,
+}
+
+/// A concatenation's axis, as CMSIS-NN names them: X the width, Y the
+/// height, Z the channels, W the batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Axis {
+    /// The width (`input_x`): rows copied `output_x` apart.
+    X,
+    /// The height (`input_y`): tiles of `x · input_y`.
+    Y,
+    /// The channels (`input_z`): blocks of `x · y · input_z`.
+    Z,
+    /// The batches (`input_w`): one block.
+    W,
 }
 
 /// One API function.
@@ -147,6 +176,9 @@ impl ApiFunction {
             Family::TransposeConv { .. } => 12,
             Family::BatchMatmul => 9,
             Family::Transpose => 5,
+            Family::Concatenation { axis } => 8 - (axis == Axis::W) as u64,
+            Family::Reshape => 3,
+            Family::Relu => 2,
         };
         arguments.saturating_sub(4)
     }
@@ -281,7 +313,20 @@ pub(crate) const API: &[ApiFunction] = &[
     f("arm_batch_matmul_s8", Family::BatchMatmul, (1, 1), 0),
     f("arm_batch_matmul_s16", Family::BatchMatmul, (2, 2), 0),
     f("arm_transpose_s8", Family::Transpose, (1, 1), 0),
+    f("arm_concatenation_s8_x", concat(Axis::X), (1, 1), 0),
+    f("arm_concatenation_s8_y", concat(Axis::Y), (1, 1), 0),
+    f("arm_concatenation_s8_z", concat(Axis::Z), (1, 1), 0),
+    f("arm_concatenation_s8_w", concat(Axis::W), (1, 1), 0),
+    f("arm_reshape_s8", Family::Reshape, (1, 1), 0),
+    f("arm_relu_q7", Family::Relu, (1, 1), 0),
+    f("arm_relu6_s8", Family::Relu, (1, 1), 0),
+    f("arm_relu_q15", Family::Relu, (2, 2), 0),
 ];
+
+/// The concatenation family along `axis`.
+const fn concat(axis: Axis) -> Family {
+    Family::Concatenation { axis }
+}
 
 const FC: Family = Family::FullyConnected { per_channel: false };
 const AVG: Family = Family::Pool { average: true };
@@ -359,6 +404,9 @@ pub(crate) fn read_call(
         Family::TransposeConv { wrapper } => transform::transpose_conv(&mut r, api, wrapper)?,
         Family::BatchMatmul => transform::batch_matmul(&mut r, api)?,
         Family::Transpose => transform::transpose(&mut r, api)?,
+        Family::Concatenation { axis } => copies::concatenation(&mut r, axis),
+        Family::Reshape => copies::reshape(&mut r),
+        Family::Relu => copies::relu(&mut r, api),
     }
     Ok(r.layer)
 }
@@ -627,6 +675,67 @@ mod tests {
         let mut bad = site;
         bad.memory.insert(0x600, 4);
         assert!(read_call(api("arm_transpose_s8"), &bad, &ApiLayouts::V7_0_0).is_err());
+    }
+
+    /// A call of `name` with arguments `args` and no memory.
+    fn plain_call(name: &str, args: Vec<u32>) -> CallLayer {
+        let site = Fake {
+            args,
+            memory: HashMap::new(),
+        };
+        read_call(api(name), &site, &ApiLayouts::V7_0_0).unwrap()
+    }
+
+    #[test]
+    fn a_concatenation_declares_the_whole_output_tensor_along_its_axis() {
+        // Input x 3, y 2, z 4, w 5; output extent 7 along the axis, offset 2.
+        let io = |axis_extent| vec![0x1000, 3, 2, 4, 5, 0x2000, axis_extent, 2];
+        for (name, output) in [
+            ("arm_concatenation_s8_x", 7 * 2 * 4 * 5),
+            ("arm_concatenation_s8_y", 3 * 7 * 4 * 5),
+            ("arm_concatenation_s8_z", 3 * 2 * 7 * 5),
+        ] {
+            let layer = plain_call(name, io(7));
+            assert_eq!(
+                sizes(&layer),
+                vec![("input", 0x1000, 120), ("output", 0x2000, output)],
+                "{name}"
+            );
+            assert_eq!(api(name).stack_arguments(), 4);
+        }
+        // Only the half-word of a `uint16_t` counts.
+        let high = plain_call("arm_concatenation_s8_x", io(0xABCD_0007));
+        assert_eq!(sizes(&high)[1].2, 7 * 2 * 4 * 5);
+        // W has no output extent: the tensor up to the block's end.
+        let w = plain_call(
+            "arm_concatenation_s8_w",
+            vec![0x1000, 3, 2, 4, 5, 0x2000, 6],
+        );
+        assert_eq!(sizes(&w)[1], ("output", 0x2000, (6 + 5) * 24));
+        assert_eq!(api("arm_concatenation_s8_w").stack_arguments(), 3);
+        assert_eq!(w.shapes, "input=5x2x3x4,output=11x2x3x4,axis=w,offset=6");
+    }
+
+    #[test]
+    fn a_relu_declares_its_one_buffer_as_input_and_output_in_place() {
+        let layer = plain_call("arm_relu_q15", vec![0x3000, 0x1_0009]);
+        assert_eq!(
+            sizes(&layer),
+            vec![("input", 0x3000, 18), ("output", 0x3000, 18)]
+        );
+        assert_eq!(layer.op, "relu");
+        assert_eq!(plain_call("arm_relu6_s8", vec![0x3000, 9]).op, "relu6");
+        // Reshape: `total_size` bytes each way.
+        let copy = plain_call("arm_reshape_s8", vec![0x1000, 0x2000, 77]);
+        assert_eq!(
+            sizes(&copy),
+            vec![("input", 0x1000, 77), ("output", 0x2000, 77)]
+        );
+        // A NULL buffer or an empty one is not declared.
+        assert!(plain_call("arm_relu_q7", vec![0, 9]).buffers.is_empty());
+        assert!(plain_call("arm_relu_q7", vec![0x3000, 0])
+            .buffers
+            .is_empty());
     }
 
     #[test]
