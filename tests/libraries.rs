@@ -7,6 +7,7 @@ mod common;
 mod libraries {
     pub mod check;
     pub mod check_calls;
+    pub mod check_misc;
     pub mod check_recurrent;
     pub mod check_tensors;
     pub mod cmsis_releases;

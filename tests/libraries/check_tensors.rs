@@ -44,7 +44,7 @@ fn inner_calls(call: &Value) -> HashMap<String, u64> {
 /// program order: `max(0, min(IB + OB − M_last, min over reads after a
 /// write of OB − M + r))`, M the output end written before read r (a read
 /// before any write is clobbered by none).
-fn monotone(ib: u64, ob: u64, steps: impl IntoIterator<Item = Step>) -> u64 {
+pub(crate) fn monotone(ib: u64, ob: u64, steps: impl IntoIterator<Item = Step>) -> u64 {
     let (mut m, mut least) = (0u64, i128::MAX);
     for s in steps {
         match s {
@@ -57,7 +57,7 @@ fn monotone(ib: u64, ob: u64, steps: impl IntoIterator<Item = Step>) -> u64 {
 }
 
 /// A step of a kernel's loop order, in bytes from its buffer's start.
-enum Step {
+pub(crate) enum Step {
     /// The input byte read.
     Read(u64),
     /// The end of the output written.
