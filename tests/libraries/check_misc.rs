@@ -6,17 +6,16 @@
 //! reproduced and no contract violation.
 //!
 //! Every buffer is checked against the program's arrays as the ELF's
-//! symbol table gives them (`arm-none-eabi-nm -S`: address and size) and
+//! symbol table gives them (`arm-none-eabi-nm -S`) and
 //! against the extents the program passes; every O_s against a closed form
 //! and against the monotone O_s of the kernel's loop order byte by byte.
 
 use crate::common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use super::check_recurrent::{buffer_sizes, clean_layer, overlap};
+use super::check_recurrent::{buffer_sizes, clean_layer, overlap, symbol_sizes};
 use super::check_tensors::{monotone, Step};
 use common::u;
 use common::unit_tests::{check_json, unit_tests};
@@ -27,25 +26,6 @@ fn program() -> PathBuf {
     let elf = unit_tests().join("extra/memtrace_misc.elf");
     assert!(elf.exists(), "{} is missing", elf.display());
     elf
-}
-
-/// `name → (address, size)` of the defined symbols of `elf`, as
-/// `arm-none-eabi-nm -S` prints them.
-fn symbols(elf: &Path) -> HashMap<String, (u64, u64)> {
-    let out = Command::new("arm-none-eabi-nm")
-        .args(["-S", "--defined-only"])
-        .arg(elf)
-        .output()
-        .expect("arm-none-eabi-nm runs");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-            (w.len() == 4).then(|| Some((w[3].to_owned(), (hex(w[0])?, hex(w[1])?))))?
-        })
-        .collect()
 }
 
 /// A concatenation the program makes: its axis (0 = x … 3 = w) and the
@@ -131,7 +111,7 @@ fn closed_form_os(ib: u64, ob: u64, rows: &[(u64, u64, u64)]) -> u64 {
 
 /// The program's calls, checked to be its twelve, in its order, each a
 /// clean layer of its own; the program's verdict checked.
-fn program_calls() -> (Vec<Value>, HashMap<String, (u64, u64)>) {
+fn program_calls() -> (Vec<Value>, HashMap<String, u64>) {
     let elf = program();
     let (report, status) = check_json(&elf, &[]);
     assert_eq!(status, 0, "{report}");
@@ -146,7 +126,8 @@ fn program_calls() -> (Vec<Value>, HashMap<String, (u64, u64)>) {
         .collect();
     let mut expected = Vec::new();
     for axis in ["x", "y", "z", "w"] {
-        expected.extend([format!("arm_concatenation_s8_{axis}"); 2]);
+        let name = format!("arm_concatenation_s8_{axis}");
+        expected.extend([name.clone(), name]);
     }
     expected.extend(
         [
@@ -162,18 +143,22 @@ fn program_calls() -> (Vec<Value>, HashMap<String, (u64, u64)>) {
         clean_layer(c);
         assert!(c["layer"].is_object(), "{c}");
     }
-    (calls, symbols(&elf))
+    (calls, symbol_sizes(&elf))
 }
 
-/// `(base, size)` of the layer's buffer `name`.
-fn buffer(call: &Value, name: &str) -> (u64, u64) {
-    let b = call["layer"]["buffers"]
+/// The layer's buffer `name` as the report gives it.
+fn buffer_json<'a>(call: &'a Value, name: &str) -> &'a Value {
+    call["layer"]["buffers"]
         .as_array()
         .unwrap()
         .iter()
         .find(|b| b["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {call}"));
-    (u(&b["base"]), u(&b["size"]))
+        .unwrap_or_else(|| panic!("no {name} in {call}"))
+}
+
+/// Bytes of the layer's buffer `name`.
+fn buffer(call: &Value, name: &str) -> u64 {
+    u(&buffer_json(call, name)["size"])
 }
 
 #[test]
@@ -187,7 +172,7 @@ fn each_concatenation_is_one_layer_over_its_input_and_the_whole_output_tensor() 
             let call = &calls[2 * i + k];
             let symbol = symbols[&format!("concat_{letter}_{part}")];
             assert_eq!(buffer(call, "input"), symbol, "{call}");
-            assert_eq!(symbol.1, volume(input));
+            assert_eq!(symbol, volume(input));
             // W has no output extent: its output ends with the block.
             let whole = volume(&output_extents(c));
             let output = if c.axis == 3 {
@@ -195,10 +180,15 @@ fn each_concatenation_is_one_layer_over_its_input_and_the_whole_output_tensor() 
             } else {
                 whole
             };
-            assert_eq!(buffer(call, "output"), (out.0, output), "{call}");
+            assert_eq!(buffer(call, "output"), output, "{call}");
+            let shapes = call["shapes"].as_str().unwrap();
+            assert!(
+                shapes.ends_with(&format!("axis={letter},offset={offset}")),
+                "{shapes}"
+            );
             assert_eq!(buffer_sizes(&call["layer"]).len(), 2, "{call}");
             if k == 1 {
-                assert_eq!(out.1, output, "the last block ends the tensor");
+                assert_eq!(out, output, "the last block ends the tensor");
             }
             offset += input[c.axis];
         }
@@ -213,7 +203,7 @@ fn each_copy_has_the_closed_form_o_s_of_its_loop_order() {
         let mut offset = 0;
         for (k, input) in [c.a, c.b].iter().enumerate() {
             let call = &calls[2 * i + k];
-            let (ib, ob) = (buffer(call, "input").1, buffer(call, "output").1);
+            let (ib, ob) = (buffer(call, "input"), buffer(call, "output"));
             let rows = copied_rows(c.axis, input, out_extent, offset);
             let os = closed_form_os(ib, ob, &rows);
             assert_eq!(os, copy_os(ib, ob, &rows), "axis {}", c.axis);
@@ -224,7 +214,8 @@ fn each_copy_has_the_closed_form_o_s_of_its_loop_order() {
     // Reshape: one forward copy of the whole array, which may overlap
     // its output entirely.
     let reshape = &calls[8];
-    let n = symbols["reshape_in"].1;
+    let n = symbols["reshape_in"];
+    assert_eq!(buffer(reshape, "input"), n);
     assert_eq!(buffer(reshape, "output"), symbols["reshape_out"]);
     let rows = [(0, 0, n)];
     assert_eq!(closed_form_os(n, n, &rows), copy_os(n, n, &rows));
@@ -240,17 +231,23 @@ fn each_relu_is_one_in_place_layer_whose_output_may_overlap_all_its_input() {
         (&calls[11], "relu_q15_data", 2, 7),
     ] {
         let data = symbols[array];
-        assert_eq!(data.1, elem * elements, "{array}");
-        // The one buffer, declared as both the input and the output.
+        assert_eq!(data, elem * elements, "{array}");
+        // The one buffer, declared as both the input and the output: the
+        // same size, and every access recorded against both.
         assert_eq!(buffer(call, "input"), data, "{call}");
         assert_eq!(buffer(call, "output"), data, "{call}");
+        let (input, output) = (buffer_json(call, "input"), buffer_json(call, "output"));
+        for count in ["loads", "stores", "updates"] {
+            assert_eq!(input[count], output[count], "{count}: {call}");
+        }
+        assert!(u(&input["stores"]) > 0, "{call}");
         let contract = &call["layer"]["contract"];
         assert_eq!(contract["ok"], true, "{call}");
         // Each element read, then written (the last one is negative, so
         // every path writes it): O_s is the whole buffer.
         let steps = (0..elements).flat_map(|e| [Step::Read(e * elem), Step::Write((e + 1) * elem)]);
-        let os = monotone(data.1, data.1, steps);
-        assert_eq!(os, data.1);
+        let os = monotone(data, data, steps);
+        assert_eq!(os, data);
         assert_eq!(overlap(call), (os, os), "{call}");
     }
 }
