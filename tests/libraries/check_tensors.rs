@@ -187,24 +187,27 @@ fn unity_runs(suite: &str) -> Vec<String> {
         .collect()
 }
 
+/// `check`'s report of a suite that passes, and its data symbols' sizes;
+/// the report has one traced call per `call` text in the suite's source.
+fn passing_suite(suite: &str, call: &str) -> (Value, HashMap<String, u64>) {
+    let elf = unit_tests().join(format!("{suite}.elf"));
+    let (report, status) = check_json(&elf, &[]);
+    passes(&report, status, suite);
+    let source =
+        std::fs::read_to_string(tests_dir().join(suite).join(format!("{suite}.c"))).unwrap();
+    let calls = report["calls"].as_array().unwrap().len();
+    assert_eq!(calls, source.matches(call).count(), "{suite}");
+    (report, symbol_sizes(&elf))
+}
+
 #[test]
 fn each_transpose_conv_call_is_one_layer_with_its_paths_scratch_and_the_test_datas_sizes() {
     for suite in [
         "test_arm_transpose_conv_s8",
         "test_arm_reverse_transpose_conv_s8",
     ] {
-        let elf = unit_tests().join(format!("{suite}.elf"));
-        let (report, status) = check_json(&elf, &[]);
-        passes(&report, status, suite);
-        let symbols = symbol_sizes(&elf);
+        let (report, symbols) = passing_suite(suite, "arm_transpose_conv_wrapper_s8(");
         let calls = report["calls"].as_array().unwrap();
-        let source =
-            std::fs::read_to_string(tests_dir().join(suite).join(format!("{suite}.c"))).unwrap();
-        assert_eq!(
-            calls.len(),
-            source.matches("arm_transpose_conv_wrapper_s8(").count(),
-            "{suite}"
-        );
         let runs = unity_runs(suite);
         assert_eq!(
             calls.iter().map(test_data_of).collect::<Vec<_>>(),
@@ -323,18 +326,8 @@ fn each_batch_matmul_call_is_one_layer_with_broadcast_inputs_of_the_test_datas_s
         ("test_arm_batch_matmul_s8", "arm_batch_matmul_s8", 1),
         ("test_arm_batch_matmul_s16", "arm_batch_matmul_s16", 2),
     ] {
-        let elf = unit_tests().join(format!("{suite}.elf"));
-        let (report, status) = check_json(&elf, &[]);
-        passes(&report, status, suite);
-        let symbols = symbol_sizes(&elf);
+        let (report, symbols) = passing_suite(suite, &format!("{function}("));
         let calls = report["calls"].as_array().unwrap();
-        let source =
-            std::fs::read_to_string(tests_dir().join(suite).join(format!("{suite}.c"))).unwrap();
-        assert_eq!(
-            calls.len(),
-            source.matches(&format!("{function}(")).count(),
-            "{suite}"
-        );
         for c in calls {
             assert_eq!(c["function"], function, "{c}");
             clean_layer(c);
