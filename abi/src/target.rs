@@ -43,10 +43,9 @@ pub enum Arch {
     #[serde(rename = "cortex-m33")]
     #[cfg_attr(feature = "clap", value(name = "cortex-m33"))]
     CortexM33,
-    /// 32-bit RISC-V, RV32IMAC (the ESP32-C6's and the Pico 2's Hazard3
-    /// instruction set; code built for RV32IMC, the ESP32-C3's, runs on it
-    /// unchanged), no FPU: float is done in software. Emulated as Unicorn's
-    /// generic RV32 core.
+    /// 32-bit RISC-V, RV32IMAC (the ESP32-C6's instruction set; code built
+    /// for RV32IMC, the ESP32-C3's, runs on it unchanged), no FPU: float is
+    /// done in software. Emulated as Unicorn's generic RV32 core.
     #[serde(rename = "riscv32")]
     #[cfg_attr(feature = "clap", value(name = "riscv32"))]
     Riscv32,
