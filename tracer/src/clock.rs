@@ -4,10 +4,10 @@
 //! gives the instructions retired before the current block, and the position of
 //! the (hook-synchronised) PC inside the block gives the rest. A block's
 //! instruction boundaries are computed once per block address and cached:
-//! Thumb-2 lengths follow from the first halfword ([`thumb_instruction_starts`]),
-//! so do RISC-V's (compressed or not, [`riscv_instruction_starts`]),
+//! Thumb-2 and RISC-V (compressed or not) lengths follow from the first
+//! halfword ([`halfword_instruction_starts`]),
 //! x86-64 lengths come from a real decoder ([`x86_64_block_layout`], iced-x86).
-//! [`BlockClock`] is the same for both; only the boundary function differs.
+//! [`BlockClock`] is the same for all; only the boundary function differs.
 //!
 //! # What one instruction is
 //!
@@ -112,26 +112,6 @@ pub fn is_wide_thumb(first_halfword: u16) -> bool {
     matches!(first_halfword >> 11, 0b11101..=0b11111)
 }
 
-/// Offsets of the instructions in Thumb code `bytes`.
-pub fn thumb_instruction_starts(bytes: &[u8]) -> Box<[u16]> {
-    let mut starts = Vec::with_capacity(bytes.len() / 2);
-    let mut at = 0usize;
-    while at + 1 < bytes.len() {
-        starts.push(at as u16);
-        let hw = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-        at += if is_wide_thumb(hw) { 4 } else { 2 };
-    }
-    starts.into_boxed_slice()
-}
-
-/// Layout of a Thumb block (Thumb has no repeated instructions).
-pub fn thumb_block_layout(_address: u64, bytes: &[u8]) -> BlockLayout {
-    BlockLayout {
-        starts: thumb_instruction_starts(bytes),
-        repeats_at: None,
-    }
-}
-
 /// True when a RISC-V halfword starts a 32-bit instruction: its two low bits
 /// are `11`; every other value starts a 16-bit compressed one (the C
 /// extension). Longer encodings are reserved, and RV32IMAC has none.
@@ -139,22 +119,32 @@ pub fn is_wide_riscv(first_halfword: u16) -> bool {
     first_halfword & 0b11 == 0b11
 }
 
-/// Offsets of the instructions in RISC-V code `bytes`.
-pub fn riscv_instruction_starts(bytes: &[u8]) -> Box<[u16]> {
-    let mut starts = Vec::with_capacity(bytes.len() / 3);
+/// Offsets of the instructions in `bytes` of an instruction set whose
+/// instructions are 2 or 4 bytes long, as `is_wide` tells from the first
+/// halfword (Thumb-2, RISC-V with the C extension).
+pub fn halfword_instruction_starts(bytes: &[u8], is_wide: fn(u16) -> bool) -> Box<[u16]> {
+    let mut starts = Vec::with_capacity(bytes.len() / 2);
     let mut at = 0usize;
     while at + 1 < bytes.len() {
         starts.push(at as u16);
         let hw = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-        at += if is_wide_riscv(hw) { 4 } else { 2 };
+        at += if is_wide(hw) { 4 } else { 2 };
     }
     starts.into_boxed_slice()
+}
+
+/// Layout of a Thumb block (Thumb has no repeated instructions).
+pub fn thumb_block_layout(_address: u64, bytes: &[u8]) -> BlockLayout {
+    BlockLayout {
+        starts: halfword_instruction_starts(bytes, is_wide_thumb),
+        repeats_at: None,
+    }
 }
 
 /// Layout of a RISC-V block (no repeated instructions either).
 pub fn riscv_block_layout(_address: u64, bytes: &[u8]) -> BlockLayout {
     BlockLayout {
-        starts: riscv_instruction_starts(bytes),
+        starts: halfword_instruction_starts(bytes, is_wide_riscv),
         repeats_at: None,
     }
 }
@@ -354,7 +344,10 @@ mod tests {
     fn thumb_lengths_follow_the_first_halfword() {
         // movs r0,#1 (16-bit); ldr.w r1,[r2] (32-bit: f8d2 1000); bx lr (16-bit)
         let code = [0x01, 0x20, 0xd2, 0xf8, 0x00, 0x10, 0x70, 0x47];
-        assert_eq!(&*thumb_instruction_starts(&code), &[0, 2, 6]);
+        assert_eq!(
+            &*halfword_instruction_starts(&code, is_wide_thumb),
+            &[0, 2, 6]
+        );
     }
 
     #[test]
@@ -362,7 +355,10 @@ mod tests {
         // Encodings from the RISC-V unprivileged spec: c.li a0,1 (16-bit,
         // 0x4505); lw a1,0(a2) (32-bit, 0x00062583); c.jr ra (0x8082).
         let code = [0x05, 0x45, 0x83, 0x25, 0x06, 0x00, 0x82, 0x80];
-        assert_eq!(&*riscv_instruction_starts(&code), &[0, 2, 6]);
+        assert_eq!(
+            &*halfword_instruction_starts(&code, is_wide_riscv),
+            &[0, 2, 6]
+        );
         assert!(is_wide_riscv(0x2583) && !is_wide_riscv(0x4505));
     }
 
