@@ -230,6 +230,25 @@ pub(crate) fn plan_for_cores(kernels: &str, cores: &[&str], file: &std::path::Pa
     plan
 }
 
+/// `verify MODEL(KWS) --plan FILE` on each of `cores`: clean and bit-exact
+/// with TFLM's own plan on every one.
+pub(crate) fn verify_plan_on_each(kernels: &str, cores: &[&str], plan_file: &std::path::Path) {
+    for core in cores {
+        let r = json_ok(&[
+            "verify",
+            &kws(),
+            "--kernels",
+            kernels,
+            "--target",
+            core,
+            "--plan",
+            path_str(plan_file),
+        ]);
+        assert_eq!(r["ok"], true, "{core}: {}", r["clobbers"]);
+        assert_eq!(r["bit_exact"], true, "{core}");
+    }
+}
+
 /// Operator `op`'s traced monotone O_s in each of `runs` (`run MODEL`'s
 /// per-layer reports), in order.
 pub(crate) fn traced_overlaps(runs: &[Value], op: usize) -> Vec<u64> {
@@ -310,20 +329,7 @@ fn one_plan_for_three_cores_takes_the_smallest_overlap_and_verifies_on_each() {
     assert!(below_m4 > 0, "no operator has less O_s on another core");
     // verify --plan proves the one plan on each core, and refuses it on a
     // core it was not made for.
-    for core in cores {
-        let r = json_ok(&[
-            "verify",
-            &kws(),
-            "--kernels",
-            "cmsis-nn",
-            "--target",
-            core,
-            "--plan",
-            path_str(&plan_file),
-        ]);
-        assert_eq!(r["ok"], true, "{core}: {}", r["clobbers"]);
-        assert_eq!(r["bit_exact"], true, "{core}");
-    }
+    verify_plan_on_each("cmsis-nn", &cores, &plan_file);
     let out = memtrace([
         "verify",
         &kws(),

@@ -17,11 +17,7 @@ use serde_json::Value;
 
 /// A public model of `../shared/models/` (never copied into the repository).
 fn shared_model(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models")
-        .join(name);
-    assert!(p.exists(), "{} is missing", p.display());
-    p
+    PathBuf::from(common::shared_model(name))
 }
 
 /// The oracle's Python (PyPI `tflite-micro`).

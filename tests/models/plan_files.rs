@@ -6,23 +6,15 @@
 //! `OfflineMemoryAllocation` is.
 
 use crate::common;
+use common::shared_model;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::{json, memtrace, stderr, stdout};
 use memtrace_model::tflite;
 use serde_json::Value;
 
 const ZOO: &str = "zoo:mobilenet_v1_0.25_128_int8";
-
-/// A public model of `../shared/models/`.
-fn shared_model(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models")
-        .join(name);
-    assert!(p.exists(), "{} is missing", p.display());
-    p.display().to_string()
-}
 
 /// A scratch directory, removed when dropped.
 struct Scratch(PathBuf);

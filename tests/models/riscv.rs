@@ -18,7 +18,7 @@ use std::process::Command;
 use common::{guest, json, json_ok, memtrace, path_str, shared_model, stderr, u};
 use serde_json::Value;
 
-use super::cores::{plan_for_cores, traced_overlaps};
+use super::cores::{plan_for_cores, traced_overlaps, verify_plan_on_each};
 
 fn kws() -> String {
     shared_model("mlperf_tiny_kws_ds_cnn_int8.tflite")
@@ -239,18 +239,7 @@ fn one_plan_for_a_cortex_m_and_a_riscv_core_verifies_on_each() {
             "operator {op}: {traced:?}"
         );
     }
-    for core in cores {
-        let r = json_ok(&[
-            "verify",
-            &kws(),
-            "--target",
-            core,
-            "--plan",
-            path_str(&plan_file),
-        ]);
-        assert_eq!(r["ok"], true, "{core}: {}", r["clobbers"]);
-        assert_eq!(r["bit_exact"], true, "{core}");
-    }
+    verify_plan_on_each("tflm", &cores, &plan_file);
 }
 
 #[test]

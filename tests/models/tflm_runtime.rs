@@ -6,24 +6,12 @@
 //! greedy planner against TFLM's, and PyPI `tflite-micro` on the host.
 
 use crate::common;
+use common::shared_model;
 
 use std::path::PathBuf;
 
 use common::{json, memtrace, stderr, u};
 use serde_json::Value;
-
-/// A public model of `../shared/models/` (never copied into the repository).
-fn shared_model(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models")
-        .join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: the tests need ../shared/models",
-        p.display()
-    );
-    p.display().to_string()
-}
 
 /// Every model of `../shared/models/`.
 fn shared_models() -> Vec<String> {

@@ -3,19 +3,12 @@
 //! `--no-cache` traces again. A damaged entry is a miss, never an error.
 
 use crate::common;
+use common::shared_model;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use common::{path_str, stderr, suite};
-
-fn shared_model(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models")
-        .join(name);
-    assert!(p.exists(), "{} is missing", p.display());
-    p.display().to_string()
-}
 
 fn plan_with_cache(cache: &Path, args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_memtrace"))
