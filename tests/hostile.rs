@@ -14,5 +14,6 @@ mod hostile {
     pub mod build_cli;
     pub mod models;
     pub mod oracle;
+    pub mod outputs;
     pub mod plans;
 }
