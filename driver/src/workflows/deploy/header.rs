@@ -303,6 +303,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_in_the_comment_can_neither_end_it_nor_start_a_line() {
+        for (name, written) in [
+            ("dir*/m.tflite", "dir*\\/m.tflite"),
+            ("a/*b", "a/\\*b"),
+            ("x\n#error no\n", "x\\n#error no\\n"),
+            ("back\\", "back\\\\"),
+            ("tri??/", "tri?\\?/"),
+            ("cr\r\t\u{7f}\0", "cr\\r\\t\\x7f\\x00"),
+            ("mod\u{e8}le\u{202e}", "mod\\u{e8}le\\u{202e}"),
+            ("plain/path-1_2.tflite", "plain/path-1_2.tflite"),
+        ] {
+            assert_eq!(c_comment(name), written, "{name:?}");
+        }
+    }
+
+    #[test]
     fn builtins_map_to_their_resolver_methods() {
         for (name, method) in [
             ("CONV_2D", "AddConv2D"),
