@@ -287,16 +287,16 @@ pub fn render_atomically<E: WriterError>(
 ) -> Result<(), E> {
     match output_target(path)? {
         OutputTarget::Replace(dest) => {
-            let dir = TempFile::create_dir(&dest, &sibling_folder(&dest))
-                .with_path("create", path)?;
+            let dir =
+                TempFile::create_dir(&dest, &sibling_folder(&dest)).with_path("create", path)?;
             let inner = dir.path().join(file_name(&dest));
             render(&inner).map_err(|e| name_file(e, path))?;
             std::fs::rename(&inner, &dest).with_path("write", path)?;
             Ok(())
         }
         OutputTarget::Stream(dest) => {
-            let dir = TempFile::create_dir(&dest, &std::env::temp_dir())
-                .with_path("create", path)?;
+            let dir =
+                TempFile::create_dir(&dest, &std::env::temp_dir()).with_path("create", path)?;
             let inner = dir.path().join(file_name(&dest));
             render(&inner).map_err(|e| name_file(e, path))?;
             let mut from = File::open(&inner).with_path("read back", &inner)?;
@@ -454,7 +454,10 @@ impl TempFile {
         remove_temporaries_on_signal();
         let mut registry = temporaries();
         let path = unique::create_unique_dir(|token| {
-            parent.join(format!(".{}.{token}.tmp", file_name(dest).to_string_lossy()))
+            parent.join(format!(
+                ".{}.{token}.tmp",
+                file_name(dest).to_string_lossy()
+            ))
         })?;
         registry.push(path.clone());
         Ok(TempFile {

@@ -276,25 +276,23 @@ fn hanging_writer(dir: &Path, out: &Path) -> (std::process::Child, String) {
             Ok(())
         });
     }
-    let proc = cmd.spawn().unwrap();
+    let mut proc = cmd.spawn().unwrap();
     let started = Instant::now();
-    loop {
-        let found = listing(dir).into_iter().find(|n| n.contains(".tmp"));
-        if let Some(t) = found {
-            if std::fs::metadata(dir.join(&t))
-                .map(|m| m.len())
-                .unwrap_or(0)
-                > 0
-            {
-                return (proc, t);
-            }
+    let tmp = loop {
+        let found = listing(dir).into_iter().find(|n| {
+            n.contains(".tmp") && std::fs::metadata(dir.join(n)).is_ok_and(|m| m.len() > 0)
+        });
+        if found.is_some() || started.elapsed() > Duration::from_secs(20) {
+            break found;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no temporary file"
-        );
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    let Some(tmp) = tmp else {
+        let _ = proc.kill();
+        let _ = proc.wait();
+        panic!("no temporary file");
+    };
+    (proc, tmp)
 }
 
 #[test]
@@ -391,8 +389,11 @@ fn the_writability_probe_creates_exclusively_and_leaves_nothing() {
     let outside = scratch("probe-outside");
     let canary = outside.join("canary");
     std::fs::write(&canary, b"keep").unwrap();
-    std::os::unix::fs::symlink(&canary, dir.join(format!(".memtrace-probe-{}", std::process::id())))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        &canary,
+        dir.join(format!(".memtrace-probe-{}", std::process::id())),
+    )
+    .unwrap();
     memtrace_io::output::probe_writable(&dir.join("out.json")).unwrap();
     assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
     assert_eq!(listing(&dir).len(), 1, "{:?}", listing(&dir));

@@ -304,7 +304,11 @@ fn describe(path: &Path) -> String {
     } else if t.is_dir() {
         format!("folder of {}", std::fs::read_dir(path).unwrap().count())
     } else {
-        format!("file {:?} mode {:o}", std::fs::read(path).unwrap(), m.mode())
+        format!(
+            "file {:?} mode {:o}",
+            std::fs::read(path).unwrap(),
+            m.mode()
+        )
     }
 }
 
@@ -363,7 +367,14 @@ fn a_link_planted_at_the_old_temporary_and_probe_names_is_never_followed() {
 /// few seconds, 7 MB of events), its events streamed into `out`.
 fn slow_events_run(out: &Path) -> Vec<String> {
     let suite = common::suite("cortex-m4");
-    ["run", path_str(&suite), "--layer", "conv1", "--events", path_str(out)]
+    [
+        "run",
+        path_str(&suite),
+        "--layer",
+        "conv1",
+        "--events",
+        path_str(out),
+    ]
     .iter()
     .map(|s| s.to_string())
     .collect()
@@ -753,7 +764,13 @@ fn compile_with_header(header: &Path, checks: &str) -> Result<(), String> {
     for (cc, flags) in compilers {
         let out = Command::new(cc)
             .args(&flags)
-            .args(["-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wtrigraphs"])
+            .args([
+                "-fsyntax-only",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wtrigraphs",
+            ])
             .arg(&source)
             .current_dir(dir)
             .output();
@@ -811,9 +828,8 @@ fn a_hostile_model_path_never_changes_what_the_header_compiles_to() {
              _Static_assert(sizeof(kModel) == {size}u, \"bytes\");\n\
              _Static_assert(kModelOpCount == 1, \"ops\");\n"
         );
-        let checks = format!(
-            "#ifdef __cplusplus\n#define _Static_assert static_assert\n#endif\n{checks}"
-        );
+        let checks =
+            format!("#ifdef __cplusplus\n#define _Static_assert static_assert\n#endif\n{checks}");
         let header = dir.join("planned.h");
         if let Err(e) = compile_with_header(&header, &checks) {
             panic!(
