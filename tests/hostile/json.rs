@@ -32,14 +32,14 @@ const EVERY_CLASS: &str = "\u{0}\u{1b}[2J\r\t\n\u{7f}\u{85}\u{9b}\u{200e}\u{200f
 
 /// The classes the campaign draws from (each a range of code points).
 const CLASSES: [(u32, u32); 9] = [
-    (0x00, 0x1f),     // C0
-    (0x7f, 0x7f),     // DEL
-    (0x80, 0x9f),     // C1
-    (0x200e, 0x200f), // bidi marks
-    (0x202a, 0x202e), // embeddings and overrides
-    (0x2066, 0x2069), // isolates
-    (0x20, 0x7e),     // printable ASCII (quotes and backslashes among them)
-    (0xa0, 0x2fff),   // the rest of the BMP's scripts and symbols
+    (0x00, 0x1f),       // C0
+    (0x7f, 0x7f),       // DEL
+    (0x80, 0x9f),       // C1
+    (0x200e, 0x200f),   // bidi marks
+    (0x202a, 0x202e),   // embeddings and overrides
+    (0x2066, 0x2069),   // isolates
+    (0x20, 0x7e),       // printable ASCII (quotes and backslashes among them)
+    (0xa0, 0x2fff),     // the rest of the BMP's scripts and symbols
     (0x1f300, 0x1f64f), // beyond the BMP
 ];
 
@@ -243,9 +243,22 @@ fn json_reports_keep_tensor_names_of_every_unicode_class() {
     for args in [
         vec![os("run"), m, os("--format"), os("json")],
         vec![os("plan"), m, os("--format"), os("json")],
-        vec![os("verify"), m, os("--no-oracle"), os("--format"), os("json")],
+        vec![
+            os("verify"),
+            m,
+            os("--no-oracle"),
+            os("--format"),
+            os("json"),
+        ],
         vec![os("cold"), m, os("--format"), os("json")],
-        vec![os("cold"), m, os("--format"), os("json"), os("--out"), out.as_os_str()],
+        vec![
+            os("cold"),
+            m,
+            os("--format"),
+            os("json"),
+            os("--out"),
+            out.as_os_str(),
+        ],
     ] {
         let ran = memtrace(dir.path(), &args);
         assert_eq!(ran.code, Some(0), "{}", ran.show(&args));
@@ -277,12 +290,25 @@ fn json_reports_keep_tensor_names_of_every_unicode_class() {
     assert_eq!(ran.code, Some(0), "{}", ran.show(&args));
     let text = String::from_utf8(ran.stdout.clone()).unwrap();
     assert_printable(&text, "the text report");
-    assert!(text.contains("\\x1b[2J") && text.contains("\\u{202e}"), "{text}");
-    let args = [os("cold"), m, os("--format"), os("csv"), os("--out"), csv.as_os_str()];
+    assert!(
+        text.contains("\\x1b[2J") && text.contains("\\u{202e}"),
+        "{text}"
+    );
+    let args = [
+        os("cold"),
+        m,
+        os("--format"),
+        os("csv"),
+        os("--out"),
+        csv.as_os_str(),
+    ];
     let ran = memtrace(dir.path(), &args);
     assert_eq!(ran.code, Some(0), "{}", ran.show(&args));
     let rows = std::fs::read_to_string(&csv).unwrap();
-    assert!(rows.contains("\u{202e}\u{2066}") && !rows.contains("\\u{202e}"), "{rows}");
+    assert!(
+        rows.contains("\u{202e}\u{2066}") && !rows.contains("\\u{202e}"),
+        "{rows}"
+    );
 }
 
 #[test]
@@ -291,9 +317,7 @@ fn a_program_path_and_a_guests_output_of_every_class_are_json_in_check() {
     let printer = hostile_printer(dir.path());
     // A folder whose name holds every class (NUL and `/` cannot be in a
     // file name), and a file name that is not UTF-8.
-    let hostile_dir = dir
-        .path()
-        .join(EVERY_CLASS.replace(['\0', '/'], "_"));
+    let hostile_dir = dir.path().join(EVERY_CLASS.replace(['\0', '/'], "_"));
     std::fs::create_dir(&hostile_dir).unwrap();
     let named = hostile_dir.join("p.elf");
     std::fs::copy(&printer, &named).unwrap();
@@ -358,15 +382,32 @@ fn campaign_case(rng: &mut Rng, inputs: &Inputs, out: &Path) -> (Vec<std::ffi::O
     match rng.range(0, 7) {
         0 => (vec![s("run"), m, s("--format"), s("json")], Report::Json),
         1 => (vec![s("plan"), m, s("--format"), s("json")], Report::Json),
-        2 => (vec![s("verify"), m, s("--no-oracle"), s("--format"), s("json")], Report::Json),
+        2 => (
+            vec![s("verify"), m, s("--no-oracle"), s("--format"), s("json")],
+            Report::Json,
+        ),
         3 => (
-            vec![s("cold"), m, s("--format"), s("json"), s("--out"), out.into()],
+            vec![
+                s("cold"),
+                m,
+                s("--format"),
+                s("json"),
+                s("--out"),
+                out.into(),
+            ],
             Report::JsonFile(out.to_owned()),
         ),
         4 => {
             let csv = out.with_extension("csv");
             (
-                vec![s("cold"), m, s("--format"), s("csv"), s("--out"), csv.clone().into()],
+                vec![
+                    s("cold"),
+                    m,
+                    s("--format"),
+                    s("csv"),
+                    s("--out"),
+                    csv.clone().into(),
+                ],
                 Report::CsvFile(csv),
             )
         }
@@ -452,4 +493,27 @@ fn campaign_json_with_every_unicode_class() {
     );
     assert_eq!((panics, signals, hangs, leftovers, failed), (0, 0, 0, 0, 0));
     assert!(json > 10, "too few JSON reports: {json}");
+}
+
+#[test]
+fn bench_prints_a_model_named_with_every_class_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let stem = EVERY_CLASS.replace(['\0', '/', '\n'], "_");
+    let model = dir.path().join(format!("{stem}.tflite"));
+    std::fs::write(&model, shared("tflm_hello_world_int8")).unwrap();
+    let args = [
+        os("bench"),
+        os("--tinyseg"),
+        model.as_os_str(),
+        os("--repeat"),
+        os("1"),
+    ];
+    let ran = memtrace(dir.path(), &args);
+    assert_eq!(ran.code, Some(0), "{}", ran.show(&args));
+    let text = String::from_utf8(ran.stdout.clone()).unwrap();
+    assert_printable(&text, "bench's report");
+    assert!(
+        text.contains("\\x1b[2J") && text.contains("\\u{202e}"),
+        "{text}"
+    );
 }

@@ -694,7 +694,9 @@ fn a_plan_document_that_contradicts_itself_is_refused_naming_the_fields() {
     let model = hello_world();
     let doc = plan_document(&dir, &model);
     assert_eq!(doc["kernels"], doc["provenance"]["kernels"], "{doc}");
-    let builds = doc["provenance"]["tflm_build"].as_str().expect("a TFLM build");
+    let builds = doc["provenance"]["tflm_build"]
+        .as_str()
+        .expect("a TFLM build");
     assert_eq!(builds.split(',').count(), 1, "{builds}");
     // As written, it verifies.
     verify_plan(&dir, &model, &doc, &[]).assert_ok();
@@ -730,14 +732,24 @@ fn a_verify_that_misses_its_budget_says_so_in_its_json() {
     let model = hello_world();
     let missed = memtrace(
         &dir,
-        &["verify", &model, "--no-oracle", "--fits", "100", "--format", "json"],
+        &[
+            "verify",
+            &model,
+            "--no-oracle",
+            "--fits",
+            "100",
+            "--format",
+            "json",
+        ],
     );
     assert_eq!(missed.code, Some(1), "{}", missed.stderr);
     let report = missed.json();
     // Proven, yet not OK: the verdict is the exit status's.
     assert_eq!(report["proven"], true, "{report}");
     assert_eq!(report["ok"], false, "{report}");
-    let arena = report["arena_to_allocate"]["arena"]["bytes"].as_u64().unwrap();
+    let arena = report["arena_to_allocate"]["arena"]["bytes"]
+        .as_u64()
+        .unwrap();
     assert_eq!(report["budget"]["budget_bytes"], 100, "{report}");
     assert_eq!(report["budget"]["arena_bytes"], arena, "{report}");
     assert!(
@@ -754,10 +766,21 @@ fn a_verify_that_misses_its_budget_says_so_in_its_json() {
 
     let met = memtrace(
         &dir,
-        &["verify", &model, "--no-oracle", "--fits", "1M", "--format", "json"],
+        &[
+            "verify",
+            &model,
+            "--no-oracle",
+            "--fits",
+            "1M",
+            "--format",
+            "json",
+        ],
     );
     let report = met.assert_ok();
-    assert_eq!((&report["ok"], &report["proven"]), (&json!(true), &json!(true)));
+    assert_eq!(
+        (&report["ok"], &report["proven"]),
+        (&json!(true), &json!(true))
+    );
     assert_eq!(report["budget"]["budget_bytes"], 1 << 20, "{report}");
     let without = verify_plan_free(&dir, &model);
     assert!(without["budget"].is_null(), "{without}");

@@ -491,7 +491,8 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.contains("\"kernels\" is \"tflm\"") && e.contains("\"provenance.kernels\" is \"cmsis-nn\""),
+            e.contains("\"kernels\" is \"tflm\"")
+                && e.contains("\"provenance.kernels\" is \"cmsis-nn\""),
             "{e}"
         );
         assert!(from_document(&with_provenance("tflm", "cortex-m4", None), None).is_ok());
@@ -514,7 +515,10 @@ mod tests {
                 "{e}"
             );
         }
-        for (target, builds) in [("cortex-m4", Some("a")), ("cortex-m0,cortex-m4", Some("a,b"))] {
+        for (target, builds) in [
+            ("cortex-m4", Some("a")),
+            ("cortex-m0,cortex-m4", Some("a,b")),
+        ] {
             assert!(from_document(&with_provenance("tflm", target, builds), None).is_ok());
         }
         assert!(from_document(&with_provenance("tflm", "cortex-m4", None), None).is_ok());

@@ -142,11 +142,14 @@ mod tests {
 
     #[test]
     fn json_escapes_keep_the_document_and_its_strings() {
-        let doc = serde_json::to_string_pretty(&serde_json::json!({"name": HOSTILE, "n": [1]}))
-            .unwrap();
+        let doc =
+            serde_json::to_string_pretty(&serde_json::json!({"name": HOSTILE, "n": [1]})).unwrap();
         let safe = json_terminal_safe(&doc);
         assert!(!safe.chars().any(needs_escape), "{safe}");
-        assert!(safe.contains("\\u007f") && safe.contains("\\u202e"), "{safe}");
+        assert!(
+            safe.contains("\\u007f") && safe.contains("\\u202e"),
+            "{safe}"
+        );
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back["name"], HOSTILE);
         assert_eq!(back["n"][0], 1);
