@@ -65,7 +65,9 @@ def call(args: Sequence[str], *, check: bool = True) -> tuple[int, str, str]:
     done = subprocess.run(
         command,
         capture_output=True,
-        text=True,
+        # memtrace writes UTF-8, whatever this interpreter's locale.
+        encoding="utf-8",
+        errors="replace",
         env=oracle_environment(),
         check=False,
     )
@@ -78,9 +80,19 @@ def call(args: Sequence[str], *, check: bool = True) -> tuple[int, str, str]:
 
 
 def call_json(args: Sequence[str]) -> tuple[int, Any, str]:
-    """[`call`] with `--format json`: the status, the parsed report, stderr."""
+    """[`call`] with `--format json`: the status, the parsed report, stderr.
+    Output that is not one JSON document is a [`MemtraceError`] (with what
+    memtrace said), never a `JSONDecodeError`."""
     status, out, err = call([*args, "--format", "json"])
-    return status, json.loads(out), err
+    try:
+        return status, json.loads(out), err
+    except json.JSONDecodeError as error:
+        said = _message(err, status)
+        raise MemtraceError(
+            f"memtrace printed no JSON report ({error}); it said: {said}",
+            status,
+            [str(executable()), *args, "--format", "json"],
+        ) from None
 
 
 def _message(stderr: str, status: int) -> str:

@@ -10,16 +10,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Union
 
+from . import _args
+
 Model = Union[str, os.PathLike, bytes, bytearray, memoryview, object]
 
 
 @contextmanager
 def model_argument(model: Model) -> Iterator[str]:
     """The command-line argument of `model`: a path (`str`, `Path`) or
-    `zoo:NAME` as given; `.tflite` bytes, or a TFLite converter (whose
-    `convert()` gives them), through a temporary file."""
+    `zoo:NAME` as given (a relative path starting with `-` as `./-…`, never
+    an option); `.tflite` bytes, or a TFLite converter (whose `convert()`
+    gives them), through a temporary file."""
     if isinstance(model, (str, os.PathLike)):
-        yield os.fspath(model)
+        yield _args.model("model", model)
         return
     if hasattr(model, "convert") and callable(model.convert):
         model = model.convert()
@@ -28,6 +31,8 @@ def model_argument(model: Model) -> Iterator[str]:
             "a model is a .tflite path, 'zoo:NAME', the .tflite bytes or a TFLite converter, "
             f"not {type(model).__name__}"
         )
+    if not model:
+        raise ValueError("the model's .tflite bytes are empty")
     with tempfile.TemporaryDirectory(prefix="memtrace-") as folder:
         path = Path(folder) / "model.tflite"
         path.write_bytes(bytes(model))

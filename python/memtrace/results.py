@@ -168,12 +168,18 @@ class PlanResult(_Table):
 
 @dataclass
 class VerifyResult(_Table, _Pictured):
-    """`memtrace verify`: the plan proven (or not) on real TFLM."""
+    """`memtrace verify`: the plan proven (or not) on real TFLM. `ok` is
+    the verdict (the exit status): `proven`, and with `fits` the arena
+    within the budget and with `emit_offline` the files written. `fits` is
+    None without a budget."""
 
     model: str
     kernels: str
     target: str
     ok: bool
+    proven: bool
+    fits: Optional[bool]
+    budget_bytes: Optional[int]
     bit_exact: bool
     clobbers: int
     oracle_agrees: Optional[bool]
@@ -188,11 +194,15 @@ class VerifyResult(_Table, _Pictured):
     def from_json(cls, report: dict[str, Any]) -> "VerifyResult":
         arena = (report.get("arena_to_allocate") or {}).get("arena") or {}
         oracle = report.get("oracle")
+        budget = report.get("budget")
         return cls(
             model=report["model"],
             kernels=report["kernels"],
             target=report["target"],
             ok=report["ok"],
+            proven=report["proven"],
+            fits=budget["arena_bytes"] <= budget["budget_bytes"] if budget else None,
+            budget_bytes=budget["budget_bytes"] if budget else None,
             bit_exact=report["bit_exact"],
             clobbers=len(report["clobbers"]),
             oracle_agrees=oracle.get("agrees") if oracle else None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from . import _args
 from ._binary import MemtraceError, call_json
 from .results import _Table
 
@@ -41,11 +42,19 @@ class Cell:
 
 
 def cells(
-    models: Sequence[str], targets: Sequence[str], kernels: Sequence[str], planners: Sequence[Optional[str]]
+    models: "os.PathLike | str | Iterable[os.PathLike | str]",
+    targets: "str | Sequence[str]",
+    kernels: "str | Sequence[str]",
+    planners: "str | None | Sequence[Optional[str]]",
 ) -> list[Cell]:
-    """Every combination, in a fixed order (models outermost)."""
+    """Every combination, in a fixed order (models outermost); each
+    argument one item or several (a `str` is one item)."""
+    models = _models(models)
+    targets = _args.strings("targets", targets)
+    kernels = _args.strings("kernels", kernels)
+    planners = _planners(planners)
     return [
-        Cell(i, str(m), t, k, p)
+        Cell(i, m, t, k, p)
         for i, (m, t, k, p) in enumerate(itertools.product(models, targets, kernels, planners))
     ]
 
@@ -54,6 +63,10 @@ def verify_cell(cell: Cell, model_bytes: Optional[bytes] = None) -> dict[str, An
     """One cell's row: `memtrace verify` of its model (from `model_bytes`
     when the model travelled as bytes: a cluster's nodes need not share a
     file system) on its target, kernels and planner."""
+    if not isinstance(cell, Cell):
+        raise TypeError(f"cell must be a memtrace.sweep.Cell, not {type(cell).__name__}")
+    if model_bytes is not None and not isinstance(model_bytes, bytes):
+        raise TypeError(f"model_bytes must be bytes or None, not {type(model_bytes).__name__}")
     started = time.monotonic()
     row: dict[str, Any] = {c: None for c in COLUMNS}
     row.update(cell=cell.index, model=cell.model, target=cell.target, kernels=cell.kernels,
@@ -63,9 +76,11 @@ def verify_cell(cell: Cell, model_bytes: Optional[bytes] = None) -> dict[str, An
         if model_bytes is not None:
             model = str(Path(folder) / Path(cell.model).name)
             Path(model).write_bytes(model_bytes)
-        args = ["verify", model, "--target", cell.target, "--kernels", cell.kernels]
-        if cell.planner:
-            args += ["--planner", cell.planner]
+        args = [
+            "verify",
+            _args.model("model", model),
+            *_args.options(target=cell.target, kernels=cell.kernels, planner=cell.planner),
+        ]
         try:
             _, report, _ = call_json(args)
         except MemtraceError as error:
@@ -111,11 +126,11 @@ class SweepResult(_Table):
 
 
 def sweep(
-    models: Iterable[os.PathLike | str],
+    models: "os.PathLike | str | Iterable[os.PathLike | str]",
     *,
-    targets: Sequence[str] = ("cortex-m4",),
-    kernels: Sequence[str] = ("tflm",),
-    planners: Sequence[Optional[str]] = (None,),
+    targets: "str | Sequence[str]" = ("cortex-m4",),
+    kernels: "str | Sequence[str]" = ("tflm",),
+    planners: "str | None | Sequence[Optional[str]]" = (None,),
     address: Optional[str] = None,
     out: Optional[os.PathLike] = None,
     retries: int = 3,
@@ -124,11 +139,24 @@ def sweep(
     """Verifies every cell on Ray — a local Ray by default, the cluster at
     `address` (`"ray://…"` or `"HOST:PORT"`) otherwise — and writes the
     table to `out` (Parquet) when given. `on_row` sees each row as it comes
-    back. Each node needs this package installed (`pip install memtrace`)."""
+    back. Each node needs this package installed (`pip install memtrace`).
+
+    One model, target, kernel library or planner may be given alone (a
+    `str` is one, never its characters). The arguments and `out` are
+    checked before any cell runs: a wrong type is a `TypeError`, an `out`
+    that is a folder or cannot be written a `ValueError`."""
+    grid = cells(models, targets, kernels, planners)
+    if address is not None:
+        _args.text("address", address)
+    _args.count("retries", retries)
+    if on_row is not None and not callable(on_row):
+        raise TypeError(f"on_row must be callable, not {type(on_row).__name__}")
+    if out is not None:
+        out = writable_table(out)
+        import pyarrow.parquet  # noqa: F401  (missing, it fails now, not after the cells)
     import ray
 
     started = time.monotonic()
-    grid = cells([os.fspath(m) for m in models], targets, kernels, planners)
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     remote = ray.remote(max_retries=retries, retry_exceptions=False, num_cpus=1)(verify_cell)
@@ -154,13 +182,76 @@ def sweep(
     return result
 
 
+def _models(models: Any) -> list[str]:
+    """The sweep's models: one path or `zoo:NAME`, or an iterable of them."""
+    if isinstance(models, (str, os.PathLike)):
+        models = [models]
+    elif isinstance(models, (bytes, bytearray, memoryview)) or not isinstance(models, Iterable):
+        raise TypeError(
+            "models must be a path or 'zoo:NAME', or an iterable of them, "
+            f"not {type(models).__name__}"
+        )
+    models = list(models)
+    if not models:
+        raise ValueError("models is empty: a sweep needs at least one model")
+    return [_args.model("models", m) for m in models]
+
+
+def _planners(planners: Any) -> list[Optional[str]]:
+    """The sweep's planners: one name, None (each cell's best plan), or an
+    iterable of names and None."""
+    if planners is None or isinstance(planners, str):
+        planners = [planners]
+    elif isinstance(planners, (bytes, bytearray, memoryview)) or not isinstance(planners, Iterable):
+        raise TypeError(
+            f"planners must be a str, None or an iterable of them, not {type(planners).__name__}"
+        )
+    return [None if p is None else _args.text("planners", p) for p in planners]
+
+
+def writable_table(out: Any) -> Path:
+    """`out` as the path of a table to write: a new file or a file to
+    replace, in a folder that exists and can be written; checked before a
+    sweep spends its time."""
+    path = Path(_args.path("out", out))
+    if path.is_dir():
+        raise ValueError(f"out {str(path)!r} is a folder: name the Parquet file to write")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"out {str(path)!r}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"out {str(path)!r}: the folder {str(folder)!r} cannot be written")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"out {str(path)!r} exists and is not a regular file")
+    return path
+
+
+def _umask() -> int:
+    """This process's umask (reading it means setting it: set back at once)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
-    """The rows as a Parquet table at `path`, written whole or not at all."""
+    """The rows as a Parquet table at `path`, written whole or not at all:
+    through a temporary file of its own (created new, an unpredictable
+    name) beside it, removed if anything fails."""
     import pyarrow
     import pyarrow.parquet
 
     table = pyarrow.Table.from_pylist(rows)
-    partial = path.with_name(path.name + ".partial")
-    pyarrow.parquet.write_table(table, partial)
-    os.replace(partial, path)
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as sink:
+            # mkstemp's file is private (0600); the table gets a new file's mode.
+            os.fchmod(sink.fileno(), 0o666 & ~_umask())
+            pyarrow.parquet.write_table(table, sink)
+        os.replace(partial, path)
+    except BaseException:
+        try:
+            os.unlink(partial)
+        except FileNotFoundError:
+            pass
+        raise
     return path

@@ -58,7 +58,8 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
+    // Model paths and layer specs are the user's: printed escaped.
+    let mut out = memtrace_driver::support::text::TerminalSafe::new(std::io::stdout().lock());
     let build_dir = args.build_dir.clone().unwrap_or_else(default_build_dir);
     if let Some(models) = &args.models {
         let models = if models.is_empty() {
@@ -94,6 +95,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             &mut out,
         )?;
     }
+    std::io::Write::flush(&mut out)?;
     Ok(ExitCode::SUCCESS)
 }
 

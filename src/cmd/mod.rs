@@ -18,7 +18,7 @@ pub mod zoo;
 
 use std::path::Path;
 
-pub use memtrace_driver::support::text::terminal_safe;
+pub use memtrace_driver::support::text::{json_terminal_safe, terminal_safe};
 
 /// Prints one line to stderr, its control characters escaped
 /// ([`terminal_safe`]): warnings and notes quote model and guest strings.
@@ -73,7 +73,7 @@ pub fn finish(
         say(line);
     }
     if out.is_some() || !outcome.report.is_empty() {
-        write_report(out, &outcome.report)?;
+        write_report(out, &outcome.report, format)?;
     }
     for line in &outcome.verdict {
         say(line);
@@ -81,30 +81,60 @@ pub fn finish(
     Ok(std::process::ExitCode::from(outcome.status))
 }
 
-/// Writes `text` to `out` atomically, or to stdout; either way with its
-/// control characters escaped ([`terminal_safe`]), as whoever reads a text
-/// report reads it on a terminal.
-pub fn write_report(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
-    let text = &*terminal_safe(text);
+/// Writes a report in `format` to `out` atomically, or to stdout; either
+/// way safe to print ([`printable`]).
+pub fn write_report(
+    out: Option<&Path>,
+    text: &str,
+    format: memtrace_driver::Format,
+) -> anyhow::Result<()> {
+    let text = &*printable(text, format, out.is_none());
     match out {
         Some(path) => memtrace_io::output::write_atomically(path, |w| {
             std::io::Write::write_all(w, text.as_bytes())
                 .map_err(|e| memtrace_io::output::write_error(path, e))
         })?,
-        None => emit(text)?,
+        None => write_stdout(text)?,
     }
     Ok(())
 }
 
-/// Writes `text` to stdout, its control characters escaped
-/// ([`terminal_safe`]: reports carry names a model chose); a closed or full
-/// stdout is an error (not a panic), which `main` reports, or for a closed
-/// pipe ends quietly.
+/// A report in `format` as it is written (`to_stdout`: on standard
+/// output, else to a file). Reports carry names a model or guest chose, and
+/// whoever reads a text report reads it on a terminal: a table or Markdown
+/// gets its control characters escaped ([`terminal_safe`]). JSON stays
+/// JSON: the same characters become JSON `\u` escapes
+/// ([`json_terminal_safe`]), so it parses to the very strings. CSV is data
+/// with no escape of its own: written as it is, except to a terminal.
+pub fn printable(
+    text: &str,
+    format: memtrace_driver::Format,
+    to_stdout: bool,
+) -> std::borrow::Cow<'_, str> {
+    use memtrace_driver::Format;
+    use std::io::IsTerminal;
+    match format {
+        Format::Json => json_terminal_safe(text),
+        Format::Csv if !(to_stdout && std::io::stdout().is_terminal()) => {
+            std::borrow::Cow::Borrowed(text)
+        }
+        Format::Csv | Format::Table | Format::Markdown => terminal_safe(text),
+    }
+}
+
+/// Writes text to stdout, its control characters escaped ([`terminal_safe`]:
+/// reports carry names a model chose); see [`write_stdout`].
 pub fn emit(text: &str) -> anyhow::Result<()> {
+    write_stdout(&terminal_safe(text))
+}
+
+/// Writes `text` to stdout as it is; a closed or full stdout is an error
+/// (not a panic), which `main` reports, or for a closed pipe ends quietly.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
     use anyhow::Context;
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    out.write_all(terminal_safe(text).as_bytes())
+    out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")
 }

@@ -60,22 +60,23 @@ pub fn run(args: ZooArgs) -> Result<ExitCode> {
                     .write_all(&bytes)
                     .and_then(|()| stdout.flush())
                     .map_err(|e| anyhow::anyhow!("writing to stdout: {e}"))?;
-                eprintln!(
+                super::say(&format!(
                     "wrote {} bytes to stdout ({} operators)",
                     bytes.len(),
                     model.ops.len()
-                );
+                ));
                 return Ok(ExitCode::SUCCESS);
             }
             write_atomically(&out, |w| {
                 w.write_all(&bytes).map_err(|e| write_error(&out, e))
             })?;
-            eprintln!(
+            // The path is the user's: said escaped.
+            super::say(&format!(
                 "wrote {} ({} bytes, {} operators)",
                 out.display(),
                 bytes.len(),
                 model.ops.len()
-            );
+            ));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -679,3 +679,115 @@ fn stripping_an_embedded_plan_leaves_the_model_tflm_plans_itself() {
         assert_eq!((&a.name, &a.shape, &a.data), (&b.name, &b.shape, &b.data));
     }
 }
+
+/// `plan MODEL --format json`: the document `verify --plan` reads.
+fn plan_document(dir: &Scratch, model: &str) -> Value {
+    let run = memtrace(dir, &["plan", model, "--format", "json"]);
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    run.json()
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_plan_document_that_contradicts_itself_is_refused_naming_the_fields() {
+    let dir = Scratch::new("contradicts");
+    let model = hello_world();
+    let doc = plan_document(&dir, &model);
+    assert_eq!(doc["kernels"], doc["provenance"]["kernels"], "{doc}");
+    let builds = doc["provenance"]["tflm_build"]
+        .as_str()
+        .expect("a TFLM build");
+    assert_eq!(builds.split(',').count(), 1, "{builds}");
+    // As written, it verifies.
+    verify_plan(&dir, &model, &doc, &[]).assert_ok();
+
+    // `kernels` says one library, the provenance another.
+    let mut edited = doc.clone();
+    edited["kernels"] = json!("cmsis-nn");
+    let run = verify_plan(&dir, &model, &edited, &["--allow-foreign-plan"]);
+    run.assert_error(&["\"kernels\"", "\"provenance.kernels\"", "cmsis-nn", "tflm"]);
+
+    // Two builds for one target, none, or one for two targets.
+    let two_targets = format!("{},x86-64", doc["provenance"]["target"].as_str().unwrap());
+    for (target, tflm_build) in [
+        (None, format!("{builds},{builds}")),
+        (None, String::new()),
+        (Some(two_targets.as_str()), builds.to_owned()),
+    ] {
+        let mut edited = doc.clone();
+        edited["provenance"]["tflm_build"] = json!(tflm_build);
+        if let Some(t) = target {
+            edited["provenance"]["target"] = json!(t);
+        }
+        let run = verify_plan(&dir, &model, &edited, &[]);
+        run.assert_error(&["\"provenance.tflm_build\"", "\"provenance.target\""]);
+    }
+    assert!(dir.leftovers().is_empty(), "{:?}", dir.leftovers());
+}
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "TFLM runners not built: set TFLM_TREE")]
+fn a_verify_that_misses_its_budget_says_so_in_its_json() {
+    let dir = Scratch::new("budget");
+    let model = hello_world();
+    let missed = memtrace(
+        &dir,
+        &[
+            "verify",
+            &model,
+            "--no-oracle",
+            "--fits",
+            "100",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(missed.code, Some(1), "{}", missed.stderr);
+    let report = missed.json();
+    // Proven, yet not OK: the verdict is the exit status's.
+    assert_eq!(report["proven"], true, "{report}");
+    assert_eq!(report["ok"], false, "{report}");
+    let arena = report["arena_to_allocate"]["arena"]["bytes"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(report["budget"]["budget_bytes"], 100, "{report}");
+    assert_eq!(report["budget"]["arena_bytes"], arena, "{report}");
+    assert!(
+        missed
+            .stderr
+            .contains(&format!("exceeds the 100 B budget by {} B", arena - 100)),
+        "{}",
+        missed.stderr
+    );
+    // `plan` measures the same plan's arena on its own, with the same budget.
+    let planned = memtrace(&dir, &["plan", &model, "--fits", "100", "--format", "json"]);
+    assert_eq!(planned.code, Some(1), "{}", planned.stderr);
+    assert_eq!(planned.json()["budget"], report["budget"]);
+
+    let met = memtrace(
+        &dir,
+        &[
+            "verify",
+            &model,
+            "--no-oracle",
+            "--fits",
+            "1M",
+            "--format",
+            "json",
+        ],
+    );
+    let report = met.assert_ok();
+    assert_eq!(
+        (&report["ok"], &report["proven"]),
+        (&json!(true), &json!(true))
+    );
+    assert_eq!(report["budget"]["budget_bytes"], 1 << 20, "{report}");
+    let without = verify_plan_free(&dir, &model);
+    assert!(without["budget"].is_null(), "{without}");
+    assert_eq!(without["ok"], true);
+}
+
+/// `verify MODEL --no-oracle --format json`, which must pass: its report.
+fn verify_plan_free(dir: &Scratch, model: &str) -> Value {
+    memtrace(dir, &["verify", model, "--no-oracle", "--format", "json"]).assert_ok()
+}

@@ -259,6 +259,7 @@ pub(crate) fn from_document(text: &str, pick: Option<PlanPick>) -> Result<Option
     }
     let doc: Document =
         serde_json::from_value(value).map_err(|e| failed!("not a `plan` document: {e}"))?;
+    check_consistent(&doc)?;
     let applicable: Vec<&DocumentPlan> = doc
         .plans
         .iter()
@@ -283,6 +284,34 @@ pub(crate) fn from_document(text: &str, pick: Option<PlanPick>) -> Result<Option
         taken: format!("{} ({} O_s)", plan.planner, plan.overlap),
         why,
     }))
+}
+
+/// Refuses a `plan` document that contradicts itself: a top-level
+/// `"kernels"` other than its `"provenance.kernels"` (which library the
+/// plan is for cannot be told), or a `"provenance.tflm_build"` that does
+/// not name one build per core of `"provenance.target"` (which build a core
+/// was planned with cannot be told).
+fn check_consistent(doc: &Document) -> Result<()> {
+    let Some(p) = &doc.provenance else {
+        return Ok(());
+    };
+    if let Some(kernels) = doc.kernels.as_deref().filter(|&k| k != p.kernels) {
+        bail!(
+            "the `plan` document contradicts itself: \"kernels\" is \"{kernels}\" but              \"provenance.kernels\" is \"{}\" (re-plan rather than edit a plan document)",
+            p.kernels
+        );
+    }
+    if let Some(builds) = &p.tflm_build {
+        let targets = p.target.split(',').count();
+        let named = builds.split(',').filter(|b| !b.trim().is_empty()).count();
+        if named != targets || builds.split(',').count() != targets {
+            bail!(
+                "the `plan` document's \"provenance.tflm_build\" names {named} TFLM build(s) for                  the {targets} target(s) of \"provenance.target\" (\"{}\"): it must name one                  build per target, comma-separated",
+                p.target
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The plan of `plans` to take, and why that one.
@@ -441,5 +470,57 @@ mod tests {
         );
         let e = from_document("{", None).err().unwrap().to_string();
         assert!(e.starts_with("not a plan file"), "{e}");
+    }
+
+    /// [`DOC`] with a `provenance` block of `kernels`, `target` and
+    /// `tflm_build`.
+    fn with_provenance(kernels: &str, target: &str, tflm_build: Option<&str>) -> String {
+        let mut doc: serde_json::Value = serde_json::from_str(DOC).unwrap();
+        doc["provenance"] = serde_json::json!({
+            "memtrace_version": "0", "model_digest": "d", "kernels": kernels,
+            "target": target, "runtime": "tflm", "tflm_build": tflm_build,
+            "overlap_source": "traced",
+        });
+        doc.to_string()
+    }
+
+    #[test]
+    fn a_document_whose_kernels_disagree_with_its_provenance_is_refused_naming_both() {
+        let e = from_document(&with_provenance("cmsis-nn", "cortex-m4", None), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("\"kernels\" is \"tflm\"")
+                && e.contains("\"provenance.kernels\" is \"cmsis-nn\""),
+            "{e}"
+        );
+        assert!(from_document(&with_provenance("tflm", "cortex-m4", None), None).is_ok());
+    }
+
+    #[test]
+    fn a_document_must_name_one_tflm_build_per_target() {
+        for (target, builds) in [
+            ("cortex-m4", "a,b"),
+            ("cortex-m0,cortex-m4", "a"),
+            ("cortex-m0,cortex-m4", "a,"),
+            ("cortex-m4", ""),
+        ] {
+            let e = from_document(&with_provenance("tflm", target, Some(builds)), None)
+                .err()
+                .unwrap_or_else(|| panic!("{target} with builds `{builds}` was taken"))
+                .to_string();
+            assert!(
+                e.contains("\"provenance.tflm_build\"") && e.contains(&format!("\"{target}\"")),
+                "{e}"
+            );
+        }
+        for (target, builds) in [
+            ("cortex-m4", Some("a")),
+            ("cortex-m0,cortex-m4", Some("a,b")),
+        ] {
+            assert!(from_document(&with_provenance("tflm", target, builds), None).is_ok());
+        }
+        assert!(from_document(&with_provenance("tflm", "cortex-m4", None), None).is_ok());
     }
 }

@@ -240,7 +240,9 @@ pub fn tabulate(opts: &TableOptions) -> Result<Tabulated> {
         access: Some(EXACT_ACCESS.to_owned()),
         rows: rows.iter().map(BaselineRow::of).collect(),
     };
+    // Safe to print, as every JSON memtrace writes: a row names a layer.
     let text = serde_json::to_string_pretty(&baseline)? + "\n";
+    let text = crate::support::text::json_terminal_safe(&text);
     write_atomically(&opts.out, |w| {
         std::io::Write::write_all(w, text.as_bytes())
             .map_err(|e| memtrace_io::output::write_error(&opts.out, e))

@@ -22,6 +22,9 @@ pub struct Deployed {
     pub notes: Vec<String>,
     /// The budget is met and the files asked for were written.
     pub ok: bool,
+    /// `--fits`: the arena to allocate against the budget (`None` without
+    /// `--fits`, or when the arena was not measured).
+    pub budget: Option<Budget>,
 }
 
 impl Deployment {
@@ -43,8 +46,8 @@ impl Deployment {
     ) -> Result<Deployed> {
         if self.is_empty() {
             return Ok(Deployed {
-                notes: Vec::new(),
                 ok: true,
+                ..Deployed::default()
             });
         }
         let Some(arena) = &measured.arena else {
@@ -54,7 +57,7 @@ impl Deployment {
                     "error: the arena to allocate was not measured ({why}): nothing to check \
                      against --fits or to write"
                 )],
-                ok: false,
+                ..Deployed::default()
             });
         };
         let mut notes = Vec::new();
@@ -65,7 +68,11 @@ impl Deployment {
         notes.extend(budget.map(|b| b.message()));
         let fits = budget.is_none_or(|b| b.fits());
         let Some(dest) = &self.dest else {
-            return Ok(Deployed { notes, ok: fits });
+            return Ok(Deployed {
+                notes,
+                ok: fits,
+                budget,
+            });
         };
         let refusal = if !proven {
             Some("the plan was not proven")
@@ -76,7 +83,11 @@ impl Deployment {
         };
         if let Some(why) = refusal {
             notes.push(format!("did not write {}: {why}", dest.display()));
-            return Ok(Deployed { notes, ok: false });
+            return Ok(Deployed {
+                notes,
+                ok: false,
+                budget,
+            });
         }
         let header = write_measured_plan(
             dest,
@@ -98,6 +109,10 @@ impl Deployment {
             arena.kernels,
             arena.target
         ));
-        Ok(Deployed { notes, ok: true })
+        Ok(Deployed {
+            notes,
+            ok: true,
+            budget,
+        })
     }
 }

@@ -295,6 +295,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         tinyseg: tinyseg_report,
         plan_model: arena_to_allocate.1,
         arena_to_allocate: arena_to_allocate.0,
+        budget: None,
         deployed: Deployed::default(),
     };
     report.deployed = req.deploy.finish(
@@ -303,6 +304,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         &report.arena_to_allocate,
         &report.model,
     )?;
+    report.budget = report.deployed.budget;
     Ok(report)
 }
 

@@ -16,7 +16,7 @@ use crate::runtime::oracle::OracleComparison;
 use crate::runtime::plan_file::EmbeddedOrigin;
 use crate::support::error::Result;
 use crate::support::outcome::{json_with_verdict, Answer, Format, Outcome};
-use crate::workflows::deploy::{Deployed, MeasuredPlan};
+use crate::workflows::deploy::{Budget, Deployed, MeasuredPlan};
 
 /// One run of TFLM in a verification.
 #[derive(Debug, Clone, Serialize)]
@@ -151,6 +151,9 @@ pub struct VerifyReport {
     /// The arena a firmware must allocate for the plan under test, measured
     /// on this runner ([`crate::workflows::deploy`]).
     pub arena_to_allocate: MeasuredPlan,
+    /// `--fits`: the arena to allocate against the budget, as `plan`'s JSON
+    /// gives it (`null` without `--fits`).
+    pub budget: Option<Budget>,
     /// TinySeg's steps and what the run says of them (`--planner tinyseg`):
     /// the plan run is of the transformed model, whose storage operators
     /// are the runner's custom operators.
@@ -165,13 +168,29 @@ pub struct VerifyReport {
     pub deployed: Deployed,
 }
 
+/// The JSON document of a [`VerifyReport`]: its fields, `proven` (the
+/// plan's proof alone), then `ok` (the verdict the exit status gives:
+/// proven, and the `--fits` budget and `--emit-offline` met).
+#[derive(Serialize)]
+struct Document<'a> {
+    #[serde(flatten)]
+    report: &'a VerifyReport,
+    proven: bool,
+}
+
 impl Answer for VerifyReport {
     /// Warnings first; after the report, what the deployment did. Exit
     /// status 1 when the plan is not proven, misses `--fits` or was not
-    /// written.
+    /// written; the JSON's `ok` says the same.
     fn answer(&self, format: Format) -> Result<Outcome> {
         let report = match format {
-            Format::Json => json_with_verdict(self, self.ok())?,
+            Format::Json => json_with_verdict(
+                &Document {
+                    report: self,
+                    proven: self.ok(),
+                },
+                self.passed(),
+            )?,
             _ => self.to_text(),
         };
         Ok(Outcome {
@@ -182,7 +201,7 @@ impl Answer for VerifyReport {
                 .collect(),
             report,
             verdict: self.deployed.notes.clone(),
-            status: Outcome::status_of(self.ok() && self.deployed.ok),
+            status: Outcome::status_of(self.passed()),
         })
     }
 }
@@ -197,6 +216,12 @@ impl VerifyReport {
                 .is_none_or(|t| t.storage_clobbers.is_empty())
             && self.bit_exact
             && self.oracle.as_ref().is_none_or(|o| o.agrees())
+    }
+
+    /// Proven ([`VerifyReport::ok`]), and what `--fits` and
+    /// `--emit-offline` asked for met: the verdict of the exit status.
+    pub fn passed(&self) -> bool {
+        self.ok() && self.deployed.ok
     }
 
     /// Where the inputs came from: the `--input` file, or the seed (a zoo
@@ -312,7 +337,14 @@ impl VerifyReport {
             }
         }
         s += &self.arena_to_allocate.to_text();
-        s += &format!("result: {}\n", if self.ok() { "OK" } else { "FAILED" });
+        s += &format!(
+            "result: {}\n",
+            match (self.ok(), self.deployed.ok) {
+                (true, true) => "OK",
+                (true, false) => "FAILED: the plan is proven, but the deployment failed (below)",
+                (false, _) => "FAILED",
+            }
+        );
         s
     }
 }
