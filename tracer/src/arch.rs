@@ -35,6 +35,11 @@ pub(crate) trait Machine {
         read: impl Fn(&Unicorn<'_, D>, u64, &mut [u8]) -> Result<(), unicorn_engine::uc_error>,
     ) -> Option<u64>;
 
+    /// The return address of the current call, just after a call
+    /// instruction (LR, ra, or the top of the stack on x86-64), as the
+    /// caller of a jump that went astray.
+    fn return_address<D>(self, uc: &Unicorn<'_, D>) -> Option<u64>;
+
     /// The stack pointer (0 if it cannot be read).
     fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64;
 
@@ -77,6 +82,42 @@ pub(crate) trait Machine {
 
     /// What Unicorn's interrupt `number` means on this architecture.
     fn interrupt_name(self, number: u32) -> &'static str;
+
+    /// Whether the block `code` at `address` is one unconditional branch
+    /// to itself — Thumb `b .` (`e7fe`, newlib's nosys `_exit`, a
+    /// `while (1);`) or `b.w .`, RISC-V `j .` or `c.j .`, x86-64 `jmp $` —
+    /// which nothing can leave: memtrace raises no interrupt. `read` reads
+    /// guest memory; a Thumb branch an IT instruction just before may make
+    /// conditional is not taken for one. Called once per new block, so it
+    /// costs nothing on the hot path.
+    fn loops_forever(self, address: u64, code: &[u8], read: impl Fn(u64, &mut [u8]) -> bool)
+        -> bool;
+}
+
+/// Thumb's `b .` (T2, `e7fe`) and `b.w .` (T4, `f7ff bffe`), as bytes.
+const THUMB_SELF_BRANCHES: [&[u8]; 2] = [&[0xFE, 0xE7], &[0xFF, 0xF7, 0xFE, 0xBF]];
+/// RISC-V's `j .` (`jal x0, 0`), `beq x0, x0, .` and `c.j .`.
+const RISCV_SELF_BRANCHES: [&[u8]; 3] = [
+    &[0x6F, 0x00, 0x00, 0x00],
+    &[0x63, 0x00, 0x00, 0x00],
+    &[0x01, 0xA0],
+];
+/// x86-64's `jmp $` (`eb fe`) and its rel32 form.
+const X86_64_SELF_BRANCHES: [&[u8]; 2] = [&[0xEB, 0xFE], &[0xE9, 0xFB, 0xFF, 0xFF, 0xFF]];
+
+/// Whether an IT instruction (`bfxy`, mask `y` not 0) may stand among the
+/// halfwords just before a Thumb instruction (an IT block covers up to
+/// four instructions of up to four bytes), so that it may be conditional.
+/// A halfword that is only the second half of a wide instruction may look
+/// like one: then a real loop is left to the budget, never the reverse.
+fn thumb_it_may_cover(address: u64, read: impl Fn(u64, &mut [u8]) -> bool) -> bool {
+    (1..=8u64).any(|k| {
+        let mut hw = [0u8; 2];
+        address >= 2 * k
+            && read(address - 2 * k, &mut hw)
+            && hw[1] == 0xBF
+            && hw[0] & 0x0F != 0
+    })
 }
 
 impl Machine for Arch {
@@ -147,6 +188,19 @@ impl Machine for Arch {
                 .reg_read(RegisterARM::LR)
                 .ok()
                 .map(|lr| (lr & !1).wrapping_sub(4)),
+        }
+    }
+
+    fn return_address<D>(self, uc: &Unicorn<'_, D>) -> Option<u64> {
+        match self {
+            Arch::X86_64 => {
+                let sp = uc.reg_read(RegisterX86::RSP).ok()?;
+                let mut ret = [0u8; 8];
+                uc.mem_read(sp, &mut ret).ok()?;
+                Some(u64::from_le_bytes(ret))
+            }
+            Arch::Riscv32 => uc.reg_read(RegisterRISCV::RA).ok(),
+            _ => uc.reg_read(RegisterARM::LR).ok(),
         }
     }
 
@@ -226,6 +280,19 @@ impl Machine for Arch {
         if self.is_cortex_m() {
             const THUMB: u64 = 1 << 24;
             let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
+        }
+    }
+
+    fn loops_forever(
+        self,
+        address: u64,
+        code: &[u8],
+        read: impl Fn(u64, &mut [u8]) -> bool,
+    ) -> bool {
+        match self {
+            Arch::X86_64 => X86_64_SELF_BRANCHES.contains(&code),
+            Arch::Riscv32 => RISCV_SELF_BRANCHES.contains(&code),
+            _ => THUMB_SELF_BRANCHES.contains(&code) && !thumb_it_may_cover(address, read),
         }
     }
 

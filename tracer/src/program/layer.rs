@@ -272,15 +272,22 @@ pub(super) fn open(uc: &mut Uc<'_, '_>, window: Window, t0: u64, pc: u64) -> Opt
     Some(index)
 }
 
-/// Buffers a layer may declare: sized to fit a `u32`, and overlapping
-/// none other but an input its output (the protocol's rule) or a buffer
-/// the layer only reads another it only reads. A buffer that breaks it is
-/// dropped, and said why: one array passed as two arguments, or shapes
-/// that make a buffer reach into the next array (its accesses there are
-/// then stray).
+/// Buffers a layer may declare: inside the guest's mapped memory
+/// `memory` (`[start, end)` ranges) and sized to fit a `u32`, and
+/// overlapping none other but an input its output (the protocol's rule) or
+/// a buffer the layer only reads another it only reads. A buffer outside
+/// memory makes the layer none (`Err`, why): its sizes come from the
+/// guest's arguments, and the analyses allocate in proportion to them. A
+/// buffer that overlaps is dropped, and said why: one array passed as two
+/// arguments, or shapes that make a buffer reach into the next array (its
+/// accesses there are then stray).
 pub(super) fn declarable(
     mut buffers: Vec<LayerBuffer>,
+    memory: &[(u64, u64)],
 ) -> Result<(Vec<LayerBuffer>, Vec<String>), String> {
+    if let Some(why) = buffers.iter().find_map(|b| outside_memory(b, memory)) {
+        return Err(why);
+    }
     let mut kept: Vec<LayerBuffer> = Vec::new();
     let mut dropped = Vec::new();
     // Activations first, scratch last: a clash drops the less telling one.
@@ -320,6 +327,28 @@ pub(super) fn declarable(
         }
     }
     Ok((kept, dropped))
+}
+
+/// Why `b` is no buffer of the guest memory `memory` (mapped `[start,
+/// end)` ranges): it wraps past the 32-bit address space, holds more bytes
+/// than the guest has, or is not inside one mapped range.
+fn outside_memory(b: &LayerBuffer, memory: &[(u64, u64)]) -> Option<String> {
+    let mapped: u64 = memory.iter().map(|(s, e)| e - s).sum();
+    let end = b.base.checked_add(b.size).filter(|&e| e <= 1 << 32);
+    let why = match end {
+        None => "wraps past the end of the 32-bit address space".to_owned(),
+        Some(_) if b.size > mapped => {
+            format!("is larger than the guest's memory ({mapped} B mapped)")
+        }
+        Some(end) if !memory.iter().any(|&(s, e)| s <= b.base && end <= e) => {
+            "is not inside the guest's mapped memory (its segments, heap and stack)".to_owned()
+        }
+        Some(_) => return None,
+    };
+    Some(format!(
+        "`{}` ({} B at {:#x}) {why}",
+        b.name, b.size, b.base
+    ))
 }
 
 /// A block start: the open window closes when the block is its return
