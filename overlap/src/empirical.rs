@@ -226,6 +226,23 @@ mod tests {
     const IN: u32 = 0;
     const OUT: u32 = 1;
 
+    #[test]
+    fn a_declared_input_of_4_gib_allocates_only_what_is_read() {
+        // Its declared size is the guest's word: 8 B per declared byte up
+        // front was 32 GiB, and the process aborted.
+        let mut acc = OverlapAccumulator::new(IN, u32::MAX as u64, OUT, 16);
+        acc.observe(&events(&[
+            (IN, 0, 4, AccessKind::Load),
+            (OUT, 0, 4, AccessKind::Store),
+            (IN, 4, 4, AccessKind::Load),
+        ]));
+        assert_eq!(acc.last_read.len(), 8);
+        // The last read (bytes 4..8) follows the write of 0..4: an overlap
+        // that puts byte 4 of the input under output byte 0..4 clobbers it.
+        let r = acc.result();
+        assert_eq!(r.monotone_bytes, 16 - 4 + 4);
+    }
+
     /// Events from (buffer, offset, size, kind) in order.
     fn events(list: &[(u32, u32, u32, AccessKind)]) -> Vec<Event> {
         list.iter()

@@ -392,3 +392,50 @@ fn cpu_model(core: Arch) -> ArmCpuModel {
         Arch::CortexM4 | Arch::Riscv32 | Arch::X86_64 => ArmCpuModel::CORTEX_M4,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory holding nothing before a block (no IT instruction).
+    fn nothing_before(_: u64, out: &mut [u8]) -> bool {
+        out.fill(0);
+        true
+    }
+
+    #[test]
+    fn a_branch_to_itself_is_one_on_each_architecture_and_a_longer_block_is_not() {
+        let m4 = Arch::CortexM4;
+        assert!(m4.loops_forever(0x100, &[0xFE, 0xE7], nothing_before));
+        assert!(m4.loops_forever(0x100, &[0xFF, 0xF7, 0xFE, 0xBF], nothing_before));
+        // `b .-2` is a loop of two instructions, and `b .` after another
+        // instruction in one block runs that one every time: neither.
+        assert!(!m4.loops_forever(0x100, &[0xFD, 0xE7], nothing_before));
+        assert!(!m4.loops_forever(0x100, &[0x00, 0xBF, 0xFE, 0xE7], nothing_before));
+        let rv = Arch::Riscv32;
+        assert!(rv.loops_forever(0x100, &[0x6F, 0, 0, 0], nothing_before));
+        assert!(rv.loops_forever(0x100, &[0x01, 0xA0], nothing_before));
+        // `jal ra, .` writes ra: not side-effect free.
+        assert!(!rv.loops_forever(0x100, &[0xEF, 0, 0, 0], nothing_before));
+        let x86 = Arch::X86_64;
+        assert!(x86.loops_forever(0x100, &[0xEB, 0xFE], nothing_before));
+        assert!(x86.loops_forever(0x100, &[0xE9, 0xFB, 0xFF, 0xFF, 0xFF], nothing_before));
+        assert!(!x86.loops_forever(0x100, &[0xEB, 0xFD], nothing_before));
+    }
+
+    #[test]
+    fn a_thumb_branch_an_it_instruction_may_make_conditional_is_left_to_the_budget() {
+        // `it eq` (bf08) two bytes before: the `b .` runs only on EQ.
+        let it_before = |at: u64, out: &mut [u8]| {
+            out.copy_from_slice(if at == 0xFE { &[0x08, 0xBF] } else { &[0, 0] });
+            true
+        };
+        assert!(!Arch::CortexM4.loops_forever(0x100, &[0xFE, 0xE7], it_before));
+        // A `nop` (bf00) is no IT instruction.
+        let nop_before = |_: u64, out: &mut [u8]| {
+            out.copy_from_slice(&[0x00, 0xBF]);
+            true
+        };
+        assert!(Arch::CortexM4.loops_forever(0x100, &[0xFE, 0xE7], nop_before));
+    }
+}
