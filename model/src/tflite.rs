@@ -42,7 +42,7 @@ fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
 
 /// What bytes that are no flatbuffer model are, when they lack TFLite's
 /// file identifier (`TFL3` at byte 4) too: an ELF program, or neither.
-fn not_a_model(bytes: &[u8]) -> Option<ModelError> {
+pub(super) fn not_a_model(bytes: &[u8]) -> Option<ModelError> {
     if bytes.get(4..8) == Some(b"TFL3") {
         return None;
     }

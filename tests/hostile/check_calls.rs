@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::unit_tests::{compile, unit_tests};
+use crate::common::unit_tests::compile;
 use crate::common::{self, path_str, stderr, stdout};
 
 /// How a command ended.
@@ -92,9 +92,16 @@ fn hostile_calls() -> &'static Path {
         let elf = build_dir().join("hostile_calls.elf");
         let cmsis =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/third_party/cmsis-nn/Include");
+        let library = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("harness-c/build/cortex-m4/unit-tests/libcmsis-nn.a");
+        assert!(
+            library.exists(),
+            "{} is missing: build the unit tests first (`make -C harness-c/unit-tests`, or `make test`)",
+            library.display()
+        );
         compile(
             &[&source("hostile_calls.c")],
-            &[unit_tests().join("libcmsis-nn.a")],
+            &[library],
             &["-O1", &format!("-I{}", cmsis.display())],
             &elf,
         );
@@ -446,18 +453,20 @@ fn a_jump_into_data_or_the_heap_says_where_it_went_and_who_called() {
         "jump_data",
         "#include <stdlib.h>\n\
          #include <string.h>\n\
-         const unsigned short table[8] = {0xbf00, 0xbf00};\n\
+         unsigned short table[8] = {0xbf00, 0xbf00};\n\
          typedef int (*fn)(void);\n\
          __attribute__((noinline)) int call(fn f) {\n\
              return f() + 1;\n\
          }\n\
          int main(int argc, char **argv) {\n\
+             fn target = (fn)((char *)table + 1);\n\
              if (argc > 1) {\n\
                  void *block = malloc(16);\n\
                  memset(block, 0, 16);\n\
-                 return call((fn)((char *)block + 1));\n\
+                 target = (fn)((char *)block + 1);\n\
              }\n\
-             return call((fn)((const char *)table + 1));\n\
+             int r = call(target);\n\
+             return r + argc;\n\
          }\n",
         "rdimon.specs",
         &[],
@@ -637,9 +646,9 @@ fn campaign_hostile_cmsis_nn_call_arguments() {
     let start = Instant::now();
     for _ in 0..36 {
         let (function, arity) = *rng.pick(&functions);
-        let mut args = vec![function, rng.pick(&pointers), rng.pick(&pointers)];
+        let mut args: Vec<&str> = vec![function, *rng.pick(&pointers), *rng.pick(&pointers)];
         for _ in 0..arity {
-            args.push(rng.pick(&values));
+            args.push(*rng.pick(&values));
         }
         let mut all = vec![
             "check",
