@@ -34,7 +34,9 @@ fn a_file_that_is_not_an_elf_is_named() {
     std::fs::write(&file, "this is not an ELF").unwrap();
     let err = fails(&["run", p(&file)]);
     assert!(
-        err.contains("kernel.elf is neither an ELF program nor a .tflite model (first bytes 74 68 69 73"),
+        err.contains(
+            "kernel.elf is neither an ELF program nor a .tflite model (first bytes 74 68 69 73"
+        ),
         "{err}"
     );
 }

@@ -242,7 +242,12 @@ fn a_buffer_outside_mapped_memory_or_wrapping_past_4_gib_is_not_traced() {
         );
     }
     // The same call on the program's own array is a layer.
-    let (report, status) = check_json(hostile_calls(), &[], &["relu", "ram", "ram", "64"], SECONDS_30);
+    let (report, status) = check_json(
+        hostile_calls(),
+        &[],
+        &["relu", "ram", "ram", "64"],
+        SECONDS_30,
+    );
     assert_eq!(status, 0, "{report}");
     let layer = &the_call(&report)["layer"];
     assert_eq!(layer["buffers"][0]["size"], 64, "{report}");
@@ -282,15 +287,26 @@ fn newlibs_nosys_exit_is_a_loop_found_at_once_not_a_budget_run_out() {
     let elf = check_program("exit_nosys", EXIT_NOSYS, "nosys.specs", &[]);
     let start = Instant::now();
     let (report, status) = check_json(&elf, &[], &[], SECONDS_30);
-    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(status, 99, "{report}");
     assert_eq!(report["end"]["kind"], "loop", "{report}");
     let message = report["end"]["message"].as_str().unwrap();
     assert!(message.contains("loops forever at pc 0x"), "{message}");
     let functions = chain_functions(&report);
-    assert_eq!(functions.first().map(String::as_str), Some("_exit"), "{report}");
+    assert_eq!(
+        functions.first().map(String::as_str),
+        Some("_exit"),
+        "{report}"
+    );
     // Far fewer instructions than the default budget of 10^10.
-    assert!(report["instructions"].as_u64().unwrap() < 1_000_000, "{report}");
+    assert!(
+        report["instructions"].as_u64().unwrap() < 1_000_000,
+        "{report}"
+    );
 }
 
 #[test]
@@ -304,14 +320,19 @@ fn a_while_one_at_o2_is_stopped_naming_its_function_line_and_caller() {
     assert_eq!(chain[0]["line"], 3, "{report}");
     assert!(chain[0]["file"].as_str().unwrap().ends_with("while_one.c"));
     assert!(
-        chain.iter().any(|f| f["function"] == "main" && f["line"] == 7),
+        chain
+            .iter()
+            .any(|f| f["function"] == "main" && f["line"] == 7),
         "the caller's line: {report}"
     );
     // The text report says it the same way.
     let out = ended(&["check", path_str(&elf)], SECONDS_30);
     let err = stderr(&out);
     assert!(err.contains("the program loops forever at pc 0x"), "{err}");
-    assert!(err.contains("at wait_forever (") && err.contains("while_one.c:3)"), "{err}");
+    assert!(
+        err.contains("at wait_forever (") && err.contains("while_one.c:3)"),
+        "{err}"
+    );
 }
 
 /// A memtrace.h guest for `run` whose `main` ends in `while (1);`, built
@@ -375,8 +396,14 @@ fn run_stops_a_branch_to_itself_at_once_on_cortex_m4_and_risc_v() {
         assert!(start.elapsed() < Duration::from_secs(20), "{target}");
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{target}: {err}");
-        assert!(err.contains("the program loops forever at pc 0x"), "{target}: {err}");
-        assert!(err.contains("`park` (") && err.contains("spins.c:3)"), "{target}: {err}");
+        assert!(
+            err.contains("the program loops forever at pc 0x"),
+            "{target}: {err}"
+        );
+        assert!(
+            err.contains("`park` (") && err.contains("spins.c:3)"),
+            "{target}: {err}"
+        );
         assert!(err.contains("called from `main`"), "{target}: {err}");
         ran += 1;
     }
@@ -441,7 +468,10 @@ fn a_push_through_a_wild_stack_pointer_says_the_stack_pointer_is_wild() {
     let (report, status) = check_json(&elf, &[], &[], SECONDS_30);
     assert_eq!(status, 99, "{report}");
     let message = report["end"]["message"].as_str().unwrap();
-    assert!(message.starts_with("the stack pointer is wild: 0x"), "{message}");
+    assert!(
+        message.starts_with("the stack pointer is wild: 0x"),
+        "{message}"
+    );
     assert!(message.contains("is outside the stack (0x"), "{message}");
     assert!(!message.contains("entry point"), "{message}");
     assert!(!chain_functions(&report).is_empty(), "{report}");
@@ -476,7 +506,10 @@ fn a_jump_into_data_or_the_heap_says_where_it_went_and_who_called() {
         assert_eq!(status, 99, "{report}");
         let message = report["end"]["message"].as_str().unwrap();
         assert!(message.starts_with("the program jumped to 0x"), "{message}");
-        assert!(message.contains(target) && message.ends_with("not code"), "{message}");
+        assert!(
+            message.contains(target) && message.ends_with("not code"),
+            "{message}"
+        );
         let functions = chain_functions(&report);
         assert!(
             functions.iter().any(|f| f == "call") && functions.iter().any(|f| f == "main"),
@@ -669,7 +702,10 @@ fn campaign_hostile_cmsis_nn_call_arguments() {
     }
     eprintln!("in {:?}", start.elapsed());
     counts.assert_clean("hostile CMSIS-NN call arguments", seed);
-    assert!(counts.findings + counts.errors > 0, "no hostile call was caught");
+    assert!(
+        counts.findings + counts.errors > 0,
+        "no hostile call was caught"
+    );
 }
 
 /// An ELF32 file's layout, as far as the mutations need it.
@@ -862,9 +898,9 @@ fn run_layers(report: &Value) -> Vec<(String, Vec<u64>)> {
     report["layers"].as_array().map_or(Vec::new(), |ls| {
         ls.iter()
             .map(|l| {
-                let sizes = l["buffers"]
-                    .as_array()
-                    .map_or(Vec::new(), |bs| bs.iter().filter_map(|b| b["size"].as_u64()).collect());
+                let sizes = l["buffers"].as_array().map_or(Vec::new(), |bs| {
+                    bs.iter().filter_map(|b| b["size"].as_u64()).collect()
+                });
                 (l["name"].as_str().unwrap_or("").to_owned(), sizes)
             })
             .collect()
@@ -877,7 +913,14 @@ fn campaign_lying_elfs_through_check_and_run() {
     let mut rng = Rng(seed);
     let honest = check_program("honest", HONEST, "rdimon.specs", &[]);
     let (report, status) = check_json(&honest, &[], &[], SECONDS_30);
-    assert!(status == 0 && honest_claim_holds(&ended(&["check", "--format", "json", path_str(&honest)], SECONDS_30)), "{report}");
+    assert!(
+        status == 0
+            && honest_claim_holds(&ended(
+                &["check", "--format", "json", path_str(&honest)],
+                SECONDS_30
+            )),
+        "{report}"
+    );
     let guest = common::guest("cortex-m4", "contract");
     let truth = common::run_json(&guest, &[]);
     let truth_layers = run_layers(&truth);
@@ -919,10 +962,24 @@ fn campaign_lying_elfs_through_check_and_run() {
             let p = path_str(&path);
             let what = format!("{lie:?} of base {b}");
             if b == 0 {
-                let args = ["check", "--format", "json", "--max-instructions", "50000000", p];
+                let args = [
+                    "check",
+                    "--format",
+                    "json",
+                    "--max-instructions",
+                    "50000000",
+                    p,
+                ];
                 check_counts.add(&what, memtrace_for(&args, SECONDS_30), honest_claim_holds);
             } else {
-                let args = ["run", p, "--format", "json", "--max-instructions", "50000000"];
+                let args = [
+                    "run",
+                    p,
+                    "--format",
+                    "json",
+                    "--max-instructions",
+                    "50000000",
+                ];
                 run_counts.add(&what, memtrace_for(&args, SECONDS_30), |out| {
                     serde_json::from_slice::<Value>(&out.stdout)
                         .is_ok_and(|r| r["exit_code"] == 0 && run_layers(&r) == truth_layers)

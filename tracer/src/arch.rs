@@ -90,8 +90,12 @@ pub(crate) trait Machine {
     /// guest memory; a Thumb branch an IT instruction just before may make
     /// conditional is not taken for one. Called once per new block, so it
     /// costs nothing on the hot path.
-    fn loops_forever(self, address: u64, code: &[u8], read: impl Fn(u64, &mut [u8]) -> bool)
-        -> bool;
+    fn loops_forever(
+        self,
+        address: u64,
+        code: &[u8],
+        read: impl Fn(u64, &mut [u8]) -> bool,
+    ) -> bool;
 }
 
 /// Thumb's `b .` (T2, `e7fe`) and `b.w .` (T4, `f7ff bffe`), as bytes.
@@ -113,10 +117,7 @@ const X86_64_SELF_BRANCHES: [&[u8]; 2] = [&[0xEB, 0xFE], &[0xE9, 0xFB, 0xFF, 0xF
 fn thumb_it_may_cover(address: u64, read: impl Fn(u64, &mut [u8]) -> bool) -> bool {
     (1..=8u64).any(|k| {
         let mut hw = [0u8; 2];
-        address >= 2 * k
-            && read(address - 2 * k, &mut hw)
-            && hw[1] == 0xBF
-            && hw[0] & 0x0F != 0
+        address >= 2 * k && read(address - 2 * k, &mut hw) && hw[1] == 0xBF && hw[0] & 0x0F != 0
     })
 }
 

@@ -19,12 +19,12 @@ use memtrace_abi::protocol::{Command, PortDecoder, MARKER_OFFSET};
 use crate::arch::{Machine, Registers};
 use crate::elf::ElfImage;
 use crate::error::{CodeLocation, GuestContext, TraceError};
-use crate::unwind::Unwinder;
 use crate::machine::{
     emulator_error, fast_stores, load_segments, map_pages, read_guest_string, write_inputs,
     GuestInputs, Job, PAGE,
 };
 use crate::session::StopSwitch;
+use crate::unwind::Unwinder;
 
 /// What an untraced run writes first, reads back after, and how long it may
 /// take.
@@ -90,7 +90,11 @@ fn self_branch_sites(image: &ElfImage) -> Vec<(u64, u32)> {
             }
         })
     };
-    let step = if image.arch == crate::elf::Arch::X86_64 { 1 } else { 2 };
+    let step = if image.arch == crate::elf::Arch::X86_64 {
+        1
+    } else {
+        2
+    };
     let mut sites = Vec::new();
     for seg in image.segments.iter().filter(|s| s.executable) {
         for off in (0..seg.data.len()).step_by(step) {
@@ -131,9 +135,19 @@ fn hook_self_branches(uc: &mut Unicorn<'_, PortState>, image: &ElfImage) -> Resu
 
 /// The error of a run stopped at the branch to itself at `pc`, with the
 /// calls that led there unwound from the registers `regs` it had.
-fn looping_error(uc: &Unicorn<'_, PortState>, image: &ElfImage, pc: u64, regs: Registers) -> TraceError {
+fn looping_error(
+    uc: &Unicorn<'_, PortState>,
+    image: &ElfImage,
+    pc: u64,
+    regs: Registers,
+) -> TraceError {
     let returns = Unwinder::for_image(image).map_or(Vec::new(), |mut u| {
-        u.callers(image, regs, |a, out| uc.mem_read(a, out).is_ok(), LOOP_FRAMES)
+        u.callers(
+            image,
+            regs,
+            |a, out| uc.mem_read(a, out).is_ok(),
+            LOOP_FRAMES,
+        )
     });
     let mut context = GuestContext::at(pc, None);
     context.callers = returns

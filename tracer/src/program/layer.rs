@@ -599,13 +599,20 @@ mod tests {
         let huge = why(buffer("input", 0x2000_0000, u32::MAX as u64));
         assert!(huge.contains("`input` (4294967295 B at 0x20000000) is larger than the guest's memory (1114112 B mapped)"), "{huge}");
         let wraps = why(buffer("input", 0xFFFF_FFF0, 0x20));
-        assert!(wraps.contains("wraps past the end of the 32-bit address space"), "{wraps}");
+        assert!(
+            wraps.contains("wraps past the end of the 32-bit address space"),
+            "{wraps}"
+        );
         // Between the two ranges, and straddling a range's end.
         for b in [buffer("x", 0x1000_0000, 16), buffer("x", 0xFFF8, 16)] {
             assert!(why(b).contains("not inside the guest's mapped memory"));
         }
         let (kept, notes) = declarable(vec![buffer("x", 0x2000_0000, 0x10_0000)], &memory).unwrap();
-        assert_eq!((kept.len(), notes.len()), (1, 0), "a buffer as large as its range is one");
+        assert_eq!(
+            (kept.len(), notes.len()),
+            (1, 0),
+            "a buffer as large as its range is one"
+        );
     }
 
     #[test]

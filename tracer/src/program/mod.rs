@@ -334,9 +334,9 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
         // would be Unicorn's range of all memory).
         if start < end {
             uc.add_mem_hook(
-            HookType::MEM_READ | HookType::MEM_WRITE,
-            start,
-            end - 1,
+                HookType::MEM_READ | HookType::MEM_WRITE,
+                start,
+                end - 1,
                 on_heap_access,
             )
             .map_err(hook_err)?;
@@ -590,7 +590,13 @@ fn peripheral_note(address: u64) -> &'static str {
 }
 
 /// An instruction fetch from memory that holds no code.
-fn on_fetch_prot(uc: &mut Uc<'_, '_>, _kind: MemType, address: u64, _size: usize, _value: i64) -> bool {
+fn on_fetch_prot(
+    uc: &mut Uc<'_, '_>,
+    _kind: MemType,
+    address: u64,
+    _size: usize,
+    _value: i64,
+) -> bool {
     stop_at_jump(uc, address);
     false
 }
@@ -617,8 +623,7 @@ fn jump_target(s: &State<'_>, address: u64) -> String {
 fn stop_at_jump(uc: &mut Uc<'_, '_>, address: u64) {
     let lr = reg(uc, RegisterARM::LR);
     let target = jump_target(uc.get_data(), address);
-    let message =
-        format!("the program jumped to {address:#x}, which is {target}, not code");
+    let message = format!("the program jumped to {address:#x}, which is {target}, not code");
     let mut stack = stack_here(uc, lr & !1);
     stack.returns.insert(0, lr);
     stack.pc = address;

@@ -105,13 +105,7 @@ pub(super) fn transpose_conv(
         s.input.bytes(api.input_elem),
         api.input_elem,
     );
-    r.buffer(
-        Role::Weights,
-        "filter",
-        r.arg(7),
-        s.filter.bytes(1),
-        1,
-    );
+    r.buffer(Role::Weights, "filter", r.arg(7), s.filter.bytes(1), 1);
     r.bias(9, api.bias_elem, s.output.c)?;
     r.buffer(
         Role::Output,
