@@ -161,7 +161,7 @@ pub fn run_program_with<'i>(
         });
     }
     let layout = Layout::of(image, options.heap_bytes, options.stack_bytes).map_err(|reason| {
-        TraceError::MalformedElf {
+        TraceError::NoRoom {
             path: image.path.clone(),
             reason,
         }
@@ -312,6 +312,9 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
         on_unmapped,
     )
     .map_err(hook_err)?;
+    // Called only when a fetch faults: no cost to any other access.
+    uc.add_mem_hook(HookType::MEM_FETCH_PROT, 1, 0, on_fetch_prot)
+        .map_err(hook_err)?;
     let api_entries = uc
         .get_data()
         .calls
@@ -327,13 +330,17 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
             uc.add_code_hook(at, at, on_intercept).map_err(hook_err)?;
         }
         let (start, end) = layout.heap;
-        uc.add_mem_hook(
-            HookType::MEM_READ | HookType::MEM_WRITE,
-            start,
-            end - 1,
-            on_heap_access,
-        )
-        .map_err(hook_err)?;
+        // An empty heap has no access to check (and `(start, start - 1)`
+        // would be Unicorn's range of all memory).
+        if start < end {
+            uc.add_mem_hook(
+                HookType::MEM_READ | HookType::MEM_WRITE,
+                start,
+                end - 1,
+                on_heap_access,
+            )
+            .map_err(hook_err)?;
+        }
     }
     Ok(())
 }
@@ -362,6 +369,14 @@ pub(super) fn stack_here(uc: &mut Uc<'_, '_>, pc: u64) -> RawStack {
 pub(super) fn stop(uc: &mut Uc<'_, '_>, kind: StopKind, message: String, pc: u64) {
     if uc.get_data().end.is_none() {
         let stack = stack_here(uc, pc);
+        stop_with(uc, kind, message, stack);
+    }
+    let _ = uc.emu_stop();
+}
+
+/// Stops the program with `stack` as the place and calls of the stop.
+fn stop_with(uc: &mut Uc<'_, '_>, kind: StopKind, message: String, stack: RawStack) {
+    if uc.get_data().end.is_none() {
         uc.get_data_mut().end = Some(RawEnd::Stop {
             kind,
             message,
@@ -375,7 +390,17 @@ fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
     if !uc.get_data_mut().clock.enter_cached(address) {
         let mut code = vec![0u8; size as usize];
         let _ = uc.mem_read(address, &mut code);
+        // Off the hot path: a block that loops forever is only ever
+        // entered here, the first time.
+        let arch = uc.get_data().image.arch;
+        let spins = arch.loops_forever(address, &code, |a, out| uc.mem_read(a, out).is_ok());
         uc.get_data_mut().clock.block_start(address, size, || code);
+        if spins {
+            let message = format!(
+                "the program loops forever at pc {address:#x}: a branch to itself, which nothing can leave (`check` raises no interrupt)"
+            );
+            return stop(uc, StopKind::Loop, message, address);
+        }
     }
     // After the clock has entered the block: a layer ends at its start.
     if layer::returning(uc, address) {
@@ -502,8 +527,19 @@ fn on_unmapped(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _v
         MemType::FETCH_UNMAPPED => "instruction fetch from",
         _ => "read of",
     };
-    let (bottom, _) = uc.get_data().layout.stack;
+    if kind == MemType::FETCH_UNMAPPED && address < RETURN_FROM_ENTRY {
+        stop_at_jump(uc, address);
+        return false;
+    }
+    let (bottom, top) = uc.get_data().layout.stack;
     let sp = reg(uc, RegisterARM::SP);
+    if kind != MemType::FETCH_UNMAPPED && sp_is_wild(sp, bottom, top) && near(address, sp) {
+        let message = format!(
+            "the stack pointer is wild: {sp:#x} is outside the stack ({bottom:#x}–{top:#x}), and the {what} {address:#x} ({size} B) went through it"
+        );
+        stop(uc, StopKind::Fault, message, pc);
+        return false;
+    }
     if kind != MemType::FETCH_UNMAPPED
         && address < bottom
         && address + layout::GUARD_GAP >= bottom
@@ -524,6 +560,23 @@ fn on_unmapped(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _v
     false
 }
 
+/// Fetches from here on are a return through the poisoned link register
+/// the program starts with (`0xFFFF_FFFF`): a return from its entry point.
+const RETURN_FROM_ENTRY: u64 = 0xFFFF_FFF0;
+
+/// Whether the stack pointer `sp` is outside the stack `[bottom, top]` and
+/// the guard gap below it (where an overflow is reported as one).
+fn sp_is_wild(sp: u64, bottom: u64, top: u64) -> bool {
+    !(bottom.saturating_sub(layout::GUARD_GAP)..=top).contains(&sp)
+}
+
+/// Whether an access at `address` is one through the stack pointer `sp`
+/// (a push or a frame's slot, in 32-bit arithmetic: a push at SP 0 writes
+/// at the top of the address space).
+fn near(address: u64, sp: u64) -> bool {
+    (address as u32).wrapping_sub(sp as u32).wrapping_add(256) <= 512
+}
+
 /// What an unmapped address probably is, on a Cortex-M.
 fn peripheral_note(address: u64) -> &'static str {
     match address {
@@ -531,9 +584,50 @@ fn peripheral_note(address: u64) -> &'static str {
         0xE000_0000..=0xE00F_FFFF => {
             ": the private peripheral bus (SysTick, NVIC, SCB); `check` models no peripherals"
         }
-        0xFFFF_FFF0.. => ": the program returned from its entry point",
+        RETURN_FROM_ENTRY.. => ": the program returned from its entry point",
         _ => ": memory the program's segments, heap and stack do not cover",
     }
+}
+
+/// An instruction fetch from memory that holds no code.
+fn on_fetch_prot(
+    uc: &mut Uc<'_, '_>,
+    _kind: MemType,
+    address: u64,
+    _size: usize,
+    _value: i64,
+) -> bool {
+    stop_at_jump(uc, address);
+    false
+}
+
+/// Where a jump to `address`, which is not code, went: data, the heap,
+/// the stack or unmapped memory.
+fn jump_target(s: &State<'_>, address: u64) -> String {
+    if let Some(data) = s.image.data_at(address) {
+        return data;
+    }
+    let ((h0, h1), (s0, s1)) = (s.layout.heap, s.layout.stack);
+    if (h0..h1).contains(&address) {
+        format!("the heap ({h0:#x}–{h1:#x})")
+    } else if (s0..s1).contains(&address) {
+        format!("the stack ({s0:#x}–{s1:#x})")
+    } else {
+        "unmapped (no segment, heap or stack)".to_owned()
+    }
+}
+
+/// Stops the program at a jump to `address`, which holds no code: the
+/// caller is the link register's (a call through a bad function pointer
+/// sets it), and its callers are unwound from there.
+fn stop_at_jump(uc: &mut Uc<'_, '_>, address: u64) {
+    let lr = reg(uc, RegisterARM::LR);
+    let target = jump_target(uc.get_data(), address);
+    let message = format!("the program jumped to {address:#x}, which is {target}, not code");
+    let mut stack = stack_here(uc, lr & !1);
+    stack.returns.insert(0, lr);
+    stack.pc = address;
+    stop_with(uc, StopKind::Fault, message, stack);
 }
 
 fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {

@@ -24,6 +24,9 @@ pub enum StopKind {
     StackOverflow,
     /// The instruction budget ran out.
     Budget,
+    /// A branch to itself, which nothing can leave (`b .`, a newlib nosys
+    /// `_exit`).
+    Loop,
     /// A semihosting call memtrace does not answer.
     Unsupported,
 }

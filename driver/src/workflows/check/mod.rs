@@ -33,6 +33,9 @@ use crate::Result;
 pub const HEAP_BYTES: u64 = 16 << 20;
 /// Default stack, where the program's linker script does not place one.
 pub const STACK_BYTES: u64 = 1 << 20;
+/// The heap and stack sizes `check` accepts (`--heap`, `--stack`).
+pub use memtrace_tracer::program::layout::{MAX_HEAP, MAX_STACK, MIN_STACK};
+
 /// Default instruction budget.
 pub const MAX_INSTRUCTIONS: u64 = 10_000_000_000;
 
@@ -129,6 +132,7 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
                 StopKind::Fault => "fault",
                 StopKind::StackOverflow => "stack-overflow",
                 StopKind::Budget => "budget",
+                StopKind::Loop => "loop",
                 StopKind::Unsupported => "unsupported",
             },
             message: message.clone(),
