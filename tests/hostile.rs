@@ -12,6 +12,7 @@ mod common;
 
 mod hostile {
     pub mod build_cli;
+    pub mod check_programs;
     pub mod models;
     pub mod oracle;
     pub mod plans;
