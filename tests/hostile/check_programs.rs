@@ -31,7 +31,13 @@ const GUESTS: [(&str, &str); 7] = [
 
 /// The compiler flags of every guest (with [`ARCH`]): -O0 gives each
 /// statement its own line.
-const FLAGS: [&str; 5] = ["-O0", "-g", "--specs=rdimon.specs", "-Wall", "-Wno-use-after-free"];
+const FLAGS: [&str; 5] = [
+    "-O0",
+    "-g",
+    "--specs=rdimon.specs",
+    "-Wall",
+    "-Wno-use-after-free",
+];
 
 /// FNV-1a, a stable hash for the build cache's names.
 fn fnv1a(parts: &[&str]) -> u64 {
@@ -70,7 +76,11 @@ fn guest(name: &str) -> PathBuf {
     std::fs::write(&c, text).unwrap();
     // Built under a name of this process, then renamed: tests build the
     // same guest at once.
-    let partial = dir.join(format!("{name}.{}.{:?}.elf", std::process::id(), std::thread::current().id()));
+    let partial = dir.join(format!(
+        "{name}.{}.{:?}.elf",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let status = Command::new("arm-none-eabi-gcc")
         .args(ARCH)
         .args(FLAGS)
@@ -113,7 +123,10 @@ fn memtrace_in(cwd: &Path, args: &[&str], limit: Duration) -> Ended {
         if let Some(status) = child.try_wait().unwrap() {
             if status.code().is_none() {
                 let signal = status.signal();
-                return Ended::Killed { signal, hung: false };
+                return Ended::Killed {
+                    signal,
+                    hung: false,
+                };
             }
             return Ended::Exited(Output {
                 status,
@@ -159,7 +172,10 @@ fn findings(report: &Value) -> &[Value] {
 
 /// The findings of `kind`.
 fn of_kind<'a>(report: &'a Value, kind: &str) -> Vec<&'a Value> {
-    findings(report).iter().filter(|f| f["kind"] == kind).collect()
+    findings(report)
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
 }
 
 /// Whether a finding's chain has a frame of `function` in `file` at `line`.
@@ -203,7 +219,11 @@ fn a_calloc_whose_product_wraps_is_fishy_and_the_small_block_it_returns_is_check
         fishy[0]
     );
     let call = line_of(src, "CALLOC_CALL");
-    assert!(has_frame(fishy[0], "main", "calloc_wrap.c", call), "{}", fishy[0]);
+    assert!(
+        has_frame(fishy[0], "main", "calloc_wrap.c", call),
+        "{}",
+        fishy[0]
+    );
     // The block is the wrapped product's (2^32 + 16 mod 2^32 = 16 B): the
     // store at p[16] is just past its end.
     let overrun = of_kind(&report, "overrun");
@@ -219,7 +239,11 @@ fn a_calloc_whose_product_wraps_is_fishy_and_the_small_block_it_returns_is_check
         overrun[0]
     );
     let line = line_of(src, "CALLOC_OVERRUN");
-    assert!(has_frame(overrun[0], "main", "calloc_wrap.c", line), "{}", overrun[0]);
+    assert!(
+        has_frame(overrun[0], "main", "calloc_wrap.c", line),
+        "{}",
+        overrun[0]
+    );
 }
 
 #[test]
@@ -258,26 +282,24 @@ fn a_loop_of_opens_is_stopped_by_the_instruction_budget() {
     assert!(retired > budget && retired < budget + 1000, "{retired}");
 }
 
-/// `arm-none-eabi-strip ARGS IN -o OUT` (or objcopy, for the symbol table
-/// alone): the stripped copy.
+/// `arm-none-eabi-strip ARGS -o OUT ELF`: a stripped copy (never `strip
+/// ELF`, which strips in place).
 fn stripped(elf: &Path, how: Strip, dir: &Path) -> PathBuf {
     let name = elf.file_name().unwrap().to_string_lossy();
     let out = dir.join(format!("{}-{name}", how.name()));
-    let (tool, args): (&str, &[&str]) = match how {
-        Strip::All => ("arm-none-eabi-strip", &["--strip-all"]),
-        Strip::Debug => ("arm-none-eabi-strip", &["--strip-debug"]),
-        Strip::Symbols => (
-            "arm-none-eabi-objcopy",
-            &["--remove-section=.symtab", "--remove-section=.strtab"],
-        ),
+    let args: &[&str] = match how {
+        Strip::All => &["--strip-all"],
+        Strip::Debug => &["--strip-debug"],
+        Strip::Symbols => &["--strip-all", "--keep-section=.debug*"],
     };
-    let status = Command::new(tool)
+    let status = Command::new("arm-none-eabi-strip")
         .args(args)
-        .arg(elf)
+        .arg("-o")
         .arg(&out)
+        .arg(elf)
         .status()
-        .expect("the binutils run");
-    assert!(status.success(), "{tool} {args:?} {}", elf.display());
+        .expect("arm-none-eabi-strip runs");
+    assert!(status.success(), "strip {args:?} {}", elf.display());
     out
 }
 
@@ -359,12 +381,25 @@ fn stores_into_read_only_segments_are_findings_and_host_writes_there_fail() {
     assert!(message.contains("`table`"), "{message}");
     assert_eq!(rodata["chain"][0]["function"], "main");
     let code = at("CODE_STORE");
-    assert!(code["message"].as_str().unwrap().contains("the code of `main`"), "{code}");
+    assert!(
+        code["message"]
+            .as_str()
+            .unwrap()
+            .contains("the code of `main`"),
+        "{code}"
+    );
     let host = at("HOST_WRITE");
     let message = host["message"].as_str().unwrap();
     assert!(message.starts_with("SYS_READ would write 4 B"), "{message}");
     assert!(message.contains("the call fails"), "{message}");
     assert_eq!(found.len(), 3, "{report}");
+    // The kind is one a suppression may name.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("known.supp");
+    std::fs::write(&rules, "read-only-write main\n").unwrap();
+    let (status, report, err) = check_for(&elf, &["--suppressions", path_str(&rules)], MINUTE);
+    assert_eq!(status, 0, "{err}{report}");
+    assert_eq!(report["memcheck"]["suppressed"], 3);
 }
 
 #[test]
@@ -421,7 +456,11 @@ fn a_command_line_longer_than_the_program_s_buffer_is_refused_naming_both() {
     let (status, report, err) = check_for(&elf, &args, MINUTE);
     assert_eq!(status, 1, "{err}{report}");
     assert_eq!(report, Value::Null, "no report for a run refused");
-    for needle in ["256 B with the terminating NUL", "255 B buffer", "SYS_GET_CMDLINE"] {
+    for needle in [
+        "256 B with the terminating NUL",
+        "255 B buffer",
+        "SYS_GET_CMDLINE",
+    ] {
         assert!(err.contains(needle), "`{needle}` not in: {err}");
     }
 }
@@ -516,11 +555,19 @@ fn loops() -> Vec<Loop> {
         l(0x02, ["out", "0", "0"], first(0)),
         l(0x05, ["out", "live", "16"], first(0)),
         l(0x05, ["out", "freed", "16"], found(uaf, Some(0))),
-        l(0x05, ["out", "fresh", "16"], found("uninitialised", Some(0))),
+        l(
+            0x05,
+            ["out", "fresh", "16"],
+            found("uninitialised", Some(0)),
+        ),
         l(0x05, ["out", "unmapped", "16"], first(-1)),
         l(0x05, ["77", "live", "16"], first(16)),
         // 64 KiB a call at most: the rest, 2^32 − 1 − 65536, comes back.
-        l(0x05, ["out", "live", "0xffffffff"], few(found("overrun", Some(-65537)))),
+        l(
+            0x05,
+            ["out", "live", "0xffffffff"],
+            few(found("overrun", Some(-65537))),
+        ),
         l(0x05, ["out", "stack", "0xffffffff"], few(first(-1))),
         l(0x04, ["freed", "0", "0"], found(uaf, Some(0))),
         l(0x04, ["unmapped", "0", "0"], first(0)),
@@ -605,7 +652,8 @@ fn loop_wrong(c: &Loop, status: i32, report: &Value, err: &str) -> Option<String
     let e = c.expect;
     let name = call_name(c.op);
     if e.refused {
-        return (status != 1 || !err.contains(name)).then(|| format!("not refused: {status} {err}"));
+        return (status != 1 || !err.contains(name))
+            .then(|| format!("not refused: {status} {err}"));
     }
     if e.unsupported {
         let stopped = report["end"]["kind"] == "unsupported";
@@ -700,7 +748,10 @@ fn campaign_hostile_semihosting_loops() {
     );
     assert!(wrong.is_empty(), "{wrong:#?}");
     assert_eq!((panics, aborts, hangs, left), (0, 0, 0, 0));
-    assert!(found_ > 0 && ok > 0 && budget > 0, "the campaign tried too little");
+    assert!(
+        found_ > 0 && ok > 0 && budget > 0,
+        "the campaign tried too little"
+    );
 }
 
 /// Why a stripped copy's run is wrong against the whole program's, if it
@@ -724,8 +775,13 @@ fn stripped_wrong(how: Strip, whole: (i32, &Value), copy: (i32, &Value)) -> Opti
             let kinds = |r: &Value| -> Vec<String> {
                 findings(r).iter().map(|f| f["kind"].to_string()).collect()
             };
-            (cs != ws || kinds(c) != kinds(w) || c["memcheck"]["heap_checked"] != true)
-                .then(|| format!("exit {cs} (whole {ws}), findings {:?} (whole {:?})", kinds(c), kinds(w)))
+            (cs != ws || kinds(c) != kinds(w) || c["memcheck"]["heap_checked"] != true).then(|| {
+                format!(
+                    "exit {cs} (whole {ws}), findings {:?} (whole {:?})",
+                    kinds(c),
+                    kinds(w)
+                )
+            })
         }
     }
 }
@@ -763,6 +819,9 @@ fn campaign_stripped_unit_test_programs() {
             std::fs::remove_file(&copy).unwrap();
         }
     }
-    eprintln!("campaign seed {seed:#x}: {runs} stripped programs, {} wrong", wrong.len());
+    eprintln!(
+        "campaign seed {seed:#x}: {runs} stripped programs, {} wrong",
+        wrong.len()
+    );
     assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -814,13 +814,20 @@ mod tests {
     fn a_calloc_whose_product_needs_33_bits_is_fishy_and_its_block_has_the_wrapped_size() {
         let mut m = heap();
         let (n, size) = (0x1000_0001u32, 16u32);
-        m.enter(Some(Call::Calloc { n, m: size }), 0x100, 0x8000, stack(0x90));
+        m.enter(
+            Some(Call::Calloc { n, m: size }),
+            0x100,
+            0x8000,
+            stack(0x90),
+        );
         m.block(0x100, 0x8000, || 0x1200);
         assert_eq!(m.findings[0].kind, FindingKind::FishyArgument);
         assert_eq!(m.findings[0].stack.pc, 0x90);
         // 0x1000_0001 × 16 = 2^32 + 16: the 32-bit product is 16.
         assert!(
-            m.findings[0].message.contains("268435457 × 16 = 4294967312"),
+            m.findings[0]
+                .message
+                .contains("268435457 × 16 = 4294967312"),
             "{}",
             m.findings[0].message
         );
@@ -829,7 +836,9 @@ mod tests {
         assert_eq!(m.findings.len(), 1);
         m.access(0x204, true, 0x1200 + 20, 1, || stack(0x204));
         assert_eq!(m.findings[1].kind, FindingKind::Overrun);
-        assert!(m.findings[1].message.contains("4 B past the end of a 16-byte block"));
+        assert!(m.findings[1]
+            .message
+            .contains("4 B past the end of a 16-byte block"));
     }
 
     #[test]
@@ -842,7 +851,9 @@ mod tests {
         assert!(m.findings.is_empty());
         m.host_access("SYS_WRITE", false, (0x1010, 12), 0x700, || stack(0x700));
         assert_eq!(m.findings[0].kind, FindingKind::Uninitialised);
-        assert!(m.findings[0].message.starts_with("SYS_WRITE reads 12 B at 0x1010"));
+        assert!(m.findings[0]
+            .message
+            .starts_with("SYS_WRITE reads 12 B at 0x1010"));
         // Writes into a live block are fine and define it.
         m.host_access("SYS_READ", true, (0x1018, 8), 0x704, || stack(0x704));
         m.host_wrote(0x1018, 8);
@@ -853,7 +864,11 @@ mod tests {
         m.host_access("SYS_READ", true, (0x1014, 4), 0x704, || stack(0x704));
         let f = &m.findings[1];
         assert_eq!(f.kind, FindingKind::UseAfterFree);
-        assert!(f.message.starts_with("SYS_READ writes 4 B at 0x1014"), "{}", f.message);
+        assert!(
+            f.message.starts_with("SYS_READ writes 4 B at 0x1014"),
+            "{}",
+            f.message
+        );
         assert_eq!(f.block.as_ref().map(|b| b.0), Some(0x1010));
         // Memory outside the heap is not memcheck's.
         m.host_access("SYS_WRITE", false, (0x3000, 4), 0x708, || stack(0x708));

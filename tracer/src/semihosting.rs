@@ -18,6 +18,11 @@ pub trait GuestMemory {
     /// Writes `bytes` at `address` (the host's own write: a buffer the call
     /// fills); false when any byte is unmapped.
     fn write(&mut self, address: u64, bytes: &[u8]) -> bool;
+    /// Reads like [`GuestMemory::read`] bytes the call only looks at, not
+    /// ones it takes (the chunks scanned for a string's end).
+    fn peek(&self, address: u64, out: &mut [u8]) -> bool {
+        self.read(address, out)
+    }
 }
 
 /// Operation numbers (Arm's "Semihosting for AArch32 and AArch64").
@@ -488,29 +493,33 @@ fn read_word(mem: &dyn GuestMemory, address: u32) -> Option<u32> {
         .then(|| u32::from_le_bytes(b))
 }
 
-/// A NUL-terminated guest string (at most [`MAX_TRANSFER`] bytes), read a
-/// chunk at a time, then byte by byte where a chunk would cross into
-/// unmapped memory.
-fn read_string(mem: &dyn GuestMemory, mut address: u64) -> Vec<u8> {
+/// A NUL-terminated guest string (at most [`MAX_TRANSFER`] bytes), found a
+/// chunk at a time (byte by byte where a chunk would cross into unmapped
+/// memory), then read: the string and its NUL are what the call takes.
+fn read_string(mem: &dyn GuestMemory, start: u64) -> Vec<u8> {
     const CHUNK: usize = 256;
-    let mut out = Vec::new();
+    let (mut len, mut nul) = (0usize, false);
     let mut chunk = [0u8; CHUNK];
-    while out.len() < MAX_TRANSFER as usize {
-        let room = (MAX_TRANSFER as usize - out.len()).min(CHUNK);
-        let n = if mem.read(address, &mut chunk[..room]) {
+    while len < MAX_TRANSFER as usize && !nul {
+        let room = (MAX_TRANSFER as usize - len).min(CHUNK);
+        let at = start + len as u64;
+        let n = if mem.peek(at, &mut chunk[..room]) {
             room
-        } else if mem.read(address, &mut chunk[..1]) {
+        } else if mem.peek(at, &mut chunk[..1]) {
             1
         } else {
             break;
         };
-        if let Some(end) = chunk[..n].iter().position(|&b| b == 0) {
-            out.extend_from_slice(&chunk[..end]);
-            break;
+        match chunk[..n].iter().position(|&b| b == 0) {
+            Some(end) => (len, nul) = (len + end, true),
+            None => len += n,
         }
-        out.extend_from_slice(&chunk[..n]);
-        address += n as u64;
     }
+    let mut out = vec![0u8; len + nul as usize];
+    if !mem.read(start, &mut out) {
+        return Vec::new();
+    }
+    out.truncate(len);
     out
 }
 

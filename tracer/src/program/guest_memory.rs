@@ -54,7 +54,9 @@ fn on_read_only_store(
                 read_only_place(image, address)
             )
         };
-        m.note(FindingKind::ReadOnlyWrite, pc, message, || stack_here(uc, pc));
+        m.note(FindingKind::ReadOnlyWrite, pc, message, || {
+            stack_here(uc, pc)
+        });
         uc.get_data_mut().memcheck = Some(m);
     }
     arch.clear_stale_it_state(uc);
@@ -136,7 +138,9 @@ impl<'u, 'a, 'i> HostAccess<'u, 'a, 'i> {
                     read_only_place(image, at)
                 )
             };
-            m.note(FindingKind::ReadOnlyWrite, pc, message, || stack_here(uc, pc));
+            m.note(FindingKind::ReadOnlyWrite, pc, message, || {
+                stack_here(uc, pc)
+            });
         }
         uc.get_data_mut().memcheck = Some(m);
     }
@@ -150,6 +154,10 @@ impl GuestMemory for HostAccess<'_, '_, '_> {
             Some(last) if last.0 + last.1 == address => last.1 += n,
             _ => reads.push((address, n)),
         }
+        self.uc.mem_read(address, out).is_ok()
+    }
+
+    fn peek(&self, address: u64, out: &mut [u8]) -> bool {
         self.uc.mem_read(address, out).is_ok()
     }
 

@@ -28,8 +28,8 @@ use crate::machine::{emulator_error, fast_stores, load_segments, set_permissions
 pub use crate::memcheck::FindingKind;
 use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
 use crate::semihosting::{op_name, Console, Exit, HeapInfo, Outcome, Semihost};
-use guest_memory::HostAccess;
 use crate::unwind::Unwinder;
+use guest_memory::HostAccess;
 use layer::{Closed, Layers, Owner};
 pub use layer::{InnerCall, Sink};
 pub use layout::Layout;
