@@ -13,6 +13,7 @@ mod common;
 mod hostile {
     pub mod build_cli;
     pub mod check_calls;
+    pub mod check_programs;
     pub mod json;
     pub mod models;
     pub mod oracle;

@@ -102,6 +102,9 @@ pub struct Segment {
     pub data: Vec<u8>,
     /// Mapped executable (`PF_X`).
     pub executable: bool,
+    /// Mapped writable (`PF_W`); a store into a segment without it writes
+    /// the program's code or constants.
+    pub writable: bool,
 }
 
 /// A named guest object or function.
@@ -281,15 +284,19 @@ impl ElfImage {
                     ),
                 });
             }
-            let executable = match seg.flags() {
-                object::SegmentFlags::Elf { p_flags, .. } => p_flags.contains(object::elf::PF_X),
-                _ => true,
+            let (executable, writable) = match seg.flags() {
+                object::SegmentFlags::Elf { p_flags, .. } => (
+                    p_flags.contains(object::elf::PF_X),
+                    p_flags.contains(object::elf::PF_W),
+                ),
+                _ => (true, true),
             };
             segments.push(Segment {
                 address: seg.address(),
                 size: seg.size(),
                 data: data.to_vec(),
                 executable,
+                writable,
             });
         }
         if segments.is_empty() {

@@ -311,6 +311,21 @@ pub enum TraceError {
     /// Unicorn failed to set up or run the machine (map, write, hook, start).
     #[error("emulator error: {0}")]
     Emulator(String),
+    /// An unmodified program asked for its command line (`SYS_GET_CMDLINE`)
+    /// with a buffer too small for it: run on, it would start without its
+    /// arguments.
+    #[error(
+        "{path}: its command line is {bytes} B with the terminating NUL, more than the {buffer} B buffer the program gave SYS_GET_CMDLINE (newlib's crt0 gives 255 B: at most 254 characters of file name, spaces and arguments); shorten the arguments after `--` or the program's file name"
+    )]
+    CommandLineTooLong {
+        /// The program.
+        path: PathBuf,
+        /// Bytes of its command line (file name and arguments joined by
+        /// spaces) with the NUL.
+        bytes: usize,
+        /// Bytes of the buffer it asked with.
+        buffer: u32,
+    },
 }
 
 /// Result of the tracer's operations.

@@ -10,6 +10,7 @@
 
 mod calls;
 mod cmsis_api;
+mod guest_memory;
 mod layer;
 pub mod layout;
 mod report;
@@ -26,8 +27,9 @@ use crate::error::TraceError;
 use crate::machine::{emulator_error, fast_stores, load_segments, set_permissions};
 pub use crate::memcheck::FindingKind;
 use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
-use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
+use crate::semihosting::{op_name, Console, Exit, HeapInfo, Outcome, Semihost};
 use crate::unwind::Unwinder;
+use guest_memory::HostAccess;
 use layer::{Closed, Layers, Owner};
 pub use layer::{InnerCall, Sink};
 pub use layout::Layout;
@@ -92,6 +94,9 @@ pub(super) struct State<'i> {
     intercepts: HashMap<u64, Intercept>,
     unwinder: Option<Option<Unwinder>>,
     end: Option<RawEnd>,
+    /// Why the run cannot go on as the user asked (a command line too long
+    /// for the program's buffer): memtrace's error, not the program's.
+    error: Option<TraceError>,
     /// Where to go on after a hook stopped the engine (see [`Resume`]).
     resume: Option<Resume>,
     /// The layers' sink and open window, when layers are traced.
@@ -187,19 +192,27 @@ pub fn run_program_with<'i>(
         echo: options.echo,
         keep: KEEP_OUTPUT,
     };
-    let memcheck = options.memcheck.then(|| {
-        Memcheck::new(
-            layout.heap.0,
-            layout.heap.1,
-            function_ranges(image, &LENIENT),
-            function_ranges(image, &COPIES),
-        )
-    });
-    let intercepts = if options.memcheck {
+    let mut intercepts = if options.memcheck {
         intercepts(image)
     } else {
         HashMap::new()
     };
+    let allocator = intercepts
+        .values()
+        .any(|i| matches!(i, Intercept::Allocator { .. }));
+    if !allocator {
+        // Blocks memcheck cannot see would make every heap access an error.
+        intercepts.clear();
+    }
+    let memcheck = options.memcheck.then(|| match allocator {
+        true => Memcheck::new(
+            layout.heap.0,
+            layout.heap.1,
+            function_ranges(image, &LENIENT),
+            function_ranges(image, &COPIES),
+        ),
+        false => Memcheck::without_heap(NO_ALLOCATOR),
+    });
     let (calls, operators) = tracing
         .as_ref()
         .map_or((false, false), |t| (t.calls, t.operators));
@@ -218,6 +231,7 @@ pub fn run_program_with<'i>(
         intercepts,
         unwinder: None,
         end: None,
+        error: None,
         resume: None,
         layers: tracing.map(|t| Layers::new(t.sink)),
         calls: calls.then(|| calls::Calls::for_image(image)).flatten(),
@@ -227,7 +241,10 @@ pub fn run_program_with<'i>(
     let mut uc = image.arch.new_engine(state)?;
     fast_stores(&mut uc, image.arch)?;
     map_memory(&mut uc, image, &layout)?;
-    install_hooks(&mut uc, &layout, options.memcheck)?;
+    install_hooks(&mut uc, &layout, options.memcheck && allocator)?;
+    if options.memcheck {
+        guest_memory::watch_read_only(&mut uc)?;
+    }
     uc.reg_write(RegisterARM::SP, layout.initial_sp)
         .map_err(|e| emulator_error("setting the stack pointer", e))?;
     let mut start = image.arch.start_address(image.entry);
@@ -245,6 +262,9 @@ pub fn run_program_with<'i>(
         }
         start = resume.pc;
     };
+    if let Some(error) = uc.get_data_mut().error.take() {
+        return Err(error);
+    }
     let pc = uc.pc_read().unwrap_or(0);
     if let Some(c) = layer::close(&mut uc, pc, true) {
         closed(&mut uc, &c);
@@ -261,6 +281,10 @@ fn map_memory(uc: &mut Uc<'_, '_>, image: &ElfImage, layout: &Layout) -> Result<
     }
     load_segments(uc, image, None)
 }
+
+/// Why memcheck checks no heap when the program has no allocator symbols
+/// (a stripped program).
+const NO_ALLOCATOR: &str = "the program has no allocator symbols (malloc, free, realloc, calloc, _malloc_r, …): its heap blocks cannot be known";
 
 /// The allocator's and the copy functions' entry points.
 fn intercepts(image: &ElfImage) -> HashMap<u64, Intercept> {
@@ -301,7 +325,9 @@ fn function_ranges(image: &ElfImage, names: &[&str]) -> Vec<(u64, u64)> {
     out
 }
 
-fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result<(), TraceError> {
+/// Installs the run's hooks; `heap`: memcheck's of the heap and the
+/// allocator.
+fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, heap: bool) -> Result<(), TraceError> {
     let hook_err = |e| emulator_error("installing hooks", e);
     uc.add_block_hook(1, 0, on_block).map_err(hook_err)?;
     uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
@@ -324,7 +350,7 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
         uc.add_code_hook(at, at, |uc, address, _| calls::on_entry(uc, address))
             .map_err(hook_err)?;
     }
-    if memcheck {
+    if heap {
         let entries: Vec<u64> = uc.get_data().intercepts.keys().copied().collect();
         for at in entries {
             uc.add_code_hook(at, at, on_intercept).map_err(hook_err)?;
@@ -648,18 +674,10 @@ fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
     let Some(mut host) = uc.get_data_mut().host.take() else {
         return;
     };
-    let mut mem = HostAccess {
-        uc,
-        wrote: Vec::new(),
-    };
+    let mut mem = HostAccess::new(uc);
     let outcome = host.call(&mut mem, operation, arg, instructions);
-    let wrote = std::mem::take(&mut mem.wrote);
+    mem.check(op_name(operation), pc);
     uc.get_data_mut().host = Some(host);
-    if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
-        for (at, n) in wrote {
-            m.host_wrote(at, n);
-        }
-    }
     match outcome {
         Ok(Outcome::Return(value)) => {
             uc.get_data_mut().resume = Some(Resume {
@@ -672,22 +690,15 @@ fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
             uc.get_data_mut().end = Some(RawEnd::Exit(exit));
             let _ = uc.emu_stop();
         }
+        Ok(Outcome::CommandLineTooLong { bytes, buffer }) => {
+            let path = uc.get_data().image.path.clone();
+            uc.get_data_mut().error = Some(TraceError::CommandLineTooLong {
+                path,
+                bytes,
+                buffer,
+            });
+            let _ = uc.emu_stop();
+        }
         Err(unsupported) => stop(uc, StopKind::Unsupported, unsupported.0, pc),
-    }
-}
-
-/// Guest memory for a semihosting call, noting what the host writes.
-struct HostAccess<'u, 'a, 'i> {
-    uc: &'u mut Uc<'a, 'i>,
-    wrote: Vec<(u64, u64)>,
-}
-
-impl GuestMemory for HostAccess<'_, '_, '_> {
-    fn read(&self, address: u64, out: &mut [u8]) -> bool {
-        self.uc.mem_read(address, out).is_ok()
-    }
-    fn write(&mut self, address: u64, bytes: &[u8]) -> bool {
-        self.wrote.push((address, bytes.len() as u64));
-        self.uc.mem_write(address, bytes).is_ok()
     }
 }

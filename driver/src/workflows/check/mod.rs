@@ -143,9 +143,11 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
     let mut suppressed = 0;
     let (mut findings, mut leaks): (Vec<Finding>, Vec<Leak>) = (Vec::new(), Vec::new());
     let (mut allocations, mut frees) = (0, 0);
+    let mut heap_unchecked = None;
     if let Some(m) = run.memcheck {
         allocations = m.allocations;
         frees = m.frees;
+        heap_unchecked = m.heap_unchecked;
         for f in m.findings {
             match rules.matching(f.kind.name(), &functions(&f.chain)) {
                 Some(_) => suppressed += 1,
@@ -172,6 +174,7 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
         suppressed,
         allocations,
         frees,
+        heap_unchecked,
         layout: run.layout,
         calls: None,
         tflm: None,
