@@ -15,4 +15,5 @@ mod hostile {
     pub mod models;
     pub mod oracle;
     pub mod plans;
+    pub mod regress_ut;
 }
