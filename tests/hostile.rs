@@ -19,4 +19,5 @@ mod hostile {
     pub mod oracle;
     pub mod outputs;
     pub mod plans;
+    pub mod regress_ut;
 }

@@ -17,6 +17,8 @@
 
 mod change;
 mod compare;
+mod pairing;
+mod programs;
 mod render;
 mod unit_tests;
 
@@ -33,6 +35,7 @@ use crate::support::error::Result;
 use crate::workflows::baseline::{Baseline, BaselineRow, EXACT_ACCESS};
 use crate::workflows::sweep::{require_job_mailbox, Depth, Row, Sweep};
 pub use change::Change;
+pub use programs::check_report_path;
 use compare::compare;
 pub use unit_tests::{
     regress_unit_tests, CallChange, SuiteChange, SuiteFigures, UnitTestOptions, UnitTestRegress,
