@@ -847,7 +847,9 @@ fn a_runner_with_a_non_utf8_hostile_name_is_named_harmlessly_in_the_header() {
     let scratch = tempfile::tempdir().unwrap();
     let runner = common::guest("cortex-m4", "tflm-runner");
     let name = std::ffi::OsStr::from_bytes(b"r\xff*/\n#define kModelSize 1\n\xfe.elf");
+    // `*/` ends a folder's name: the runner sits in a folder `r\xff*`.
     let hostile = scratch.path().join(name);
+    std::fs::create_dir_all(hostile.parent().unwrap()).unwrap();
     std::fs::copy(&runner, &hostile).unwrap();
     let model = common::shared_model("tflm_hello_world_int8.tflite");
     let out = scratch.path().join("proven.tflite");

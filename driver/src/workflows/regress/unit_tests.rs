@@ -241,7 +241,9 @@ fn compare_runs(name: &str, old: &CheckReport, new: &CheckReport, threshold: f64
                 ""
             }
         )),
-        (Some(u), Some(v)) if v.tests - v.ignored.min(v.tests) < u.tests - u.ignored.min(u.tests) => {
+        (Some(u), Some(v))
+            if v.tests - v.ignored.min(v.tests) < u.tests - u.ignored.min(u.tests) =>
+        {
             fail(format!(
                 "Unity tests run {} → {} (of {} → {}, {} → {} ignored)",
                 u.tests - u.ignored.min(u.tests),
@@ -376,8 +378,13 @@ impl CallBalance {
         if self.added > 0 {
             parts.push(format!("{} new", self.added));
         }
-        (!parts.is_empty())
-            .then(|| format!("API calls {} → {new_calls}: {}", old.len(), parts.join(", ")))
+        (!parts.is_empty()).then(|| {
+            format!(
+                "API calls {} → {new_calls}: {}",
+                old.len(),
+                parts.join(", ")
+            )
+        })
     }
 }
 
