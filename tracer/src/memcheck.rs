@@ -2,7 +2,10 @@
 //! allocator hands out (its entry points hooked by symbol), a shadow byte
 //! per heap byte, and a check of every load and store to the heap against
 //! them — overruns, use after free, double and invalid frees, reads of
-//! bytes never written since allocation — plus the leak scan at exit.
+//! bytes never written since allocation, `calloc` arguments whose product
+//! overflows — plus the leak scan at exit. The host's accesses for a
+//! semihosting call are checked the same way (`host_access`), and stores
+//! into read-only memory are recorded here as findings (`note`).
 //!
 //! The allocator's own accesses (headers, free lists) are its business: while
 //! an allocator call is in flight nothing is checked. Library code that
@@ -14,7 +17,7 @@
 //! Call stacks are raw here (a PC and return addresses); `program.rs`
 //! unwinds them and resolves them to source lines at the end.
 //!
-//! One file of about 700 lines, a fifth of them tests: the blocks, the
+//! One file of about 900 lines, a fifth of them tests: the blocks, the
 //! shadow and the checks share one state, and each check reads the others.
 
 use std::collections::{BTreeMap, HashMap};

@@ -6,7 +6,7 @@
 //! The operation number is in r0, its argument (a value, or the address of
 //! a parameter block of words) in r1; the result goes back in r0. The
 //! calls are decoded here against [`GuestMemory`], so they are tested
-//! without an emulator; `program.rs` owns the machine. (Over 500 lines
+//! without an emulator; `program.rs` owns the machine. (About 700 lines
 //! with its tests: one function per call would only spread one table.)
 
 use std::io::Write;
