@@ -211,7 +211,12 @@ fn parking_guest(dir: &std::path::Path) -> std::path::PathBuf {
     .unwrap();
     let elf = dir.join("park.elf");
     let status = std::process::Command::new("arm-none-eabi-gcc")
-        .args(["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"])
+        .args([
+            "-mcpu=cortex-m4",
+            "-mthumb",
+            "-mfloat-abi=hard",
+            "-mfpu=fpv4-sp-d16",
+        ])
         .args(["-O2", "-g", "-ffreestanding", "-nostdlib", "-static"])
         .arg(format!("-I{}", harness.join("include").display()))
         .arg(format!("-L{}", harness.join("build/cortex-m4").display()))
@@ -239,11 +244,21 @@ fn a_branch_to_itself_stops_a_run_without_hooks_at_once_not_at_its_time_limit() 
         },
     )
     .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(matches!(err, TraceError::LoopsForever { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("the program loops forever at pc 0x"), "{text}");
-    assert!(text.contains("`park` (") && text.contains("park.c:3)"), "{text}");
+    assert!(
+        text.contains("the program loops forever at pc 0x"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`park` (") && text.contains("park.c:3)"),
+        "{text}"
+    );
     assert!(text.contains("called from `main`"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
