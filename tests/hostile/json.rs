@@ -518,3 +518,50 @@ fn bench_prints_a_model_named_with_every_class_escaped() {
         "{text}"
     );
 }
+
+#[test]
+fn a_baseline_row_of_every_class_is_json_in_regress_and_escaped_in_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = crate::common::suite("cortex-m4");
+    let table = dir.path().join("base.json");
+    let args = [
+        os("table"),
+        suite.as_os_str(),
+        os("--out"),
+        table.as_os_str(),
+        os("--op"),
+        os("max_pool"),
+        os("--configs"),
+        os("1"),
+    ];
+    let ran = memtrace(dir.path(), &args);
+    assert_eq!(ran.code, Some(0), "{}", ran.show(&args));
+    // The row of a layer the binary does not run any more, named with
+    // every class, and a kernel of such a name.
+    let mut baseline = parsed_by_both(&std::fs::read(&table).unwrap(), "the baseline");
+    let name = format!("gone{EVERY_CLASS}");
+    baseline["rows"][0]["name"] = Value::from(name.as_str());
+    baseline["rows"][0]["kernel"] = Value::from(EVERY_CLASS);
+    std::fs::write(&table, baseline.to_string()).unwrap();
+    let args = [os("regress"), table.as_os_str(), suite.as_os_str(), os("--format"), os("json")];
+    let ran = memtrace(dir.path(), &args);
+    assert_eq!(ran.code, Some(1), "{}", ran.show(&args));
+    assert_printable(std::str::from_utf8(&ran.stdout).unwrap(), "regress's JSON");
+    assert_printable(&ran.stderr, "regress's stderr");
+    let report = parsed_by_both(&ran.stdout, "regress's JSON");
+    let row = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("no row named {name:?}: {report}"));
+    assert_eq!(row["status"], "missing", "{row}");
+    assert!(row["kernel_before"].as_str().unwrap().contains(EVERY_CLASS), "{row}");
+    // The Markdown comment shows the same row escaped.
+    let args = [os("regress"), table.as_os_str(), suite.as_os_str()];
+    let ran = memtrace(dir.path(), &args);
+    assert_eq!(ran.code, Some(1), "{}", ran.show(&args));
+    let text = String::from_utf8(ran.stdout.clone()).unwrap();
+    assert_printable(&text, "regress's Markdown");
+    assert!(text.contains("gone\\x00\\x1b[2J"), "{text}");
+}
