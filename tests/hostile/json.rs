@@ -543,7 +543,13 @@ fn a_baseline_row_of_every_class_is_json_in_regress_and_escaped_in_markdown() {
     baseline["rows"][0]["name"] = Value::from(name.as_str());
     baseline["rows"][0]["kernel"] = Value::from(EVERY_CLASS);
     std::fs::write(&table, baseline.to_string()).unwrap();
-    let args = [os("regress"), table.as_os_str(), suite.as_os_str(), os("--format"), os("json")];
+    let args = [
+        os("regress"),
+        table.as_os_str(),
+        suite.as_os_str(),
+        os("--format"),
+        os("json"),
+    ];
     let ran = memtrace(dir.path(), &args);
     assert_eq!(ran.code, Some(1), "{}", ran.show(&args));
     assert_printable(std::str::from_utf8(&ran.stdout).unwrap(), "regress's JSON");
@@ -556,7 +562,10 @@ fn a_baseline_row_of_every_class_is_json_in_regress_and_escaped_in_markdown() {
         .find(|r| r["name"] == name.as_str())
         .unwrap_or_else(|| panic!("no row named {name:?}: {report}"));
     assert_eq!(row["status"], "missing", "{row}");
-    assert!(row["kernel_before"].as_str().unwrap().contains(EVERY_CLASS), "{row}");
+    assert!(
+        row["kernel_before"].as_str().unwrap().contains(EVERY_CLASS),
+        "{row}"
+    );
     // The Markdown comment shows the same row escaped.
     let args = [os("regress"), table.as_os_str(), suite.as_os_str()];
     let ran = memtrace(dir.path(), &args);
