@@ -71,8 +71,10 @@ fn a_peripheral_access_a_stack_overflow_and_an_endless_loop_are_stopped_with_the
     let source = r#"#include <stdint.h>
 #include <stdlib.h>
 int deep(int n) { volatile char pad[64]; pad[0] = n; return n ? deep(n - 1) + pad[0] : 0; }
+volatile int spins;
 int main(int argc, char **argv) {
-  if (argc > 2) while (1) { }
+  if (argc > 3) while (1) spins++;  /* busy */
+  if (argc > 2) while (1) { }       /* endless */
   if (argc > 1) return deep(1 << 20);
   return *(volatile uint32_t *)0x40021000; /* peripheral */
 }
@@ -100,12 +102,26 @@ int main(int argc, char **argv) {
         "{overflow}"
     );
 
-    let (endless, status) = check_json(&elf, &["--max-instructions", "200000", "--", "a", "b"]);
+    // A branch to itself is stopped at once, at its line, whatever the budget.
+    let (endless, status) = check_json(&elf, &["--", "a", "b"]);
     assert_eq!(
         (status, endless["end"]["kind"].as_str()),
-        (99, Some("budget"))
+        (99, Some("loop")),
+        "{endless}"
     );
-    let retired = endless["instructions"].as_u64().unwrap();
+    let line = line_of(source, "/* endless */");
+    assert!(
+        has_frame(&endless["end"]["chain"], "stops.c", line..=line),
+        "{endless}"
+    );
+    // A loop that does something runs into the budget.
+    let (busy, status) = check_json(&elf, &["--max-instructions", "200000", "--", "a", "b", "c"]);
+    assert_eq!(
+        (status, busy["end"]["kind"].as_str()),
+        (99, Some("budget")),
+        "{busy}"
+    );
+    let retired = busy["instructions"].as_u64().unwrap();
     assert!((200_000..200_100).contains(&retired), "{retired}");
 }
 
