@@ -14,6 +14,7 @@ mod hostile {
     pub mod build_cli;
     pub mod check_calls;
     pub mod check_programs;
+    pub mod ended;
     pub mod json;
     pub mod models;
     pub mod oracle;

@@ -4,62 +4,15 @@
 //! are refused.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
+use super::ended::{run_for, Ended};
 use crate::common::{self, path_str, stderr, stdout};
 
 /// The repository (the source tree the tested binary was built from).
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// How a command ended.
-#[derive(Debug)]
-enum Ended {
-    /// Exited with this status and output.
-    Exited(Output),
-    /// Killed by a signal (an abort) or by the deadline (a hang).
-    Killed { signal: Option<i32>, hung: bool },
-}
-
-/// Runs `cmd` to its end or `limit`, whichever comes first (then kills it).
-fn run_for(mut cmd: Command, limit: Duration) -> Ended {
-    use std::os::unix::process::ExitStatusExt;
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = cmd
-        .env("CI", "1")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("memtrace starts");
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            if status.code().is_none() {
-                return Ended::Killed {
-                    signal: status.signal(),
-                    hung: false,
-                };
-            }
-            return Ended::Exited(Output {
-                status,
-                stdout: std::fs::read(&out).unwrap(),
-                stderr: std::fs::read(&err).unwrap(),
-            });
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ended::Killed {
-                signal: None,
-                hung: true,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `memtrace ARGS` with the trace cache in `cache`, bounded by `limit`.

@@ -10,11 +10,12 @@
 //! newlib's semihosting (`--specs=rdimon.specs`) and cached by content.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::ended::{run_for, Ended};
 use crate::common::unit_tests::{line_of, unit_tests, ARCH};
 use crate::common::{path_str, stderr};
 
@@ -94,56 +95,12 @@ fn guest(name: &str) -> PathBuf {
     elf
 }
 
-/// How a run ended.
-#[derive(Debug)]
-enum Ended {
-    /// Exited with this status and output.
-    Exited(Output),
-    /// Killed by a signal (an abort) or by the deadline (a hang).
-    Killed { signal: Option<i32>, hung: bool },
-}
-
 /// `memtrace ARGS` in the folder `cwd`, ended by `limit` at the latest
 /// (then killed).
 fn memtrace_in(cwd: &Path, args: &[&str], limit: Duration) -> Ended {
-    use std::os::unix::process::ExitStatusExt;
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .current_dir(cwd)
-        .env("CI", "1")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("memtrace starts");
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            if status.code().is_none() {
-                let signal = status.signal();
-                return Ended::Killed {
-                    signal,
-                    hung: false,
-                };
-            }
-            return Ended::Exited(Output {
-                status,
-                stdout: std::fs::read(&out).unwrap(),
-                stderr: std::fs::read(&err).unwrap(),
-            });
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ended::Killed {
-                signal: None,
-                hung: true,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
+    cmd.args(args).current_dir(cwd);
+    run_for(cmd, limit)
 }
 
 /// `memtrace check --format json ELF EXTRA`, which must end by itself within

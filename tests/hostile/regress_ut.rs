@@ -15,14 +15,14 @@
 //! (`harness-c/build/cortex-m4/unit-tests/`); what each suite calls is read
 //! from a `check` run of the old program on its own.
 
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use memtrace_overlap::rng::Rng;
 use serde_json::Value;
 
+use super::ended::{run_for, Ended};
 use crate::common::unit_tests::{check_json, compile, unit_tests};
 use crate::common::{path_str, stderr};
 
@@ -90,52 +90,11 @@ fn mkfifo(path: &Path) {
     assert!(status.success(), "mkfifo {}", path.display());
 }
 
-/// How a command ended.
-#[derive(Debug)]
-enum Ended {
-    /// Exited with this status and output.
-    Exited(Output),
-    /// Killed by a signal (an abort), or by the deadline (a hang).
-    Killed { signal: Option<i32>, hung: bool },
-}
-
 /// `memtrace ARGS`, bounded by [`LIMIT`].
 fn memtrace_for(args: &[&str]) -> Ended {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .env("CI", "1")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("memtrace starts");
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            if status.code().is_none() {
-                return Ended::Killed {
-                    signal: status.signal(),
-                    hung: false,
-                };
-            }
-            return Ended::Exited(Output {
-                status,
-                stdout: std::fs::read(&out).unwrap(),
-                stderr: std::fs::read(&err).unwrap(),
-            });
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ended::Killed {
-                signal: None,
-                hung: true,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
+    cmd.args(args);
+    run_for(cmd, LIMIT)
 }
 
 /// `regress --unit-tests OLD NEW --format json EXTRA`, which must end by
