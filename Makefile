@@ -110,10 +110,12 @@ bench: build
 # with a fresh seed per run; failing inputs land in fixtures/fuzz/ to commit.
 # Coverage-guided fuzzing (cargo-fuzz / libFuzzer) needs a nightly Rust
 # toolchain, which these machines do not have (docs/user-guide.md, "Fuzzing").
+# FUZZ_TESTS selects campaigns by name (e.g. `make fuzz FUZZ_TESTS=programs`).
 FUZZ_SCALE ?= 50
+FUZZ_TESTS ?=
 fuzz: build
 	MEMTRACE_FUZZ_SCALE=$(FUZZ_SCALE) MEMTRACE_FUZZ_SEED=$${MEMTRACE_FUZZ_SEED:-$$(date +%s)} \
-	    $(CARGO) test --release --test fuzz_campaign -- --nocapture
+	    $(CARGO) test --release --test fuzz_campaign -- --nocapture $(FUZZ_TESTS)
 
 # What every commit keeps clean: formatting, clippy, rustdoc links.
 lint:

@@ -43,10 +43,16 @@ mod classes;
 mod common;
 #[path = "fuzz_campaign/fixtures.rs"]
 mod fixtures;
+#[path = "fuzz_campaign/json.rs"]
+mod json;
 #[path = "fuzz_campaign/mutate.rs"]
 mod mutate;
 #[path = "fuzz_campaign/oracle.rs"]
 mod oracle;
+#[path = "fuzz_campaign/outputs.rs"]
+mod outputs;
+#[path = "fuzz_campaign/programs.rs"]
+mod programs;
 #[path = "fuzz_campaign/seeds.rs"]
 mod seeds;
 #[path = "fuzz_campaign/tally.rs"]

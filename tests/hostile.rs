@@ -12,8 +12,12 @@ mod common;
 
 mod hostile {
     pub mod build_cli;
+    pub mod check_calls;
+    pub mod check_programs;
     pub mod json;
     pub mod models;
     pub mod oracle;
+    pub mod outputs;
     pub mod plans;
+    pub mod regress_ut;
 }

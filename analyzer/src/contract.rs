@@ -392,23 +392,24 @@ impl ContractReport {
     }
 }
 
-/// A set of byte offsets.
+/// A set of byte offsets, as long as its highest offset: a buffer's
+/// declared size comes from the guest, its accesses from what it really
+/// touched.
 #[derive(Default)]
 struct Bits(Vec<u64>);
 
 impl Bits {
-    fn new(len: u64) -> Bits {
-        Bits(vec![0; len.div_ceil(64) as usize])
-    }
     fn get(&self, i: u64) -> bool {
         self.0
             .get((i / 64) as usize)
             .is_some_and(|w| w >> (i % 64) & 1 == 1)
     }
     fn set(&mut self, i: u64) {
-        if let Some(w) = self.0.get_mut((i / 64) as usize) {
-            *w |= 1 << (i % 64);
+        let word = (i / 64) as usize;
+        if word >= self.0.len() {
+            self.0.resize(word + 1, 0);
         }
+        self.0[word] |= 1 << (i % 64);
     }
     fn count(&self) -> u64 {
         self.0.iter().map(|w| w.count_ones() as u64).sum()
@@ -576,13 +577,8 @@ impl Analysis for ContractCheck {
             cur.slot.resize(id + 1, None);
         }
         cur.slot[id] = Some(cur.buffers.len());
-        let tracks_bytes = matches!(buffer.role, Role::Output | Role::Scratch);
         cur.buffers.push(Tracked {
-            bytes: if tracks_bytes {
-                Bits::new(buffer.size as u64)
-            } else {
-                Bits::default()
-            },
+            bytes: Bits::default(),
             buffer: buffer.clone(),
             shared: Vec::new(),
             high_water: 0,

@@ -164,6 +164,24 @@ pub fn read_open_limited(
     Ok(bytes)
 }
 
+/// The first bytes of a file in words, for saying what it is when it is
+/// not what was asked for: up to eight, in hex, and as text when they are
+/// printable (`7f 45 4c 46 01 01 01 00`, `74 68 69 73 20 69 73 20
+/// ("this is ")`, `none: it is empty`).
+pub fn first_bytes(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "none: it is empty".to_owned();
+    }
+    let head = &bytes[..bytes.len().min(8)];
+    let hex: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
+    let text: String = head.iter().map(|&b| b as char).collect();
+    if head.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        format!("{} (\"{text}\")", hex.join(" "))
+    } else {
+        hex.join(" ")
+    }
+}
+
 /// [`read_limited`] for UTF-8 text.
 pub fn read_text_limited(path: &Path, limit: u64, what: &str) -> Result<String, ReadError> {
     let bytes = read_limited(path, limit, what)?;
@@ -211,6 +229,16 @@ mod tests {
         let e = open_regular(&link, false).unwrap_err();
         assert!(e.to_string().contains("a symbolic link"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn first_bytes_are_shown_in_hex_and_as_text_when_printable() {
+        assert_eq!(
+            first_bytes(b"this is not an ELF"),
+            "74 68 69 73 20 69 73 20 (\"this is \")"
+        );
+        assert_eq!(first_bytes(&[0x7f, 0x45, 0x4c]), "7f 45 4c");
+        assert_eq!(first_bytes(&[]), "none: it is empty");
     }
 
     #[test]

@@ -5,11 +5,15 @@
 //! What happens depends on what the path is ([`output_target`]):
 //!
 //! - a regular file, or no file yet: the data go to a temporary sibling
-//!   (`.NAME.PID.N.tmp.EXT`) that is renamed over the path only on success.
-//!   The temporary file is removed on every error, on a panic in the writer,
-//!   and on SIGINT, SIGTERM or SIGHUP (a handler removes every temporary file
-//!   still registered, then lets the signal end the process as it would
-//!   have);
+//!   (`.NAME.RANDOM.tmp.EXT`, 64 random bits) that is renamed over the path
+//!   only on success. The sibling is created exclusively
+//!   (`O_CREAT|O_EXCL|O_NOFOLLOW`): whatever already sits at a name memtrace
+//!   chose — a symbolic link planted there, a FIFO, someone's file — is never
+//!   followed, opened or truncated; another name is drawn. The temporary file
+//!   is removed on every error, on a panic in the writer, and on every
+//!   signal that would end the process (a handler removes every temporary
+//!   file still registered, then lets the signal end the process as it would
+//!   have; see `signal`);
 //! - a FIFO or a character device (`/dev/null`, a terminal), or any path under
 //!   `/dev/` or `/proc/` (`/dev/stdout`, `/proc/self/fd/1`, whatever they
 //!   point to): opened and written through (appending; the process's own
@@ -26,8 +30,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
+
+use crate::unique;
 
 /// Why an output was not written.
 #[derive(Debug, thiserror::Error)]
@@ -207,8 +212,7 @@ pub fn write_atomically<E: WriterError>(
             Ok(())
         }
         OutputTarget::Replace(dest) => {
-            let tmp = TempFile::new(temporary_sibling(&dest));
-            let file = File::create(tmp.path()).with_path("create", path)?;
+            let (tmp, file) = TempFile::create(&dest).with_path("create", path)?;
             let mut out = BufWriter::new(file);
             write(&mut out).map_err(|e| name_file(e, path))?;
             let file = finish(out)?;
@@ -235,8 +239,7 @@ impl AtomicFile {
         let (file, tmp) = match output_target(path)? {
             OutputTarget::Stream(dest) => (open_stream(&dest)?, None),
             OutputTarget::Replace(dest) => {
-                let tmp = TempFile::new(temporary_sibling(&dest));
-                let file = File::create(tmp.path()).with_path("create", path)?;
+                let (tmp, file) = TempFile::create(&dest).with_path("create", path)?;
                 (file, Some((tmp, dest)))
             }
         };
@@ -272,25 +275,31 @@ impl AtomicFile {
 
 /// Renders through a temporary file (for writers that want a path, such as
 /// plotters' backends), renamed into place only on success; for a FIFO or
-/// character device the finished temporary file (in the system's temporary
-/// directory) is copied into it. The temporary file keeps the path's
-/// extension: image encoders choose the format by it.
+/// character device the finished temporary file is copied into it. The
+/// temporary file keeps the path's name and extension (image encoders
+/// choose the format by it) and lies in a private folder (mode 0700,
+/// `.NAME.RANDOM.tmp`) made for it beside the path, or in the system's
+/// temporary directory for a stream: a renderer that opens its path with
+/// `File::create` can only ever open memtrace's own file.
 pub fn render_atomically<E: WriterError>(
     path: &Path,
     render: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<(), E> {
     match output_target(path)? {
         OutputTarget::Replace(dest) => {
-            let tmp = TempFile::new(temporary_sibling(&dest));
-            render(tmp.path()).map_err(|e| name_file(e, path))?;
-            Ok(tmp.persist(&dest).with_path("write", path)?)
+            let dir =
+                TempFile::create_dir(&dest, &sibling_folder(&dest)).with_path("create", path)?;
+            let inner = dir.path().join(file_name(&dest));
+            render(&inner).map_err(|e| name_file(e, path))?;
+            std::fs::rename(&inner, &dest).with_path("write", path)?;
+            Ok(())
         }
         OutputTarget::Stream(dest) => {
-            let name = temporary_sibling(&dest);
-            let name = name.file_name().unwrap_or_default();
-            let tmp = TempFile::new(std::env::temp_dir().join(name));
-            render(tmp.path()).map_err(|e| name_file(e, path))?;
-            let mut from = File::open(tmp.path()).with_path("read back", tmp.path())?;
+            let dir =
+                TempFile::create_dir(&dest, &std::env::temp_dir()).with_path("create", path)?;
+            let inner = dir.path().join(file_name(&dest));
+            render(&inner).map_err(|e| name_file(e, path))?;
+            let mut from = File::open(&inner).with_path("read back", &inner)?;
             let mut to = open_stream(&dest)?;
             std::io::copy(&mut from, &mut to).with_path("write", path)?;
             Ok(())
@@ -359,10 +368,26 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     )
 }
 
-/// Temporary files that exist right now, removed by the signal handler.
+/// Creates and removes a file beside `path` as [`write_atomically`] would
+/// (exclusively, under an unpredictable name): fails, before a long run,
+/// when the folder the output goes to does not take new files. A FIFO or
+/// character device takes no probe (its folder, `/dev`, need not be
+/// writable).
+pub fn probe_writable(path: &Path) -> Result<()> {
+    match output_target(path)? {
+        OutputTarget::Stream(_) => Ok(()),
+        OutputTarget::Replace(dest) => {
+            let (probe, _file) = TempFile::create(&dest).with_path("create", path)?;
+            drop(probe);
+            Ok(())
+        }
+    }
+}
+
+/// Temporary files and folders that exist right now, removed by the signal
+/// handler. Only what memtrace created itself is ever registered.
 static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static CLEANUP: Once = Once::new();
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn temporaries() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner())
@@ -379,26 +404,66 @@ fn remove_temporaries_on_signal() {
     CLEANUP.call_once(|| {
         crate::signal::on_signal(|| {
             for path in temporaries().drain(..) {
-                let _ = std::fs::remove_file(path);
+                remove_temporary(&path);
             }
         })
     });
 }
 
-/// A registered temporary file, removed when dropped unless persisted.
+/// Removes a temporary file, or a temporary folder with what is in it (never
+/// following a link inside).
+fn remove_temporary(path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            let _ = std::fs::remove_dir_all(path);
+        }
+        _ => {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A registered temporary file (or folder) memtrace created, removed when
+/// dropped unless persisted.
 struct TempFile {
     path: PathBuf,
     persisted: bool,
 }
 
 impl TempFile {
-    fn new(path: PathBuf) -> TempFile {
+    /// Creates a new temporary sibling of `dest` (`.NAME.RANDOM.tmp.EXT`),
+    /// exclusively, and registers it. The registry is held meanwhile, so a
+    /// signal either finds it registered or finds it not yet made.
+    fn create(dest: &Path) -> std::io::Result<(TempFile, File)> {
         remove_temporaries_on_signal();
-        temporaries().push(path.clone());
-        TempFile {
+        let mut registry = temporaries();
+        let (path, file) = unique::create_unique(|token| temporary_sibling(dest, token))?;
+        registry.push(path.clone());
+        Ok((
+            TempFile {
+                path,
+                persisted: false,
+            },
+            file,
+        ))
+    }
+
+    /// Creates a new private folder for a temporary file of `dest` in
+    /// `parent`, and registers it; removed with what is in it when dropped.
+    fn create_dir(dest: &Path, parent: &Path) -> std::io::Result<TempFile> {
+        remove_temporaries_on_signal();
+        let mut registry = temporaries();
+        let path = unique::create_unique_dir(|token| {
+            parent.join(format!(
+                ".{}.{token}.tmp",
+                file_name(dest).to_string_lossy()
+            ))
+        })?;
+        registry.push(path.clone());
+        Ok(TempFile {
             path,
             persisted: false,
-        }
+        })
     }
 
     fn path(&self) -> &Path {
@@ -415,23 +480,34 @@ impl TempFile {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
+        let mut registry = temporaries();
         if !self.persisted {
-            let _ = std::fs::remove_file(&self.path);
+            remove_temporary(&self.path);
         }
-        temporaries().retain(|p| p != &self.path);
+        registry.retain(|p| p != &self.path);
     }
 }
 
-fn temporary_sibling(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+/// `path`'s file name (empty for none).
+fn file_name(path: &Path) -> std::ffi::OsString {
+    path.file_name().map(|n| n.to_owned()).unwrap_or_default()
+}
+
+/// The folder `path` goes in (`.` for a bare name).
+fn sibling_folder(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `.NAME.TOKEN.tmp.EXT` beside `path`.
+fn temporary_sibling(path: &Path, token: &str) -> PathBuf {
+    let name = file_name(path).to_string_lossy().into_owned();
     // Keep the real extension last: image encoders choose the format by it.
     let ext = path
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy()))
         .unwrap_or_default();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.{}.{n}.tmp{ext}", std::process::id()))
+    path.with_file_name(format!(".{name}.{token}.tmp{ext}"))
 }

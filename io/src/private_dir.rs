@@ -13,7 +13,6 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
 /// A registered directory and the child running in it, if one is.
@@ -24,9 +23,6 @@ struct Entry {
 
 /// Directories that exist right now, with their running children.
 static DIRS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-
-/// Numbers the directories of this process.
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn dirs() -> MutexGuard<'static, Vec<Entry>> {
     DIRS.lock().unwrap_or_else(|e| e.into_inner())
@@ -43,7 +39,7 @@ pub struct PrivateDir {
 
 impl PrivateDir {
     /// Creates one under the temporary directory (`TMPDIR`), its name
-    /// starting with `prefix`, mode 0700.
+    /// `prefix` and 16 random hex digits, mode 0700.
     pub fn new(prefix: &str) -> std::io::Result<PrivateDir> {
         // Registered before it exists: a signal in between removes nothing
         // or the empty directory, never leaves it.
@@ -51,21 +47,9 @@ impl PrivateDir {
         CLEANUP.call_once(|| crate::signal::on_signal(remove_all_on_signal));
         let mut registry = dirs();
         let dir = std::env::temp_dir();
-        let mut attempt = 0u32;
-        let path = loop {
-            let path = dir.join(format!(
-                "{prefix}{}.{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            match std::fs::DirBuilder::new().mode_private().create(&path) {
-                Ok(()) => break path,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
-                    attempt += 1
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        // An unpredictable name: nobody can plant it in advance (mkdir
+        // never follows a link there, and fails on anything that exists).
+        let path = crate::unique::create_unique_dir(|token| dir.join(format!("{prefix}{token}")))?;
         registry.push(Entry {
             path: path.clone(),
             child: None,
@@ -76,6 +60,14 @@ impl PrivateDir {
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Writes a new file `name` here with `bytes` (never over one that
+    /// exists, never through a link); its path.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        let path = self.path.join(name);
+        std::io::Write::write_all(&mut crate::unique::create_new(&path)?, bytes)?;
+        Ok(path)
     }
 
     /// Runs `command` to its end with this directory as its working
@@ -89,8 +81,8 @@ impl PrivateDir {
             let child = command
                 .current_dir(&self.path)
                 .stdin(Stdio::null())
-                .stdout(File::create(&out_path)?)
-                .stderr(File::create(&err_path)?)
+                .stdout(crate::unique::create_new(&out_path)?)
+                .stderr(crate::unique::create_new(&err_path)?)
                 .spawn()?;
             if let Some(e) = registry.iter_mut().find(|e| e.path == self.path) {
                 e.child = Some(child.id());
@@ -119,18 +111,6 @@ impl Drop for PrivateDir {
         let mut registry = dirs();
         let _ = std::fs::remove_dir_all(&self.path);
         registry.retain(|e| e.path != self.path);
-    }
-}
-
-/// `mode(0o700)` on a directory builder.
-trait PrivateMode {
-    fn mode_private(&mut self) -> &mut Self;
-}
-
-impl PrivateMode for std::fs::DirBuilder {
-    fn mode_private(&mut self) -> &mut Self {
-        use std::os::unix::fs::DirBuilderExt;
-        self.mode(0o700)
     }
 }
 

@@ -230,47 +230,189 @@ fn child(test: &str) -> Command {
     c
 }
 
+/// Every signal sent to end a process, by number and `kill` name: each
+/// must remove the temporary file and still end the writer by itself.
+fn ending_signals() -> Vec<(i32, String)> {
+    let mut all: Vec<(i32, String)> = [
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+        (libc::SIGALRM, "ALRM"),
+        (libc::SIGVTALRM, "VTALRM"),
+        (libc::SIGPROF, "PROF"),
+        (libc::SIGXCPU, "XCPU"),
+        (libc::SIGXFSZ, "XFSZ"),
+        (libc::SIGABRT, "ABRT"),
+        (libc::SIGIO, "IO"),
+        (libc::SIGPWR, "PWR"),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n, s.to_owned()))
+    .collect();
+    all.push((libc::SIGRTMIN() + 3, (libc::SIGRTMIN() + 3).to_string()));
+    all
+}
+
+/// Starts `child_writer_that_hangs` on `out` (without core dumps: several
+/// ending signals dump core by default) and waits until its temporary file
+/// holds bytes; the child and the temporary file's name.
+fn hanging_writer(dir: &Path, out: &Path) -> (std::process::Child, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = child("child_writer_that_hangs");
+    cmd.env("MEMTRACE_CHILD_OUT", out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    let mut proc = cmd.spawn().unwrap();
+    let started = Instant::now();
+    let tmp = loop {
+        let found = listing(dir).into_iter().find(|n| {
+            n.contains(".tmp") && std::fs::metadata(dir.join(n)).is_ok_and(|m| m.len() > 0)
+        });
+        if found.is_some() || started.elapsed() > Duration::from_secs(20) {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let Some(tmp) = tmp else {
+        let _ = proc.kill();
+        let _ = proc.wait();
+        panic!("no temporary file");
+    };
+    (proc, tmp)
+}
+
 #[test]
-fn a_signal_removes_the_temporary_file() {
-    for (signal, name) in [(15, "TERM"), (2, "INT"), (1, "HUP")] {
+fn every_signal_that_ends_the_process_removes_the_temporary_file() {
+    for (signal, name) in ending_signals() {
         let dir = scratch(&format!("signal-{name}"));
         let out = dir.join("events.parquet");
-        let mut proc = child("child_writer_that_hangs")
-            .env("MEMTRACE_CHILD_OUT", &out)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        // Wait for the temporary file to exist (and hold the bytes).
-        let started = Instant::now();
-        let tmp = loop {
-            let found = listing(&dir).into_iter().find(|n| n.contains(".tmp"));
-            if let Some(t) = found {
-                if std::fs::metadata(dir.join(&t))
-                    .map(|m| m.len())
-                    .unwrap_or(0)
-                    > 0
-                {
-                    break t;
-                }
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "no temporary file"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let (mut proc, tmp) = hanging_writer(&dir, &out);
         assert!(tmp.starts_with(".events.parquet."), "{tmp}");
-        let killed = Command::new("kill")
-            .args([format!("-{name}"), proc.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
+        // SAFETY: a plain kill of our own child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(proc.id() as i32, signal) }, 0);
         let status = proc.wait().unwrap();
         assert_eq!(status.signal(), Some(signal), "{name}: {status:?}");
         assert!(listing(&dir).is_empty(), "{name}: {:?}", listing(&dir));
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn sigpipe_is_ignored_and_the_write_goes_on() {
+    // Rust ignores SIGPIPE (a closed pipe is an EPIPE error instead): the
+    // writer neither dies nor loses its temporary file, and a later TERM
+    // still cleans up.
+    let dir = scratch("signal-PIPE");
+    let out = dir.join("events.parquet");
+    let (mut proc, tmp) = hanging_writer(&dir, &out);
+    // SAFETY: plain kills of our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(proc.id() as i32, libc::SIGPIPE) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(proc.try_wait().unwrap().is_none(), "SIGPIPE ended it");
+    assert_eq!(listing(&dir), [tmp]);
+    assert_eq!(unsafe { libc::kill(proc.id() as i32, libc::SIGTERM) }, 0);
+    let status = proc.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert!(listing(&dir).is_empty(), "{:?}", listing(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Symbolic links to `canary` (and folders) at every name the old writer
+/// could have chosen in this process: `.NAME.PID.N.tmp.EXT`.
+fn plant_old_temporary_names(dir: &Path, name: &str, ext: &str, canary: &Path) -> usize {
+    let pid = std::process::id();
+    for n in 0..256 {
+        let planted = dir.join(format!(".{name}.{pid}.{n}.tmp{ext}"));
+        if n % 8 == 7 {
+            std::fs::create_dir(&planted).unwrap();
+        } else {
+            std::os::unix::fs::symlink(canary, &planted).unwrap();
+        }
+    }
+    256
+}
+
+#[test]
+fn a_symlink_at_the_temporary_name_is_never_followed() {
+    let dir = scratch("planted-temporary");
+    let outside = scratch("planted-temporary-outside");
+    let canary = outside.join("canary");
+    std::fs::write(&canary, b"not memtrace's").unwrap();
+    let before = std::fs::metadata(&canary).unwrap().modified().unwrap();
+    let planted = plant_old_temporary_names(&dir, "table.csv", ".csv", &canary)
+        + plant_old_temporary_names(&dir, "p.png", ".png", &canary);
+    let out = dir.join("table.csv");
+    write_atomically(&out, |w| Ok::<_, WriteError>(w.write_all(b"results")?)).unwrap();
+    render_atomically(&dir.join("p.png"), |tmp| {
+        Ok::<_, WriteError>(std::fs::write(tmp, b"\x89PNG")?)
+    })
+    .unwrap();
+    let streamed = memtrace_io::output::AtomicFile::create(&out).unwrap();
+    streamed.handle().unwrap().write_all(b"streamed").unwrap();
+    streamed.commit().unwrap();
+    assert_eq!(std::fs::read(&canary).unwrap(), b"not memtrace's");
+    assert_eq!(
+        std::fs::metadata(&canary).unwrap().modified().unwrap(),
+        before
+    );
+    // The outputs are regular files of their own, the planted names as
+    // they were, nothing else.
+    for (path, bytes) in [(&out, &b"streamed"[..]), (&dir.join("p.png"), b"\x89PNG")] {
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert!(meta.file_type().is_file(), "{path:?} is {meta:?}");
+        assert_eq!(std::fs::read(path).unwrap(), bytes);
+    }
+    assert_eq!(listing(&dir).len(), planted + 2, "{:?}", listing(&dir));
+    assert_eq!(listing(&outside), ["canary"]);
+    no_temporaries_under(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&outside).unwrap();
+}
+
+#[test]
+fn the_writability_probe_creates_exclusively_and_leaves_nothing() {
+    let dir = scratch("probe");
+    let outside = scratch("probe-outside");
+    let canary = outside.join("canary");
+    std::fs::write(&canary, b"keep").unwrap();
+    std::os::unix::fs::symlink(
+        &canary,
+        dir.join(format!(".memtrace-probe-{}", std::process::id())),
+    )
+    .unwrap();
+    memtrace_io::output::probe_writable(&dir.join("out.json")).unwrap();
+    assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
+    assert_eq!(listing(&dir).len(), 1, "{:?}", listing(&dir));
+    // A folder that takes no files is an error naming the output.
+    use std::os::unix::fs::PermissionsExt;
+    let ro = dir.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
+    let writable = std::fs::File::create(ro.join("x")).is_ok(); // root writes anyway
+    let _ = std::fs::remove_file(ro.join("x"));
+    let probed = memtrace_io::output::probe_writable(&ro.join("out.json"));
+    assert_eq!(probed.is_ok(), writable, "{probed:?}");
+    if let Err(e) = probed {
+        assert!(e.to_string().contains("out.json"), "{e}");
+    }
+    assert!(listing(&ro).is_empty(), "{:?}", listing(&ro));
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&outside).unwrap();
 }
 
 #[test]

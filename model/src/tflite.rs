@@ -40,6 +40,22 @@ fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
     })
 }
 
+/// What bytes that are no flatbuffer model are, when they lack TFLite's
+/// file identifier (`TFL3` at byte 4) too: an ELF program, or neither.
+pub(super) fn not_a_model(bytes: &[u8]) -> Option<ModelError> {
+    if bytes.get(4..8) == Some(b"TFL3") {
+        return None;
+    }
+    Some(ModelError::Invalid(if bytes.starts_with(b"\x7fELF") {
+        "it is an ELF program, not a .tflite model".to_owned()
+    } else {
+        format!(
+            "it is neither an ELF program nor a .tflite model (first bytes {})",
+            memtrace_io::input::first_bytes(bytes)
+        )
+    }))
+}
+
 /// TFLite's name of a builtin operator (`CONV_2D`) or type (`UINT32`) from
 /// planus' variant name (`Conv2d`, `Uint32`).
 pub(super) fn builtin_name(debug: &str) -> String {
@@ -93,12 +109,16 @@ pub fn import_for_tflm(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
 }
 
 fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelError> {
-    let model =
-        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
-    // Decode everything once, including parts memtrace does not use (other
-    // subgraphs, metadata, signatures): a truncated or corrupted file is
-    // rejected as a whole instead of only where it is read.
-    fb::Model::try_from(model).map_err(fb_err("verifying the whole file"))?;
+    let model = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes)
+        .map_err(fb_err("model root"))
+        // Decode everything once, including parts memtrace does not use
+        // (other subgraphs, metadata, signatures): a truncated or corrupted
+        // file is rejected as a whole instead of only where it is read.
+        .and_then(|m| {
+            fb::Model::try_from(m).map_err(fb_err("verifying the whole file"))?;
+            Ok(m)
+        })
+        .map_err(|e| not_a_model(bytes).unwrap_or(e))?;
     let subgraphs = model
         .subgraphs()
         .map_err(fb_err("model.subgraphs"))?

@@ -48,7 +48,9 @@ pub struct OverlapAccumulator {
     max_write_end: u64,
     /// Smallest `OB − M + r` over reads that follow a write.
     monotone_min: Option<i64>,
-    /// Per input byte: 1 + seq of its last read (0 = never read).
+    /// Per input byte: 1 + seq of its last read (0 = never read), as far
+    /// as the highest byte read: the declared size comes from the guest,
+    /// and 8 B per declared byte would be allocated before any was read.
     last_read: Vec<u64>,
     /// (seq, M) each time M grew, in seq order.
     write_front: Vec<(u64, u64)>,
@@ -82,7 +84,7 @@ impl OverlapAccumulator {
             output_bytes,
             max_write_end: 0,
             monotone_min: None,
-            last_read: vec![0; input_bytes as usize],
+            last_read: Vec::new(),
             write_front: Vec::new(),
             reverse_monotone_min: None,
             write_floor: Vec::new(),
@@ -117,7 +119,10 @@ impl OverlapAccumulator {
                             .map_or(candidate, |m| m.min(candidate)),
                     );
                 }
-                let range = e.offset as usize..(e.offset + e.size) as usize;
+                let range = e.offset as usize..e.offset as usize + e.size as usize;
+                if self.last_read.len() < range.end {
+                    self.last_read.resize(range.end, 0);
+                }
                 self.last_read[range].fill(e.seq + 1);
             }
         }
@@ -220,6 +225,23 @@ mod tests {
 
     const IN: u32 = 0;
     const OUT: u32 = 1;
+
+    #[test]
+    fn a_declared_input_of_4_gib_allocates_only_what_is_read() {
+        // Its declared size is the guest's word: 8 B per declared byte up
+        // front was 32 GiB, and the process aborted.
+        let mut acc = OverlapAccumulator::new(IN, u32::MAX as u64, OUT, 16);
+        acc.observe(&events(&[
+            (IN, 0, 4, AccessKind::Load),
+            (OUT, 0, 4, AccessKind::Store),
+            (IN, 4, 4, AccessKind::Load),
+        ]));
+        assert_eq!(acc.last_read.len(), 8);
+        // The last read (bytes 4..8) follows the write of 0..4: an overlap
+        // that puts byte 4 of the input under output byte 0..4 clobbers it.
+        let r = acc.result();
+        assert_eq!(r.monotone_bytes, 16 - 4 + 4);
+    }
 
     /// Events from (buffer, offset, size, kind) in order.
     fn events(list: &[(u32, u32, u32, AccessKind)]) -> Vec<Event> {

@@ -28,11 +28,15 @@ pub struct CheckArgs {
     /// Stop the program after this many instructions.
     #[arg(long, default_value_t = check::MAX_INSTRUCTIONS)]
     pub max_instructions: u64,
-    /// Heap bytes, where the program's linker script places none.
-    #[arg(long, default_value_t = check::HEAP_BYTES)]
+    /// Heap bytes, where the program's linker script places none: 0 to
+    /// 1073741824 (1 GiB).
+    #[arg(long, default_value_t = check::HEAP_BYTES,
+          value_parser = clap::value_parser!(u64).range(0..=check::MAX_HEAP))]
     pub heap: u64,
-    /// Stack bytes, where the program's linker script places none.
-    #[arg(long, default_value_t = check::STACK_BYTES)]
+    /// Stack bytes, where the program's linker script places none: 1024 to
+    /// 1073741824 (1 GiB).
+    #[arg(long, default_value_t = check::STACK_BYTES,
+          value_parser = clap::value_parser!(u64).range(check::MIN_STACK..=check::MAX_STACK))]
     pub stack: u64,
     /// Do not trace the program's CMSIS-NN API calls as layers
     /// (docs/check.md, "API calls as layers").

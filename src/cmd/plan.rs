@@ -117,6 +117,13 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
     }
     args.spill
         .check(args.planner.0 == Some(PlannerKind::Tinyseg));
+    if let Some(why) = args
+        .emit_offline
+        .as_deref()
+        .and_then(memtrace_driver::workflows::deploy::deployment_refusal)
+    {
+        super::usage_error(&why);
+    }
     let report = plan(&PlanRequest {
         model: args.model,
         planner: args.planner.0,

@@ -10,7 +10,8 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_driver::workflows::check;
 use memtrace_driver::workflows::regress::{
-    regress, regress_unit_tests, RegressOptions, UnitTestOptions, DEFAULT_INSTRUCTION_THRESHOLD,
+    check_report_path, regress, regress_unit_tests, RegressOptions, UnitTestOptions,
+    DEFAULT_INSTRUCTION_THRESHOLD,
 };
 use memtrace_tracer::Arch;
 
@@ -73,6 +74,9 @@ fn percent(text: &str) -> Result<f64, String> {
 
 pub fn run(args: RegressArgs) -> Result<ExitCode> {
     if let Some(out) = &args.out {
+        if args.unit_tests {
+            check_report_path(out, &args.baseline, &args.elf)?;
+        }
         memtrace_driver::support::common::check_output(out, &[&args.baseline, &args.elf])?;
     }
     if args.unit_tests {

@@ -137,6 +137,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
                 "--emit-offline needs a .tflite model to copy; a zoo model has none",
             );
         }
+        if let Some(why) = memtrace_driver::workflows::deploy::deployment_refusal(dest) {
+            super::usage_error(&why);
+        }
         check_output(dest, &[model])?;
         check_output(&header_path(dest), &[model, dest])?;
     }

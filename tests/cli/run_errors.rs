@@ -33,7 +33,12 @@ fn a_file_that_is_not_an_elf_is_named() {
     let file = dir.path().join("kernel.elf");
     std::fs::write(&file, "this is not an ELF").unwrap();
     let err = fails(&["run", p(&file)]);
-    assert!(err.contains("kernel.elf is not an ELF file"), "{err}");
+    assert!(
+        err.contains(
+            "kernel.elf is neither an ELF program nor a .tflite model (first bytes 74 68 69 73"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -35,6 +35,11 @@ pub(crate) trait Machine {
         read: impl Fn(&Unicorn<'_, D>, u64, &mut [u8]) -> Result<(), unicorn_engine::uc_error>,
     ) -> Option<u64>;
 
+    /// The return address of the current call, just after a call
+    /// instruction (LR, ra, or the top of the stack on x86-64), as the
+    /// caller of a jump that went astray.
+    fn return_address<D>(self, uc: &Unicorn<'_, D>) -> Option<u64>;
+
     /// The stack pointer (0 if it cannot be read).
     fn stack_pointer<D>(self, uc: &Unicorn<'_, D>) -> u64;
 
@@ -77,6 +82,43 @@ pub(crate) trait Machine {
 
     /// What Unicorn's interrupt `number` means on this architecture.
     fn interrupt_name(self, number: u32) -> &'static str;
+
+    /// Whether the block `code` at `address` is one unconditional branch
+    /// to itself — Thumb `b .` (`e7fe`, newlib's nosys `_exit`, a
+    /// `while (1);`) or `b.w .`, RISC-V `j .` or `c.j .`, x86-64 `jmp $` —
+    /// which nothing can leave: memtrace raises no interrupt. `read` reads
+    /// guest memory; a Thumb branch an IT instruction just before may make
+    /// conditional is not taken for one. Called once per new block, so it
+    /// costs nothing on the hot path.
+    fn loops_forever(
+        self,
+        address: u64,
+        code: &[u8],
+        read: impl Fn(u64, &mut [u8]) -> bool,
+    ) -> bool;
+}
+
+/// Thumb's `b .` (T2, `e7fe`) and `b.w .` (T4, `f7ff bffe`), as bytes.
+const THUMB_SELF_BRANCHES: [&[u8]; 2] = [&[0xFE, 0xE7], &[0xFF, 0xF7, 0xFE, 0xBF]];
+/// RISC-V's `j .` (`jal x0, 0`), `beq x0, x0, .` and `c.j .`.
+const RISCV_SELF_BRANCHES: [&[u8]; 3] = [
+    &[0x6F, 0x00, 0x00, 0x00],
+    &[0x63, 0x00, 0x00, 0x00],
+    &[0x01, 0xA0],
+];
+/// x86-64's `jmp $` (`eb fe`) and its rel32 form.
+const X86_64_SELF_BRANCHES: [&[u8]; 2] = [&[0xEB, 0xFE], &[0xE9, 0xFB, 0xFF, 0xFF, 0xFF]];
+
+/// Whether an IT instruction (`bfxy`, mask `y` not 0) may stand among the
+/// halfwords just before a Thumb instruction (an IT block covers up to
+/// four instructions of up to four bytes), so that it may be conditional.
+/// A halfword that is only the second half of a wide instruction may look
+/// like one: then a real loop is left to the budget, never the reverse.
+fn thumb_it_may_cover(address: u64, read: impl Fn(u64, &mut [u8]) -> bool) -> bool {
+    (1..=8u64).any(|k| {
+        let mut hw = [0u8; 2];
+        address >= 2 * k && read(address - 2 * k, &mut hw) && hw[1] == 0xBF && hw[0] & 0x0F != 0
+    })
 }
 
 impl Machine for Arch {
@@ -147,6 +189,19 @@ impl Machine for Arch {
                 .reg_read(RegisterARM::LR)
                 .ok()
                 .map(|lr| (lr & !1).wrapping_sub(4)),
+        }
+    }
+
+    fn return_address<D>(self, uc: &Unicorn<'_, D>) -> Option<u64> {
+        match self {
+            Arch::X86_64 => {
+                let sp = uc.reg_read(RegisterX86::RSP).ok()?;
+                let mut ret = [0u8; 8];
+                uc.mem_read(sp, &mut ret).ok()?;
+                Some(u64::from_le_bytes(ret))
+            }
+            Arch::Riscv32 => uc.reg_read(RegisterRISCV::RA).ok(),
+            _ => uc.reg_read(RegisterARM::LR).ok(),
         }
     }
 
@@ -226,6 +281,19 @@ impl Machine for Arch {
         if self.is_cortex_m() {
             const THUMB: u64 = 1 << 24;
             let _ = uc.reg_write(RegisterARM::EPSR, THUMB);
+        }
+    }
+
+    fn loops_forever(
+        self,
+        address: u64,
+        code: &[u8],
+        read: impl Fn(u64, &mut [u8]) -> bool,
+    ) -> bool {
+        match self {
+            Arch::X86_64 => X86_64_SELF_BRANCHES.contains(&code),
+            Arch::Riscv32 => RISCV_SELF_BRANCHES.contains(&code),
+            _ => THUMB_SELF_BRANCHES.contains(&code) && !thumb_it_may_cover(address, read),
         }
     }
 
@@ -323,5 +391,52 @@ fn cpu_model(core: Arch) -> ArmCpuModel {
         Arch::CortexM7 => ArmCpuModel::CORTEX_M7,
         Arch::CortexM33 => ArmCpuModel::CORTEX_M33,
         Arch::CortexM4 | Arch::Riscv32 | Arch::X86_64 => ArmCpuModel::CORTEX_M4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory holding nothing before a block (no IT instruction).
+    fn nothing_before(_: u64, out: &mut [u8]) -> bool {
+        out.fill(0);
+        true
+    }
+
+    #[test]
+    fn a_branch_to_itself_is_one_on_each_architecture_and_a_longer_block_is_not() {
+        let m4 = Arch::CortexM4;
+        assert!(m4.loops_forever(0x100, &[0xFE, 0xE7], nothing_before));
+        assert!(m4.loops_forever(0x100, &[0xFF, 0xF7, 0xFE, 0xBF], nothing_before));
+        // `b .-2` is a loop of two instructions, and `b .` after another
+        // instruction in one block runs that one every time: neither.
+        assert!(!m4.loops_forever(0x100, &[0xFD, 0xE7], nothing_before));
+        assert!(!m4.loops_forever(0x100, &[0x00, 0xBF, 0xFE, 0xE7], nothing_before));
+        let rv = Arch::Riscv32;
+        assert!(rv.loops_forever(0x100, &[0x6F, 0, 0, 0], nothing_before));
+        assert!(rv.loops_forever(0x100, &[0x01, 0xA0], nothing_before));
+        // `jal ra, .` writes ra: not side-effect free.
+        assert!(!rv.loops_forever(0x100, &[0xEF, 0, 0, 0], nothing_before));
+        let x86 = Arch::X86_64;
+        assert!(x86.loops_forever(0x100, &[0xEB, 0xFE], nothing_before));
+        assert!(x86.loops_forever(0x100, &[0xE9, 0xFB, 0xFF, 0xFF, 0xFF], nothing_before));
+        assert!(!x86.loops_forever(0x100, &[0xEB, 0xFD], nothing_before));
+    }
+
+    #[test]
+    fn a_thumb_branch_an_it_instruction_may_make_conditional_is_left_to_the_budget() {
+        // `it eq` (bf08) two bytes before: the `b .` runs only on EQ.
+        let it_before = |at: u64, out: &mut [u8]| {
+            out.copy_from_slice(if at == 0xFE { &[0x08, 0xBF] } else { &[0, 0] });
+            true
+        };
+        assert!(!Arch::CortexM4.loops_forever(0x100, &[0xFE, 0xE7], it_before));
+        // A `nop` (bf00) is no IT instruction.
+        let nop_before = |_: u64, out: &mut [u8]| {
+            out.copy_from_slice(&[0x00, 0xBF]);
+            true
+        };
+        assert!(Arch::CortexM4.loops_forever(0x100, &[0xFE, 0xE7], nop_before));
     }
 }

@@ -16,14 +16,15 @@ use unicorn_engine::Unicorn;
 
 use memtrace_abi::protocol::{Command, PortDecoder, MARKER_OFFSET};
 
-use crate::arch::Machine;
+use crate::arch::{Machine, Registers};
 use crate::elf::ElfImage;
-use crate::error::{GuestContext, TraceError};
+use crate::error::{CodeLocation, GuestContext, TraceError};
 use crate::machine::{
     emulator_error, fast_stores, load_segments, map_pages, read_guest_string, write_inputs,
     GuestInputs, Job, PAGE,
 };
 use crate::session::StopSwitch;
+use crate::unwind::Unwinder;
 
 /// What an untraced run writes first, reads back after, and how long it may
 /// take.
@@ -62,7 +63,105 @@ struct PortState {
     exit: Option<i32>,
     /// Guest address of the text of the last REASON command.
     reason: Option<u64>,
+    /// The branch to itself the guest entered, and its registers there.
+    looping: Option<(u64, Registers)>,
 }
+
+/// Most places of a branch to itself an untraced run hooks.
+const MAX_SELF_BRANCH_SITES: usize = 256;
+
+/// The places in `image`'s code that hold a branch to itself
+/// ([`Machine::loops_forever`]), with its length: an untraced run hooks
+/// the blocks that start there (Unicorn calls a bounded block hook only
+/// for blocks in its range, so no other block pays) and stops at once
+/// instead of at its time limit.
+fn self_branch_sites(image: &ElfImage) -> Vec<(u64, u32)> {
+    let read = |at: u64, out: &mut [u8]| {
+        image.segments.iter().any(|s| {
+            let Some(off) = at.checked_sub(s.address) else {
+                return false;
+            };
+            match s.data.get(off as usize..off as usize + out.len()) {
+                Some(b) => {
+                    out.copy_from_slice(b);
+                    true
+                }
+                None => false,
+            }
+        })
+    };
+    let step = if image.arch == crate::elf::Arch::X86_64 {
+        1
+    } else {
+        2
+    };
+    let mut sites = Vec::new();
+    for seg in image.segments.iter().filter(|s| s.executable) {
+        for off in (0..seg.data.len()).step_by(step) {
+            let address = seg.address + off as u64;
+            let fits = [2usize, 4, 5].into_iter().find(|&n| {
+                seg.data
+                    .get(off..off + n)
+                    .is_some_and(|code| image.arch.loops_forever(address, code, read))
+            });
+            if let Some(n) = fits {
+                sites.push((address, n as u32));
+                if sites.len() == MAX_SELF_BRANCH_SITES {
+                    return sites;
+                }
+            }
+        }
+    }
+    sites
+}
+
+/// Hooks the blocks at `image`'s branches to itself: one entered stops
+/// the run, its place and registers noted for the call chain.
+fn hook_self_branches(uc: &mut Unicorn<'_, PortState>, image: &ElfImage) -> Result<(), TraceError> {
+    let arch = image.arch;
+    for (at, length) in self_branch_sites(image) {
+        uc.add_block_hook(at, at, move |uc, address, size| {
+            // A longer block starting there is no loop.
+            if size == length {
+                let regs = arch.registers(uc, address);
+                uc.get_data_mut().looping = Some((address, regs));
+                let _ = uc.emu_stop();
+            }
+        })
+        .map_err(|e| emulator_error("hooking a branch to itself", e))?;
+    }
+    Ok(())
+}
+
+/// The error of a run stopped at the branch to itself at `pc`, with the
+/// calls that led there unwound from the registers `regs` it had.
+fn looping_error(
+    uc: &Unicorn<'_, PortState>,
+    image: &ElfImage,
+    pc: u64,
+    regs: Registers,
+) -> TraceError {
+    let returns = Unwinder::for_image(image).map_or(Vec::new(), |mut u| {
+        u.callers(
+            image,
+            regs,
+            |a, out| uc.mem_read(a, out).is_ok(),
+            LOOP_FRAMES,
+        )
+    });
+    let mut context = GuestContext::at(pc, None);
+    context.callers = returns
+        .into_iter()
+        .map(|pc| CodeLocation {
+            pc,
+            ..CodeLocation::default()
+        })
+        .collect();
+    TraceError::LoopsForever { context }
+}
+
+/// Most caller frames unwound for a loop.
+const LOOP_FRAMES: usize = 64;
 
 /// Runs `image` to its EXIT command without hooks.
 pub fn run_untraced(
@@ -101,6 +200,7 @@ pub fn run_untraced(
     )
     .map_err(|e| emulator_error("mapping the port page", e))?;
     load_segments(&mut uc, image, Some(port_page))?;
+    hook_self_branches(&mut uc, image)?;
     write_inputs(
         &mut uc,
         image,
@@ -133,6 +233,10 @@ pub fn run_untraced(
     let pc = uc.pc_read().unwrap_or(0);
     let context = || GuestContext::at(pc, None);
     let Some(exit_code) = uc.get_data().exit else {
+        if let Some((at, regs)) = uc.get_data_mut().looping.take() {
+            let err = looping_error(&uc, image, at, regs);
+            return Err(crate::debuginfo::with_locations(err, image));
+        }
         let err = match (result, options.time_limit) {
             (Err(e), _) => TraceError::GuestFault {
                 message: format!("untraced run stopped: {e:?}"),

@@ -33,7 +33,10 @@ fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, TraceError> {
             path: path.to_owned(),
             source,
         },
-        ReadError::NotRegular { kind, .. } => refuse(format!("it is {kind}, not a regular file")),
+        ReadError::NotRegular { kind, .. } => TraceError::NotRegular {
+            path: path.to_owned(),
+            kind,
+        },
         ReadError::TooLarge { limit, what, .. } => {
             refuse(format!("larger than the {limit}-byte limit for {what}"))
         }
@@ -99,6 +102,9 @@ pub struct Segment {
     pub data: Vec<u8>,
     /// Mapped executable (`PF_X`).
     pub executable: bool,
+    /// Mapped writable (`PF_W`); a store into a segment without it writes
+    /// the program's code or constants.
+    pub writable: bool,
 }
 
 /// A named guest object or function.
@@ -166,12 +172,11 @@ impl ElfImage {
 
     /// Parses ELF bytes; `path` names them in errors.
     pub fn parse(path: &Path, bytes: Arc<[u8]>) -> Result<ElfImage, TraceError> {
-        let not_elf = |reason: String| TraceError::NotElf {
-            path: path.to_owned(),
-            reason,
-        };
         if !bytes.starts_with(b"\x7fELF") {
-            return Err(not_elf("no \\x7fELF magic".into()));
+            return Err(TraceError::NoElfMagic {
+                path: path.to_owned(),
+                first_bytes: memtrace_io::input::first_bytes(&bytes),
+            });
         }
         // Unicorn's ARM and x86-64 guests are little-endian; a big-endian
         // image would load with every word byte-swapped. EI_DATA (byte 5)
@@ -279,15 +284,19 @@ impl ElfImage {
                     ),
                 });
             }
-            let executable = match seg.flags() {
-                object::SegmentFlags::Elf { p_flags, .. } => p_flags.contains(object::elf::PF_X),
-                _ => true,
+            let (executable, writable) = match seg.flags() {
+                object::SegmentFlags::Elf { p_flags, .. } => (
+                    p_flags.contains(object::elf::PF_X),
+                    p_flags.contains(object::elf::PF_W),
+                ),
+                _ => (true, true),
             };
             segments.push(Segment {
                 address: seg.address(),
                 size: seg.size(),
                 data: data.to_vec(),
                 executable,
+                writable,
             });
         }
         if segments.is_empty() {
@@ -431,6 +440,27 @@ impl ElfImage {
             );
             s0 < end && start < s1
         })
+    }
+
+    /// What of the image lies at `address`, in words, when it is not code:
+    /// ``data (`table`+4, segment 1 [0x20000000, 0x20000400))``, or
+    /// `None` when no data segment holds it (for a jump that left the
+    /// code: where it went).
+    pub fn data_at(&self, address: u64) -> Option<String> {
+        let (i, seg) = self.segments.iter().enumerate().find(|(_, s)| {
+            !s.executable && (s.address..s.address.saturating_add(s.size)).contains(&address)
+        })?;
+        let object = self
+            .object_at(address)
+            .map_or(String::new(), |(name, off)| match off {
+                0 => format!("`{name}`, "),
+                off => format!("`{name}`+{off}, "),
+            });
+        Some(format!(
+            "data ({object}segment {i} [{:#x}, {:#x}))",
+            seg.address,
+            seg.address + seg.size
+        ))
     }
 
     /// True when `[address, address+len)` lies inside a loadable segment.

@@ -138,6 +138,22 @@ pub enum TraceError {
         /// Underlying I/O error.
         source: std::io::Error,
     },
+    /// A directory, FIFO, device or socket where a file was expected.
+    #[error("cannot read {path}: it is {kind}, not a regular file")]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is (`a FIFO`, `a directory`, …).
+        kind: &'static str,
+    },
+    /// The file has no ELF magic number: it is something else.
+    #[error("{path} is not an ELF file (first bytes {first_bytes})")]
+    NoElfMagic {
+        /// Path of the file.
+        path: PathBuf,
+        /// Its first bytes ([`memtrace_io::input::first_bytes`]).
+        first_bytes: String,
+    },
     /// The file does not start with an ELF header.
     #[error("{path} is not an ELF file ({reason})")]
     NotElf {
@@ -179,6 +195,15 @@ pub enum TraceError {
         /// Path of the ELF file.
         path: PathBuf,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// The memory a program run as built needs (its heap and stack beside
+    /// its segments) does not fit guest memory.
+    #[error("{path}: {reason}")]
+    NoRoom {
+        /// Path of the ELF file.
+        path: PathBuf,
+        /// What does not fit, and the accepted sizes.
         reason: String,
     },
     /// The guest lacks a symbol of the memtrace protocol (`memtrace_port`).
@@ -246,6 +271,16 @@ pub enum TraceError {
         /// Layer and guest PC when the budget ran out.
         context: Box<GuestContext>,
     },
+    /// The guest entered a branch to itself (`b .`, newlib's nosys
+    /// `_exit`, a `while (1);`), which nothing can leave: memtrace raises
+    /// no interrupt.
+    #[error(
+        "the program loops forever {context}: a branch to itself, which nothing can leave (memtrace raises no interrupt)"
+    )]
+    LoopsForever {
+        /// Layer, guest PC and call chain of the loop.
+        context: Box<GuestContext>,
+    },
     /// An untraced run (which has no instruction clock to budget) did not
     /// exit within its time limit.
     #[error(
@@ -276,6 +311,21 @@ pub enum TraceError {
     /// Unicorn failed to set up or run the machine (map, write, hook, start).
     #[error("emulator error: {0}")]
     Emulator(String),
+    /// An unmodified program asked for its command line (`SYS_GET_CMDLINE`)
+    /// with a buffer too small for it: run on, it would start without its
+    /// arguments.
+    #[error(
+        "{path}: its command line is {bytes} B with the terminating NUL, more than the {buffer} B buffer the program gave SYS_GET_CMDLINE (newlib's crt0 gives 255 B: at most 254 characters of file name, spaces and arguments); shorten the arguments after `--` or the program's file name"
+    )]
+    CommandLineTooLong {
+        /// The program.
+        path: PathBuf,
+        /// Bytes of its command line (file name and arguments joined by
+        /// spaces) with the NUL.
+        bytes: usize,
+        /// Bytes of the buffer it asked with.
+        buffer: u32,
+    },
 }
 
 /// Result of the tracer's operations.

@@ -2,7 +2,10 @@
 //! allocator hands out (its entry points hooked by symbol), a shadow byte
 //! per heap byte, and a check of every load and store to the heap against
 //! them — overruns, use after free, double and invalid frees, reads of
-//! bytes never written since allocation — plus the leak scan at exit.
+//! bytes never written since allocation, `calloc` arguments whose product
+//! overflows — plus the leak scan at exit. The host's accesses for a
+//! semihosting call are checked the same way (`host_access`), and stores
+//! into read-only memory are recorded here as findings (`note`).
 //!
 //! The allocator's own accesses (headers, free lists) are its business: while
 //! an allocator call is in flight nothing is checked. Library code that
@@ -14,7 +17,7 @@
 //! Call stacks are raw here (a PC and return addresses); `program.rs`
 //! unwinds them and resolves them to source lines at the end.
 //!
-//! One file of about 700 lines, a fifth of them tests: the blocks, the
+//! One file of about 900 lines, a fifth of them tests: the blocks, the
 //! shadow and the checks share one state, and each check reads the others.
 
 use std::collections::{BTreeMap, HashMap};
@@ -43,6 +46,12 @@ pub enum FindingKind {
     InvalidFree,
     /// An access to heap memory in no block and near none.
     InvalidAccess,
+    /// An allocator call whose arguments cannot mean what they say:
+    /// `calloc(n, m)` whose product does not fit 32 bits.
+    FishyArgument,
+    /// A store into a segment the ELF loads without write permission
+    /// (code, constants), or a semihosting call's write there.
+    ReadOnlyWrite,
 }
 
 impl FindingKind {
@@ -55,6 +64,8 @@ impl FindingKind {
             FindingKind::DoubleFree => "double-free",
             FindingKind::InvalidFree => "invalid-free",
             FindingKind::InvalidAccess => "invalid-access",
+            FindingKind::FishyArgument => "fishy-argument",
+            FindingKind::ReadOnlyWrite => "read-only-write",
         }
     }
 }
@@ -64,7 +75,8 @@ impl FindingKind {
 pub(crate) enum Call {
     /// `malloc(size)`.
     Malloc { size: u32 },
-    /// `calloc(n, m)`: defined (zeroed) bytes.
+    /// `calloc(n, m)`: defined (zeroed) bytes, `n × m` of them as the
+    /// 32-bit allocator computes it.
     Calloc { n: u32, m: u32 },
     /// `realloc(ptr, size)`.
     Realloc { ptr: u32, size: u32 },
@@ -186,6 +198,8 @@ pub(crate) struct Memcheck {
     pub allocations: u64,
     pub frees: u64,
     pub bytes_allocated: u64,
+    /// Why no heap is checked ([`Memcheck::without_heap`]).
+    pub heap_unchecked: Option<&'static str>,
 }
 
 impl Memcheck {
@@ -212,6 +226,16 @@ impl Memcheck {
             allocations: 0,
             frees: 0,
             bytes_allocated: 0,
+            heap_unchecked: None,
+        }
+    }
+
+    /// Memcheck of no heap, for `why` (a program without allocator
+    /// symbols): its findings are those outside the heap.
+    pub(crate) fn without_heap(why: &'static str) -> Memcheck {
+        Memcheck {
+            heap_unchecked: Some(why),
+            ..Memcheck::new(0, 0, Vec::new(), Vec::new())
         }
     }
 
@@ -234,6 +258,7 @@ impl Memcheck {
             Some(Call::Free { ptr }) if ptr != 0 => {
                 skip = !self.check_free(ptr as u64, &stack, "free");
             }
+            Some(Call::Calloc { n, m }) => self.check_calloc(n, m, &stack),
             Some(Call::Realloc { ptr, .. }) if ptr != 0 => {
                 if self.check_free(ptr as u64, &stack, "realloc") {
                     let size = self.live[&(ptr as u64)].size;
@@ -278,7 +303,10 @@ impl Memcheck {
                 self.allocate(result, size as u64, UNDEFINED, stack)
             }
             Call::Calloc { n, m } => {
-                let size = (n as u64).saturating_mul(m as u64);
+                // newlib's `calloc` multiplies in 32 bits: an overflowing
+                // product wraps, and the block it returns has the wrapped
+                // size (one that checks the product returns NULL).
+                let size = n.wrapping_mul(m) as u64;
                 self.allocate(result, size, DEFINED, stack)
             }
             Call::Free { ptr } => self.release(ptr as u64, stack),
@@ -338,6 +366,20 @@ impl Memcheck {
         }
         block.freed = Some(stack);
         self.freed.insert(start, block);
+    }
+
+    /// Valgrind's "fishy argument": `calloc(n, m)` whose product needs more
+    /// than 32 bits is reported at the call.
+    fn check_calloc(&mut self, n: u32, m: u32, stack: &RawStack) {
+        let product = n as u64 * m as u64;
+        if product <= u32::MAX as u64 {
+            return;
+        }
+        let message = format!(
+            "calloc's arguments overflow: {n} × {m} = {product} does not fit 32 bits (a 32-bit allocator's product wraps to {} B)",
+            n.wrapping_mul(m)
+        );
+        self.report(FindingKind::FishyArgument, message, stack.clone(), None);
     }
 
     /// Whether `ptr` may be freed; a finding when not.
@@ -411,29 +453,91 @@ impl Memcheck {
             if self.seen_before(FindingKind::Overrun, pc) {
                 return;
             }
-            let (kind, what, block) = match self.describe(at) {
-                Some((what, Some((start, b)))) if b.freed.is_some() => {
-                    (FindingKind::UseAfterFree, what, Some((start, b)))
-                }
-                Some((what, block)) => (FindingKind::Overrun, what, block),
-                None => (
-                    FindingKind::InvalidAccess,
-                    "in no heap block and near none".to_owned(),
-                    None,
-                ),
-            };
+            let (kind, what, block) = self.outside_block(at);
             let message = format!("invalid {verb} of {size} B at {address:#x}: {at:#x} is {what}");
             self.report(kind, message, stack(), block);
         } else if undefined && !self.seen_before(FindingKind::Uninitialised, pc) {
-            let block = self.block_at(address);
-            let message = format!(
-                "read of {size} B at {address:#x}: heap bytes never written since their allocation{}",
-                block
-                    .as_ref()
-                    .map(|(s, b)| format!(" ({} B into a {}-byte block)", address - s, b.size))
-                    .unwrap_or_default()
-            );
+            let (what, block) = self.undefined_in(address);
+            let message = format!("read of {size} B at {address:#x}: {what}");
             self.report(FindingKind::Uninitialised, message, stack(), block);
+        }
+    }
+
+    /// What an access to `at`, a heap byte in no live block, is: its kind,
+    /// in words, and the block it concerns.
+    fn outside_block(&self, at: u64) -> (FindingKind, String, Option<(u64, Block)>) {
+        match self.describe(at) {
+            Some((what, Some((start, b)))) if b.freed.is_some() => {
+                (FindingKind::UseAfterFree, what, Some((start, b)))
+            }
+            Some((what, block)) => (FindingKind::Overrun, what, block),
+            None => (
+                FindingKind::InvalidAccess,
+                "in no heap block and near none".to_owned(),
+                None,
+            ),
+        }
+    }
+
+    /// Words for a read of unwritten bytes at `address`, and their block.
+    fn undefined_in(&self, address: u64) -> (String, Option<(u64, Block)>) {
+        let block = self.block_at(address);
+        let what = format!(
+            "heap bytes never written since their allocation{}",
+            block
+                .as_ref()
+                .map(|(s, b)| format!(" ({} B into a {}-byte block)", address - s, b.size))
+                .unwrap_or_default()
+        );
+        (what, block)
+    }
+
+    /// The host's access to `[address, address+size)` on the program's
+    /// behalf (`call`, a semihosting call, reads a buffer out of the guest
+    /// or writes one into it) checked as the program's own would be: no
+    /// freed or unallocated heap bytes, and no unwritten ones read out.
+    /// The finding is that of the call's instruction `pc` (`stack`).
+    pub(crate) fn host_access(
+        &mut self,
+        call: &str,
+        write: bool,
+        (address, size): (u64, u64),
+        pc: u64,
+        stack: impl FnOnce() -> RawStack,
+    ) {
+        let Some(shadow) = self.shadow_range(address, size) else {
+            return;
+        };
+        let bad = shadow.iter().position(|&s| s < UNDEFINED);
+        let undefined = shadow.iter().position(|&s| s == UNDEFINED);
+        let verb = if write { "writes" } else { "reads" };
+        let done = format!("{call} {verb} {size} B at {address:#x}");
+        if let Some(i) = bad {
+            let at = address + i as u64;
+            let (kind, what, block) = self.outside_block(at);
+            if !self.seen_before(kind, pc) {
+                self.report(kind, format!("{done}: {at:#x} is {what}"), stack(), block);
+            }
+        } else if let Some(i) = undefined.filter(|_| !write) {
+            if !self.seen_before(FindingKind::Uninitialised, pc) {
+                let (what, block) = self.undefined_in(address + i as u64);
+                let message = format!("{done}: {what}");
+                self.report(FindingKind::Uninitialised, message, stack(), block);
+            }
+        }
+    }
+
+    /// A finding of `kind` at the instruction `pc` (a store into read-only
+    /// memory): `message` and `stack` are made only for a new one.
+    pub(crate) fn note(
+        &mut self,
+        kind: FindingKind,
+        pc: u64,
+        message: impl FnOnce() -> String,
+        stack: impl FnOnce() -> RawStack,
+    ) {
+        if !self.seen_before(kind, pc) {
+            self.report(kind, message(), stack(), None);
         }
     }
 
@@ -707,5 +811,79 @@ mod tests {
         let roots = vec![0x1300u32.to_le_bytes().to_vec()];
         let reach = m.reachability(&roots, |_, n| vec![0; n as usize]);
         assert_eq!(reach, vec![(0x1300, true), (0x1400, false)]);
+    }
+
+    #[test]
+    fn a_calloc_whose_product_needs_33_bits_is_fishy_and_its_block_has_the_wrapped_size() {
+        let mut m = heap();
+        let (n, size) = (0x1000_0001u32, 16u32);
+        m.enter(
+            Some(Call::Calloc { n, m: size }),
+            0x100,
+            0x8000,
+            stack(0x90),
+        );
+        m.block(0x100, 0x8000, || 0x1200);
+        assert_eq!(m.findings[0].kind, FindingKind::FishyArgument);
+        assert_eq!(m.findings[0].stack.pc, 0x90);
+        // 0x1000_0001 × 16 = 2^32 + 16: the 32-bit product is 16.
+        assert!(
+            m.findings[0]
+                .message
+                .contains("268435457 × 16 = 4294967312"),
+            "{}",
+            m.findings[0].message
+        );
+        assert_eq!(m.live[&0x1200].size, 16);
+        m.access(0x200, true, 0x1200 + 15, 1, || stack(0x200));
+        assert_eq!(m.findings.len(), 1);
+        m.access(0x204, true, 0x1200 + 20, 1, || stack(0x204));
+        assert_eq!(m.findings[1].kind, FindingKind::Overrun);
+        assert!(m.findings[1]
+            .message
+            .contains("4 B past the end of a 16-byte block"));
+    }
+
+    #[test]
+    fn host_accesses_of_freed_and_unwritten_bytes_are_findings_named_after_the_call() {
+        let mut m = heap();
+        malloc(&mut m, 16, 0x1010);
+        m.access(0x300, true, 0x1010, 8, || stack(0x300));
+        // Written bytes go out quietly; unwritten ones are reported.
+        m.host_access("SYS_WRITE", false, (0x1010, 8), 0x700, || stack(0x700));
+        assert!(m.findings.is_empty());
+        m.host_access("SYS_WRITE", false, (0x1010, 12), 0x700, || stack(0x700));
+        assert_eq!(m.findings[0].kind, FindingKind::Uninitialised);
+        assert!(m.findings[0]
+            .message
+            .starts_with("SYS_WRITE reads 12 B at 0x1010"));
+        // Writes into a live block are fine and define it.
+        m.host_access("SYS_READ", true, (0x1018, 8), 0x704, || stack(0x704));
+        m.host_wrote(0x1018, 8);
+        m.access(0x308, false, 0x1018, 4, || stack(0x308));
+        assert_eq!(m.findings.len(), 1);
+        m.enter(Some(Call::Free { ptr: 0x1010 }), 0x120, 0x8000, stack(0x94));
+        m.block(0x120, 0x8000, || 0);
+        m.host_access("SYS_READ", true, (0x1014, 4), 0x704, || stack(0x704));
+        let f = &m.findings[1];
+        assert_eq!(f.kind, FindingKind::UseAfterFree);
+        assert!(
+            f.message.starts_with("SYS_READ writes 4 B at 0x1014"),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.block.as_ref().map(|b| b.0), Some(0x1010));
+        // Memory outside the heap is not memcheck's.
+        m.host_access("SYS_WRITE", false, (0x3000, 4), 0x708, || stack(0x708));
+        assert_eq!(m.findings.len(), 2);
+    }
+
+    #[test]
+    fn memcheck_without_a_heap_finds_nothing_in_it() {
+        let mut m = Memcheck::without_heap("no allocator");
+        m.access(0x200, true, 0x1000, 4, || stack(0x200));
+        m.host_access("SYS_WRITE", false, (0x1000, 4), 0x700, || stack(0x700));
+        assert!(m.findings.is_empty());
+        assert_eq!(m.heap_unchecked, Some("no allocator"));
     }
 }

@@ -6,7 +6,7 @@
 //! The operation number is in r0, its argument (a value, or the address of
 //! a parameter block of words) in r1; the result goes back in r0. The
 //! calls are decoded here against [`GuestMemory`], so they are tested
-//! without an emulator; `program.rs` owns the machine. (Over 500 lines
+//! without an emulator; `program.rs` owns the machine. (About 700 lines
 //! with its tests: one function per call would only spread one table.)
 
 use std::io::Write;
@@ -18,6 +18,11 @@ pub trait GuestMemory {
     /// Writes `bytes` at `address` (the host's own write: a buffer the call
     /// fills); false when any byte is unmapped.
     fn write(&mut self, address: u64, bytes: &[u8]) -> bool;
+    /// Reads like [`GuestMemory::read`] bytes the call only looks at, not
+    /// ones it takes (the chunks scanned for a string's end).
+    fn peek(&self, address: u64, out: &mut [u8]) -> bool {
+        self.read(address, out)
+    }
 }
 
 /// Operation numbers (Arm's "Semihosting for AArch32 and AArch64").
@@ -79,10 +84,50 @@ pub const CLOCK_HZ: u64 = 100_000_000;
 const FEATURES: &[u8] = b"SHFB\x03";
 const FEATURES_NAME: &[u8] = b":semihosting-features";
 
-/// `ENOENT`, `EBADF`, `EINVAL` as newlib numbers them.
+/// `ENOENT`, `EBADF`, `EFAULT`, `EINVAL`, `EMFILE` as newlib numbers them.
 const ENOENT: u32 = 2;
 const EBADF: u32 = 9;
+const EFAULT: u32 = 14;
 const EINVAL: u32 = 22;
+const EMFILE: u32 = 24;
+
+/// Most bytes one `SYS_WRITE` writes (the rest it returns as not written,
+/// as a host's pipe may; newlib's stdio writes it in further calls) and
+/// one `SYS_WRITE0` reads: a call's host work stays small whatever length
+/// the program gives, so its instruction budget bounds a loop of calls.
+pub const MAX_TRANSFER: u32 = 64 << 10;
+
+/// Most handles open at once: past them `SYS_OPEN` fails with `EMFILE`,
+/// as a host's `open` does at its descriptor limit (`ulimit -n`, 1024 by
+/// default). newlib itself keeps at most 20 files open.
+pub const MAX_HANDLES: usize = 1024;
+
+/// The name of semihosting operation `number` (`SYS_WRITE`), for messages.
+pub fn op_name(number: u32) -> &'static str {
+    match number {
+        op::OPEN => "SYS_OPEN",
+        op::CLOSE => "SYS_CLOSE",
+        op::WRITEC => "SYS_WRITEC",
+        op::WRITE0 => "SYS_WRITE0",
+        op::WRITE => "SYS_WRITE",
+        op::READ => "SYS_READ",
+        op::READC => "SYS_READC",
+        op::ISERROR => "SYS_ISERROR",
+        op::ISTTY => "SYS_ISTTY",
+        op::SEEK => "SYS_SEEK",
+        op::FLEN => "SYS_FLEN",
+        op::CLOCK => "SYS_CLOCK",
+        op::TIME => "SYS_TIME",
+        op::ERRNO => "SYS_ERRNO",
+        op::GET_CMDLINE => "SYS_GET_CMDLINE",
+        op::HEAPINFO => "SYS_HEAPINFO",
+        op::EXIT => "SYS_EXIT",
+        op::EXIT_EXTENDED => "SYS_EXIT_EXTENDED",
+        op::ELAPSED => "SYS_ELAPSED",
+        op::TICKFREQ => "SYS_TICKFREQ",
+        _ => "a semihosting call",
+    }
+}
 
 /// What a handle refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +174,16 @@ pub enum Outcome {
     Return(u32),
     /// The program ended.
     Exit(Exit),
+    /// The program asked for its command line with a buffer too small for
+    /// it: memtrace stops with an error rather than run it without its
+    /// arguments (a host's `SYS_GET_CMDLINE` would fail, and newlib's
+    /// `crt0` would then start `main` with `argc` 0).
+    CommandLineTooLong {
+        /// Bytes of the command line with its terminating NUL.
+        bytes: usize,
+        /// Bytes of the program's buffer (its request's length word).
+        buffer: u32,
+    },
 }
 
 /// A semihosting call memtrace does not answer.
@@ -167,7 +222,11 @@ impl Console {
 pub struct Semihost {
     /// The console streams.
     pub console: Console,
+    /// Open handles by number − 1; `None` is a closed slot.
     handles: Vec<Option<Handle>>,
+    /// The closed slots, reused before the table grows (so an open is
+    /// O(1), however many handles were opened before).
+    free: Vec<u32>,
     errno: u32,
     cmdline: Vec<u8>,
     heap: HeapInfo,
@@ -180,6 +239,7 @@ impl Semihost {
         Semihost {
             console,
             handles: Vec::new(),
+            free: Vec::new(),
             errno: 0,
             cmdline: cmdline.as_bytes().to_vec(),
             heap,
@@ -206,19 +266,19 @@ impl Semihost {
                 };
                 let mut text = vec![0u8; len.min(4096) as usize];
                 if !mem.read(name as u64, &mut text) {
-                    return self.fail(EINVAL);
+                    return self.fail(EFAULT);
                 }
                 match open(&text, mode) {
-                    Some(handle) => ret(self.add_handle(handle)),
+                    Some(handle) => match self.add_handle(handle) {
+                        Some(h) => ret(h),
+                        None => self.fail(EMFILE),
+                    },
                     None => self.fail(ENOENT),
                 }
             }
-            op::CLOSE => match word(mem, 0).and_then(|h| self.slot(h)) {
-                Some(slot) => {
-                    *slot = None;
-                    ret(0)
-                }
-                None => self.fail(EBADF),
+            op::CLOSE => match word(mem, 0) {
+                Some(h) if self.close(h) => ret(0),
+                _ => self.fail(EBADF),
             },
             op::WRITEC => {
                 let mut c = [0u8];
@@ -239,9 +299,9 @@ impl Semihost {
                 };
                 match self.handle(h) {
                     Some(handle @ (Handle::Stdout | Handle::Stderr)) => {
-                        let mut bytes = vec![0u8; len.min(1 << 24) as usize];
+                        let mut bytes = vec![0u8; len.min(MAX_TRANSFER) as usize];
                         if !mem.read(buf as u64, &mut bytes) {
-                            return self.fail(EINVAL);
+                            return self.fail(EFAULT);
                         }
                         self.console.put(handle, &bytes);
                         ret(len - bytes.len() as u32)
@@ -292,13 +352,16 @@ impl Semihost {
                     return self.fail(EINVAL);
                 };
                 let mut text = self.cmdline.clone();
-                if text.len() + 1 > len as usize {
-                    return self.fail(EINVAL);
-                }
                 text.push(0);
+                if text.len() > len as usize {
+                    return Ok(Outcome::CommandLineTooLong {
+                        bytes: text.len(),
+                        buffer: len,
+                    });
+                }
                 let n = (text.len() - 1) as u32;
                 if !mem.write(buf as u64, &text) || !mem.write(arg as u64 + 4, &n.to_le_bytes()) {
-                    return self.fail(EINVAL);
+                    return self.fail(EFAULT);
                 }
                 ret(0)
             }
@@ -310,7 +373,7 @@ impl Semihost {
                 let words = [h.heap_base, h.heap_limit, h.stack_base, h.stack_limit];
                 let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
                 if !mem.write(block as u64, &bytes) {
-                    return self.fail(EINVAL);
+                    return self.fail(EFAULT);
                 }
                 ret(0)
             }
@@ -321,7 +384,7 @@ impl Semihost {
             },
             op::ELAPSED => {
                 if !mem.write(arg as u64, &instructions.to_le_bytes()) {
-                    return self.fail(EINVAL);
+                    return self.fail(EFAULT);
                 }
                 ret(0)
             }
@@ -343,9 +406,13 @@ impl Semihost {
             Some(Some(Handle::Features(at))) => {
                 let start = (*at).min(FEATURES.len());
                 let n = (FEATURES.len() - start).min(len as usize);
-                *at = start + n;
-                if !mem.write(buf as u64, &FEATURES[start..start + n]) {
-                    return self.fail(EINVAL);
+                // The position moves only when the bytes arrived.
+                let pos = start + n;
+                if !mem.write(buf as u64, &FEATURES[start..pos]) {
+                    return self.fail(EFAULT);
+                }
+                if let Some(Some(Handle::Features(at))) = self.slot(h) {
+                    *at = pos;
                 }
                 Ok(Outcome::Return(len - n as u32))
             }
@@ -360,14 +427,30 @@ impl Semihost {
         Ok(Outcome::Return(u32::MAX))
     }
 
-    fn add_handle(&mut self, handle: Handle) -> u32 {
+    /// A new handle for `handle`; `None` when [`MAX_HANDLES`] are open.
+    fn add_handle(&mut self, handle: Handle) -> Option<u32> {
         // Handle 0 is never given out: some C libraries read it as "none".
-        if let Some(i) = self.handles.iter().position(Option::is_none) {
-            self.handles[i] = Some(handle);
-            return i as u32 + 1;
+        if let Some(i) = self.free.pop() {
+            self.handles[i as usize] = Some(handle);
+            return Some(i + 1);
+        }
+        if self.handles.len() >= MAX_HANDLES {
+            return None;
         }
         self.handles.push(Some(handle));
-        self.handles.len() as u32
+        Some(self.handles.len() as u32)
+    }
+
+    /// Closes handle `h`; false when it is not open.
+    fn close(&mut self, h: u32) -> bool {
+        match self.slot(h) {
+            Some(slot) => {
+                *slot = None;
+                self.free.push(h - 1);
+                true
+            }
+            None => false,
+        }
     }
 
     fn slot(&mut self, h: u32) -> Option<&mut Option<Handle>> {
@@ -410,14 +493,33 @@ fn read_word(mem: &dyn GuestMemory, address: u32) -> Option<u32> {
         .then(|| u32::from_le_bytes(b))
 }
 
-/// A NUL-terminated guest string (at most 64 KiB).
-fn read_string(mem: &dyn GuestMemory, mut address: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut c = [0u8];
-    while out.len() < 1 << 16 && mem.read(address, &mut c) && c[0] != 0 {
-        out.push(c[0]);
-        address += 1;
+/// A NUL-terminated guest string (at most [`MAX_TRANSFER`] bytes), found a
+/// chunk at a time (byte by byte where a chunk would cross into unmapped
+/// memory), then read: the string and its NUL are what the call takes.
+fn read_string(mem: &dyn GuestMemory, start: u64) -> Vec<u8> {
+    const CHUNK: usize = 256;
+    let (mut len, mut nul) = (0usize, false);
+    let mut chunk = [0u8; CHUNK];
+    while len < MAX_TRANSFER as usize && !nul {
+        let room = (MAX_TRANSFER as usize - len).min(CHUNK);
+        let at = start + len as u64;
+        let n = if mem.peek(at, &mut chunk[..room]) {
+            room
+        } else if mem.peek(at, &mut chunk[..1]) {
+            1
+        } else {
+            break;
+        };
+        match chunk[..n].iter().position(|&b| b == 0) {
+            Some(end) => (len, nul) = (len + end, true),
+            None => len += n,
+        }
     }
+    let mut out = vec![0u8; len + nul as usize];
+    if !mem.read(start, &mut out) {
+        return Vec::new();
+    }
+    out.truncate(len);
     out
 }
 
@@ -540,12 +642,53 @@ mod tests {
         assert_eq!(returned(h.call(&mut mem, op::GET_CMDLINE, 0x20, 0)), 0);
         assert_eq!(&mem.0[0x60..0x69], b"prog a b\0");
         assert_eq!(mem.0[0x24], 8);
-        // Too small a buffer is an error, not a truncated line.
-        put_words(&mut mem, 0x20, &[0x60, 4]);
+        // Too small a buffer is refused, neither truncated nor dropped.
+        put_words(&mut mem, 0x20, &[0x60, 8]);
         assert_eq!(
-            returned(h.call(&mut mem, op::GET_CMDLINE, 0x20, 0)),
-            u32::MAX
+            h.call(&mut mem, op::GET_CMDLINE, 0x20, 0),
+            Ok(Outcome::CommandLineTooLong {
+                bytes: 9,
+                buffer: 8
+            })
         );
         assert!(h.call(&mut mem, 0x99, 0, 0).is_err());
+    }
+
+    #[test]
+    fn a_string_without_its_nul_is_read_up_to_the_end_of_memory() {
+        let mut mem = Flat(vec![b'a'; 0x300]);
+        let mut h = host();
+        assert_eq!(returned(h.call(&mut mem, op::WRITE0, 0x10, 0)), 0);
+        assert_eq!(h.console.stdout, vec![b'a'; 0x2f0]);
+        // A write of a huge length writes at most MAX_TRANSFER bytes and
+        // says how many it did not.
+        let mut mem = Flat(vec![0; 0x20000]);
+        mem.write(0x80, b":tt\0").then_some(()).unwrap();
+        put_words(&mut mem, 0x10, &[0x80, 4, 3]);
+        let out = returned(h.call(&mut mem, op::OPEN, 0x10, 0));
+        put_words(&mut mem, 0x20, &[out, 0x100, 0x10_0000]);
+        let left = returned(h.call(&mut mem, op::WRITE, 0x20, 0));
+        assert_eq!(left, 0x10_0000 - MAX_TRANSFER);
+        assert_eq!(h.console.stdout.len(), 0x2f0 + MAX_TRANSFER as usize);
+    }
+
+    #[test]
+    fn opens_past_the_handle_limit_fail_with_emfile_and_closed_handles_are_reused() {
+        let mut mem = Flat(vec![0; 0x100]);
+        let mut h = host();
+        mem.write(0x80, b":tt\0").then_some(()).unwrap();
+        put_words(&mut mem, 0x10, &[0x80, 4, 3]);
+        let handles: Vec<u32> = (0..MAX_HANDLES + 5)
+            .map(|_| returned(h.call(&mut mem, op::OPEN, 0x10, 0)))
+            .collect();
+        let opened: Vec<u32> = handles.iter().copied().filter(|&r| r != u32::MAX).collect();
+        assert_eq!(opened, (1..=MAX_HANDLES as u32).collect::<Vec<_>>());
+        assert_eq!(returned(h.call(&mut mem, op::ERRNO, 0, 0)), EMFILE);
+        // Closing one makes room for exactly one more, with its number.
+        put_words(&mut mem, 0x20, &[7]);
+        assert_eq!(returned(h.call(&mut mem, op::CLOSE, 0x20, 0)), 0);
+        assert_eq!(returned(h.call(&mut mem, op::CLOSE, 0x20, 0)), u32::MAX);
+        assert_eq!(returned(h.call(&mut mem, op::OPEN, 0x10, 0)), 7);
+        assert_eq!(returned(h.call(&mut mem, op::OPEN, 0x10, 0)), u32::MAX);
     }
 }

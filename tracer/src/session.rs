@@ -455,6 +455,9 @@ fn install_hooks<'a>(uc: &mut Uc<'a>, port: u64) -> Result<(), TraceError> {
         .map_err(hook_err)?;
     }
     uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
+    // Called only when a fetch faults: no cost to any other access.
+    uc.add_mem_hook(HookType::MEM_FETCH_PROT, 1, 0, on_fetch_prot)
+        .map_err(hook_err)?;
     // Budget and progress are checked per block in both modes; the counting
     // hook, where needed, does nothing else.
     if matches!(uc.get_data().clock, Clock::Counted(_)) {
@@ -507,8 +510,12 @@ fn on_unmapped(
         _ => "read of",
     };
     let arch = uc.get_data().image.arch;
+    if kind == MemType::FETCH_UNMAPPED {
+        stop_at_jump(uc, address);
+        return false;
+    }
     // A frame larger than the guard pages lands below them.
-    if kind != MemType::FETCH_UNMAPPED && stack::stop_on_overflow(uc, pc, address) {
+    if stack::stop_on_overflow(uc, pc, address) {
         return false;
     }
     let regs = arch.registers(uc, pc);
@@ -530,6 +537,52 @@ fn on_unmapped(
 
 /// Most caller frames unwound for a guest fault.
 const FAULT_FRAMES: usize = 64;
+
+/// An instruction fetch from a data page (mapped without execute).
+fn on_fetch_prot(
+    uc: &mut HookUc<'_, '_>,
+    _kind: MemType,
+    address: u64,
+    _size: usize,
+    _value: i64,
+) -> bool {
+    stop_at_jump(uc, address);
+    false
+}
+
+/// Fails the run at a jump to `address`, which holds no code: what is
+/// there, and as its caller the return address (a call through a bad
+/// function pointer sets it), with that caller's callers.
+fn stop_at_jump(uc: &mut HookUc<'_, '_>, address: u64) {
+    let arch = uc.get_data().image.arch;
+    let target = uc
+        .get_data()
+        .image
+        .data_at(address)
+        .unwrap_or_else(|| "unmapped".to_owned());
+    let ret = arch.return_address(uc);
+    let mut returns = Vec::new();
+    if let Some(ret) = ret {
+        returns.push(ret);
+        // Unwound from the caller: after a call its registers are still
+        // its own (but on x86-64, whose return address is on the stack).
+        if arch != Arch::X86_64 {
+            let regs = arch.registers(uc, arch.code_address(ret));
+            returns.extend(uc.get_data_mut().callers(regs, FAULT_FRAMES));
+        }
+    }
+    let s = uc.get_data_mut();
+    if s.stop.is_none() {
+        let layer = s.layer.as_ref().map(|l| l.name.clone());
+        let mut context = GuestContext::at(address, layer);
+        context.callers = Session::caller_locations(&returns);
+        s.stop = Some(Stop::Error(TraceError::GuestFault {
+            message: format!("the program jumped to {address:#x}, which is {target}, not code"),
+            context,
+        }));
+    }
+    let _ = uc.emu_stop();
+}
 
 fn on_interrupt(uc: &mut HookUc<'_, '_>, number: u32) {
     let pc = uc.pc_read().unwrap_or(0);

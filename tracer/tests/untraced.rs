@@ -190,3 +190,75 @@ fn spin_until(time_limit: Duration) -> TraceError {
     };
     run_untraced(&image, options).unwrap_err()
 }
+
+/// A memtrace.h guest whose `main` calls `park`, a `for (;;);` (a `b .`
+/// at -O2), built against the harness's Cortex-M4 run-time into `dir`.
+fn parking_guest(dir: &std::path::Path) -> std::path::PathBuf {
+    let harness = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../harness-c");
+    let source = dir.join("park.c");
+    std::fs::write(
+        &source,
+        "#include \"memtrace.h\"\n\
+         __attribute__((noinline)) void park(void) {\n\
+             for (;;) {\n\
+             }\n\
+         }\n\
+         int main(void) {\n\
+             park();\n\
+             return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let elf = dir.join("park.elf");
+    let status = std::process::Command::new("arm-none-eabi-gcc")
+        .args([
+            "-mcpu=cortex-m4",
+            "-mthumb",
+            "-mfloat-abi=hard",
+            "-mfpu=fpv4-sp-d16",
+        ])
+        .args(["-O2", "-g", "-ffreestanding", "-nostdlib", "-static"])
+        .arg(format!("-I{}", harness.join("include").display()))
+        .arg(format!("-L{}", harness.join("build/cortex-m4").display()))
+        .args(["-T", "memtrace.ld"])
+        .arg(&source)
+        .args(["-lmemtrace_rt", "-lgcc", "-o"])
+        .arg(&elf)
+        .status()
+        .expect("arm-none-eabi-gcc runs");
+    assert!(status.success(), "building park.c");
+    elf
+}
+
+#[test]
+fn a_branch_to_itself_stops_a_run_without_hooks_at_once_not_at_its_time_limit() {
+    let dir = std::env::temp_dir().join(format!("memtrace-park-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = ElfImage::load(&parking_guest(&dir)).unwrap();
+    let started = Instant::now();
+    let err = run_untraced(
+        &image,
+        UntracedOptions {
+            time_limit: Some(Duration::from_secs(60)),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, TraceError::LoopsForever { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("the program loops forever at pc 0x"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`park` (") && text.contains("park.c:3)"),
+        "{text}"
+    );
+    assert!(text.contains("called from `main`"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

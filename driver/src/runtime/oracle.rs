@@ -77,14 +77,11 @@ pub fn compare(
 ) -> Result<OracleComparison> {
     let dir = PrivateDir::new(".memtrace-oracle.")
         .map_err(|e| failed!("a temporary folder for the oracle: {e}"))?;
-    let (m, i, o) = (
-        dir.path().join("model.tflite"),
-        dir.path().join("input.bin"),
-        dir.path().join("output.bin"),
-    );
-    std::fs::write(&m, model)
-        .and_then(|()| std::fs::write(&i, inputs))
+    let (m, i) = dir
+        .write("model.tflite", model)
+        .and_then(|m| Ok((m, dir.write("input.bin", inputs)?)))
         .map_err(|e| failed!("writing the oracle's inputs: {e}"))?;
+    let o = dir.path().join("output.bin");
     let started = std::time::Instant::now();
     let out = dir
         .run(

@@ -83,28 +83,32 @@ pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
     memtrace_io::output::ensure_distinct(path, inputs)?;
     // FIFOs and devices are written through; their directory (`/dev`) need
     // not take a probe file.
-    if let OutputTarget::Stream(_) = output_target(path)? {
-        return Ok(());
-    }
-    check_writable(path)
+    let dest = match output_target(path)? {
+        OutputTarget::Stream(_) => return Ok(()),
+        OutputTarget::Replace(dest) => dest,
+    };
+    check_writable(path, &dest)
 }
 
-/// Whether a file can be created in `path`'s directory.
-fn check_writable(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
+/// Whether a file can be created where `path` goes (`dest`, its final
+/// target): a probe made exclusively under an unpredictable name, as the
+/// output's temporary file will be, then removed.
+fn check_writable(path: &Path, dest: &Path) -> Result<()> {
+    let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let probe = dir.join(format!(".memtrace-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).map_err(|source| {
+    memtrace_io::output::probe_writable(dest).map_err(|e| {
+        let source = match e {
+            memtrace_io::WriteError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
         Error::Failed(format!(
             "cannot write {}: directory {} is not writable: {source}",
             path.display(),
             dir.display()
         ))
-    })?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
+    })
 }
 
 /// Polars prints our tables; keep them complete and free of dtype noise.
@@ -187,5 +191,31 @@ pub fn access_path(exact_time: bool) -> AccessPath {
         AccessPath::Hooks
     } else {
         AccessPath::Mmio
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writability_probe_follows_no_link_planted_at_its_old_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let canary = outside.path().join("canary");
+        std::fs::write(&canary, b"not memtrace's").unwrap();
+        // The name the probe had: `.memtrace-probe-<pid>`.
+        let planted = dir
+            .path()
+            .join(format!(".memtrace-probe-{}", std::process::id()));
+        std::os::unix::fs::symlink(&canary, &planted).unwrap();
+        check_output(&dir.path().join("out.json"), &[]).unwrap();
+        assert_eq!(std::fs::read(&canary).unwrap(), b"not memtrace's");
+        assert!(std::fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "the probe stayed: {names:?}");
     }
 }

@@ -215,6 +215,7 @@ pub(crate) fn with_locations(mut err: TraceError, image: &ElfImage) -> TraceErro
         | TraceError::GuestFault { context, .. }
         | TraceError::StackOverflow { context, .. }
         | TraceError::BudgetExceeded { context, .. }
+        | TraceError::LoopsForever { context }
         | TraceError::TimeLimit { context, .. }
         | TraceError::NoExit { context } => context,
         _ => return err,

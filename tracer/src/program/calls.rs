@@ -195,9 +195,10 @@ pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
     };
     let t0 = uc.get_data().clock.now(address);
     let image = uc.get_data().image;
+    let memory = uc.get_data().layout.regions(image);
     let layer = read.and_then(|(l, past_blocks)| {
         let buffers = l.buffers.iter().map(layer_buffer).collect();
-        let (buffers, mut notes) = layer::declarable(buffers)?;
+        let (buffers, mut notes) = layer::declarable(buffers, &memory)?;
         notes.extend(buffers.iter().filter_map(|b| past_object(image, b)));
         notes.extend(past_blocks);
         Ok((l, buffers, notes))

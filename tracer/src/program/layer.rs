@@ -272,15 +272,22 @@ pub(super) fn open(uc: &mut Uc<'_, '_>, window: Window, t0: u64, pc: u64) -> Opt
     Some(index)
 }
 
-/// Buffers a layer may declare: sized to fit a `u32`, and overlapping
-/// none other but an input its output (the protocol's rule) or a buffer
-/// the layer only reads another it only reads. A buffer that breaks it is
-/// dropped, and said why: one array passed as two arguments, or shapes
-/// that make a buffer reach into the next array (its accesses there are
-/// then stray).
+/// Buffers a layer may declare: inside the guest's mapped memory
+/// `memory` (`[start, end)` ranges) and sized to fit a `u32`, and
+/// overlapping none other but an input its output (the protocol's rule) or
+/// a buffer the layer only reads another it only reads. A buffer outside
+/// memory makes the layer none (`Err`, why): its sizes come from the
+/// guest's arguments, and the analyses allocate in proportion to them. A
+/// buffer that overlaps is dropped, and said why: one array passed as two
+/// arguments, or shapes that make a buffer reach into the next array (its
+/// accesses there are then stray).
 pub(super) fn declarable(
     mut buffers: Vec<LayerBuffer>,
+    memory: &[(u64, u64)],
 ) -> Result<(Vec<LayerBuffer>, Vec<String>), String> {
+    if let Some(why) = buffers.iter().find_map(|b| outside_memory(b, memory)) {
+        return Err(why);
+    }
     let mut kept: Vec<LayerBuffer> = Vec::new();
     let mut dropped = Vec::new();
     // Activations first, scratch last: a clash drops the less telling one.
@@ -320,6 +327,28 @@ pub(super) fn declarable(
         }
     }
     Ok((kept, dropped))
+}
+
+/// Why `b` is no buffer of the guest memory `memory` (mapped `[start,
+/// end)` ranges): it wraps past the 32-bit address space, holds more bytes
+/// than the guest has, or is not inside one mapped range.
+fn outside_memory(b: &LayerBuffer, memory: &[(u64, u64)]) -> Option<String> {
+    let mapped: u64 = memory.iter().map(|(s, e)| e - s).sum();
+    let end = b.base.checked_add(b.size).filter(|&e| e <= 1 << 32);
+    let why = match end {
+        _ if b.size > mapped => {
+            format!("is larger than the guest's memory ({mapped} B mapped)")
+        }
+        None => "wraps past the end of the 32-bit address space".to_owned(),
+        Some(end) if !memory.iter().any(|&(s, e)| s <= b.base && end <= e) => {
+            "is not inside the guest's mapped memory (its segments, heap and stack)".to_owned()
+        }
+        Some(_) => return None,
+    };
+    Some(format!(
+        "`{}` ({} B at {:#x}) {why}",
+        b.name, b.size, b.base
+    ))
 }
 
 /// A block start: the open window closes when the block is its return
@@ -550,6 +579,40 @@ mod tests {
             owned_writes: 0,
         });
         layers
+    }
+
+    fn buffer(name: &str, base: u64, size: u64) -> LayerBuffer {
+        LayerBuffer {
+            role: Role::Input,
+            name: name.into(),
+            base,
+            size,
+            elem_size: 1,
+        }
+    }
+
+    #[test]
+    fn a_buffer_outside_guest_memory_makes_no_layer_and_says_why() {
+        // 64 KiB of segments and 1 MiB of heap and stack.
+        let memory = [(0x0, 0x1_0000), (0x2000_0000, 0x2010_0000)];
+        let why = |b| declarable(vec![b], &memory).unwrap_err();
+        let huge = why(buffer("input", 0x2000_0000, u32::MAX as u64));
+        assert!(huge.contains("`input` (4294967295 B at 0x20000000) is larger than the guest's memory (1114112 B mapped)"), "{huge}");
+        let wraps = why(buffer("input", 0xFFFF_FFF0, 0x20));
+        assert!(
+            wraps.contains("wraps past the end of the 32-bit address space"),
+            "{wraps}"
+        );
+        // Between the two ranges, and straddling a range's end.
+        for b in [buffer("x", 0x1000_0000, 16), buffer("x", 0xFFF8, 16)] {
+            assert!(why(b).contains("not inside the guest's mapped memory"));
+        }
+        let (kept, notes) = declarable(vec![buffer("x", 0x2000_0000, 0x10_0000)], &memory).unwrap();
+        assert_eq!(
+            (kept.len(), notes.len()),
+            (1, 0),
+            "a buffer as large as its range is one"
+        );
     }
 
     #[test]

@@ -45,35 +45,73 @@ fn first_symbol(image: &ElfImage, names: &[&str]) -> Option<u64> {
         .map(|s| s.address)
 }
 
+/// Most heap `check` gives a program (`--heap`, or its linker script's):
+/// memcheck keeps a shadow byte per heap byte.
+pub const MAX_HEAP: u64 = 1 << 30;
+/// Most stack (`--stack`, or its linker script's).
+pub const MAX_STACK: u64 = 1 << 30;
+/// Least stack: newlib's start-up code alone needs some hundred bytes.
+pub const MIN_STACK: u64 = 1 << 10;
+/// The end of the 32-bit address space.
+const ADDRESS_LIMIT: u64 = 1 << 32;
+
 impl Layout {
     /// The layout of `image` with `heap_bytes` of heap and `stack_bytes` of
-    /// stack where its linker script does not place them.
+    /// stack where its linker script does not place them; `Err` says why
+    /// they do not fit (a size out of range, or past the 32-bit address
+    /// space), before anything is allocated for them.
     pub fn of(image: &ElfImage, heap_bytes: u64, stack_bytes: u64) -> Result<Layout, String> {
+        if heap_bytes > MAX_HEAP {
+            return Err(format!(
+                "a heap of {heap_bytes} B is more than the {MAX_HEAP} B `check` gives (--heap takes 0 to {MAX_HEAP})"
+            ));
+        }
+        if !(MIN_STACK..=MAX_STACK).contains(&stack_bytes) {
+            return Err(format!(
+                "a stack of {stack_bytes} B is out of range (--stack takes {MIN_STACK} to {MAX_STACK})"
+            ));
+        }
         let image_end = image
             .segments
             .iter()
-            .map(|s| s.address + s.size)
+            .map(|s| s.address.saturating_add(s.size))
             .max()
             .unwrap_or(0);
         let heap_start = first_symbol(image, &HEAP_START).unwrap_or(image_end);
-        let heap_start = heap_start.div_ceil(8) * 8;
+        let heap_start = heap_start.div_ceil(8).saturating_mul(8);
         let heap_end = first_symbol(image, &HEAP_END)
             .filter(|&e| e > heap_start)
-            .unwrap_or(heap_start + heap_bytes);
+            .unwrap_or(heap_start.saturating_add(heap_bytes));
         let named_top = first_symbol(image, &STACK_TOP);
         let named_bottom = first_symbol(image, &STACK_BOTTOM);
         let stack = match (named_bottom, named_top) {
             (Some(b), Some(t)) if b < t => (b, t),
             (None, Some(t)) if t > stack_bytes => (t - stack_bytes, t),
             _ => {
-                let bottom = (heap_end.max(image_end) + GUARD_GAP).div_ceil(PAGE) * PAGE;
-                (bottom, bottom + stack_bytes)
+                let bottom = heap_end
+                    .max(image_end)
+                    .saturating_add(GUARD_GAP)
+                    .div_ceil(PAGE)
+                    .saturating_mul(PAGE);
+                (bottom, bottom.saturating_add(stack_bytes))
             }
         };
-        if stack.1 > 1 << 32 || heap_end > 1 << 32 {
-            return Err(format!(
-                "its heap ({heap_start:#x}..{heap_end:#x}) and stack ({:#x}..{:#x}) do not fit the 32-bit address space; give a smaller --heap or --stack",
+        let described = || {
+            format!(
+                "its heap ({heap_start:#x}..{heap_end:#x}) and stack ({:#x}..{:#x})",
                 stack.0, stack.1
+            )
+        };
+        if stack.1 > ADDRESS_LIMIT || heap_end > ADDRESS_LIMIT {
+            return Err(format!(
+                "{} do not fit the 32-bit address space; give a smaller --heap or --stack",
+                described()
+            ));
+        }
+        if heap_end - heap_start > MAX_HEAP || stack.1 - stack.0 > MAX_STACK {
+            return Err(format!(
+                "{} are larger than `check` gives (a heap of at most {MAX_HEAP} B, a stack of at most {MAX_STACK} B)",
+                described()
             ));
         }
         let (initial_sp, from_vector_table) = match vector_sp(image) {
@@ -91,7 +129,8 @@ impl Layout {
     /// The page-aligned ranges to map: segments, heap and stack, merged.
     pub fn regions(&self, image: &ElfImage) -> Vec<(u64, u64)> {
         let mut ranges: Vec<(u64, u64)> = crate::machine::page_ranges(image);
-        for (s, e) in [self.heap, self.stack] {
+        // An empty heap (`--heap 0`) maps nothing.
+        for (s, e) in [self.heap, self.stack].into_iter().filter(|(s, e)| s < e) {
             ranges.push((s & !(PAGE - 1), e.div_ceil(PAGE) * PAGE));
         }
         crate::machine::merged_ranges(ranges)

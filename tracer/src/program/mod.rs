@@ -10,6 +10,7 @@
 
 mod calls;
 mod cmsis_api;
+mod guest_memory;
 mod layer;
 pub mod layout;
 mod report;
@@ -26,8 +27,9 @@ use crate::error::TraceError;
 use crate::machine::{emulator_error, fast_stores, load_segments, set_permissions};
 pub use crate::memcheck::FindingKind;
 use crate::memcheck::{decode_call, Memcheck, RawStack, ALLOCATOR, COPIES, LENIENT};
-use crate::semihosting::{Console, Exit, GuestMemory, HeapInfo, Outcome, Semihost};
+use crate::semihosting::{op_name, Console, Exit, HeapInfo, Outcome, Semihost};
 use crate::unwind::Unwinder;
+use guest_memory::HostAccess;
 use layer::{Closed, Layers, Owner};
 pub use layer::{InnerCall, Sink};
 pub use layout::Layout;
@@ -92,6 +94,9 @@ pub(super) struct State<'i> {
     intercepts: HashMap<u64, Intercept>,
     unwinder: Option<Option<Unwinder>>,
     end: Option<RawEnd>,
+    /// Why the run cannot go on as the user asked (a command line too long
+    /// for the program's buffer): memtrace's error, not the program's.
+    error: Option<TraceError>,
     /// Where to go on after a hook stopped the engine (see [`Resume`]).
     resume: Option<Resume>,
     /// The layers' sink and open window, when layers are traced.
@@ -161,7 +166,7 @@ pub fn run_program_with<'i>(
         });
     }
     let layout = Layout::of(image, options.heap_bytes, options.stack_bytes).map_err(|reason| {
-        TraceError::MalformedElf {
+        TraceError::NoRoom {
             path: image.path.clone(),
             reason,
         }
@@ -187,19 +192,27 @@ pub fn run_program_with<'i>(
         echo: options.echo,
         keep: KEEP_OUTPUT,
     };
-    let memcheck = options.memcheck.then(|| {
-        Memcheck::new(
-            layout.heap.0,
-            layout.heap.1,
-            function_ranges(image, &LENIENT),
-            function_ranges(image, &COPIES),
-        )
-    });
-    let intercepts = if options.memcheck {
+    let mut intercepts = if options.memcheck {
         intercepts(image)
     } else {
         HashMap::new()
     };
+    let allocator = intercepts
+        .values()
+        .any(|i| matches!(i, Intercept::Allocator { .. }));
+    if !allocator {
+        // Blocks memcheck cannot see would make every heap access an error.
+        intercepts.clear();
+    }
+    let memcheck = options.memcheck.then(|| match allocator {
+        true => Memcheck::new(
+            layout.heap.0,
+            layout.heap.1,
+            function_ranges(image, &LENIENT),
+            function_ranges(image, &COPIES),
+        ),
+        false => Memcheck::without_heap(NO_ALLOCATOR),
+    });
     let (calls, operators) = tracing
         .as_ref()
         .map_or((false, false), |t| (t.calls, t.operators));
@@ -218,6 +231,7 @@ pub fn run_program_with<'i>(
         intercepts,
         unwinder: None,
         end: None,
+        error: None,
         resume: None,
         layers: tracing.map(|t| Layers::new(t.sink)),
         calls: calls.then(|| calls::Calls::for_image(image)).flatten(),
@@ -227,7 +241,10 @@ pub fn run_program_with<'i>(
     let mut uc = image.arch.new_engine(state)?;
     fast_stores(&mut uc, image.arch)?;
     map_memory(&mut uc, image, &layout)?;
-    install_hooks(&mut uc, &layout, options.memcheck)?;
+    install_hooks(&mut uc, &layout, options.memcheck && allocator)?;
+    if options.memcheck {
+        guest_memory::watch_read_only(&mut uc)?;
+    }
     uc.reg_write(RegisterARM::SP, layout.initial_sp)
         .map_err(|e| emulator_error("setting the stack pointer", e))?;
     let mut start = image.arch.start_address(image.entry);
@@ -245,6 +262,9 @@ pub fn run_program_with<'i>(
         }
         start = resume.pc;
     };
+    if let Some(error) = uc.get_data_mut().error.take() {
+        return Err(error);
+    }
     let pc = uc.pc_read().unwrap_or(0);
     if let Some(c) = layer::close(&mut uc, pc, true) {
         closed(&mut uc, &c);
@@ -261,6 +281,10 @@ fn map_memory(uc: &mut Uc<'_, '_>, image: &ElfImage, layout: &Layout) -> Result<
     }
     load_segments(uc, image, None)
 }
+
+/// Why memcheck checks no heap when the program has no allocator symbols
+/// (a stripped program).
+const NO_ALLOCATOR: &str = "the program has no allocator symbols (malloc, free, realloc, calloc, _malloc_r, …): its heap blocks cannot be known";
 
 /// The allocator's and the copy functions' entry points.
 fn intercepts(image: &ElfImage) -> HashMap<u64, Intercept> {
@@ -301,7 +325,9 @@ fn function_ranges(image: &ElfImage, names: &[&str]) -> Vec<(u64, u64)> {
     out
 }
 
-fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result<(), TraceError> {
+/// Installs the run's hooks; `heap`: memcheck's of the heap and the
+/// allocator.
+fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, heap: bool) -> Result<(), TraceError> {
     let hook_err = |e| emulator_error("installing hooks", e);
     uc.add_block_hook(1, 0, on_block).map_err(hook_err)?;
     uc.add_intr_hook(on_interrupt).map_err(hook_err)?;
@@ -312,6 +338,9 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
         on_unmapped,
     )
     .map_err(hook_err)?;
+    // Called only when a fetch faults: no cost to any other access.
+    uc.add_mem_hook(HookType::MEM_FETCH_PROT, 1, 0, on_fetch_prot)
+        .map_err(hook_err)?;
     let api_entries = uc
         .get_data()
         .calls
@@ -321,19 +350,23 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, memcheck: bool) -> Result
         uc.add_code_hook(at, at, |uc, address, _| calls::on_entry(uc, address))
             .map_err(hook_err)?;
     }
-    if memcheck {
+    if heap {
         let entries: Vec<u64> = uc.get_data().intercepts.keys().copied().collect();
         for at in entries {
             uc.add_code_hook(at, at, on_intercept).map_err(hook_err)?;
         }
         let (start, end) = layout.heap;
-        uc.add_mem_hook(
-            HookType::MEM_READ | HookType::MEM_WRITE,
-            start,
-            end - 1,
-            on_heap_access,
-        )
-        .map_err(hook_err)?;
+        // An empty heap has no access to check (and `(start, start - 1)`
+        // would be Unicorn's range of all memory).
+        if start < end {
+            uc.add_mem_hook(
+                HookType::MEM_READ | HookType::MEM_WRITE,
+                start,
+                end - 1,
+                on_heap_access,
+            )
+            .map_err(hook_err)?;
+        }
     }
     Ok(())
 }
@@ -362,6 +395,14 @@ pub(super) fn stack_here(uc: &mut Uc<'_, '_>, pc: u64) -> RawStack {
 pub(super) fn stop(uc: &mut Uc<'_, '_>, kind: StopKind, message: String, pc: u64) {
     if uc.get_data().end.is_none() {
         let stack = stack_here(uc, pc);
+        stop_with(uc, kind, message, stack);
+    }
+    let _ = uc.emu_stop();
+}
+
+/// Stops the program with `stack` as the place and calls of the stop.
+fn stop_with(uc: &mut Uc<'_, '_>, kind: StopKind, message: String, stack: RawStack) {
+    if uc.get_data().end.is_none() {
         uc.get_data_mut().end = Some(RawEnd::Stop {
             kind,
             message,
@@ -375,7 +416,17 @@ fn on_block(uc: &mut Uc<'_, '_>, address: u64, size: u32) {
     if !uc.get_data_mut().clock.enter_cached(address) {
         let mut code = vec![0u8; size as usize];
         let _ = uc.mem_read(address, &mut code);
+        // Off the hot path: a block that loops forever is only ever
+        // entered here, the first time.
+        let arch = uc.get_data().image.arch;
+        let spins = arch.loops_forever(address, &code, |a, out| uc.mem_read(a, out).is_ok());
         uc.get_data_mut().clock.block_start(address, size, || code);
+        if spins {
+            let message = format!(
+                "the program loops forever at pc {address:#x}: a branch to itself, which nothing can leave (`check` raises no interrupt)"
+            );
+            return stop(uc, StopKind::Loop, message, address);
+        }
     }
     // After the clock has entered the block: a layer ends at its start.
     if layer::returning(uc, address) {
@@ -502,8 +553,19 @@ fn on_unmapped(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _v
         MemType::FETCH_UNMAPPED => "instruction fetch from",
         _ => "read of",
     };
-    let (bottom, _) = uc.get_data().layout.stack;
+    if kind == MemType::FETCH_UNMAPPED && address < RETURN_FROM_ENTRY {
+        stop_at_jump(uc, address);
+        return false;
+    }
+    let (bottom, top) = uc.get_data().layout.stack;
     let sp = reg(uc, RegisterARM::SP);
+    if kind != MemType::FETCH_UNMAPPED && sp_is_wild(sp, bottom, top) && near(address, sp) {
+        let message = format!(
+            "the stack pointer is wild: {sp:#x} is outside the stack ({bottom:#x}–{top:#x}), and the {what} {address:#x} ({size} B) went through it"
+        );
+        stop(uc, StopKind::Fault, message, pc);
+        return false;
+    }
     if kind != MemType::FETCH_UNMAPPED
         && address < bottom
         && address + layout::GUARD_GAP >= bottom
@@ -524,6 +586,23 @@ fn on_unmapped(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _v
     false
 }
 
+/// Fetches from here on are a return through the poisoned link register
+/// the program starts with (`0xFFFF_FFFF`): a return from its entry point.
+const RETURN_FROM_ENTRY: u64 = 0xFFFF_FFF0;
+
+/// Whether the stack pointer `sp` is outside the stack `[bottom, top]` and
+/// the guard gap below it (where an overflow is reported as one).
+fn sp_is_wild(sp: u64, bottom: u64, top: u64) -> bool {
+    !(bottom.saturating_sub(layout::GUARD_GAP)..=top).contains(&sp)
+}
+
+/// Whether an access at `address` is one through the stack pointer `sp`
+/// (a push or a frame's slot, in 32-bit arithmetic: a push at SP 0 writes
+/// at the top of the address space).
+fn near(address: u64, sp: u64) -> bool {
+    (address as u32).wrapping_sub(sp as u32).wrapping_add(256) <= 512
+}
+
 /// What an unmapped address probably is, on a Cortex-M.
 fn peripheral_note(address: u64) -> &'static str {
     match address {
@@ -531,9 +610,50 @@ fn peripheral_note(address: u64) -> &'static str {
         0xE000_0000..=0xE00F_FFFF => {
             ": the private peripheral bus (SysTick, NVIC, SCB); `check` models no peripherals"
         }
-        0xFFFF_FFF0.. => ": the program returned from its entry point",
+        RETURN_FROM_ENTRY.. => ": the program returned from its entry point",
         _ => ": memory the program's segments, heap and stack do not cover",
     }
+}
+
+/// An instruction fetch from memory that holds no code.
+fn on_fetch_prot(
+    uc: &mut Uc<'_, '_>,
+    _kind: MemType,
+    address: u64,
+    _size: usize,
+    _value: i64,
+) -> bool {
+    stop_at_jump(uc, address);
+    false
+}
+
+/// Where a jump to `address`, which is not code, went: data, the heap,
+/// the stack or unmapped memory.
+fn jump_target(s: &State<'_>, address: u64) -> String {
+    if let Some(data) = s.image.data_at(address) {
+        return data;
+    }
+    let ((h0, h1), (s0, s1)) = (s.layout.heap, s.layout.stack);
+    if (h0..h1).contains(&address) {
+        format!("the heap ({h0:#x}–{h1:#x})")
+    } else if (s0..s1).contains(&address) {
+        format!("the stack ({s0:#x}–{s1:#x})")
+    } else {
+        "unmapped (no segment, heap or stack)".to_owned()
+    }
+}
+
+/// Stops the program at a jump to `address`, which holds no code: the
+/// caller is the link register's (a call through a bad function pointer
+/// sets it), and its callers are unwound from there.
+fn stop_at_jump(uc: &mut Uc<'_, '_>, address: u64) {
+    let lr = reg(uc, RegisterARM::LR);
+    let target = jump_target(uc.get_data(), address);
+    let message = format!("the program jumped to {address:#x}, which is {target}, not code");
+    let mut stack = stack_here(uc, lr & !1);
+    stack.returns.insert(0, lr);
+    stack.pc = address;
+    stop_with(uc, StopKind::Fault, message, stack);
 }
 
 fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
@@ -554,18 +674,10 @@ fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
     let Some(mut host) = uc.get_data_mut().host.take() else {
         return;
     };
-    let mut mem = HostAccess {
-        uc,
-        wrote: Vec::new(),
-    };
+    let mut mem = HostAccess::new(uc);
     let outcome = host.call(&mut mem, operation, arg, instructions);
-    let wrote = std::mem::take(&mut mem.wrote);
+    mem.check(op_name(operation), pc);
     uc.get_data_mut().host = Some(host);
-    if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
-        for (at, n) in wrote {
-            m.host_wrote(at, n);
-        }
-    }
     match outcome {
         Ok(Outcome::Return(value)) => {
             uc.get_data_mut().resume = Some(Resume {
@@ -578,22 +690,15 @@ fn on_interrupt(uc: &mut Uc<'_, '_>, number: u32) {
             uc.get_data_mut().end = Some(RawEnd::Exit(exit));
             let _ = uc.emu_stop();
         }
+        Ok(Outcome::CommandLineTooLong { bytes, buffer }) => {
+            let path = uc.get_data().image.path.clone();
+            uc.get_data_mut().error = Some(TraceError::CommandLineTooLong {
+                path,
+                bytes,
+                buffer,
+            });
+            let _ = uc.emu_stop();
+        }
         Err(unsupported) => stop(uc, StopKind::Unsupported, unsupported.0, pc),
-    }
-}
-
-/// Guest memory for a semihosting call, noting what the host writes.
-struct HostAccess<'u, 'a, 'i> {
-    uc: &'u mut Uc<'a, 'i>,
-    wrote: Vec<(u64, u64)>,
-}
-
-impl GuestMemory for HostAccess<'_, '_, '_> {
-    fn read(&self, address: u64, out: &mut [u8]) -> bool {
-        self.uc.mem_read(address, out).is_ok()
-    }
-    fn write(&mut self, address: u64, bytes: &[u8]) -> bool {
-        self.wrote.push((address, bytes.len() as u64));
-        self.uc.mem_write(address, bytes).is_ok()
     }
 }

@@ -24,6 +24,9 @@ pub enum StopKind {
     StackOverflow,
     /// The instruction budget ran out.
     Budget,
+    /// A branch to itself, which nothing can leave (`b .`, a newlib nosys
+    /// `_exit`).
+    Loop,
     /// A semihosting call memtrace does not answer.
     Unsupported,
 }
@@ -99,6 +102,9 @@ pub struct MemcheckReport {
     pub frees: u64,
     /// Bytes allocated in all.
     pub bytes_allocated: u64,
+    /// Why the heap was not checked (the program has no allocator
+    /// symbols); `None` when it was.
+    pub heap_unchecked: Option<String>,
 }
 
 /// A load of the program's data by an API call outside its buffers.
@@ -287,6 +293,7 @@ pub(super) fn finish(
             allocations: m.allocations,
             frees: m.frees,
             bytes_allocated: m.bytes_allocated,
+            heap_unchecked: m.heap_unchecked.map(str::to_owned),
         }
     });
     let calls = s

@@ -16,6 +16,7 @@ use unicorn_engine::{uc_engine, uc_hook, uc_hook_add, uc_hook_del, HookType};
 use super::{
     emulator_error, guard, Clock, GuestContext, HookUc, Progress, Session, Stop, TraceError,
 };
+use crate::arch::Machine;
 
 /// The registered block hook; keep it alive until the run has ended.
 pub(super) struct BlockHook<'u, 's> {
@@ -140,17 +141,25 @@ fn enter_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
         Clock::Counted(n) => {
             // The block's first instruction has not been counted yet.
             let retired = *n;
+            // Every block comes here on this (cross-checking) clock: only
+            // one as short as a branch is read.
+            if size <= MAX_SELF_BRANCH && loops_forever(uc, address, &code_of(uc, address, size)) {
+                return stop_looping(uc, address);
+            }
             after_instructions(uc, retired, address);
             return;
         }
         // No block hook is installed without a clock.
         Clock::Off => return,
     };
-    // Code bytes are read only the first time a block is seen.
+    // Code bytes are read only the first time a block is seen; a block
+    // that loops forever is stopped then, so it is never seen again.
     let mut code = Vec::new();
     if !known {
-        code.resize(size as usize, 0);
-        let _ = uc.mem_read(address, &mut code);
+        code = code_of(uc, address, size);
+        if loops_forever(uc, address, &code) {
+            return stop_looping(uc, address);
+        }
     }
     let Clock::Blocks(clock) = &mut uc.get_data_mut().clock else {
         return;
@@ -158,6 +167,39 @@ fn enter_block(uc: &mut HookUc<'_, '_>, address: u64, size: u32) {
     clock.block_start(address, size, move || code);
     let retired = clock.retired_before_block();
     after_instructions(uc, retired, address);
+}
+
+/// Bytes of the longest branch to itself ([`Machine::loops_forever`]).
+const MAX_SELF_BRANCH: u32 = 5;
+
+/// The `size` code bytes of the block at `address`.
+fn code_of(uc: &HookUc<'_, '_>, address: u64, size: u32) -> Vec<u8> {
+    let mut code = vec![0u8; size as usize];
+    let _ = uc.mem_read(address, &mut code);
+    code
+}
+
+/// Whether the block `code` at `address` is a branch to itself.
+fn loops_forever(uc: &HookUc<'_, '_>, address: u64, code: &[u8]) -> bool {
+    let arch = uc.get_data().image.arch;
+    arch.loops_forever(address, code, |a, out| uc.mem_read(a, out).is_ok())
+}
+
+/// Stops the run at the block at `address`, which loops forever: the
+/// loop's place and the calls that led there.
+#[cold]
+fn stop_looping(uc: &mut HookUc<'_, '_>, address: u64) {
+    let arch = uc.get_data().image.arch;
+    let regs = arch.registers(uc, address);
+    let s = uc.get_data_mut();
+    if s.stop.is_none() {
+        let layer = s.layer.as_ref().map(|l| l.name.clone());
+        let callers = s.callers(regs, super::FAULT_FRAMES);
+        let mut context = GuestContext::at(address, layer);
+        context.callers = Session::caller_locations(&callers);
+        s.stop = Some(Stop::Error(TraceError::LoopsForever { context }));
+    }
+    let _ = uc.emu_stop();
 }
 
 /// Makes the guard's waiting protection changes; false when that failed and

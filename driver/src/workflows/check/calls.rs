@@ -179,7 +179,7 @@ pub(super) fn text(calls: &[CallReport]) -> String {
         let c = &r.call;
         let Some(layer) = &r.layer else {
             out.push_str(&format!(
-                "call: {} at {}: not traced: {}\n",
+                "call: {} at {}: not traced, because {}\n",
                 c.function,
                 site_text(c),
                 c.error.as_deref().unwrap_or("?")

@@ -33,6 +33,9 @@ use crate::Result;
 pub const HEAP_BYTES: u64 = 16 << 20;
 /// Default stack, where the program's linker script does not place one.
 pub const STACK_BYTES: u64 = 1 << 20;
+/// The heap and stack sizes `check` accepts (`--heap`, `--stack`).
+pub use memtrace_tracer::program::layout::{MAX_HEAP, MAX_STACK, MIN_STACK};
+
 /// Default instruction budget.
 pub const MAX_INSTRUCTIONS: u64 = 10_000_000_000;
 
@@ -129,6 +132,7 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
                 StopKind::Fault => "fault",
                 StopKind::StackOverflow => "stack-overflow",
                 StopKind::Budget => "budget",
+                StopKind::Loop => "loop",
                 StopKind::Unsupported => "unsupported",
             },
             message: message.clone(),
@@ -139,9 +143,11 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
     let mut suppressed = 0;
     let (mut findings, mut leaks): (Vec<Finding>, Vec<Leak>) = (Vec::new(), Vec::new());
     let (mut allocations, mut frees) = (0, 0);
+    let mut heap_unchecked = None;
     if let Some(m) = run.memcheck {
         allocations = m.allocations;
         frees = m.frees;
+        heap_unchecked = m.heap_unchecked;
         for f in m.findings {
             match rules.matching(f.kind.name(), &functions(&f.chain)) {
                 Some(_) => suppressed += 1,
@@ -168,6 +174,7 @@ fn report_of(options: &CheckOptions, run: ProgramRun) -> CheckReport {
         suppressed,
         allocations,
         frees,
+        heap_unchecked,
         layout: run.layout,
         calls: None,
         tflm: None,

@@ -135,7 +135,7 @@ fn operator_text(r: &OperatorReport) -> String {
     let o = &r.operator;
     let Some(layer) = &r.layer else {
         return format!(
-            "op (invoke {}, node {}): {}: not traced: {}\n",
+            "op (invoke {}, node {}): {}: not traced, because {}\n",
             o.invocation,
             o.node,
             o.op,

@@ -67,6 +67,9 @@ pub struct CheckReport {
     pub allocations: u64,
     /// Frees it made.
     pub frees: u64,
+    /// Why memcheck checked no heap (no allocator symbols); `None` when it
+    /// did.
+    pub heap_unchecked: Option<String>,
     /// Its memory.
     pub layout: Layout,
     /// Its CMSIS-NN API calls as layers, when they were traced.
@@ -149,6 +152,9 @@ impl CheckReport {
         }
         if !self.memcheck {
             return out;
+        }
+        if let Some(why) = &self.heap_unchecked {
+            out.push_str(&format!("memcheck: no heap checking: {why}\n"));
         }
         for f in &self.findings {
             out.push_str(&finding_text(f));
@@ -235,6 +241,8 @@ impl CheckReport {
                 "suppressed": self.suppressed,
                 "allocations": self.allocations,
                 "frees": self.frees,
+                "heap_checked": self.heap_unchecked.is_none(),
+                "heap_unchecked": self.heap_unchecked,
                 "findings": findings,
                 "leaks": leaks,
             })),

@@ -3,7 +3,8 @@
 //! call chain.
 //!
 //! One rule a line: a kind (`overrun`, `use-after-free`, `uninitialised`,
-//! `double-free`, `invalid-free`, `invalid-access`, `leak`, or `*` for any)
+//! `double-free`, `invalid-free`, `invalid-access`, `fishy-argument`,
+//! `read-only-write`, `leak`, or `*` for any)
 //! and a function-name pattern (`*` any run of characters, `?` one). A
 //! finding is suppressed when a rule's kind is its own and the pattern
 //! matches a function of its chain (a leak: of its allocation chain).
@@ -20,13 +21,15 @@ use std::path::Path;
 use crate::{Error, Result};
 
 /// Kinds a rule may name.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 10] = [
     "overrun",
     "use-after-free",
     "uninitialised",
     "double-free",
     "invalid-free",
     "invalid-access",
+    "fishy-argument",
+    "read-only-write",
     "leak",
     "*",
 ];

@@ -55,6 +55,33 @@ pub fn header_path(model: &Path) -> PathBuf {
     model.with_extension("h")
 }
 
+/// Why `--emit-offline DEST` cannot be written, if it cannot: the model and
+/// its header are a pair of files, the header beside the model (`DEST.h`),
+/// so `DEST` must be a file name, not a stream — a FIFO, a character device
+/// (`/dev/null`) or a path under `/dev` or `/proc` that exists, beside which
+/// a header would be a stray regular file such as `/dev/null.h` — and must
+/// not itself end in `.h`.
+pub fn deployment_refusal(dest: &Path) -> Option<String> {
+    use memtrace_io::output::{output_target, OutputTarget};
+    if header_path(dest) == dest {
+        return Some(format!(
+            "--emit-offline {}: the model's file name must not end in .h (its header is \
+             written beside it)",
+            dest.display()
+        ));
+    }
+    if let Ok(OutputTarget::Stream(_)) = output_target(dest) {
+        return Some(format!(
+            "--emit-offline {}: it is a stream (a FIFO, a device or a /dev or /proc path); the \
+             model and its C header are written as two files, the header beside the model \
+             (NAME.h): give a file name such as out/model.tflite (to check the plan without \
+             writing it, leave --emit-offline out)",
+            dest.display()
+        ));
+    }
+    None
+}
+
 /// The `MicroMutableOpResolver` method that registers TFLite builtin
 /// `name` (`CONV_2D` → `AddConv2D`), `None` for a name that is no builtin
 /// (a custom operator's code, TinySeg's `MEMTRACE_*` storage operators
@@ -119,7 +146,7 @@ fn resolver_lines(model: &[u8]) -> Result<String> {
     if !custom.is_empty() {
         s += &format!(
             "/* Custom operators to register yourself (AddCustom): {} */\n",
-            custom.join(", ")
+            c_comment(&custom.join(", "))
         );
     }
     if custom
@@ -142,6 +169,34 @@ fn resolver_lines(model: &[u8]) -> Result<String> {
     Ok(s)
 }
 
+/// `text` as it may stand inside a C block comment, whatever it holds (a
+/// model's path, a runner's file name, a custom operator's name): printable
+/// ASCII, with nothing that ends or opens a comment (`*/` → `*\/`, `/*` →
+/// `/\*`), splices a line (`\` → `\\`) or forms a trigraph (`??` →
+/// `?\?`); a newline, tab or other control character is written as its C
+/// escape (`\n`, `\x7f`), anything beyond ASCII as `\u{HEX}`. So a
+/// header compiles to the same values whatever the names in it.
+pub fn c_comment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut prev = '\0';
+    for c in text.chars() {
+        match c {
+            '/' if prev == '*' => out.push_str("\\/"),
+            '*' if prev == '/' => out.push_str("\\*"),
+            '?' if prev == '?' => out.push_str("\\?"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            ' '..='~' => out.push(c),
+            c if c.is_ascii() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+        prev = c;
+    }
+    out
+}
+
 /// The C header a firmware includes: `kTensorArenaSize`, the model bytes
 /// (`kModel`, `kModelSize`) 16-byte aligned, the operators to register
 /// (`MEMTRACE_MODEL_OPS`, `kModelOpCount`) and a comment saying where it all
@@ -152,18 +207,18 @@ pub fn header_text(model: &[u8], arena: &ArenaToAllocate, who: &Provenance<'_>) 
     s += &format!(
         "/* Written by memtrace {} (`memtrace {}`); do not edit: run it again.\n",
         env!("CARGO_PKG_VERSION"),
-        who.command
+        c_comment(who.command)
     );
     s += " *\n";
     s += &format!(
         " * model:    {} ({} B, sha256 {})\n",
-        who.source,
+        c_comment(who.source),
         model.len(),
         sha256_prefix(model)
     );
     s += &format!(
         " * plan:     {}, head {} B, in the model as OfflineMemoryAllocation{}\n",
-        who.planner,
+        c_comment(who.planner),
         who.planned_bytes,
         if who.proven {
             "; proven by memtrace verify on real TFLM"
@@ -187,7 +242,10 @@ pub fn header_text(model: &[u8], arena: &ArenaToAllocate, who: &Provenance<'_>) 
     s += &format!(
         " * TFLM:     {} kernels, {}, the build of {} (sha256 {});\n \
          *           another TFLM version, kernel library or compiler may need another size.\n",
-        arena.kernels, arena.target, arena.runner, arena.runner_sha256
+        c_comment(&arena.kernels.to_string()),
+        c_comment(&arena.target.to_string()),
+        c_comment(&arena.runner),
+        c_comment(&arena.runner_sha256)
     );
     s += " * Guide:    docs/deploy.md\n */\n";
     s += "#ifndef MEMTRACE_DEPLOY_MODEL_H\n#define MEMTRACE_DEPLOY_MODEL_H\n\n";
@@ -226,13 +284,10 @@ pub fn write_deployment(
     who: &Provenance<'_>,
 ) -> Result<PathBuf> {
     use memtrace_io::output::{write_atomically, write_error};
-    let header = header_path(dest);
-    if header == dest {
-        bail!(
-            "{}: the model's file name must not end in .h (its header is written beside it)",
-            dest.display()
-        );
+    if let Some(why) = deployment_refusal(dest) {
+        bail!("{why}");
     }
+    let header = header_path(dest);
     check_output(&header, &[dest, Path::new(who.source)])?;
     let text = header_text(model, arena, who)?;
     for (path, bytes) in [(dest, model), (header.as_path(), text.as_bytes())] {
@@ -246,6 +301,22 @@ pub fn write_deployment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_in_the_comment_can_neither_end_it_nor_start_a_line() {
+        for (name, written) in [
+            ("dir*/m.tflite", "dir*\\/m.tflite"),
+            ("a/*b", "a/\\*b"),
+            ("x\n#error no\n", "x\\n#error no\\n"),
+            ("back\\", "back\\\\"),
+            ("tri??/", "tri?\\?/"),
+            ("cr\r\t\u{7f}\0", "cr\\r\\t\\x7f\\x00"),
+            ("mod\u{e8}le\u{202e}", "mod\\u{e8}le\\u{202e}"),
+            ("plain/path-1_2.tflite", "plain/path-1_2.tflite"),
+        ] {
+            assert_eq!(c_comment(name), written, "{name:?}");
+        }
+    }
 
     #[test]
     fn builtins_map_to_their_resolver_methods() {

@@ -16,7 +16,8 @@ mod proven;
 
 pub use budget::{parse_size, Budget};
 pub use header::{
-    header_path, header_text, resolver_method, write_deployment, write_measured_plan, Provenance,
+    c_comment, deployment_refusal, header_path, header_text, resolver_method, write_deployment,
+    write_measured_plan, Provenance,
 };
 pub use measure::{measure_arena, measure_arena_on};
 pub use proven::{Deployed, Deployment};

@@ -115,6 +115,13 @@ fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)>
 /// `req.kernels` is refused for `emit_offline` unless
 /// `allow_foreign_overlap`, and warned about in the report.
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
+    if let Some(why) = req
+        .emit_offline
+        .as_deref()
+        .and_then(crate::workflows::deploy::deployment_refusal)
+    {
+        bail!("{why}");
+    }
     for path in req.plot.iter().chain(&req.emit_offline) {
         check_output(path, &[Path::new(&req.model)])?;
     }

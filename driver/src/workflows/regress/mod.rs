@@ -17,6 +17,8 @@
 
 mod change;
 mod compare;
+mod pairing;
+mod programs;
 mod render;
 mod unit_tests;
 
@@ -34,6 +36,7 @@ use crate::workflows::baseline::{Baseline, BaselineRow, EXACT_ACCESS};
 use crate::workflows::sweep::{require_job_mailbox, Depth, Row, Sweep};
 pub use change::Change;
 use compare::compare;
+pub use programs::check_report_path;
 pub use unit_tests::{
     regress_unit_tests, CallChange, SuiteChange, SuiteFigures, UnitTestOptions, UnitTestRegress,
 };

@@ -9,20 +9,25 @@
 //! A change fails the comparison when it can break a user: a test that
 //! now fails, a memcheck finding or contract violation the old release did
 //! not have, an O_s that shrank (a plan made with the old value may now
-//! clobber). Instruction changes beyond the threshold and calls present on
-//! one side only are reported, not failed.
+//! clobber). So does what vanished, as nothing was compared for it: a
+//! suite of the old build the new one lacks (or cannot run), a Unity
+//! summary the new build does not print, fewer Unity tests run, an old
+//! call with no counterpart in the new run. Instruction changes beyond the
+//! threshold, new suites, new calls and calls made with other argument
+//! shapes are reported, not failed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::programs::{not_a_program, programs, Side};
 use crate::bail;
-use crate::support::error::{Context, Result};
+use crate::support::error::Result;
 use crate::support::outcome::{Answer, Format, Outcome};
 use crate::workflows::check::{
-    check, CallReport, CheckOptions, CheckReport, Operators, Suppressions,
+    check, CallReport, CheckOptions, CheckReport, Operators, ReportEnd, Suppressions,
 };
 
 /// What to compare.
@@ -44,8 +49,10 @@ pub struct UnitTestOptions {
 }
 
 /// One suite's figures under one release.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct SuiteFigures {
+    /// Why the program could not be run (then every figure is empty).
+    pub error: Option<String>,
     /// Unity's tests and failures, if it printed its verdict.
     pub unity: Option<(u64, u64)>,
     /// The program's exit status (`None`: it did not exit).
@@ -107,23 +114,24 @@ pub struct UnitTestRegress {
     pub new: String,
     /// Suites built on both sides.
     pub suites: Vec<SuiteChange>,
-    /// Suites built against the old release only (the new one lacks an
-    /// API they call, or the build was not asked for).
+    /// Suites built against the old release only: the new build lost them
+    /// (it lacks an API they call, or the build was not asked for), which
+    /// fails the comparison.
     pub only_old: Vec<String>,
-    /// Suites built against the new release only.
+    /// Suites built against the new release only (reported).
     pub only_new: Vec<String>,
-    /// No change that can break a user.
+    /// No change that can break a user, and nothing vanished.
     pub passed: bool,
 }
 
 /// Runs every suite present on both sides under `check` and compares them.
 pub fn regress_unit_tests(options: &UnitTestOptions) -> Result<UnitTestRegress> {
-    let old = programs(&options.old)?;
-    let new = programs(&options.new)?;
+    let old = programs(&options.old, Side::Old)?;
+    let new = programs(&options.new, Side::New)?;
     let mut suites = Vec::new();
     for (name, a) in &old {
         let Some(b) = new.get(name) else { continue };
-        let (a, b) = (run(a, options)?, run(b, options)?);
+        let (a, b) = (run(a, options), run(b, options));
         suites.push(compare_suite(name, &a, &b, options.instruction_threshold));
     }
     if suites.is_empty() {
@@ -137,46 +145,26 @@ pub fn regress_unit_tests(options: &UnitTestOptions) -> Result<UnitTestRegress> 
         this.keys()
             .filter(|k| !other.contains_key(*k))
             .cloned()
-            .collect()
+            .collect::<Vec<_>>()
     };
-    let passed = suites.iter().all(|s| !s.fails);
+    let only_old = only(&old, &new);
+    let passed = suites.iter().all(|s| !s.fails) && only_old.is_empty();
     Ok(UnitTestRegress {
         old: options.old.display().to_string(),
         new: options.new.display().to_string(),
         suites,
-        only_old: only(&old, &new),
+        only_old,
         only_new: only(&new, &old),
         passed,
     })
 }
 
-/// The programs of `path` by suite name: its `*.elf` files, or the one
-/// program.
-fn programs(path: &Path) -> Result<BTreeMap<String, PathBuf>> {
-    let found: BTreeMap<String, PathBuf> = if path.is_file() {
-        [(suite_name(path), path.to_path_buf())].into()
-    } else {
-        std::fs::read_dir(path)
-            .with_context(|| format!("reading {}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "elf") && p.is_file())
-            .map(|p| (suite_name(&p), p))
-            .collect()
-    };
-    if found.is_empty() {
-        bail!("{} holds no unit-test program (*.elf)", path.display());
+/// One suite run as `memtrace check` runs it, with its calls traced; or
+/// why it could not be.
+fn run(program: &Path, options: &UnitTestOptions) -> std::result::Result<CheckReport, String> {
+    if let Some(why) = not_a_program(program) {
+        return Err(why);
     }
-    Ok(found)
-}
-
-fn suite_name(program: &Path) -> String {
-    program
-        .file_stem()
-        .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
-}
-
-/// One suite run as `memtrace check` runs it, with its calls traced.
-fn run(program: &Path, options: &UnitTestOptions) -> Result<CheckReport> {
     check(&CheckOptions {
         program: program.to_path_buf(),
         args: Vec::new(),
@@ -189,10 +177,12 @@ fn run(program: &Path, options: &UnitTestOptions) -> Result<CheckReport> {
         calls: true,
         operators: Operators::Off,
     })
+    .map_err(|e| e.to_string())
 }
 
 fn figures(report: &CheckReport) -> SuiteFigures {
     SuiteFigures {
+        error: None,
         unity: report.unity.as_ref().map(|u| (u.tests, u.failures)),
         exit_status: report.program_status(),
         memcheck_errors: report.memcheck_errors(),
@@ -202,30 +192,87 @@ fn figures(report: &CheckReport) -> SuiteFigures {
     }
 }
 
-/// The changes of one suite between its two runs.
-fn compare_suite(name: &str, old: &CheckReport, new: &CheckReport, threshold: f64) -> SuiteChange {
+type Run = std::result::Result<CheckReport, String>;
+
+/// The changes of one suite between its two runs; a suite one side could
+/// not run fails, as nothing of it was compared.
+fn compare_suite(name: &str, old: &Run, new: &Run, threshold: f64) -> SuiteChange {
+    let (Ok(a), Ok(b)) = (old, new) else {
+        let mut changes = Vec::new();
+        let mut side = |run: &Run, which: &str| match run {
+            Ok(report) => figures(report),
+            Err(why) => {
+                changes.push(format!("the {which} build's program cannot be run: {why}"));
+                SuiteFigures {
+                    error: Some(why.clone()),
+                    ..SuiteFigures::default()
+                }
+            }
+        };
+        let (old, new) = (side(old, "old"), side(new, "new"));
+        return SuiteChange {
+            suite: name.to_string(),
+            old,
+            new,
+            changes,
+            calls: Vec::new(),
+            fails: true,
+        };
+    };
+    compare_runs(name, a, b, threshold)
+}
+
+/// The changes of one suite between two runs.
+fn compare_runs(name: &str, old: &CheckReport, new: &CheckReport, threshold: f64) -> SuiteChange {
     let (a, b) = (figures(old), figures(new));
     let mut changes = Vec::new();
     let mut fails = false;
+    let mut fail = |why: String| {
+        changes.push(why);
+        fails = true;
+    };
+    match (&old.unity, &new.unity) {
+        (_, None) => fail(format!(
+            "no Unity summary: the new build's program {} before Unity printed its verdict{}",
+            ended(new),
+            if old.unity.is_none() {
+                " (nor did the old build's print one)"
+            } else {
+                ""
+            }
+        )),
+        (Some(u), Some(v))
+            if v.tests - v.ignored.min(v.tests) < u.tests - u.ignored.min(u.tests) =>
+        {
+            fail(format!(
+                "Unity tests run {} → {} (of {} → {}, {} → {} ignored)",
+                u.tests - u.ignored.min(u.tests),
+                v.tests - v.ignored.min(v.tests),
+                u.tests,
+                v.tests,
+                u.ignored,
+                v.ignored
+            ));
+        }
+        _ => {}
+    }
     let failures = |f: &SuiteFigures| f.unity.map_or(0, |(_, failed)| failed);
     if failures(&b) > failures(&a) || (a.exit_status == Some(0) && b.exit_status != Some(0)) {
-        changes.push(format!(
+        fail(format!(
             "tests fail: Unity {} → {} failures, exit {} → {}",
             failures(&a),
             failures(&b),
             status_text(a.exit_status),
             status_text(b.exit_status)
         ));
-        fails = true;
     }
     if b.memcheck_errors > a.memcheck_errors {
-        changes.push(format!(
+        fail(format!(
             "memcheck errors {} → {}{}",
             a.memcheck_errors,
             b.memcheck_errors,
             first_finding(new).map_or_else(String::new, |f| format!(": {f}"))
         ));
-        fails = true;
     } else if b.memcheck_errors < a.memcheck_errors {
         changes.push(format!(
             "memcheck errors {} → {}",
@@ -238,15 +285,11 @@ fn compare_suite(name: &str, old: &CheckReport, new: &CheckReport, threshold: f6
         new.calls.as_ref().unwrap_or(&empty),
     );
     let pairs = matching_calls(old_calls, new_calls);
-    let unmatched = |side: usize| pairs.iter().filter(|p| p[side].is_none()).count();
-    let (gone, added) = (unmatched(1), unmatched(0));
-    if gone + added > 0 {
-        changes.push(format!(
-            "API calls {} → {}: {gone} not made any more, {added} new",
-            old_calls.len(),
-            new_calls.len()
-        ));
+    let balance = CallBalance::of(old_calls, new_calls, &pairs);
+    if !balance.vanished.is_empty() {
+        fails = true;
     }
+    changes.extend(balance.describe(old_calls, new_calls.len()));
     let mut calls = Vec::new();
     for pair in &pairs {
         let [Some(i), Some(j)] = *pair else { continue };
@@ -265,41 +308,123 @@ fn compare_suite(name: &str, old: &CheckReport, new: &CheckReport, threshold: f6
     }
 }
 
+/// How a run ended, for a missing Unity summary.
+fn ended(report: &CheckReport) -> String {
+    match &report.end {
+        ReportEnd::Exit { code } => format!("exited with status {code}"),
+        ReportEnd::Abnormal { .. } => "aborted".to_string(),
+        ReportEnd::Stopped { kind, message, .. } => format!("was stopped ({kind}: {message})"),
+    }
+}
+
+/// The calls of the two runs without a twin: an old call whose function
+/// is still called at its site with other argument shapes changed (its
+/// figures are not comparable); one with no such call vanished.
+struct CallBalance {
+    /// Old calls (indices) nothing in the new run stands for.
+    vanished: Vec<usize>,
+    /// Old calls made again at their site with other shapes.
+    reshaped: usize,
+    /// New calls that stand for no old one.
+    added: usize,
+}
+
+impl CallBalance {
+    fn of(old: &[CallReport], new: &[CallReport], pairs: &[[Option<usize>; 2]]) -> Self {
+        let mut unpaired_new: HashMap<(&str, String), usize> = HashMap::new();
+        for pair in pairs {
+            if let [None, Some(j)] = *pair {
+                *unpaired_new
+                    .entry((new[j].call.function, site(&new[j])))
+                    .or_default() += 1;
+            }
+        }
+        let mut balance = CallBalance {
+            vanished: Vec::new(),
+            reshaped: 0,
+            added: unpaired_new.values().sum(),
+        };
+        for pair in pairs {
+            let [Some(i), None] = *pair else { continue };
+            match unpaired_new.get_mut(&(old[i].call.function, site(&old[i]))) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    balance.reshaped += 1;
+                    balance.added -= 1;
+                }
+                _ => balance.vanished.push(i),
+            }
+        }
+        balance
+    }
+
+    /// The suite's change line, if any: the vanished calls (what fails)
+    /// first, then the others (reported).
+    fn describe(&self, old: &[CallReport], new_calls: usize) -> Option<String> {
+        let mut parts = Vec::new();
+        if !self.vanished.is_empty() {
+            parts.push(format!(
+                "{} of the old build's calls not made any more ({})",
+                self.vanished.len(),
+                vanished_list(old, &self.vanished)
+            ));
+        }
+        if self.reshaped > 0 {
+            parts.push(format!(
+                "{} made with other argument shapes (not compared)",
+                self.reshaped
+            ));
+        }
+        if self.added > 0 {
+            parts.push(format!("{} new", self.added));
+        }
+        (!parts.is_empty()).then(|| {
+            format!(
+                "API calls {} → {new_calls}: {}",
+                old.len(),
+                parts.join(", ")
+            )
+        })
+    }
+}
+
+/// The vanished calls by function and site, in the old run's order, with
+/// how many times each (the first few).
+fn vanished_list(old: &[CallReport], vanished: &[usize]) -> String {
+    const SHOWN: usize = 4;
+    let mut seen: Vec<((&str, String), usize)> = Vec::new();
+    for &i in vanished {
+        let key = (old[i].call.function, site(&old[i]));
+        match seen.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((key, 1)),
+        }
+    }
+    let mut text: Vec<String> = seen
+        .iter()
+        .take(SHOWN)
+        .map(|((function, at), n)| match n {
+            1 => format!("`{function}` at {at}"),
+            n => format!("`{function}` at {at} (×{n})"),
+        })
+        .collect();
+    if seen.len() > SHOWN {
+        text.push(format!("and {} more", seen.len() - SHOWN));
+    }
+    text.join(", ")
+}
+
 /// The calls of the two runs paired with their twins: the longest common
 /// subsequence of (function, call site, argument shapes), so a call the
-/// new release makes in
-/// addition (or no longer) does not shift every pair after it. Each pair is
-/// `[old index, new index]`, one side `None` for an unmatched call.
+/// new release makes in addition (or no longer) does not shift every pair
+/// after it. Each pair is `[old index, new index]`, one side `None` for an
+/// unmatched call.
 fn matching_calls(old: &[CallReport], new: &[CallReport]) -> Vec<[Option<usize>; 2]> {
     fn key(c: &CallReport) -> (&str, String, &str) {
         (c.call.function, site(c), c.call.shapes.as_str())
     }
     let (a, b): (Vec<_>, Vec<_>) = (old.iter().map(key).collect(), new.iter().map(key).collect());
-    // common[i][j]: the longest common subsequence of a[i..] and b[j..].
-    let mut common = vec![vec![0u32; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            common[i][j] = if a[i] == b[j] {
-                common[i + 1][j + 1] + 1
-            } else {
-                common[i + 1][j].max(common[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j, mut pairs) = (0, 0, Vec::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            pairs.push([Some(i), Some(j)]);
-            (i, j) = (i + 1, j + 1);
-        } else if j == b.len() || (i < a.len() && common[i + 1][j] >= common[i][j + 1]) {
-            pairs.push([Some(i), None]);
-            i += 1;
-        } else {
-            pairs.push([None, Some(j)]);
-            j += 1;
-        }
-    }
-    pairs
+    super::pairing::pair_by_key(&a, &b)
 }
 
 fn status_text(status: Option<i32>) -> String {
@@ -413,14 +538,20 @@ impl UnitTestRegress {
                 }
             );
         }
-        for (side, list) in [("old", &self.only_old), ("new", &self.only_new)] {
-            if !list.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "\nBuilt against the {side} release only: {}",
-                    list.join(", ")
-                );
-            }
+        if !self.only_old.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n**FAIL** Built against the old release only (their programs are not in {}): {}",
+                self.new,
+                self.only_old.join(", ")
+            );
+        }
+        if !self.only_new.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nBuilt against the new release only: {}",
+                self.only_new.join(", ")
+            );
         }
         s
     }
@@ -452,11 +583,18 @@ impl Answer for UnitTestRegress {
                 format!("FAIL {}: {}", s.suite, why.join("; "))
             })
             .collect();
+        verdict.extend(self.only_old.iter().map(|suite| {
+            format!(
+                "FAIL {suite}: the suite vanished: its program is in {} but not in {}",
+                self.old, self.new
+            )
+        }));
         verdict.push(format!(
-            "regress: {} suites compared, {} fail, {} built against one release only",
+            "regress: {} suites compared, {} fail, {} vanished (old build only), {} new (new build only)",
             self.suites.len(),
             self.suites.iter().filter(|s| s.fails).count(),
-            self.only_old.len() + self.only_new.len()
+            self.only_old.len(),
+            self.only_new.len()
         ));
         Ok(Outcome {
             notes: Vec::new(),

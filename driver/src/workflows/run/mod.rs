@@ -127,7 +127,14 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let mut guest = if tflite {
         model_guest(opts)?
     } else {
-        let image = ElfImage::load(&opts.elf)?;
+        let image = match ElfImage::load(&opts.elf) {
+            // Neither of the two things `run` takes.
+            Err(memtrace_tracer::TraceError::NoElfMagic { path, first_bytes }) => bail!(
+                "{} is neither an ELF program nor a .tflite model (first bytes {first_bytes})",
+                path.display()
+            ),
+            loaded => loaded?,
+        };
         let image = match opts.model.elf_target {
             Some(target) => image.on_target(target)?,
             None => image,

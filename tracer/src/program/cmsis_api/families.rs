@@ -37,7 +37,7 @@ pub(super) fn conv(r: &mut Reader<'_>, api: &ApiFunction, upscale: bool) -> Resu
         Role::Input,
         "input",
         r.arg(4),
-        input.volume() * api.input_elem as u64,
+        input.bytes(api.input_elem),
         api.input_elem,
     );
     r.buffer(
@@ -52,7 +52,7 @@ pub(super) fn conv(r: &mut Reader<'_>, api: &ApiFunction, upscale: bool) -> Resu
         Role::Output,
         "output",
         r.arg(out_at + 1),
-        output.volume() * api.output_elem as u64,
+        output.bytes(api.output_elem),
         api.output_elem,
     );
     r.layer.shapes = format!(
@@ -102,7 +102,7 @@ pub(super) fn depthwise(r: &mut Reader<'_>, api: &ApiFunction) -> Result<(), Str
         Role::Input,
         "input",
         r.arg(4),
-        input.volume() * api.input_elem as u64,
+        input.bytes(api.input_elem),
         api.input_elem,
     );
     r.buffer(
@@ -117,7 +117,7 @@ pub(super) fn depthwise(r: &mut Reader<'_>, api: &ApiFunction) -> Result<(), Str
         Role::Output,
         "output",
         r.arg(10),
-        output.volume() * api.output_elem as u64,
+        output.bytes(api.output_elem),
         api.output_elem,
     );
     r.layer.shapes = format!(
@@ -220,14 +220,14 @@ pub(super) fn pool(r: &mut Reader<'_>, api: &ApiFunction, average: bool) -> Resu
         Role::Input,
         "input",
         r.arg(3),
-        input.volume() * api.input_elem as u64,
+        input.bytes(api.input_elem),
         api.input_elem,
     );
     r.buffer(
         Role::Output,
         "output",
         r.arg(6),
-        output.volume() * api.output_elem as u64,
+        output.bytes(api.output_elem),
         api.output_elem,
     );
     r.layer.shapes = format!(
@@ -253,19 +253,19 @@ pub(super) fn pool(r: &mut Reader<'_>, api: &ApiFunction, average: bool) -> Resu
 pub(super) fn softmax(r: &mut Reader<'_>, api: &ApiFunction, lut: bool) -> Result<(), String> {
     r.layer.op = "softmax";
     let (rows, row) = (r.arg(1), r.arg(2));
-    let elements = rows * row;
+    let elements = rows.saturating_mul(row);
     r.buffer(
         Role::Input,
         "input",
         r.arg(0),
-        elements * api.input_elem as u64,
+        elements.saturating_mul(api.input_elem as u64),
         api.input_elem,
     );
     r.buffer(
         Role::Output,
         "output",
         r.arg(6),
-        elements * api.output_elem as u64,
+        elements.saturating_mul(api.output_elem as u64),
         api.output_elem,
     );
     if lut {
@@ -344,7 +344,7 @@ pub(super) fn pad(r: &mut Reader<'_>, _api: &ApiFunction) -> Result<(), String> 
     let dims = [input.n, input.h, input.w, input.c];
     let out: Vec<u64> = (0..4).map(|i| dims[i] + before[i] + after[i]).collect();
     r.buffer(Role::Input, "input", r.arg(0), input.volume(), 1);
-    r.buffer(Role::Output, "output", r.arg(1), out.iter().product(), 1);
+    r.buffer(Role::Output, "output", r.arg(1), product(&out), 1);
     r.layer.shapes = format!(
         "input={},output={}x{}x{}x{}",
         input.text(),

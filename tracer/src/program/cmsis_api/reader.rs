@@ -30,9 +30,22 @@ pub(super) struct Dims {
     pub(super) c: u64,
 }
 
+/// The product of `factors`, saturated: four dimensions of up to 2^16
+/// each overflow 64 bits (with an element size), and a buffer that large
+/// is then refused as larger than guest memory rather than wrapped into a
+/// small one that looks real.
+pub(super) fn product(factors: &[u64]) -> u64 {
+    factors.iter().fold(1, |p, &f| p.saturating_mul(f))
+}
+
 impl Dims {
+    /// Elements, saturated ([`product`]).
     pub(super) fn volume(&self) -> u64 {
-        self.n * self.h * self.w * self.c
+        product(&[self.n, self.h, self.w, self.c])
+    }
+    /// Bytes with `elem`-byte elements, saturated ([`product`]).
+    pub(super) fn bytes(&self, elem: u32) -> u64 {
+        self.volume().saturating_mul(elem as u64)
     }
     pub(super) fn text(&self) -> String {
         format!("{}x{}x{}x{}", self.n, self.h, self.w, self.c)

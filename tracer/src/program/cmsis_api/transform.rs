@@ -34,18 +34,6 @@ struct TransposeConvShapes {
     pad: Tile,
 }
 
-/// The product of `factors`, saturated: four dimensions of up to 2^16
-/// each with an element size overflow 64 bits, and a buffer that large is
-/// then noted as reaching past its array rather than wrapped.
-fn product(factors: &[u64]) -> u64 {
-    factors.iter().fold(1, |p, &f| p.saturating_mul(f))
-}
-
-/// Bytes of a tensor of `dims` with `elem`-byte elements, saturated.
-fn saturating_volume(dims: &Dims, elem: u32) -> u64 {
-    product(&[dims.n, dims.h, dims.w, dims.c, elem as u64])
-}
-
 /// Whether `arm_transpose_conv_wrapper_s8` takes the reverse-convolution
 /// path (stride at most 2 both ways, more than 16 input channels): it
 /// reverses the filter into `reverse_conv_ctx->buf` and runs
@@ -103,7 +91,7 @@ pub(super) fn transpose_conv(
             Role::Scratch,
             "reversed_filter",
             reversed,
-            saturating_volume(&s.filter, 1),
+            s.filter.bytes(1),
             1,
         );
     } else {
@@ -114,22 +102,16 @@ pub(super) fn transpose_conv(
         Role::Input,
         "input",
         r.arg(5),
-        saturating_volume(&s.input, api.input_elem),
+        s.input.bytes(api.input_elem),
         api.input_elem,
     );
-    r.buffer(
-        Role::Weights,
-        "filter",
-        r.arg(7),
-        saturating_volume(&s.filter, 1),
-        1,
-    );
+    r.buffer(Role::Weights, "filter", r.arg(7), s.filter.bytes(1), 1);
     r.bias(9, api.bias_elem, s.output.c)?;
     r.buffer(
         Role::Output,
         "output",
         r.arg(11),
-        saturating_volume(&s.output, api.output_elem),
+        s.output.bytes(api.output_elem),
         api.output_elem,
     );
     r.layer.shapes = format!(
@@ -281,7 +263,7 @@ pub(super) fn transpose(r: &mut Reader<'_>, _api: &ApiFunction) -> Result<(), St
                 strides[perm[k]] = stride;
             }
             let extent = reach(&[d.n, d.h, d.w, d.c], &strides);
-            (saturating_volume(&d, 1), extent, d.text())
+            (d.bytes(1), extent, d.text())
         }
     };
     r.buffer(Role::Input, "input", r.arg(0), input_elements, 1);
@@ -343,14 +325,14 @@ mod tests {
             w: 1 << 16,
             c: 1 << 16,
         };
-        assert_eq!(saturating_volume(&big, 2), u64::MAX);
+        assert_eq!(big.bytes(2), u64::MAX);
         let small = Dims {
             n: 2,
             h: 3,
             w: 4,
             c: 5,
         };
-        assert_eq!(saturating_volume(&small, 2), small.volume() * 2);
+        assert_eq!(small.bytes(2), 2 * 3 * 4 * 5 * 2);
     }
 
     #[test]

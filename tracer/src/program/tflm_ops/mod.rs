@@ -566,10 +566,11 @@ fn open_operator(
         persistent: (owned.len(), owned.iter().map(|(s, e)| e - s).sum()),
         persistent_writes: 0,
     };
+    let memory = uc.get_data().layout.regions(uc.get_data().image);
     let window = buffers.and_then(|(mut buffers, shapes, mut notes)| {
         buffers.extend(scratch);
         notes.extend(scratch_notes);
-        let (buffers, dropped) = layer::declarable(buffers)?;
+        let (buffers, dropped) = layer::declarable(buffers, &memory)?;
         notes.extend(dropped);
         raw.shapes = shapes;
         raw.notes = notes;
