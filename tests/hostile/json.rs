@@ -525,7 +525,12 @@ fn a_baseline_row_of_every_class_is_json_in_regress_and_escaped_in_markdown() {
     // A guest of one small layer: its table takes a second.
     let suite = crate::common::guest("cortex-m4", "it-block");
     let table = dir.path().join("base.json");
-    let args = [os("table"), suite.as_os_str(), os("--out"), table.as_os_str()];
+    let args = [
+        os("table"),
+        suite.as_os_str(),
+        os("--out"),
+        table.as_os_str(),
+    ];
     let ran = memtrace(dir.path(), &args);
     assert_eq!(ran.code, Some(0), "{}", ran.show(&args));
     // The row of a layer the binary does not run any more, named with
@@ -535,7 +540,13 @@ fn a_baseline_row_of_every_class_is_json_in_regress_and_escaped_in_markdown() {
     baseline["rows"][0]["name"] = Value::from(name.as_str());
     baseline["rows"][0]["kernel"] = Value::from(EVERY_CLASS);
     std::fs::write(&table, baseline.to_string()).unwrap();
-    let args = [os("regress"), table.as_os_str(), suite.as_os_str(), os("--format"), os("json")];
+    let args = [
+        os("regress"),
+        table.as_os_str(),
+        suite.as_os_str(),
+        os("--format"),
+        os("json"),
+    ];
     let ran = memtrace(dir.path(), &args);
     assert_eq!(ran.code, Some(1), "{}", ran.show(&args));
     assert_printable(std::str::from_utf8(&ran.stdout).unwrap(), "regress's JSON");
@@ -548,7 +559,10 @@ fn a_baseline_row_of_every_class_is_json_in_regress_and_escaped_in_markdown() {
         .find(|r| r["name"] == name.as_str())
         .unwrap_or_else(|| panic!("no row named {name:?}: {report}"));
     assert_eq!(row["status"], "missing", "{row}");
-    assert!(row["kernel_before"].as_str().unwrap().contains(EVERY_CLASS), "{row}");
+    assert!(
+        row["kernel_before"].as_str().unwrap().contains(EVERY_CLASS),
+        "{row}"
+    );
     // The Markdown comment shows the same row escaped.
     let args = [os("regress"), table.as_os_str(), suite.as_os_str()];
     let ran = memtrace(dir.path(), &args);
