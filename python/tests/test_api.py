@@ -117,3 +117,16 @@ def test_a_guest_the_wheel_lacks_says_what_to_build_and_install(models, prefix):
     message = str(caught.value)
     assert "not among the guests this installation carries" in message
     assert "gcc-arm-none-eabi" in message and "--runner" in message
+
+
+def test_a_proven_plan_that_misses_its_budget_is_not_ok(models, tmp_path):
+    model = models / "tflm_hello_world_int8.tflite"
+    emitted = tmp_path / "planned.tflite"
+    missed = memtrace.verify(model, oracle=False, fits=100, emit_offline=emitted)
+    assert missed.proven and missed.bit_exact and missed.clobbers == 0
+    assert missed.ok is False and missed.fits is False and missed.budget_bytes == 100
+    assert missed.raw["budget"]["arena_bytes"] == missed.arena_to_allocate_bytes
+    assert not emitted.exists(), "a plan that misses its budget was written"
+    met = memtrace.verify(model, oracle=False, fits="1M")
+    assert met.ok and met.proven and met.fits is True and met.budget_bytes == 1 << 20
+    assert memtrace.verify(model, oracle=False).fits is None

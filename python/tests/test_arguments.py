@@ -193,7 +193,7 @@ def test_a_table_is_written_whole_with_a_new_files_mode(tmp_path):
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
-def test_hostile_names_reach_memtrace_as_files_and_come_back_as_errors(tmp_path, monkeypatch):
+def test_hostile_names_reach_memtrace_as_files_and_come_back_as_errors(models, tmp_path, monkeypatch):
     """Through the real binary: an option-like model is a missing file, a
     MemtraceError with memtrace's message, never help text parsed as JSON."""
     monkeypatch.chdir(tmp_path)
@@ -203,7 +203,7 @@ def test_hostile_names_reach_memtrace_as_files_and_come_back_as_errors(tmp_path,
         assert caught.value.status == 1, caught.value
         assert name in str(caught.value), caught.value
     with pytest.raises(memtrace.MemtraceError) as caught:
-        memtrace.verify("zoo:sakr_cifar10", plan="-h", oracle=False)
+        memtrace.verify(models / "tflm_hello_world_int8.tflite", plan="-h", oracle=False)
     assert "-h" in str(caught.value) and caught.value.status == 1, caught.value
 
 
