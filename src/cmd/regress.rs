@@ -10,7 +10,8 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use memtrace_driver::workflows::check;
 use memtrace_driver::workflows::regress::{
-    check_report_path, regress, regress_unit_tests, RegressOptions, UnitTestOptions, DEFAULT_INSTRUCTION_THRESHOLD,
+    check_report_path, regress, regress_unit_tests, RegressOptions, UnitTestOptions,
+    DEFAULT_INSTRUCTION_THRESHOLD,
 };
 use memtrace_tracer::Arch;
 

@@ -35,8 +35,8 @@ use crate::support::error::Result;
 use crate::workflows::baseline::{Baseline, BaselineRow, EXACT_ACCESS};
 use crate::workflows::sweep::{require_job_mailbox, Depth, Row, Sweep};
 pub use change::Change;
-pub use programs::check_report_path;
 use compare::compare;
+pub use programs::check_report_path;
 pub use unit_tests::{
     regress_unit_tests, CallChange, SuiteChange, SuiteFigures, UnitTestOptions, UnitTestRegress,
 };

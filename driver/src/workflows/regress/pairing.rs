@@ -194,10 +194,7 @@ impl Pairing<'_> {
         // Diagonal d = column − row (relative); a path with `edits` steps
         // off the diagonal ends on columns − rows, so keeps to lo..=hi.
         let skew = columns as i64 - rows as i64;
-        let (lo, hi) = (
-            -((edits as i64 - skew) / 2),
-            (edits as i64 + skew) / 2,
-        );
+        let (lo, hi) = (-((edits as i64 - skew) / 2), (edits as i64 + skew) / 2);
         // The last row and column hold 0, the true value; every other cell
         // holds a value some path from it reaches.
         let mut common = vec![0u32; columns + 1];
@@ -218,7 +215,10 @@ impl Pairing<'_> {
                 );
             }
             if i == middle {
-                crossing.iter_mut().enumerate().for_each(|(c, x)| *x = c as u32);
+                crossing
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(c, x)| *x = c as u32);
                 at_middle.clone_from(&common);
             }
         }
@@ -378,8 +378,12 @@ mod tests {
         // few keys, so ties abound.
         let mut random = Random(42);
         for _ in 0..30 {
-            let a: Vec<u64> = (0..150 + random.below(150)).map(|_| random.below(3)).collect();
-            let b: Vec<u64> = (0..150 + random.below(150)).map(|_| random.below(3)).collect();
+            let a: Vec<u64> = (0..150 + random.below(150))
+                .map(|_| random.below(3))
+                .collect();
+            let b: Vec<u64> = (0..150 + random.below(150))
+                .map(|_| random.below(3))
+                .collect();
             assert_eq!(pair_by_key(&a, &b), pair_by_table(&a, &b));
         }
     }
@@ -389,7 +393,9 @@ mod tests {
     /// replaced.
     fn long_runs() -> (Vec<u32>, Vec<u32>) {
         let mut random = Random(7);
-        let a: Vec<u32> = (0..30_000).map(|i| (i % 40) as u32 ^ (random.below(3) as u32)).collect();
+        let a: Vec<u32> = (0..30_000)
+            .map(|i| (i % 40) as u32 ^ (random.below(3) as u32))
+            .collect();
         let mut b = a.clone();
         for _ in 0..300 {
             let at = random.below(b.len() as u64) as usize;
@@ -418,7 +424,10 @@ mod tests {
         // holds the keys, a few rows and its answer.
         assert!(peak < 16 << 20, "peak {peak} B");
         assert_a_pairing(&a, &b, &pairs);
-        let paired = pairs.iter().filter(|p| p[0].is_some() && p[1].is_some()).count();
+        let paired = pairs
+            .iter()
+            .filter(|p| p[0].is_some() && p[1].is_some())
+            .count();
         assert_eq!(paired, lcs_length(&a, &b));
     }
 
@@ -437,8 +446,12 @@ mod tests {
     fn the_bit_parallel_length_is_the_tables() {
         let mut random = Random(3);
         for _ in 0..500 {
-            let a: Vec<u32> = (0..random.below(150)).map(|_| random.below(4) as u32).collect();
-            let b: Vec<u32> = (0..random.below(150)).map(|_| random.below(4) as u32).collect();
+            let a: Vec<u32> = (0..random.below(150))
+                .map(|_| random.below(4) as u32)
+                .collect();
+            let b: Vec<u32> = (0..random.below(150))
+                .map(|_| random.below(4) as u32)
+                .collect();
             let table = pair_by_table(&a, &b)
                 .iter()
                 .filter(|p| p[0].is_some() && p[1].is_some())
