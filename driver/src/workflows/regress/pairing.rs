@@ -5,7 +5,9 @@
 //! one that keep it optimal, drops the old call first.
 //!
 //! That table has (n+1)·(m+1) cells; this computes the same path in O(n+m)
-//! space and, on two runs that differ by D calls, O((n+m)·D) time:
+//! space and, on two runs that differ by D calls, O((n+m)·D) time (runs
+//! with nothing in order in common still take n·m steps: seconds for
+//! 30 000 calls a side, where the table took 3.6 GB):
 //!
 //! - A divide and conquer on the old calls' middle row (after Hirschberg):
 //!   one backward sweep of the suffix-LCS values carries, for every cell,
