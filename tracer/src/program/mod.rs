@@ -18,7 +18,7 @@ mod tflm_ops;
 
 use std::collections::HashMap;
 
-use unicorn_engine::{HookType, MemType, Prot, RegisterARM, Unicorn};
+use unicorn_engine::{uc_error, HookType, MemType, Prot, RegisterARM, Unicorn};
 
 use crate::arch::Machine;
 use crate::clock::BlockClock;
@@ -266,6 +266,10 @@ pub fn run_program_with<'i>(
         return Err(error);
     }
     let pc = uc.pc_read().unwrap_or(0);
+    if result == Err(uc_error::FETCH_PROT) {
+        // The PC is the address the program jumped to.
+        stop_at_jump(&mut uc, pc);
+    }
     if let Some(c) = layer::close(&mut uc, pc, true) {
         closed(&mut uc, &c);
     }
@@ -338,9 +342,9 @@ fn install_hooks(uc: &mut Uc<'_, '_>, layout: &Layout, heap: bool) -> Result<(),
         on_unmapped,
     )
     .map_err(hook_err)?;
-    // Called only when a fetch faults: no cost to any other access.
-    uc.add_mem_hook(HookType::MEM_FETCH_PROT, 1, 0, on_fetch_prot)
-        .map_err(hook_err)?;
+    // A fetch from a data page is read from the error Unicorn returns
+    // (`run_program_with`): a MEM_FETCH_PROT hook over all memory sends
+    // every store to a data page through the slow path.
     let api_entries = uc
         .get_data()
         .calls
@@ -613,18 +617,6 @@ fn peripheral_note(address: u64) -> &'static str {
         RETURN_FROM_ENTRY.. => ": the program returned from its entry point",
         _ => ": memory the program's segments, heap and stack do not cover",
     }
-}
-
-/// An instruction fetch from memory that holds no code.
-fn on_fetch_prot(
-    uc: &mut Uc<'_, '_>,
-    _kind: MemType,
-    address: u64,
-    _size: usize,
-    _value: i64,
-) -> bool {
-    stop_at_jump(uc, address);
-    false
 }
 
 /// Where a jump to `address`, which is not code, went: data, the heap,
