@@ -149,8 +149,19 @@ namespace {
     X(AddWindow) \
     X(AddZerosLike) \
 
+// A runner built for some operators only (tflm.mk's TFLM_OPS, e.g. the
+// per-core runners of `make test`) registers just those: -DMTFLM_OPS_SUBSET
+// gives the X-list, and the TFLM library then holds only their kernels.
+#ifdef MTFLM_OPS_SUBSET
+#define MTFLM_OPS(X) MTFLM_OPS_SUBSET(X)
+#define MTFLM_STRINGIFY(x) #x
+#define MTFLM_OP_NAME(name) MTFLM_STRINGIFY(name) " "
+#else
+#define MTFLM_OPS(X) MTFLM_ALL_OPS(X)
+#endif
+
 #define MTFLM_COUNT(name) +1
-constexpr unsigned kOpCount = 0 MTFLM_ALL_OPS(MTFLM_COUNT);
+constexpr unsigned kOpCount = 0 MTFLM_OPS(MTFLM_COUNT);
 #undef MTFLM_COUNT
 
 // TinySeg's storage operators are the custom operators added to the list.
@@ -283,13 +294,25 @@ WrappingResolver g_resolver;
 
 }  // namespace
 
+}  // namespace mtflm
+
+#ifdef MTFLM_OPS_SUBSET
+// The Add* methods this runner's resolver calls (a link root, tflm.mk):
+// memtrace reads it to say why a model's operator is missing. A runner
+// without it registers every operator.
+extern "C" const char memtrace_runner_ops[] __attribute__((used)) =
+    MTFLM_OPS_SUBSET(MTFLM_OP_NAME);
+#endif
+
+namespace mtflm {
+
 const tflite::MicroOpResolver *make_resolver(const char **failed) {
 #define MTFLM_ADD(name)                    \
     if (g_inner.name() != kTfLiteOk) {     \
         *failed = #name;                   \
         return nullptr;                    \
     }
-    MTFLM_ALL_OPS(MTFLM_ADD)
+    MTFLM_OPS(MTFLM_ADD)
 #undef MTFLM_ADD
     for (int i = 0; i < kStorageOps; ++i) {
         const char *name = nullptr;

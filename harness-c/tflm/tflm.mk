@@ -14,8 +14,9 @@
 # copied or unpacked afresh (new mtimes, another path) reuses the library,
 # while an edited TFLM or CMSIS-NN file, another compiler or flag set gives
 # another directory. A directory whose libtflm.a exists is therefore never
-# rebuilt; one without it is built object by object (-MMD), so an interrupted
-# build resumes.
+# rebuilt; one without it is built object by object, and an object that is
+# there is current by the same key (no dependency files: a cache entry is
+# shared by clones at other paths), so an interrupted build resumes.
 #
 # Variables (see ../Makefile and ../README.md):
 #   TFLM_TREE=/path          a standalone TFLM tree (create_tflm_tree.py output:
@@ -93,7 +94,21 @@ TFLM_NOTE := $(if $(TFLM_CMSIS_NN_FOUND),,tflm-cmsis-note)
 
 # The runner's own sources, compiled per kernel library (TFLM's kernel
 # headers declare other registrations with -DCMSIS_NN).
-TFLM_RUNNER := tflm/runner tflm/ops tflm/platform tflm/storage_ops
+TFLM_RUNNER := tflm/runner tflm/platform tflm/storage_ops
+
+# The operators a runner registers: `all` (every Add* of
+# MicroMutableOpResolver: any model runs), or Add* names without `Add`,
+# e.g. TFLM_OPS="Conv2D Reshape". A runner of some operators is linked
+# against a library of just their kernels (tflm/op-sources.sh lists them),
+# a quarter of TFLM to compile. TFLM_TEST_OPS are the operators of the model
+# the per-core tests of `make test` run (MLPerf Tiny's DS-CNN): `cores-tested`
+# builds those runners with them, unless a runner of all operators is there
+# already (one is never narrowed; `make cores` widens it). The ELF's
+# `memtrace_runner_ops` names the operators of a narrowed runner.
+TFLM_OPS ?= all
+ATOMIC := sh tflm/atomic.sh
+FORCE:
+TFLM_TEST_OPS := AveragePool2D Conv2D DepthwiseConv2D FullyConnected Reshape Softmax
 
 # A digest of every C/C++ source and header under a directory (0.1 s for the
 # whole TFLM tree).
@@ -101,6 +116,18 @@ source_digest = $(shell cd $(1) && find . -type f \( -name '*.cc' -o -name '*.c'
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 TFLM_TREE_DIGEST := $(call source_digest,$(TFLM_TREE))
 TFLM_CMSIS_NN_DIGEST := $(if $(TFLM_CMSIS_NN_FOUND),$(call source_digest,$(TFLM_CMSIS_NN_DIR)))
+
+TFLM_OPS_SORTED := $(sort $(TFLM_OPS))
+TFLM_OPS_KEY := $(shell printf '%s' '$(TFLM_OPS_SORTED)' | sha256sum | cut -c1-12)
+TFLM_OPS_MACRO := -D'MTFLM_OPS_SUBSET(X)=$(foreach o,$(TFLM_OPS_SORTED),X(Add$(o)))'
+ifneq ($(TFLM_OPS),all)
+# $(1) = kernel library: the TFLM sources of the runner of TFLM_OPS.
+define tflm_subset_sources
+TFLM_SUBSET_SRCS.$(1) := $$(shell sh tflm/op-sources.sh '$(TFLM_TREE)' $(1) $(TFLM_OPS_SORTED))
+$$(if $$(filter 0,$$(.SHELLSTATUS)),,$$(error TFLM_OPS="$(TFLM_OPS)": tflm/op-sources.sh failed for the $(1) kernels (the message above names the operator)))
+endef
+$(foreach k,$(TFLM_KERNEL_LIBS),$(eval $(call tflm_subset_sources,$(k))))
+endif
 
 # $(1) = target, $(2) = kernel library (reference | cmsis_nn)
 define tflm_lib_rules
@@ -113,25 +140,59 @@ TFLM_LIBDIR.$(1).$(2) := $(TFLM_CACHE)/$(1)-$(2)-$$(shell printf '%s' '$$(TFLM_K
 TFLM_OBJS.$(1).$(2) := $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/obj/,$$(TFLM_SRCS.$(2):.cc=.o)) \
     $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/cmsis-nn/,$$(TFLM_CSRCS.$(2):.c=.o))
 
+# Objects and archives are written whole (tflm/atomic.sh): builds sharing
+# the cache never read each other's half-written files.
 $$(TFLM_LIBDIR.$(1).$(2))/obj/%.o: $(TFLM_TREE)/%.cc | check-$(1)
 	@mkdir -p $$(@D)
-	$(CXX.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CXXFLAGS) $$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2)) \
-	    $$(TFLM_TREE_INCLUDES) $(TFLM_INC.$(2)) -MMD -MP -c $$< -o $$@
+	$(ATOMIC) cc $$@ $(CXX.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CXXFLAGS) $$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2)) \
+	    $$(TFLM_TREE_INCLUDES) $(TFLM_INC.$(2)) -c $$<
 
 $$(TFLM_LIBDIR.$(1).$(2))/cmsis-nn/%.o: $(TFLM_CMSIS_NN_DIR)/%.c | check-$(1)
 	@mkdir -p $$(@D)
-	$(CC.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CFLAGS) $(TFLM_INC.$(2)) -MMD -MP -c $$< -o $$@
+	$(ATOMIC) cc $$@ $(CC.$(1)) $(ARCH.$(1)) $(TFLM_LIB_CFLAGS) $(TFLM_INC.$(2)) -c $$<
 
-# Written to a temporary name and renamed, so a concurrent build never links a
-# half-written archive. An existing archive is current by its key.
-$$(TFLM_LIBDIR.$(1).$(2))/libtflm.a: $$(if $$(wildcard $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a),,$$(TFLM_OBJS.$(1).$(2)))
+# An existing archive is current by its key.
+$$(TFLM_LIBDIR.$(1).$(2))/libtflm.a: $$(if $$(wildcard $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a),,$$(filter-out \
+    $$(wildcard $$(TFLM_OBJS.$(1).$(2))),$$(TFLM_OBJS.$(1).$(2))))
 	@printf '%s\n' '$$(TFLM_KEYTEXT.$(1).$(2))' > $$(@D)/key.txt
-	@rm -f $$@.tmp
 	@echo "$(AR.$(1)) rcs $$@ <$$(words $$(TFLM_OBJS.$(1).$(2))) objects>"
-	@$(AR.$(1)) rcs $$@.tmp $$(TFLM_OBJS.$(1).$(2))
-	@mv -f $$@.tmp $$@
+	@$(ATOMIC) ar $$@ $(AR.$(1)) $$(TFLM_OBJS.$(1).$(2))
 
-TFLM_RUNNER_OBJS.$(1).$(2) := $$(addprefix $(BUILD)/$(1)/obj/,$$(addsuffix -$(2).o,$(TFLM_RUNNER)))
+# The operators of this runner: TFLM_OPS, unless a runner of all is built
+# (its stamp says so, or it predates stamps).
+TFLM_STAMP.$(1).$(2) := $(BUILD)/$(1)/$(TFLM_ELF.$(2):.elf=.ops)
+TFLM_OPS.$(1).$(2) := $$(if $$(or $$(filter all,$(TFLM_OPS) $$(file <$$(TFLM_STAMP.$(1).$(2)))),$$(and \
+    $$(wildcard $(BUILD)/$(1)/$(TFLM_ELF.$(2))),$$(if $$(wildcard $$(TFLM_STAMP.$(1).$(2))),,old))),all,$(TFLM_OPS_SORTED))
+ifeq ($$(TFLM_OPS.$(1).$(2)),all)
+TFLM_ARCHIVE.$(1).$(2) := $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a
+TFLM_OPS_OBJ.$(1).$(2) := $(BUILD)/$(1)/obj/tflm/ops-$(2).o
+TFLM_OPS_LDFLAGS.$(1).$(2) :=
+else
+TFLM_ARCHIVE.$(1).$(2) := $$(TFLM_LIBDIR.$(1).$(2))/libtflm-ops-$(TFLM_OPS_KEY).a
+TFLM_OPS_OBJ.$(1).$(2) := $(BUILD)/$(1)/obj/tflm/ops-$(2)-$(TFLM_OPS_KEY).o
+TFLM_OPS_LDFLAGS.$(1).$(2) := -Wl,--undefined=memtrace_runner_ops
+TFLM_SUBSET_OBJS.$(1).$(2) := $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/obj/,$$(TFLM_SUBSET_SRCS.$(2):.cc=.o)) \
+    $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/cmsis-nn/,$$(TFLM_CSRCS.$(2):.c=.o))
+# Objects already in the cache are current by its key.
+$$(TFLM_ARCHIVE.$(1).$(2)): $$(filter-out $$(wildcard $$(TFLM_SUBSET_OBJS.$(1).$(2))),$$(TFLM_SUBSET_OBJS.$(1).$(2)))
+	@printf '%s\n' '$$(TFLM_KEYTEXT.$(1).$(2))' > $$(@D)/key.txt
+	@echo "$(AR.$(1)) rcs $$@ <$$(words $$(TFLM_SUBSET_OBJS.$(1).$(2))) objects: $(TFLM_OPS_SORTED)>"
+	@$(ATOMIC) ar $$@ $(AR.$(1)) $$(TFLM_SUBSET_OBJS.$(1).$(2))
+
+$(BUILD)/$(1)/obj/tflm/ops-$(2)-$(TFLM_OPS_KEY).o: tflm/ops.cc | check-$(1)
+	@mkdir -p $$(@D)
+	$(CXX.$(1)) $(ARCH.$(1)) $$(TFLM_RUNNER_CXXFLAGS) $$(TFLM_TREE_DEFS) $(TFLM_DEFS.$(2)) \
+	    $(TFLM_OPS_MACRO) -c $$< -o $$@
+endif
+
+# Rewritten only when the operators change, so the runner relinks then.
+$$(TFLM_STAMP.$(1).$(2)): FORCE
+	@mkdir -p $$(@D)
+	@if [ "$$$$(cat $$@ 2>/dev/null)" != '$$(TFLM_OPS.$(1).$(2))' ]; then \
+	    printf '%s\n' '$$(TFLM_OPS.$(1).$(2))' > $$@; fi
+
+TFLM_RUNNER_OBJS.$(1).$(2) := $$(addprefix $(BUILD)/$(1)/obj/,$$(addsuffix -$(2).o,$(TFLM_RUNNER))) \
+    $$(TFLM_OPS_OBJ.$(1).$(2))
 
 $(BUILD)/$(1)/obj/tflm/%-$(2).o: tflm/%.cc | check-$(1)
 	@mkdir -p $$(@D)
@@ -139,8 +200,8 @@ $(BUILD)/$(1)/obj/tflm/%-$(2).o: tflm/%.cc | check-$(1)
 	    -c $$< -o $$@
 
 $(BUILD)/$(1)/$(TFLM_ELF.$(2)): $$(addprefix $(BUILD)/$(1)/obj/rt/,$$(addsuffix .o,$(RT_PORT))) \
-    $$(TFLM_RUNNER_OBJS.$(1).$(2)) $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a $(TFLM_LDSCRIPT.$(1))
-	$(CXX.$(1)) $(ARCH.$(1)) $(LDFLAGS_ALL) $(LINK.$(1)) -T $(TFLM_LDSCRIPT.$(1)) \
+    $$(TFLM_RUNNER_OBJS.$(1).$(2)) $$(TFLM_ARCHIVE.$(1).$(2)) $(TFLM_LDSCRIPT.$(1)) $$(TFLM_STAMP.$(1).$(2))
+	$(CXX.$(1)) $(ARCH.$(1)) $(LDFLAGS_ALL) $(LINK.$(1)) -T $(TFLM_LDSCRIPT.$(1)) $$(TFLM_OPS_LDFLAGS.$(1).$(2)) \
 	    -Wl,-Map=$$(@:.elf=.map) -o $$@ $$(filter %.o %.a,$$^) $(TFLM_LDLIBS.$(1))
 	$(TFLM_CHECK.$(1))
 
@@ -191,9 +252,6 @@ $(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),$(eval $(call tflm_l
 $(foreach t,$(RISCV),$(eval $(call tflm_lib_rules,$(t),reference)))
 $(foreach t,$(TFLM_TARGETS),$(eval $(t): $(TFLM_NOTE)))
 $(if $(MUSL_FOUND),,$(eval x86_64: tflm-musl-note))
-
--include $(foreach t,$(TFLM_TARGETS),$(foreach k,$(TFLM_KERNEL_LIBS),\
-    $(shell test -d '$(TFLM_LIBDIR.$(t).$(k))' && find '$(TFLM_LIBDIR.$(t).$(k))' -name '*.d')))
 
 # The firmware `main` of docs/deploy.md (examples/deploy_main.cc) for the
 # Cortex-M4, from the header `memtrace plan|verify --emit-offline OUT.tflite`

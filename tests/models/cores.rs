@@ -347,3 +347,55 @@ fn one_plan_for_three_cores_takes_the_smallest_overlap_and_verifies_on_each() {
         stderr(&out)
     );
 }
+
+/// The functions an ELF defines, read by binutils (independently of
+/// memtrace).
+fn defined_functions(elf: &std::path::Path) -> String {
+    let out = std::process::Command::new("arm-none-eabi-nm")
+        .args(["--defined-only", path_str(elf)])
+        .output()
+        .expect("arm-none-eabi-nm runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_per_core_runner_built_for_the_tests_has_their_operators_and_names_what_it_lacks() {
+    // `cores-tested` builds these runners with the operators of the model
+    // the tests run (harness-c's TFLM_TEST_OPS), unless a runner of every
+    // operator was built before: its `.ops` file says which.
+    let add_model = shared_model("tflm_simple_add_model.tflite");
+    for core in ["cortex-m0", "cortex-m3", "cortex-m7", "cortex-m33"] {
+        let runner = guest(core, "tflm-runner-cmsis");
+        let ops = std::fs::read_to_string(runner.with_extension("ops"))
+            .unwrap_or_else(|e| panic!("{}: {e}", runner.with_extension("ops").display()));
+        let symbols = defined_functions(&runner);
+        let has_add = symbols.contains("_ZN6tflite12Register_ADDEv");
+        let out = memtrace(["run", &add_model, "--kernels", "cmsis-nn", "--target", core]);
+        if ops.trim() == "all" {
+            assert!(has_add, "{core}: a runner of all operators has ADD");
+            assert!(out.status.success(), "{core}: {}", stderr(&out));
+            continue;
+        }
+        assert!(!has_add, "{core}: {ops} has no ADD, but its ELF does");
+        for op in [
+            "Conv2D",
+            "DepthwiseConv2D",
+            "AveragePool2D",
+            "FullyConnected",
+        ] {
+            assert!(ops.contains(op), "{core}: {ops} lacks {op}");
+        }
+        assert_eq!(out.status.code(), Some(1), "{core}: {}", stderr(&out));
+        let err = stderr(&out);
+        for part in [
+            "Didn't find op for builtin opcode 'ADD'".to_owned(),
+            format!(
+                "registers only {}",
+                ops.split_whitespace().collect::<Vec<_>>().join(", ")
+            ),
+            format!("make -C harness-c {core}"),
+        ] {
+            assert!(err.contains(&part), "{core}: {part:?} missing from: {err}");
+        }
+    }
+}

@@ -209,13 +209,14 @@ impl<'a> ModelRun<'a> {
                 .as_deref()
                 .map(|r| with_abort_site(image, r));
             bail!(
-                "TFLM {}",
+                "TFLM {}{}",
                 crate::support::common::exit_text(
                     summary.exit_code,
                     reason.as_deref(),
                     "2: bad job, 3: bad model, 4: AllocateTensors failed, 5: Invoke failed, \
                      6: inputs or outputs do not fit; docs/protocol.md, \"The TFLM runner\""
-                )
+                ),
+                super::runner::narrowed_runner_note(image).unwrap_or_default()
             );
         }
         let result = TflmResult::decode(&summary.memory[0], &summary.memory[1])

@@ -69,6 +69,39 @@ pub fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {
     Ok(image)
 }
 
+/// The operators a runner built for some only registers (its
+/// `memtrace_runner_ops`, the Add* names of TFLM's op resolver), or `None`
+/// for a runner of every operator TFLM has.
+pub(crate) fn runner_ops(image: &ElfImage) -> Option<Vec<String>> {
+    let at = image.symbol("memtrace_runner_ops")?.address;
+    let seg = image
+        .segments
+        .iter()
+        .find(|s| (s.address..s.address + s.data.len() as u64).contains(&at))?;
+    let bytes = &seg.data[(at - seg.address) as usize..];
+    let text = &bytes[..bytes.iter().position(|&b| b == 0)?];
+    let names = String::from_utf8_lossy(text);
+    Some(
+        names
+            .split_whitespace()
+            .map(|n| n.strip_prefix("Add").unwrap_or(n).to_owned())
+            .collect(),
+    )
+}
+
+/// What to add to TFLM's failure in `image` when the runner registers
+/// only some operators: which, and how to build it with all of them.
+pub(crate) fn narrowed_runner_note(image: &ElfImage) -> Option<String> {
+    let ops = runner_ops(image)?;
+    Some(format!(
+        "; {} registers only {} (built with TFLM_OPS, as `make test`'s per-core runners are): \
+         build it with every operator with `make -C harness-c {}` (TFLM_OPS=all)",
+        image.path.display(),
+        ops.join(", "),
+        image.arch.name()
+    ))
+}
+
 /// TFLM's runtime classes (mangled name components) whose code runs inside
 /// an operator's window around the kernel: the interpreter loop and the
 /// allocator resetting its temporary allocations after each operator.

@@ -1,0 +1,58 @@
+#!/bin/sh
+# op-sources.sh TREE KERNELS OP... — the TFLM sources (paths under TREE, one
+# per line, sorted) a runner registering only the operators OP... links:
+# TFLM's runtime (everything outside the kernel folders), the kernels'
+# shared helpers, and per operator the file that defines its registration
+# (MicroMutableOpResolver's Add<OP> default, e.g. Register_CONV_2D for
+# Conv2D; under KERNELS=cmsis_nn the CMSIS-NN glue's file when it has one)
+# with its <stem>_common.cc. The signal library's sources come only with a
+# signal operator. A helper this misses is a link error naming the symbol,
+# never a runner that silently lacks code.
+set -eu
+tree=$1 kernels=$2
+shift 2
+cd "$tree"
+k=tensorflow/lite/micro/kernels
+resolver=tensorflow/lite/micro/micro_mutable_op_resolver.h
+sources() {
+    # The runtime: everything outside the kernel folders and the signal
+    # library, without the Cortex-M platform files (the runner has its own).
+    find tensorflow -name '*.cc' ! -path "$k/*" ! -path 'tensorflow/lite/micro/cortex_m_generic/*'
+    # Kernel helpers: kernel files that register nothing and are no
+    # operator's _common.cc.
+    for f in "$k"/*.cc; do
+        case $f in *_common.cc) continue ;; esac
+        grep -q 'Register_[A-Za-z0-9_]*() *{' "$f" || echo "$f"
+    done
+    signal=
+    for op in "$@"; do
+        reg=$(sed -n "/TfLiteStatus Add$op(/,/^  }/p" "$resolver" |
+            grep -o 'Register_[A-Za-z0-9_]*()' | head -n 1 | tr -d '()')
+        if [ -z "$reg" ]; then
+            echo "op-sources.sh: $resolver has no Add$op with a registration" >&2
+            exit 1
+        fi
+        defs=$(grep -l "$reg() *{" "$k"/*.cc "$k"/cmsis_nn/*.cc signal/micro/kernels/*.cc 2>/dev/null || true)
+        file=
+        if [ "$kernels" = cmsis_nn ]; then
+            file=$(printf '%s\n' $defs | grep '/cmsis_nn/' | head -n 1 || true)
+        fi
+        [ -n "$file" ] || file=$(printf '%s\n' $defs | grep -v '/cmsis_nn/' | head -n 1 || true)
+        if [ -z "$file" ]; then
+            echo "op-sources.sh: no source of $tree defines $reg() (for Add$op)" >&2
+            exit 1
+        fi
+        echo "$file"
+        stem=$(basename "$file" .cc)
+        for d in "$k" signal/micro/kernels; do
+            [ -f "$d/${stem}_common.cc" ] && echo "$d/${stem}_common.cc"
+        done
+        case $file in signal/*) signal=yes ;; esac
+    done
+    if [ -n "$signal" ]; then
+        find signal -name '*.cc' ! -path 'signal/micro/kernels/*'
+    fi
+}
+# Not a pipeline into sort: an unknown operator must fail the script.
+list=$(sources "$@")
+printf '%s\n' "$list" | LC_ALL=C sort -u
