@@ -8,20 +8,66 @@
 # with its <stem>_common.cc. The signal library's sources come only with a
 # signal operator. A helper this misses is a link error naming the symbol,
 # never a runner that silently lacks code.
+#
+# op-sources.sh --names TREE NAME... — the Add* names (without `Add`, one per
+# line, sorted) of operators named as a model names them: a builtin
+# (`CONV_2D`), a custom code (`SignalEnergy`), or an Add* name already.
+# TinySeg's `MEMTRACE_*` operators are the runner's own, always registered.
 set -eu
-tree=$1 kernels=$2
-shift 2
+names=
+if [ "$1" = --names ]; then
+    names=yes
+    shift
+    tree=$1
+    shift
+else
+    tree=$1 kernels=$2
+    shift 2
+fi
 cd "$tree"
 k=tensorflow/lite/micro/kernels
 resolver=tensorflow/lite/micro/micro_mutable_op_resolver.h
+
+if [ -n "$names" ]; then
+    # Each Add<Op> of the resolver with the builtin or custom code it adds.
+    table=$(awk '
+        match($0, /TfLiteStatus Add[A-Za-z0-9]+\(/) {
+            op = substr($0, RSTART + 16, RLENGTH - 17); done = 0
+            if (op == "Builtin" || op == "Custom") op = ""
+        }
+        op != "" && !done && match($0, /BuiltinOperator_[A-Z0-9_]+/) {
+            print substr($0, RSTART + 16, RLENGTH - 16), op; done = 1
+        }
+        op != "" && !done && match($0, /AddCustom\("[^"]+"/) {
+            print substr($0, RSTART + 11, RLENGTH - 12), op; done = 1
+        }' "$resolver")
+    ops=
+    for name in "$@"; do
+        case $name in MEMTRACE_*) continue ;; esac
+        op=$(printf '%s\n' "$table" | awk -v n="$name" '$1 == n || $2 == n { print $2; exit }')
+        if [ -z "$op" ] && grep -q "TfLiteStatus Add$name(" "$resolver"; then
+            op=$name
+        fi
+        if [ -z "$op" ]; then
+            echo "op-sources.sh: TFLM's op resolver ($resolver) has no operator $name" >&2
+            exit 1
+        fi
+        ops="$ops$op
+"
+    done
+    printf '%s' "$ops" | LC_ALL=C sort -u
+    exit 0
+fi
 sources() {
     # The runtime: everything outside the kernel folders and the signal
-    # library, without the Cortex-M platform files (the runner has its own).
-    find tensorflow -name '*.cc' ! -path "$k/*" ! -path 'tensorflow/lite/micro/cortex_m_generic/*'
+    # library, without the Cortex-M platform files (the runner has its own)
+    # and TFLM's test scaffolding, which no runner links.
+    find tensorflow -name '*.cc' ! -path "$k/*" ! -path 'tensorflow/lite/micro/cortex_m_generic/*' \
+        ! -name 'test_helper*.cc' ! -name mock_micro_graph.cc ! -name fake_micro_context.cc
     # Kernel helpers: kernel files that register nothing and are no
-    # operator's _common.cc.
+    # operator's _common.cc (nor the kernel tests' runner).
     for f in "$k"/*.cc; do
-        case $f in *_common.cc) continue ;; esac
+        case $f in *_common.cc | */kernel_runner.cc) continue ;; esac
         grep -q 'Register_[A-Za-z0-9_]*() *{' "$f" || echo "$f"
     done
     signal=

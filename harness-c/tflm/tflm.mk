@@ -125,6 +125,8 @@ ifneq ($(TFLM_OPS),all)
 define tflm_subset_sources
 TFLM_SUBSET_SRCS.$(1) := $$(shell sh tflm/op-sources.sh '$(TFLM_TREE)' $(1) $(TFLM_OPS_SORTED))
 $$(if $$(filter 0,$$(.SHELLSTATUS)),,$$(error TFLM_OPS="$(TFLM_OPS)": tflm/op-sources.sh failed for the $(1) kernels (the message above names the operator)))
+# The archive is named by what it holds.
+TFLM_SUBSET_KEY.$(1) := $$(shell printf '%s' '$$(TFLM_SUBSET_SRCS.$(1))' | sha256sum | cut -c1-12)
 endef
 $(foreach k,$(TFLM_KERNEL_LIBS),$(eval $(call tflm_subset_sources,$(k))))
 endif
@@ -168,7 +170,7 @@ TFLM_ARCHIVE.$(1).$(2) := $$(TFLM_LIBDIR.$(1).$(2))/libtflm.a
 TFLM_OPS_OBJ.$(1).$(2) := $(BUILD)/$(1)/obj/tflm/ops-$(2).o
 TFLM_OPS_LDFLAGS.$(1).$(2) :=
 else
-TFLM_ARCHIVE.$(1).$(2) := $$(TFLM_LIBDIR.$(1).$(2))/libtflm-ops-$(TFLM_OPS_KEY).a
+TFLM_ARCHIVE.$(1).$(2) := $$(TFLM_LIBDIR.$(1).$(2))/libtflm-ops-$$(TFLM_SUBSET_KEY.$(2)).a
 TFLM_OPS_OBJ.$(1).$(2) := $(BUILD)/$(1)/obj/tflm/ops-$(2)-$(TFLM_OPS_KEY).o
 TFLM_OPS_LDFLAGS.$(1).$(2) := -Wl,--undefined=memtrace_runner_ops
 TFLM_SUBSET_OBJS.$(1).$(2) := $$(addprefix $$(TFLM_LIBDIR.$(1).$(2))/obj/,$$(TFLM_SUBSET_SRCS.$(2):.cc=.o)) \
