@@ -97,8 +97,8 @@ TFLM_NOTE := $(if $(TFLM_CMSIS_NN_FOUND),,tflm-cmsis-note)
 TFLM_RUNNER := tflm/runner tflm/platform tflm/storage_ops
 
 # The operators a runner registers: `all` (every Add* of
-# MicroMutableOpResolver: any model runs), or Add* names without `Add`,
-# e.g. TFLM_OPS="Conv2D Reshape". A runner of some operators is linked
+# MicroMutableOpResolver: any model runs), or operators by their Add* name
+# without `Add` or as a model names them, e.g. TFLM_OPS="Conv2D RESHAPE". A runner of some operators is linked
 # against a library of just their kernels (tflm/op-sources.sh lists them),
 # a quarter of TFLM to compile. TFLM_TEST_OPS are the operators of the model
 # the per-core tests of `make test` run (MLPerf Tiny's DS-CNN): `cores-tested`
@@ -117,7 +117,14 @@ source_digest = $(shell cd $(1) && find . -type f \( -name '*.cc' -o -name '*.c'
 TFLM_TREE_DIGEST := $(call source_digest,$(TFLM_TREE))
 TFLM_CMSIS_NN_DIGEST := $(if $(TFLM_CMSIS_NN_FOUND),$(call source_digest,$(TFLM_CMSIS_NN_DIR)))
 
-TFLM_OPS_SORTED := $(sort $(TFLM_OPS))
+# Operators may be named as a model names them (CONV_2D, a custom code) or by
+# their Add* name: each is turned into its Add* name.
+ifeq ($(TFLM_OPS),all)
+TFLM_OPS_SORTED := all
+else
+TFLM_OPS_SORTED := $(shell sh tflm/op-sources.sh --names '$(TFLM_TREE)' $(TFLM_OPS))
+$(if $(filter 0,$(.SHELLSTATUS)),,$(error TFLM_OPS="$(TFLM_OPS)": $(TFLM_TREE) cannot build a runner of these operators (the message above names the one TFLM lacks)))
+endif
 TFLM_OPS_KEY := $(shell printf '%s' '$(TFLM_OPS_SORTED)' | sha256sum | cut -c1-12)
 TFLM_OPS_MACRO := -D'MTFLM_OPS_SUBSET(X)=$(foreach o,$(TFLM_OPS_SORTED),X(Add$(o)))'
 ifneq ($(TFLM_OPS),all)
@@ -204,7 +211,9 @@ $(BUILD)/$(1)/obj/tflm/%-$(2).o: tflm/%.cc | check-$(1)
 $(BUILD)/$(1)/$(TFLM_ELF.$(2)): $$(addprefix $(BUILD)/$(1)/obj/rt/,$$(addsuffix .o,$(RT_PORT))) \
     $$(TFLM_RUNNER_OBJS.$(1).$(2)) $$(TFLM_ARCHIVE.$(1).$(2)) $(TFLM_LDSCRIPT.$(1)) $$(TFLM_STAMP.$(1).$(2))
 	$(CXX.$(1)) $(ARCH.$(1)) $(LDFLAGS_ALL) $(LINK.$(1)) -T $(TFLM_LDSCRIPT.$(1)) $$(TFLM_OPS_LDFLAGS.$(1).$(2)) \
-	    -Wl,-Map=$$(@:.elf=.map) -o $$@ $$(filter %.o %.a,$$^) $(TFLM_LDLIBS.$(1))
+	    -Wl,-Map=$$(@:.elf=.map) -o $$@.tmp $$(filter %.o %.a,$$^) $(TFLM_LDLIBS.$(1))
+	@# Renamed into place: memtrace may be reading the runner it widens.
+	@mv -f $$@.tmp $$@
 	$(TFLM_CHECK.$(1))
 
 $(1): $(BUILD)/$(1)/$(TFLM_ELF.$(2))

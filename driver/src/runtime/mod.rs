@@ -20,6 +20,7 @@ pub mod oracle;
 pub mod plan_file;
 mod plan_inputs;
 mod runner;
+mod runner_build;
 pub mod trace_cache;
 
 pub use inputs::{input_bytes, load_for_tflm, model_bytes, run_inputs, seeded_inputs};
@@ -30,6 +31,7 @@ pub use plan_inputs::{
 pub use runner::{
     load_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code, target_runner,
 };
+pub use runner_build::OpsNeeded;
 
 use memtrace_tracer::ElfImage;
 

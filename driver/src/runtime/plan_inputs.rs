@@ -10,7 +10,7 @@ use memtrace_model::planner::TracedOverlaps;
 use memtrace_model::tflite;
 use memtrace_tracer::{AccessPath, Arch, ElfImage};
 
-use super::{load_runner, model_bytes, runner_path, seeded_inputs, ModelRun};
+use super::{load_runner, model_bytes, runner_path, seeded_inputs, ModelRun, OpsNeeded};
 use crate::runtime::kernels::Kernels;
 use crate::runtime::trace_cache::TraceCache;
 use crate::support::error::Result;
@@ -103,7 +103,16 @@ pub fn plan_inputs(
     let bytes = tflite::strip_offline(&bytes)?.unwrap_or(bytes);
     let graph = memtrace_model::graph::read_graph(&bytes)?;
     let inputs = seeded_inputs(&graph, 1)?;
-    let image = load_runner(&runner_path(target, kernels, None, "--runner")?, kernels)?;
+    let image = load_runner(
+        &runner_path(
+            target,
+            kernels,
+            None,
+            "--runner",
+            Some(&OpsNeeded::of(&graph)),
+        )?,
+        kernels,
+    )?;
     let key = TraceCache::key(
         "tflm-plan-inputs-v1",
         &[&image.bytes, &bytes, &inputs, &(ops as u64).to_le_bytes()],

@@ -8,17 +8,21 @@ use memtrace_abi::runner::symbols;
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::region;
+use super::runner_build::{runner_for_model, OpsNeeded};
 use crate::bail;
 use crate::runtime::kernels::{check_built_with, harness_guest, Kernels};
 use crate::support::error::Result;
 
 /// The runner guest of `kernels` for `arch`, or the one the user named
-/// (with `option`, which a missing harness build's error suggests).
+/// (with `option`, which a missing harness build's error suggests). With
+/// the operators a model `need`s, a source tree's runner that lacks them
+/// is built first ([`runner_for_model`]).
 pub fn runner_path(
     arch: Arch,
     kernels: Kernels,
     explicit: Option<&Path>,
     option: &str,
+    need: Option<&OpsNeeded>,
 ) -> Result<PathBuf> {
     if kernels == Kernels::CmsisNn && !arch.has_cmsis_nn() {
         bail!(
@@ -27,21 +31,27 @@ pub fn runner_path(
              (--kernels tflm)"
         );
     }
+    if let (None, Some(need)) = (explicit, need) {
+        if let Some(path) = runner_for_model(arch, kernels, need)? {
+            return Ok(path);
+        }
+    }
     match explicit {
         Some(p) => Ok(p.to_path_buf()),
         None => harness_guest(arch, kernels.runner_file(), option),
     }
 }
 
-/// The runner of `kernels` for `target` (or the one named with `option`),
-/// loaded and checked: a runner built with `kernels`, for `target`.
+/// The runner of `kernels` for `target` (or the one named with `option`;
+/// built first for a model that `need`s operators it lacks), loaded and checked: a runner built with `kernels`, for `target`.
 pub fn target_runner(
     target: Arch,
     kernels: Kernels,
     explicit: Option<&Path>,
     option: &str,
+    need: Option<&OpsNeeded>,
 ) -> Result<(PathBuf, ElfImage)> {
-    let path = runner_path(target, kernels, explicit, option)?;
+    let path = runner_path(target, kernels, explicit, option, need)?;
     let image = load_runner(&path, kernels)?;
     if image.arch != target {
         bail!(

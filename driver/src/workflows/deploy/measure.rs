@@ -20,7 +20,7 @@ use memtrace_tracer::{Arch, ElfImage, TraceError};
 use super::{sha256_prefix, ArenaToAllocate, ARENA_ALIGNMENT};
 use crate::runtime::kernels::Kernels;
 use crate::runtime::trace_cache::TraceCache;
-use crate::runtime::{load_runner, runner_path, ModelRun};
+use crate::runtime::{load_runner, runner_path, ModelRun, OpsNeeded};
 use crate::support::common::run_without_hooks;
 use crate::support::error::{Error, Result};
 use crate::{bail, failed};
@@ -190,7 +190,16 @@ pub fn measure_arena(
     runner: Option<&Path>,
     cache: &TraceCache,
 ) -> Result<ArenaToAllocate> {
-    let path = runner_path(target, kernels, runner, "--runner")?;
+    let path = runner_path(
+        target,
+        kernels,
+        runner,
+        "--runner",
+        memtrace_model::graph::read_graph(model)
+            .ok()
+            .map(|g| OpsNeeded::of(&g))
+            .as_ref(),
+    )?;
     measure_arena_on(&load_runner(&path, kernels)?, model, inputs, kernels, cache)
 }
 

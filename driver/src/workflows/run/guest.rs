@@ -13,7 +13,7 @@ use super::RunOptions;
 use crate::bail;
 use crate::runtime::plan_file::EmbeddedOrigin;
 use crate::runtime::{
-    input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, ScratchWatch,
+    input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, OpsNeeded, ScratchWatch,
 };
 use crate::support::common::trace_with;
 use crate::support::error::{Context, Result};
@@ -92,7 +92,13 @@ pub(super) fn model_guest(opts: &RunOptions) -> Result<Guest> {
         }
         None => seeded_inputs(&graph, opts.seed as u64)?,
     };
-    let path = runner_path(m.target, m.kernels, m.runner.as_deref(), "--runner")?;
+    let path = runner_path(
+        m.target,
+        m.kernels,
+        m.runner.as_deref(),
+        "--runner",
+        Some(&OpsNeeded::of(&graph)),
+    )?;
     let image = load_runner(&path, m.kernels)?;
     if image.arch != m.target {
         bail!(
