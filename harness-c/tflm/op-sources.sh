@@ -1,11 +1,11 @@
 #!/bin/sh
 # op-sources.sh TREE KERNELS OP... — the TFLM sources (paths under TREE, one
 # per line, sorted) a runner registering only the operators OP... links:
-# TFLM's runtime (everything outside the kernel folders), the kernels'
-# shared helpers, and per operator the file that defines its registration
+# TFLM's runtime (everything outside the kernel folders but TFLM's test
+# scaffolding), and per operator the file that defines its registration
 # (MicroMutableOpResolver's Add<OP> default, e.g. Register_CONV_2D for
 # Conv2D; under KERNELS=cmsis_nn the CMSIS-NN glue's file when it has one)
-# with its <stem>_common.cc. The signal library's sources come only with a
+# with its <stem>_*.cc and the kernel helpers whose headers they include. The signal library's sources come only with a
 # signal operator. A helper this misses is a link error naming the symbol,
 # never a runner that silently lacks code.
 #
@@ -58,18 +58,47 @@ if [ -n "$names" ]; then
     printf '%s' "$ops" | LC_ALL=C sort -u
     exit 0
 fi
+# FILE... and the kernel helpers they need, to a fixed point: for each
+# `#include "tensorflow/lite/micro/kernels/<h>.h"` of theirs or of the
+# headers they include, the <h>_*.cc beside it,
+# and <h>.cc unless it registers an operator of its own (conv.h is included
+# by depthwise_conv.cc for conv_common.cc's functions, not for CONV_2D).
+with_helpers() {
+    todo=
+    for f in "$@"; do [ -f "$f" ] && todo="$todo $f"; done
+    seen=
+    while [ -n "$todo" ]; do
+        next=
+        for f in $todo; do
+            case " $seen " in *" $f "*) continue ;; esac
+            seen="$seen $f"
+            case $f in *.cc) echo "$f" ;; esac
+            for h in $(sed -n 's|^#include "tensorflow/lite/micro/kernels/\([a-z0-9_]*\)\.h".*|\1|p' "$f"); do
+                # Headers include headers (depthwise_conv.h includes conv.h).
+                [ -f "$k/$h.h" ] && next="$next $k/$h.h"
+                for c in "$k/$h.cc" "$k/${h}"_*.cc; do
+                    [ -f "$c" ] || continue
+                    case $c in
+                    */kernel_runner.cc) continue ;;
+                    "$k/$h.cc") grep -q 'Register_[A-Za-z0-9_]*() *{' "$c" && continue ;;
+                    esac
+                    next="$next $c"
+                done
+            done
+        done
+        todo=$next
+    done
+}
+
 sources() {
     # The runtime: everything outside the kernel folders and the signal
     # library, without the Cortex-M platform files (the runner has its own)
     # and TFLM's test scaffolding, which no runner links.
     find tensorflow -name '*.cc' ! -path "$k/*" ! -path 'tensorflow/lite/micro/cortex_m_generic/*' \
         ! -name 'test_helper*.cc' ! -name mock_micro_graph.cc ! -name fake_micro_context.cc
-    # Kernel helpers: kernel files that register nothing and are no
-    # operator's _common.cc (nor the kernel tests' runner).
-    for f in "$k"/*.cc; do
-        case $f in *_common.cc | */kernel_runner.cc) continue ;; esac
-        grep -q 'Register_[A-Za-z0-9_]*() *{' "$f" || echo "$f"
-    done
+    # The kernels' one helper of all: kernel_util.cc. The others come with
+    # the operators whose sources include their headers (below).
+    echo "$k/kernel_util.cc"
     signal=
     for op in "$@"; do
         reg=$(sed -n "/TfLiteStatus Add$op(/,/^  }/p" "$resolver" |
@@ -88,11 +117,12 @@ sources() {
             echo "op-sources.sh: no source of $tree defines $reg() (for Add$op)" >&2
             exit 1
         fi
-        echo "$file"
         stem=$(basename "$file" .cc)
-        for d in "$k" signal/micro/kernels; do
-            [ -f "$d/${stem}_common.cc" ] && echo "$d/${stem}_common.cc"
-        done
+        dir=$(dirname "$file")
+        [ "$dir" = "$k/cmsis_nn" ] && dir=$k
+        # The operator's file, its <stem>_*.cc (conv_common.cc), and what
+        # the kernel headers they include are implemented in.
+        with_helpers "$file" "$dir/${stem}"_*.cc
         case $file in signal/*) signal=yes ;; esac
     done
     if [ -n "$signal" ]; then
