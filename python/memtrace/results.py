@@ -122,7 +122,8 @@ class Plan:
     planner: str
     overlap: str
     status: str
-    peak_bytes: int
+    peak_bytes: Optional[int]
+    """None when the planner does not apply (`status` says so)."""
     tensors: list[dict[str, Any]] = field(repr=False)
 
 
@@ -157,8 +158,14 @@ class PlanResult(_Table):
 
     @property
     def best(self) -> Plan:
-        """The smallest plan (the one `--emit-offline` writes)."""
-        return min(self.plans, key=lambda p: p.peak_bytes)
+        """The smallest plan of the planners that made one (the one
+        `--emit-offline` writes; the first of equals, as the command line
+        takes it). A planner that does not apply (TinySeg's replacement on a
+        model with a skip connection) has no size and is never the best."""
+        made = [p for p in self.plans if p.peak_bytes is not None]
+        if not made:
+            raise ValueError(f"no planner made a plan for {self.model}")
+        return min(made, key=lambda p: p.peak_bytes)
 
     def rows(self) -> list[dict[str, Any]]:
         return [

@@ -58,6 +58,17 @@ def test_tables_for_pandas_and_polars(models):
     assert int(pandas_frame["instructions"].sum()) == sum(l.instructions for l in result.layers)
 
 
+def test_the_best_plan_skips_a_planner_that_does_not_apply(models):
+    # ResNet-8's skip connections leave TinySeg's replacement without a plan.
+    plan = memtrace.plan(models / "mlperf_tiny_ic_resnet8_int8.tflite")
+    absent = [p for p in plan.plans if p.peak_bytes is None]
+    assert absent and all(p.status == "not applicable" for p in absent)
+    # The plan the command line measured the arena for is the best one.
+    chosen = plan.raw["arena_to_allocate"]
+    assert (plan.best.planner, plan.best.overlap) == (chosen["planner"], chosen["overlap"])
+    assert plan.best.peak_bytes == chosen["planned_bytes"]
+
+
 def test_plan_and_verify_agree_with_the_command_line(models, tmp_path):
     model = models / "mlperf_tiny_ad_fc_autoencoder_int8.tflite"
     plan = memtrace.plan(model, kernels="cmsis-nn")
