@@ -26,6 +26,13 @@ for t in "${targets[@]}"; do
             echo "error: $src is not built: run make guests first" >&2
             exit 1
         fi
+        # A wheel's runners run any model: never one built for some
+        # operators only (harness-c's TFLM_OPS).
+        ops="${src%.elf}.ops"
+        if [ -f "$ops" ] && [ "$(cat "$ops")" != all ]; then
+            echo "error: $src registers only $(cat "$ops"): run make guests (TFLM_OPS=all) first" >&2
+            exit 1
+        fi
         cp "$src" "$stage/guests/$t/"
     done
 done
