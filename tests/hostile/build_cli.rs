@@ -691,3 +691,65 @@ fn campaign_hostile_files_options_and_cache_states() {
     assert_eq!((aborts, hangs, touched), (0, 0, 0));
     assert!(failed + usage > 0, "no case was refused");
 }
+
+/// A "compiler" that writes its `-o` file in two halves, 0.4 s apart: a
+/// reader that sees the first half alone has seen a half-written object.
+fn slow_compiler(dir: &Path) -> PathBuf {
+    let cc = dir.join("slow-cc.sh");
+    std::fs::write(
+        &cc,
+        "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n\
+         printf 'first-half,' > \"$out\"; sleep 0.4; printf 'second-half\\n' >> \"$out\"\n",
+    )
+    .unwrap();
+    cc
+}
+
+/// `harness-c/tflm/atomic.sh cc OBJ sh CC -c x.cc`, in a process group of
+/// its own (as make's recipe and its compiler are).
+fn atomic_compile(obj: &Path, cc: &Path) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .arg(repo().join("harness-c/tflm/atomic.sh"))
+        .args(["cc", path_str(obj), "sh", path_str(cc), "-c", "x.cc"])
+        .process_group(0)
+        .spawn()
+        .expect("sh runs")
+}
+
+#[test]
+fn cache_objects_are_written_whole_by_concurrent_builds_and_a_stopped_one_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cc = slow_compiler(dir.path());
+    let obj = dir.path().join("depthwise_conv.o");
+    // Two builds of one cache entry compile the same object at once (two
+    // clones, two terminals): a reader (ar) sees no object or a whole one.
+    let mut builds = [atomic_compile(&obj, &cc), atomic_compile(&obj, &cc)];
+    let whole = "first-half,second-half\n";
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(1200) {
+        if let Ok(text) = std::fs::read_to_string(&obj) {
+            assert_eq!(text, whole, "a reader saw a half-written object");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for b in &mut builds {
+        assert!(b.wait().unwrap().success());
+    }
+    assert_eq!(std::fs::read_to_string(&obj).unwrap(), whole);
+    // A build stopped by a signal (Ctrl-C, a killed make) leaves neither the
+    // object nor its temporary file.
+    let stopped = dir.path().join("conv.o");
+    let mut build = atomic_compile(&stopped, &cc);
+    std::thread::sleep(Duration::from_millis(150));
+    let group = format!("-{}", build.id());
+    let sent = Command::new("kill").args(["-TERM", "--", &group]).status().unwrap();
+    assert!(sent.success(), "kill -TERM -- {group}");
+    assert!(!build.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(600));
+    let left: Vec<String> = names(dir.path())
+        .into_iter()
+        .filter(|n| n != "slow-cc.sh" && n != "depthwise_conv.o")
+        .collect();
+    assert!(left.is_empty(), "a stopped build left {left:?}");
+}
