@@ -6,7 +6,7 @@
 //
 // Build (Cortex-M4, TFLM from ../shared/third_party/tflm, the harness's
 // run-time library):
-//   make -C harness-c deploy-example HEADER=/path/OUT.h [KERNELS=cmsis_nn]
+//   make -C harness-c deploy-example HEADER=/path/OUT.h [DEPLOY_KERNELS=cmsis-nn]
 // and run it in the emulator: memtrace run harness-c/build/cortex-m4/deploy-example.elf
 //
 // Exit codes: 0 ran (and, with an expected-output header, the outputs are

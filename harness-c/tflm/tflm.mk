@@ -270,29 +270,32 @@ $(if $(MUSL_FOUND),,$(eval x86_64: tflm-musl-note))
 # runner's TFLM platform file (DebugLog keeps TFLM's last message for the
 # exit reason), the run-time library and linker script of `make rt`.
 #
-#   make -C harness-c deploy-example HEADER=/abs/OUT.h [DEPLOY_KERNELS=cmsis_nn]
+#   make -C harness-c deploy-example HEADER=/abs/OUT.h [DEPLOY_KERNELS=cmsis-nn]
 #        [EXPECTED=/abs/expected.h] [DEPLOY_ELF=/abs/firmware.elf] [DEPLOY_DEFS=-D...]
 #
 # EXPECTED: a header with kInput/kInputSize and kExpectedOutput/
 # kExpectedOutputSize (the exit code then says whether the outputs equal
 # them). DEPLOY_DEFS: e.g. -DDEPLOY_ARENA_BYTES=N for another arena.
 DEPLOY_KERNELS ?= reference
+# memtrace's --kernels names (tflm, cmsis-nn) or the libraries' (reference,
+# cmsis_nn): the same two builds.
+DEPLOY_LIB := $(or $(filter reference cmsis_nn,$(patsubst tflm,reference,$(patsubst cmsis-nn,cmsis_nn,$(DEPLOY_KERNELS)))),$(error DEPLOY_KERNELS=$(DEPLOY_KERNELS): give tflm or cmsis-nn (memtrace's --kernels names)))
 DEPLOY_ELF ?= $(BUILD)/cortex-m4/deploy-example.elf
 DEPLOY_CXXFLAGS := -std=c++17 -O2 -g -fno-exceptions -fno-rtti -fno-threadsafe-statics \
     -fno-use-cxa-atexit -ffunction-sections -fdata-sections
 .PHONY: deploy-example
 deploy-example: $(BUILD)/cortex-m4/libmemtrace_rt.a $(BUILD)/cortex-m4/memtrace.ld \
-    $(BUILD)/cortex-m4/obj/tflm/platform-$(DEPLOY_KERNELS).o \
-    $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_KERNELS))/libtflm.a | check-cortex-m4
+    $(BUILD)/cortex-m4/obj/tflm/platform-$(DEPLOY_LIB).o \
+    $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_LIB))/libtflm.a | check-cortex-m4
 	@test -f "$(HEADER)" || { echo "error: HEADER=$(HEADER): give the absolute path of the OUT.h that --emit-offline wrote" >&2; exit 1; }
 	@mkdir -p $(dir $(DEPLOY_ELF))
-	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(DEPLOY_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.$(DEPLOY_KERNELS)) \
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(DEPLOY_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.$(DEPLOY_LIB)) \
 	    -Iinclude $(TFLM_TREE_INCLUDES) -DMODEL_HEADER='"$(abspath $(HEADER))"' \
 	    $(if $(EXPECTED),-DEXPECTED_HEADER='"$(abspath $(EXPECTED))"') $(DEPLOY_DEFS) \
 	    -c examples/deploy_main.cc -o $(DEPLOY_ELF:.elf=.o)
 	$(CXX.cortex-m4) $(ARCH.cortex-m4) -nostdlib -static -Wl,--gc-sections -L$(BUILD)/cortex-m4 \
-	    -T memtrace.ld $(DEPLOY_ELF:.elf=.o) $(BUILD)/cortex-m4/obj/tflm/platform-$(DEPLOY_KERNELS).o \
-	    $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_KERNELS))/libtflm.a -lmemtrace_rt -lm -lc -lgcc -o $(DEPLOY_ELF)
+	    -T memtrace.ld $(DEPLOY_ELF:.elf=.o) $(BUILD)/cortex-m4/obj/tflm/platform-$(DEPLOY_LIB).o \
+	    $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_LIB))/libtflm.a -lmemtrace_rt -lm -lc -lgcc -o $(DEPLOY_ELF)
 
 else
 $(foreach t,$(TFLM_TARGETS) $(RISCV),$(eval $(t): tflm-note))

@@ -764,3 +764,51 @@ fn campaign_zero_point_mutants_end_with_tflms_reason() {
     assert!(tally.refused > 0, "{tally:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_half_made_default_oracle_venv_is_not_run_and_says_why() {
+    // `make oracle` stopped before numpy: the default venv exists but
+    // cannot run the oracle. The user never named a Python, so verify runs
+    // without the oracle and says why, instead of failing.
+    let dir = fresh_dir("half-made-venv");
+    let venv = dir.join("home/.cache/memtrace-venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "python3 -m venv");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let model = common::shared_model("tflm_hello_world_int8.tflite");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
+    cmd.args(["verify", &model, "--no-cache", "--format", "json"])
+        .env_remove("MEMTRACE_TFLM_PYTHON")
+        .env("HOME", dir.join("home"))
+        .env("TMPDIR", &tmp);
+    let out = cmd.output().expect("memtrace runs");
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let oracle = &report["oracle"];
+    let reason = oracle["error"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("No module named") && reason.contains("make oracle"),
+        "{oracle}"
+    );
+    assert!(
+        oracle["python"].as_str().unwrap_or_default().contains("memtrace-venv"),
+        "{oracle}"
+    );
+    // A Python the user names is theirs: the same venv through
+    // MEMTRACE_TFLM_PYTHON is an error naming the variable.
+    let named = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(["verify", &model, "--no-cache"])
+        .env("MEMTRACE_TFLM_PYTHON", venv.join("bin/python"))
+        .env("HOME", dir.join("home"))
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(named.status.code(), Some(1));
+    assert!(common::stderr(&named).contains("MEMTRACE_TFLM_PYTHON"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

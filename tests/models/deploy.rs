@@ -273,7 +273,7 @@ fn tflm_says(message: &str) -> bool {
 
 /// Both kernel builds of one model.
 fn both_builds(model: &str) {
-    for (kernels, make_kernels) in [("tflm", "reference"), ("cmsis-nn", "cmsis_nn")] {
+    for (kernels, make_kernels) in [("tflm", "tflm"), ("cmsis-nn", "cmsis-nn")] {
         let (arena, used) = journey(model, kernels, make_kernels);
         eprintln!("{model} {kernels}: arena to allocate {arena} B, TFLM head + tail {used} B");
         assert!(arena >= used, "{model} ({kernels}): {arena} < {used}");

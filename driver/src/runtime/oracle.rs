@@ -108,7 +108,15 @@ pub fn compare(
             .map(str::to_string)
             .unwrap_or_else(|| format!("the oracle's Python ended with {}", out.status));
         if last.contains("No module named") {
-            bail!("{python} has no tflite-micro ({last}): `pip install tflite-micro` or unset MEMTRACE_TFLM_PYTHON");
+            // The user named this Python: theirs to fix. The default venv is
+            // an optional oracle: a half-made one is not run, and says why.
+            if std::env::var_os("MEMTRACE_TFLM_PYTHON").is_some() {
+                bail!("{python} has no tflite-micro ({last}): `pip install tflite-micro` or unset MEMTRACE_TFLM_PYTHON");
+            }
+            return Ok(OracleComparison::not_run(
+                python,
+                format!("{last}: the oracle's virtual environment is incomplete (`make oracle` installs it again)"),
+            ));
         }
         return Ok(OracleComparison {
             seconds: started.elapsed().as_secs_f64(),
