@@ -743,7 +743,10 @@ fn cache_objects_are_written_whole_by_concurrent_builds_and_a_stopped_one_leaves
     let mut build = atomic_compile(&stopped, &cc);
     std::thread::sleep(Duration::from_millis(150));
     let group = format!("-{}", build.id());
-    let sent = Command::new("kill").args(["-TERM", "--", &group]).status().unwrap();
+    let sent = Command::new("kill")
+        .args(["-TERM", "--", &group])
+        .status()
+        .unwrap();
     assert!(sent.success(), "kill -TERM -- {group}");
     assert!(!build.wait().unwrap().success());
     std::thread::sleep(Duration::from_millis(600));

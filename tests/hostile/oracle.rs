@@ -796,7 +796,10 @@ fn a_half_made_default_oracle_venv_is_not_run_and_says_why() {
         "{oracle}"
     );
     assert!(
-        oracle["python"].as_str().unwrap_or_default().contains("memtrace-venv"),
+        oracle["python"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("memtrace-venv"),
         "{oracle}"
     );
     // A Python the user names is theirs: the same venv through

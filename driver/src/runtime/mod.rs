@@ -29,7 +29,8 @@ pub use plan_inputs::{
     plan_inputs, scratch_needs, trace_model_operators, traced_overlaps, PlanInputs,
 };
 pub use runner::{
-    load_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code, target_runner,
+    load_runner, model_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code,
+    target_runner,
 };
 pub use runner_build::OpsNeeded;
 

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use memtrace_abi::runner::symbols;
+use memtrace_model::graph::TfliteGraph;
 use memtrace_tracer::{Arch, ElfImage};
 
 use super::region;
@@ -16,7 +17,7 @@ use crate::support::error::Result;
 /// The runner guest of `kernels` for `arch`, or the one the user named
 /// (with `option`, which a missing harness build's error suggests). With
 /// the operators a model `need`s, a source tree's runner that lacks them
-/// is built first ([`runner_for_model`]).
+/// is built first (`runtime::runner_build`).
 pub fn runner_path(
     arch: Arch,
     kernels: Kernels,
@@ -62,6 +63,19 @@ pub fn target_runner(
         );
     }
     Ok((path, image))
+}
+
+/// The runner a model's command runs `graph` on: [`target_runner`] with
+/// `--runner` (`explicit`), built first in a source tree for the model's
+/// operators.
+pub fn model_runner(
+    target: Arch,
+    kernels: Kernels,
+    explicit: Option<&Path>,
+    graph: &TfliteGraph,
+) -> Result<(PathBuf, ElfImage)> {
+    let need = OpsNeeded::of(graph);
+    target_runner(target, kernels, explicit, "--runner", Some(&need))
 }
 
 /// Loads a runner guest and checks that it is one, built with `kernels`

@@ -23,7 +23,7 @@ use memtrace_tracer::Arch;
 use crate::bail;
 use crate::runtime::kernels::Kernels;
 use crate::runtime::{
-    model_bytes, run_inputs, scratch_needs, target_runner, ModelRun, OpsNeeded, ScratchWatch,
+    model_bytes, model_runner, run_inputs, scratch_needs, ModelRun, ScratchWatch,
 };
 use crate::support::common::{access_path, check_output};
 use crate::support::error::{Context, Result};
@@ -75,13 +75,7 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     let model = tflite::import_for_tflm(&model_name(&req.model), &bytes)
         .with_context(|| format!("loading {}", req.model))?;
     let inputs = run_inputs(req.input.as_deref(), req.seed, &graph)?;
-    let (path, image) = target_runner(
-        req.target,
-        req.kernels,
-        req.runner.as_deref(),
-        "--runner",
-        Some(&OpsNeeded::of(&graph)),
-    )?;
+    let (path, image) = model_runner(req.target, req.kernels, req.runner.as_deref(), &graph)?;
     // TFLM runs subgraph 0's operators in the model's order.
     let order: Vec<usize> = (0..model.ops.len()).collect();
     let mut bytes_cold = ByteCold::new(&model, &order, buffer_tensors(&graph, &order));

@@ -12,9 +12,7 @@ use memtrace_tracer::{AccessPath, ElfImage, Job, RunSummary, TraceOptions};
 use super::RunOptions;
 use crate::bail;
 use crate::runtime::plan_file::EmbeddedOrigin;
-use crate::runtime::{
-    input_bytes, load_runner, runner_path, seeded_inputs, ModelRun, OpsNeeded, ScratchWatch,
-};
+use crate::runtime::{input_bytes, model_runner, seeded_inputs, ModelRun, ScratchWatch};
 use crate::support::common::trace_with;
 use crate::support::error::{Context, Result};
 
@@ -92,22 +90,7 @@ pub(super) fn model_guest(opts: &RunOptions) -> Result<Guest> {
         }
         None => seeded_inputs(&graph, opts.seed as u64)?,
     };
-    let path = runner_path(
-        m.target,
-        m.kernels,
-        m.runner.as_deref(),
-        "--runner",
-        Some(&OpsNeeded::of(&graph)),
-    )?;
-    let image = load_runner(&path, m.kernels)?;
-    if image.arch != m.target {
-        bail!(
-            "{} is a {} runner but --target is {}",
-            path.display(),
-            image.arch.name(),
-            m.target.name()
-        );
-    }
+    let (_, image) = model_runner(m.target, m.kernels, m.runner.as_deref(), &graph)?;
     // TFLM runs the offline plan a model carries: say whose it is, and
     // warn when memtrace made it for other kernels.
     let origin = memtrace_model::tflite::read_offline(&model)

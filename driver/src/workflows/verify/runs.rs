@@ -22,7 +22,7 @@ use super::VerifyOptions;
 use crate::runtime::kernels::Kernels;
 use crate::runtime::oracle::{self, OracleComparison};
 use crate::runtime::trace_cache::TraceCache;
-use crate::runtime::{target_runner, trace_model_operators, ModelRun, OpsNeeded, ScratchWatch};
+use crate::runtime::{model_runner, trace_model_operators, ModelRun, ScratchWatch};
 use crate::support::common::{exit_text, run_without_hooks};
 use crate::support::error::Result;
 use crate::{bail, failed};
@@ -341,13 +341,7 @@ pub(super) fn foreign_overlaps(
     subject: &Subject,
     kernels: Kernels,
 ) -> Result<(TracedOverlaps, Vec<TflmOpOverlap>)> {
-    let (_, other) = target_runner(
-        req.target,
-        kernels,
-        None,
-        "--runner",
-        Some(&OpsNeeded::of(&subject.graph)),
-    )?;
+    let (_, other) = model_runner(req.target, kernels, None, &subject.graph)?;
     let layers = trace_model_operators(
         &other,
         &subject.bytes,

@@ -11,7 +11,7 @@ use super::VerifyOptions;
 use crate::bail;
 use crate::runtime::oracle::{self};
 use crate::runtime::plan_file::EmbeddedOrigin;
-use crate::runtime::{model_bytes, target_runner, OpsNeeded};
+use crate::runtime::{model_bytes, model_runner};
 use crate::support::error::{Context, Result};
 
 /// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
@@ -74,13 +74,7 @@ impl Subject {
             None => tflite::import_for_tflm(&name, &bytes)
                 .with_context(|| format!("planning {}", req.model))?,
         };
-        let (path, image) = target_runner(
-            req.target,
-            req.kernels,
-            req.runner.as_deref(),
-            "--runner",
-            Some(&OpsNeeded::of(&graph)),
-        )?;
+        let (path, image) = model_runner(req.target, req.kernels, req.runner.as_deref(), &graph)?;
         let arena_limit = crate::runtime::runner_arena_bytes(&image)?;
         check_tensors_fit(&model, arena_limit, &path)?;
         let inputs = inputs_of(req, &graph)?;
