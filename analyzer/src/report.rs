@@ -137,6 +137,10 @@ pub struct RunReport {
     pub access: AccessPath,
     /// Exit code the guest passed to `memtrace_exit`.
     pub exit_code: i32,
+    /// What the guest said of its exit (`memtrace_exit_reason`), if it did:
+    /// the deploy firmware's "AllocateTensors() and Invoke() OK …".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_reason: Option<String>,
     /// Instructions retired by the whole run.
     pub instructions: u64,
     /// Traced layers, in run order.

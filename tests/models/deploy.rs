@@ -222,6 +222,20 @@ fn journey(model: &str, kernels: &str, make_kernels: &str) -> (u64, u64) {
         stdout(&out),
         stderr(&out)
     );
+    // The firmware says how it ended, in the arena memtrace printed (its
+    // own sizeof), and its outputs are the expected ones.
+    let said = stdout(&out);
+    for part in [
+        "exited 0".to_owned(),
+        format!("AllocateTensors() and Invoke() OK in a {arena} B arena"),
+        "outputs equal the expected outputs".to_owned(),
+        "no layer traced".to_owned(),
+    ] {
+        assert!(
+            said.contains(&part),
+            "{model} ({kernels}): {part:?} missing from: {said}"
+        );
+    }
     let out = memtrace(["run", path_str(&short)]);
     let said = stderr(&out);
     assert!(!out.status.success(), "{model} ran with {} B", arena - 16);

@@ -242,6 +242,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         arch: summary.arch,
         access: summary.access,
         exit_code: summary.exit_code,
+        exit_reason: summary.exit_reason.clone(),
         instructions: summary.instructions,
         layers: stats.layers,
         tflm: match guest {

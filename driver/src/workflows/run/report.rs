@@ -148,6 +148,9 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
         ),
         None => report.elf.clone(),
     };
+    if report.layers.is_empty() && report.tflm.is_none() {
+        return Ok(no_layers_text(report));
+    }
     // Whose offline plan TFLM ran, on a line of its own.
     let embedded = report
         .tflm
@@ -166,6 +169,23 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
         overlap_frame(report)?,
         contract_frame(report)?
     ))
+}
+
+/// A program that declared no layer (a firmware built without memtrace's
+/// layer protocol, e.g. the deploy example): how it ended, not empty tables.
+fn no_layers_text(report: &RunReport) -> String {
+    let reason = report
+        .exit_reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    format!(
+        "{} ({}): exited {} after {} instructions{reason}\n\
+         no layer traced: the program declares none (memtrace's layer protocol, \
+         docs/protocol.md); `memtrace check` traces an unmodified program's TFLM \
+         operators and CMSIS-NN calls as layers\n",
+        report.elf, report.arch, report.exit_code, report.instructions
+    )
 }
 
 /// `memtrace run`'s answer: its report, with the strictness asked for.
