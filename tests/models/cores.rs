@@ -367,6 +367,7 @@ fn listed_ops(runner: &std::path::Path) -> Option<Vec<String>> {
 }
 
 #[test]
+#[cfg_attr(no_cores, ignore = "core guests not built: make -C harness-c cores")]
 fn a_per_core_runner_is_widened_for_a_model_with_another_operator_and_an_explicit_one_says_what_it_lacks(
 ) {
     // `cores-tested` builds the per-core runners with the operators of the
