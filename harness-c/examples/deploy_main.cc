@@ -50,61 +50,56 @@ namespace mtflm {
 const char *last_log();
 }
 
+// The exit reason, built without printf (which would pull newlib's
+// formatted output into the firmware).
+static char reason[320];
+static size_t reason_len;
+
+static void say(const char *text) {
+    for (const char *p = text; *p != '\0' && reason_len + 1 < sizeof(reason); ++p) {
+        reason[reason_len++] = *p;
+    }
+    reason[reason_len] = '\0';
+}
+
+static void say_number(size_t v) {
+    char digits[24];
+    size_t k = 0;
+    do {
+        digits[k++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && k < sizeof(digits));
+    char one[2] = {0, 0};
+    while (k > 0) {
+        one[0] = digits[--k];
+        say(one);
+    }
+}
+
+// A failure: what failed, and TFLM's last message.
 static int finish(int code, const char *what) {
     const char *log = mtflm::last_log();
-    if (what == nullptr) {
-        return code;
-    }
-    static char reason[320];
-    size_t n = 0;
-    for (const char *p = what; *p != '\0' && n + 1 < sizeof(reason); ++p) {
-        reason[n++] = *p;
-    }
+    say(what);
     if (log[0] != '\0') {
-        for (const char *p = ": "; *p != '\0' && n + 1 < sizeof(reason); ++p) {
-            reason[n++] = *p;
-        }
-        for (const char *p = log; *p != '\0' && n + 1 < sizeof(reason); ++p) {
-            reason[n++] = *p;
-        }
+        say(": ");
+        say(log);
     }
-    reason[n] = '\0';
     memtrace_exit_reason(code, reason);
     return code;
 }
 
-// What a run that ended well says (`memtrace run` prints it): the arena it
-// ran in and what TFLM used of it. Written without printf, which would pull
-// newlib's formatted output into the firmware.
+// A run that ended well (`memtrace run` prints it): the arena it ran in and
+// what TFLM used of it.
 static int ran_ok(size_t used) {
-    static char reason[160];
-    size_t n = 0;
-    auto put = [&](const char *text) {
-        for (const char *p = text; *p != '\0' && n + 1 < sizeof(reason); ++p) {
-            reason[n++] = *p;
-        }
-    };
-    auto put_number = [&](size_t v) {
-        char digits[24];
-        size_t k = 0;
-        do {
-            digits[k++] = static_cast<char>('0' + v % 10);
-            v /= 10;
-        } while (v != 0 && k < sizeof(digits));
-        while (k > 0 && n + 1 < sizeof(reason)) {
-            reason[n++] = digits[--k];
-        }
-    };
-    put("AllocateTensors() and Invoke() OK in a ");
-    put_number(sizeof(tensor_arena));
-    put(" B arena (TFLM used ");
-    put_number(used);
+    say("AllocateTensors() and Invoke() OK in a ");
+    say_number(sizeof(tensor_arena));
+    say(" B arena (TFLM used ");
+    say_number(used);
 #ifdef EXPECTED_HEADER
-    put(" B); outputs equal the expected outputs");
+    say(" B); outputs equal the expected outputs");
 #else
-    put(" B)");
+    say(" B)");
 #endif
-    reason[n] = '\0';
     memtrace_exit_reason(0, reason);
     return 0;
 }

@@ -8,58 +8,21 @@
 //! arguments, and lying ELFs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::ended::{run_for, Ended};
 use crate::common::unit_tests::compile;
 use crate::common::{self, path_str, stderr, stdout};
 
-/// How a command ended.
-#[derive(Debug)]
-enum Ended {
-    /// Exited by itself with this status and output.
-    Exited(Output),
-    /// Killed by a signal (an abort).
-    Signalled(i32),
-    /// Still running at the deadline (killed then).
-    Hung,
-}
-
 /// `memtrace ARGS`, ended at `limit` if it has not ended by then.
 fn memtrace_for(args: &[&str], limit: Duration) -> Ended {
-    use std::os::unix::process::ExitStatusExt;
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .env("CI", "1")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("memtrace starts");
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return match status.signal() {
-                Some(signal) => Ended::Signalled(signal),
-                None => Ended::Exited(Output {
-                    status,
-                    stdout: std::fs::read(&out).unwrap(),
-                    stderr: std::fs::read(&err).unwrap(),
-                }),
-            };
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ended::Hung;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrace"));
+    cmd.args(args);
+    run_for(cmd, limit)
 }
 
 /// The output of a command that must have ended by itself within `limit`.
@@ -605,13 +568,13 @@ impl Counts {
                 Some(99) => self.findings += 1,
                 _ => self.errors += 1,
             },
-            Ended::Signalled(s) => {
-                eprintln!("signal {s}: {what}");
-                self.aborts += 1
-            }
-            Ended::Hung => {
+            Ended::Killed { hung: true, .. } => {
                 eprintln!("hang: {what}");
                 self.hangs += 1
+            }
+            Ended::Killed { signal, .. } => {
+                eprintln!("signal {signal:?}: {what}");
+                self.aborts += 1
             }
         }
     }

@@ -74,11 +74,7 @@ pub const INSTALLED_GUESTS: &str = "../share/memtrace/guests";
 /// memtrace happens to run would otherwise silently replace the guests.
 pub fn guest_roots() -> Vec<PathBuf> {
     let exe = std::env::current_exe().and_then(std::fs::canonicalize).ok();
-    let installed = exe
-        .as_deref()
-        .and_then(Path::parent)
-        .map(|bin| bin.join(INSTALLED_GUESTS))
-        .filter(|dir| dir.is_dir());
+    let installed = installed_guests();
     let source_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(|tree| tree.join("harness-c").join("build"));
@@ -101,6 +97,16 @@ pub fn guest_roots() -> Vec<PathBuf> {
     roots
 }
 
+/// An installation's guests ([`INSTALLED_GUESTS`] beside the executable),
+/// when memtrace runs from one.
+pub(crate) fn installed_guests() -> Option<PathBuf> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .ok()?;
+    let dir = exe.parent()?.join(INSTALLED_GUESTS);
+    dir.is_dir().then_some(dir)
+}
+
 /// `harness-c/build/ARCH/FILE` of the first of [`guest_roots`] that has it;
 /// the error says where it was looked for and how to get it.
 pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
@@ -119,10 +125,7 @@ pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
             let first = roots
                 .first()
                 .map_or_else(|| rel.clone(), |root| root.join(&rel));
-            if roots
-                .first()
-                .is_some_and(|root| root.ends_with("share/memtrace/guests"))
-            {
+            if installed_guests().is_some() {
                 return failed!(
                     "{} is not among the guests this installation carries ({}): build it in a \
                      memtrace source tree (`make -C harness-c build/{}`{cmsis}, which needs \

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use memtrace_model::graph::TfliteGraph;
 use memtrace_tracer::Arch;
 
-use super::kernels::{build_dir, guest_roots, Kernels, INSTALLED_GUESTS};
+use super::kernels::{build_dir, installed_guests, Kernels};
 use crate::support::common::progress_bar;
 use crate::support::error::Result;
 use crate::{bail, failed};
@@ -93,10 +93,7 @@ fn squashed(name: &str) -> String {
 /// The source tree's `harness-c` folder when memtrace runs from one, not
 /// from an installation.
 fn harness_dir() -> Option<PathBuf> {
-    let installed = guest_roots()
-        .first()
-        .is_some_and(|root| root.ends_with(INSTALLED_GUESTS.trim_start_matches("../")));
-    if installed {
+    if installed_guests().is_some() {
         return None;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
