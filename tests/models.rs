@@ -15,6 +15,7 @@ mod models {
     pub mod hardening;
     pub mod one_traced_source;
     pub mod plan_files;
+    pub mod red_zones;
     pub mod riscv;
     pub mod tflm_runtime;
     pub mod trace_cache;

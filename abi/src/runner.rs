@@ -26,6 +26,7 @@ c_constants! {
         TFLM_ARENA_BYTES = 2,
         TFLM_FLAGS = 3,
         TFLM_INPUT_BYTES = 4,
+        TFLM_RED_ZONE_BYTES = 5,
         TFLM_STAGE = 8,
         TFLM_ARENA_USED = 9,
         TFLM_HEAD_BYTES = 10,
@@ -142,6 +143,9 @@ pub struct TflmJob {
     pub layers: bool,
     /// Declare constant tensors (weights, bias) as buffers.
     pub weights: bool,
+    /// 0, or a red-zoned run: this many bytes (a multiple of 16) left free
+    /// before and after every buffer TFLM plans, the offline plan ignored.
+    pub red_zone_bytes: u32,
 }
 
 impl TflmJob {
@@ -152,6 +156,7 @@ impl TflmJob {
         w[TFLM_MODEL_BYTES] = self.model_bytes;
         w[TFLM_ARENA_BYTES] = self.arena_bytes;
         w[TFLM_INPUT_BYTES] = self.input_bytes;
+        w[TFLM_RED_ZONE_BYTES] = self.red_zone_bytes;
         let mut flags = 0;
         if self.layers {
             flags |= TFLM_FLAG_LAYERS;
@@ -359,6 +364,7 @@ mod tests {
             input_bytes: 96,
             layers: true,
             weights: false,
+            red_zone_bytes: 64,
         };
         let b = job.bytes();
         assert_eq!(b.len(), 4 * MEMTRACE_TFLM_WORDS as usize);
@@ -367,6 +373,7 @@ mod tests {
         assert_eq!(word(&b, TFLM_MODEL_BYTES).unwrap(), 1000);
         assert_eq!(word(&b, TFLM_ARENA_BYTES).unwrap(), 4096);
         assert_eq!(word(&b, TFLM_INPUT_BYTES).unwrap(), 96);
+        assert_eq!(word(&b, TFLM_RED_ZONE_BYTES).unwrap(), 64);
         assert_eq!(
             word(&b, TFLM_FLAGS).unwrap(),
             TFLM_FLAG_LAYERS | TFLM_FLAG_NO_WEIGHTS

@@ -179,6 +179,10 @@ pub struct TflmRunInfo {
     /// warning (also printed on stderr).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedded_plan_warning: Option<String>,
+    /// The memory contract was checked in a second, red-zoned run: this
+    /// many bytes left free before and after every buffer TFLM planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub red_zone_bytes: Option<u32>,
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).

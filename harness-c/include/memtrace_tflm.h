@@ -72,6 +72,9 @@ enum memtrace_tflm_word {
     TFLM_ARENA_BYTES = 2,   /* the tensor arena TFLM gets, from memtrace_arena */
     TFLM_FLAGS = 3,         /* TFLM_FLAG_* */
     TFLM_INPUT_BYTES = 4,   /* input bytes at the start of memtrace_io */
+    TFLM_RED_ZONE_BYTES = 5, /* 0, or a red-zoned run: this many bytes before
+                                and after every planned buffer (a multiple
+                                of 16), the model's offline plan ignored */
     /* runner */
     TFLM_STAGE = 8,         /* the last stage reached (TFLM_STAGE_*) */
     TFLM_ARENA_USED = 9,    /* MicroInterpreter::arena_used_bytes() */

@@ -164,14 +164,15 @@ namespace {
 constexpr unsigned kOpCount = 0 MTFLM_OPS(MTFLM_COUNT);
 #undef MTFLM_COUNT
 
-// TinySeg's storage operators are the custom operators added to the list.
-tflite::MicroMutableOpResolver<kOpCount + kStorageOps> g_inner;
+// TinySeg's storage operators are the custom operators added to the list,
+// and in the probe runners memtrace's own test kernels (probe_ops.cc).
+tflite::MicroMutableOpResolver<kOpCount + kStorageOps + kMaxProbeOps> g_inner;
 
 using PrepareFn = TfLiteStatus (*)(TfLiteContext *, TfLiteNode *);
 using RequestFn = TfLiteStatus (*)(TfLiteContext *, size_t, int *);
 
 // Distinct registrations handed out (one per operator kind the model uses).
-constexpr unsigned kMaxWrapped = kOpCount + kStorageOps;
+constexpr unsigned kMaxWrapped = kOpCount + kStorageOps + kMaxProbeOps;
 struct Wrapped {
     const TFLMRegistration *original;
     TFLMRegistration copy;
@@ -322,8 +323,20 @@ const tflite::MicroOpResolver *make_resolver(const char **failed) {
             return nullptr;
         }
     }
+    for (int i = 0; i < probe_ops() && i < kMaxProbeOps; ++i) {
+        const char *name = nullptr;
+        const TFLMRegistration *r = probe_op(i, &name);
+        if (r == nullptr || g_inner.AddCustom(name, r) != kTfLiteOk) {
+            *failed = "AddCustom (memtrace's probe kernels)";
+            return nullptr;
+        }
+    }
     return &g_resolver;
 }
+
+// A runner without probe_ops.cc registers no probe kernel.
+__attribute__((weak)) int probe_ops() { return 0; }
+__attribute__((weak)) const TFLMRegistration *probe_op(int, const char **) { return nullptr; }
 
 void set_prepare_order(const uint32_t *ops_per_subgraph, int n_subgraphs) {
     g_n_subgraphs = n_subgraphs < kMaxSubgraphs ? n_subgraphs : kMaxSubgraphs;

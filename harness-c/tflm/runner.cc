@@ -51,6 +51,7 @@ tflite::MicroInterpreter *g_interpreter;
 uint32_t g_flags;
 uint32_t g_model_bytes;
 uint32_t g_arena_bytes;
+uint32_t g_red_zone;  // TFLM_RED_ZONE_BYTES: 0, or a red-zoned run
 
 // Scratch buffer addresses, by TFLM's scratch index, resolved at the first
 // operator of Invoke() (GetScratchBuffer is only valid while invoking).
@@ -425,6 +426,7 @@ int run() {
     g_model_bytes = memtrace_tflm_job[TFLM_MODEL_BYTES];
     g_arena_bytes = memtrace_tflm_job[TFLM_ARENA_BYTES];
     g_flags = memtrace_tflm_job[TFLM_FLAGS];
+    g_red_zone = memtrace_tflm_job[TFLM_RED_ZONE_BYTES];
     const uint32_t input_bytes = memtrace_tflm_job[TFLM_INPUT_BYTES];
     if (g_model_bytes == 0 || g_model_bytes > model_region) {
         fail(TFLM_EXIT_BAD_JOB, "model of %u bytes: memtrace_model holds 1 to %u",
@@ -433,6 +435,10 @@ int run() {
     if (g_arena_bytes == 0 || g_arena_bytes > arena_region) {
         fail(TFLM_EXIT_BAD_JOB, "arena of %u bytes: memtrace_arena holds 1 to %u",
              static_cast<unsigned>(g_arena_bytes), static_cast<unsigned>(arena_region));
+    }
+    if (g_red_zone % 16 != 0 || g_red_zone > 4096) {
+        fail(TFLM_EXIT_BAD_JOB, "red zones of %u bytes: a multiple of 16 up to 4096",
+             static_cast<unsigned>(g_red_zone));
     }
     if (input_bytes > io_region) {
         fail(TFLM_EXIT_BAD_JOB, "%u input bytes: memtrace_io holds %u",
@@ -491,13 +497,18 @@ int run() {
     }
     tflite::SingleArenaBufferAllocator *memory =
         tflite::SingleArenaBufferAllocator::Create(aligned, aligned_bytes);
-    uint8_t *planner_buffer = memory->AllocatePersistentBuffer(sizeof(tflite::GreedyMemoryPlanner),
-                                                               alignof(tflite::GreedyMemoryPlanner));
+    // A red-zoned run's planner is TFLM's own wrapped (red_zones.cc); it
+    // lives in the tail too, so only a red-zoned arena differs.
+    const bool zoned = g_red_zone != 0;
+    uint8_t *planner_buffer = memory->AllocatePersistentBuffer(
+        zoned ? red_zone_planner_bytes() : sizeof(tflite::GreedyMemoryPlanner),
+        zoned ? red_zone_planner_align() : alignof(tflite::GreedyMemoryPlanner));
     if (planner_buffer == nullptr ||
         memory->GetAvailableMemory(alignof(tflite::MicroAllocator)) < sizeof(tflite::MicroAllocator)) {
         fail_tflm(TFLM_EXIT_ALLOCATE, "arena too small for TFLM's planner and allocator");
     }
-    tflite::MicroMemoryPlanner *planner = new (planner_buffer) tflite::GreedyMemoryPlanner();
+    tflite::MicroMemoryPlanner *planner = zoned ? make_red_zone_planner(planner_buffer, g_red_zone)
+                                                : new (planner_buffer) tflite::GreedyMemoryPlanner();
     tflite::MicroAllocator *allocator = tflite::MicroAllocator::Create(memory, planner);
     if (allocator == nullptr) {
         fail_tflm(TFLM_EXIT_ALLOCATE, "MicroAllocator::Create failed");

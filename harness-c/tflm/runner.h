@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "tensorflow/lite/c/common.h"
+#include "tensorflow/lite/micro/memory_planner/micro_memory_planner.h"
 #include "tensorflow/lite/micro/micro_op_resolver.h"
 
 namespace mtflm {
@@ -53,6 +54,13 @@ void set_prepare_order(const uint32_t *ops_per_subgraph, int n_subgraphs);
 constexpr int kStorageOps = 5;
 const TFLMRegistration *storage_op(int i, const char **name);
 
+// memtrace's own test kernels (probe_ops.cc, linked only into the probe
+// runners): probe_ops() of them, registration `i` under the name it sets.
+// A runner without them has weak definitions answering 0 and nullptr.
+constexpr int kMaxProbeOps = 2;
+int probe_ops();
+const TFLMRegistration *probe_op(int i, const char **name);
+
 // The storage slot a storage operator reads or writes, from its custom code
 // and custom options: false for any other operator (and for SPILL_KEEP,
 // which has none).
@@ -74,6 +82,13 @@ uint32_t prepare_calls();
 // The context TFLM passed to Prepare (GetScratchBuffer is called through it
 // during Invoke).
 ::TfLiteContext *prepare_context();
+
+// The planner of a red-zoned run (red_zones.cc): TFLM's greedy planner with
+// `zone` bytes before and after every planned buffer, constructed at `at`
+// (red_zone_planner_bytes() bytes aligned to red_zone_planner_align()).
+size_t red_zone_planner_bytes();
+size_t red_zone_planner_align();
+tflite::MicroMemoryPlanner *make_red_zone_planner(void *at, uint32_t zone);
 
 }  // namespace mtflm
 

@@ -94,7 +94,7 @@ TFLM_NOTE := $(if $(TFLM_CMSIS_NN_FOUND),,tflm-cmsis-note)
 
 # The runner's own sources, compiled per kernel library (TFLM's kernel
 # headers declare other registrations with -DCMSIS_NN).
-TFLM_RUNNER := tflm/runner tflm/platform tflm/storage_ops
+TFLM_RUNNER := tflm/runner tflm/platform tflm/storage_ops tflm/red_zones
 
 # The operators a runner registers: `all` (every Add* of
 # MicroMutableOpResolver: any model runs), or operators by their Add* name
@@ -216,7 +216,17 @@ $(BUILD)/$(1)/$(TFLM_ELF.$(2)): $$(addprefix $(BUILD)/$(1)/obj/rt/,$$(addsuffix 
 	@mv -f $$@.tmp $$@
 	$(TFLM_CHECK.$(1))
 
-$(1): $(BUILD)/$(1)/$(TFLM_ELF.$(2))
+# The probe runner: the same runner with memtrace's own test kernels
+# (tflm/probe_ops.cc) registered too, for the tests of memtrace itself.
+$(BUILD)/$(1)/$(TFLM_ELF.$(2):.elf=-probe.elf): $(BUILD)/$(1)/obj/tflm/probe_ops-$(2).o \
+    $(BUILD)/$(1)/$(TFLM_ELF.$(2))
+	$(CXX.$(1)) $(ARCH.$(1)) $(LDFLAGS_ALL) $(LINK.$(1)) -T $(TFLM_LDSCRIPT.$(1)) $$(TFLM_OPS_LDFLAGS.$(1).$(2)) \
+	    -Wl,-Map=$$(@:.elf=.map) -o $$@.tmp $$(addprefix $(BUILD)/$(1)/obj/rt/,$$(addsuffix .o,$(RT_PORT))) \
+	    $$(TFLM_RUNNER_OBJS.$(1).$(2)) $$< $$(TFLM_ARCHIVE.$(1).$(2)) $(TFLM_LDLIBS.$(1))
+	@mv -f $$@.tmp $$@
+	$(TFLM_CHECK.$(1))
+
+$(1): $(BUILD)/$(1)/$(TFLM_ELF.$(2)) $(BUILD)/$(1)/$(TFLM_ELF.$(2):.elf=-probe.elf)
 endef
 
 # The runner's own code: C++17 like TFLM, the repository's warnings, TFLM's

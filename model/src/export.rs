@@ -169,8 +169,14 @@ fn serialise(model: &Model) -> Result<(Vec<u8>, Vec<Option<usize>>), String> {
         buffers: Some(buffers),
         ..Default::default()
     };
+    Ok((flatbuffer(&m), index))
+}
+
+/// The `.tflite` bytes of a model in TFLite's schema (its generated object
+/// API, [`crate::schema::tflite`]), with the standard `TFL3` identifier.
+pub fn flatbuffer(m: &fb::Model) -> Vec<u8> {
     let mut builder = planus::Builder::new();
-    let mut bytes = builder.finish(&m, Some(*b"TFL3")).to_vec();
+    let mut bytes = builder.finish(m, Some(*b"TFL3")).to_vec();
     // planus (1.x) builds back to front and writes the file identifier
     // *after* the root offset, so the identifier lands in bytes 0..4 and the
     // root offset (relative to its own position, 4) in 4..8. The standard
@@ -181,7 +187,7 @@ fn serialise(model: &Model) -> Result<(Vec<u8>, Vec<Option<usize>>), String> {
         bytes[0..4].copy_from_slice(&off.to_le_bytes());
         bytes[4..8].copy_from_slice(b"TFL3");
     }
-    Ok((bytes, index))
+    bytes
 }
 
 /// The builtin options of `op`, as TFLite's schema writes them per operator.

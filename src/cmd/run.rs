@@ -42,7 +42,10 @@ pub struct RunArgs {
     /// Exit with status 1 when a layer breaks the memory contract (stray
     /// write, output read before written, write to an input, weights or
     /// bias, scratch not used to its end); without it they are warnings.
-    /// O_s cross-checks are --strict-os's.
+    /// On a .tflite model the contract is then checked in a second,
+    /// red-zoned run (64 B free around every buffer TFLM plans), so a kernel
+    /// that writes past its scratch is caught even where TFLM's own layout
+    /// puts a tensor right after it. O_s cross-checks are --strict-os's.
     #[arg(long)]
     pub strict: bool,
     /// Exit with status 1 when a layer fails an O_s cross-check (UNSAFE
@@ -112,6 +115,7 @@ impl From<&RunArgs> for RunOptions {
                 runner: a.runner.clone(),
                 arena_bytes: a.arena_bytes,
                 input: a.input.clone(),
+                red_zones: a.strict,
             },
         }
     }

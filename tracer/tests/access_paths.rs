@@ -153,6 +153,7 @@ fn tflm_preload(image: &ElfImage, model: &str) -> Vec<(u64, Vec<u8>)> {
         input_bytes: 0,
         layers: true,
         weights: false,
+        red_zone_bytes: 0,
     };
     vec![(at(symbols::JOB), job.bytes()), (at(symbols::MODEL), bytes)]
 }

@@ -24,7 +24,7 @@ mod runner_build;
 pub mod trace_cache;
 
 pub use inputs::{input_bytes, load_for_tflm, model_bytes, run_inputs, seeded_inputs};
-pub use model_run::{ModelOutcome, ModelRun, ScratchWatch};
+pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
 pub use plan_inputs::{
     plan_inputs, scratch_needs, trace_model_operators, traced_overlaps, PlanInputs,
 };

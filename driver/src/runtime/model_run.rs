@@ -37,7 +37,16 @@ pub struct ModelRun<'a> {
     /// Read the runner's storage region back after the run (a model with
     /// TinySeg's storage operators, `harness-c/tflm/storage_ops.cc`).
     pub storage: bool,
+    /// A red-zoned run: [`RED_ZONE_BYTES`] left free before and after every
+    /// buffer TFLM plans (the offline plan ignored), so that a kernel
+    /// writing past its buffer writes a stray byte, not its neighbour's.
+    pub red_zones: bool,
 }
+
+/// The bytes a red-zoned run leaves free on each side of a planned buffer:
+/// four of the Cortex-M55's 16-byte vector stores, so that a kernel whose
+/// scratch is a few vectors short is caught, whatever the alignment.
+pub const RED_ZONE_BYTES: u32 = 64;
 
 /// What a run records of the operators' scratch buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +107,7 @@ impl<'a> ModelRun<'a> {
             max_instructions,
             split: true,
             storage: false,
+            red_zones: false,
         }
     }
 
@@ -136,6 +146,7 @@ impl<'a> ModelRun<'a> {
             input_bytes,
             layers: self.layers,
             weights: self.weights,
+            red_zone_bytes: if self.red_zones { RED_ZONE_BYTES } else { 0 },
         }
         .bytes();
         let mut preload = vec![(job.address, words), (model.at, self.model.to_vec())];

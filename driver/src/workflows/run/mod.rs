@@ -24,7 +24,7 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::pc_counts::PcCounts;
 use memtrace_analyzer::plot::trace::TracePlot;
 use memtrace_analyzer::report::RunReport;
-use memtrace_tracer::{Arch, ElfImage, Job};
+use memtrace_tracer::{AccessPath, Arch, ElfImage, Job};
 
 use crate::runtime::kernels::Kernels;
 use crate::support::attribution::KernelResolver;
@@ -74,6 +74,11 @@ pub struct ModelOptions {
     pub arena_bytes: Option<u64>,
     /// Raw bytes of all graph inputs, concatenated (default: seeded data).
     pub input: Option<PathBuf>,
+    /// Check the memory contract in a second, red-zoned run
+    /// ([`crate::runtime::RED_ZONE_BYTES`] free around every planned
+    /// buffer): a kernel that overruns its scratch writes a stray byte
+    /// there instead of into the tensor TFLM placed next to it.
+    pub red_zones: bool,
 }
 
 impl Default for ModelOptions {
@@ -85,6 +90,7 @@ impl Default for ModelOptions {
             runner: None,
             arena_bytes: None,
             input: None,
+            red_zones: false,
         }
     }
 }
@@ -173,8 +179,15 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         if let Some(p) = plot.as_mut() {
             analyses.push(p);
         }
-        trace_guest(&mut guest, opts, access, layers, &mut analyses)
-            .with_context(|| format!("tracing {}", opts.elf.display()))?
+        trace_guest(
+            &mut guest,
+            opts,
+            access,
+            layers.clone(),
+            false,
+            &mut analyses,
+        )
+        .with_context(|| format!("tracing {}", opts.elf.display()))?
     };
     let unknown: Vec<&String> = opts
         .layers
@@ -210,19 +223,24 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             )
         );
     }
-    let image = guest.image();
-    let rerun = crate::support::violations::Rerun {
-        image,
-        job: match &guest {
-            Guest::Elf { job, .. } => job.clone(),
-            Guest::Model { .. } => None,
-        },
-        preload,
-        max_instructions: opts.max_instructions,
-        runtime_code,
-        layers: &summary.layers,
+    let red_zoned = matches!(guest, Guest::Model { .. }) && opts.model.red_zones;
+    let contracts = if red_zoned {
+        red_zoned_contracts(&mut guest, opts, access, layers, &summary.layers)?
+    } else {
+        let rerun = crate::support::violations::Rerun {
+            image: guest.image(),
+            job: match &guest {
+                Guest::Elf { job, .. } => job.clone(),
+                Guest::Model { .. } => None,
+            },
+            preload,
+            max_instructions: opts.max_instructions,
+            runtime_code,
+            layers: &summary.layers,
+        };
+        crate::support::violations::finish(rerun, summary.access, contract.layers)?
     };
-    let contracts = crate::support::violations::finish(rerun, summary.access, contract.layers)?;
+    let image = guest.image();
     for layer in &mut stats.layers {
         layer.contract = contracts.iter().find(|c| c.index == layer.index).cloned();
     }
@@ -246,8 +264,46 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         instructions: summary.instructions,
         layers: stats.layers,
         tflm: match guest {
-            Guest::Model { info, .. } => Some(info),
+            Guest::Model { mut info, .. } => {
+                info.red_zone_bytes = red_zoned.then_some(crate::runtime::RED_ZONE_BYTES);
+                Some(info)
+            }
             Guest::Elf { .. } => None,
         },
     })
+}
+
+/// The memory contract of every layer of a model, from a red-zoned run of
+/// it: the same operators on the same inputs, every planned buffer with
+/// free bytes on both sides, so that what a kernel writes past its buffer
+/// is a stray write next to that buffer.
+fn red_zoned_contracts(
+    guest: &mut Guest,
+    opts: &RunOptions,
+    access: AccessPath,
+    layers: Option<Vec<String>>,
+    names: &[String],
+) -> Result<Vec<memtrace_analyzer::contract::ContractReport>> {
+    let runtime_code = crate::runtime::runtime_code(guest.image());
+    let mut contract = ContractCheck::with_runtime_code(runtime_code.clone());
+    let (summary, preload) =
+        trace_guest(guest, opts, access, layers, true, &mut [&mut contract])
+            .with_context(|| format!("the red-zoned run of {}", opts.elf.display()))?;
+    if summary.layers.as_slice() != names {
+        bail!(
+            "the red-zoned run of {} opened other layers than its run ({} against {})",
+            opts.elf.display(),
+            summary.layers.len(),
+            names.len()
+        );
+    }
+    let rerun = crate::support::violations::Rerun {
+        image: guest.image(),
+        job: None,
+        preload,
+        max_instructions: opts.max_instructions,
+        runtime_code,
+        layers: &summary.layers,
+    };
+    crate::support::violations::finish(rerun, summary.access, contract.layers)
 }

@@ -158,9 +158,15 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
         .and_then(|t| t.embedded_plan.as_ref())
         .map(|o| format!("model: carries an embedded offline plan, {o}\n"))
         .unwrap_or_default();
+    let zoned = match report.tflm.as_ref().and_then(|t| t.red_zone_bytes) {
+        Some(z) => format!(
+            " (checked in a red-zoned run: {z} B free before and after every buffer TFLM plans)"
+        ),
+        None => String::new(),
+    };
     Ok(format!(
         "{} ({}): {} layer(s) traced, {} instructions in total\n{embedded}{}\n{}\nmemory \
-         contract:\n{}\n",
+         contract{zoned}:\n{}\n",
         what,
         report.arch,
         report.layers.len(),

@@ -1,0 +1,184 @@
+//! Red-zoned runs: a kernel whose sizing function under-reports its scratch
+//! is caught on the model path, named by operator, buffer, kernel, byte
+//! count and line, whatever buffer TFLM's own layout puts after the scratch.
+//!
+//! The kernel is memtrace's own probe (`harness-c/tflm/probe_ops.cc`,
+//! registered only in the probe runners): `MEMTRACE_SCRATCH_PROBE` asks for
+//! N − SHORT_BY bytes of scratch and copies all N input bytes into it with
+//! `memcpy`. The one-operator models are written here with TFLite's schema.
+
+use crate::common;
+
+use common::{guest, json, memtrace, path_str, stderr, stdout};
+use memtrace_model::schema::tflite as fb;
+use serde_json::Value;
+
+/// A one-operator model: `MEMTRACE_SCRATCH_PROBE` from an int8 input of
+/// `input` bytes to an int8 output of `output` bytes, its sizing function
+/// `short_by` bytes short.
+fn probe_model(input: usize, output: usize, short_by: u32) -> Vec<u8> {
+    let tensor = |name: &str, n: usize| fb::Tensor {
+        shape: Some(vec![1, n as i32]),
+        type_: fb::TensorType::Int8,
+        buffer: 0,
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let options: Vec<u8> = [short_by, 3].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let m = fb::Model {
+        version: 3,
+        operator_codes: Some(vec![fb::OperatorCode {
+            deprecated_builtin_code: fb::BuiltinOperator::Custom as i8,
+            custom_code: Some("MEMTRACE_SCRATCH_PROBE".into()),
+            version: 1,
+            builtin_code: fb::BuiltinOperator::Custom,
+        }]),
+        subgraphs: Some(vec![fb::SubGraph {
+            tensors: Some(vec![tensor("probe_in", input), tensor("probe_out", output)]),
+            inputs: Some(vec![0]),
+            outputs: Some(vec![1]),
+            operators: Some(vec![fb::Operator {
+                opcode_index: 0,
+                inputs: Some(vec![0]),
+                outputs: Some(vec![1]),
+                custom_options: Some(options),
+                ..Default::default()
+            }]),
+            name: Some("main".into()),
+        }]),
+        description: Some("memtrace scratch probe".into()),
+        buffers: Some(vec![fb::Buffer { data: None }]),
+        ..Default::default()
+    };
+    memtrace_model::export::flatbuffer(&m)
+}
+
+/// The probe model written to a file of its own.
+fn probe_file(dir: &tempfile::TempDir, input: usize, output: usize, short_by: u32) -> String {
+    let path = dir
+        .path()
+        .join(format!("probe-{input}-{output}-{short_by}.tflite"));
+    std::fs::write(&path, probe_model(input, output, short_by)).unwrap();
+    path.display().to_string()
+}
+
+/// The probe runner of a kernel build.
+fn probe_runner(kernels: &str) -> String {
+    let name = match kernels {
+        "cmsis-nn" => "tflm-runner-cmsis-probe",
+        _ => "tflm-runner-probe",
+    };
+    path_str(&guest("cortex-m4", name)).to_owned()
+}
+
+/// `memtrace run MODEL --runner PROBE ARGS --format json` → (exit, report).
+fn run_probe(model: &str, kernels: &str, extra: &[&str]) -> (i32, Value, String) {
+    let runner = probe_runner(kernels);
+    let mut args = vec![
+        "run",
+        model,
+        "--kernels",
+        kernels,
+        "--runner",
+        &runner,
+        "--format",
+        "json",
+    ];
+    args.extend(extra);
+    let out = memtrace(&args);
+    (out.status.code().unwrap_or(-1), json(&out), stderr(&out))
+}
+
+/// The contract of the probe's layer (`0:MEMTRACE_SCRATCH_PROBE:…`).
+fn probe_contract(report: &Value) -> &Value {
+    let layers = report["layers"].as_array().expect("layers");
+    let layer = layers
+        .iter()
+        .find(|l| l["op"] == "MEMTRACE_SCRATCH_PROBE")
+        .unwrap_or_else(|| panic!("no probe layer in {report}"));
+    &layer["contract"]
+}
+
+/// A 256 B input, a 16 B output: TFLM's greedy planner puts the input
+/// first, the scratch after it and the output right after the scratch, so
+/// a scratch 16 B short is overrun into the output, which the kernel then
+/// overwrites: TFLM's own layout hides the bug.
+#[test]
+fn a_scratch_overrun_hidden_in_the_output_by_tflms_layout_is_caught_by_the_red_zoned_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = probe_file(&dir, 256, 16, 16);
+    for kernels in ["tflm", "cmsis-nn"] {
+        let (code, plain, err) = run_probe(&model, kernels, &[]);
+        assert_eq!(code, 0, "{kernels}: {err}");
+        let hidden = probe_contract(&plain);
+        assert_eq!(
+            hidden["ok"], true,
+            "{kernels}: in TFLM's layout the overrun lands in the output (premise): {hidden}"
+        );
+
+        let (code, zoned, err) = run_probe(&model, kernels, &["--strict"]);
+        assert_eq!(code, 1, "{kernels}: --strict fails: {err}");
+        assert_eq!(zoned["tflm"]["red_zone_bytes"], 64, "{kernels}");
+        let c = probe_contract(&zoned);
+        assert_eq!(c["ok"], false, "{kernels}: {c}");
+        let reach = c["stray_reach"].as_array().unwrap();
+        assert!(
+            reach
+                .iter()
+                .any(|r| r["buffer"] == "scratch0" && r["side"] == "after_end" && r["bytes"] == 16),
+            "{kernels}: 16 B past the end of scratch0: {c}"
+        );
+        let first = &c["stray_write"]["first"];
+        let chain: Vec<String> = std::iter::once(first["function"].clone())
+            .chain(
+                first["callers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s["function"].clone()),
+            )
+            .map(|f| f.as_str().unwrap_or("").to_owned())
+            .collect();
+        assert!(
+            chain.iter().any(|f| f.contains("probe_invoke")),
+            "{kernels}: the kernel is named in the chain {chain:?}: {first}"
+        );
+    }
+}
+
+/// The same overrun by 4, 16 and 32 bytes on the other layout (a large
+/// output placed first, the scratch last), and the text a user reads.
+#[test]
+fn every_short_sizing_is_caught_with_its_byte_count_and_a_correct_one_passes_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    for short_by in [4u32, 16, 32] {
+        let model = probe_file(&dir, 64, 256, short_by);
+        let (code, zoned, err) = run_probe(&model, "tflm", &["--strict"]);
+        assert_eq!(code, 1, "short by {short_by}: {err}");
+        let c = probe_contract(&zoned);
+        let reach = c["stray_reach"].as_array().unwrap();
+        assert!(
+            reach
+                .iter()
+                .any(|r| r["buffer"] == "scratch0" && r["bytes"] == short_by),
+            "short by {short_by}: {c}"
+        );
+    }
+    let clean = probe_file(&dir, 64, 256, 0);
+    let runner = probe_runner("tflm");
+    let out = memtrace([
+        "run",
+        &clean,
+        "--kernels",
+        "tflm",
+        "--runner",
+        &runner,
+        "--strict",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("memory contract (checked in a red-zoned run: 64 B free before and after"),
+        "{text}"
+    );
+}
