@@ -11,7 +11,9 @@
 //! `runner` finds, loads and checks the runner guest; `inputs` gives a run
 //! its `.tflite` bytes and graph inputs; `model_run` is the run itself
 //! ([`ModelRun`]); `plan_inputs` is what a plan for TFLM takes from one
-//! traced run ([`PlanInputs`]). The runner's regions they share are here.
+//! traced run ([`PlanInputs`]); `red_zones` is the red-zoned run that checks
+//! the kernels' memory contract ([`RedZoneCheck`]). The runner's regions
+//! they share are here.
 
 mod inputs;
 pub mod kernels;
@@ -19,6 +21,7 @@ mod model_run;
 pub mod oracle;
 pub mod plan_file;
 mod plan_inputs;
+mod red_zones;
 mod runner;
 mod runner_build;
 pub mod trace_cache;
@@ -28,6 +31,8 @@ pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
 pub use plan_inputs::{
     plan_inputs, scratch_needs, trace_model_operators, traced_overlaps, PlanInputs,
 };
+pub use red_zones::RedZoneCheck;
+pub(crate) use red_zones::red_zoned_check;
 pub use runner::{
     load_runner, model_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code,
     target_runner,

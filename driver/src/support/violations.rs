@@ -157,28 +157,41 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
                 v.size
             ));
         }
-        for (rule, r) in c.violated() {
-            if let Some(v) = &r.first {
-                // Where all of a layer's stray writes reach, when the first
-                // does not say it alone.
-                let reach: Vec<String> = c
-                    .stray_reach
-                    .iter()
-                    .filter(|n| rule == "stray_write" && v.nearest.as_ref() != Some(*n))
-                    .map(|n| n.describe())
-                    .collect();
-                let reach = if reach.is_empty() {
-                    String::new()
-                } else {
-                    format!("; in all they reach {}", reach.join(" and "))
-                };
-                lines.push(format!(
-                    "WARNING: layer `{}`: memory contract: {rule}: {} ({} violation(s){reach})",
-                    layer.name,
-                    v.describe(),
-                    r.violations
-                ));
-            }
+        lines.extend(
+            broken_rules(c)
+                .into_iter()
+                .map(|rule| format!("WARNING: layer `{}`: memory contract: {rule}", layer.name)),
+        );
+    }
+    lines
+}
+
+/// Each broken rule of a layer's contract, e.g. "stray_write: 4 B store to
+/// …, 4 B past the end of `scratch0`, at … memcpy (…), called from
+/// `probe_invoke` (…) (4 violation(s); in all they reach 16 B past the end
+/// of `scratch0`)".
+pub fn broken_rules(c: &ContractReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (rule, r) in c.violated() {
+        if let Some(v) = &r.first {
+            // Where all of a layer's stray writes reach, when the first
+            // does not say it alone.
+            let reach: Vec<String> = c
+                .stray_reach
+                .iter()
+                .filter(|n| rule == "stray_write" && v.nearest.as_ref() != Some(*n))
+                .map(|n| n.describe())
+                .collect();
+            let reach = if reach.is_empty() {
+                String::new()
+            } else {
+                format!("; in all they reach {}", reach.join(" and "))
+            };
+            lines.push(format!(
+                "{rule}: {} ({} violation(s){reach})",
+                v.describe(),
+                r.violations
+            ));
         }
     }
     lines

@@ -139,15 +139,12 @@ pub(super) fn attach_model_specs(path: &std::path::Path, model: &[u8], layers: &
 type Preload = Vec<(u64, Vec<u8>)>;
 
 /// Runs the guest with `analyses`; returns the run and the bytes it
-/// preloaded (a contract re-trace must run the same guest). A model runs
-/// red-zoned when `red_zones` is set (its run figures then describe that
-/// layout, not TFLM's own: only the contract is read from such a run).
+/// preloaded (a contract re-trace must run the same guest).
 pub(super) fn trace_guest(
     guest: &mut Guest,
     opts: &RunOptions,
     access: AccessPath,
     layers: Option<Vec<String>>,
-    red_zones: bool,
     analyses: &mut [&mut (dyn Analysis + Send)],
 ) -> Result<(RunSummary, Preload)> {
     match guest {
@@ -179,12 +176,9 @@ pub(super) fn trace_guest(
                 max_instructions: opts.max_instructions,
                 split: true,
                 storage: false,
-                red_zones,
+                red_zones: false,
             };
             let outcome = run.trace(access, layers, true, analyses)?;
-            if red_zones {
-                return Ok((outcome.summary, run.preload()?));
-            }
             let r = &outcome.result;
             info.arena_bytes = outcome.arena_bytes;
             info.arena_used_bytes = r.arena_used_bytes;

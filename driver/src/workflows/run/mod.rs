@@ -184,7 +184,6 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             opts,
             access,
             layers.clone(),
-            false,
             &mut analyses,
         )
         .with_context(|| format!("tracing {}", opts.elf.display()))?
@@ -225,7 +224,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     }
     let red_zoned = matches!(guest, Guest::Model { .. }) && opts.model.red_zones;
     let contracts = if red_zoned {
-        red_zoned_contracts(&mut guest, opts, access, layers, &summary.layers)?
+        red_zoned_contracts(&guest, opts, access, layers, &summary.layers)?
     } else {
         let rerun = crate::support::violations::Rerun {
             image: guest.image(),
@@ -274,36 +273,34 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
 }
 
 /// The memory contract of every layer of a model, from a red-zoned run of
-/// it: the same operators on the same inputs, every planned buffer with
-/// free bytes on both sides, so that what a kernel writes past its buffer
-/// is a stray write next to that buffer.
+/// it ([`crate::runtime::red_zoned_check`]): the same operators on the same
+/// inputs, every planned buffer with free bytes on both sides.
 fn red_zoned_contracts(
-    guest: &mut Guest,
+    guest: &Guest,
     opts: &RunOptions,
     access: AccessPath,
     layers: Option<Vec<String>>,
     names: &[String],
 ) -> Result<Vec<memtrace_analyzer::contract::ContractReport>> {
-    let runtime_code = crate::runtime::runtime_code(guest.image());
-    let mut contract = ContractCheck::with_runtime_code(runtime_code.clone());
-    let (summary, preload) =
-        trace_guest(guest, opts, access, layers, true, &mut [&mut contract])
-            .with_context(|| format!("the red-zoned run of {}", opts.elf.display()))?;
-    if summary.layers.as_slice() != names {
+    let Guest::Model {
+        image,
+        model,
+        inputs,
+        ..
+    } = guest
+    else {
+        bail!("a red-zoned run is for a model");
+    };
+    let check =
+        crate::runtime::red_zoned_check(image, model, inputs, opts.max_instructions, access, layers)
+            .with_context(|| format!("checking {}", opts.elf.display()))?;
+    if check.layers.as_slice() != names {
         bail!(
             "the red-zoned run of {} opened other layers than its run ({} against {})",
             opts.elf.display(),
-            summary.layers.len(),
+            check.layers.len(),
             names.len()
         );
     }
-    let rerun = crate::support::violations::Rerun {
-        image: guest.image(),
-        job: None,
-        preload,
-        max_instructions: opts.max_instructions,
-        runtime_code,
-        layers: &summary.layers,
-    };
-    crate::support::violations::finish(rerun, summary.access, contract.layers)
+    Ok(check.contracts)
 }

@@ -23,7 +23,7 @@ mod subject;
 mod tinyseg;
 mod under_test;
 
-pub use report::{TensorPlacement, TflmOpOverlap, TflmRunReport, VerifyReport};
+pub use report::{KernelCheck, TensorPlacement, TflmOpOverlap, TflmRunReport, VerifyReport};
 pub use under_test::{check_plan_kernels, placement_from_plan, plan_kernels};
 
 use std::path::PathBuf;
@@ -121,6 +121,15 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let started = Instant::now();
     let subject = Subject::load(req)?;
     let (mut reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
+    // The kernels' contract, where no neighbour can hide an overrun.
+    let kernel_check = KernelCheck::of(&crate::runtime::red_zoned_check(
+        &subject.image,
+        &subject.bytes,
+        &subject.inputs,
+        req.max_instructions,
+        crate::support::common::access_path(false),
+        None,
+    )?);
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)
@@ -274,6 +283,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         output_bytes: a.len() as u64,
         output_digest: digest(a),
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
+        kernel_check,
         oracle,
         oracle_off: !req.oracle,
         traced_overlaps: traced_report,

@@ -123,6 +123,9 @@ pub struct VerifyReport {
     pub output_digest: String,
     /// The reference run's outputs, hex.
     pub output_hex: String,
+    /// The kernels' memory contract, checked in a red-zoned run of the
+    /// model (TFLM's own plan with free bytes around every buffer).
+    pub kernel_check: KernelCheck,
     /// The same model and input in PyPI `tflite-micro` on the host.
     pub oracle: Option<OracleComparison>,
     /// The oracle was not asked for (`--no-oracle`).
@@ -206,10 +209,65 @@ impl Answer for VerifyReport {
     }
 }
 
+/// What the red-zoned run of the model said of its kernels.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct KernelCheck {
+    /// Bytes left free before and after every buffer TFLM planned.
+    pub red_zone_bytes: u32,
+    /// Instructions the red-zoned run took.
+    pub instructions: u64,
+    /// Each broken rule of each operator, e.g. "operator
+    /// `0:CONV_2D:conv`: stray_write: 4 B store to …, 16 B past the end of
+    /// `scratch0`, at … (in all …)"; empty when every kernel kept to its
+    /// buffers.
+    pub findings: Vec<String>,
+}
+
+impl KernelCheck {
+    /// The findings of a red-zoned run.
+    pub(crate) fn of(check: &crate::runtime::RedZoneCheck) -> KernelCheck {
+        let findings = check
+            .broken()
+            .flat_map(|(layer, c)| {
+                crate::support::violations::broken_rules(c)
+                    .into_iter()
+                    .map(move |rule| format!("operator `{layer}`: {rule}"))
+            })
+            .collect();
+        KernelCheck {
+            red_zone_bytes: check.zone_bytes,
+            instructions: check.instructions,
+            findings,
+        }
+    }
+
+    fn to_text(&self) -> String {
+        if self.findings.is_empty() {
+            return format!(
+                "kernels: every operator kept to its buffers (red-zoned run, {} B free around \
+                 each buffer TFLM plans)\n",
+                self.red_zone_bytes
+            );
+        }
+        let mut s = format!(
+            "kernels: {} finding(s) in the red-zoned run ({} B free around each buffer TFLM \
+             plans): a kernel used memory it did not ask for\n",
+            self.findings.len(),
+            self.red_zone_bytes
+        );
+        for f in &self.findings {
+            s += &format!("  {f}\n");
+        }
+        s
+    }
+}
+
 impl VerifyReport {
-    /// Clean (no clobber), bit-exact, and equal to the host oracle if it ran.
+    /// Clean (no clobber, no kernel finding), bit-exact, and equal to the
+    /// host oracle if it ran.
     pub fn ok(&self) -> bool {
-        self.clobbers.is_empty()
+        self.kernel_check.findings.is_empty()
+            && self.clobbers.is_empty()
             && self
                 .tinyseg
                 .as_ref()
@@ -328,6 +386,7 @@ impl VerifyReport {
         if let Some(t) = &self.tinyseg {
             s += &t.to_text();
         }
+        s += &self.kernel_check.to_text();
         match &self.oracle {
             Some(o) => s += &o.to_text(),
             None if self.oracle_off => s += "host oracle: not run (--no-oracle)\n",
