@@ -182,3 +182,46 @@ fn every_short_sizing_is_caught_with_its_byte_count_and_a_correct_one_passes_cle
         "{text}"
     );
 }
+
+/// `verify` checks the kernels in a red-zoned run of the model: an overrun
+/// fails the verify, with or without the host oracle (which cannot run
+/// memtrace's probe kernel and says so), naming operator, buffer, byte
+/// count, kernel and line; the correct kernel verifies clean.
+#[test]
+fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_correct_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = probe_file(&dir, 256, 16, 16);
+    let runner = probe_runner("cmsis-nn");
+    for oracle in [None, Some("--no-oracle")] {
+        let mut args = vec![
+            "verify", &short, "--kernels", "cmsis-nn", "--runner", &runner,
+        ];
+        args.extend(oracle);
+        let out = memtrace(&args);
+        assert_eq!(out.status.code(), Some(1), "{oracle:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let finding = text
+            .lines()
+            .find(|l| l.contains("operator `0:MEMTRACE_SCRATCH_PROBE:probe_out`: stray_write"))
+            .unwrap_or_else(|| panic!("{oracle:?}: no kernel finding in\n{text}"));
+        for part in [
+            "past the end of `scratch0`",
+            "16 B past the end of `scratch0`",
+            "`probe_invoke` (tflm/probe_ops.cc:",
+        ] {
+            assert!(finding.contains(part), "{oracle:?}: `{part}` in {finding}");
+        }
+        assert!(text.contains("result: FAILED"), "{text}");
+    }
+    let clean = probe_file(&dir, 256, 16, 0);
+    let out = memtrace([
+        "verify", &clean, "--kernels", "cmsis-nn", "--runner", &runner, "--format", "json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["kernel_check"]["findings"], serde_json::json!([]));
+    assert_eq!(report["kernel_check"]["red_zone_bytes"], 64);
+    assert!(
+        report["kernel_check"]["instructions"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+}
