@@ -27,6 +27,7 @@ c_constants! {
         TFLM_FLAGS = 3,
         TFLM_INPUT_BYTES = 4,
         TFLM_RED_ZONE_BYTES = 5,
+        TFLM_DUMP_OP = 6,
         TFLM_STAGE = 8,
         TFLM_ARENA_USED = 9,
         TFLM_HEAD_BYTES = 10,
@@ -40,6 +41,8 @@ c_constants! {
         TFLM_OUTPUT_OFFSET = 18,
         TFLM_OUTPUT_BYTES = 19,
         TFLM_TABLE_OFFSET = 20,
+        TFLM_DIGEST_OFFSET = 21,
+        TFLM_DUMP_BYTES = 22,
     }
 }
 
@@ -48,6 +51,7 @@ c_constants! {
     TFLM_CODES: u32 {
         TFLM_FLAG_LAYERS = 1,
         TFLM_FLAG_NO_WEIGHTS = 2,
+        TFLM_FLAG_DIGESTS = 4,
         TFLM_STAGE_STARTED = 1,
         TFLM_STAGE_MODEL = 2,
         TFLM_STAGE_ALLOCATED = 3,
@@ -146,6 +150,10 @@ pub struct TflmJob {
     /// 0, or a red-zoned run: this many bytes (a multiple of 16) left free
     /// before and after every buffer TFLM plans, the offline plan ignored.
     pub red_zone_bytes: u32,
+    /// A digest of every operator's outputs ([`TflmResult::digests`]).
+    pub digests: bool,
+    /// Copy this operator's outputs back ([`TflmResult::dump`]).
+    pub dump_op: Option<u32>,
 }
 
 impl TflmJob {
@@ -157,12 +165,16 @@ impl TflmJob {
         w[TFLM_ARENA_BYTES] = self.arena_bytes;
         w[TFLM_INPUT_BYTES] = self.input_bytes;
         w[TFLM_RED_ZONE_BYTES] = self.red_zone_bytes;
+        w[TFLM_DUMP_OP] = self.dump_op.map_or(0, |op| op + 1);
         let mut flags = 0;
         if self.layers {
             flags |= TFLM_FLAG_LAYERS;
         }
         if !self.weights {
             flags |= TFLM_FLAG_NO_WEIGHTS;
+        }
+        if self.digests {
+            flags |= TFLM_FLAG_DIGESTS;
         }
         w[TFLM_FLAGS] = flags;
         w.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -238,6 +250,22 @@ pub struct TflmResult {
     /// Every scratch buffer, in TFLM's order.
     #[serde(skip)]
     pub scratch: Vec<ScratchPlace>,
+    /// Per operator of subgraph 0, the FNV-1a (32-bit) of its outputs'
+    /// bytes and their count, when the job asked for digests.
+    #[serde(skip)]
+    pub digests: Vec<OpDigest>,
+    /// The outputs of the operator the job asked to dump, concatenated.
+    #[serde(skip)]
+    pub dump: Vec<u8>,
+}
+
+/// The digest of one operator's outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpDigest {
+    /// FNV-1a (32-bit) of the output bytes, concatenated.
+    pub fnv: u32,
+    /// How many bytes.
+    pub bytes: u32,
 }
 
 /// A runner answer that cannot be read.
@@ -319,13 +347,35 @@ impl TflmResult {
                 }
             })
             .collect();
+        let ops = w(TFLM_N_OPS)?;
+        let digest_at = w(TFLM_DIGEST_OFFSET)? as u64;
+        let digests = match digest_at {
+            0 => Vec::new(),
+            at => slice(io, at, ops as u64 * 8, "the operator digests")?
+                .chunks_exact(8)
+                .map(|r| OpDigest {
+                    fnv: u32::from_le_bytes([r[0], r[1], r[2], r[3]]),
+                    bytes: u32::from_le_bytes([r[4], r[5], r[6], r[7]]),
+                })
+                .collect(),
+        };
+        let dump_bytes = w(TFLM_DUMP_BYTES)? as u64;
+        let dump = slice(
+            io,
+            (io.len() as u64).saturating_sub(dump_bytes),
+            dump_bytes,
+            "the dumped operator outputs",
+        )?
+        .to_vec();
         Ok(TflmResult {
+            digests,
+            dump,
             stage,
             arena_used_bytes: w(TFLM_ARENA_USED)? as u64,
             head_bytes: w(TFLM_HEAD_BYTES)? as u64,
             tail_bytes: w(TFLM_TAIL_BYTES)? as u64,
             head_offset: w(TFLM_HEAD_OFFSET)? as u64,
-            ops: w(TFLM_N_OPS)?,
+            ops,
             inputs: w(TFLM_N_INPUTS)?,
             outputs: w(TFLM_N_OUTPUTS)?,
             output_bytes,
@@ -365,6 +415,8 @@ mod tests {
             layers: true,
             weights: false,
             red_zone_bytes: 64,
+            digests: true,
+            dump_op: Some(2),
         };
         let b = job.bytes();
         assert_eq!(b.len(), 4 * MEMTRACE_TFLM_WORDS as usize);
@@ -374,9 +426,10 @@ mod tests {
         assert_eq!(word(&b, TFLM_ARENA_BYTES).unwrap(), 4096);
         assert_eq!(word(&b, TFLM_INPUT_BYTES).unwrap(), 96);
         assert_eq!(word(&b, TFLM_RED_ZONE_BYTES).unwrap(), 64);
+        assert_eq!(word(&b, TFLM_DUMP_OP).unwrap(), 3, "1 + the operator");
         assert_eq!(
             word(&b, TFLM_FLAGS).unwrap(),
-            TFLM_FLAG_LAYERS | TFLM_FLAG_NO_WEIGHTS
+            TFLM_FLAG_LAYERS | TFLM_FLAG_NO_WEIGHTS | TFLM_FLAG_DIGESTS
         );
     }
 

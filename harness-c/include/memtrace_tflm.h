@@ -75,6 +75,9 @@ enum memtrace_tflm_word {
     TFLM_RED_ZONE_BYTES = 5, /* 0, or a red-zoned run: this many bytes before
                                 and after every planned buffer (a multiple
                                 of 16), the model's offline plan ignored */
+    TFLM_DUMP_OP = 6,       /* 0, or 1 + the index of the operator whose
+                               outputs the runner copies to the end of
+                               memtrace_io once it has run */
     /* runner */
     TFLM_STAGE = 8,         /* the last stage reached (TFLM_STAGE_*) */
     TFLM_ARENA_USED = 9,    /* MicroInterpreter::arena_used_bytes() */
@@ -89,11 +92,18 @@ enum memtrace_tflm_word {
     TFLM_OUTPUT_OFFSET = 18,
     TFLM_OUTPUT_BYTES = 19,
     TFLM_TABLE_OFFSET = 20,
+    TFLM_DIGEST_OFFSET = 21, /* with TFLM_FLAG_DIGESTS: TFLM_N_OPS records
+                                of 2 words in memtrace_io, per operator of
+                                subgraph 0 the FNV-1a (32-bit) of its
+                                outputs' bytes, concatenated, and their count */
+    TFLM_DUMP_BYTES = 22,   /* with TFLM_DUMP_OP: the operator's output bytes,
+                               the last this many bytes of memtrace_io */
 };
 
 /* TFLM_FLAGS */
 #define TFLM_FLAG_LAYERS 1u      /* one memtrace layer per operator */
 #define TFLM_FLAG_NO_WEIGHTS 2u  /* leave constant tensors undeclared */
+#define TFLM_FLAG_DIGESTS 4u     /* a digest of every operator's outputs */
 
 /* TFLM_STAGE */
 #define TFLM_STAGE_STARTED 1

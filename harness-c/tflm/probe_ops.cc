@@ -3,14 +3,17 @@
 // tflm.mk), never into a runner a user's model runs on.
 //
 // MEMTRACE_SCRATCH_PROBE, a custom operator: one int8 input of N bytes, one
-// int8 output of M bytes, custom options two little-endian 32-bit words
-// (SHORT_BY, SEED). Its sizing function under-reports by SHORT_BY bytes, the
-// bug class of a kernel library's *_get_buffer_size that disagrees with its
-// kernel: Prepare asks TFLM for N - SHORT_BY bytes of scratch, Invoke copies
-// the whole input into the scratch with memcpy (N bytes: SHORT_BY past its
-// end) and writes the output from it (the scratch reversed, repeated to M
-// bytes, offset by SEED). With
-// SHORT_BY 0 it is a correct kernel.
+// int8 output of M bytes, custom options up to three little-endian 32-bit
+// words (SHORT_BY, SEED, DIFFER).
+// - Its sizing function under-reports by SHORT_BY bytes, the bug class of a
+//   kernel library's *_get_buffer_size that disagrees with its kernel:
+//   Prepare asks TFLM for N - SHORT_BY bytes of scratch, Invoke copies the
+//   whole input into the scratch with memcpy (N bytes: SHORT_BY past its
+//   end) and writes the output from it (the scratch reversed, repeated to M
+//   bytes, offset by SEED). With SHORT_BY 0 it is a correct kernel.
+// - With DIFFER non-zero, its build for CMSIS-NN's kernels (-DCMSIS_NN) adds
+//   1 to every output byte i with i % 4 == 1: a kernel that is not
+//   bit-exact with its reference.
 #include <string.h>
 
 #include "tensorflow/lite/c/common.h"
@@ -24,6 +27,7 @@ namespace {
 struct ProbeData {
     uint32_t short_by;
     uint32_t seed;
+    uint32_t differ;
     int scratch;  // TFLM's scratch buffer index
 };
 
@@ -40,6 +44,7 @@ void *probe_init(TfLiteContext *context, const char *buffer, size_t length) {
     const auto *b = reinterpret_cast<const uint8_t *>(buffer);
     data->short_by = length >= 4 ? word(b) : 0;
     data->seed = length >= 8 ? word(b + 4) : 0;
+    data->differ = length >= 12 ? word(b + 8) : 0;
     data->scratch = -1;
     return data;
 }
@@ -73,6 +78,11 @@ __attribute__((noinline)) TfLiteStatus probe_invoke(TfLiteContext *context, TfLi
     for (size_t i = 0; i < m; ++i) {
         o[i] = static_cast<int8_t>(scratch[n - 1 - i % n] + static_cast<int8_t>(data->seed));
     }
+#ifdef CMSIS_NN
+    for (size_t i = 1; data->differ != 0 && i < m; i += 4) {
+        o[i] = static_cast<int8_t>(o[i] + 1);
+    }
+#endif
     return kTfLiteOk;
 }
 

@@ -52,6 +52,17 @@ uint32_t g_flags;
 uint32_t g_model_bytes;
 uint32_t g_arena_bytes;
 uint32_t g_red_zone;  // TFLM_RED_ZONE_BYTES: 0, or a red-zoned run
+uint32_t g_dump_op;   // TFLM_DUMP_OP: 0, or 1 + the operator to dump
+uint32_t g_dump_bytes;
+
+// TFLM_FLAG_DIGESTS: per operator of subgraph 0, its outputs' FNV-1a and
+// byte count, written after the tensor table at the end.
+constexpr uint32_t kMaxDigests = 4096;
+struct OpDigest {
+    uint32_t fnv;
+    uint32_t bytes;
+};
+OpDigest g_digests[kMaxDigests];
 
 // Scratch buffer addresses, by TFLM's scratch index, resolved at the first
 // operator of Invoke() (GetScratchBuffer is only valid while invoking).
@@ -339,6 +350,54 @@ void plan_operator(uint32_t index, const char *tag) {
     }
 }
 
+uint32_t fnv1a(uint32_t h, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        h = (h ^ p[i]) * 16777619u;
+    }
+    return h;
+}
+
+// After operator `index` of subgraph 0 has run (outside its window): the
+// digest of its outputs, and their bytes at the end of memtrace_io when it
+// is the operator to dump.
+void digest_operator(uint32_t index) {
+    const auto *ops = g_subgraph0->operators();
+    if (ops == nullptr || index >= ops->size()) {
+        return;
+    }
+    const auto *outputs = ops->Get(index)->outputs();
+    const size_t io_region = static_cast<size_t>(memtrace_io_end - memtrace_io);
+    const bool dump = g_dump_op == index + 1;
+    uint32_t h = 2166136261u;
+    size_t total = 0;
+    for (uint32_t j = 0; outputs != nullptr && j < outputs->size(); ++j) {
+        const TfLiteEvalTensor *t = eval_tensor(outputs->Get(j));
+        const size_t bytes = eval_bytes(t);
+        if (t == nullptr || t->data.data == nullptr || bytes == 0) {
+            continue;
+        }
+        const auto *p = static_cast<const unsigned char *>(t->data.data);
+        h = fnv1a(h, p, bytes);
+        total += bytes;
+    }
+    if (index < kMaxDigests) {
+        g_digests[index] = OpDigest{h, static_cast<uint32_t>(total)};
+    }
+    if (!dump || total > io_region / 2) {
+        return;
+    }
+    unsigned char *at = memtrace_io + io_region - total;
+    for (uint32_t j = 0; outputs != nullptr && j < outputs->size(); ++j) {
+        const TfLiteEvalTensor *t = eval_tensor(outputs->Get(j));
+        const size_t bytes = eval_bytes(t);
+        if (t != nullptr && t->data.data != nullptr && bytes != 0) {
+            memcpy(at, t->data.data, bytes);
+            at += bytes;
+        }
+    }
+    g_dump_bytes = static_cast<uint32_t>(total);
+}
+
 // TFLM's profiler hook: MicroInterpreterGraph::InvokeSubgraph opens one event
 // around each operator's invoke. Events at depth 0 are subgraph 0's
 // operators, in order; deeper ones (operators of subgraphs a control-flow
@@ -371,6 +430,9 @@ class LayerProfiler : public tflite::MicroProfilerInterface {
                 memtrace_layer_end();
             }
             open_ = false;
+            if ((g_flags & TFLM_FLAG_DIGESTS) != 0 || g_dump_op != 0) {
+                digest_operator(next_op_);
+            }
             ++next_op_;
         }
         if (depth_ > 0) {
@@ -427,6 +489,7 @@ int run() {
     g_arena_bytes = memtrace_tflm_job[TFLM_ARENA_BYTES];
     g_flags = memtrace_tflm_job[TFLM_FLAGS];
     g_red_zone = memtrace_tflm_job[TFLM_RED_ZONE_BYTES];
+    g_dump_op = memtrace_tflm_job[TFLM_DUMP_OP];
     const uint32_t input_bytes = memtrace_tflm_job[TFLM_INPUT_BYTES];
     if (g_model_bytes == 0 || g_model_bytes > model_region) {
         fail(TFLM_EXIT_BAD_JOB, "model of %u bytes: memtrace_model holds 1 to %u",
@@ -607,9 +670,16 @@ int run() {
     }
     const uint32_t output_offset = align16(input_bytes);
     const uint32_t table_offset = align16(output_offset + output_bytes);
-    const uint64_t end = static_cast<uint64_t>(table_offset) +
-                         12ull * (static_cast<uint64_t>(n_tensors) + static_cast<uint64_t>(n_scratch));
-    if (end > io_region) {
+    const uint64_t table_end = static_cast<uint64_t>(table_offset) +
+                               12ull * (static_cast<uint64_t>(n_tensors) + static_cast<uint64_t>(n_scratch));
+    const bool digests = (g_flags & TFLM_FLAG_DIGESTS) != 0;
+    const uint64_t digest_offset = (table_end + 15u) & ~15ull;
+    const uint64_t end = digests ? digest_offset + 8ull * n_ops : table_end;
+    if (digests && n_ops > kMaxDigests) {
+        fail(TFLM_EXIT_IO, "%u operators: the runner keeps digests of %u",
+             static_cast<unsigned>(n_ops), static_cast<unsigned>(kMaxDigests));
+    }
+    if (end > io_region - g_dump_bytes) {
         fail(TFLM_EXIT_IO, "outputs and tensor table need %llu bytes of memtrace_io, it holds %u",
              static_cast<unsigned long long>(end), static_cast<unsigned>(io_region));
     }
@@ -656,6 +726,14 @@ int run() {
     }
     set_word(TFLM_OUTPUT_OFFSET, output_offset);
     set_word(TFLM_OUTPUT_BYTES, output_bytes);
+    if (digests) {
+        for (uint32_t i = 0; i < n_ops; ++i) {
+            put_word(static_cast<uint32_t>(digest_offset) + 8 * i, g_digests[i].fnv);
+            put_word(static_cast<uint32_t>(digest_offset) + 8 * i + 4, g_digests[i].bytes);
+        }
+        set_word(TFLM_DIGEST_OFFSET, static_cast<uint32_t>(digest_offset));
+    }
+    set_word(TFLM_DUMP_BYTES, g_dump_bytes);
     set_word(TFLM_TABLE_OFFSET, table_offset);
     set_word(TFLM_STAGE, TFLM_STAGE_INVOKED);
     return TFLM_EXIT_OK;

@@ -17,14 +17,35 @@ use serde_json::Value;
 /// `input` bytes to an int8 output of `output` bytes, its sizing function
 /// `short_by` bytes short.
 fn probe_model(input: usize, output: usize, short_by: u32) -> Vec<u8> {
-    let tensor = |name: &str, n: usize| fb::Tensor {
-        shape: Some(vec![1, n as i32]),
-        type_: fb::TensorType::Int8,
-        buffer: 0,
-        name: Some(name.into()),
-        ..Default::default()
-    };
-    let options: Vec<u8> = [short_by, 3].iter().flat_map(|w| w.to_le_bytes()).collect();
+    probe_chain(&[input, output], &[[short_by, 3, 0]])
+}
+
+/// A chain of probes: operator k from tensor k (`sizes[k]` int8 bytes) to
+/// tensor k + 1, with custom options `options[k]` (SHORT_BY, SEED, DIFFER).
+fn probe_chain(sizes: &[usize], options: &[[u32; 3]]) -> Vec<u8> {
+    assert_eq!(sizes.len(), options.len() + 1);
+    let tensors = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| fb::Tensor {
+            shape: Some(vec![1, n as i32]),
+            type_: fb::TensorType::Int8,
+            buffer: 0,
+            name: Some(format!("probe_t{k}")),
+            ..Default::default()
+        })
+        .collect();
+    let operators = options
+        .iter()
+        .enumerate()
+        .map(|(k, words)| fb::Operator {
+            opcode_index: 0,
+            inputs: Some(vec![k as i32]),
+            outputs: Some(vec![k as i32 + 1]),
+            custom_options: Some(words.iter().flat_map(|w| w.to_le_bytes()).collect()),
+            ..Default::default()
+        })
+        .collect();
     let m = fb::Model {
         version: 3,
         operator_codes: Some(vec![fb::OperatorCode {
@@ -34,16 +55,10 @@ fn probe_model(input: usize, output: usize, short_by: u32) -> Vec<u8> {
             builtin_code: fb::BuiltinOperator::Custom,
         }]),
         subgraphs: Some(vec![fb::SubGraph {
-            tensors: Some(vec![tensor("probe_in", input), tensor("probe_out", output)]),
+            tensors: Some(tensors),
             inputs: Some(vec![0]),
-            outputs: Some(vec![1]),
-            operators: Some(vec![fb::Operator {
-                opcode_index: 0,
-                inputs: Some(vec![0]),
-                outputs: Some(vec![1]),
-                custom_options: Some(options),
-                ..Default::default()
-            }]),
+            outputs: Some(vec![options.len() as i32]),
+            operators: Some(operators),
             name: Some("main".into()),
         }]),
         description: Some("memtrace scratch probe".into()),
@@ -194,7 +209,12 @@ fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_corre
     let runner = probe_runner("cmsis-nn");
     for oracle in [None, Some("--no-oracle")] {
         let mut args = vec![
-            "verify", &short, "--kernels", "cmsis-nn", "--runner", &runner,
+            "verify",
+            &short,
+            "--kernels",
+            "cmsis-nn",
+            "--runner",
+            &runner,
         ];
         args.extend(oracle);
         let out = memtrace(&args);
@@ -202,7 +222,7 @@ fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_corre
         let text = stdout(&out);
         let finding = text
             .lines()
-            .find(|l| l.contains("operator `0:MEMTRACE_SCRATCH_PROBE:probe_out`: stray_write"))
+            .find(|l| l.contains("operator `0:MEMTRACE_SCRATCH_PROBE:probe_t1`: stray_write"))
             .unwrap_or_else(|| panic!("{oracle:?}: no kernel finding in\n{text}"));
         for part in [
             "past the end of `scratch0`",
@@ -215,7 +235,14 @@ fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_corre
     }
     let clean = probe_file(&dir, 256, 16, 0);
     let out = memtrace([
-        "verify", &clean, "--kernels", "cmsis-nn", "--runner", &runner, "--format", "json",
+        "verify",
+        &clean,
+        "--kernels",
+        "cmsis-nn",
+        "--runner",
+        &runner,
+        "--format",
+        "json",
     ]);
     let report = json(&out);
     assert_eq!(report["kernel_check"]["findings"], serde_json::json!([]));
@@ -224,4 +251,43 @@ fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_corre
         report["kernel_check"]["instructions"].as_u64().unwrap() > 0,
         "{report}"
     );
+}
+
+/// `verify --kernels cmsis-nn` runs every operator on the reference kernels
+/// too: a kernel whose CMSIS-NN build is not bit-exact is named, with the
+/// bytes that differ, although the graph's final outputs and the host
+/// oracle say nothing (here the oracle cannot run the probe at all).
+#[test]
+fn verify_names_the_first_operator_whose_cmsis_nn_outputs_differ_from_the_reference_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    // Operator 1 differs on CMSIS-NN; operator 2 reads its output.
+    let model = dir.path().join("differs.tflite");
+    std::fs::write(
+        &model,
+        probe_chain(&[32, 48, 40, 24], &[[0, 3, 0], [0, 5, 1], [0, 7, 0]]),
+    )
+    .unwrap();
+    let runner = probe_runner("cmsis-nn");
+    let out = memtrace([
+        "verify",
+        path_str(&model),
+        "--kernels",
+        "cmsis-nn",
+        "--runner",
+        &runner,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = json(&out);
+    let d = &report["reference_kernels"]["first_difference"];
+    assert_eq!(d["index"], 1, "{report}");
+    assert_eq!(d["op"], "MEMTRACE_SCRATCH_PROBE");
+    assert_eq!(d["output"], "probe_t2");
+    // Every byte i of its 40-byte output with i % 4 == 1 was perturbed.
+    let perturbed = (0..40).filter(|i| i % 4 == 1).count() as u64;
+    assert_eq!(d["output_bytes"], 40);
+    assert_eq!(d["differing_bytes"], perturbed);
+    assert_eq!(d["first_differing_byte"], 1);
+    assert_eq!(d["later_operators_differing"], 1);
 }

@@ -154,6 +154,8 @@ fn tflm_preload(image: &ElfImage, model: &str) -> Vec<(u64, Vec<u8>)> {
         layers: true,
         weights: false,
         red_zone_bytes: 0,
+        digests: false,
+        dump_op: None,
     };
     vec![(at(symbols::JOB), job.bytes()), (at(symbols::MODEL), bytes)]
 }

@@ -12,13 +12,15 @@
 //! its `.tflite` bytes and graph inputs; `model_run` is the run itself
 //! ([`ModelRun`]); `plan_inputs` is what a plan for TFLM takes from one
 //! traced run ([`PlanInputs`]); `red_zones` is the red-zoned run that checks
-//! the kernels' memory contract ([`RedZoneCheck`]). The runner's regions
+//! the kernels' memory contract ([`RedZoneCheck`]); `per_operator` compares
+//! every operator's outputs across kernel builds ([`OperatorComparison`]). The runner's regions
 //! they share are here.
 
 mod inputs;
 pub mod kernels;
 mod model_run;
 pub mod oracle;
+mod per_operator;
 pub mod plan_file;
 mod plan_inputs;
 mod red_zones;
@@ -28,11 +30,13 @@ pub mod trace_cache;
 
 pub use inputs::{input_bytes, load_for_tflm, model_bytes, run_inputs, seeded_inputs};
 pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
+pub(crate) use per_operator::compare_operators;
+pub use per_operator::{OperatorComparison, OperatorDifference};
 pub use plan_inputs::{
     plan_inputs, scratch_needs, trace_model_operators, traced_overlaps, PlanInputs,
 };
-pub use red_zones::RedZoneCheck;
 pub(crate) use red_zones::red_zoned_check;
+pub use red_zones::RedZoneCheck;
 pub use runner::{
     load_runner, model_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code,
     target_runner,

@@ -41,6 +41,10 @@ pub struct ModelRun<'a> {
     /// buffer TFLM plans (the offline plan ignored), so that a kernel
     /// writing past its buffer writes a stray byte, not its neighbour's.
     pub red_zones: bool,
+    /// A digest of every operator's outputs ([`TflmResult::digests`]).
+    pub digests: bool,
+    /// Copy this operator's outputs back ([`TflmResult::dump`]).
+    pub dump_op: Option<u32>,
 }
 
 /// The bytes a red-zoned run leaves free on each side of a planned buffer:
@@ -108,6 +112,8 @@ impl<'a> ModelRun<'a> {
             split: true,
             storage: false,
             red_zones: false,
+            digests: false,
+            dump_op: None,
         }
     }
 
@@ -147,6 +153,8 @@ impl<'a> ModelRun<'a> {
             layers: self.layers,
             weights: self.weights,
             red_zone_bytes: if self.red_zones { RED_ZONE_BYTES } else { 0 },
+            digests: self.digests,
+            dump_op: self.dump_op,
         }
         .bytes();
         let mut preload = vec![(job.address, words), (model.at, self.model.to_vec())];

@@ -177,6 +177,8 @@ pub(super) fn trace_guest(
                 split: true,
                 storage: false,
                 red_zones: false,
+                digests: false,
+                dump_op: None,
             };
             let outcome = run.trace(access, layers, true, analyses)?;
             let r = &outcome.result;

@@ -179,14 +179,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         if let Some(p) = plot.as_mut() {
             analyses.push(p);
         }
-        trace_guest(
-            &mut guest,
-            opts,
-            access,
-            layers.clone(),
-            &mut analyses,
-        )
-        .with_context(|| format!("tracing {}", opts.elf.display()))?
+        trace_guest(&mut guest, opts, access, layers.clone(), &mut analyses)
+            .with_context(|| format!("tracing {}", opts.elf.display()))?
     };
     let unknown: Vec<&String> = opts
         .layers
@@ -291,9 +285,15 @@ fn red_zoned_contracts(
     else {
         bail!("a red-zoned run is for a model");
     };
-    let check =
-        crate::runtime::red_zoned_check(image, model, inputs, opts.max_instructions, access, layers)
-            .with_context(|| format!("checking {}", opts.elf.display()))?;
+    let check = crate::runtime::red_zoned_check(
+        image,
+        model,
+        inputs,
+        opts.max_instructions,
+        access,
+        layers,
+    )
+    .with_context(|| format!("checking {}", opts.elf.display()))?;
     if check.layers.as_slice() != names {
         bail!(
             "the red-zoned run of {} opened other layers than its run ({} against {})",

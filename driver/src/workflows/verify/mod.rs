@@ -122,6 +122,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let subject = Subject::load(req)?;
     let (mut reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
     // The kernels' contract, where no neighbour can hide an overrun.
+    let (reference_kernels, reference_kernels_not_compared) =
+        against_reference_kernels(req, &subject)?;
     let kernel_check = KernelCheck::of(&crate::runtime::red_zoned_check(
         &subject.image,
         &subject.bytes,
@@ -284,6 +286,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         output_digest: digest(a),
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
         kernel_check,
+        reference_kernels,
+        reference_kernels_not_compared,
         oracle,
         oracle_off: !req.oracle,
         traced_overlaps: traced_report,
@@ -354,4 +358,63 @@ fn deploy_figures(
         not_measured,
     };
     Ok((measured, model))
+}
+
+/// With CMSIS-NN's kernels, every operator against TFLM's reference kernels
+/// on the same core ([`crate::runtime::compare_operators`]): the comparison,
+/// or why it was not made. Beside an explicit `--runner`
+/// (`…/tflm-runner-cmsis<suffix>.elf`), the reference runner is
+/// `tflm-runner<suffix>.elf` of the same folder.
+fn against_reference_kernels(
+    req: &VerifyOptions,
+    subject: &Subject,
+) -> Result<(Option<crate::runtime::OperatorComparison>, Option<String>)> {
+    if req.kernels != Kernels::CmsisNn {
+        return Ok((None, None));
+    }
+    let reference = match &req.runner {
+        Some(explicit) => {
+            let name = explicit.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let sibling = name
+                .strip_prefix("tflm-runner-cmsis")
+                .map(|rest| explicit.with_file_name(format!("tflm-runner{rest}")));
+            match sibling {
+                Some(p) if p.is_file() => crate::runtime::load_runner(&p, Kernels::Tflm),
+                Some(p) => {
+                    return Ok((
+                        None,
+                        Some(format!("no reference-kernels runner at {}", p.display())),
+                    ))
+                }
+                None => {
+                    return Ok((
+                        None,
+                        Some(format!(
+                            "--runner {} is not named tflm-runner-cmsis*.elf, so its \
+                             reference-kernels runner is unknown",
+                            explicit.display()
+                        )),
+                    ))
+                }
+            }
+        }
+        None => crate::runtime::model_runner(req.target, Kernels::Tflm, None, &subject.graph)
+            .map(|(_, image)| image),
+    };
+    let reference = match reference {
+        Ok(image) => image,
+        Err(e) => return Ok((None, Some(e.to_string()))),
+    };
+    let compared = crate::runtime::compare_operators(
+        &subject.image,
+        &reference,
+        &subject.graph,
+        &subject.bytes,
+        &subject.inputs,
+        req.max_instructions,
+    );
+    Ok(match compared {
+        Ok(c) => (Some(c), None),
+        Err(e) => (None, Some(format!("{e:#}"))),
+    })
 }

@@ -126,6 +126,13 @@ pub struct VerifyReport {
     /// The kernels' memory contract, checked in a red-zoned run of the
     /// model (TFLM's own plan with free bytes around every buffer).
     pub kernel_check: KernelCheck,
+    /// With CMSIS-NN's kernels: every operator's outputs against the same
+    /// operators on TFLM's reference kernels in the emulator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_kernels: Option<crate::runtime::OperatorComparison>,
+    /// Why that comparison was not made, when it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_kernels_not_compared: Option<String>,
     /// The same model and input in PyPI `tflite-micro` on the host.
     pub oracle: Option<OracleComparison>,
     /// The oracle was not asked for (`--no-oracle`).
@@ -277,6 +284,24 @@ impl VerifyReport {
                 .is_none_or(|t| t.storage_clobbers.is_empty())
             && self.bit_exact
             && self.oracle.as_ref().is_none_or(|o| o.agrees())
+            && self
+                .reference_kernels
+                .as_ref()
+                .is_none_or(|c| c.first_difference.is_none())
+    }
+
+    /// What, besides the two runs of the emulated TFLM, checked the
+    /// outputs: none when neither the host oracle nor the reference kernels
+    /// ran the model.
+    fn independent_checks(&self) -> Vec<&'static str> {
+        let mut checks = Vec::new();
+        if self.oracle.as_ref().is_some_and(|o| o.error.is_none()) {
+            checks.push("the host oracle");
+        }
+        if self.reference_kernels.is_some() {
+            checks.push("the reference kernels");
+        }
+        checks
     }
 
     /// Proven ([`VerifyReport::ok`]), and what `--fits` and
@@ -390,6 +415,16 @@ impl VerifyReport {
             s += &t.to_text();
         }
         s += &self.kernel_check.to_text();
+        match (
+            &self.reference_kernels,
+            &self.reference_kernels_not_compared,
+        ) {
+            (Some(c), _) => s += &c.to_text(self.kernels.name(), Kernels::Tflm.name()),
+            (None, Some(why)) => {
+                s += &format!("operators: not compared with the reference kernels: {why}\n")
+            }
+            (None, None) => {}
+        }
         match &self.oracle {
             Some(o) => s += &o.to_text(),
             None if self.oracle_off => s += "host oracle: not run (--no-oracle)\n",
@@ -402,6 +437,11 @@ impl VerifyReport {
         s += &format!(
             "result: {}\n",
             match (self.ok(), self.deployed.ok) {
+                (true, true) if self.independent_checks().is_empty() => {
+                    "OK, but no independent check of the outputs ran (no host oracle; the \
+                     reference kernels are compared with CMSIS-NN's only): the plan is proven \
+                     against TFLM's own plan on the same kernels"
+                }
                 (true, true) => "OK",
                 (true, false) => "FAILED: the plan is proven, but the deployment failed (below)",
                 (false, _) => "FAILED",
