@@ -260,7 +260,7 @@ pub(super) fn finish(
     };
     let memcheck = s.memcheck.take().map(|m| {
         let findings = m
-            .findings
+            .coalesced()
             .iter()
             .map(|f| Finding {
                 kind: f.kind,
