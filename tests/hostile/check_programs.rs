@@ -183,7 +183,7 @@ fn a_calloc_whose_product_wraps_is_fishy_and_the_small_block_it_returns_is_check
         fishy[0]
     );
     // The block is the wrapped product's (2^32 + 16 mod 2^32 = 16 B): the
-    // store at p[16] is just past its end.
+    // one-byte store at p[16] reaches 1 B past its end.
     let overrun = of_kind(&report, "overrun");
     assert_eq!(overrun.len(), 1, "{report}");
     let wrapped = product % (1 << 32);
@@ -192,7 +192,7 @@ fn a_calloc_whose_product_wraps_is_fishy_and_the_small_block_it_returns_is_check
         overrun[0]["message"]
             .as_str()
             .unwrap()
-            .contains(&format!("0 B past the end of a {wrapped}-byte block")),
+            .contains(&format!("write of 1 B past the end of a {wrapped}-byte block")),
         "{}",
         overrun[0]
     );
@@ -858,6 +858,16 @@ fn a_kernel_copying_past_its_under_sized_scratch_is_named_with_its_call_line_and
             // declared, ending where the output starts in a shared block.
             let buffers = calls[0]["layer"]["buffers"].to_string();
             assert!(buffers.contains("scratch"), "{what}");
+            if layout == "apart" {
+                // The write is blamed on the heap block it hit first.
+                let region = first["region"].as_str().unwrap_or_default();
+                let hit = format!(
+                    "in the heap, {short} B past the end of the {}-byte block",
+                    CHUNK - short
+                );
+                assert!(region.starts_with(&hit), "{what}");
+                assert!(region.contains(&format!("allocated at main (")), "{what}");
+            }
             if layout == "shared" {
                 // One block holds both: no byte is outside it.
                 assert!(findings(&report).is_empty(), "{what}");
@@ -870,24 +880,42 @@ fn a_kernel_copying_past_its_under_sized_scratch_is_named_with_its_call_line_and
             let block = format!("{short} B past the end of a {}-byte block", CHUNK - short);
             let by_copy = overruns
                 .iter()
-                .find(|f| f["message"].as_str().is_some_and(|m| m.starts_with("memcpy writes")))
+                .find(|f| {
+                    f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("memcpy writes"))
+                })
                 .unwrap_or_else(|| panic!("no memcpy overrun: {what}"));
             let message = by_copy["message"].as_str().unwrap();
             assert!(message.contains(&block), "{message}");
             assert_eq!(by_copy["chain"][0]["function"], "memcpy", "{what}");
-            assert!(has_frame(by_copy, "arm_avgpool_s8", "scratch_sizing.c", copy), "{what}");
-            assert!(has_frame(by_copy, "main", "scratch_sizing.c", call), "{what}");
+            assert!(
+                has_frame(by_copy, "arm_avgpool_s8", "scratch_sizing.c", copy),
+                "{what}"
+            );
+            assert!(
+                has_frame(by_copy, "main", "scratch_sizing.c", call),
+                "{what}"
+            );
             assert_eq!(by_copy["block"]["size"], CHUNK - short, "{what}");
             let alloc = &by_copy["block"]["allocated"];
             assert!(
-                alloc.as_array().unwrap().iter().any(|f| f["line"] == allocated),
+                alloc
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["line"] == allocated),
                 "{what}"
             );
             // The kernel's own loop reads the same bytes back: one finding,
             // its consecutive reads joined, the same count.
             let reads: Vec<_> = overruns
                 .iter()
-                .filter(|f| f["message"].as_str().is_some_and(|m| m.starts_with("invalid read")))
+                .filter(|f| {
+                    f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("invalid read"))
+                })
                 .collect();
             assert_eq!(reads.len(), 1, "{what}");
             let message = reads[0]["message"].as_str().unwrap();

@@ -519,7 +519,11 @@ impl Memcheck {
             let message = format!("invalid {verb} of {size} B at {address:#x}: {at:#x} is {what}");
             let extent = match (&block, kind) {
                 (Some((start, b)), FindingKind::Overrun) => {
-                    let lo = address.max(if at >= *start { start + b.size } else { address });
+                    let lo = address.max(if at >= *start {
+                        start + b.size
+                    } else {
+                        address
+                    });
                     let hi = if at >= *start {
                         address + size
                     } else {
@@ -981,14 +985,16 @@ mod tests {
         let f = &m.findings[0];
         assert_eq!(f.kind, FindingKind::Overrun);
         assert!(
-            f.message.contains("0 B past the end of a 10-byte block"),
+            f.message.contains("write of 1 B past the end of a 10-byte block"),
             "{}",
             f.message
         );
         assert_eq!(f.block.as_ref().map(|b| b.0), Some(0x1008));
-        // The same instruction again is counted, not listed twice.
+        // The same instruction again is counted, not listed twice, and
+        // the bytes it reaches grow with it.
         m.access(0x204, true, 0x1013, 1, || stack(0x204));
         assert_eq!((m.findings.len(), m.findings[0].count), (1, 2));
+        assert!(m.findings[0].message.contains("write of 2 B past the end"));
     }
 
     #[test]
@@ -1087,7 +1093,7 @@ mod tests {
         assert_eq!(m.findings[1].kind, FindingKind::Overrun);
         assert!(m.findings[1]
             .message
-            .contains("4 B past the end of a 16-byte block"));
+            .contains("5 B past the end of a 16-byte block"));
     }
 
     #[test]
@@ -1122,6 +1128,35 @@ mod tests {
         // Memory outside the heap is not memcheck's.
         m.host_access("SYS_WRITE", false, (0x3000, 4), 0x708, || stack(0x708));
         assert_eq!(m.findings.len(), 2);
+    }
+
+    #[test]
+    fn a_copy_past_a_block_is_one_overrun_of_exactly_the_bytes_past_it_even_into_the_next_block() {
+        let mut m = Memcheck::new(0x1000, 0x2000, vec![], vec![(0x500, 0x540)]);
+        malloc(&mut m, 48, 0x1100);
+        malloc(&mut m, 256, 0x1138);
+        let call = || RawStack {
+            pc: 0x500,
+            returns: vec![0x800],
+        };
+        // 64 B copied into the 48 B block: 16 B past it, 8 of them in the
+        // next block (which memcheck alone cannot tell from its own).
+        m.copy_range("memcpy", (0x1100, 0x1800, 64), call);
+        assert_eq!(m.findings.len(), 1);
+        assert!(
+            m.findings[0]
+                .message
+                .contains("memcpy writes 64 B at 0x1100: 16 B past the end of a 48-byte block"),
+            "{}",
+            m.findings[0].message
+        );
+        // The copy's stores in the gap are that finding's.
+        m.access(0x520, true, 0x1130, 4, || stack(0x520));
+        m.access(0x524, true, 0x1134, 4, || stack(0x524));
+        assert_eq!((m.findings.len(), m.findings[0].count), (1, 3));
+        // The same call again is the same finding.
+        m.copy_range("memcpy", (0x1100, 0x1800, 64), call);
+        assert_eq!((m.coalesced().len(), m.findings[0].count), (1, 4));
     }
 
     #[test]

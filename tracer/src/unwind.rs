@@ -129,7 +129,8 @@ impl Unwinder {
                 // A leaf without CFI (newlib's assembly `memcpy`) has not
                 // moved its return address: its caller's frame is the
                 // registers as they are, at that address.
-                match leaf_return(arch, image, &regs, &read, &read_word).filter(|_| out.is_empty()) {
+                match leaf_return(arch, image, &regs, &read, &read_word).filter(|_| out.is_empty())
+                {
                     Some((ra, sp_after)) => {
                         out.push(ra);
                         regs.set(pc, Some(ra));
@@ -235,9 +236,9 @@ fn follows_call(arch: Arch, ra: u64, read: impl Fn(u64, &mut [u8]) -> bool) -> b
             let e8 = bytes(5, 1).is_some_and(|b| b[0] == 0xE8);
             // `FF /2` with a ModRM of 2, 3, 6 or 7 bytes back (register,
             // [reg], disp8, disp32 forms, optionally REX-prefixed).
-            let ff = [2u64, 3, 4, 6, 7].iter().any(|&back| {
-                bytes(back, 2).is_some_and(|b| b[0] == 0xFF && (b[1] >> 3) & 7 == 2)
-            });
+            let ff = [2u64, 3, 4, 6, 7]
+                .iter()
+                .any(|&back| bytes(back, 2).is_some_and(|b| b[0] == 0xFF && (b[1] >> 3) & 7 == 2));
             e8 || ff
         }
         Arch::Riscv32 => {
@@ -255,7 +256,9 @@ fn follows_call(arch: Arch, ra: u64, read: impl Fn(u64, &mut [u8]) -> bool) -> b
         _ => {
             let blx_reg = half(2).is_some_and(|h| h & 0xFF87 == 0x4780);
             let bl = match (half(4), half(2)) {
-                (Some(first), Some(second)) => first & 0xF800 == 0xF000 && second & 0xC000 == 0xC000,
+                (Some(first), Some(second)) => {
+                    first & 0xF800 == 0xF000 && second & 0xC000 == 0xC000
+                }
                 _ => false,
             };
             blx_reg || bl
