@@ -189,10 +189,9 @@ fn a_calloc_whose_product_wraps_is_fishy_and_the_small_block_it_returns_is_check
     let wrapped = product % (1 << 32);
     assert_eq!(overrun[0]["block"]["size"], wrapped);
     assert!(
-        overrun[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("write of 1 B past the end of a {wrapped}-byte block")),
+        overrun[0]["message"].as_str().unwrap().contains(&format!(
+            "write of 1 B past the end of a {wrapped}-byte block"
+        )),
         "{}",
         overrun[0]
     );

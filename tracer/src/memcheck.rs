@@ -985,7 +985,8 @@ mod tests {
         let f = &m.findings[0];
         assert_eq!(f.kind, FindingKind::Overrun);
         assert!(
-            f.message.contains("write of 1 B past the end of a 10-byte block"),
+            f.message
+                .contains("write of 1 B past the end of a 10-byte block"),
             "{}",
             f.message
         );
