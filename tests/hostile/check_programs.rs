@@ -865,7 +865,7 @@ fn a_kernel_copying_past_its_under_sized_scratch_is_named_with_its_call_line_and
                     CHUNK - short
                 );
                 assert!(region.starts_with(&hit), "{what}");
-                assert!(region.contains(&format!("allocated at main (")), "{what}");
+                assert!(region.contains("allocated at main ("), "{what}");
             }
             if layout == "shared" {
                 // One block holds both: no byte is outside it.

@@ -540,9 +540,8 @@ impl Memcheck {
             };
             let stack = stack();
             self.report_with(kind, pc, message, stack, block, extent);
-            return;
         } else if self.overran && self.extend_overrun(pc, address, size, false) {
-            return;
+            // An access continuing an overrun is that finding's.
         } else if undefined && !self.seen_before(FindingKind::Uninitialised, pc) {
             let (what, block) = self.undefined_in(address);
             let message = format!("read of {size} B at {address:#x}: {what}");
