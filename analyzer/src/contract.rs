@@ -160,6 +160,12 @@ pub struct Violation {
     pub access: Option<AccessKind>,
     /// For a stray write: the layer's declared buffer nearest to it.
     pub nearest: Option<Nearest>,
+    /// For a stray write: the allocation it hit, in words, when the caller
+    /// knows one (`memtrace check`'s heap blocks): "in the heap, 4 B past
+    /// the end of the 48-byte block at 0x12238 …". It is named first, the
+    /// nearest buffer after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// The return addresses of the calls that led to the access, innermost
     /// first, as the tracer unwound them (stray writes only).
     #[serde(skip)]
@@ -209,9 +215,11 @@ impl Violation {
             (None, Some(a), None) => format!("{a:#x} (no symbol)"),
             (None, None, _) => "?".to_owned(),
         };
-        let what = match &self.nearest {
-            Some(n) => format!("{what}, {},", n.describe()),
-            None => what,
+        let what = match (&self.region, &self.nearest) {
+            (Some(r), Some(n)) => format!("{what} {r} (nearest buffer: {}),", n.describe()),
+            (Some(r), None) => format!("{what} {r},"),
+            (None, Some(n)) => format!("{what}, {},", n.describe()),
+            (None, None) => what,
         };
         let Some(pc) = self.pc else {
             return format!("{} B never written from {what} on", self.size);

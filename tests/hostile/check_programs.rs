@@ -20,7 +20,7 @@ use crate::common::unit_tests::{line_of, unit_tests, ARCH};
 use crate::common::{path_str, stderr};
 
 /// The guests' sources, by name.
-const GUESTS: [(&str, &str); 7] = [
+const GUESTS: [(&str, &str); 8] = [
     ("calloc_wrap", include_str!("guests/calloc_wrap.c")),
     ("open_loop", include_str!("guests/open_loop.c")),
     ("read_only", include_str!("guests/read_only.c")),
@@ -28,6 +28,7 @@ const GUESTS: [(&str, &str); 7] = [
     ("cmdline", include_str!("guests/cmdline.c")),
     ("heap_user", include_str!("guests/heap_user.c")),
     ("sh_loop", include_str!("guests/sh_loop.c")),
+    ("scratch_sizing", include_str!("guests/scratch_sizing.c")),
 ];
 
 /// The compiler flags of every guest (with [`ARCH`]): -O0 gives each
@@ -182,16 +183,15 @@ fn a_calloc_whose_product_wraps_is_fishy_and_the_small_block_it_returns_is_check
         fishy[0]
     );
     // The block is the wrapped product's (2^32 + 16 mod 2^32 = 16 B): the
-    // store at p[16] is just past its end.
+    // one-byte store at p[16] reaches 1 B past its end.
     let overrun = of_kind(&report, "overrun");
     assert_eq!(overrun.len(), 1, "{report}");
     let wrapped = product % (1 << 32);
     assert_eq!(overrun[0]["block"]["size"], wrapped);
     assert!(
-        overrun[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("0 B past the end of a {wrapped}-byte block")),
+        overrun[0]["message"].as_str().unwrap().contains(&format!(
+            "write of 1 B past the end of a {wrapped}-byte block"
+        )),
         "{}",
         overrun[0]
     );
@@ -800,4 +800,154 @@ fn campaign_stripped_unit_test_programs() {
     );
     assert!(wrong.is_empty(), "{wrong:#?}");
     assert_eq!((panics, aborts, hangs, left), (0, 0, 0, 0));
+}
+
+/// The scratch `scratch_sizing.c`'s kernel uses per copy, and the bytes it
+/// copies through it in all (its `CHUNK` and `BYTES`).
+const CHUNK: u64 = 64;
+const COPIED: u64 = 256;
+
+/// `memtrace check` of `scratch_sizing LAYOUT SHORT`: status and report.
+fn scratch_sizing(layout: &str, short: u64) -> (i32, Value, String) {
+    let elf = guest("scratch_sizing");
+    let short = short.to_string();
+    check_for(&elf, &["--", layout, &short], MINUTE)
+}
+
+/// Whether a contract violation's callers have `function` at `line` of
+/// `scratch_sizing.c`.
+fn has_caller(violation: &Value, function: &str, line: u64) -> bool {
+    violation["callers"].as_array().is_some_and(|c| {
+        c.iter().any(|f| {
+            f["function"] == function
+                && f["file"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("scratch_sizing.c"))
+                && f["line"] == line
+        })
+    })
+}
+
+#[test]
+fn a_kernel_copying_past_its_under_sized_scratch_is_named_with_its_call_line_and_the_exact_bytes() {
+    let src = source("scratch_sizing");
+    let copy = line_of(src, "/* the copy into the scratch */");
+    let call = line_of(src, "/* the call */");
+    let allocated = line_of(src, "/* the scratch block */");
+    for layout in ["apart", "shared"] {
+        for short in [4u64, 16, 32] {
+            let (status, report, err) = scratch_sizing(layout, short);
+            let what = format!("{layout} {short}: {err}{report}");
+            assert_eq!(status, 99, "{what}");
+            // The layer: one stray write per copy, of exactly the bytes
+            // past the scratch, at memcpy called by the kernel's line.
+            let calls = report["calls"].as_array().expect("calls traced");
+            assert_eq!(calls.len(), 1, "{what}");
+            let stray = &calls[0]["layer"]["contract"]["stray_write"];
+            assert_eq!(stray["violations"], COPIED / CHUNK, "{what}");
+            let first = &stray["first"];
+            assert_eq!(first["function"], "memcpy", "{what}");
+            assert_eq!(first["size"], short, "{what}");
+            assert_eq!(first["nearest"]["buffer"], "scratch", "{what}");
+            assert_eq!(first["nearest"]["side"], "after_end", "{what}");
+            assert_eq!(first["nearest"]["bytes"], short, "{what}");
+            assert!(has_caller(first, "arm_avgpool_s8", copy), "{what}");
+            assert!(has_caller(first, "main", call), "{what}");
+            // Ordinary scratch writes are no stray writes: the scratch is
+            // declared, ending where the output starts in a shared block.
+            let buffers = calls[0]["layer"]["buffers"].to_string();
+            assert!(buffers.contains("scratch"), "{what}");
+            if layout == "apart" {
+                // The write is blamed on the heap block it hit first.
+                let region = first["region"].as_str().unwrap_or_default();
+                let hit = format!(
+                    "in the heap, {short} B past the end of the {}-byte block",
+                    CHUNK - short
+                );
+                assert!(region.starts_with(&hit), "{what}");
+                assert!(region.contains("allocated at main ("), "{what}");
+            }
+            if layout == "shared" {
+                // One block holds both: no byte is outside it.
+                assert!(findings(&report).is_empty(), "{what}");
+                continue;
+            }
+            // Memcheck: the copy's overrun of the scratch block, the
+            // exact bytes past it (not only those in the gap before the
+            // output's block), with the kernel and the program's line.
+            let overruns = of_kind(&report, "overrun");
+            let block = format!("{short} B past the end of a {}-byte block", CHUNK - short);
+            let by_copy = overruns
+                .iter()
+                .find(|f| {
+                    f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("memcpy writes"))
+                })
+                .unwrap_or_else(|| panic!("no memcpy overrun: {what}"));
+            let message = by_copy["message"].as_str().unwrap();
+            assert!(message.contains(&block), "{message}");
+            assert_eq!(by_copy["chain"][0]["function"], "memcpy", "{what}");
+            assert!(
+                has_frame(by_copy, "arm_avgpool_s8", "scratch_sizing.c", copy),
+                "{what}"
+            );
+            assert!(
+                has_frame(by_copy, "main", "scratch_sizing.c", call),
+                "{what}"
+            );
+            assert_eq!(by_copy["block"]["size"], CHUNK - short, "{what}");
+            let alloc = &by_copy["block"]["allocated"];
+            assert!(
+                alloc
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["line"] == allocated),
+                "{what}"
+            );
+            // The kernel's own loop reads the same bytes back: one finding,
+            // its consecutive reads joined, the same count.
+            let reads: Vec<_> = overruns
+                .iter()
+                .filter(|f| {
+                    f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("invalid read"))
+                })
+                .collect();
+            assert_eq!(reads.len(), 1, "{what}");
+            let message = reads[0]["message"].as_str().unwrap();
+            assert!(message.contains(&format!("read of {block}")), "{message}");
+            assert_eq!(reads[0]["chain"][0]["function"], "arm_avgpool_s8", "{what}");
+            // Nothing is blamed on the output's block.
+            assert!(
+                overruns.iter().all(|f| f["block"]["size"] == CHUNK - short),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_kernel_whose_scratch_is_sized_right_passes_clean_alone_or_sharing_a_block_with_its_output() {
+    for layout in ["apart", "shared"] {
+        let (status, report, err) = scratch_sizing(layout, 0);
+        let what = format!("{layout}: {err}{report}");
+        assert_eq!(status, 0, "{what}");
+        assert!(program_stdout(&report).ends_with("output ok\n"), "{what}");
+        assert_eq!(report["memcheck"]["errors"], 0, "{what}");
+        assert!(findings(&report).is_empty(), "{what}");
+        let layer = &report["calls"][0]["layer"];
+        assert_eq!(layer["contract"]["ok"], true, "{what}");
+        assert_eq!(layer["contract"]["stray_write"]["violations"], 0, "{what}");
+        // Every byte of the scratch and of the output is the layer's own.
+        let scratch = layer["buffers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == "scratch")
+            .unwrap_or_else(|| panic!("no scratch declared: {what}"));
+        assert_eq!(scratch["size"], CHUNK, "{what}");
+    }
 }

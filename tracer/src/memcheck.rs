@@ -170,6 +170,60 @@ pub(crate) struct RawFinding {
     /// The block it concerns: start and the block.
     pub block: Option<(u64, Block)>,
     pub count: u64,
+    /// An overrun's bytes outside its block.
+    pub extent: Option<Extent>,
+}
+
+/// The bytes outside its block an overrun touched: `[lo, hi)`, the hull of
+/// its accesses there, and how it says what it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub lo: u64,
+    pub hi: u64,
+    pub write: bool,
+    /// A copy function's whole range (`memcpy` writes `n` bytes at …),
+    /// rather than the instructions' accesses.
+    pub copy: Option<(&'static str, u64, u64)>,
+}
+
+impl Extent {
+    /// Bytes past the end of (or before) the block `[start, start+size)`.
+    fn bytes(&self, start: u64, size: u64) -> u64 {
+        let end = start + size;
+        if self.lo >= end {
+            self.hi - end
+        } else {
+            start.saturating_sub(self.lo)
+        }
+    }
+
+    /// "write of 32 B past the end of a 256-byte block" and the range.
+    fn describe(&self, start: u64, block: &Block) -> String {
+        let n = self.bytes(start, block.size);
+        let state = if block.freed.is_some() { "freed " } else { "" };
+        let side = if self.lo >= start + block.size {
+            "past the end of"
+        } else {
+            "before"
+        };
+        let what = format!("{n} B {side} a {state}{}-byte block", block.size);
+        match self.copy {
+            Some((function, at, len)) => {
+                let verb = if self.write { "writes" } else { "reads" };
+                format!(
+                    "{function} {verb} {len} B at {at:#x}: {what} ([{:#x}, {:#x}))",
+                    self.lo, self.hi
+                )
+            }
+            None => {
+                let verb = if self.write { "write" } else { "read" };
+                format!(
+                    "invalid {verb} of {n} B {side} a {state}{}-byte block ([{:#x}, {:#x}))",
+                    block.size, self.lo, self.hi
+                )
+            }
+        }
+    }
 }
 
 /// An allocator call in flight.
@@ -195,6 +249,12 @@ pub(crate) struct Memcheck {
     copies: Vec<(u64, u64)>,
     pub findings: Vec<RawFinding>,
     seen: HashMap<(FindingKind, u64), usize>,
+    /// Whether some instruction overran a block (its later accesses next to
+    /// the bytes it overran extend the finding).
+    overran: bool,
+    /// The overruns of the last copy entered, per direction (write, read):
+    /// its instructions' accesses there are that finding's.
+    copy_overruns: [Option<usize>; 2],
     pub allocations: u64,
     pub frees: u64,
     pub bytes_allocated: u64,
@@ -223,6 +283,8 @@ impl Memcheck {
             copies,
             findings: Vec::new(),
             seen: HashMap::new(),
+            overran: false,
+            copy_overruns: [None, None],
             allocations: 0,
             frees: 0,
             bytes_allocated: 0,
@@ -450,16 +512,147 @@ impl Memcheck {
         }
         let verb = if write { "write" } else { "read" };
         if let Some(at) = bad {
-            if self.seen_before(FindingKind::Overrun, pc) {
+            if self.in_copy_overrun(pc, write, at) || self.extend_overrun(pc, address, size, true) {
                 return;
             }
             let (kind, what, block) = self.outside_block(at);
             let message = format!("invalid {verb} of {size} B at {address:#x}: {at:#x} is {what}");
-            self.report(kind, message, stack(), block);
+            let extent = match (&block, kind) {
+                (Some((start, b)), FindingKind::Overrun) => {
+                    let lo = address.max(if at >= *start {
+                        start + b.size
+                    } else {
+                        address
+                    });
+                    let hi = if at >= *start {
+                        address + size
+                    } else {
+                        (address + size).min(*start)
+                    };
+                    Some(Extent {
+                        lo,
+                        hi,
+                        write,
+                        copy: None,
+                    })
+                }
+                _ => None,
+            };
+            let stack = stack();
+            self.report_with(kind, pc, message, stack, block, extent);
+        } else if self.overran && self.extend_overrun(pc, address, size, false) {
+            // An access continuing an overrun is that finding's.
         } else if undefined && !self.seen_before(FindingKind::Uninitialised, pc) {
             let (what, block) = self.undefined_in(address);
             let message = format!("read of {size} B at {address:#x}: {what}");
             self.report(FindingKind::Uninitialised, message, stack(), block);
+        }
+    }
+
+    /// Whether `at`, a byte outside every block accessed by the copy
+    /// function's instruction `pc`, is one of the bytes the last copy's
+    /// range was found to overrun: then the access is that finding's.
+    fn in_copy_overrun(&mut self, pc: u64, write: bool, at: u64) -> bool {
+        let Some(i) = self.copy_overruns[!write as usize] else {
+            return false;
+        };
+        let inside = self.findings[i]
+            .extent
+            .is_some_and(|e| (e.lo..e.hi).contains(&at));
+        if inside && in_ranges(&self.copies, pc) {
+            self.findings[i].count += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The instruction `pc` overran a block before: an access of it that
+    /// continues the bytes it overran (the next element of the same loop,
+    /// even where another block lies) extends that finding.
+    /// `outside`: the access is outside every block (it is the finding's
+    /// then, extending it or not); inside one, it is only when it extends.
+    fn extend_overrun(&mut self, pc: u64, address: u64, size: u64, outside: bool) -> bool {
+        let Some(&i) = self.seen.get(&(FindingKind::Overrun, pc)) else {
+            return false;
+        };
+        let f = &mut self.findings[i];
+        let mut extended = false;
+        if let (Some(e), Some((start, b))) = (f.extent.as_mut(), f.block.as_ref()) {
+            let end = start + b.size;
+            let far = |a: u64| a.abs_diff(end).min(a.abs_diff(*start)) <= NEAR;
+            if e.lo >= end && address <= e.hi && address + size > e.hi && far(address + size) {
+                e.hi = address + size;
+                extended = true;
+            } else if e.lo < end && address + size >= e.lo && address < e.lo && far(address) {
+                e.lo = address;
+                extended = true;
+            }
+            if extended {
+                f.message = e.describe(*start, b);
+            }
+        }
+        if extended || outside {
+            f.count += 1;
+        }
+        extended || outside
+    }
+
+    /// `function` (a copy) entered to write `[dst, dst+n)` from `[src,
+    /// src+n)`: a range that starts in a live block and runs past its end
+    /// is an overrun of that block by exactly the bytes past it, whatever
+    /// lies there (another block, a gap), found at the call (`stack`).
+    pub(crate) fn copy_range(
+        &mut self,
+        function: &'static str,
+        (dst, src, n): (u64, u64, u64),
+        mut stack: impl FnMut() -> RawStack,
+    ) {
+        self.copy_overruns = [None, None];
+        if self.in_allocator() || n == 0 {
+            return;
+        }
+        for (write, at) in [(true, dst), (false, src)] {
+            let Some((start, block)) = self.block_at(at) else {
+                continue;
+            };
+            let end = start + block.size;
+            let Some(last) = at.checked_add(n).filter(|&e| e > end) else {
+                continue;
+            };
+            let extent = Extent {
+                lo: end,
+                hi: last.min(end + NEAR),
+                write,
+                copy: Some((function, at, n)),
+            };
+            let stack = stack();
+            // One finding per call site and direction, not per copy
+            // function: the caller is what is wrong.
+            let key = stack.returns.first().copied().unwrap_or(stack.pc) | (write as u64) << 63;
+            let message = extent.describe(start, &block);
+            let index = match self.seen.get(&(FindingKind::Overrun, key)) {
+                Some(&i) => {
+                    let f = &mut self.findings[i];
+                    f.count += 1;
+                    if let Some(e) = f.extent.as_mut().filter(|e| e.lo == extent.lo) {
+                        e.hi = e.hi.max(extent.hi);
+                        f.message = e.describe(start, &block);
+                    }
+                    Some(i)
+                }
+                None => {
+                    self.report_with(
+                        FindingKind::Overrun,
+                        key,
+                        message,
+                        stack,
+                        Some((start, block)),
+                        Some(extent),
+                    );
+                    self.seen.get(&(FindingKind::Overrun, key)).copied()
+                }
+            };
+            self.copy_overruns[!write as usize] = index;
         }
     }
 
@@ -589,17 +782,73 @@ impl Memcheck {
         stack: RawStack,
         block: Option<(u64, Block)>,
     ) {
-        if self.seen_before(kind, stack.pc) || self.findings.len() >= MAX_FINDINGS {
+        let pc = stack.pc;
+        self.report_with(kind, pc, message, stack, block, None);
+    }
+
+    /// A new finding, known by `(kind, key)` from then on (`key`: its
+    /// instruction, or a copy's call site).
+    fn report_with(
+        &mut self,
+        kind: FindingKind,
+        key: u64,
+        message: String,
+        stack: RawStack,
+        block: Option<(u64, Block)>,
+        extent: Option<Extent>,
+    ) {
+        if self.seen_before(kind, key) || self.findings.len() >= MAX_FINDINGS {
             return;
         }
-        self.seen.insert((kind, stack.pc), self.findings.len());
+        let message = match (&extent, &block) {
+            (Some(e), Some((start, b))) => e.describe(*start, b),
+            _ => message,
+        };
+        self.overran |= extent.is_some();
+        self.seen.insert((kind, key), self.findings.len());
         self.findings.push(RawFinding {
             kind,
             message,
             stack,
             block,
             count: 1,
+            extent,
         });
+    }
+
+    /// The findings, an overrun's instructions joined into one finding per
+    /// block, direction and call (the same callers): a loop unrolled into
+    /// several stores, a copy's word and byte stores, is one overrun of
+    /// the bytes all of them reached.
+    pub(crate) fn coalesced(&self) -> Vec<RawFinding> {
+        let mut out: Vec<RawFinding> = Vec::new();
+        for f in &self.findings {
+            let same = out.iter_mut().find(|g| {
+                g.kind == f.kind
+                    && g.stack.returns == f.stack.returns
+                    && g.block.as_ref().map(|b| b.0) == f.block.as_ref().map(|b| b.0)
+                    && match (g.extent, f.extent) {
+                        (Some(a), Some(b)) => {
+                            a.write == b.write && a.copy.is_none() && b.copy.is_none()
+                        }
+                        _ => false,
+                    }
+            });
+            match same {
+                Some(g) => {
+                    g.count += f.count;
+                    if let (Some(a), Some(b), Some((start, block))) =
+                        (g.extent.as_mut(), f.extent, g.block.as_ref())
+                    {
+                        a.lo = a.lo.min(b.lo);
+                        a.hi = a.hi.max(b.hi);
+                        g.message = a.describe(*start, block);
+                    }
+                }
+                None => out.push(f.clone()),
+            }
+        }
+        out
     }
 
     /// Where `at` lies relative to the nearest block (live or freed), in
@@ -735,14 +984,17 @@ mod tests {
         let f = &m.findings[0];
         assert_eq!(f.kind, FindingKind::Overrun);
         assert!(
-            f.message.contains("0 B past the end of a 10-byte block"),
+            f.message
+                .contains("write of 1 B past the end of a 10-byte block"),
             "{}",
             f.message
         );
         assert_eq!(f.block.as_ref().map(|b| b.0), Some(0x1008));
-        // The same instruction again is counted, not listed twice.
+        // The same instruction again is counted, not listed twice, and
+        // the bytes it reaches grow with it.
         m.access(0x204, true, 0x1013, 1, || stack(0x204));
         assert_eq!((m.findings.len(), m.findings[0].count), (1, 2));
+        assert!(m.findings[0].message.contains("write of 2 B past the end"));
     }
 
     #[test]
@@ -841,7 +1093,7 @@ mod tests {
         assert_eq!(m.findings[1].kind, FindingKind::Overrun);
         assert!(m.findings[1]
             .message
-            .contains("4 B past the end of a 16-byte block"));
+            .contains("5 B past the end of a 16-byte block"));
     }
 
     #[test]
@@ -876,6 +1128,35 @@ mod tests {
         // Memory outside the heap is not memcheck's.
         m.host_access("SYS_WRITE", false, (0x3000, 4), 0x708, || stack(0x708));
         assert_eq!(m.findings.len(), 2);
+    }
+
+    #[test]
+    fn a_copy_past_a_block_is_one_overrun_of_exactly_the_bytes_past_it_even_into_the_next_block() {
+        let mut m = Memcheck::new(0x1000, 0x2000, vec![], vec![(0x500, 0x540)]);
+        malloc(&mut m, 48, 0x1100);
+        malloc(&mut m, 256, 0x1138);
+        let call = || RawStack {
+            pc: 0x500,
+            returns: vec![0x800],
+        };
+        // 64 B copied into the 48 B block: 16 B past it, 8 of them in the
+        // next block (which memcheck alone cannot tell from its own).
+        m.copy_range("memcpy", (0x1100, 0x1800, 64), call);
+        assert_eq!(m.findings.len(), 1);
+        assert!(
+            m.findings[0]
+                .message
+                .contains("memcpy writes 64 B at 0x1100: 16 B past the end of a 48-byte block"),
+            "{}",
+            m.findings[0].message
+        );
+        // The copy's stores in the gap are that finding's.
+        m.access(0x520, true, 0x1130, 4, || stack(0x520));
+        m.access(0x524, true, 0x1134, 4, || stack(0x524));
+        assert_eq!((m.findings.len(), m.findings[0].count), (1, 3));
+        // The same call again is the same finding.
+        m.copy_range("memcpy", (0x1100, 0x1800, 64), call);
+        assert_eq!((m.coalesced().len(), m.findings[0].count), (1, 4));
     }
 
     #[test]

@@ -126,7 +126,20 @@ impl Unwinder {
         let mut last_cfa: Option<u64> = None;
         while out.len() < max {
             let Some(entry) = entry_at(&self.entries, lookup) else {
-                break;
+                // A leaf without CFI (newlib's assembly `memcpy`) has not
+                // moved its return address: its caller's frame is the
+                // registers as they are, at that address.
+                match leaf_return(arch, image, &regs, &read, &read_word).filter(|_| out.is_empty())
+                {
+                    Some((ra, sp_after)) => {
+                        out.push(ra);
+                        regs.set(pc, Some(ra));
+                        regs.set(sp, Some(sp_after));
+                        lookup = ra - 1;
+                        continue;
+                    }
+                    None => break,
+                }
             };
             let row = match entry.section {
                 Section::Debug => entry.fde.unwind_info_for_address(
@@ -181,6 +194,75 @@ impl Unwinder {
             last_cfa = Some(cfa);
         }
         out
+    }
+}
+
+/// The caller of a frame-0 function without CFI, as a leaf leaves it:
+/// the link register (Arm LR, RISC-V `ra`), or on x86-64 the word at the
+/// stack pointer (the `call`'s push, before the leaf pushes anything).
+/// Only an address just after a call instruction counts, so a register
+/// the leaf reused, or a stack it already moved, is no caller. Returns
+/// the return address and the caller's stack pointer.
+fn leaf_return(
+    arch: Arch,
+    image: &ElfImage,
+    regs: &Registers,
+    read: &impl Fn(u64, &mut [u8]) -> bool,
+    read_word: &impl Fn(u64) -> Option<u64>,
+) -> Option<(u64, u64)> {
+    let sp = regs.get(arch.dwarf_sp())?;
+    let (raw, sp_after) = match arch {
+        Arch::X86_64 => (read_word(sp)?, sp.wrapping_add(8)),
+        Arch::Riscv32 => (regs.get(1)?, sp),
+        _ => (regs.get(14)?, sp),
+    };
+    let ra = arch.code_address(raw);
+    let thumb_ok = !arch.is_cortex_m() || raw & 1 == 1;
+    let after_call = follows_call(arch, ra, |at, out| read(at, out));
+    (ra > 0 && thumb_ok && image.is_executable(ra - 1, 1) && after_call).then_some((ra, sp_after))
+}
+
+/// Whether the instruction that ends at `ra` is a call: Thumb `BL`/`BLX
+/// label` (32-bit) or `BLX Rm`; RISC-V `jal`/`jalr` linking `ra` (or
+/// compressed `c.jal`/`c.jalr`); x86-64 `call rel32` or `call r/m`.
+fn follows_call(arch: Arch, ra: u64, read: impl Fn(u64, &mut [u8]) -> bool) -> bool {
+    let bytes = |back: u64, n: usize| -> Option<Vec<u8>> {
+        let mut b = vec![0u8; n];
+        read(ra.checked_sub(back)?, &mut b).then_some(b)
+    };
+    let half = |back: u64| bytes(back, 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    match arch {
+        Arch::X86_64 => {
+            let e8 = bytes(5, 1).is_some_and(|b| b[0] == 0xE8);
+            // `FF /2` with a ModRM of 2, 3, 6 or 7 bytes back (register,
+            // [reg], disp8, disp32 forms, optionally REX-prefixed).
+            let ff = [2u64, 3, 4, 6, 7]
+                .iter()
+                .any(|&back| bytes(back, 2).is_some_and(|b| b[0] == 0xFF && (b[1] >> 3) & 7 == 2));
+            e8 || ff
+        }
+        Arch::Riscv32 => {
+            let jal = bytes(4, 4).is_some_and(|b| {
+                let i = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let rd = (i >> 7) & 31;
+                matches!(i & 0x7F, 0x6F | 0x67) && rd == 1
+            });
+            let c = half(2).is_some_and(|h| {
+                // c.jalr: 1001 rs1 00000 10 (rs1 ≠ 0); c.jal (RV32): 001 … 01.
+                (h & 0xF07F == 0x9002 && (h >> 7) & 31 != 0) || h & 0xE003 == 0x2001
+            });
+            jal || c
+        }
+        _ => {
+            let blx_reg = half(2).is_some_and(|h| h & 0xFF87 == 0x4780);
+            let bl = match (half(4), half(2)) {
+                (Some(first), Some(second)) => {
+                    first & 0xF800 == 0xF000 && second & 0xC000 == 0xC000
+                }
+                _ => false,
+            };
+            blx_reg || bl
+        }
     }
 }
 

@@ -131,6 +131,9 @@ struct OpenLayer {
     inner: Vec<InnerCall>,
     owned: Vec<(u64, u64)>,
     owned_writes: u64,
+    /// The bytes past a buffer the last copy entered was found to write
+    /// (`copy_entered`): its stores there are that stray write's.
+    copy_overrun: Option<(u64, u64)>,
 }
 
 /// What a window saw, handed to its owner at the close.
@@ -252,6 +255,7 @@ pub(super) fn open(uc: &mut Uc<'_, '_>, window: Window, t0: u64, pc: u64) -> Opt
         inner: Vec::new(),
         owned: window.owned,
         owned_writes: 0,
+        copy_overrun: None,
     });
     match uc.add_mem_hook(HookType::MEM_READ | HookType::MEM_WRITE, 1, 0, on_access) {
         Ok(h) => {
@@ -297,7 +301,8 @@ pub(super) fn declarable(
         Role::Scratch => 2,
     };
     buffers.sort_by_key(|b| rank(b.role));
-    for b in buffers {
+    for mut b in buffers {
+        clip_scratch(&mut b, &kept);
         if b.size > u32::MAX as u64 {
             return Err(format!("buffer `{}` of {} B is too large", b.name, b.size));
         }
@@ -327,6 +332,24 @@ pub(super) fn declarable(
         }
     }
     Ok((kept, dropped))
+}
+
+/// A scratch buffer that holds the start of a buffer already kept ends
+/// there: its size came from the heap block it lies in (callers leave
+/// `ctx.size` unset), and a block may hold the scratch, then the output.
+fn clip_scratch(b: &mut LayerBuffer, kept: &[LayerBuffer]) {
+    if b.role != Role::Scratch {
+        return;
+    }
+    let end = b.base + b.size;
+    if let Some(next) = kept
+        .iter()
+        .map(|k| k.base)
+        .filter(|&k| b.base < k && k < end)
+        .min()
+    {
+        b.size = next - b.base;
+    }
 }
 
 /// Why `b` is no buffer of the guest memory `memory` (mapped `[start,
@@ -426,6 +449,51 @@ fn on_access(uc: &mut Uc<'_, '_>, kind: MemType, address: u64, size: usize, _val
     true
 }
 
+/// A copy function entered inside the open window to write `[dst,
+/// dst+n)`: a destination that starts in a declared buffer and runs past
+/// its end overruns that buffer by exactly the bytes past it, whatever lies
+/// there (the next buffer of one heap block, a gap): one stray write of
+/// those bytes at the copy's entry `pc`, with its callers. The copy's own
+/// stores there are then not reported again.
+pub(super) fn copy_entered(uc: &mut Uc<'_, '_>, pc: u64, (dst, n): (u64, u64)) {
+    let crossing = {
+        let Some(open) = uc
+            .get_data_mut()
+            .layers
+            .as_mut()
+            .and_then(|l| l.open.as_mut())
+        else {
+            return;
+        };
+        open.copy_overrun = None;
+        open.buffers.iter().find_map(|d| {
+            let end = d.buffer.base + d.buffer.size;
+            let last = dst.checked_add(n)?;
+            ((d.buffer.base..end).contains(&dst) && last > end).then_some((end, last))
+        })
+    };
+    let Some((first, last)) = crossing else {
+        return;
+    };
+    let callers = stack_here(uc, pc).returns;
+    let now = uc.get_data().clock.now(pc);
+    if let Some(layers) = uc.get_data_mut().layers.as_mut() {
+        let Some(open) = layers.open.as_mut() else {
+            return;
+        };
+        open.copy_overrun = Some((first, last));
+        let t = now.saturating_sub(open.t0);
+        layers.flush();
+        (layers.sink)(Message::StrayWrite(StrayWrite {
+            t,
+            pc,
+            address: first,
+            size: (last - first).min(u32::MAX as u64) as u32,
+            callers,
+        }));
+    }
+}
+
 /// One access of the open window: its events; a write's bytes outside
 /// every buffer and the callee's stack as `(address, bytes)` (a stray
 /// write); a stray read counted.
@@ -472,7 +540,11 @@ fn record(
                 .any(|d| (d.buffer.base..d.buffer.base + d.buffer.size).contains(&a))
         };
         let owned = |a: u64| open.owned.iter().any(|&(s, e)| (s..e).contains(&a));
+        let announced = open
+            .copy_overrun
+            .is_some_and(|(lo, hi)| lo <= address && end <= hi);
         match (address..end).find(|&a| !held(a) && !owned(a)) {
+            Some(_) if announced => {}
             Some(first) => stray = Some((first, end - first)),
             None => open.owned_writes += 1,
         }
@@ -577,6 +649,7 @@ mod tests {
             inner: Vec::new(),
             owned: vec![(0x2000, 0x2020)],
             owned_writes: 0,
+            copy_overrun: None,
         });
         layers
     }

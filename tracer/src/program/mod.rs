@@ -81,7 +81,8 @@ enum Intercept {
         name: &'static str,
         first_arg: usize,
     },
-    Copy,
+    /// A copy function (`memcpy`, …), by its name.
+    Copy(&'static str),
 }
 
 pub(super) struct State<'i> {
@@ -300,7 +301,7 @@ fn intercepts(image: &ElfImage) -> HashMap<u64, Intercept> {
     }
     for name in COPIES {
         if let Some(s) = image.symbol(name).filter(|s| s.is_function) {
-            out.entry(s.address).or_insert(Intercept::Copy);
+            out.entry(s.address).or_insert(Intercept::Copy(name));
         }
     }
     out
@@ -495,9 +496,15 @@ fn on_intercept(uc: &mut Uc<'_, '_>, address: u64, _size: u32) {
     ]
     .map(|r| reg(uc, r) as u32);
     match what {
-        Intercept::Copy => {
-            if let Some(m) = uc.get_data_mut().memcheck.as_mut() {
-                m.copy(args[0] as u64, args[1] as u64, args[2] as u64);
+        Intercept::Copy(name) => {
+            let range = (args[0] as u64, args[1] as u64, args[2] as u64);
+            if let Some(mut m) = uc.get_data_mut().memcheck.take() {
+                m.copy_range(name, range, || stack_here(uc, address));
+                m.copy(range.0, range.1, range.2);
+                uc.get_data_mut().memcheck = Some(m);
+            }
+            if layer::is_open(uc) {
+                layer::copy_entered(uc, address, (range.0, range.2));
             }
         }
         Intercept::Allocator { name, first_arg } => {

@@ -73,6 +73,43 @@ pub struct Finding {
     pub block: Option<BlockReport>,
     /// How often the same instruction did it.
     pub count: u64,
+    /// An overrun's bytes outside its block, `[start, end)`.
+    pub outside: Option<(u64, u64)>,
+}
+
+impl BlockReport {
+    /// Where `address` lies relative to this block, and where it was
+    /// allocated: "in the heap, 4 B past the end of the 48-byte block at
+    /// 0x12238 allocated at main (prog.c:82)".
+    pub fn place_of(&self, address: u64, size: u64) -> String {
+        let end = self.address + self.size;
+        let side = if address >= end {
+            format!("{} B past the end of", address + size - end)
+        } else if address < self.address {
+            format!("{} B before", self.address - address)
+        } else {
+            format!("{} B into", address - self.address)
+        };
+        let freed = if self.freed.is_some() { "freed " } else { "" };
+        // The program's frame: the first past the allocator's own.
+        let site = self
+            .allocated
+            .iter()
+            .skip(1)
+            .find(|f| f.file.is_some())
+            .map(|f| {
+                let name = f.function.as_deref().unwrap_or("?");
+                match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!(" allocated at {name} ({file}:{line})"),
+                    _ => format!(" allocated at {name}"),
+                }
+            })
+            .unwrap_or_default();
+        format!(
+            "in the heap, {side} the {freed}{}-byte block at {:#x}{site}",
+            self.size, self.address
+        )
+    }
 }
 
 /// A block still allocated at exit.
@@ -260,7 +297,7 @@ pub(super) fn finish(
     };
     let memcheck = s.memcheck.take().map(|m| {
         let findings = m
-            .findings
+            .coalesced()
             .iter()
             .map(|f| Finding {
                 kind: f.kind,
@@ -273,6 +310,7 @@ pub(super) fn finish(
                     freed: b.freed.as_ref().map(resolve),
                 }),
                 count: f.count,
+                outside: f.extent.map(|e| (e.lo, e.hi)),
             })
             .collect();
         let leaks = leaks

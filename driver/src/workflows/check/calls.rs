@@ -16,7 +16,7 @@ use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_overlap::check::Flag;
 use memtrace_tracer::program::{
-    run_program_with, InnerCall, LayerTracing, ProgramOptions, ProgramRun, TracedCall,
+    run_program_with, Finding, InnerCall, LayerTracing, ProgramOptions, ProgramRun, TracedCall,
 };
 use memtrace_tracer::ElfImage;
 
@@ -75,6 +75,13 @@ pub(super) fn run_traced(
     };
     let mut contracts = contract.layers;
     crate::support::violations::locate(image, &mut contracts);
+    if let Some(m) = &run.memcheck {
+        for c in &mut contracts {
+            if let Some(v) = c.stray_write.first.as_mut() {
+                v.region = heap_place(&m.findings, v.address, v.size);
+            }
+        }
+    }
     let mut layers = stats.layers;
     for c in contracts {
         if let Some(l) = layers.iter_mut().find(|l| l.index == c.index) {
@@ -82,6 +89,21 @@ pub(super) fn run_traced(
         }
     }
     Ok((run, layers))
+}
+
+/// Where a stray write of `size` bytes at `address` lies in the heap, by
+/// the block a memcheck finding overran there (or holds it): the
+/// allocation it hit, which the nearest declared buffer need not be.
+fn heap_place(findings: &[Finding], address: Option<u64>, size: u64) -> Option<String> {
+    let a = address?;
+    let hit = |f: &&Finding| {
+        let b = f.block.as_ref()?;
+        let outside = f.outside.is_some_and(|(lo, hi)| lo <= a && a < hi);
+        let inside = b.address <= a && a < b.address + b.size;
+        (outside || inside).then_some(())
+    };
+    let f = findings.iter().find(|f| hit(f).is_some())?;
+    f.block.as_ref().map(|b| b.place_of(a, size))
 }
 
 /// One report per call of `run`, with its layer from `layers`.
