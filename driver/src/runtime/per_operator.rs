@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use memtrace_abi::runner::OpDigest;
+use memtrace_abi::runner::{OpDigest, TflmResult};
 use memtrace_model::graph::TfliteGraph;
 use memtrace_tracer::{AccessPath, ElfImage};
 
@@ -39,7 +39,7 @@ pub struct OperatorDifference {
 
 /// The outputs of every operator on the kernels under test against the
 /// same operators on the other build.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OperatorComparison {
     /// The other build's runner.
     pub against: String,
@@ -47,6 +47,12 @@ pub struct OperatorComparison {
     pub operators: usize,
     /// The first that differs; `None`: every operator's outputs are equal.
     pub first_difference: Option<OperatorDifference>,
+    /// Instructions of the runs on both builds.
+    pub instructions: u64,
+    /// Wall-clock seconds of those runs (`memtrace bench --models`; not
+    /// reported: not deterministic).
+    #[serde(skip)]
+    pub seconds: f64,
 }
 
 impl OperatorComparison {
@@ -86,29 +92,27 @@ pub(crate) fn compare_operators(
     inputs: &[u8],
     max_instructions: u64,
 ) -> Result<OperatorComparison> {
-    let digests = |image: &ElfImage| -> Result<Vec<OpDigest>> {
-        Ok(untraced(image, model, inputs, max_instructions, None)
-            .with_context(|| format!("digests of every operator on {}", image.path.display()))?
-            .digests)
+    let started = std::time::Instant::now();
+    let mut instructions = 0;
+    let mut run = |image: &ElfImage, dump: Option<u32>| -> Result<TflmResult> {
+        let (result, took) =
+            untraced(image, model, inputs, max_instructions, dump).with_context(|| match dump {
+                None => format!("digests of every operator on {}", image.path.display()),
+                Some(k) => format!("operator {k}'s outputs on {}", image.path.display()),
+            })?;
+        instructions += took;
+        Ok(result)
     };
-    let a = digests(under_test)?;
-    let b = digests(against)?;
+    let a: Vec<OpDigest> = run(under_test, None)?.digests;
+    let b: Vec<OpDigest> = run(against, None)?.digests;
     let differing: Vec<usize> = (0..a.len().max(b.len()))
         .filter(|&i| a.get(i) != b.get(i))
         .collect();
     let first_difference = match differing.first() {
         None => None,
         Some(&k) => {
-            let dump = |image: &ElfImage| -> Result<Vec<u8>> {
-                Ok(
-                    untraced(image, model, inputs, max_instructions, Some(k as u32))
-                        .with_context(|| {
-                            format!("operator {k}'s outputs on {}", image.path.display())
-                        })?
-                        .dump,
-                )
-            };
-            let (x, y) = (dump(under_test)?, dump(against)?);
+            let x = run(under_test, Some(k as u32))?.dump;
+            let y = run(against, Some(k as u32))?.dump;
             let differs: Vec<usize> = (0..x.len().max(y.len()))
                 .filter(|&i| x.get(i) != y.get(i))
                 .collect();
@@ -131,18 +135,20 @@ pub(crate) fn compare_operators(
         against: against.path.display().to_string(),
         operators: a.len(),
         first_difference,
+        instructions,
+        seconds: started.elapsed().as_secs_f64(),
     })
 }
 
 /// An untraced run of the whole model with every operator's digest, and
-/// `dump`'s outputs copied back.
+/// `dump`'s outputs copied back; with its instructions.
 fn untraced(
     image: &ElfImage,
     model: &[u8],
     inputs: &[u8],
     max_instructions: u64,
     dump: Option<u32>,
-) -> Result<memtrace_abi::runner::TflmResult> {
+) -> Result<(TflmResult, u64)> {
     let run = ModelRun {
         layers: false,
         digests: true,
@@ -150,5 +156,6 @@ fn untraced(
         split: false,
         ..ModelRun::whole(image, model, inputs, max_instructions)
     };
-    Ok(run.trace(AccessPath::Mmio, None, false, &mut [])?.result)
+    let outcome = run.trace(AccessPath::Mmio, None, false, &mut [])?;
+    Ok((outcome.result, outcome.summary.instructions))
 }

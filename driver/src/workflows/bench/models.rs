@@ -6,7 +6,9 @@
 //! the O_s trace (TFLM's own plan, one layer per operator: the reference
 //! run), the run of memtrace's plan under the shadow map, and PyPI
 //! `tflite-micro` on the host (the oracle, beside the plan run), and the
-//! plan run once more in `verify --no-oracle`, with nothing beside it. A first row
+//! plan run once more in `verify --no-oracle`, with nothing beside it, and
+//! the kernels' checks (the red-zoned run; on CMSIS-NN, every operator
+//! against the reference kernels). A first row
 //! times the O_s trace alone, fastest of `repeat`, with its event count; a
 //! second the same run with no layer selected (the instruction clock's
 //! block hook alone, no event: what the run that counts beside the one
@@ -271,6 +273,27 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
             raw_seconds: least(&|r| r.plan.untraced_seconds, &timed),
         },
     ];
+    // The kernels' checks: the red-zoned run, and (CMSIS-NN) every
+    // operator against the reference kernels, two untraced runs; both
+    // against the reference run's program without hooks.
+    let zoned = least(&|r| Some(r.kernel_check.seconds), &plain).unwrap_or_default();
+    phases.push(Phase {
+        name: "verify: red-zoned run",
+        instructions: Some(first.kernel_check.instructions),
+        events: None,
+        seconds: zoned,
+        raw_seconds: least(&|r| r.reference.untraced_seconds, &timed),
+    });
+    let compared = least(&|r| r.reference_kernels.as_ref().map(|c| c.seconds), &plain);
+    if let (Some(c), Some(seconds)) = (&first.reference_kernels, compared) {
+        phases.push(Phase {
+            name: "verify: vs reference kernels",
+            instructions: Some(c.instructions),
+            events: None,
+            seconds,
+            raw_seconds: None,
+        });
+    }
     if let Some(oracle) = oracle {
         // The plan run again with no oracle beside it: what its tracing
         // costs on a machine that runs nothing else.
@@ -295,7 +318,7 @@ fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPha
     Ok(VerifyPhases {
         phases,
         wall,
-        sum: reference + planned + oracle.unwrap_or(0.0),
+        sum: reference + planned + zoned + compared.unwrap_or(0.0) + oracle.unwrap_or(0.0),
         cpu,
     })
 }

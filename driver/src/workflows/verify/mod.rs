@@ -124,14 +124,18 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     // The kernels' contract, where no neighbour can hide an overrun.
     let (reference_kernels, reference_kernels_not_compared) =
         against_reference_kernels(req, &subject)?;
-    let kernel_check = KernelCheck::of(&crate::runtime::red_zoned_check(
-        &subject.image,
-        &subject.bytes,
-        &subject.inputs,
-        req.max_instructions,
-        crate::support::common::access_path(false),
-        None,
-    )?);
+    let zoned = Instant::now();
+    let kernel_check = KernelCheck::of(
+        &crate::runtime::red_zoned_check(
+            &subject.image,
+            &subject.bytes,
+            &subject.inputs,
+            req.max_instructions,
+            crate::support::common::access_path(false),
+            None,
+        )?,
+        zoned.elapsed().as_secs_f64(),
+    );
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)

@@ -223,6 +223,10 @@ pub struct KernelCheck {
     pub red_zone_bytes: u32,
     /// Instructions the red-zoned run took.
     pub instructions: u64,
+    /// Wall-clock seconds of the red-zoned run (`memtrace bench --models`;
+    /// not reported: not deterministic).
+    #[serde(skip)]
+    pub seconds: f64,
     /// Each broken rule of each operator, e.g. "operator
     /// `0:CONV_2D:conv`: stray_write: 4 B store to …, 16 B past the end of
     /// `scratch0`, at … (in all …)"; empty when every kernel kept to its
@@ -232,7 +236,7 @@ pub struct KernelCheck {
 
 impl KernelCheck {
     /// The findings of a red-zoned run.
-    pub(crate) fn of(check: &crate::runtime::RedZoneCheck) -> KernelCheck {
+    pub(crate) fn of(check: &crate::runtime::RedZoneCheck, seconds: f64) -> KernelCheck {
         // Scratch a kernel asked for and left unused harms nothing (kernel
         // libraries pad their sizes): the check is of memory used unasked.
         let findings = check
@@ -247,6 +251,7 @@ impl KernelCheck {
         KernelCheck {
             red_zone_bytes: check.zone_bytes,
             instructions: check.instructions,
+            seconds,
             findings,
         }
     }
