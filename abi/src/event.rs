@@ -67,16 +67,20 @@ pub enum Role {
     Bias,
     /// Temporary memory the kernel needs (`MEMTRACE_ROLE_SCRATCH`).
     Scratch,
+    /// Bytes right before or after another buffer of the layer that no
+    /// access may touch (`MEMTRACE_ROLE_RED_ZONE`): a red-zoned run's zones.
+    RedZone,
 }
 
 impl Role {
     /// Every role.
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Input,
         Role::Output,
         Role::Weights,
         Role::Bias,
         Role::Scratch,
+        Role::RedZone,
     ];
 
     /// Decodes `MEMTRACE_ROLE_*`.
@@ -88,6 +92,7 @@ impl Role {
             MEMTRACE_ROLE_WEIGHTS => Role::Weights,
             MEMTRACE_ROLE_BIAS => Role::Bias,
             MEMTRACE_ROLE_SCRATCH => Role::Scratch,
+            MEMTRACE_ROLE_RED_ZONE => Role::RedZone,
             _ => return None,
         })
     }
@@ -99,6 +104,7 @@ impl Role {
             Role::Weights => "weights",
             Role::Bias => "bias",
             Role::Scratch => "scratch",
+            Role::RedZone => "red_zone",
         }
     }
 }

@@ -18,7 +18,11 @@
 //!   Writes, not loads: a scratch byte that is only read holds nothing the
 //!   layer put there, and loads are not seen byte-exactly on the MMIO access
 //!   path (an unaligned load reaches the callbacks as the two aligned words
-//!   around it), while stores are on both paths.
+//!   around it), while stores are on both paths;
+//! * (f) `out_of_bounds_read`: no load from a red zone, the bytes right
+//!   before or after a buffer that a red-zoned run declares (role
+//!   `red_zone`): a kernel reading past its input or scratch. A store there
+//!   is a stray write, rule (a).
 //!
 //! [`ContractCheck`] reports, per rule, the number of violating accesses and
 //! the first one (PC, buffer, offset, size). A stray write also says which
@@ -318,6 +322,8 @@ pub struct ContractReport {
     pub weights_write: RuleReport,
     /// (e) scratch buffers whose high-water mark is below their size.
     pub scratch_unused: RuleReport,
+    /// (f) loads from a red zone next to a buffer (red-zoned runs only).
+    pub out_of_bounds_read: RuleReport,
     /// Use of each declared scratch buffer.
     pub scratch: Vec<ScratchUse>,
     /// How far the layer's stray writes reach beyond the declared buffers
@@ -345,13 +351,14 @@ fn is_zero(n: &u64) -> bool {
 
 impl ContractReport {
     /// The rules with their JSON names, in the order (a) to (e).
-    pub fn rules(&self) -> [(&'static str, &RuleReport); 5] {
+    pub fn rules(&self) -> [(&'static str, &RuleReport); 6] {
         [
             ("stray_write", &self.stray_write),
             ("output_read_before_write", &self.output_read_before_write),
             ("input_write", &self.input_write),
             ("weights_write", &self.weights_write),
             ("scratch_unused", &self.scratch_unused),
+            ("out_of_bounds_read", &self.out_of_bounds_read),
         ]
     }
 
@@ -373,13 +380,14 @@ impl ContractReport {
             .filter(move |(name, r)| !(r.ok || excused && *name == "scratch_unused"))
     }
 
-    /// The first violations that have a PC (rules (a) to (d)).
+    /// The first violations that have a PC (rules (a) to (d) and (f)).
     pub fn violations_with_pc(&self) -> impl Iterator<Item = &Violation> {
         [
             &self.stray_write,
             &self.output_read_before_write,
             &self.input_write,
             &self.weights_write,
+            &self.out_of_bounds_read,
         ]
         .into_iter()
         .filter_map(|r| r.first.as_ref())
@@ -393,6 +401,7 @@ impl ContractReport {
             &mut self.output_read_before_write,
             &mut self.input_write,
             &mut self.weights_write,
+            &mut self.out_of_bounds_read,
         ]
         .into_iter()
         .filter_map(|r| r.first.as_mut())
@@ -509,6 +518,26 @@ impl Current {
                 (start..end).for_each(|o| b.bytes.set(o));
                 b.high_water = b.high_water.max(end);
             }
+            Role::RedZone if !write => {
+                let address = b.buffer.base + start;
+                let nearest = Nearest::of(
+                    self.buffers
+                        .iter()
+                        .map(|t| &t.buffer)
+                        .filter(|b| b.role != Role::RedZone),
+                    address,
+                    end - start,
+                );
+                self.report.out_of_bounds_read.add(|| Violation {
+                    pc: Some(e.pc),
+                    t: Some(e.t),
+                    address: Some(address),
+                    size: end - start,
+                    access: Some(e.kind),
+                    nearest,
+                    ..Violation::default()
+                });
+            }
             _ => {}
         }
     }
@@ -566,6 +595,7 @@ impl Analysis for ContractCheck {
                 input_write: RuleReport::clean(),
                 weights_write: RuleReport::clean(),
                 scratch_unused: RuleReport::clean(),
+                out_of_bounds_read: RuleReport::clean(),
                 scratch: Vec::new(),
                 stray_reach: Vec::new(),
                 runtime_writes: 0,
@@ -611,7 +641,11 @@ impl Analysis for ContractCheck {
                 cur.report.runtime_writes += 1;
                 return;
             }
-            let declared = cur.buffers.iter().map(|t| &t.buffer);
+            let declared = cur
+                .buffers
+                .iter()
+                .map(|t| &t.buffer)
+                .filter(|b| b.role != Role::RedZone);
             let nearest = Nearest::of(declared, w.address, w.size as u64);
             if let Some(n) = &nearest {
                 cur.note_overrun(n);

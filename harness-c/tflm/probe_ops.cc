@@ -3,8 +3,8 @@
 // tflm.mk), never into a runner a user's model runs on.
 //
 // MEMTRACE_SCRATCH_PROBE, a custom operator: one int8 input of N bytes, one
-// int8 output of M bytes, custom options up to three little-endian 32-bit
-// words (SHORT_BY, SEED, DIFFER).
+// int8 output of M bytes, custom options up to four little-endian 32-bit
+// words (SHORT_BY, SEED, DIFFER, READ_PAST).
 // - Its sizing function under-reports by SHORT_BY bytes, the bug class of a
 //   kernel library's *_get_buffer_size that disagrees with its kernel:
 //   Prepare asks TFLM for N - SHORT_BY bytes of scratch, Invoke copies the
@@ -14,6 +14,8 @@
 // - With DIFFER non-zero, its build for CMSIS-NN's kernels (-DCMSIS_NN) adds
 //   1 to every output byte i with i % 4 == 1: a kernel that is not
 //   bit-exact with its reference.
+// - With READ_PAST non-zero, Invoke also reads READ_PAST bytes past the end
+//   of its input (their sum is added to output byte 0): an over-read.
 #include <string.h>
 
 #include "tensorflow/lite/c/common.h"
@@ -28,6 +30,7 @@ struct ProbeData {
     uint32_t short_by;
     uint32_t seed;
     uint32_t differ;
+    uint32_t read_past;
     int scratch;  // TFLM's scratch buffer index
 };
 
@@ -45,6 +48,7 @@ void *probe_init(TfLiteContext *context, const char *buffer, size_t length) {
     data->short_by = length >= 4 ? word(b) : 0;
     data->seed = length >= 8 ? word(b + 4) : 0;
     data->differ = length >= 12 ? word(b + 8) : 0;
+    data->read_past = length >= 16 ? word(b + 12) : 0;
     data->scratch = -1;
     return data;
 }
@@ -77,6 +81,14 @@ __attribute__((noinline)) TfLiteStatus probe_invoke(TfLiteContext *context, TfLi
     const size_t m = static_cast<size_t>(tflite::ElementCount(*out->dims));
     for (size_t i = 0; i < m; ++i) {
         o[i] = static_cast<int8_t>(scratch[n - 1 - i % n] + static_cast<int8_t>(data->seed));
+    }
+    const volatile int8_t *past = tflite::micro::GetTensorData<int8_t>(in) + n;
+    int8_t sum = 0;
+    for (uint32_t k = 0; k < data->read_past; ++k) {
+        sum = static_cast<int8_t>(sum + past[k]);
+    }
+    if (m > 0) {
+        o[0] = static_cast<int8_t>(o[0] + sum);
     }
 #ifdef CMSIS_NN
     for (size_t i = 1; data->differ != 0 && i < m; i += 4) {

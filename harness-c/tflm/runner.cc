@@ -44,6 +44,10 @@ constexpr int kMaxInputs = 32;   // ids 0..31
 constexpr int kMaxOutputs = 64;  // ids 32..95
 constexpr int kMaxScratchPerOp = 32;
 constexpr int kMaxDeclared = kMaxInputs + kMaxOutputs + kMaxScratchPerOp;
+// A red-zoned run's zones: buffer k of the window (in declaration order) has
+// ids kIdRedZones + 2k (before it) and kIdRedZones + 2k + 1 (after it).
+constexpr uint32_t kIdRedZones = 256;
+constexpr int kMaxPending = 3 * kMaxDeclared;
 
 const tflite::Model *g_model;
 const tflite::SubGraph *g_subgraph0;
@@ -52,6 +56,8 @@ uint32_t g_flags;
 uint32_t g_model_bytes;
 uint32_t g_arena_bytes;
 uint32_t g_red_zone;  // TFLM_RED_ZONE_BYTES: 0, or a red-zoned run
+uintptr_t g_head_lo;  // the arena's head (planned buffers), after AllocateTensors()
+uintptr_t g_head_hi;
 uint32_t g_dump_op;   // TFLM_DUMP_OP: 0, or 1 + the operator to dump
 uint32_t g_dump_bytes;
 
@@ -173,7 +179,7 @@ struct Pending {
     uint32_t bytes;
     uint32_t elem;
 };
-Pending g_pending[kMaxDeclared];
+Pending g_pending[kMaxPending];
 int g_n_pending;
 
 // Whether one buffer of the pair is the input and the other the output: the
@@ -203,7 +209,7 @@ bool overlaps_pending(int tensor, uint32_t role, const void *data, size_t bytes)
 
 void declare(uint32_t id, uint32_t role, int tensor, const void *data, size_t bytes, uint32_t elem,
              const char *scratch_name) {
-    if (data == nullptr || bytes == 0 || g_n_pending == kMaxDeclared ||
+    if (data == nullptr || bytes == 0 || g_n_pending >= kMaxDeclared ||
         overlaps_pending(tensor, role, data, bytes)) {
         return;
     }
@@ -216,12 +222,35 @@ void declare(uint32_t id, uint32_t role, int tensor, const void *data, size_t by
     g_pending[g_n_pending++] = Pending{id, role, tensor, data, static_cast<uint32_t>(bytes), elem};
 }
 
+// A red-zoned run (red_zones.cc): the zones TFLM's planner left around each
+// buffer of the window that it planned (in the head), declared with role
+// RED_ZONE so that the tracer sees every load there; the zone after a buffer
+// starts at its last byte, so it covers the alignment padding too.
+void declare_red_zones() {
+    const int named = g_n_pending;
+    for (int i = 0; g_red_zone != 0 && i < named && g_n_pending + 2 <= kMaxPending; ++i) {
+        const Pending d = g_pending[i];
+        const uintptr_t base = reinterpret_cast<uintptr_t>(d.base);
+        const uintptr_t padded = base + ((d.bytes + 15u) & ~uintptr_t{15});
+        if (base < g_head_lo + g_red_zone || padded + g_red_zone > g_head_hi) {
+            continue;  // not planned memory: a constant, state, storage
+        }
+        const uint32_t id = kIdRedZones + 2 * static_cast<uint32_t>(i);
+        g_pending[g_n_pending++] =
+            Pending{id, MEMTRACE_ROLE_RED_ZONE, -1, reinterpret_cast<const void *>(base - g_red_zone), g_red_zone, 1};
+        g_pending[g_n_pending++] =
+            Pending{id + 1, MEMTRACE_ROLE_RED_ZONE, -1, reinterpret_cast<const void *>(base + d.bytes),
+                    static_cast<uint32_t>(padded + g_red_zone - base - d.bytes), 1};
+    }
+}
+
 // LAYER_BEGIN and the collected BUFFER commands: only port writes from here.
 void open_window(const char *name, const char *op, const char *params) {
     memtrace_layer_begin(name, op, params);
     for (int i = 0; i < g_n_pending; ++i) {
         const Pending &d = g_pending[i];
-        memtrace_buffer(d.id, d.role, d.base, d.bytes, d.elem, g_buffer_names[i]);
+        const char *buffer_name = d.role == MEMTRACE_ROLE_RED_ZONE ? "red zone" : g_buffer_names[i];
+        memtrace_buffer(d.id, d.role, d.base, d.bytes, d.elem, buffer_name);
     }
 }
 
@@ -348,6 +377,7 @@ void plan_operator(uint32_t index, const char *tag) {
                 req[s].bytes, 1, name);
         ++j;
     }
+    declare_red_zones();
 }
 
 uint32_t fnv1a(uint32_t h, const unsigned char *p, size_t n) {
@@ -607,6 +637,8 @@ int run() {
         set_word(TFLM_HEAD_OFFSET, static_cast<uint32_t>(memory->GetOverlayMemoryAddress() - arena));
     };
     write_usage();
+    g_head_lo = reinterpret_cast<uintptr_t>(memory->GetOverlayMemoryAddress());
+    g_head_hi = g_head_lo + memory->GetNonPersistentUsedBytes();
     set_word(TFLM_N_INPUTS, n_inputs);
     set_word(TFLM_N_OUTPUTS, n_outputs);
     set_word(TFLM_N_TENSORS, n_tensors);

@@ -17,12 +17,13 @@ use serde_json::Value;
 /// `input` bytes to an int8 output of `output` bytes, its sizing function
 /// `short_by` bytes short.
 fn probe_model(input: usize, output: usize, short_by: u32) -> Vec<u8> {
-    probe_chain(&[input, output], &[[short_by, 3, 0]])
+    probe_chain(&[input, output], &[[short_by, 3, 0, 0]])
 }
 
 /// A chain of probes: operator k from tensor k (`sizes[k]` int8 bytes) to
-/// tensor k + 1, with custom options `options[k]` (SHORT_BY, SEED, DIFFER).
-fn probe_chain(sizes: &[usize], options: &[[u32; 3]]) -> Vec<u8> {
+/// tensor k + 1, with custom options `options[k]` (SHORT_BY, SEED, DIFFER,
+/// READ_PAST).
+fn probe_chain(sizes: &[usize], options: &[[u32; 4]]) -> Vec<u8> {
     assert_eq!(sizes.len(), options.len() + 1);
     let tensors = sizes
         .iter()
@@ -264,7 +265,10 @@ fn verify_names_the_first_operator_whose_cmsis_nn_outputs_differ_from_the_refere
     let model = dir.path().join("differs.tflite");
     std::fs::write(
         &model,
-        probe_chain(&[32, 48, 40, 24], &[[0, 3, 0], [0, 5, 1], [0, 7, 0]]),
+        probe_chain(
+            &[32, 48, 40, 24],
+            &[[0, 3, 0, 0], [0, 5, 1, 0], [0, 7, 0, 0]],
+        ),
     )
     .unwrap();
     let runner = probe_runner("cmsis-nn");
@@ -290,4 +294,55 @@ fn verify_names_the_first_operator_whose_cmsis_nn_outputs_differ_from_the_refere
     assert_eq!(d["differing_bytes"], perturbed);
     assert_eq!(d["first_differing_byte"], 1);
     assert_eq!(d["later_operators_differing"], 1);
+}
+
+/// A load past the end of a tensor is seen in the red zone after it: an
+/// `out_of_bounds_read` naming the tensor and how far past its end the load
+/// reached, in `run --strict` and `verify`.
+#[test]
+fn a_kernel_reading_past_its_input_is_an_out_of_bounds_read_of_that_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("over-read.tflite");
+    // 40 input bytes: the read of 8 more reaches 8 B past the end (the 8
+    // bytes of alignment padding to 48 are the zone's too).
+    std::fs::write(&model, probe_chain(&[40, 16], &[[0, 3, 0, 8]])).unwrap();
+    let (code, report, err) = run_probe(path_str(&model), "tflm", &["--strict"]);
+    assert_eq!(code, 1, "{err}");
+    let c = probe_contract(&report);
+    let r = &c["out_of_bounds_read"];
+    assert_eq!(r["ok"], false, "{c}");
+    assert_eq!(
+        r["violations"], 8,
+        "one 1-byte load per byte read past: {c}"
+    );
+    let first = &r["first"];
+    assert_eq!(first["nearest"]["buffer"], "probe_t0", "{first}");
+    assert_eq!(first["nearest"]["side"], "after_end");
+    assert_eq!(
+        first["nearest"]["bytes"], 1,
+        "the first load is the byte just past: {first}"
+    );
+    assert!(
+        first["function"]
+            .as_str()
+            .unwrap_or("")
+            .contains("probe_invoke"),
+        "{first}"
+    );
+    let runner = probe_runner("tflm");
+    let out = memtrace([
+        "verify",
+        path_str(&model),
+        "--kernels",
+        "tflm",
+        "--runner",
+        &runner,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("out_of_bounds_read: 1 B load from")
+            && text.contains("past the end of `probe_t0`"),
+        "{text}"
+    );
 }

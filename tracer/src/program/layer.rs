@@ -299,6 +299,7 @@ pub(super) fn declarable(
         Role::Input | Role::Output => 0,
         Role::Weights | Role::Bias => 1,
         Role::Scratch => 2,
+        Role::RedZone => 3,
     };
     buffers.sort_by_key(|b| rank(b.role));
     for mut b in buffers {

@@ -36,6 +36,7 @@ use unicorn_engine::{MemType, Prot};
 
 use memtrace_abi::event::{Message, StrayWrite, STRAY_WRITES_UNWOUND};
 use memtrace_abi::symbols;
+use memtrace_abi::Role;
 
 use super::{clear_stale_it_state, page_ranges, set_permissions, stack, HookUc, Session, PAGE};
 use crate::arch::Machine;
@@ -140,12 +141,18 @@ impl Session<'_> {
     pub(super) fn stray_part(&self, address: u64, size: u64) -> Option<(u64, u32)> {
         let stack = self.guard.as_ref()?.stack()?;
         let layer = self.layer.as_ref()?;
+        // A red zone is declared so that its loads are traced; a store
+        // there is as stray as one anywhere else outside the buffers.
         let covered = |a: u64| {
             (stack.0..stack.1).contains(&a)
-                || layer.buffers.iter().any(|b| {
-                    let base = b.buffer.base;
-                    a >= base && a < base + b.buffer.size as u64
-                })
+                || layer
+                    .buffers
+                    .iter()
+                    .filter(|b| b.buffer.role != Role::RedZone)
+                    .any(|b| {
+                        let base = b.buffer.base;
+                        a >= base && a < base + b.buffer.size as u64
+                    })
         };
         let mut stray: Option<(u64, u64)> = None;
         for a in address..address + size {
