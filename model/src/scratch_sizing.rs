@@ -43,6 +43,9 @@ pub struct OperatorScratch {
     /// Bytes its kernel uses (one past the highest byte it writes);
     /// `None` when not checked.
     pub needed_bytes: Option<u64>,
+    /// Bytes the kernel uses beyond what was asked for, buffer by buffer
+    /// (one buffer's slack never covers another's shortfall).
+    pub short_bytes: u64,
     /// Why the need was not derived.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_checked: Option<String>,
@@ -51,9 +54,7 @@ pub struct OperatorScratch {
 impl OperatorScratch {
     /// Bytes the kernel uses beyond what the operator asked for.
     pub fn short_by(&self) -> Option<u64> {
-        self.needed_bytes
-            .filter(|&n| n > self.requested_bytes)
-            .map(|n| n - self.requested_bytes)
+        (self.short_bytes > 0).then_some(self.short_bytes)
     }
 }
 
@@ -151,23 +152,47 @@ pub fn size_scratch(
                 .map(|&(_, b)| b)
                 .collect();
             let name = names.get(k).cloned().unwrap_or_else(|| "?".into());
-            let derived = if asked.len() > 1 {
-                Err(format!("{} scratch buffers", asked.len()))
-            } else {
-                derive(model, op, kernels, arch)
-            };
-            let (kernel, shapes, needed, not_checked) = match derived {
-                Ok(d) => (d.kernel.to_string(), d.shapes, Some(d.bytes), None),
-                Err(why) => (String::new(), String::new(), None, Some(why)),
-            };
-            OperatorScratch {
-                op: k,
-                name,
-                kernel,
-                shapes,
-                requested_bytes: asked.iter().sum(),
-                needed_bytes: needed,
-                not_checked,
+            let derived = derive(model, op, kernels, arch).and_then(|need| {
+                if asked.len() > need.buffers.len() {
+                    Err(format!(
+                        "{} scratch buffers asked for, the kernel uses {}",
+                        asked.len(),
+                        need.buffers.len()
+                    ))
+                } else {
+                    Ok(need)
+                }
+            });
+            match derived {
+                Ok(need) => {
+                    let asked_of = |i: usize| asked.get(i).copied().unwrap_or(0);
+                    let short = need
+                        .buffers
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &n)| n.saturating_sub(asked_of(i)))
+                        .sum();
+                    OperatorScratch {
+                        op: k,
+                        name,
+                        kernel: need.kernel.to_string(),
+                        shapes: need.shapes,
+                        requested_bytes: asked.iter().sum(),
+                        needed_bytes: Some(need.buffers.iter().sum()),
+                        short_bytes: short,
+                        not_checked: None,
+                    }
+                }
+                Err(why) => OperatorScratch {
+                    op: k,
+                    name,
+                    kernel: String::new(),
+                    shapes: String::new(),
+                    requested_bytes: asked.iter().sum(),
+                    needed_bytes: None,
+                    short_bytes: 0,
+                    not_checked: Some(why),
+                },
             }
         })
         .collect();
@@ -180,11 +205,12 @@ pub fn size_scratch(
     }
 }
 
-/// A kernel's need: which kernel, its shapes, the bytes it uses.
+/// A kernel's need: which kernel, its shapes, the bytes it uses of each
+/// scratch buffer, in the order the operator asks for them.
 struct Need {
     kernel: &'static str,
     shapes: String,
-    bytes: u64,
+    buffers: Vec<u64>,
 }
 
 /// The operator's need on `kernels`, or why it is not derived.
@@ -308,7 +334,7 @@ fn cmsis_nn(op: &Op, s: &Shapes) -> Result<Need, String> {
             Ok(Need {
                 kernel,
                 shapes,
-                bytes,
+                buffers: vec![bytes],
             })
         }
         OpKind::DepthwiseConv2d => {
@@ -338,7 +364,7 @@ fn cmsis_nn(op: &Op, s: &Shapes) -> Result<Need, String> {
             Ok(Need {
                 kernel,
                 shapes,
-                bytes,
+                buffers: vec![bytes],
             })
         }
         OpKind::AveragePool => {
@@ -352,7 +378,7 @@ fn cmsis_nn(op: &Op, s: &Shapes) -> Result<Need, String> {
                     o.filter.1
                 ),
                 // One int32 running sum per channel.
-                bytes: 4 * c,
+                buffers: vec![4 * c],
             })
         }
         OpKind::FullyConnected => {
@@ -370,9 +396,10 @@ fn cmsis_nn(op: &Op, s: &Shapes) -> Result<Need, String> {
                     text(&widen(s.weights.as_deref().unwrap_or(&[]))),
                     text(&widen(&s.output))
                 ),
-                bytes: 0,
+                buffers: vec![0],
             })
         }
+        OpKind::TransposeConv => transpose_conv(op, s),
         OpKind::MaxPool => no_scratch("arm_max_pool_s8", s),
         OpKind::Add => no_scratch("arm_elementwise_add_s8", s),
         OpKind::Mul => no_scratch("arm_elementwise_mul_s8", s),
@@ -380,6 +407,43 @@ fn cmsis_nn(op: &Op, s: &Shapes) -> Result<Need, String> {
         OpKind::Reshape => no_scratch("memcpy", s),
         other => Err(format!("memtrace has no formula for {other:?} on CMSIS-NN")),
     }
+}
+
+/// `arm_transpose_conv_wrapper_s8` (TFLM's glue asks for two buffers:
+/// `ctx` and `reverse_conv_ctx`). With strides of at most 2 and more than
+/// 16 input channels it reverses the filter into the second buffer and runs
+/// `arm_convolve_s8` on the input upscaled by the stride; otherwise
+/// `arm_transpose_conv_s8` accumulates `MAX(KH, stride_h)` int32 rows of
+/// `((in_w − 1)·stride_w + MAX(KW, stride_w))·out_c` in the first.
+fn transpose_conv(op: &Op, s: &Shapes) -> Result<Need, String> {
+    let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
+    let f = s.weights.as_deref().ok_or("no filter")?;
+    let [oc, kh, kw, kc] = Shapes::nhwc(f, "filter")?;
+    let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
+    let (sh, sw) = (op.options.stride.0 as u64, op.options.stride.1 as u64);
+    let shapes = format!(
+        "input={},filter={},output={n}x{oh}x{ow}x{oc},stride={sh}x{sw}",
+        text(&[n, h, w, c]),
+        text(&[oc, kh, kw, kc])
+    );
+    let reverse = sh <= 2 && sw <= 2 && c > 16;
+    let (kernel, buffers) = if reverse {
+        (
+            "arm_transpose_conv_wrapper_s8 (reverse convolution)",
+            vec![im2col_used(kh * kw * c, oh * ow), oc * kh * kw * kc],
+        )
+    } else {
+        let row = ((w - 1) * sw + kw.max(sw)) * oc;
+        (
+            "arm_transpose_conv_s8",
+            vec![kh.max(sh) * row * 4, 0],
+        )
+    };
+    Ok(Need {
+        kernel,
+        shapes,
+        buffers,
+    })
 }
 
 /// Bytes `arm_convolve_s8` writes of its buffer without MVE, for columns
@@ -411,7 +475,7 @@ fn no_scratch(kernel: &'static str, s: &Shapes) -> Result<Need, String> {
             text(&widen(&s.input)),
             text(&widen(&s.output))
         ),
-        bytes: 0,
+        buffers: vec![0],
     })
 }
 
@@ -432,7 +496,7 @@ fn reference(op: &Op, s: &Shapes) -> Result<Need, String> {
                     text(&widen(&s.input)),
                     text(&widen(&s.output))
                 ),
-                bytes: 4 * elements,
+                buffers: vec![4 * elements],
             })
         }
         OpKind::TransposeConv => Err(format!("{:?} transpose convolution", s.dtype)),
