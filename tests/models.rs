@@ -16,6 +16,7 @@ mod models {
     pub mod one_traced_source;
     pub mod plan_files;
     pub mod red_zones;
+    pub mod scratch_sizing;
     pub mod riscv;
     pub mod tflm_runtime;
     pub mod trace_cache;
