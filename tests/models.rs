@@ -16,8 +16,8 @@ mod models {
     pub mod one_traced_source;
     pub mod plan_files;
     pub mod red_zones;
-    pub mod scratch_sizing;
     pub mod riscv;
+    pub mod scratch_sizing;
     pub mod tflm_runtime;
     pub mod trace_cache;
     pub mod verify_cmsis;

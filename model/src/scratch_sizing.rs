@@ -254,7 +254,10 @@ impl Shapes {
         // output shape).
         let weights = matches!(
             op.kind,
-            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected | OpKind::TransposeConv
+            OpKind::Conv2d
+                | OpKind::DepthwiseConv2d
+                | OpKind::FullyConnected
+                | OpKind::TransposeConv
         )
         .then(|| op.inputs.get(1).and_then(|&t| model.tensors.get(t)))
         .flatten();
@@ -434,10 +437,7 @@ fn transpose_conv(op: &Op, s: &Shapes) -> Result<Need, String> {
         )
     } else {
         let row = ((w - 1) * sw + kw.max(sw)) * oc;
-        (
-            "arm_transpose_conv_s8",
-            vec![kh.max(sh) * row * 4, 0],
-        )
+        ("arm_transpose_conv_s8", vec![kh.max(sh) * row * 4, 0])
     };
     Ok(Need {
         kernel,

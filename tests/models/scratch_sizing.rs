@@ -26,7 +26,11 @@ fn traced_scratch(report: &Value) -> std::collections::BTreeMap<u64, (u64, u64)>
         else {
             continue;
         };
-        for s in layer["contract"]["scratch"].as_array().into_iter().flatten() {
+        for s in layer["contract"]["scratch"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             let e = used.entry(op).or_insert((0, 0));
             e.0 += u(&s["declared_bytes"]);
             e.1 += u(&s["high_water_bytes"]);
@@ -163,13 +167,7 @@ fn a_transpose_convolution_whose_size_function_takes_the_wrong_stride_is_short()
     assert_eq!(v["proven"], false);
     let short = &v["scratch_sizing"]["operators"][0];
     assert_eq!(u(&short["short_bytes"]), 32, "{short}");
-    let out = common::memtrace([
-        "verify",
-        &model,
-        "--kernels",
-        "cmsis-nn",
-        "--no-oracle",
-    ]);
+    let out = common::memtrace(["verify", &model, "--kernels", "cmsis-nn", "--no-oracle"]);
     let text = common::stdout(&out);
     assert!(
         text.contains("SCRATCH SHORT: operator 0:TRANSPOSE_CONV: arm_transpose_conv_s8")

@@ -367,6 +367,8 @@ mod tests {
                 scratch(1, 384, 16),
                 scratch(1, 256, 16),
             ],
+            digests: Vec::new(),
+            dump: Vec::new(),
         };
         (model, result, [x, a, b])
     }

@@ -204,5 +204,7 @@ fn scratch_sizing(
 ) -> Option<memtrace_model::scratch_sizing::ScratchSizing> {
     let graph = read_graph(model).ok()?;
     let imported = memtrace_model::tflite::import_for_tflm("model", model).ok()?;
-    Some(crate::runtime::size_scratch(&imported, &graph, kernels, target, result))
+    Some(crate::runtime::size_scratch(
+        &imported, &graph, kernels, target, result,
+    ))
 }
