@@ -17,6 +17,7 @@ mod models {
     pub mod plan_files;
     pub mod red_zones;
     pub mod riscv;
+    pub mod scratch_sizing;
     pub mod tflm_runtime;
     pub mod trace_cache;
     pub mod verify_cmsis;

@@ -183,6 +183,10 @@ pub struct TflmRunInfo {
     /// many bytes left free before and after every buffer TFLM planned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub red_zone_bytes: Option<u32>,
+    /// Every operator's scratch sized from its shapes against what it
+    /// asked for ([`memtrace_model::scratch_sizing`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scratch_sizing: Option<memtrace_model::scratch_sizing::ScratchSizing>,
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).

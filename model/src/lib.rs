@@ -28,6 +28,7 @@ pub mod planner;
 /// public so that tools and tests can edit a model with
 /// [`tflite::rewrite`] instead of hand-written flatbuffer code.
 pub mod schema;
+pub mod scratch_sizing;
 mod shape;
 pub mod source;
 pub(crate) mod spill_ops;

@@ -33,7 +33,7 @@ pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
 pub(crate) use per_operator::compare_operators;
 pub use per_operator::{OperatorComparison, OperatorDifference};
 pub use plan_inputs::{
-    plan_inputs, scratch_needs, trace_model_operators, traced_overlaps, PlanInputs,
+    plan_inputs, scratch_needs, size_scratch, trace_model_operators, traced_overlaps, PlanInputs,
 };
 pub(crate) use red_zones::red_zoned_check;
 pub use red_zones::RedZoneCheck;

@@ -77,6 +77,24 @@ pub fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
     needs
 }
 
+/// Every operator of `model` (read as `graph`) sized from its shapes on
+/// `kernels` and `target`, against the scratch TFLM gave it in `result`.
+pub fn size_scratch(
+    model: &memtrace_model::Model,
+    graph: &memtrace_model::graph::TfliteGraph,
+    kernels: Kernels,
+    target: Arch,
+    result: &TflmResult,
+) -> memtrace_model::scratch_sizing::ScratchSizing {
+    let names: Vec<String> = graph.ops.iter().map(|o| o.name.clone()).collect();
+    let requested: Vec<(usize, u64)> = result
+        .scratch
+        .iter()
+        .map(|s| (s.op as usize, s.bytes))
+        .collect();
+    memtrace_model::scratch_sizing::size_scratch(model, &names, kernels, target, &requested)
+}
+
 /// What a plan for real TFLM takes from one traced run of the model: the
 /// scratch bytes TFLM gave each operator and each operator's traced O_s.
 #[derive(serde::Serialize, serde::Deserialize)]

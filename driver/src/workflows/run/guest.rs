@@ -188,7 +188,23 @@ pub(super) fn trace_guest(
             info.tail_bytes = r.tail_bytes;
             info.output_bytes = r.output_bytes.len() as u64;
             info.output_digest = memtrace_analyzer::verify::digest(&r.output_bytes);
+            info.scratch_sizing = scratch_sizing(model, r, opts.model.kernels, opts.model.target);
             Ok((outcome.summary, run.preload()?))
         }
     }
+}
+
+/// Every operator's scratch of the run `result` of `model`, sized from its
+/// shapes; `None` when memtrace cannot read the model's graph.
+fn scratch_sizing(
+    model: &[u8],
+    result: &memtrace_abi::runner::TflmResult,
+    kernels: memtrace_abi::Kernels,
+    target: memtrace_tracer::Arch,
+) -> Option<memtrace_model::scratch_sizing::ScratchSizing> {
+    let graph = read_graph(model).ok()?;
+    let imported = memtrace_model::tflite::import_for_tflm("model", model).ok()?;
+    Some(crate::runtime::size_scratch(
+        &imported, &graph, kernels, target, result,
+    ))
 }

@@ -138,6 +138,18 @@ pub fn flagged_layers(report: &RunReport) -> usize {
         .count()
 }
 
+/// Every operator of a model run whose kernel uses more scratch than the
+/// operator asked for, by its shapes: a finding whatever this run's layout
+/// hid.
+fn scratch_shortfalls(report: &RunReport) -> Vec<String> {
+    report
+        .tflm
+        .as_ref()
+        .and_then(|t| t.scratch_sizing.as_ref())
+        .map(|s| s.findings())
+        .unwrap_or_default()
+}
+
 /// The buffer and O_s tables of `memtrace run`.
 pub fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
@@ -164,9 +176,15 @@ pub fn tables_text(report: &RunReport) -> Result<String> {
         ),
         None => String::new(),
     };
+    let sizing = report
+        .tflm
+        .as_ref()
+        .and_then(|t| t.scratch_sizing.as_ref())
+        .map(|s| s.to_text())
+        .unwrap_or_default();
     Ok(format!(
         "{} ({}): {} layer(s) traced, {} instructions in total\n{embedded}{}\n{}\nmemory \
-         contract{zoned}:\n{}\n",
+         contract{zoned}:\n{}\n{sizing}",
         what,
         report.arch,
         report.layers.len(),
@@ -227,11 +245,19 @@ impl Answer for RunAnswer<'_> {
                 "error: {broken} layer(s) broke the memory contract (--strict)"
             ));
         }
+        let short = scratch_shortfalls(self.report);
+        let failed_scratch = !short.is_empty() && self.strict;
+        let level = if self.strict { "error" } else { "WARNING" };
+        verdict.extend(
+            short
+                .iter()
+                .map(|f| format!("{level}: scratch sized from the shapes: {f}")),
+        );
         Ok(Outcome {
             notes: Vec::new(),
             report,
             verdict,
-            status: Outcome::status_of(!failed_os && !failed_contract),
+            status: Outcome::status_of(!failed_os && !failed_contract && !failed_scratch),
         })
     }
 }

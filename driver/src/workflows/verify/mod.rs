@@ -136,6 +136,13 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         )?,
         zoned.elapsed().as_secs_f64(),
     );
+    let scratch_sizing = crate::runtime::size_scratch(
+        &subject.model,
+        &subject.graph,
+        req.kernels,
+        req.target,
+        &reference.result,
+    );
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)
@@ -290,6 +297,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         output_digest: digest(a),
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
         kernel_check,
+        scratch_sizing,
         reference_kernels,
         reference_kernels_not_compared,
         oracle,

@@ -126,6 +126,9 @@ pub struct VerifyReport {
     /// The kernels' memory contract, checked in a red-zoned run of the
     /// model (TFLM's own plan with free bytes around every buffer).
     pub kernel_check: KernelCheck,
+    /// Every operator's scratch sized from its shapes against what it asked
+    /// TFLM for: a shortfall fails the verify, whatever TFLM's layout hid.
+    pub scratch_sizing: memtrace_model::scratch_sizing::ScratchSizing,
     /// With CMSIS-NN's kernels: every operator's outputs against the same
     /// operators on TFLM's reference kernels in the emulator.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -282,6 +285,7 @@ impl VerifyReport {
     /// host oracle if it ran.
     pub fn ok(&self) -> bool {
         self.kernel_check.findings.is_empty()
+            && self.scratch_sizing.shortfalls().next().is_none()
             && self.clobbers.is_empty()
             && self
                 .tinyseg
@@ -420,6 +424,7 @@ impl VerifyReport {
             s += &t.to_text();
         }
         s += &self.kernel_check.to_text();
+        s += &self.scratch_sizing.to_text();
         match (
             &self.reference_kernels,
             &self.reference_kernels_not_compared,
