@@ -171,6 +171,21 @@ fn every_short_sizing_is_caught_with_its_byte_count_and_a_correct_one_passes_cle
         let model = probe_file(&dir, 64, 256, short_by);
         let (code, zoned, err) = run_probe(&model, "tflm", &["--strict"]);
         assert_eq!(code, 1, "short by {short_by}: {err}");
+        // The warning a user reads: operator, buffer, bytes, kernel, line.
+        let warning = err
+            .lines()
+            .find(|l| l.contains("memory contract: stray_write"))
+            .unwrap_or_else(|| panic!("short by {short_by}: no warning in {err}"));
+        for part in [
+            "layer `0:MEMTRACE_SCRATCH_PROBE:probe_t1`".to_owned(),
+            format!("{short_by} B past the end of `scratch0`"),
+            "`probe_invoke` (tflm/probe_ops.cc:".to_owned(),
+        ] {
+            assert!(
+                warning.contains(&part),
+                "short by {short_by}: `{part}` in {warning}"
+            );
+        }
         let c = probe_contract(&zoned);
         let reach = c["stray_reach"].as_array().unwrap();
         assert!(
