@@ -142,7 +142,12 @@ fn assert_names_the_call(overrun: &Value) {
         "{overrun}"
     );
     let shapes = overrun["shapes"].as_str().unwrap();
-    for dims in ["input=1x4x4x4", "filter=2x1x1x2", "output=1x2x2x2", "stride=2x2"] {
+    for dims in [
+        "input=1x4x4x4",
+        "filter=2x1x1x2",
+        "output=1x2x2x2",
+        "stride=2x2",
+    ] {
         assert!(shapes.contains(dims), "{dims} not in {shapes}");
     }
 }
@@ -173,7 +178,10 @@ fn a_release_whose_size_function_under_reports_fails_naming_kernel_shapes_and_by
 fn the_release_that_fixed_the_sizing_is_named_and_not_failed() {
     let (v7, head) = (built_against("cmsis-nn"), built_against("cmsis-nn-main"));
     let asked_by_head = printed_scratch(&head);
-    assert!(asked_by_head >= USED_BY_ARM_CONVOLVE_S8, "{asked_by_head} B");
+    assert!(
+        asked_by_head >= USED_BY_ARM_CONVOLVE_S8,
+        "{asked_by_head} B"
+    );
     let (report, words, status) = regress(&v7, &head);
     assert_eq!(status, 0, "{words}");
     let overrun = the_overrun(&report);

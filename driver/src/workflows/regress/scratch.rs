@@ -96,7 +96,10 @@ pub(super) fn compare(old: &CheckReport, new: &CheckReport) -> Vec<ScratchOverru
             makes(new, call),
         ));
     }
-    for (call, u) in b.iter().filter(|(c, _)| !a.iter().any(|(o, _)| same_call(o, c))) {
+    for (call, u) in b
+        .iter()
+        .filter(|(c, _)| !a.iter().any(|(o, _)| same_call(o, c)))
+    {
         out.push(overrun(call, None, Some(u.clone()), makes(old, call)));
     }
     out
@@ -120,11 +123,7 @@ fn overrun(
 
 /// Whether `report` makes the call `call` is (function, site, shapes).
 fn makes(report: &CheckReport, call: &CallReport) -> bool {
-    report
-        .calls
-        .iter()
-        .flatten()
-        .any(|c| same_call(c, call))
+    report.calls.iter().flatten().any(|c| same_call(c, call))
 }
 
 fn same_call(a: &CallReport, b: &CallReport) -> bool {
