@@ -20,5 +20,6 @@ mod hostile {
     pub mod oracle;
     pub mod outputs;
     pub mod plans;
+    pub mod regress_scratch;
     pub mod regress_ut;
 }

@@ -52,6 +52,8 @@ pub struct RawCall {
     /// The API functions it called (a wrapper's kernel, an LSTM's
     /// elementwise kernels).
     pub inner_calls: Vec<InnerCall>,
+    /// `ctx->buf` of each of its context arguments.
+    pub scratch: Vec<u64>,
 }
 
 /// The calls of one run.
@@ -219,12 +221,14 @@ pub(super) fn on_entry(uc: &mut Uc<'_, '_>, address: u64) {
         unfinished: false,
         notes: Vec::new(),
         inner_calls: Vec::new(),
+        scratch: Vec::new(),
     });
     let raw = &mut calls.records[record];
     let (layer, buffers) = match layer {
         Ok((l, buffers, notes)) => {
             raw.notes = notes;
             raw.shapes = l.shapes.clone();
+            raw.scratch = l.scratch.clone();
             (l, buffers)
         }
         Err(e) => {

@@ -184,6 +184,10 @@ pub struct TracedCall {
     pub notes: Vec<String>,
     /// The API functions it called, whose accesses are its layer's.
     pub inner_calls: Vec<InnerCall>,
+    /// Where its context arguments' scratch buffers start (`ctx->buf`,
+    /// NULL left out): a memcheck finding in the heap block there is an
+    /// overrun of the buffer the library's size function sized.
+    pub scratch: Vec<u64>,
 }
 
 /// An operator invocation of TFLM's interpreter (`run_program_with`).
@@ -438,6 +442,7 @@ fn traced_call(debug: &DebugInfo, image: &ElfImage, r: RawCall) -> TracedCall {
         unfinished: r.unfinished,
         notes: r.notes,
         inner_calls: r.inner_calls,
+        scratch: r.scratch,
     }
 }
 

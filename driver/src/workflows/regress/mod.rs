@@ -20,6 +20,7 @@ mod compare;
 mod pairing;
 mod programs;
 mod render;
+mod scratch;
 mod unit_tests;
 
 use std::collections::HashMap;
@@ -37,6 +38,7 @@ use crate::workflows::sweep::{require_job_mailbox, Depth, Row, Sweep};
 pub use change::Change;
 use compare::compare;
 pub use programs::check_report_path;
+pub use scratch::{ScratchOverrun, ScratchUse};
 pub use unit_tests::{
     regress_unit_tests, CallChange, SuiteChange, SuiteFigures, UnitTestOptions, UnitTestRegress,
 };

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::programs::{not_a_program, programs, Side};
+use super::scratch::ScratchOverrun;
 use crate::bail;
 use crate::support::error::Result;
 use crate::support::outcome::{Answer, Format, Outcome};
@@ -101,6 +102,9 @@ pub struct SuiteChange {
     pub changes: Vec<String>,
     /// The calls that changed.
     pub calls: Vec<CallChange>,
+    /// The calls whose scratch (the heap block at `ctx->buf`) either build
+    /// overran: a size function that under-reports its kernel's use.
+    pub scratch_overruns: Vec<ScratchOverrun>,
     /// Something in it fails the comparison.
     pub fails: bool,
 }
@@ -216,6 +220,7 @@ fn compare_suite(name: &str, old: &Run, new: &Run, threshold: f64) -> SuiteChang
             new,
             changes,
             calls: Vec::new(),
+            scratch_overruns: Vec::new(),
             fails: true,
         };
     };
@@ -281,6 +286,12 @@ fn compare_runs(name: &str, old: &CheckReport, new: &CheckReport, threshold: f64
             a.memcheck_errors, b.memcheck_errors
         ));
     }
+    // Each scratch overrun named as its call's, whichever build has it.
+    let scratch_overruns = super::scratch::compare(old, new);
+    for overrun in &scratch_overruns {
+        changes.push(overrun.line());
+        fails |= overrun.fails();
+    }
     let empty = Vec::new();
     let (old_calls, new_calls) = (
         old.calls.as_ref().unwrap_or(&empty),
@@ -306,6 +317,7 @@ fn compare_runs(name: &str, old: &CheckReport, new: &CheckReport, threshold: f64
         new: b,
         changes,
         calls,
+        scratch_overruns,
         fails,
     }
 }

@@ -353,6 +353,9 @@ pub(crate) struct CallLayer {
     pub structs: Vec<(u64, u64)>,
     /// `input=1x8x8x3,filter=…`: the shapes as the arguments give them.
     pub shapes: String,
+    /// `ctx->buf` of each context argument (not NULL), declared as a
+    /// buffer or not (a size function's 0 B leaves none to declare).
+    pub scratch: Vec<u64>,
     /// The canonical layer text (docs/protocol.md section 6) for the
     /// configurations the kernel suite knows (int8 conv2d, depthwise,
     /// pools, fully connected, add); empty otherwise.

@@ -157,6 +157,9 @@ impl Reader<'_> {
         }
         self.layer.structs.push((at, CONTEXT_BYTES));
         let buf = self.word(at, 0)? as u64;
+        if buf != 0 {
+            self.layer.scratch.push(buf);
+        }
         // The heap block first: callers leave `ctx.size` unset (CMSIS-NN's
         // own tests do) since no kernel reads it.
         let size = match self.site.heap_block_rest(buf) {

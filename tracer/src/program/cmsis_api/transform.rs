@@ -83,10 +83,12 @@ pub(super) fn transpose_conv(
     let s = transpose_conv_shapes(r)?;
     let reverse = wrapper && takes_reverse_path(&s);
     let buf = r.word(ctx, 0)? as u64;
+    r.layer.scratch.extend((buf != 0).then_some(buf));
     if reverse {
         r.buffer(Role::Scratch, "scratch", buf, im2col_bytes(&s), 1);
         let rc = r.structure(1, CONTEXT_BYTES)?;
         let reversed = r.word(rc, 0)? as u64;
+        r.layer.scratch.extend((reversed != 0).then_some(reversed));
         r.buffer(
             Role::Scratch,
             "reversed_filter",
