@@ -103,8 +103,21 @@ pub(crate) fn compare_operators(
         instructions += took;
         Ok(result)
     };
-    let a: Vec<OpDigest> = run(under_test, None)?.digests;
-    let b: Vec<OpDigest> = run(against, None)?.digests;
+    let mut digests = |image: &ElfImage| -> Result<Vec<OpDigest>> {
+        let r = run(image, None)?;
+        // A runner built before it hashed its operators' outputs answers
+        // with none: nothing to compare, rather than every operator differing.
+        if r.digests.len() != r.ops as usize {
+            crate::bail!(
+                "{} does not hash its operators' outputs (built before memtrace did): rebuild it \
+                 (make -C harness-c)",
+                image.path.display()
+            );
+        }
+        Ok(r.digests)
+    };
+    let a = digests(under_test)?;
+    let b = digests(against)?;
     let differing: Vec<usize> = (0..a.len().max(b.len()))
         .filter(|&i| a.get(i) != b.get(i))
         .collect();

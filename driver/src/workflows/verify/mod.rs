@@ -410,7 +410,9 @@ fn against_reference_kernels(
                 }
             }
         }
-        None => crate::runtime::model_runner(req.target, Kernels::Tflm, None, &subject.graph)
+        // The runner there is: a verify does not build a second runner
+        // for the comparison (that would double a first verify's wait).
+        None => crate::runtime::target_runner(req.target, Kernels::Tflm, None, "--runner", None)
             .map(|(_, image)| image),
     };
     let reference = match reference {
