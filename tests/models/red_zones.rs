@@ -105,6 +105,14 @@ fn run_probe(model: &str, kernels: &str, extra: &[&str]) -> (i32, Value, String)
     (out.status.code().unwrap_or(-1), json(&out), stderr(&out))
 }
 
+/// `memtrace verify MODEL --kernels KERNELS --runner PROBE ARGS`.
+fn verify_probe(model: &str, kernels: &str, extra: &[&str]) -> std::process::Output {
+    let runner = probe_runner(kernels);
+    let mut args = vec!["verify", model, "--kernels", kernels, "--runner", &runner];
+    args.extend(extra);
+    memtrace(&args)
+}
+
 /// The contract of the probe's layer (`0:MEMTRACE_SCRATCH_PROBE:…`).
 fn probe_contract(report: &Value) -> &Value {
     let layers = report["layers"].as_array().expect("layers");
@@ -222,18 +230,8 @@ fn every_short_sizing_is_caught_with_its_byte_count_and_a_correct_one_passes_cle
 fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_correct_one() {
     let dir = tempfile::tempdir().unwrap();
     let short = probe_file(&dir, 256, 16, 16);
-    let runner = probe_runner("cmsis-nn");
     for oracle in [None, Some("--no-oracle")] {
-        let mut args = vec![
-            "verify",
-            &short,
-            "--kernels",
-            "cmsis-nn",
-            "--runner",
-            &runner,
-        ];
-        args.extend(oracle);
-        let out = memtrace(&args);
+        let out = verify_probe(&short, "cmsis-nn", oracle.as_slice());
         assert_eq!(out.status.code(), Some(1), "{oracle:?}: {}", stderr(&out));
         let text = stdout(&out);
         let finding = text
@@ -250,16 +248,7 @@ fn verify_fails_on_a_short_scratch_with_or_without_the_oracle_and_passes_a_corre
         assert!(text.contains("result: FAILED"), "{text}");
     }
     let clean = probe_file(&dir, 256, 16, 0);
-    let out = memtrace([
-        "verify",
-        &clean,
-        "--kernels",
-        "cmsis-nn",
-        "--runner",
-        &runner,
-        "--format",
-        "json",
-    ]);
+    let out = verify_probe(&clean, "cmsis-nn", &["--format", "json"]);
     let report = json(&out);
     assert_eq!(report["kernel_check"]["findings"], serde_json::json!([]));
     assert_eq!(report["kernel_check"]["red_zone_bytes"], 64);
@@ -286,17 +275,7 @@ fn verify_names_the_first_operator_whose_cmsis_nn_outputs_differ_from_the_refere
         ),
     )
     .unwrap();
-    let runner = probe_runner("cmsis-nn");
-    let out = memtrace([
-        "verify",
-        path_str(&model),
-        "--kernels",
-        "cmsis-nn",
-        "--runner",
-        &runner,
-        "--format",
-        "json",
-    ]);
+    let out = verify_probe(path_str(&model), "cmsis-nn", &["--format", "json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = json(&out);
     let d = &report["reference_kernels"]["first_difference"];
@@ -344,15 +323,7 @@ fn a_kernel_reading_past_its_input_is_an_out_of_bounds_read_of_that_input() {
             .contains("probe_invoke"),
         "{first}"
     );
-    let runner = probe_runner("tflm");
-    let out = memtrace([
-        "verify",
-        path_str(&model),
-        "--kernels",
-        "tflm",
-        "--runner",
-        &runner,
-    ]);
+    let out = verify_probe(path_str(&model), "tflm", &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(
