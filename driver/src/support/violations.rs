@@ -158,7 +158,7 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
             ));
         }
         lines.extend(
-            broken_rules(c)
+            broken_rules(c, &[])
                 .into_iter()
                 .map(|rule| format!("WARNING: layer `{}`: memory contract: {rule}", layer.name)),
         );
@@ -169,10 +169,10 @@ pub fn warnings(report: &RunReport) -> Vec<String> {
 /// Each broken rule of a layer's contract, e.g. "stray_write: 4 B store to
 /// …, 4 B past the end of `scratch0`, at … memcpy (…), called from
 /// `probe_invoke` (…) (4 violation(s); in all they reach 16 B past the end
-/// of `scratch0`)".
-pub fn broken_rules(c: &ContractReport) -> Vec<String> {
+/// of `scratch0`)"; the rules named in `skip` left out.
+pub fn broken_rules(c: &ContractReport, skip: &[&str]) -> Vec<String> {
     let mut lines = Vec::new();
-    for (rule, r) in c.violated() {
+    for (rule, r) in c.violated().filter(|(rule, _)| !skip.contains(rule)) {
         if let Some(v) = &r.first {
             // Where all of a layer's stray writes reach, when the first
             // does not say it alone.

@@ -245,9 +245,8 @@ impl KernelCheck {
         let findings = check
             .broken()
             .flat_map(|(layer, c)| {
-                crate::support::violations::broken_rules(c)
+                crate::support::violations::broken_rules(c, &["scratch_unused"])
                     .into_iter()
-                    .filter(|rule| !rule.starts_with("scratch_unused:"))
                     .map(move |rule| format!("operator `{layer}`: {rule}"))
             })
             .collect();
