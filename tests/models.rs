@@ -14,6 +14,7 @@ mod models {
     pub mod foreign_overlap;
     pub mod hardening;
     pub mod one_traced_source;
+    pub mod persistent_buffers;
     pub mod plan_files;
     pub mod red_zones;
     pub mod riscv;

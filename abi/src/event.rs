@@ -70,17 +70,22 @@ pub enum Role {
     /// Bytes right before or after another buffer of the layer that no
     /// access may touch (`MEMTRACE_ROLE_RED_ZONE`): a red-zoned run's zones.
     RedZone,
+    /// Memory the kernel allocated for itself before the run
+    /// (`MEMTRACE_ROLE_PERSISTENT`): its op data and the state it keeps
+    /// between invocations. The operator may read and write it freely.
+    Persistent,
 }
 
 impl Role {
     /// Every role.
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Input,
         Role::Output,
         Role::Weights,
         Role::Bias,
         Role::Scratch,
         Role::RedZone,
+        Role::Persistent,
     ];
 
     /// Decodes `MEMTRACE_ROLE_*`.
@@ -93,6 +98,7 @@ impl Role {
             MEMTRACE_ROLE_BIAS => Role::Bias,
             MEMTRACE_ROLE_SCRATCH => Role::Scratch,
             MEMTRACE_ROLE_RED_ZONE => Role::RedZone,
+            MEMTRACE_ROLE_PERSISTENT => Role::Persistent,
             _ => return None,
         })
     }
@@ -105,6 +111,7 @@ impl Role {
             Role::Bias => "bias",
             Role::Scratch => "scratch",
             Role::RedZone => "red_zone",
+            Role::Persistent => "persistent",
         }
     }
 }

@@ -27,6 +27,7 @@ c_constants! {
         MEMTRACE_ROLE_BIAS = 3,
         MEMTRACE_ROLE_SCRATCH = 4,
         MEMTRACE_ROLE_RED_ZONE = 5,
+        MEMTRACE_ROLE_PERSISTENT = 6,
         MEMTRACE_MAX_STRING = 256,
     }
 }

@@ -56,6 +56,24 @@ pub struct Clobber {
     pub overwritten_by: Option<Writer>,
 }
 
+impl Clobber {
+    /// What was seen, in a few words: "operator `a` read `t` at byte 4
+    /// (8 B), overwritten by `u` of operator `b`".
+    pub fn describe(&self) -> String {
+        format!(
+            "operator `{}` read `{}` at byte {} ({} B), overwritten by {}",
+            self.op,
+            self.tensor,
+            self.offset,
+            self.bytes,
+            self.overwritten_by
+                .as_ref()
+                .map(|w| format!("`{}` of operator `{}`", w.tensor, w.op))
+                .unwrap_or_else(|| "nothing (never written)".into())
+        )
+    }
+}
+
 /// Per-layer result besides clobbers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerOverlap {
@@ -321,8 +339,9 @@ impl Analysis for ShadowMap {
                         }
                     }
                 }
-            } else if role == Role::Scratch {
-                // Scratch memory holds the scratch tensor, not the output.
+            } else if matches!(role, Role::Scratch | Role::Persistent) {
+                // Scratch and an operator's own state hold themselves, not
+                // the output.
                 self.owner[s0..s1].fill(tensor + 1);
                 self.writer[s0..s1].fill(layer);
             } else if let Some(out) = cur.output_tensor {

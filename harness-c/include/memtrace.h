@@ -41,6 +41,7 @@ extern "C" {
 #define MEMTRACE_ROLE_BIAS    3u
 #define MEMTRACE_ROLE_SCRATCH 4u
 #define MEMTRACE_ROLE_RED_ZONE 5u /* bytes next to a buffer no access may touch */
+#define MEMTRACE_ROLE_PERSISTENT 6u /* memory the kernel allocated for itself: op data, state */
 
 #define MEMTRACE_MAX_STRING 256u
 

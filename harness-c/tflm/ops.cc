@@ -16,6 +16,12 @@
 // scratch through context->RequestScratchBufferInArena, so nothing is missed;
 // TFLM's own code, the arena and the plan are exactly what the unwrapped
 // registration gives (the wrapper allocates nothing in the arena).
+//
+// Persistent buffers. `init` is wrapped the same way (InitSubgraphs visits
+// the operators in Prepare's order), and both wrappers read the arena
+// tail's size before and after the kernel's own function: what it grew by
+// is the operator's (kernels reach the allocator through the context's
+// function pointer or through MicroContext directly; the tail sees both).
 #include <string.h>
 
 #include <utility>
@@ -170,6 +176,7 @@ tflite::MicroMutableOpResolver<kOpCount + kStorageOps + kMaxProbeOps> g_inner;
 
 using PrepareFn = TfLiteStatus (*)(TfLiteContext *, TfLiteNode *);
 using RequestFn = TfLiteStatus (*)(TfLiteContext *, size_t, int *);
+using InitFn = void *(*)(TfLiteContext *, const char *, size_t);
 
 // Distinct registrations handed out (one per operator kind the model uses).
 constexpr unsigned kMaxWrapped = kOpCount + kStorageOps + kMaxProbeOps;
@@ -186,6 +193,12 @@ uint32_t g_ops_per_subgraph[kMaxSubgraphs];
 int g_n_subgraphs;
 
 uint32_t g_prepare_calls;
+uint32_t g_init_calls;
+size_t (*g_tail_used)();
+const uint8_t *g_tail_end;
+PersistentRegion g_regions[kMaxPersistent];
+int g_n_regions;
+bool g_regions_overflow;
 int32_t g_cur_subgraph = -1;
 int32_t g_cur_op = -1;
 TfLiteContext *g_context;
@@ -208,18 +221,52 @@ TfLiteStatus record_request(TfLiteContext *context, size_t bytes, int *buffer_id
     return status;
 }
 
-TfLiteStatus run_prepare(unsigned slot, TfLiteContext *context, TfLiteNode *node) {
-    // Position in PrepareSubgraphs' loop -> (subgraph, operator).
-    uint32_t op = g_prepare_calls++;
+// Position `call` in the graph's loop over all operators -> (subgraph,
+// operator).
+void locate(uint32_t call, int32_t *subgraph, int32_t *op) {
     int32_t sg = 0;
-    while (sg < g_n_subgraphs && op >= g_ops_per_subgraph[sg]) {
-        op -= g_ops_per_subgraph[sg];
+    while (sg < g_n_subgraphs && call >= g_ops_per_subgraph[sg]) {
+        call -= g_ops_per_subgraph[sg];
         ++sg;
     }
+    *subgraph = sg;
+    *op = static_cast<int32_t>(call);
+}
+
+size_t tail_used() { return g_tail_used != nullptr ? g_tail_used() : 0; }
+
+// The tail grew from `before` to `after` bytes while (sg, op) ran.
+void note_growth(int32_t sg, int32_t op, size_t before, size_t after) {
+    if (after <= before || g_tail_end == nullptr) {
+        return;
+    }
+    if (g_n_regions == kMaxPersistent) {
+        g_regions_overflow = true;
+        return;
+    }
+    g_regions[g_n_regions++] =
+        PersistentRegion{sg, op, g_tail_end - after, static_cast<uint32_t>(after - before)};
+}
+
+void *run_init(unsigned slot, TfLiteContext *context, const char *buffer, size_t length) {
+    int32_t sg = 0;
+    int32_t op = 0;
+    locate(g_init_calls++, &sg, &op);
+    const InitFn init = g_wrapped[slot].original->init;
+    const size_t before = tail_used();
+    void *data = init != nullptr ? init(context, buffer, length) : nullptr;
+    note_growth(sg, op, before, tail_used());
+    return data;
+}
+
+TfLiteStatus run_prepare(unsigned slot, TfLiteContext *context, TfLiteNode *node) {
+    int32_t sg = 0;
+    int32_t op = 0;
+    locate(g_prepare_calls++, &sg, &op);
     const int32_t saved_sg = g_cur_subgraph;
     const int32_t saved_op = g_cur_op;
     g_cur_subgraph = sg;
-    g_cur_op = static_cast<int32_t>(op);
+    g_cur_op = op;
     g_context = context;
     const RequestFn tflm = context->RequestScratchBufferInArena;
     if (tflm != record_request) {
@@ -227,7 +274,9 @@ TfLiteStatus run_prepare(unsigned slot, TfLiteContext *context, TfLiteNode *node
         context->RequestScratchBufferInArena = record_request;
     }
     const PrepareFn prepare = g_wrapped[slot].original->prepare;
+    const size_t before = tail_used();
     const TfLiteStatus status = prepare != nullptr ? prepare(context, node) : kTfLiteOk;
+    note_growth(sg, op, before, tail_used());
     if (tflm != record_request) {
         context->RequestScratchBufferInArena = tflm;
     }
@@ -243,19 +292,32 @@ TfLiteStatus prepare_thunk(TfLiteContext *context, TfLiteNode *node) {
     return run_prepare(K, context, node);
 }
 
-template <size_t... K>
-struct Thunks {
-    static constexpr PrepareFn table[sizeof...(K)] = {&prepare_thunk<K>...};
-};
-template <size_t... K>
-constexpr PrepareFn Thunks<K...>::table[sizeof...(K)];
-
-template <size_t... K>
-constexpr const PrepareFn *thunk_table(std::index_sequence<K...>) {
-    return Thunks<K...>::table;
+template <size_t K>
+void *init_thunk(TfLiteContext *context, const char *buffer, size_t length) {
+    return run_init(K, context, buffer, length);
 }
 
-const PrepareFn *const kThunks = thunk_table(std::make_index_sequence<kMaxWrapped>());
+template <size_t... K>
+struct Thunks {
+    static constexpr PrepareFn prepare[sizeof...(K)] = {&prepare_thunk<K>...};
+    static constexpr InitFn init[sizeof...(K)] = {&init_thunk<K>...};
+};
+template <size_t... K>
+constexpr PrepareFn Thunks<K...>::prepare[sizeof...(K)];
+template <size_t... K>
+constexpr InitFn Thunks<K...>::init[sizeof...(K)];
+
+template <size_t... K>
+constexpr const PrepareFn *prepare_table(std::index_sequence<K...>) {
+    return Thunks<K...>::prepare;
+}
+template <size_t... K>
+constexpr const InitFn *init_table(std::index_sequence<K...>) {
+    return Thunks<K...>::init;
+}
+
+const PrepareFn *const kThunks = prepare_table(std::make_index_sequence<kMaxWrapped>());
+const InitFn *const kInitThunks = init_table(std::make_index_sequence<kMaxWrapped>());
 
 const TFLMRegistration *wrap(const TFLMRegistration *original) {
     if (original == nullptr) {
@@ -273,6 +335,9 @@ const TFLMRegistration *wrap(const TFLMRegistration *original) {
     w.original = original;
     w.copy = *original;
     w.copy.prepare = kThunks[g_n_wrapped];
+    // Always set: InitSubgraphs skips a null init, and the count must see
+    // every operator (a null user_data is what a skipped init leaves).
+    w.copy.init = kInitThunks[g_n_wrapped];
     ++g_n_wrapped;
     return &w.copy;
 }
@@ -352,6 +417,19 @@ const ScratchRequest *scratch_requests(int *count) {
 
 bool scratch_overflowed() { return g_overflow; }
 uint32_t prepare_calls() { return g_prepare_calls; }
+uint32_t init_calls() { return g_init_calls; }
+
+void set_tail_gauge(size_t (*used)(), const uint8_t *tail_end) {
+    g_tail_used = used;
+    g_tail_end = tail_end;
+}
+
+const PersistentRegion *persistent_regions(int *count) {
+    *count = g_n_regions;
+    return g_regions;
+}
+
+bool persistent_overflowed() { return g_regions_overflow; }
 TfLiteContext *prepare_context() { return g_context; }
 
 }  // namespace mtflm

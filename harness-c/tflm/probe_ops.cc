@@ -4,7 +4,7 @@
 //
 // MEMTRACE_SCRATCH_PROBE, a custom operator: one int8 input of N bytes, one
 // int8 output of M bytes, custom options up to four little-endian 32-bit
-// words (SHORT_BY, SEED, DIFFER, READ_PAST).
+// words (SHORT_BY, SEED, DIFFER, READ_PAST, CLOBBER).
 // - Its sizing function under-reports by SHORT_BY bytes, the bug class of a
 //   kernel library's *_get_buffer_size that disagrees with its kernel:
 //   Prepare asks TFLM for N - SHORT_BY bytes of scratch, Invoke copies the
@@ -16,6 +16,11 @@
 //   bit-exact with its reference.
 // - With READ_PAST non-zero, Invoke also reads READ_PAST bytes past the end
 //   of its input (their sum is added to output byte 0): an over-read.
+// - Every Invoke counts itself in its op data (AllocatePersistentBuffer in
+//   Init): state a kernel keeps between invocations, its own memory. With
+//   CLOBBER non-zero it also stores to the op data of the probe operator
+//   initialised before it (the value already there, so outputs do not
+//   change): a kernel writing another operator's persistent memory.
 #include <string.h>
 
 #include "tensorflow/lite/c/common.h"
@@ -31,8 +36,13 @@ struct ProbeData {
     uint32_t seed;
     uint32_t differ;
     uint32_t read_past;
-    int scratch;  // TFLM's scratch buffer index
+    uint32_t clobber;
+    uint32_t invocations;
+    ProbeData *previous;  // the probe operator initialised before this one
+    int scratch;          // TFLM's scratch buffer index
 };
+
+ProbeData *g_last_initialised;
 
 uint32_t word(const uint8_t *p) {
     return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
@@ -49,6 +59,10 @@ void *probe_init(TfLiteContext *context, const char *buffer, size_t length) {
     data->seed = length >= 8 ? word(b + 4) : 0;
     data->differ = length >= 12 ? word(b + 8) : 0;
     data->read_past = length >= 16 ? word(b + 12) : 0;
+    data->clobber = length >= 20 ? word(b + 16) : 0;
+    data->invocations = 0;
+    data->previous = g_last_initialised;
+    g_last_initialised = data;
     data->scratch = -1;
     return data;
 }
@@ -70,7 +84,12 @@ TfLiteStatus probe_prepare(TfLiteContext *context, TfLiteNode *node) {
 
 // The kernel: uses N bytes of scratch, whatever its sizing function said.
 __attribute__((noinline)) TfLiteStatus probe_invoke(TfLiteContext *context, TfLiteNode *node) {
-    const auto *data = static_cast<const ProbeData *>(node->user_data);
+    auto *data = static_cast<ProbeData *>(node->user_data);
+    ++data->invocations;
+    if (data->clobber != 0 && data->previous != nullptr) {
+        volatile uint32_t *theirs = &data->previous->invocations;
+        *theirs = *theirs;
+    }
     const TfLiteEvalTensor *in = tflite::micro::GetEvalInput(context, node, 0);
     TfLiteEvalTensor *out = tflite::micro::GetEvalOutput(context, node, 0);
     auto *scratch = static_cast<int8_t *>(context->GetScratchBuffer(context, data->scratch));

@@ -43,7 +43,10 @@ constexpr uint32_t kIdScratch = 96;
 constexpr int kMaxInputs = 32;   // ids 0..31
 constexpr int kMaxOutputs = 64;  // ids 32..95
 constexpr int kMaxScratchPerOp = 32;
-constexpr int kMaxDeclared = kMaxInputs + kMaxOutputs + kMaxScratchPerOp;
+// An operator's persistent buffers (ops.cc): ids 128..159.
+constexpr uint32_t kIdPersistent = 128;
+constexpr int kMaxPersistentPerOp = 32;
+constexpr int kMaxDeclared = kMaxInputs + kMaxOutputs + kMaxScratchPerOp + kMaxPersistentPerOp;
 // A red-zoned run's zones: buffer k of the window (in declaration order) has
 // ids kIdRedZones + 2k (before it) and kIdRedZones + 2k + 1 (after it).
 constexpr uint32_t kIdRedZones = 256;
@@ -69,6 +72,9 @@ struct OpDigest {
     uint32_t bytes;
 };
 OpDigest g_digests[kMaxDigests];
+
+// The arena's allocator, for the op resolver's tail gauge.
+tflite::SingleArenaBufferAllocator *g_memory;
 
 // Scratch buffer addresses, by TFLM's scratch index, resolved at the first
 // operator of Invoke() (GetScratchBuffer is only valid while invoking).
@@ -322,6 +328,25 @@ void declare_storage(const tflite::Operator *op,
     }
 }
 
+// The memory operator `index` of subgraph 0 allocated for itself in the
+// arena's tail (`persistent<j>`): its own, so its writes there are none of
+// the tracer's stray writes, and another operator's writes there are.
+void declare_persistent(uint32_t index) {
+    int n = 0;
+    const PersistentRegion *r = persistent_regions(&n);
+    int j = 0;
+    for (int i = 0; i < n && j < kMaxPersistentPerOp; ++i) {
+        if (r[i].subgraph != 0 || r[i].op != static_cast<int32_t>(index)) {
+            continue;
+        }
+        char name[16];
+        format(name, sizeof(name), "persistent%d", j);
+        declare(kIdPersistent + static_cast<uint32_t>(j), MEMTRACE_ROLE_PERSISTENT, -1, r[i].base, r[i].bytes, 1,
+                name);
+        ++j;
+    }
+}
+
 // Collects operator `index`'s window: name, op, params and buffers.
 void plan_operator(uint32_t index, const char *tag) {
     const auto *ops = g_subgraph0->operators();
@@ -377,6 +402,7 @@ void plan_operator(uint32_t index, const char *tag) {
                 req[s].bytes, 1, name);
         ++j;
     }
+    declare_persistent(index);
     declare_red_zones();
 }
 
@@ -590,6 +616,8 @@ int run() {
     }
     tflite::SingleArenaBufferAllocator *memory =
         tflite::SingleArenaBufferAllocator::Create(aligned, aligned_bytes);
+    g_memory = memory;
+    set_tail_gauge([] { return g_memory->GetPersistentUsedBytes(); }, aligned + aligned_bytes);
     // A red-zoned run's planner is TFLM's own wrapped (red_zones.cc); it
     // lives in the tail too, so only a red-zoned arena differs.
     const bool zoned = g_red_zone != 0;
@@ -619,10 +647,17 @@ int run() {
         fail(TFLM_EXIT_ALLOCATE, "the op resolver saw %u Prepare calls for %u operators",
              static_cast<unsigned>(prepare_calls()), static_cast<unsigned>(total_ops));
     }
+    if (init_calls() != total_ops) {
+        fail(TFLM_EXIT_ALLOCATE, "the op resolver saw %u Init calls for %u operators",
+             static_cast<unsigned>(init_calls()), static_cast<unsigned>(total_ops));
+    }
     int n_scratch = 0;
     scratch_requests(&n_scratch);
     if (scratch_overflowed()) {
         fail(TFLM_EXIT_ALLOCATE, "more than %d scratch buffers", kMaxScratch);
+    }
+    if (persistent_overflowed()) {
+        fail(TFLM_EXIT_ALLOCATE, "more than %d persistent allocations by kernels", kMaxPersistent);
     }
     set_word(TFLM_STAGE, TFLM_STAGE_ALLOCATED);
 

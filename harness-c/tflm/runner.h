@@ -41,6 +41,20 @@ struct ScratchRequest {
 
 constexpr int kMaxScratch = 512;
 
+// Memory a kernel allocated for itself in the arena's tail while it was
+// initialised or prepared (context->AllocatePersistentBuffer, or the
+// MicroContext method some kernels call directly): its op data and the
+// state it keeps between invocations. One region per Init or Prepare call
+// that allocated, found from the tail's growth around the call.
+struct PersistentRegion {
+    int32_t subgraph;
+    int32_t op;
+    const void *base;
+    uint32_t bytes;
+};
+
+constexpr int kMaxPersistent = 1024;
+
 // The op resolver the runner hands to MicroInterpreter: every builtin and
 // custom operator TFLM's MicroMutableOpResolver can register, each wrapped so
 // that the scratch buffers requested during Prepare are attributed to their
@@ -48,6 +62,11 @@ constexpr int kMaxScratch = 512;
 // Returns nullptr, with `failed` naming the Add* call, if registration fails.
 const tflite::MicroOpResolver *make_resolver(const char **failed);
 void set_prepare_order(const uint32_t *ops_per_subgraph, int n_subgraphs);
+
+// How the wrappers measure the tail: `used` answers the tail's bytes in
+// use, which end at `tail_end` (SingleArenaBufferAllocator grows its tail
+// downwards from there).
+void set_tail_gauge(size_t (*used)(), const uint8_t *tail_end);
 
 // TinySeg's storage operators (storage_ops.cc): kStorageOps custom
 // operators, registration `i` under the name it sets in `name`.
@@ -78,6 +97,11 @@ bool storage_slot(const char *custom_code, const void *options, size_t len, Stor
 const ScratchRequest *scratch_requests(int *count);
 bool scratch_overflowed();
 uint32_t prepare_calls();
+uint32_t init_calls();
+
+// The regions the kernels allocated, in allocation order.
+const PersistentRegion *persistent_regions(int *count);
+bool persistent_overflowed();
 
 // The context TFLM passed to Prepare (GetScratchBuffer is called through it
 // during Invoke).

@@ -17,13 +17,13 @@ use serde_json::Value;
 /// `input` bytes to an int8 output of `output` bytes, its sizing function
 /// `short_by` bytes short.
 fn probe_model(input: usize, output: usize, short_by: u32) -> Vec<u8> {
-    probe_chain(&[input, output], &[[short_by, 3, 0, 0]])
+    probe_chain(&[input, output], &[[short_by, 3, 0, 0, 0]])
 }
 
 /// A chain of probes: operator k from tensor k (`sizes[k]` int8 bytes) to
 /// tensor k + 1, with custom options `options[k]` (SHORT_BY, SEED, DIFFER,
-/// READ_PAST).
-fn probe_chain(sizes: &[usize], options: &[[u32; 4]]) -> Vec<u8> {
+/// READ_PAST, CLOBBER).
+fn probe_chain(sizes: &[usize], options: &[[u32; 5]]) -> Vec<u8> {
     assert_eq!(sizes.len(), options.len() + 1);
     let tensors = sizes
         .iter()
@@ -271,7 +271,7 @@ fn verify_names_the_first_operator_whose_cmsis_nn_outputs_differ_from_the_refere
         &model,
         probe_chain(
             &[32, 48, 40, 24],
-            &[[0, 3, 0, 0], [0, 5, 1, 0], [0, 7, 0, 0]],
+            &[[0, 3, 0, 0, 0], [0, 5, 1, 0, 0], [0, 7, 0, 0, 0]],
         ),
     )
     .unwrap();
@@ -299,7 +299,7 @@ fn a_kernel_reading_past_its_input_is_an_out_of_bounds_read_of_that_input() {
     let model = dir.path().join("over-read.tflite");
     // 40 input bytes: the read of 8 more reaches 8 B past the end (the 8
     // bytes of alignment padding to 48 are the zone's too).
-    std::fs::write(&model, probe_chain(&[40, 16], &[[0, 3, 0, 8]])).unwrap();
+    std::fs::write(&model, probe_chain(&[40, 16], &[[0, 3, 0, 8, 0]])).unwrap();
     let (code, report, err) = run_probe(path_str(&model), "tflm", &["--strict"]);
     assert_eq!(code, 1, "{err}");
     let c = probe_contract(&report);
@@ -331,4 +331,55 @@ fn a_kernel_reading_past_its_input_is_an_out_of_bounds_read_of_that_input() {
             && text.contains("past the end of `probe_t0`"),
         "{text}"
     );
+}
+
+/// The probe counts its invocations in its op data, memory it allocated for
+/// itself in Init: the runner declares it as the operator's own
+/// (`persistent0`), so those writes are no stray writes. A probe that also
+/// stores to the op data of the probe before it writes another operator's
+/// persistent memory: a stray write of its layer, in its kernel.
+#[test]
+fn state_in_an_operators_own_persistent_memory_is_its_own_and_another_operators_is_stray() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = |clobber: u32| {
+        let path = dir.path().join(format!("state-{clobber}.tflite"));
+        let options = [[0, 3, 0, 0, 0], [0, 5, 0, 0, clobber]];
+        std::fs::write(&path, probe_chain(&[32, 32, 32], &options)).unwrap();
+        path.display().to_string()
+    };
+    let layer_contract = |report: &Value, k: usize| -> Value {
+        let layers = report["layers"].as_array().expect("layers");
+        let prefix = format!("{k}:MEMTRACE_SCRATCH_PROBE:");
+        let layer = layers
+            .iter()
+            .find(|l| l["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+            .unwrap_or_else(|| panic!("no layer {prefix} in {report}"));
+        layer["contract"].clone()
+    };
+    for kernels in ["tflm", "cmsis-nn"] {
+        let (code, report, err) = run_probe(&chain(0), kernels, &["--strict"]);
+        assert_eq!(code, 0, "{kernels}: {err}");
+        for k in 0..2 {
+            let c = layer_contract(&report, k);
+            assert_eq!(c["stray_write"]["violations"], 0, "{kernels} {k}: {c}");
+        }
+        let (code, report, err) = run_probe(&chain(1), kernels, &["--strict"]);
+        assert_eq!(code, 1, "{kernels}: {err}");
+        assert_eq!(
+            layer_contract(&report, 0)["stray_write"]["violations"],
+            0,
+            "{kernels}: the first probe writes only its own state"
+        );
+        let c = layer_contract(&report, 1);
+        let stray = &c["stray_write"];
+        assert_eq!(stray["violations"], 1, "{kernels}: one word stored: {c}");
+        assert_eq!(stray["first"]["size"], 4, "{kernels}: {c}");
+        assert!(
+            stray["first"]["function"]
+                .as_str()
+                .unwrap_or("")
+                .contains("probe_invoke"),
+            "{kernels}: {c}"
+        );
+    }
 }

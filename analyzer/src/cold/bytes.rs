@@ -508,7 +508,10 @@ impl Analysis for ByteCold {
     }
 
     fn buffer(&mut self, b: &Buffer) {
-        if matches!(b.role, Role::Weights | Role::Bias | Role::Scratch) {
+        if matches!(
+            b.role,
+            Role::Weights | Role::Bias | Role::Scratch | Role::Persistent
+        ) {
             return;
         }
         let tensor = self.window.iter().find(|(id, _)| *id == b.id);

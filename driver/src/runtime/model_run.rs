@@ -210,9 +210,12 @@ impl<'a> ModelRun<'a> {
                 } else {
                     ClockMode::Auto
                 },
+                // A kernel's own op data and state: declared, so that its
+                // writes there are its own, but not traced (per-channel
+                // multipliers are re-read at every output channel).
                 untraced_roles: match self.scratch {
-                    ScratchWatch::Untraced => vec![Role::Scratch],
-                    _ => Vec::new(),
+                    ScratchWatch::Untraced => vec![Role::Scratch, Role::Persistent],
+                    _ => vec![Role::Persistent],
                 },
                 written_whole_roles: match self.scratch {
                     ScratchWatch::WrittenWhole => vec![Role::Scratch],

@@ -298,7 +298,7 @@ pub(super) fn declarable(
     let rank = |r: Role| match r {
         Role::Input | Role::Output => 0,
         Role::Weights | Role::Bias => 1,
-        Role::Scratch => 2,
+        Role::Scratch | Role::Persistent => 2,
         Role::RedZone => 3,
     };
     buffers.sort_by_key(|b| rank(b.role));

@@ -383,17 +383,7 @@ impl VerifyReport {
             }
         }
         for c in &self.clobbers {
-            s += &format!(
-                "CLOBBER: operator `{}` read `{}` at byte {} ({} B), overwritten by {}\n",
-                c.op,
-                c.tensor,
-                c.offset,
-                c.bytes,
-                c.overwritten_by
-                    .as_ref()
-                    .map(|w| format!("`{}` of operator `{}`", w.tensor, w.op))
-                    .unwrap_or_else(|| "nothing (never written)".into())
-            );
+            s += &format!("CLOBBER: {}\n", c.describe());
         }
         if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
             s += &format!(

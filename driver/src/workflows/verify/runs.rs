@@ -320,10 +320,16 @@ pub(super) fn own_plan_run(
         },
         req.max_instructions,
     )?;
-    if !run.clobbers.is_empty() {
+    // TFLM placed every buffer itself here: a read of bytes another
+    // operator overwrote is a kernel writing where TFLM did not give it
+    // memory, or memory it did not declare. Say what was seen.
+    if let Some(first) = run.clobbers.first() {
         bail!(
-            "TFLM's own plan clobbers ({} reads): the shadow map or the runner is wrong",
-            run.clobbers.len()
+            "in TFLM's own plan, {} read(s) find bytes another operator overwrote (first: {}): \
+             a kernel writes outside the buffers TFLM gave it, so no plan can be proven \
+             against this run; `memtrace run --strict` names its stray writes",
+            run.clobbers.len(),
+            first.describe()
         );
     }
     let overlaps = crate::runtime::traced_overlaps(&run.layers);

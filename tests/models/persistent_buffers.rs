@@ -1,0 +1,97 @@
+//! An operator's persistent buffers on the model path: TFLM's own
+//! micro_speech audio preprocessor (its signal-library kernels keep FFT
+//! work areas, filter-bank accumulators and noise estimates in memory they
+//! allocate for themselves) runs with every state write its operator's own,
+//! and verifies bit-exact with PyPI `tflite-micro`, on both kernel builds.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{json, memtrace, stderr};
+use serde_json::Value;
+
+/// TFLM's audio preprocessor of the micro_speech example.
+fn preprocessor() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/third_party/tflm-tests/tensorflow/lite/micro/examples/micro_speech/models/audio_preprocessor_int8.tflite")
+        .display()
+        .to_string()
+}
+
+const KERNELS: [&str; 2] = ["tflm", "cmsis-nn"];
+
+#[test]
+#[cfg_attr(no_tflm, ignore = "needs the TFLM runners (make -C harness-c)")]
+fn the_audio_preprocessors_state_writes_are_its_operators_own() {
+    let model = preprocessor();
+    for kernels in KERNELS {
+        let out = memtrace([
+            "run",
+            &model,
+            "--kernels",
+            kernels,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{kernels}: {}", stderr(&out));
+        let report = json(&out);
+        let layers = report["layers"].as_array().expect("layers");
+        assert!(!layers.is_empty());
+        let signal: Vec<&Value> = layers
+            .iter()
+            .filter(|l| l["op"].as_str().is_some_and(|o| o.starts_with("Signal")))
+            .collect();
+        assert!(
+            signal.len() >= 3,
+            "{kernels}: the signal operators are layers: {report}"
+        );
+        for l in layers {
+            assert_eq!(
+                l["contract"]["stray_write"]["violations"], 0,
+                "{kernels}: {}: {}",
+                l["name"], l["contract"]
+            );
+        }
+    }
+}
+
+/// `scripts/tflm_oracle.py`: memtrace verify against PyPI's TFLM.
+fn oracle(model: &str, kernels: &str) -> (i32, Value) {
+    let python = std::env::var_os("MEMTRACE_TFLM_PYTHON")
+        .map(PathBuf::from)
+        .expect("MEMTRACE_TFLM_PYTHON");
+    let out = Command::new(python)
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
+        .arg(env!("CARGO_BIN_EXE_memtrace"))
+        .arg(model)
+        .arg("--")
+        .args(["--kernels", kernels])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the oracle runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{kernels}: oracle output {text:?} ({e}); stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+#[test]
+#[cfg_attr(
+    any(no_tflm, no_oracle),
+    ignore = "needs the TFLM runners and MEMTRACE_TFLM_PYTHON (the tflite-micro oracle)"
+)]
+fn the_audio_preprocessor_verifies_bit_exact_with_tflite_micro_on_both_kernel_builds() {
+    let model = preprocessor();
+    for kernels in KERNELS {
+        let (code, v) = oracle(&model, kernels);
+        assert_eq!(v["equal"], true, "{kernels}: outputs differ: {v}");
+        assert_eq!(v["memtrace_ok"], true, "{kernels}: verify failed: {v}");
+        assert_eq!(code, 0, "{kernels}: {v}");
+    }
+}
