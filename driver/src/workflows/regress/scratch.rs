@@ -49,6 +49,13 @@ impl ScratchOverrun {
         self.new.is_some() && self.old.is_none()
     }
 
+    /// One build overran and the other did not: a difference between
+    /// the builds. An overrun in both is a defect the new build keeps,
+    /// reported but not a change.
+    pub fn is_change(&self) -> bool {
+        self.old.is_some() != self.new.is_some()
+    }
+
     /// The report's line.
     pub fn line(&self) -> String {
         let call = format!("`{}` at {}, {}", self.function, self.site, self.shapes);

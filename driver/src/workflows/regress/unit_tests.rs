@@ -288,7 +288,7 @@ fn compare_runs(name: &str, old: &CheckReport, new: &CheckReport, threshold: f64
     }
     // Each scratch overrun named as its call's, whichever build has it.
     let scratch_overruns = super::scratch::compare(old, new);
-    for overrun in &scratch_overruns {
+    for overrun in scratch_overruns.iter().filter(|o| o.is_change()) {
         changes.push(overrun.line());
         fails |= overrun.fails();
     }
@@ -523,6 +523,14 @@ impl UnitTestRegress {
                     .map_or("-".to_string(), |(t, x)| format!("{t}, {x}"))
             };
             let mut what: Vec<String> = suite.changes.clone();
+            // Overruns both builds share are not changes but still shown.
+            what.extend(
+                suite
+                    .scratch_overruns
+                    .iter()
+                    .filter(|o| !o.is_change())
+                    .map(ScratchOverrun::line),
+            );
             what.extend(suite.calls.iter().map(|c| {
                 format!(
                     "call {} `{}` ({}): {}",
