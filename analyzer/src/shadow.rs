@@ -131,6 +131,15 @@ pub struct ShadowMap {
     by_key: HashMap<(usize, u32), usize>,
     /// Clobbered reads found so far, one per (layer, input tensor).
     pub clobbers: Vec<Clobber>,
+    /// Per tensor: its buffer's base and which of its bytes its producer
+    /// wrote (through the producing layer's output).
+    produced: HashMap<u32, (u64, Vec<bool>)>,
+    unwritten_by_key: HashMap<(usize, u32), usize>,
+    /// Reads of input bytes the input's producer never wrote, which still
+    /// hold an earlier tensor (a kernel that writes part of its output, as
+    /// TFLM's SignalEnergy writes only its bins' range). No layout destroyed
+    /// them, so they are no clobbers; `overwritten_by` is what they hold.
+    pub unwritten_reads: Vec<Clobber>,
     /// Per-layer results, in run order.
     pub layers: Vec<LayerOverlap>,
     /// Layers that read back their own output (from a reference run).
@@ -151,6 +160,9 @@ impl ShadowMap {
             cur: None,
             by_key: HashMap::new(),
             clobbers: Vec::new(),
+            produced: HashMap::new(),
+            unwritten_by_key: HashMap::new(),
+            unwritten_reads: Vec::new(),
             layers: Vec::new(),
             output_readers: Default::default(),
         }
@@ -183,6 +195,65 @@ impl ShadowMap {
     /// An aliased identity layer (see the module docs): the output bytes
     /// that still hold an input placed at the very same address and size now
     /// hold the output tensor.
+    /// Notes that `tensor` (its buffer at `base`, `size` bytes) was written
+    /// at the arena bytes `[s0, s1)` by its producer.
+    fn mark_produced(&mut self, tensor: u32, base: u64, size: u32, s0: usize, s1: usize) {
+        let (_, bytes) = self
+            .produced
+            .entry(tensor)
+            .or_insert_with(|| (base, vec![false; size as usize]));
+        let lo = self.base;
+        for s in s0..s1 {
+            let offset = (lo + s as u64).wrapping_sub(base);
+            if let Some(b) = bytes.get_mut(offset as usize) {
+                *b = true;
+            }
+        }
+    }
+
+    /// Whether `tensor`'s producer wrote the tensor's byte at `offset`.
+    fn was_produced(&self, tensor: u32, offset: u64) -> bool {
+        self.produced
+            .get(&tensor)
+            .and_then(|(_, bytes)| bytes.get(offset as usize).copied())
+            .unwrap_or(false)
+    }
+
+    /// One more byte of `tensor` read by the current layer `cur` at arena
+    /// byte `s` that does not hold it: a clobber, or, when its producer
+    /// never wrote it, an unwritten read.
+    fn note_foreign_read(&mut self, cur: &Current, tensor: u32, s: usize, offset: u64) {
+        let key = (cur.index, tensor);
+        // Only a producer that wrote some of its tensor leaves the rest by
+        // its own choice; a tensor it wrote none of must be written to be
+        // read.
+        let unwritten = self.produced.contains_key(&tensor) && !self.was_produced(tensor, offset);
+        let (list, index) = if unwritten {
+            (&mut self.unwritten_reads, &mut self.unwritten_by_key)
+        } else {
+            (&mut self.clobbers, &mut self.by_key)
+        };
+        if let Some(&i) = index.get(&key) {
+            let c = &mut list[i];
+            c.bytes += 1;
+            c.offset = c.offset.min(offset);
+            return;
+        }
+        let overwritten_by = (self.owner[s] != 0).then(|| Writer {
+            op: self.layer_names[self.writer[s] as usize].clone(),
+            tensor: self.tensor_names[(self.owner[s] - 1) as usize].clone(),
+        });
+        index.insert(key, list.len());
+        list.push(Clobber {
+            op: cur.name.clone(),
+            layer_index: cur.index,
+            tensor: self.tensor_names[tensor as usize].clone(),
+            offset,
+            bytes: 1,
+            overwritten_by,
+        });
+    }
+
     fn alias_output(&mut self, cur: &Current) {
         let (Some(out), Some(output)) = (
             cur.output_tensor,
@@ -212,6 +283,9 @@ impl ShadowMap {
                     self.writer[s] = layer;
                 }
             }
+            // The alias is the whole output: bytes that no longer hold the
+            // input are the input's clobbers, carried over.
+            self.mark_produced(out, output.base, output.size, s0, s1);
         }
     }
 }
@@ -279,6 +353,11 @@ impl Analysis for ShadowMap {
             .values()
             .map(|b| (b.id, b.base, b.role, self.tensors[&b.name]))
             .collect();
+        let output_at = cur
+            .buffers
+            .values()
+            .find(|b| b.role == Role::Output)
+            .map(|b| (b.base, b.size));
         let (lo, hi) = (self.base, self.base + self.bytes);
         for e in events {
             let Some(&(_, base, role, tensor)) = bufs.iter().find(|b| b.0 == e.buffer) else {
@@ -311,32 +390,9 @@ impl Analysis for ShadowMap {
                     continue;
                 }
                 for s in s0..s1 {
-                    if self.owner[s] == tensor + 1 {
-                        continue;
-                    }
-                    let key = (cur.index, tensor);
-                    let offset = (lo + s as u64) - base;
-                    match self.by_key.get(&key) {
-                        Some(&i) => {
-                            let c = &mut self.clobbers[i];
-                            c.bytes += 1;
-                            c.offset = c.offset.min(offset);
-                        }
-                        None => {
-                            let overwritten_by = (self.owner[s] != 0).then(|| Writer {
-                                op: self.layer_names[self.writer[s] as usize].clone(),
-                                tensor: self.tensor_names[(self.owner[s] - 1) as usize].clone(),
-                            });
-                            self.by_key.insert(key, self.clobbers.len());
-                            self.clobbers.push(Clobber {
-                                op: cur.name.clone(),
-                                layer_index: cur.index,
-                                tensor: self.tensor_names[tensor as usize].clone(),
-                                offset,
-                                bytes: 1,
-                                overwritten_by,
-                            });
-                        }
+                    if self.owner[s] != tensor + 1 {
+                        let offset = (lo + s as u64) - base;
+                        self.note_foreign_read(&cur, tensor, s, offset);
                     }
                 }
             } else if matches!(role, Role::Scratch | Role::Persistent) {
@@ -347,6 +403,9 @@ impl Analysis for ShadowMap {
             } else if let Some(out) = cur.output_tensor {
                 self.owner[s0..s1].fill(out + 1);
                 self.writer[s0..s1].fill(layer);
+                if let Some((base, size)) = output_at {
+                    self.mark_produced(out, base, size, s0, s1);
+                }
             }
         }
         self.cur = Some(cur);
@@ -587,15 +646,57 @@ mod tests {
         m.layer_end(0);
         m.layer_begin(&layer(1, "op"));
         m.buffer(&buf(0, Role::Input, "a", 0, 8));
+        m.buffer(&buf(1, Role::Input, "z", 24, 4));
         m.buffer(&buf(2, Role::Output, "b", 16, 8));
         m.events(&[
             ev(0, 0, 0, 4, AccessKind::Load),
             ev(1, 0, 4, 4, AccessKind::Load),
+            ev(2, 1, 0, 4, AccessKind::Load),
         ]);
         m.layer_end(0);
-        assert_eq!(m.clobbers.len(), 1);
-        assert_eq!(m.clobbers[0].offset, 4);
+        // Bytes of `a` its producer left unwritten: an unwritten read.
+        assert_eq!(m.unwritten_reads.len(), 1, "{:?}", m.unwritten_reads);
+        assert_eq!(m.unwritten_reads[0].offset, 4);
+        assert_eq!(m.unwritten_reads[0].overwritten_by, None);
+        // `z`, which no layer wrote at all, read: a clobber.
+        assert_eq!(m.clobbers.len(), 1, "{:?}", m.clobbers);
+        assert_eq!(m.clobbers[0].tensor, "z");
         assert_eq!(m.clobbers[0].overwritten_by, None);
+    }
+
+    /// A producer that writes only part of its output (TFLM's SignalEnergy
+    /// writes only its bins' range) leaves the rest holding an earlier
+    /// tensor: its reader loads bytes no layout destroyed, an unwritten
+    /// read, not a clobber. Bytes it wrote and another layer overwrote
+    /// stay clobbers (and so does a tensor its producer wrote none of:
+    /// `an_aliased_reshape_hands_its_bytes_to_its_output`).
+    #[test]
+    fn bytes_a_producer_never_wrote_are_unwritten_reads_not_clobbers() {
+        let mut m = ShadowMap::new(0, 32);
+        m.layer_begin(&layer(0, "first"));
+        m.buffer(&buf(2, Role::Output, "a", 0, 8));
+        m.events(&[ev(0, 2, 0, 8, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(1, "partial"));
+        m.buffer(&buf(2, Role::Output, "b", 0, 8));
+        m.events(&[ev(0, 2, 0, 4, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(2, "overwrites"));
+        m.buffer(&buf(2, Role::Output, "c", 0, 2));
+        m.events(&[ev(0, 2, 0, 2, AccessKind::Store)]);
+        m.layer_end(0);
+        m.layer_begin(&layer(3, "reader"));
+        m.buffer(&buf(0, Role::Input, "b", 0, 8));
+        m.buffer(&buf(2, Role::Output, "d", 16, 8));
+        m.events(&[ev(0, 0, 0, 8, AccessKind::Load)]);
+        m.layer_end(0);
+        assert_eq!(m.clobbers.len(), 1, "{:?}", m.clobbers);
+        assert_eq!((m.clobbers[0].offset, m.clobbers[0].bytes), (0, 2));
+        assert_eq!(m.clobbers[0].overwritten_by.as_ref().unwrap().tensor, "c");
+        assert_eq!(m.unwritten_reads.len(), 1, "{:?}", m.unwritten_reads);
+        let u = &m.unwritten_reads[0];
+        assert_eq!((u.offset, u.bytes), (4, 4));
+        assert_eq!(u.overwritten_by.as_ref().unwrap().tensor, "a");
     }
 
     /// A map over TinySeg's storage region (`memtrace verify` runs one

@@ -27,14 +27,7 @@ const KERNELS: [&str; 2] = ["tflm", "cmsis-nn"];
 fn the_audio_preprocessors_state_writes_are_its_operators_own() {
     let model = preprocessor();
     for kernels in KERNELS {
-        let out = memtrace([
-            "run",
-            &model,
-            "--kernels",
-            kernels,
-            "--format",
-            "json",
-        ]);
+        let out = memtrace(["run", &model, "--kernels", kernels, "--format", "json"]);
         assert_eq!(out.status.code(), Some(0), "{kernels}: {}", stderr(&out));
         let report = json(&out);
         let layers = report["layers"].as_array().expect("layers");

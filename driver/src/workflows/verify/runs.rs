@@ -61,9 +61,9 @@ struct Watch<'a> {
     pub(super) plot: Option<(String, u64)>,
     /// Also time the run without hooks (`--baseline`).
     pub(super) baseline: bool,
-    /// Watch where the scratch buffers write: the plan under test may
-    /// place them over a live tensor; TFLM's own plan, traced for O_s, does
-    /// not.
+    /// Draw every scratch access in the picture (the plan under test may
+    /// place scratch over a live tensor; TFLM's own plan does not).
+    /// Either way the shadow map sees where scratch may write.
     pub(super) scratch: bool,
     /// Trace with two runs at once ([`ModelRun::split`]).
     pub(super) split: bool,
@@ -84,12 +84,13 @@ fn shadow_run(
         .symbol(memtrace_abi::runner::symbols::ARENA)
         .ok_or_else(|| failed!("{} has no arena", image.path.display()))?
         .address;
-    // The picture shows every scratch access; the shadow map needs only
-    // where scratch may write.
+    // The picture of the plan under test shows every scratch access; the
+    // shadow map needs only where scratch may write. Never untraced: an
+    // operator's second output is declared `scratch` (protocol.md §15),
+    // and its reader must find it written.
     let scratch = match (watch.scratch, &watch.plot) {
-        (false, _) => ScratchWatch::Untraced,
         (true, Some(_)) => ScratchWatch::Traced,
-        (true, None) => ScratchWatch::WrittenWhole,
+        _ => ScratchWatch::WrittenWhole,
     };
     let run = ModelRun {
         scratch,
