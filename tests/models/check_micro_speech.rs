@@ -266,23 +266,27 @@ fn the_preprocessors_first_window_is_the_runners_and_its_state_writes_are_its_ow
         let theirs = run_layers(&runner);
         let ops = operators_of(report, n);
         assert_eq!(ops.len(), theirs.len());
+        let mut state_writers = 0;
         for (op, their) in ops.iter().zip(&theirs) {
             let what = format!("{audio}: {}", op["op"]);
             assert_eq!(op["op"], their["op"], "{what}");
             assert_eq!(figures(&op["layer"]), figures(their), "{what}");
             // The signal kernels keep state in the op data they allocated
-            // while prepared. The program's layer knows it as theirs; the
-            // runner, which declares tensors and scratch only, sees those
-            // very stores as stray writes, one for one.
+            // while initialised and prepared. The program's layer knows it
+            // as theirs (check counts those stores); the runner declares it
+            // as the operator's persistent memory: no stray write either.
             assert_eq!(op["violates"], false, "{what}");
-            let writes = u(&op["persistent"]["writes"]);
             let stray = &their["contract"]["stray_write"];
-            assert_eq!(stray["ok"], writes == 0, "{what}: {stray}");
-            if writes > 0 {
-                assert_eq!(u(&stray["violations"]), writes, "{what}");
+            assert_eq!(stray["ok"], true, "{what}: {stray}");
+            if u(&op["persistent"]["writes"]) > 0 {
                 assert!(u(&op["persistent"]["bytes"]) > 0, "{what}");
+                state_writers += 1;
             }
         }
+        assert!(
+            state_writers >= 3,
+            "{audio}: the signal kernels write their state ({state_writers} operators)"
+        );
     }
 }
 
