@@ -6,9 +6,9 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
+use super::verify_tflm_oracle::{oracle_with, python};
 use common::{json, memtrace, stderr};
 use serde_json::Value;
 
@@ -50,30 +50,6 @@ fn the_audio_preprocessors_state_writes_are_its_operators_own() {
     }
 }
 
-/// `scripts/tflm_oracle.py`: memtrace verify against PyPI's TFLM.
-fn oracle(model: &str, kernels: &str) -> (i32, Value) {
-    let python = std::env::var_os("MEMTRACE_TFLM_PYTHON")
-        .map(PathBuf::from)
-        .expect("MEMTRACE_TFLM_PYTHON");
-    let out = Command::new(python)
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
-        .arg(env!("CARGO_BIN_EXE_memtrace"))
-        .arg(model)
-        .arg("--")
-        .args(["--kernels", kernels])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the oracle runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{kernels}: oracle output {text:?} ({e}); stderr {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), v)
-}
-
 #[test]
 #[cfg_attr(
     any(no_tflm, no_oracle),
@@ -82,7 +58,7 @@ fn oracle(model: &str, kernels: &str) -> (i32, Value) {
 fn the_audio_preprocessor_verifies_bit_exact_with_tflite_micro_on_both_kernel_builds() {
     let model = preprocessor();
     for kernels in KERNELS {
-        let (code, v) = oracle(&model, kernels);
+        let (code, v) = oracle_with(&python(), &model, &["--kernels", kernels]);
         assert_eq!(v["equal"], true, "{kernels}: outputs differ: {v}");
         assert_eq!(v["memtrace_ok"], true, "{kernels}: verify failed: {v}");
         assert_eq!(code, 0, "{kernels}: {v}");

@@ -13,7 +13,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// The oracle's Python (the tests are ignored without one).
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     std::env::var_os("MEMTRACE_TFLM_PYTHON")
         .map(PathBuf::from)
         .expect("MEMTRACE_TFLM_PYTHON (build.rs ignores these tests without it)")
@@ -25,7 +25,7 @@ fn oracle(py: &PathBuf, model: &str) -> (i32, Value) {
 
 /// The oracle with `verify_args` passed on to `memtrace verify` (TFLM in
 /// the emulator, held here to PyPI's TFLM on the host by the script).
-fn oracle_with(py: &PathBuf, model: &str, verify_args: &[&str]) -> (i32, Value) {
+pub(crate) fn oracle_with(py: &PathBuf, model: &str, verify_args: &[&str]) -> (i32, Value) {
     let out = Command::new(py)
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/tflm_oracle.py"))
         .arg(env!("CARGO_BIN_EXE_memtrace"))

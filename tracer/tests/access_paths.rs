@@ -164,8 +164,8 @@ fn tflm_preload(image: &ElfImage, model: &str) -> Vec<(u64, Vec<u8>)> {
 /// touches, and Unicorn maps memory in pages of its own: 1 KiB on the
 /// Cortex-M4. Real TFLM places CMSIS-NN's scratch buffers beside the
 /// layers' tensors, and its kernels read their scratch over and over. In a
-/// run that leaves scratch untraced (an O_s run), the accesses that record
-/// nothing are the scratch accesses inside the 1 KiB pages holding the
+/// run that leaves scratch and persistent memory untraced (an O_s run), the
+/// accesses that record nothing are their accesses inside the 1 KiB pages holding the
 /// layer's traced bytes, counted from a run that traces the scratch too;
 /// far fewer than those inside the 4 KiB pages around them.
 #[test]
@@ -184,7 +184,10 @@ fn untraced_scratch_costs_a_dispatch_only_inside_the_engine_pages_of_traced_byte
         )
     };
     let (_, everything) = run(Vec::new());
-    let (o_s_run, _) = run(vec![Role::Scratch]);
+    // As a model's O_s run: scratch and the kernels' own persistent
+    // memory untraced.
+    let untraced = |r: Role| matches!(r, Role::Scratch | Role::Persistent);
+    let (o_s_run, _) = run(vec![Role::Scratch, Role::Persistent]);
     let scratch_accesses_beside_traced_bytes = |page: u64| {
         let mut count = 0;
         let mut layer: Vec<memtrace_abi::Buffer> = Vec::new();
@@ -198,12 +201,12 @@ fn untraced_scratch_costs_a_dispatch_only_inside_the_engine_pages_of_traced_byte
                     };
                     let traced: Vec<(u64, u64)> = layer
                         .iter()
-                        .filter(|b| b.role != Role::Scratch)
+                        .filter(|b| !untraced(b.role))
                         .map(pages)
                         .collect();
                     for e in batch {
                         let b = layer.iter().find(|b| b.id == e.buffer).unwrap();
-                        if b.role != Role::Scratch {
+                        if !untraced(b.role) {
                             continue;
                         }
                         let first = (b.base + e.offset as u64) / page;
