@@ -131,9 +131,9 @@ pub struct ShadowMap {
     by_key: HashMap<(usize, u32), usize>,
     /// Clobbered reads found so far, one per (layer, input tensor).
     pub clobbers: Vec<Clobber>,
-    /// Per tensor: its buffer's base and which of its bytes its producer
-    /// wrote (through the producing layer's output).
-    produced: HashMap<u32, (u64, Vec<bool>)>,
+    /// Per tensor: which of its bytes its producer wrote (through the
+    /// producing layer's output).
+    produced: HashMap<u32, Vec<bool>>,
     unwritten_by_key: HashMap<(usize, u32), usize>,
     /// Reads of input bytes the input's producer never wrote, which still
     /// hold an earlier tensor (a kernel that writes part of its output, as
@@ -192,22 +192,18 @@ impl ShadowMap {
 }
 
 impl ShadowMap {
-    /// An aliased identity layer (see the module docs): the output bytes
-    /// that still hold an input placed at the very same address and size now
-    /// hold the output tensor.
     /// Notes that `tensor` (its buffer at `base`, `size` bytes) was written
     /// at the arena bytes `[s0, s1)` by its producer.
     fn mark_produced(&mut self, tensor: u32, base: u64, size: u32, s0: usize, s1: usize) {
-        let (_, bytes) = self
+        let bytes = self
             .produced
             .entry(tensor)
-            .or_insert_with(|| (base, vec![false; size as usize]));
-        let lo = self.base;
-        for s in s0..s1 {
-            let offset = (lo + s as u64).wrapping_sub(base);
-            if let Some(b) = bytes.get_mut(offset as usize) {
-                *b = true;
-            }
+            .or_insert_with(|| vec![false; size as usize]);
+        // The arena bytes as offsets into the tensor, clipped to it.
+        let start = (self.base + s0 as u64).saturating_sub(base) as usize;
+        let end = ((self.base + s1 as u64).saturating_sub(base) as usize).min(bytes.len());
+        if start < end {
+            bytes[start..end].fill(true);
         }
     }
 
@@ -215,7 +211,7 @@ impl ShadowMap {
     fn was_produced(&self, tensor: u32, offset: u64) -> bool {
         self.produced
             .get(&tensor)
-            .and_then(|(_, bytes)| bytes.get(offset as usize).copied())
+            .and_then(|bytes| bytes.get(offset as usize).copied())
             .unwrap_or(false)
     }
 
@@ -254,6 +250,9 @@ impl ShadowMap {
         });
     }
 
+    /// An aliased identity layer (see the module docs): the output bytes
+    /// that still hold an input placed at the very same address and size now
+    /// hold the output tensor.
     fn alias_output(&mut self, cur: &Current) {
         let (Some(out), Some(output)) = (
             cur.output_tensor,
