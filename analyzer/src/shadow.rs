@@ -60,17 +60,27 @@ impl Clobber {
     /// What was seen, in a few words: "operator `a` read `t` at byte 4
     /// (8 B), overwritten by `u` of operator `b`".
     pub fn describe(&self) -> String {
+        format!("{}, overwritten by {}", self.read(), self.writer())
+    }
+
+    /// An unwritten read in a few words: "operator `a` read `t` at byte 4
+    /// (8 B), which holds `u` of operator `b`".
+    pub fn describe_unwritten(&self) -> String {
+        format!("{}, which holds {}", self.read(), self.writer())
+    }
+
+    fn read(&self) -> String {
         format!(
-            "operator `{}` read `{}` at byte {} ({} B), overwritten by {}",
-            self.op,
-            self.tensor,
-            self.offset,
-            self.bytes,
-            self.overwritten_by
-                .as_ref()
-                .map(|w| format!("`{}` of operator `{}`", w.tensor, w.op))
-                .unwrap_or_else(|| "nothing (never written)".into())
+            "operator `{}` read `{}` at byte {} ({} B)",
+            self.op, self.tensor, self.offset, self.bytes
         )
+    }
+
+    fn writer(&self) -> String {
+        self.overwritten_by
+            .as_ref()
+            .map(|w| format!("`{}` of operator `{}`", w.tensor, w.op))
+            .unwrap_or_else(|| "nothing (never written)".into())
     }
 }
 

@@ -153,6 +153,32 @@ $(APPS)/person_detection_test.elf: $(PD_OBJS)
 $(APPS)/hello_world_test.elf: $(HW_OBJS)
 $(APPS)/micro_speech_test.elf: $(MS_OBJS)
 
+# The firmware `main` of docs/deploy.md as an ordinary program for `memtrace
+# check`: examples/deploy_main.cc from the header --emit-offline wrote,
+# linked like the tests above (semihosting, newlib's start-up code) instead
+# of on memtrace's run-time library; deploy_board.cc stands in for the
+# memtrace hooks the main calls.
+#
+#   make -C harness-c deploy-check HEADER=/abs/OUT.h [DEPLOY_KERNELS=cmsis-nn]
+#        [DEPLOY_CHECK_ELF=/abs/firmware.elf]
+DEPLOY_CHECK_ELF ?= $(APPS)/deploy-check.elf
+.PHONY: deploy-check
+ifneq ($(APPS_FOUND),)
+deploy-check: $(APPS_PLATFORM) $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_LIB))/libtflm.a | check-cortex-m4
+	@test -f "$(HEADER)" || { echo "error: HEADER=$(HEADER): give the absolute path of the OUT.h that --emit-offline wrote" >&2; exit 1; }
+	@mkdir -p $(dir $(DEPLOY_CHECK_ELF))
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(DEPLOY_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.$(DEPLOY_LIB)) \
+	    -Iinclude $(TFLM_TREE_INCLUDES) -DMODEL_HEADER='"$(abspath $(HEADER))"' \
+	    -c examples/deploy_main.cc -o $(DEPLOY_CHECK_ELF:.elf=.o)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(DEPLOY_CXXFLAGS) -c tflm-apps/deploy_board.cc \
+	    -o $(DEPLOY_CHECK_ELF:.elf=-board.o)
+	$(CXX.cortex-m4) $(ARCH.cortex-m4) --specs=rdimon.specs -Wl,--gc-sections -o $(DEPLOY_CHECK_ELF) \
+	    $(DEPLOY_CHECK_ELF:.elf=.o) $(DEPLOY_CHECK_ELF:.elf=-board.o) $(APPS_PLATFORM) \
+	    $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_LIB))/libtflm.a -lm
+else
+deploy-check: tflm-apps-note
+endif
+
 # TFLM's kernel tests of the operators memtrace plans, each its own program
 # (micro_test_v2.h's main), on the reference kernels:
 #   build/cortex-m4/tflm-apps/kernels/<op>_test.elf

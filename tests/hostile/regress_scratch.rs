@@ -24,20 +24,26 @@ use crate::common::{memtrace, path_str};
 
 const SOURCE: &str = include_str!("guests/grouped_1x1_conv.c");
 
-/// The guest built against the CMSIS-NN checkout `release`
-/// (`../shared/third_party/<release>`): its convolution and support
-/// sources as the library's build lists them, in a folder of its own
-/// holding only `grouped_1x1_conv.elf`. Built once per test binary (the
-/// tests build one at a time).
+/// The grouped 1×1 convolution built against `release`.
 fn built_against(release: &str) -> PathBuf {
+    guest_built_against("grouped_1x1_conv", release)
+}
+
+/// The guest `guests/<name>.c` built against the CMSIS-NN checkout
+/// `release` (`../shared/third_party/<release>`): its convolution and
+/// support sources as the library's build lists them, in a folder of its
+/// own holding only `<name>.elf`. Built once per test binary (the tests
+/// build one at a time).
+fn guest_built_against(name: &str, release: &str) -> PathBuf {
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let checkout = root.join("../shared/third_party").join(release);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("regress-scratch")
+        .join(name)
         .join(release);
-    let elf = dir.join("grouped_1x1_conv.elf");
+    let elf = dir.join(format!("{name}.elf"));
     if elf.exists() {
         return dir;
     }
@@ -54,7 +60,7 @@ fn built_against(release: &str) -> PathBuf {
         .filter(|s| s.starts_with("ConvolutionFunctions/") || s.starts_with("NNSupportFunctions/"))
         .map(|s| checkout.join("Source").join(s))
         .collect();
-    let guest = root.join("tests/hostile/guests/grouped_1x1_conv.c");
+    let guest = root.join(format!("tests/hostile/guests/{name}.c"));
     let mut all: Vec<&Path> = vec![&guest];
     all.extend(sources.iter().map(PathBuf::as_path));
     let include = format!("-I{}", checkout.join("Include").display());
@@ -106,7 +112,11 @@ fn regress(old: &Path, new: &Path) -> (Value, String, i32) {
 /// The scratch the program asked for, as it prints it (`scratch N B`),
 /// under `memtrace check` of the program alone.
 fn printed_scratch(dir: &Path) -> u64 {
-    let out = memtrace(["check", path_str(&dir.join("grouped_1x1_conv.elf"))]);
+    printed_scratch_of(dir, "grouped_1x1_conv")
+}
+
+fn printed_scratch_of(dir: &Path, name: &str) -> u64 {
+    let out = memtrace(["check", path_str(&dir.join(format!("{name}.elf")))]);
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
@@ -193,4 +203,70 @@ fn the_release_that_fixed_the_sizing_is_named_and_not_failed() {
         Some(USED_BY_ARM_CONVOLVE_S8)
     );
     assert!(words.contains("scratch overrun fixed"), "{words}");
+}
+
+/// The scratch `arm_transpose_conv_s8` (no MVE) uses for
+/// `guests/transpose_conv_1x3.c`, counted from its loop: two rolling rows
+/// (`MAX(filter_h, stride_h)` = 2) of the input's reach across,
+/// `(input_w − 1)·stride_w + MAX(filter_w, stride_w)` = 2·3 + 3 columns,
+/// of `out_ch` = 2 int32 accumulators.
+const USED_BY_ARM_TRANSPOSE_CONV_S8: u64 = 2 * (2 * 3 + 3) * 2 * 4;
+
+/// A sizing defect both releases keep (the transpose convolution's rolling
+/// buffer sized with the stride down where the kernel uses the stride
+/// across) is no change between them: `regress --unit-tests` passes, and
+/// still reports the call with both builds' figures, the bytes each size
+/// function asked for (the programs' own print) and the bytes the kernel
+/// reached.
+#[test]
+fn a_sizing_defect_both_releases_keep_is_reported_with_both_builds_figures() {
+    let name = "transpose_conv_1x3";
+    let (v7, head) = (
+        guest_built_against(name, "cmsis-nn"),
+        guest_built_against(name, "cmsis-nn-main"),
+    );
+    let asked = [
+        printed_scratch_of(&v7, name),
+        printed_scratch_of(&head, name),
+    ];
+    assert_eq!(asked[0], asked[1], "both size functions agree");
+    assert!(asked[0] < USED_BY_ARM_TRANSPOSE_CONV_S8, "{asked:?}");
+    let (report, words, status) = regress(&v7, &head);
+    assert_eq!(status, 0, "{words}");
+    let suite = &report["suites"][0];
+    assert_eq!(suite["suite"], name);
+    let overruns = suite["scratch_overruns"].as_array().unwrap();
+    assert_eq!(overruns.len(), 1, "{overruns:?}");
+    let overrun = &overruns[0];
+    assert_eq!(overrun["function"], "arm_transpose_conv_wrapper_s8");
+    let line = line_of(
+        include_str!("guests/transpose_conv_1x3.c"),
+        "arm_transpose_conv_wrapper_s8(",
+    );
+    assert!(
+        overrun["site"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{name}.c:{line})")),
+        "{overrun}"
+    );
+    let shapes = overrun["shapes"].as_str().unwrap();
+    for dims in ["input=1x3x3x2", "filter=2x2x1x2", "output=1x4x7x2"] {
+        assert!(shapes.contains(dims), "{dims} not in {shapes}");
+    }
+    for build in ["old", "new"] {
+        let u = &overrun[build];
+        assert_eq!(u["kernel"], "arm_transpose_conv_s8", "{build}: {overrun}");
+        assert_eq!(
+            u["asked_bytes"].as_u64(),
+            Some(asked[0]),
+            "{build}: {overrun}"
+        );
+        assert_eq!(
+            u["used_bytes"].as_u64(),
+            Some(USED_BY_ARM_TRANSPOSE_CONV_S8),
+            "{build}: {overrun}"
+        );
+    }
+    assert!(words.contains("scratch overrun in both builds"), "{words}");
 }

@@ -64,3 +64,47 @@ fn the_audio_preprocessor_verifies_bit_exact_with_tflite_micro_on_both_kernel_bu
         assert_eq!(code, 0, "{kernels}: {v}");
     }
 }
+
+/// `SignalEnergy` writes only its bins' range of its output and `CAST`
+/// reads all of it: verify says so (a note, not a clobber: no plan
+/// destroyed those bytes), and every such read is of a tensor an energy
+/// operator produces, as `memtrace run`'s own layers name it.
+#[test]
+#[cfg_attr(no_tflm, ignore = "needs the TFLM runners (make -C harness-c)")]
+fn verify_notes_the_bytes_a_partial_producer_leaves_unwritten() {
+    let model = preprocessor();
+    let out = memtrace(["run", &model, "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = json(&out);
+    let energy_outputs: Vec<&str> = run["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["op"] == "SignalEnergy")
+        .flat_map(|l| l["buffers"].as_array().unwrap())
+        .filter(|b| b["role"] == "output")
+        .filter_map(|b| b["name"].as_str())
+        .collect();
+    assert!(!energy_outputs.is_empty(), "{}", run["layers"]);
+
+    let out = memtrace(["verify", &model, "--no-oracle", "--format", "json"]);
+    let v = json(&out);
+    assert!(out.status.success(), "{v}");
+    assert_eq!(v["clobbers"].as_array().map(Vec::len), Some(0), "{v}");
+    let unwritten = v["unwritten_reads"].as_array().unwrap();
+    assert!(!unwritten.is_empty(), "{v}");
+    for r in unwritten {
+        assert!(
+            energy_outputs.contains(&r["tensor"].as_str().unwrap()),
+            "{r} is no energy output ({energy_outputs:?})"
+        );
+    }
+    let text = common::stdout(&memtrace(["verify", &model, "--no-oracle"]));
+    assert!(
+        text.contains(&format!(
+            "note: {} read(s) of input bytes their producer never wrote",
+            unwritten.len()
+        )),
+        "{text}"
+    );
+}

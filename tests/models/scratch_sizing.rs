@@ -189,3 +189,104 @@ fn the_reference_transpose_convolution_asks_for_what_it_uses() {
     assert_eq!(u(&op["needed_bytes"]), 4 * 56, "{op}");
     assert_eq!(traced_scratch(&r)[&0], (4 * 56, 4 * 56));
 }
+
+/// The firmware `main` of docs/deploy.md for `model` on `kernels`, from the
+/// header `plan --emit-offline` writes, linked as an ordinary semihosted
+/// program (`make -C harness-c deploy-check`): a firmware as a user builds
+/// it, which `memtrace check` runs with TFLM's own planner.
+fn firmware_for_check(dir: &std::path::Path, model: &str, kernels: &str) -> std::path::PathBuf {
+    let emitted = dir.join(format!("{kernels}.tflite"));
+    let out = common::memtrace([
+        "plan",
+        model,
+        "--runtime",
+        "tflm",
+        "--kernels",
+        kernels,
+        "--emit-offline",
+        emitted.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "plan: {}", common::stderr(&out));
+    let elf = dir.join(format!("{kernels}.elf"));
+    let harness = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("harness-c");
+    let make = std::process::Command::new("make")
+        .arg("-C")
+        .arg(&harness)
+        .arg("--no-print-directory")
+        .arg("deploy-check")
+        .arg(format!("HEADER={}", emitted.with_extension("h").display()))
+        .arg(format!("DEPLOY_KERNELS={kernels}"))
+        .arg(format!("DEPLOY_CHECK_ELF={}", elf.display()))
+        .output()
+        .expect("make runs");
+    assert!(
+        make.status.success(),
+        "make deploy-check: {}{}",
+        String::from_utf8_lossy(&make.stdout),
+        String::from_utf8_lossy(&make.stderr)
+    );
+    elf
+}
+
+/// `memtrace check --operators` of `elf`: status, JSON report, text report.
+fn check_firmware(elf: &std::path::Path) -> (i32, Value, String) {
+    let elf = elf.to_str().unwrap();
+    let (code, report) = json_run(&["check", elf, "--operators"]);
+    // The text report goes to stderr, after the program's own output.
+    let text = common::stderr(&common::memtrace(["check", elf, "--operators"]));
+    (code, report, text)
+}
+
+/// `check` on a firmware as built cannot red-zone TFLM's own plan, but it
+/// reads the model from the program's data and each node's scratch
+/// requests from its prepare, and sizes them from the shapes: the CMSIS-NN
+/// firmware of the 1×3 transpose convolution fails naming the operator,
+/// kernel, shapes and both byte counts, the same figures `run` gives from
+/// its own runner's requests; the reference-kernel firmware passes clean.
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn check_sizes_a_firmwares_scratch_from_the_model_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = transpose_conv_1x3(dir.path());
+
+    let (code, report, text) = check_firmware(&firmware_for_check(dir.path(), &model, "cmsis-nn"));
+    assert_ne!(code, 0, "{report}");
+    let tflm = &report["tflm"];
+    assert_eq!(u(&tflm["scratch_short"]), 1, "{tflm}");
+    let models = tflm["scratch_sizing"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "{tflm}");
+    assert!(
+        models[0]["model"].as_str().unwrap().starts_with("`kModel`"),
+        "{}",
+        models[0]
+    );
+    assert_eq!(models[0]["kernels"], "cmsis-nn");
+    let op = &models[0]["sizing"]["operators"][0];
+    let (_, run) = json_run(&["run", &model, "--kernels", "cmsis-nn"]);
+    let theirs = &run["tflm"]["scratch_sizing"]["operators"][0];
+    for field in [
+        "kernel",
+        "shapes",
+        "requested_bytes",
+        "needed_bytes",
+        "short_bytes",
+    ] {
+        assert_eq!(op[field], theirs[field], "{field}: {op} vs {theirs}");
+    }
+    assert_eq!(u(&op["requested_bytes"]), 2 * 7 * 2 * 4, "{op}");
+    assert_eq!(u(&op["short_bytes"]), 32, "{op}");
+    assert!(
+        text.contains("SCRATCH SHORT: operator 0:TRANSPOSE_CONV: arm_transpose_conv_s8")
+            && text.contains("asked for 112 B of scratch and uses 144 B (32 B short)"),
+        "{text}"
+    );
+
+    let (code, report, _) = check_firmware(&firmware_for_check(dir.path(), &model, "tflm"));
+    let tflm = &report["tflm"];
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(u(&tflm["scratch_short"]), 0, "{tflm}");
+    let op = &tflm["scratch_sizing"][0]["sizing"]["operators"][0];
+    assert_eq!(tflm["scratch_sizing"][0]["kernels"], "tflm");
+    assert_eq!(u(&op["requested_bytes"]), 4 * 56, "{op}");
+    assert_eq!(u(&op["needed_bytes"]), 4 * 56, "{op}");
+}

@@ -463,6 +463,17 @@ impl ElfImage {
         ))
     }
 
+    /// The bytes the image loads at `[address, address+len)`, when one
+    /// segment's file contents hold them all.
+    pub fn bytes_at(&self, address: u64, len: u64) -> Option<&[u8]> {
+        self.segments.iter().find_map(|s| {
+            let start = address.checked_sub(s.address)?;
+            let end = start.checked_add(len)?;
+            s.data
+                .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+        })
+    }
+
     /// True when `[address, address+len)` lies inside a loadable segment.
     pub fn is_loaded(&self, address: u64, len: u64) -> bool {
         self.segments

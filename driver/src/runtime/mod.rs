@@ -32,8 +32,10 @@ pub use inputs::{input_bytes, load_for_tflm, model_bytes, run_inputs, seeded_inp
 pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
 pub(crate) use per_operator::compare_operators;
 pub use per_operator::{OperatorComparison, OperatorDifference};
+pub(crate) use plan_inputs::scratch_requested;
 pub use plan_inputs::{
-    plan_inputs, scratch_needs, size_scratch, trace_model_operators, traced_overlaps, PlanInputs,
+    plan_inputs, scratch_needs, size_scratch, size_scratch_of, trace_model_operators,
+    traced_overlaps, PlanInputs,
 };
 pub(crate) use red_zones::red_zoned_check;
 pub use red_zones::RedZoneCheck;

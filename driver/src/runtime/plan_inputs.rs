@@ -87,12 +87,39 @@ pub fn size_scratch(
     result: &TflmResult,
 ) -> memtrace_model::scratch_sizing::ScratchSizing {
     let names: Vec<String> = graph.ops.iter().map(|o| o.name.clone()).collect();
-    let requested: Vec<(usize, u64)> = result
+    memtrace_model::scratch_sizing::size_scratch(
+        model,
+        &names,
+        kernels,
+        target,
+        &scratch_requested(result),
+    )
+}
+
+/// Each scratch buffer TFLM gave in `result`: (operator, bytes).
+pub(crate) fn scratch_requested(result: &TflmResult) -> Vec<(usize, u64)> {
+    result
         .scratch
         .iter()
         .map(|s| (s.op as usize, s.bytes))
-        .collect();
-    memtrace_model::scratch_sizing::size_scratch(model, &names, kernels, target, &requested)
+        .collect()
+}
+
+/// Every operator of the `.tflite` `bytes` sized from its shapes on
+/// `kernels` and `target`, against `requested` (operator, bytes of one
+/// scratch buffer it asked for).
+pub fn size_scratch_of(
+    bytes: &[u8],
+    kernels: Kernels,
+    target: Arch,
+    requested: &[(usize, u64)],
+) -> Result<memtrace_model::scratch_sizing::ScratchSizing> {
+    let graph = memtrace_model::graph::read_graph(bytes)?;
+    let model = tflite::import_for_tflm("model", bytes)?;
+    let names: Vec<String> = graph.ops.iter().map(|o| o.name.clone()).collect();
+    Ok(memtrace_model::scratch_sizing::size_scratch(
+        &model, &names, kernels, target, requested,
+    ))
 }
 
 /// What a plan for real TFLM takes from one traced run of the model: the

@@ -226,6 +226,9 @@ pub struct TracedOperator {
     pub persistent: (usize, u64),
     /// Stores its kernel made there (state kept between invocations).
     pub persistent_writes: u64,
+    /// Bytes of each scratch buffer its kernel asked for while it was
+    /// prepared (`RequestScratchBufferInArena`), in the order asked.
+    pub scratch_requested: Vec<u64>,
 }
 
 /// TFLM's interpreter in a run that traced its operators.
@@ -465,5 +468,6 @@ fn traced_operator(debug: &DebugInfo, image: &ElfImage, r: RawOperator) -> Trace
         inner_calls: r.inner_calls,
         persistent: r.persistent,
         persistent_writes: r.persistent_writes,
+        scratch_requested: r.scratch_requested,
     }
 }

@@ -10,6 +10,7 @@
 pub mod calls;
 pub mod operators;
 mod report;
+pub mod scratch;
 pub mod suppress;
 pub mod unity;
 
@@ -102,7 +103,7 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport> {
     }
     let (run, layers) = calls::run_traced(&image, &program, options.calls, operators)?;
     let calls = options.calls.then(|| calls::reports(&run, &layers));
-    let tflm = operators::report(&run, &layers);
+    let tflm = operators::report(&image, &run, &layers);
     let mut report = report_of(options, run);
     report.calls = calls;
     report.tflm = tflm;

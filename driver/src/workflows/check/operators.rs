@@ -9,6 +9,9 @@ use serde_json::{json, Value};
 use memtrace_analyzer::report::LayerReport;
 use memtrace_overlap::check::Flag;
 use memtrace_tracer::program::{ProgramRun, TflmArena, TflmInvocation, TracedOperator};
+use memtrace_tracer::ElfImage;
+
+use super::scratch::{size_models, ModelScratch};
 
 /// One operator invocation and its layer.
 #[derive(Clone, Debug)]
@@ -39,6 +42,9 @@ pub struct TflmReport {
     pub invocations: Vec<TflmInvocation>,
     /// Each operator invocation, in order.
     pub operators: Vec<OperatorReport>,
+    /// Each model the interpreter ran, its operators' scratch sized from
+    /// their shapes (`scratch.rs`).
+    pub scratch: Vec<ModelScratch>,
 }
 
 impl TflmReport {
@@ -46,12 +52,27 @@ impl TflmReport {
     pub fn broken(&self) -> usize {
         self.operators.iter().filter(|o| o.violates()).count()
     }
+
+    /// Operators that asked for less scratch than their kernel uses.
+    pub fn scratch_short(&self) -> usize {
+        self.scratch.iter().map(ModelScratch::short).sum()
+    }
 }
 
 /// The interpreter's report of `run`, with each operator's layer from
 /// `layers`; `None` when operators were not traced.
-pub(super) fn report(run: &ProgramRun, layers: &[LayerReport]) -> Option<TflmReport> {
+pub(super) fn report(
+    image: &ElfImage,
+    run: &ProgramRun,
+    layers: &[LayerReport],
+) -> Option<TflmReport> {
     let tflm = run.tflm.as_ref()?;
+    let runs: Vec<(i64, Option<u64>)> = tflm
+        .invocations
+        .iter()
+        .map(|i| (i.subgraph, i.model))
+        .collect();
+    let scratch = size_models(image, &runs, &tflm.operators);
     let operators = tflm
         .operators
         .iter()
@@ -66,6 +87,7 @@ pub(super) fn report(run: &ProgramRun, layers: &[LayerReport]) -> Option<TflmRep
         missing: tflm.missing.clone(),
         invocations: tflm.invocations.clone(),
         operators,
+        scratch,
     })
 }
 
@@ -121,6 +143,9 @@ pub(super) fn text(report: &TflmReport) -> String {
             inv.operators,
             arena_text(&inv.arena)
         ));
+    }
+    for m in &report.scratch {
+        out.push_str(&m.text());
     }
     out.push_str(&format!(
         "tflm: {} operator invocations in {} runs of the interpreter, {} breaking the memory contract\n",
@@ -251,5 +276,7 @@ pub(super) fn json(report: &TflmReport) -> Value {
         "missing": report.missing,
         "invocations": invocations,
         "operators": operators,
+        "scratch_sizing": report.scratch.iter().map(ModelScratch::json).collect::<Vec<_>>(),
+        "scratch_short": report.scratch_short(),
     })
 }

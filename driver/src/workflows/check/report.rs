@@ -84,10 +84,16 @@ const SIGABRT_STATUS: i32 = 134;
 
 impl CheckReport {
     /// Errors memtrace found: memcheck's ([`CheckReport::memcheck_errors`])
-    /// and the API calls and operator invocations that broke their memory
-    /// contract.
+    /// the API calls and operator invocations that broke their memory
+    /// contract, and the operators that asked for less scratch than their
+    /// kernel uses.
     pub fn errors(&self) -> usize {
-        self.memcheck_errors() + self.broken_calls() + self.tflm.as_ref().map_or(0, |t| t.broken())
+        self.memcheck_errors()
+            + self.broken_calls()
+            + self
+                .tflm
+                .as_ref()
+                .map_or(0, |t| t.broken() + t.scratch_short())
     }
 
     /// Memcheck's errors: findings, lost blocks, and a stop (fault, stack

@@ -202,9 +202,6 @@ fn scratch_sizing(
     kernels: memtrace_abi::Kernels,
     target: memtrace_tracer::Arch,
 ) -> Option<memtrace_model::scratch_sizing::ScratchSizing> {
-    let graph = read_graph(model).ok()?;
-    let imported = memtrace_model::tflite::import_for_tflm("model", model).ok()?;
-    Some(crate::runtime::size_scratch(
-        &imported, &graph, kernels, target, result,
-    ))
+    let requested = crate::runtime::scratch_requested(result);
+    crate::runtime::size_scratch_of(model, kernels, target, &requested).ok()
 }

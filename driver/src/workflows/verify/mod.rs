@@ -291,6 +291,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             planned_bytes,
         ),
         clobbers: planned.clobbers.clone(),
+        unwritten_reads: planned.unwritten_reads.clone(),
         bit_exact: mismatched == 0,
         mismatched_bytes: mismatched,
         output_bytes: a.len() as u64,

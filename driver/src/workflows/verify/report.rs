@@ -113,6 +113,10 @@ pub struct VerifyReport {
     pub plan: TflmRunReport,
     /// Clobbered reads of the plan run.
     pub clobbers: Vec<Clobber>,
+    /// Reads, in the plan run, of input bytes the input's producer never
+    /// wrote: no plan destroyed them (so they are no clobbers), but the
+    /// reader's result depends on what an earlier tensor left there.
+    pub unwritten_reads: Vec<Clobber>,
     /// The plan run's outputs equal the reference run's.
     pub bit_exact: bool,
     /// Output bytes that differ.
@@ -385,6 +389,7 @@ impl VerifyReport {
         for c in &self.clobbers {
             s += &format!("CLOBBER: {}\n", c.describe());
         }
+        s += &unwritten_text(&self.unwritten_reads);
         if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
             s += &format!(
                 "culprit: the model's embedded offline plan (OfflineMemoryAllocation{}) is \
@@ -517,3 +522,18 @@ pub(super) fn op_overlaps(graph: &TfliteGraph, layers: &[LayerReport]) -> Vec<Tf
 
 /// Planner name of the offline plan a model carried, as the report shows it.
 pub(super) const EMBEDDED: &str = "embedded";
+
+/// The note on reads of bytes their producer never wrote: how many, and
+/// the first, in the words a clobber is described in.
+fn unwritten_text(reads: &[Clobber]) -> String {
+    let Some(first) = reads.first() else {
+        return String::new();
+    };
+    format!(
+        "note: {} read(s) of input bytes their producer never wrote (first: {}): no plan \
+         destroyed them, but the reader's result depends on what was there before \
+         (a kernel that writes part of its output)\n",
+        reads.len(),
+        first.describe_unwritten()
+    )
+}

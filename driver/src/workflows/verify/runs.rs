@@ -32,6 +32,8 @@ pub(super) struct ShadowRun {
     pub(super) result: memtrace_abi::runner::TflmResult,
     /// The shadow map's clobbered reads.
     pub(super) clobbers: Vec<Clobber>,
+    /// Reads of bytes the input's producer never wrote (no clobbers).
+    pub(super) unwritten_reads: Vec<Clobber>,
     /// Layers that read the graph outputs.
     pub(super) readers: Vec<String>,
     pub(super) layers: Vec<LayerReport>,
@@ -155,6 +157,7 @@ fn shadow_run(
             .map(|l| l.name.clone())
             .collect(),
         clobbers: shadow.clobbers,
+        unwritten_reads: shadow.unwritten_reads,
         layers: stats.layers,
         cached: false,
         trace,
@@ -217,6 +220,7 @@ impl CachedReference {
                 ..r.reported
             },
             clobbers: Vec::new(),
+            unwritten_reads: Vec::new(),
             readers: self.readers,
             layers: Vec::new(),
             cached: true,

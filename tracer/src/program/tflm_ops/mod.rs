@@ -76,6 +76,9 @@ pub struct TflmInvocation {
     pub arena: Result<TflmArena, String>,
     /// The program ended inside the loop.
     pub unfinished: bool,
+    /// The `tflite::Model` its allocator was last given
+    /// (`MicroAllocator::StartModelAllocation`), when that was seen.
+    pub model: Option<u64>,
 }
 
 /// One operator invocation, as the tracer saw it.
@@ -110,6 +113,9 @@ pub struct RawOperator {
     pub persistent: (usize, u64),
     /// Stores its kernel made to its persistent op data.
     pub persistent_writes: u64,
+    /// Bytes of each scratch buffer its kernel asked for while it was
+    /// prepared, in the order asked.
+    pub scratch_requested: Vec<u64>,
 }
 
 /// The outermost node loop running: what its entry gave.
@@ -161,6 +167,11 @@ pub(super) struct TflmOps {
     /// `None` like `scratch`, or when the program has no
     /// `MicroInterpreterContext::AllocatePersistentBuffer`.
     persistent: Option<Persistent>,
+    /// `MicroAllocator::StartModelAllocation`'s entry, when the program
+    /// has it: where an allocator starts a model anew.
+    start_model: Option<u64>,
+    /// Each allocator's model, as it was last started: (allocator, model).
+    models: Vec<(u64, u64)>,
     pub(super) invocations: Vec<TflmInvocation>,
     pub(super) records: Vec<RawOperator>,
 }
@@ -199,6 +210,10 @@ impl TflmOps {
             (Some((entry, _)), Some(s)) => Some(Persistent::new(entry, s.offsets)),
             _ => None,
         };
+        let start_model = function_named(image, START_MODEL)
+            .ok()
+            .flatten()
+            .map(|(entry, _)| entry);
         let names = image
             .symbol(NAME_TABLE)
             .filter(|s| !s.is_function && s.size > 0)
@@ -211,6 +226,8 @@ impl TflmOps {
             frame: None,
             scratch,
             persistent,
+            start_model,
+            models: Vec::new(),
             invocations: Vec::new(),
             records: Vec::new(),
         })
@@ -235,6 +252,11 @@ const REQUEST_SCRATCH: &str = "tflite::MicroInterpreterContext::RequestScratchBu
 /// The function through which kernels allocate their persistent op data
 /// while they are initialised and prepared, demangled up to its parameters.
 const ALLOCATE_PERSISTENT: &str = "tflite::MicroInterpreterContext::AllocatePersistentBuffer(";
+
+/// The function with which an allocator starts a model's allocation, before
+/// its operators are initialised and prepared, demangled up to its
+/// parameters.
+const START_MODEL: &str = "tflite::MicroAllocator::StartModelAllocation(";
 
 /// The code range `[start, end)` of the function whose demangled name is
 /// `name` (or, for a name ending in `(`, starts with it); `None` when the
@@ -274,6 +296,9 @@ pub(super) fn on_block(uc: &mut Uc<'_, '_>, address: u64) {
         return;
     };
     let (frame, code) = (t.frame, t.code);
+    if t.start_model == Some(address) {
+        return start_model(uc);
+    }
     if t.scratch
         .as_ref()
         .is_some_and(|s| s.request_entry == address)
@@ -353,15 +378,38 @@ fn enter_loop(uc: &mut Uc<'_, '_>) {
     let Some(t) = uc.get_data_mut().tflm.as_mut() else {
         return;
     };
+    let model = frame
+        .as_ref()
+        .and_then(|f| t.models.iter().find(|(a, _)| *a == f.allocator))
+        .map(|&(_, m)| m);
     t.invocations.push(TflmInvocation {
         subgraph,
         operators: 0,
         arena: Err(error.unwrap_or_else(|| "the node loop has not returned".to_owned())),
         unfinished: false,
+        model,
     });
     // Without its arrays no operator of this run can be found; the
     // invocation says why.
     t.frame = frame;
+}
+
+/// An allocator starts a model (`this` in r0, the `tflite::Model` in r1):
+/// whatever its operators asked for and allocated before belongs to the
+/// model it held before, and is forgotten.
+fn start_model(uc: &mut Uc<'_, '_>) {
+    let (allocator, model) = (reg(uc, RegisterARM::R0), reg(uc, RegisterARM::R1));
+    let Some(t) = uc.get_data_mut().tflm.as_mut() else {
+        return;
+    };
+    t.models.retain(|(a, _)| *a != allocator);
+    t.models.push((allocator, model));
+    if let Some(s) = t.scratch.as_mut() {
+        s.requests.retain(|r| r.allocator != allocator);
+    }
+    if let Some(p) = t.persistent.as_mut() {
+        p.forget(allocator);
+    }
 }
 
 /// A kernel asks for a scratch buffer: the node being prepared, and the
@@ -436,6 +484,13 @@ impl Scratch {
             .retain(|r| r.allocator != request.allocator || r.index < request.index);
         self.requests.push(request);
     }
+
+    /// The requests node `node` of the frame's subgraph made, in order.
+    fn of_node<'a>(&'a self, f: &'a Frame, node: usize) -> impl Iterator<Item = &'a Request> {
+        self.requests.iter().filter(move |r| {
+            r.allocator == f.allocator && r.subgraph == f.subgraph && r.node == node as u64
+        })
+    }
 }
 
 /// The scratch buffers node `node` of the frame's subgraph asked for, as
@@ -451,10 +506,7 @@ fn scratch_buffers(
     let Some(s) = scratch else {
         return (buffers, notes);
     };
-    let mine = s.requests.iter().filter(|r| {
-        r.allocator == f.allocator && r.subgraph == f.subgraph && r.node == node as u64
-    });
-    for (j, r) in mine.enumerate() {
+    for (j, r) in s.of_node(f, node).enumerate() {
         let data = f
             .handles
             .and_then(|h| scratch_data(mem, &s.offsets, h, r.index));
@@ -543,6 +595,9 @@ fn open_operator(
         arena: f.arena,
     };
     let (scratch, scratch_notes) = scratch_buffers(&*uc, t.scratch.as_ref(), &f, node_index);
+    let scratch_requested = t.scratch.as_ref().map_or(Vec::new(), |s| {
+        s.of_node(&f, node_index).map(|r| r.bytes).collect()
+    });
     let owned = t.persistent.as_ref().map_or(Vec::new(), |p| {
         p.owned(f.allocator, f.subgraph, node_index as u64)
     });
@@ -565,6 +620,7 @@ fn open_operator(
         inner_calls: Vec::new(),
         persistent: (owned.len(), owned.iter().map(|(s, e)| e - s).sum()),
         persistent_writes: 0,
+        scratch_requested,
     };
     let memory = uc.get_data().layout.regions(uc.get_data().image);
     let window = buffers.and_then(|(mut buffers, shapes, mut notes)| {

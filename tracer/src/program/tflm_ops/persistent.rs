@@ -118,6 +118,11 @@ impl Persistent {
         self.allocations.push(a);
     }
 
+    /// The allocator starts a model anew: what it allocated is gone.
+    pub(super) fn forget(&mut self, allocator: u64) {
+        self.allocations.retain(|x| x.allocator != allocator);
+    }
+
     /// `[start, end)` of the persistent buffers node `node` of `subgraph`
     /// allocated from `allocator`.
     pub(super) fn owned(&self, allocator: u64, subgraph: i64, node: u64) -> Vec<(u64, u64)> {
@@ -168,5 +173,18 @@ mod tests {
         p.record(allocation(0xA0, 0, 0x9000));
         assert_eq!(p.owned(0xA0, 0, 1), vec![]);
         assert_eq!(p.owned(0xA0, 0, 0), vec![(0x9000, 0x9010)]);
+    }
+
+    #[test]
+    fn a_model_started_anew_forgets_even_allocations_above_the_new_ones() {
+        // A second interpreter whose allocator lies where the first's did,
+        // its first allocation below the first one's last: the address
+        // order cannot tell, the model's start does.
+        let mut p = persistent();
+        p.record(allocation(0xA0, 3, 0x9000));
+        p.forget(0xA0);
+        p.record(allocation(0xA0, 0, 0x8000));
+        assert_eq!(p.owned(0xA0, 0, 3), vec![]);
+        assert_eq!(p.owned(0xA0, 0, 0), vec![(0x8000, 0x8010)]);
     }
 }
