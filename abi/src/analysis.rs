@@ -4,7 +4,7 @@
 //! consumes its channel (`memtrace_tracer::trace`); analyses live in the
 //! analyzer and the driver and never see the emulator.
 
-use crate::event::{Buffer, Event, LayerInfo, StrayWrite};
+use crate::event::{Buffer, Event, LayerInfo, OutputDigest, StrayWrite};
 
 /// Something that consumes a trace, layer by layer.
 pub trait Analysis {
@@ -17,6 +17,8 @@ pub trait Analysis {
     /// The open layer wrote outside its declared buffers and the stack
     /// (only when the trace watches for stray writes).
     fn stray_write(&mut self, _write: &StrayWrite) {}
+    /// What the open layer's output buffers held when it ended.
+    fn layer_output(&mut self, _output: &OutputDigest) {}
     /// The open layer ended after `instructions` retired instructions.
     fn layer_end(&mut self, _instructions: u64) {}
     /// Whether it reads an event's time (`t`) or instruction (`pc`). A run

@@ -180,6 +180,48 @@ pub struct StrayWrite {
 /// ([`StrayWrite::callers`]); later ones carry none.
 pub const STRAY_WRITES_UNWOUND: u32 = 256;
 
+/// The FNV-1a (64-bit) digest of bytes read in pieces: a layer's output
+/// buffers when it ended, a run's outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputDigest {
+    /// Bytes digested.
+    pub bytes: u64,
+    /// The hash so far.
+    pub hash: u64,
+}
+
+impl Default for OutputDigest {
+    fn default() -> Self {
+        OutputDigest {
+            bytes: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+        }
+    }
+}
+
+impl OutputDigest {
+    /// The digest of `data` alone.
+    pub fn of(data: &[u8]) -> Self {
+        let mut d = OutputDigest::default();
+        d.update(data);
+        d
+    }
+
+    /// Digests `data` after what came before.
+    pub fn update(&mut self, data: &[u8]) {
+        for &b in data {
+            self.hash ^= u64::from(b);
+            self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.bytes += data.len() as u64;
+    }
+
+    /// The hash as 16 hex digits.
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.hash)
+    }
+}
+
 /// Messages in the order the guest produced them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
@@ -194,6 +236,10 @@ pub enum Message {
     /// `LayerEnd`; events of the same layer made before one may still be in
     /// an unsent batch, so order them with events by `t`.
     StrayWrite(StrayWrite),
+    /// The bytes the open layer's output buffers (role `output`) held when
+    /// the guest closed it, in declaration order; sent just before
+    /// `LayerEnd`.
+    LayerOutput(OutputDigest),
     /// The guest closed the open layer window (`LAYER_END`).
     LayerEnd {
         /// Instructions retired inside the window.

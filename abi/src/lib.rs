@@ -46,7 +46,7 @@ pub mod target;
 pub use activation::Activation;
 pub use analysis::Analysis;
 pub use dtype::Dtype;
-pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, Role, StrayWrite};
+pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, OutputDigest, Role, StrayWrite};
 pub use geometry::{out_size, Padding, Shape};
 pub use op::OpKind;
 pub use spec::LayerSpec;

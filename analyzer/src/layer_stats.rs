@@ -1,6 +1,6 @@
 //! Per-layer access counts and empirical O_s, online.
 
-use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, LayerSpec, Role};
+use memtrace_abi::{AccessKind, Buffer, Event, LayerInfo, LayerSpec, OutputDigest, Role};
 
 use crate::report::{percent, BufferReport, LayerReport, OverlapReport};
 use memtrace_abi::Analysis;
@@ -44,6 +44,7 @@ impl Analysis for LayerStats {
                 input2_overlap: None,
                 contract: None,
                 attribution: None,
+                output_digest: None,
             },
             slot: Vec::new(),
             overlap: None,
@@ -103,6 +104,12 @@ impl Analysis for LayerStats {
             .flatten()
         {
             acc.observe(events);
+        }
+    }
+
+    fn layer_output(&mut self, output: &OutputDigest) {
+        if let Some(cur) = self.current.as_mut() {
+            cur.report.output_digest = (output.bytes > 0).then(|| output.hex());
         }
     }
 

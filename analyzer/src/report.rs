@@ -109,6 +109,10 @@ pub struct LayerReport {
     /// run did not attribute them.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<KernelReport>,
+    /// FNV-1a (64-bit, hex) of what the output buffers held when the layer
+    /// ended, in declaration order; absent when the tracer sent none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_digest: Option<String>,
 }
 
 impl LayerReport {

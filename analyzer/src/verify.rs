@@ -412,12 +412,7 @@ pub fn mismatched_bytes(a: &[u8], b: &[u8]) -> u64 {
 
 /// FNV-1a 64 of `bytes`, as 16 hex digits.
 pub fn digest(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    memtrace_abi::event::OutputDigest::of(bytes).hex()
 }
 
 #[cfg(test)]

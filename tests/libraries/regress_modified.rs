@@ -188,3 +188,79 @@ fn regress_reports_grown_missing_and_bad_baselines() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not writable"), "{}", stderr(&o));
 }
+
+/// Every layer's outputs are digested when it ends. Two independent builds
+/// of the same reference kernels, the Cortex-M4's and x86-64's (two
+/// compilers, two emulated machines), give each int8 row the same digest;
+/// a baseline row whose outputs differ from the new build's fails, named
+/// with both digests, while its O_s stays `same`.
+#[test]
+fn other_output_bytes_fail_the_layer_and_int8_digests_agree_across_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m4, x86) = (
+        baseline("cortex-m4", dir.path()),
+        baseline("x86_64", dir.path()),
+    );
+    let read = |p: &std::path::Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (mut m4_table, x86_table) = (read(&m4), read(&x86));
+    let int8 = |t: &Value| -> Vec<(String, String, String)> {
+        t["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["dtype"] == "int8")
+            .map(|r| {
+                let digest = r["output_digest"].as_str().unwrap_or_else(|| panic!("{r}"));
+                assert_eq!(digest.len(), 16, "{r}");
+                (
+                    r["name"].to_string(),
+                    r["spec"].to_string(),
+                    digest.to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (ours, theirs) = (int8(&m4_table), int8(&x86_table));
+    assert!(!ours.is_empty(), "int8 rows: {m4_table}");
+    for row in &ours {
+        if let Some(other) = theirs.iter().find(|t| t.0 == row.0 && t.1 == row.1) {
+            assert_eq!(row.2, other.2, "{}: cortex-m4 vs x86-64", row.0);
+        }
+    }
+
+    // One int8 row's baseline outputs changed: that row fails, no other.
+    let rows = m4_table["rows"].as_array_mut().unwrap();
+    let k = rows.iter().position(|r| r["dtype"] == "int8").unwrap();
+    let name = rows[k]["name"].clone();
+    rows[k]["output_digest"] = Value::from("0123456789abcdef");
+    std::fs::write(&m4, m4_table.to_string()).unwrap();
+    let out = memtrace([
+        "regress",
+        path_str(&m4),
+        path_str(&suite("cortex-m4")),
+        "--format",
+        "json",
+    ]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(u(&report["counts"]["outputs_differ"]), 1, "{report:#}");
+    for row in report["rows"].as_array().unwrap() {
+        let output: Vec<&Value> = row["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["kind"] == "output")
+            .collect();
+        if row["name"] == name {
+            assert_eq!(row["fails"], true, "{row:#}");
+            assert_eq!(row["status"], "same", "{row:#}");
+            assert_eq!(output.len(), 1, "{row:#}");
+            assert_eq!(output[0]["old"], "0123456789abcdef");
+            assert_eq!(output[0]["exact"], true);
+        } else {
+            assert!(output.is_empty(), "{row:#}");
+        }
+    }
+}

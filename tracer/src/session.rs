@@ -31,7 +31,7 @@ use commands::{guest_read, on_port_write, port_store};
 use crossbeam_channel::{Receiver, Sender};
 use unicorn_engine::{uc_error, HookType, MemType, Unicorn};
 
-use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, Role};
+use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, OutputDigest, Role};
 use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PORT_SIZE};
 use memtrace_abi::spec::LayerSpec;
 use memtrace_abi::symbols;

@@ -170,6 +170,7 @@ impl Stream {
             Message::BufferDeclared(b) => analyses.iter_mut().for_each(|a| a.buffer(b)),
             Message::Events(batch) => analyses.iter_mut().for_each(|a| a.events(batch)),
             Message::StrayWrite(w) => analyses.iter_mut().for_each(|a| a.stray_write(w)),
+            Message::LayerOutput(d) => analyses.iter_mut().for_each(|a| a.layer_output(d)),
             Message::LayerEnd { instructions } => {
                 analyses.iter_mut().for_each(|a| a.layer_end(*instructions))
             }

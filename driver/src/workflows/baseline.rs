@@ -83,6 +83,10 @@ pub struct BaselineRow {
     /// The layer's memory contract (absent like `instructions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<RowContract>,
+    /// FNV-1a (64-bit, hex) of the layer's outputs when it ended (absent in
+    /// baselines written before memtrace digested them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_digest: Option<String>,
 }
 
 /// A baseline file.
@@ -132,6 +136,7 @@ impl BaselineRow {
             input2_reverse_monotone_bytes: row.input2.as_ref().map(|i| i.reverse_monotone_bytes),
             instructions: Some(row.instructions),
             contract: row.contract.clone(),
+            output_digest: row.output_digest.clone(),
         }
     }
 }

@@ -121,6 +121,9 @@ fn execute(uc: &mut HookUc<'_, '_>, cmd: Command, pc: u64) -> Result<(), String>
             let instructions = s.clock.now(pc) - layer.t0;
             if layer.selected {
                 s.flush();
+                let output = output_digest(uc, &layer.buffers);
+                let s = uc.get_data_mut();
+                s.send(Message::LayerOutput(output));
                 s.send(Message::LayerEnd { instructions });
             }
             for b in layer.buffers {
@@ -274,4 +277,22 @@ pub(super) fn guest_read(
     } else {
         uc.mem_read(address, out)
     }
+}
+
+/// The digest of a closing layer's output buffers, in declaration order
+/// (a piece the guest's memory does not hold is left out).
+fn output_digest(uc: &HookUc<'_, '_>, buffers: &[TracedBuffer]) -> OutputDigest {
+    let mut digest = OutputDigest::default();
+    let mut piece = [0u8; 4096];
+    for b in buffers.iter().filter(|b| b.buffer.role == Role::Output) {
+        let (mut at, end) = (b.buffer.base, b.buffer.base + u64::from(b.buffer.size));
+        while at < end {
+            let n = (end - at).min(piece.len() as u64) as usize;
+            if guest_read(uc, at, &mut piece[..n]).is_ok() {
+                digest.update(&piece[..n]);
+            }
+            at += n as u64;
+        }
+    }
+    digest
 }

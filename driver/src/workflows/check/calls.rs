@@ -135,6 +135,7 @@ fn deliver(analyses: &mut [&mut dyn Analysis], message: &Message) {
             Message::BufferDeclared(b) => a.buffer(b),
             Message::Events(e) => a.events(e),
             Message::StrayWrite(w) => a.stray_write(w),
+            Message::LayerOutput(d) => a.layer_output(d),
             Message::LayerEnd { instructions } => a.layer_end(*instructions),
             Message::Exit { .. } => {}
         }

@@ -9,6 +9,17 @@ use crate::workflows::sweep::{Row, RowContract, ScratchRecord};
 /// The contract rule of a scratch buffer used below its declared size.
 const SCRATCH_UNUSED: &str = "scratch_unused";
 
+/// The change of a layer's outputs between the baseline and the new build,
+/// when both digested them.
+pub fn output_change(old: &BaselineRow, new: &Row) -> Option<Change> {
+    let (before, after) = (old.output_digest.as_ref()?, new.output_digest.as_ref()?);
+    (before != after).then(|| Change::Output {
+        old: before.clone(),
+        new: after.clone(),
+        exact: matches!(new.dtype.as_str(), "int8" | "int16"),
+    })
+}
+
 /// One change of a layer's memory behaviour or cost.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -62,6 +73,17 @@ pub enum Change {
         /// The same in the new build.
         after: String,
     },
+    /// What the layer's outputs held when it ended differs: the same
+    /// inputs, weights and shapes give other output bytes.
+    Output {
+        /// FNV-1a digest of the outputs in the baseline.
+        old: String,
+        /// The same in the new build.
+        new: String,
+        /// The layer computes in integers (`int8`, `int16`), where a kernel
+        /// library is meant to be bit-exact: the difference breaks.
+        exact: bool,
+    },
     /// The layer's spec text changed (a built-in layer redefined).
     Spec {
         /// The new spec.
@@ -79,6 +101,7 @@ impl Change {
             Change::Overlap { old, new, .. } => new < old,
             Change::NewViolation { rule, .. } => rule != SCRATCH_UNUSED,
             Change::Scratch { declared, used, .. } => used.1 > declared.1,
+            Change::Output { exact, .. } => *exact,
             _ => false,
         }
     }
@@ -129,6 +152,14 @@ impl Change {
                 if new > old { "regression" } else { "gain" }
             ),
             Change::Kernel { before, after } => format!("kernel {before} → {after}"),
+            Change::Output { old, new, exact } => format!(
+                "output differs from the baseline's (digest {old} → {new}){}",
+                if *exact {
+                    ": an integer kernel meant to be bit-exact computes other bytes"
+                } else {
+                    ": floating-point rounding may move between builds"
+                }
+            ),
             Change::Spec { new } => format!("the layer's spec changed to `{new}`"),
         }
     }

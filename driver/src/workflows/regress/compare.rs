@@ -100,6 +100,7 @@ pub(super) fn compare(old: &BaselineRow, new: Option<&Row>, threshold: f64) -> R
     if let (Some(before), Some(after)) = (&old.contract, &new.contract) {
         c.changes.extend(change::contract_changes(before, after));
     }
+    c.changes.extend(change::output_change(old, new));
     if let Some(before) = old.instructions {
         c.changes.extend(change::instruction_change(
             before,
@@ -152,6 +153,7 @@ mod tests {
             input2_reverse_monotone_bytes: None,
             instructions: Some(1),
             contract: None,
+            output_digest: None,
         }
     }
 
@@ -184,6 +186,7 @@ mod tests {
             kernel: Some("arm_depthwise_conv_3x3_s8".into()),
             input2: None,
             contract: None,
+            output_digest: None,
         }
     }
 
@@ -326,6 +329,30 @@ mod tests {
         // A baseline without a contract compares none.
         before.contract = None;
         assert!(!compare_(&before, Some(&after)).fails);
+    }
+
+    #[test]
+    fn other_output_bytes_fail_an_integer_layer_and_are_reported_for_a_float_one() {
+        let (mut before, mut after) = (old(64, 80), new(64, 80, None));
+        before.output_digest = Some("00000000000000aa".into());
+        after.output_digest = Some("00000000000000aa".into());
+        assert!(compare_(&before, Some(&after)).changes.is_empty());
+        after.output_digest = Some("00000000000000bb".into());
+        for (dtype, fails) in [("int8", true), ("int16", true), ("f32", false)] {
+            after.dtype = dtype.into();
+            let c = compare_(&before, Some(&after));
+            assert_eq!(c.fails, fails, "{dtype}");
+            assert_eq!(c.status, Status::Same, "O_s unchanged: {dtype}");
+            assert!(
+                matches!(&c.changes[..], [Change::Output { old, new, .. }]
+                    if old.ends_with("aa") && new.ends_with("bb")),
+                "{dtype}: {:?}",
+                c.changes
+            );
+        }
+        // A baseline written before outputs were digested compares none.
+        before.output_digest = None;
+        assert!(compare_(&before, Some(&after)).changes.is_empty());
     }
 
     #[test]

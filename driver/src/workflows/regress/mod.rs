@@ -6,7 +6,9 @@
 //! A change that can break a user fails the run (exit 1) and is named on
 //! stderr: a smaller traced O_s (a memory plan built on the baseline value
 //! now overlaps bytes the kernel still reads), a newly broken rule of the
-//! memory contract, a scratch buffer used beyond its declared size. A
+//! memory contract, a scratch buffer used beyond its declared size, other
+//! output bytes from an integer layer (the same seeded inputs and weights:
+//! a bit-exact kernel gives the same bytes). A
 //! baseline layer the new binary no longer runs, or a configuration it can
 //! no longer trace, also fails (its safety is unknown). Instruction counts
 //! that moved beyond a threshold are reported as speed regressions or gains.
@@ -165,6 +167,8 @@ pub struct Counts {
     pub errors: usize,
     /// Rows whose memory contract changed in a way that can break a user.
     pub contract_broken: usize,
+    /// Rows whose outputs differ from the baseline's.
+    pub outputs_differ: usize,
     /// Rows with more instructions than the threshold allows.
     pub slower: usize,
     /// Rows with fewer instructions beyond the threshold.
@@ -296,6 +300,7 @@ fn counts(rows: &[RowChange]) -> Counts {
         missing: count(Status::Missing),
         errors: count(Status::Error),
         contract_broken: with(&|c| c.is_contract() && c.breaks()),
+        outputs_differ: with(&|c| matches!(c, Change::Output { .. })),
         slower: with(&|c| instructions(c, true)),
         faster: with(&|c| instructions(c, false)),
     }

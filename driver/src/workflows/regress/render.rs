@@ -35,7 +35,8 @@ impl RegressReport {
         let c = &self.counts;
         format!(
             "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors; \
-             {} broke the memory contract; {} slower, {} faster (beyond {} %) — {}",
+             {} broke the memory contract, {} computed other outputs; {} slower, {} faster \
+             (beyond {} %) — {}",
             c.rows,
             c.shrank,
             c.grew,
@@ -43,6 +44,7 @@ impl RegressReport {
             c.missing,
             c.errors,
             c.contract_broken,
+            c.outputs_differ,
             c.slower,
             c.faster,
             self.instruction_threshold,
@@ -171,9 +173,16 @@ fn verdict(r: &RegressReport) -> String {
     } else {
         format!(
             "**FAIL** — of {} rows, {} shrank (memory plans built on the baseline O_s are \
-             unsafe for them), {} broke the memory contract, {} missing, {} could not be \
-             traced; {} grew, {} same.\n",
-            c.rows, c.shrank, c.contract_broken, c.missing, c.errors, c.grew, c.same
+             unsafe for them), {} broke the memory contract, {} computed other outputs, {} \
+             missing, {} could not be traced; {} grew, {} same.\n",
+            c.rows,
+            c.shrank,
+            c.contract_broken,
+            c.outputs_differ,
+            c.missing,
+            c.errors,
+            c.grew,
+            c.same
         )
     }
 }

@@ -100,6 +100,10 @@ pub struct Row {
     /// ([`Depth::Baseline`](super::Depth::Baseline) sweeps only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contract: Option<RowContract>,
+    /// FNV-1a (64-bit, hex) of the layer's outputs when it ended
+    /// ([`LayerReport::output_digest`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_digest: Option<String>,
 }
 
 /// A layer's memory contract as a baseline keeps it: which rules broke and
@@ -271,6 +275,7 @@ impl Row {
             kernel: l.attribution.as_ref().map(|a| a.kernel.clone()),
             input2,
             contract: l.contract.as_ref().map(RowContract::of),
+            output_digest: l.output_digest.clone(),
         }
     }
 
@@ -303,6 +308,7 @@ impl Row {
             kernel: None,
             input2: None,
             contract: None,
+            output_digest: None,
         }
     }
 }

@@ -124,6 +124,7 @@ mod tests {
             kernel: None,
             input2: None,
             contract: None,
+            output_digest: None,
         }
     }
 
