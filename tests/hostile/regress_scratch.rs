@@ -268,5 +268,15 @@ fn a_sizing_defect_both_releases_keep_is_reported_with_both_builds_figures() {
             "{build}: {overrun}"
         );
     }
-    assert!(words.contains("scratch overrun in both builds"), "{words}");
+    let text = memtrace(["regress", "--unit-tests", path_str(&v7), path_str(&head)]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&text.stdout),
+        String::from_utf8_lossy(&text.stderr)
+    );
+    assert!(
+        text.contains("scratch overrun in both builds")
+            && text.contains("arm_transpose_conv_s8 used 144 B"),
+        "{text}"
+    );
 }
