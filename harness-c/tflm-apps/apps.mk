@@ -156,8 +156,8 @@ $(APPS)/micro_speech_test.elf: $(MS_OBJS)
 # The firmware `main` of docs/deploy.md as an ordinary program for `memtrace
 # check`: examples/deploy_main.cc from the header --emit-offline wrote,
 # linked like the tests above (semihosting, newlib's start-up code) instead
-# of on memtrace's run-time library; deploy_board.cc stands in for the
-# memtrace hooks the main calls.
+# of on memtrace's run-time library (DEPLOY_SEMIHOSTED: main returns its
+# exit code); deploy_board.cc stands in for the harness's platform file.
 #
 #   make -C harness-c deploy-check HEADER=/abs/OUT.h [DEPLOY_KERNELS=cmsis-nn]
 #        [DEPLOY_CHECK_ELF=/abs/firmware.elf]
@@ -168,7 +168,7 @@ deploy-check: $(APPS_PLATFORM) $(TFLM_LIBDIR.cortex-m4.$(DEPLOY_LIB))/libtflm.a 
 	@test -f "$(HEADER)" || { echo "error: HEADER=$(HEADER): give the absolute path of the OUT.h that --emit-offline wrote" >&2; exit 1; }
 	@mkdir -p $(dir $(DEPLOY_CHECK_ELF))
 	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(DEPLOY_CXXFLAGS) $(TFLM_TREE_DEFS) $(TFLM_DEFS.$(DEPLOY_LIB)) \
-	    -Iinclude $(TFLM_TREE_INCLUDES) -DMODEL_HEADER='"$(abspath $(HEADER))"' \
+	    -Iinclude $(TFLM_TREE_INCLUDES) -DMODEL_HEADER='"$(abspath $(HEADER))"' -DDEPLOY_SEMIHOSTED \
 	    -c examples/deploy_main.cc -o $(DEPLOY_CHECK_ELF:.elf=.o)
 	$(CXX.cortex-m4) $(ARCH.cortex-m4) $(DEPLOY_CXXFLAGS) -c tflm-apps/deploy_board.cc \
 	    -o $(DEPLOY_CHECK_ELF:.elf=-board.o)

@@ -107,6 +107,12 @@ pub struct Segment {
     pub writable: bool,
 }
 
+/// A symbol's name as its source spells it: C++ names demangled
+/// (`_ZL6kModel` is `kModel`), others as they are.
+pub fn source_name(symbol: &str) -> String {
+    addr2line::demangle(symbol, gimli::DW_LANG_C_plus_plus).unwrap_or_else(|| symbol.to_owned())
+}
+
 /// A named guest object or function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Symbol {

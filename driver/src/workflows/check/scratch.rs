@@ -130,7 +130,10 @@ fn model_bytes(image: &ElfImage, model: u64) -> (String, Result<&[u8], String>) 
         .objects()
         .find(|&(a, _, n)| a == start && n == name)
         .map_or(0, |(_, s, _)| s);
-    let label = format!("`{name}` ({size} B at {start:#x})");
+    let label = format!(
+        "`{}` ({size} B at {start:#x})",
+        memtrace_tracer::elf::source_name(name)
+    );
     let bytes = image.bytes_at(start, size).ok_or_else(|| {
         "its bytes are not in the program's file (an object filled at run time)".to_owned()
     });
