@@ -116,7 +116,10 @@ fn kernels_linked(image: &ElfImage) -> Kernels {
 /// as the report names it, and its bytes: a flatbuffer starts with the
 /// offset of its root, so the object's start plus that offset is `model`.
 fn model_bytes(image: &ElfImage, model: u64) -> (String, Result<&[u8], String>) {
-    let Some((name, offset)) = image.object_at(model) else {
+    let Some((start, size, name)) = image
+        .objects()
+        .find(|&(a, s, _)| (a..a.saturating_add(s)).contains(&model))
+    else {
         return (
             format!("at {model:#x}"),
             Err(
@@ -125,11 +128,7 @@ fn model_bytes(image: &ElfImage, model: u64) -> (String, Result<&[u8], String>) 
             ),
         );
     };
-    let start = model - offset;
-    let size = image
-        .objects()
-        .find(|&(a, _, n)| a == start && n == name)
-        .map_or(0, |(_, s, _)| s);
+    let offset = model - start;
     let label = format!(
         "`{}` ({size} B at {start:#x})",
         memtrace_tracer::elf::source_name(name)
