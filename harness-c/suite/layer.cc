@@ -243,6 +243,55 @@ int fail(int code, const char *reason) {
     return code;
 }
 
+// Appends the decimal digits of `v` at `at` (inside `end`); returns the end.
+char *append_decimal(char *at, const char *end, uint32_t v) {
+    char digits[10];
+    int n = 0;
+    do {
+        digits[n++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0 && at < end) {
+        *at++ = digits[--n];
+    }
+    return at;
+}
+
+char *append_text(char *at, const char *end, const char *text) {
+    while (*text != '\0' && at < end) {
+        *at++ = *text++;
+    }
+    return at;
+}
+
+// Why a library kernel's output is not the reference kernel's, with the
+// bytes that differ: "... : D of N bytes differ, the first at byte F".
+char g_mismatch[160];
+
+int fail_mismatch(const uint8_t *ours, const uint8_t *reference, uint32_t bytes) {
+    uint32_t differ = 0;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < bytes; i++) {
+        if (ours[i] != reference[i]) {
+            if (differ == 0) {
+                first = i;
+            }
+            differ++;
+        }
+    }
+    const char *end = g_mismatch + sizeof g_mismatch - 1;
+    char *at = append_text(g_mismatch, end,
+                           "the library kernel's output differs from the TFLM reference "
+                           "kernel's on the same inputs: ");
+    at = append_decimal(at, end, differ);
+    at = append_text(at, end, " of ");
+    at = append_decimal(at, end, bytes);
+    at = append_text(at, end, " bytes differ, the first at byte ");
+    at = append_decimal(at, end, first);
+    *at = '\0';
+    return fail(kExitMismatch, g_mismatch);
+}
+
 }  // namespace
 
 const char *exit_reason() { return g_reason; }
@@ -479,9 +528,11 @@ int run_layer(const char *name, const Layer &l) {
         ref.scratch2 = nullptr;
         ref.scratch2_bytes = 0;
         run_reference_kernel(l, ref, q);
-        if (memcmp(reference_output, b.output, static_cast<size_t>(out_n * ts)) != 0) {
-            return fail(kExitMismatch, "the library kernel's output differs from the TFLM "
-                                       "reference kernel's on the same inputs");
+        const size_t bytes = static_cast<size_t>(out_n * ts);
+        if (memcmp(reference_output, b.output, bytes) != 0) {
+            return fail_mismatch(static_cast<const uint8_t *>(b.output),
+                                 static_cast<const uint8_t *>(reference_output),
+                                 static_cast<uint32_t>(bytes));
         }
     }
     return kExitOk;

@@ -195,3 +195,70 @@ fn regress_from_the_reference_kernels_to_cmsis_nn_names_every_layer_whose_o_s_sh
         assert!(stdout(&o).contains("**PASS**"));
     }
 }
+
+/// The kernel suite checks every layer a CMSIS-NN kernel runs against TFLM's
+/// reference kernel on the same inputs, bit for bit. Against its own
+/// baseline the real library differs in no row; `suite-cmsis-skewed.elf`
+/// (`harness-c/guests/skewed_max_pool.c`) flips the lowest bit of the first
+/// three output bytes of every int8 max pool, and regress names exactly
+/// those rows with their kernel and the bytes: min(3, the output size `run`
+/// reports on the reference kernels), the first at byte 0. Their O_s is
+/// still compared (the rows are traced, not errors).
+#[test]
+#[cfg_attr(no_cmsis, ignore = "CMSIS-NN guests not built: set CMSIS_NN_DIR")]
+fn a_cmsis_nn_kernel_unlike_the_reference_kernels_is_named_with_its_bytes() {
+    let target = "cortex-m4";
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("cmsis.json");
+    table(&suite_cmsis(target), &own);
+    let regress = |elf: &Path| {
+        let o = memtrace(["regress", path_str(&own), path_str(elf), "--format", "json"]);
+        (o.status.code(), json(&o), stderr(&o))
+    };
+
+    let (code, clean, _) = regress(&suite_cmsis(target));
+    assert_eq!(code, Some(0), "{clean:#}");
+    assert!(u(&clean["counts"]["reference_checked"]) > 0, "{clean:#}");
+    assert_eq!(u(&clean["counts"]["differ_from_reference"]), 0, "{clean:#}");
+
+    let (code, skewed, err) = regress(&guest(target, "suite-cmsis-skewed"));
+    assert_eq!(code, Some(1), "{skewed:#}");
+    let mut named = 0;
+    for row in skewed["rows"].as_array().unwrap() {
+        let reference: Vec<&Value> = row["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["kind"] == "reference")
+            .collect();
+        let kernel = row["kernel_after"].as_str().unwrap_or("");
+        if !kernel.contains("`arm_max_pool_s8`") {
+            assert!(reference.is_empty(), "{row:#}");
+            continue;
+        }
+        named += 1;
+        let spec = row["spec"].as_str().unwrap();
+        let output = u(&buffer(&run_job(&suite(target), spec), "output")["size"]);
+        let bytes = format!(
+            "{} of {output} bytes differ, the first at byte 0",
+            output.min(3)
+        );
+        assert_eq!(reference.len(), 1, "{row:#}");
+        assert!(
+            reference[0]["detail"].as_str().unwrap().ends_with(&bytes),
+            "{row:#}"
+        );
+        assert_eq!(row["fails"], true, "{row:#}");
+        assert_eq!(row["status"], "same", "{row:#}");
+        let name = row["name"].as_str().unwrap();
+        assert!(
+            err.lines().any(|l| l.starts_with(&format!(
+                "OUTPUT {name} ({spec}, `arm_max_pool_s8` (CMSIS-NN)): "
+            )) && l.ends_with(&bytes)),
+            "{name}: {err}"
+        );
+    }
+    assert!(named > 0, "no int8 max pool in the sweep: {skewed:#}");
+    assert_eq!(u(&skewed["counts"]["differ_from_reference"]), named);
+    assert_eq!(u(&skewed["counts"]["errors"]), 0, "{skewed:#}");
+}

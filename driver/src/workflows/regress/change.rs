@@ -84,6 +84,14 @@ pub enum Change {
         /// library is meant to be bit-exact: the difference breaks.
         exact: bool,
     },
+    /// The suite's own check failed: the layer's outputs differ from what
+    /// TFLM's reference kernel computes on the same inputs, weights and
+    /// shapes (the suite runs it after the layer's window, for every layer
+    /// a CMSIS-NN kernel ran; CMSIS-NN is meant to be bit-exact with it).
+    Reference {
+        /// The suite's words: how many bytes differ, of how many, the first.
+        detail: String,
+    },
     /// The layer's spec text changed (a built-in layer redefined).
     Spec {
         /// The new spec.
@@ -102,8 +110,14 @@ impl Change {
             Change::NewViolation { rule, .. } => rule != SCRATCH_UNUSED,
             Change::Scratch { declared, used, .. } => used.1 > declared.1,
             Change::Output { exact, .. } => *exact,
+            Change::Reference { .. } => true,
             _ => false,
         }
+    }
+
+    /// Whether the change concerns the layer's outputs.
+    pub fn is_output(&self) -> bool {
+        matches!(self, Change::Output { .. } | Change::Reference { .. })
     }
 
     /// Whether the change concerns the memory contract (rules and scratch).
@@ -160,6 +174,7 @@ impl Change {
                     ": floating-point rounding may move between builds"
                 }
             ),
+            Change::Reference { detail } => detail.clone(),
             Change::Spec { new } => format!("the layer's spec changed to `{new}`"),
         }
     }

@@ -58,7 +58,11 @@ pub(super) fn compare(old: &BaselineRow, new: Option<&Row>, threshold: f64) -> R
         c.note = Some("the new binary does not run this layer".into());
         return c;
     };
-    if let Some(e) = &new.error {
+    if let Some(e) = new
+        .error
+        .as_ref()
+        .filter(|_| new.reference_mismatch.is_none())
+    {
         c.status = Status::Error;
         c.fails = true;
         c.note = Some(e.clone());
@@ -101,6 +105,13 @@ pub(super) fn compare(old: &BaselineRow, new: Option<&Row>, threshold: f64) -> R
         c.changes.extend(change::contract_changes(before, after));
     }
     c.changes.extend(change::output_change(old, new));
+    c.changes.extend(
+        new.reference_mismatch
+            .iter()
+            .map(|detail| Change::Reference {
+                detail: detail.clone(),
+            }),
+    );
     if let Some(before) = old.instructions {
         c.changes.extend(change::instruction_change(
             before,
@@ -187,6 +198,7 @@ mod tests {
             input2: None,
             contract: None,
             output_digest: None,
+            reference_mismatch: None,
         }
     }
 
@@ -361,6 +373,28 @@ mod tests {
         // A baseline written before outputs were digested compares none.
         before.output_digest = None;
         assert!(outputs(&compare_(&before, Some(&after))).is_empty());
+    }
+
+    #[test]
+    fn an_output_unlike_the_reference_kernels_fails_a_traced_row_and_keeps_its_o_s() {
+        let why = "the library kernel's output differs from the TFLM reference kernel's on the \
+                   same inputs: 3 of 120 bytes differ, the first at byte 0";
+        let mut after = new(64, 80, Some(why));
+        after.reference_mismatch = Some(why.into());
+        let c = compare_(&old(64, 80), Some(&after));
+        assert!(c.fails);
+        // Traced: its O_s is compared as ever, not an ERROR row.
+        assert_eq!(c.status, Status::Same);
+        assert_eq!(c.new.as_ref().and_then(|v| v.monotone_bytes), Some(64));
+        assert_eq!(c.changes, vec![Change::Reference { detail: why.into() }]);
+        let n = counts(std::slice::from_ref(&c));
+        assert_eq!(
+            (n.errors, n.differ_from_reference, n.reference_checked),
+            (0, 1, 0)
+        );
+        // Any other error still makes the row an ERROR without values.
+        let failed = compare_(&old(64, 80), Some(&new(64, 80, Some("the guest faulted"))));
+        assert_eq!(failed.status, Status::Error);
     }
 
     #[test]

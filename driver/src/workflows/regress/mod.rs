@@ -169,6 +169,11 @@ pub struct Counts {
     pub contract_broken: usize,
     /// Rows whose outputs differ from the baseline's.
     pub outputs_differ: usize,
+    /// Rows the new build ran with a CMSIS-NN kernel: the suite checks each
+    /// against TFLM's reference kernel on the same inputs.
+    pub reference_checked: usize,
+    /// Of those, rows whose outputs differ from the reference kernel's.
+    pub differ_from_reference: usize,
     /// Rows with more instructions than the threshold allows.
     pub slower: usize,
     /// Rows with fewer instructions beyond the threshold.
@@ -301,6 +306,15 @@ fn counts(rows: &[RowChange]) -> Counts {
         errors: count(Status::Error),
         contract_broken: with(&|c| c.is_contract() && c.breaks()),
         outputs_differ: with(&|c| matches!(c, Change::Output { .. })),
+        reference_checked: rows
+            .iter()
+            .filter(|r| {
+                r.kernel_after
+                    .as_deref()
+                    .is_some_and(|k| k.ends_with("(CMSIS-NN)"))
+            })
+            .count(),
+        differ_from_reference: with(&|c| matches!(c, Change::Reference { .. })),
         slower: with(&|c| instructions(c, true)),
         faster: with(&|c| instructions(c, false)),
     }

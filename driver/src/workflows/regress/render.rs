@@ -18,9 +18,20 @@ impl RegressReport {
             if r.status != Status::Same && r.status != Status::Grew {
                 lines.push(overlap_line(r));
             }
-            for c in r.changes.iter().filter(|c| c.is_contract() && c.breaks()) {
+            for c in r.changes.iter().filter(|c| c.breaks()) {
+                let tag = if c.is_contract() {
+                    "CONTRACT"
+                } else if c.is_output() {
+                    "OUTPUT"
+                } else {
+                    continue;
+                };
+                let kernel = r
+                    .kernel_after
+                    .as_ref()
+                    .map_or_else(String::new, |k| format!(", {k}"));
                 lines.push(format!(
-                    "CONTRACT {} ({}): {}",
+                    "{tag} {} ({}{kernel}): {}",
                     r.name,
                     r.spec,
                     c.describe()
@@ -35,7 +46,8 @@ impl RegressReport {
         let c = &self.counts;
         format!(
             "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors; \
-             {} broke the memory contract, {} computed other outputs; {} slower, {} faster \
+             {} broke the memory contract, {} computed other outputs, {} of {} CMSIS-NN rows \
+             differ from the reference kernels'; {} slower, {} faster \
              (beyond {} %) — {}",
             c.rows,
             c.shrank,
@@ -45,6 +57,8 @@ impl RegressReport {
             c.errors,
             c.contract_broken,
             c.outputs_differ,
+            c.differ_from_reference,
+            c.reference_checked,
             c.slower,
             c.faster,
             self.instruction_threshold,
@@ -196,6 +210,14 @@ fn markdown(r: &RegressReport) -> String {
         r.baseline, r.baseline_elf, r.baseline_arch, r.elf, r.arch
     );
     let _ = writeln!(s, "{}", verdict(r));
+    if r.counts.reference_checked > 0 {
+        let _ = writeln!(
+            s,
+            "The suite checked each of the {} rows a CMSIS-NN kernel ran against TFLM's \
+             reference kernel on the same inputs, bit for bit: {} differ.\n",
+            r.counts.reference_checked, r.counts.differ_from_reference
+        );
+    }
     let of = |st: Status| r.rows.iter().filter(|x| x.status == st).collect::<Vec<_>>();
     overlap_section(
         &mut s,
@@ -208,11 +230,17 @@ fn markdown(r: &RegressReport) -> String {
         &r.rows,
         &|c| c.is_contract() && c.breaks(),
     );
+    change_section(&mut s, "Outputs — can break a user", &r.rows, &|c| {
+        c.is_output() && c.breaks()
+    });
     overlap_section(&mut s, "Missing from the new binary", &of(Status::Missing));
     overlap_section(&mut s, "Could not be traced", &of(Status::Error));
     overlap_section(&mut s, "Grew", &of(Status::Grew));
     change_section(&mut s, "Memory contract — other changes", &r.rows, &|c| {
         c.is_contract() && !c.breaks()
+    });
+    change_section(&mut s, "Outputs — other changes", &r.rows, &|c| {
+        c.is_output() && !c.breaks()
     });
     change_section(&mut s, "Instructions", &r.rows, &|c| {
         matches!(c, Change::Instructions { .. })

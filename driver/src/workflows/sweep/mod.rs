@@ -93,18 +93,26 @@ fn trace_suite_run(
     Ok((summary.exit_code, summary.exit_reason, stats.layers))
 }
 
-/// Traces `spec` as a job; the job's single layer or an error text.
+/// The suite's exit status when a library kernel's output differs from
+/// TFLM's reference kernel's on the same inputs (docs/protocol.md).
+const EXIT_MISMATCH: i32 = 5;
+
+/// Traces `spec` as a job; the job's single layer (with the suite's words
+/// when its output differs from the reference kernel's) or an error text.
 fn trace_job(
     sweep: &Sweep<'_>,
     spec: &LayerSpec,
     kernels: &KernelResolver<'_>,
-) -> Result<LayerReport, String> {
+) -> Result<(LayerReport, Option<String>), String> {
     let job = Job {
         spec: spec.clone(),
         seed: sweep.seed,
     };
     match trace_suite_run(sweep, Some(job), kernels) {
-        Ok((0, _, mut layers)) if layers.len() == 1 => Ok(layers.remove(0)),
+        Ok((0, _, mut layers)) if layers.len() == 1 => Ok((layers.remove(0), None)),
+        Ok((EXIT_MISMATCH, Some(reason), mut layers)) if layers.len() == 1 => {
+            Ok((layers.remove(0), Some(reason)))
+        }
         Ok((0, _, layers)) => Err(format!("the guest ran {} layers for one job", layers.len())),
         Ok((2, None, _)) => Err("the guest rejected the configuration (exit 2)".into()),
         Ok((code, reason, _)) => Err(format!(
@@ -224,7 +232,10 @@ impl<'a> Sweep<'a> {
                     while let Some((i, spec)) = draw() {
                         let name = name_of(i);
                         let row = match trace_job(self, &spec, &kernels) {
-                            Ok(layer) => Row::from_layer(name, "job", arch, &layer),
+                            Ok((layer, None)) => Row::from_layer(name, "job", arch, &layer),
+                            Ok((layer, Some(why))) => {
+                                Row::from_layer(name, "job", arch, &layer).mismatched(why)
+                            }
                             Err(e) => Row::failed(name, &spec, arch, e),
                         };
                         if let Ok(mut r) = rows.lock() {

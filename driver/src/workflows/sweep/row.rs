@@ -104,6 +104,11 @@ pub struct Row {
     /// ([`LayerReport::output_digest`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_digest: Option<String>,
+    /// The suite's words when the layer's outputs differ from TFLM's
+    /// reference kernel's on the same inputs (it checks every layer a
+    /// library kernel runs); the row is then an error too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_mismatch: Option<String>,
 }
 
 /// A layer's memory contract as a baseline keeps it: which rules broke and
@@ -276,7 +281,17 @@ impl Row {
             input2,
             contract: l.contract.as_ref().map(RowContract::of),
             output_digest: l.output_digest.clone(),
+            reference_mismatch: None,
         }
+    }
+
+    /// The row of a layer whose outputs differ from the reference kernel's:
+    /// traced, but an error, with the suite's words.
+    pub(super) fn mismatched(mut self, why: String) -> Row {
+        self.verdict = Verdict::Error;
+        self.error = Some(why.clone());
+        self.reference_mismatch = Some(why);
+        self
     }
 
     pub(super) fn failed(name: String, spec: &LayerSpec, arch: &str, error: String) -> Row {
@@ -309,6 +324,7 @@ impl Row {
             input2: None,
             contract: None,
             output_digest: None,
+            reference_mismatch: None,
         }
     }
 }
