@@ -58,15 +58,15 @@ fn code_of(text: &str) -> String {
     out
 }
 
-/// The crate's top-level modules (a file `m.rs` and a folder `m/` are one
-/// module) and the files of each; `lib.rs`, `main.rs` and test-only
-/// modules (`tests.rs`) are not modules that import.
+/// The modules directly under `src` (a file `m.rs` and a folder `m/` are one
+/// module) and the files of each; `lib.rs`, `main.rs`, `mod.rs` and
+/// test-only modules (`tests.rs`) are not modules that import.
 fn top_level_modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
     let mut modules: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if ["lib", "main", "tests"].contains(&name.as_str()) {
+        if ["lib", "main", "mod", "tests"].contains(&name.as_str()) {
             continue;
         }
         if path.is_dir() {
@@ -81,6 +81,14 @@ fn top_level_modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
 /// Which top-level modules each one names through `crate::` (or, in a
 /// top-level file, `super::`).
 fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    imports_under(src, "crate::")
+}
+
+/// Which modules directly under `dir` each one names through `path` (the
+/// folder's own path from the crate root: `crate::` for `src/`) or, in a
+/// file directly in `dir`, `super::`.
+fn imports_under(dir: &Path, path: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = dir;
     let modules = top_level_modules(src);
     let names: BTreeSet<&String> = modules.keys().collect();
     let mut graph = BTreeMap::new();
@@ -112,7 +120,7 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                     }
                 }
             };
-            named("crate::");
+            named(path);
             if file.parent() == Some(src) {
                 named("super::");
             }
@@ -183,4 +191,131 @@ fn the_circle_checker_sees_imports_and_only_imports() {
     assert!(graph["c"].is_empty());
     assert_eq!(circle_through(&graph, "a").unwrap(), ["a", "b"]);
     assert_eq!(circle_through(&graph, "c"), None);
+}
+
+/// The workflows too: no command's module imports one that imports it
+/// back, and `plan`, `verify` and `run` never name each other (what they
+/// share lives below them).
+#[test]
+fn no_workflow_imports_one_that_imports_it_back_and_plan_verify_run_stand_alone() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let graph = imports_under(&root.join("driver/src/workflows"), "crate::workflows::");
+    assert!(
+        graph.contains_key("verify") && graph.contains_key("sweep"),
+        "{graph:?}"
+    );
+    for module in graph.keys() {
+        assert_eq!(circle_through(&graph, module), None, "workflows: {module}");
+    }
+    for (a, b) in [("plan", "verify"), ("plan", "run"), ("verify", "run")] {
+        assert!(
+            !graph[a].contains(b) && !graph[b].contains(a),
+            "{a} and {b}: {graph:?}"
+        );
+    }
+}
+
+/// ARCHITECTURE.md, read once.
+fn the_map() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md")).unwrap()
+}
+
+#[test]
+fn the_map_fits_on_a_few_pages() {
+    let lines = the_map().lines().count();
+    assert!(
+        lines <= 300,
+        "ARCHITECTURE.md has {lines} lines: move inventory into `//!` docs"
+    );
+}
+
+/// Every path the map names in backticks exists: one with a `/` from the
+/// repository's root, a bare file name somewhere in it.
+#[test]
+fn every_path_the_map_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = BTreeSet::new();
+    let mut walk = vec![root.to_path_buf()];
+    while let Some(dir) = walk.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('.') && name != "build" && name != "target" {
+                    walk.push(path);
+                }
+            } else {
+                files.insert(name);
+            }
+        }
+    }
+    let map = the_map();
+    let named: Vec<&str> = map
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| !t.contains([' ', '<', '*', '\n']) && !t.starts_with(['~', '$', '/']))
+        .collect();
+    let (mut paths, mut missing) = (0, Vec::new());
+    for token in named {
+        let is_file = Path::new(token).extension().is_some_and(|e| {
+            ["rs", "md", "c", "cc", "h", "py", "sh", "toml"].contains(&&*e.to_string_lossy())
+        });
+        if token.contains('/') {
+            paths += 1;
+            if !root.join(token.trim_end_matches('/')).exists() {
+                missing.push(token);
+            }
+        } else if is_file {
+            paths += 1;
+            if !files.contains(token) {
+                missing.push(token);
+            }
+        }
+    }
+    assert!(paths > 50, "only {paths} paths found in the map");
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names what does not exist: {missing:?}"
+    );
+}
+
+/// The map's block of crate dependencies is each `Cargo.toml`'s: a crate
+/// depends on exactly the memtrace crates its line names.
+#[test]
+fn each_crate_depends_on_exactly_the_crates_the_map_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = the_map();
+    let block = map
+        .split("Each crate depends on exactly these")
+        .nth(1)
+        .and_then(|rest| rest.split("```").nth(1))
+        .expect("the map's dependency block");
+    let mut crates = 0;
+    for line in block.lines().filter(|l| l.contains('→')) {
+        let (name, deps) = line.split_once('→').unwrap();
+        let name = name.trim();
+        let said: BTreeSet<String> = deps
+            .split(',')
+            .map(|d| d.trim())
+            .filter(|d| !d.is_empty())
+            .map(|d| format!("memtrace-{d}"))
+            .collect();
+        let folder = if name == "memtrace" { "." } else { name };
+        let manifest = std::fs::read_to_string(root.join(folder).join("Cargo.toml")).unwrap();
+        let section = manifest
+            .split("\n[dependencies]\n")
+            .nth(1)
+            .map(|s| s.split("\n[").next().unwrap_or(""))
+            .unwrap_or("");
+        let actual: BTreeSet<String> = section
+            .lines()
+            .filter_map(|l| l.split(['.', ' ', '=']).next())
+            .filter(|n| n.starts_with("memtrace-"))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(actual, said, "{name}: Cargo.toml against the map");
+        crates += 1;
+    }
+    assert_eq!(crates, CRATES.len(), "one line per crate");
 }

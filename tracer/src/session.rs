@@ -1,7 +1,7 @@
 //! One traced run of a guest: Unicorn set-up, hooks, protocol rules and the
 //! event batches sent to the analyzer.
 //!
-//! Cost model (ARCHITECTURE.md, "Emulator costs"): any memory hook sends every guest access through
+//! Cost model (docs/measurements.md, "Emulator costs behind the tracer's design"): any memory hook sends every guest access through
 //! Unicorn's helper path, and the helper checks hook ranges at run time. So the
 //! only memory hooks are one on `memtrace_port` (installed before the first
 //! instruction) and one per declared buffer of a selected layer (installed when

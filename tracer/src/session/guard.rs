@@ -2,7 +2,7 @@
 //! selected layer window to memory that is none of the layer's declared
 //! buffers and not the stack. They touch no buffer, so no buffer hook or
 //! served page sees them, and a memory hook over all of RAM would send every
-//! access through Unicorn's slow path (ARCHITECTURE.md, "Emulator costs").
+//! access through Unicorn's slow path (docs/measurements.md, "Emulator costs behind the tracer's design").
 //!
 //! Instead, while a selected layer is open, every page the guest loads is
 //! write-protected (read and execute stay allowed), except the port page and

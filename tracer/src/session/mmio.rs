@@ -1,7 +1,7 @@
 //! The MMIO access path ([`super::AccessPath::Mmio`]): no memory hooks at all.
 //!
 //! Any memory hook sends every guest load and store through Unicorn's slow
-//! helper, whatever its range (ARCHITECTURE.md, "Emulator costs"). This path installs none. Instead,
+//! helper, whatever its range (docs/measurements.md, "Emulator costs behind the tracer's design"). This path installs none. Instead,
 //! the page of `memtrace_port` and, while a selected layer is open, the pages
 //! of its declared buffers are *served*: their RAM mapping is replaced by MMIO
 //! whose callbacks read and write the same host memory and record the
