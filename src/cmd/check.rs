@@ -1,4 +1,4 @@
-//! `memtrace check`: run an unmodified Cortex-M4 program as it was built,
+//! `memtrace check`: run an unmodified Cortex-M program as it was built,
 //! with memcheck (docs/check.md).
 
 use std::path::PathBuf;
@@ -12,7 +12,8 @@ use super::Format;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// The program: a Cortex-M4 ELF executable, e.g. built with
+    /// The program: a Cortex-M ELF executable (the core its build
+    /// attributes name), e.g. built with
     /// `arm-none-eabi-gcc --specs=rdimon.specs` (Arm semihosting).
     pub program: PathBuf,
     /// The program's arguments (after `--`).
