@@ -30,7 +30,7 @@ CORE_APT_PACKAGES := gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf
 # executables; pip and cargo-binstall use it too).
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: all demo demo-guests test bench lint fuzz deps core-deps guests cores cores-tested build install link oracle wheel clean
+.PHONY: all demo demo-guests test bench lint golden fuzz deps core-deps guests cores cores-tested build install link oracle wheel clean
 
 all: build
 
@@ -105,6 +105,11 @@ test: cores-tested build oracle wheel
 
 bench: build
 	$(MEMTRACE) bench
+
+# The golden outputs of tests/cli/golden.rs written anew from this build,
+# for review with `git diff fixtures/golden`.
+golden: build
+	MEMTRACE_BLESS=1 $(CARGO) test --release --test cli golden::every_command
 
 # The mutation campaign of `make test` (tests/fuzz_campaign.rs), scaled up and
 # with a fresh seed per run; failing inputs land in fixtures/fuzz/ to commit.

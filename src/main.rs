@@ -40,7 +40,7 @@ enum Command {
     Cold(cmd::cold::ColdArgs),
     /// Built-in models: list them, export one as .tflite.
     Zoo(cmd::zoo::ZooArgs),
-    /// Run an unmodified Cortex-M4 program as it was built (Arm
+    /// Run an unmodified Cortex-M program as it was built (Arm
     /// semihosting) with a memory checker: heap overruns, use after free,
     /// uninitialised reads, bad frees, leaks, stack overflow.
     Check(cmd::check::CheckArgs),

@@ -10,6 +10,7 @@ mod cli {
     pub mod bad_inputs;
     pub mod cold_ranges;
     pub mod exit_codes;
+    pub mod golden;
     pub mod overlap_run;
     pub mod plan_cli;
     pub mod run_contract;
