@@ -147,6 +147,27 @@ impl AccessPath {
     }
 }
 
+/// The ML runtime whose interpreter runs a model: its arena layout, scratch
+/// requests and operator order are what a plan for it assumes. One today; a
+/// second (ExecuTorch, say) is a variant here and a runner of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// TensorFlow Lite Micro's `MicroInterpreter` (the `tflm-runner*.elf`
+    /// guests).
+    #[default]
+    Tflm,
+}
+
+impl Runtime {
+    /// The runtime's name in reports and plan files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Tflm => "tflm",
+        }
+    }
+}
+
 /// A kernel library of the harness builds: the same operator compiled from
 /// two libraries can walk memory in different orders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use memtrace_abi::Runtime;
 use memtrace_analyzer::verify::digest;
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::tflite;
@@ -34,7 +35,7 @@ pub struct PlanProvenance {
     /// them all, comma-separated (`cortex-m0,cortex-m4`).
     pub target: String,
     /// The runtime whose scratch buffers and order the plan assumes.
-    pub runtime: String,
+    pub runtime: Runtime,
     /// The TFLM build: digest of the TFLM runner ELF built with `kernels`
     /// (the TFLM tree pins no version string the runner could report), one
     /// per target, comma-separated; `None` when a runner is not built.
@@ -53,7 +54,7 @@ impl PlanProvenance {
         model: &str,
         kernels: Kernels,
         target: Arch,
-        runtime: &str,
+        runtime: Runtime,
         overlap: OverlapChoice,
     ) -> Result<PlanProvenance> {
         Ok(PlanProvenance {
@@ -61,7 +62,7 @@ impl PlanProvenance {
             model_digest: model_digest(model)?,
             kernels: kernels.name().to_string(),
             target: target.name().to_string(),
-            runtime: runtime.to_string(),
+            runtime,
             tflm_build: tflm_build(target, kernels),
             planner: None,
             overlap_source: overlap.name().to_string(),
@@ -74,7 +75,7 @@ impl PlanProvenance {
         model: &str,
         kernels: Kernels,
         targets: &[Arch],
-        runtime: &str,
+        runtime: Runtime,
         overlap: OverlapChoice,
     ) -> Result<PlanProvenance> {
         let first = *targets

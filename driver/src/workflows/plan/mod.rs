@@ -18,6 +18,7 @@ pub use suite::traced;
 
 use std::path::{Path, PathBuf};
 
+use memtrace_abi::Runtime;
 use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
 use memtrace_analyzer::tinyseg::TinysegPlan;
 use memtrace_model::planner::report::{compare, compare_all};
@@ -139,7 +140,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         &req.model,
         req.kernels,
         &req.targets(),
-        "tflm",
+        Runtime::Tflm,
         provenance.source,
     )?;
     let warnings: Vec<String> = provenance.warning().into_iter().collect();

@@ -33,6 +33,7 @@ use crate::support::provenance::OverlapChoice;
 use crate::support::spill::SpillOptions;
 use std::time::Instant;
 
+use memtrace_abi::Runtime;
 use memtrace_analyzer::verify::{digest, mismatched_bytes};
 use memtrace_model::planner::PlannerKind;
 use memtrace_model::tflite;
@@ -276,7 +277,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     });
     let mut report = VerifyReport {
         model: req.model.clone(),
-        runtime: "tflm",
+        runtime: Runtime::Tflm,
         target: req.target,
         kernels: req.kernels,
         overlap_kernels,
@@ -349,7 +350,13 @@ fn deploy_figures(
     // writes it: `run` and `verify` of the written model then say whose it is.
     let note = PlanProvenance {
         planner: Some(under_test.planner.clone()),
-        ..PlanProvenance::new(&req.model, req.kernels, req.target, "tflm", req.overlap)?
+        ..PlanProvenance::new(
+            &req.model,
+            req.kernels,
+            req.target,
+            Runtime::Tflm,
+            req.overlap,
+        )?
     }
     .to_metadata()?;
     let model = tflite::emit_offline_noted(run_bytes, offsets, Some(&note))?.bytes;

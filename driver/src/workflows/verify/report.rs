@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use memtrace_abi::runner::{op_index, Placement, TflmResult, LOAD_INPUT};
+use memtrace_abi::Runtime;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_analyzer::shadow::Clobber;
 use memtrace_analyzer::tinyseg::SpillReport;
@@ -92,8 +93,8 @@ pub struct TensorPlacement {
 pub struct VerifyReport {
     /// The model.
     pub model: String,
-    /// Always `tflm`: the runtime the plan was proven on.
-    pub runtime: &'static str,
+    /// The runtime the plan was proven on.
+    pub runtime: Runtime,
     /// Runner architecture.
     pub target: Arch,
     /// TFLM's kernels in both runs.
