@@ -386,11 +386,17 @@ mod tests {
         // Traced: its O_s is compared as ever, not an ERROR row.
         assert_eq!(c.status, Status::Same);
         assert_eq!(c.new.as_ref().and_then(|v| v.monotone_bytes), Some(64));
-        assert_eq!(c.changes, vec![Change::Reference { detail: why.into() }]);
+        let reference: Vec<&Change> = c
+            .changes
+            .iter()
+            .filter(|c| matches!(c, Change::Reference { .. }))
+            .collect();
+        assert_eq!(reference, [&Change::Reference { detail: why.into() }]);
+        // A CMSIS-NN kernel ran it, so the suite checked it.
         let n = counts(std::slice::from_ref(&c));
         assert_eq!(
             (n.errors, n.differ_from_reference, n.reference_checked),
-            (0, 1, 0)
+            (0, 1, 1)
         );
         // Any other error still makes the row an ERROR without values.
         let failed = compare_(&old(64, 80), Some(&new(64, 80, Some("the guest faulted"))));
