@@ -108,8 +108,9 @@ bench: build
 
 # The golden outputs of tests/cli/golden.rs written anew from this build,
 # for review with `git diff fixtures/golden`.
+# (The same cargo flags as `make test`, so nothing is compiled anew.)
 golden: build
-	MEMTRACE_BLESS=1 $(CARGO) test --release --test cli golden::every_command
+	MEMTRACE_BLESS=1 $(CARGO) test --release --workspace --all-targets -- golden::every_command
 
 # The mutation campaign of `make test` (tests/fuzz_campaign.rs), scaled up and
 # with a fresh seed per run; failing inputs land in fixtures/fuzz/ to commit.
