@@ -84,11 +84,10 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     imports_under(src, "crate::")
 }
 
-/// Which modules directly under `dir` each one names through `path` (the
-/// folder's own path from the crate root: `crate::` for `src/`) or, in a
-/// file directly in `dir`, `super::`.
-fn imports_under(dir: &Path, path: &str) -> BTreeMap<String, BTreeSet<String>> {
-    let src = dir;
+/// Which modules directly under `src` each one names through `path` (the
+/// folder's own path from the crate root: `crate::` for a crate's `src/`)
+/// or, in a file directly in `src`, `super::`.
+fn imports_under(src: &Path, path: &str) -> BTreeMap<String, BTreeSet<String>> {
     let modules = top_level_modules(src);
     let names: BTreeSet<&String> = modules.keys().collect();
     let mut graph = BTreeMap::new();

@@ -157,14 +157,15 @@ impl Places {
 
     /// `text` with what differs between machines and runs replaced by names.
     fn normalise(&self, text: &str) -> String {
+        // The shared folder as `<repo>/../shared` too, before `<repo>`.
         let mut text = text
             .replace(&self.tmp.display().to_string(), "<tmp>")
-            .replace(&self.shared.display().to_string(), "<shared>")
-            .replace(&self.repo.display().to_string(), "<repo>")
             .replace(
                 &self.repo.join("../shared").display().to_string(),
                 "<shared>",
-            );
+            )
+            .replace(&self.shared.display().to_string(), "<shared>")
+            .replace(&self.repo.display().to_string(), "<repo>");
         if let Some(home) = self.home.as_ref().filter(|h| h.as_os_str().len() > 1) {
             text = text.replace(&home.display().to_string(), "<home>");
         }

@@ -58,11 +58,7 @@ pub(super) fn compare(old: &BaselineRow, new: Option<&Row>, threshold: f64) -> R
         c.note = Some("the new binary does not run this layer".into());
         return c;
     };
-    if let Some(e) = new
-        .error
-        .as_ref()
-        .filter(|_| new.reference_mismatch.is_none())
-    {
+    if let Some(e) = new.error.as_ref().filter(|_| !new.unlike_reference) {
         c.status = Status::Error;
         c.fails = true;
         c.note = Some(e.clone());
@@ -105,13 +101,11 @@ pub(super) fn compare(old: &BaselineRow, new: Option<&Row>, threshold: f64) -> R
         c.changes.extend(change::contract_changes(before, after));
     }
     c.changes.extend(change::output_change(old, new));
-    c.changes.extend(
-        new.reference_mismatch
-            .iter()
-            .map(|detail| Change::Reference {
-                detail: detail.clone(),
-            }),
-    );
+    if new.unlike_reference {
+        c.changes.push(Change::Reference {
+            detail: new.error.clone().unwrap_or_default(),
+        });
+    }
     if let Some(before) = old.instructions {
         c.changes.extend(change::instruction_change(
             before,
@@ -198,7 +192,7 @@ mod tests {
             input2: None,
             contract: None,
             output_digest: None,
-            reference_mismatch: None,
+            unlike_reference: false,
         }
     }
 
@@ -380,7 +374,7 @@ mod tests {
         let why = "the library kernel's output differs from the TFLM reference kernel's on the \
                    same inputs: 3 of 120 bytes differ, the first at byte 0";
         let mut after = new(64, 80, Some(why));
-        after.reference_mismatch = Some(why.into());
+        after.unlike_reference = true;
         let c = compare_(&old(64, 80), Some(&after));
         assert!(c.fails);
         // Traced: its O_s is compared as ever, not an ERROR row.

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use memtrace_abi::LayerSpec;
+use memtrace_analyzer::kernel::Library;
 use memtrace_tracer::{Arch, ElfImage};
 use serde::Serialize;
 
@@ -306,12 +307,13 @@ fn counts(rows: &[RowChange]) -> Counts {
         errors: count(Status::Error),
         contract_broken: with(&|c| c.is_contract() && c.breaks()),
         outputs_differ: with(&|c| matches!(c, Change::Output { .. })),
+        // `kernel_after` is `kernel_text`'s "`function` (library)".
         reference_checked: rows
             .iter()
             .filter(|r| {
                 r.kernel_after
                     .as_deref()
-                    .is_some_and(|k| k.ends_with("(CMSIS-NN)"))
+                    .is_some_and(|k| k.ends_with(&format!("({})", Library::CmsisNn.name())))
             })
             .count(),
         differ_from_reference: with(&|c| matches!(c, Change::Reference { .. })),

@@ -104,11 +104,12 @@ pub struct Row {
     /// ([`LayerReport::output_digest`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_digest: Option<String>,
-    /// The suite's words when the layer's outputs differ from TFLM's
-    /// reference kernel's on the same inputs (it checks every layer a
-    /// library kernel runs); the row is then an error too.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reference_mismatch: Option<String>,
+    /// The layer was traced, but its outputs differ from TFLM's reference
+    /// kernel's on the same inputs (the suite checks every layer a library
+    /// kernel runs): an error whose [`Row::error`] holds the suite's words,
+    /// with the O_s values kept.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unlike_reference: bool,
 }
 
 /// A layer's memory contract as a baseline keeps it: which rules broke and
@@ -281,7 +282,7 @@ impl Row {
             input2,
             contract: l.contract.as_ref().map(RowContract::of),
             output_digest: l.output_digest.clone(),
-            reference_mismatch: None,
+            unlike_reference: false,
         }
     }
 
@@ -289,8 +290,8 @@ impl Row {
     /// traced, but an error, with the suite's words.
     pub(super) fn mismatched(mut self, why: String) -> Row {
         self.verdict = Verdict::Error;
-        self.error = Some(why.clone());
-        self.reference_mismatch = Some(why);
+        self.error = Some(why);
+        self.unlike_reference = true;
         self
     }
 
@@ -324,7 +325,7 @@ impl Row {
             input2: None,
             contract: None,
             output_digest: None,
-            reference_mismatch: None,
+            unlike_reference: false,
         }
     }
 }

@@ -125,7 +125,7 @@ mod tests {
             input2: None,
             contract: None,
             output_digest: None,
-            reference_mismatch: None,
+            unlike_reference: false,
         }
     }
 
