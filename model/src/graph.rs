@@ -11,9 +11,7 @@ use serde::Serialize;
 
 use super::codes::dtype;
 use super::schema::tflite as fb;
-use super::tflite::{
-    builtin_name, fb_err, not_a_model, operator_code, operator_kind, read_options,
-};
+use super::tflite::{builtin_name, fb_err, operator_code, operator_kind, read_options};
 use super::{Dtype, ModelError, OpKind};
 
 /// One tensor of subgraph 0.
@@ -86,13 +84,11 @@ impl TfliteGraph {
 
 /// Reads subgraph 0 of `.tflite` bytes; the whole file is verified first.
 pub fn read_graph(bytes: &[u8]) -> Result<TfliteGraph, ModelError> {
-    let model = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes)
-        .map_err(fb_err("model root"))
-        .and_then(|m| {
-            fb::Model::try_from(m).map_err(fb_err("verifying the whole file"))?;
-            Ok(m)
-        })
-        .map_err(|e| not_a_model(bytes).unwrap_or(e))?;
+    graph_of(crate::tflite::verified_root(bytes)?.0)
+}
+
+/// [`read_graph`] of a verified root.
+pub(crate) fn graph_of(model: fb::ModelRef<'_>) -> Result<TfliteGraph, ModelError> {
     let subgraphs = model
         .subgraphs()
         .map_err(fb_err("model.subgraphs"))?

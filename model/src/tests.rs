@@ -7,6 +7,7 @@ use std::process::Command;
 use super::order::{self, OrderKind};
 use super::shape::{broadcast, check_op_shapes};
 use super::*;
+use crate::source::ModelSource;
 use memtrace_abi::out_size;
 
 /// `examples/models/` of the tfmicro crate.
@@ -234,7 +235,7 @@ fn bytes_of(m: &Model, name: &str) -> u64 {
 
 #[test]
 fn zoo_mobilenets_have_keras_shapes() {
-    let m = zoo::build("zoo:mobilenet_v1_0.25_128_int8").unwrap();
+    let m = zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
     m.validate().unwrap();
     assert_eq!(bytes_of(&m, "conv1"), 32 * 1024);
     assert_eq!(bytes_of(&m, "conv_dw_1"), 32 * 1024);
@@ -257,7 +258,7 @@ fn zoo_mobilenets_have_keras_shapes() {
     let v2s = zoo::build("mobilenet_v2_0.35_224").unwrap();
     assert_eq!(bytes_of(&v2s, "Conv1"), 112 * 112 * 16 * 4);
     assert_eq!(bytes_of(&v2s, "expanded_conv_project"), 112 * 112 * 8 * 4);
-    assert!(zoo::build("zoo:mobilenet_v3").is_err());
+    assert!(zoo::build("mobilenet_v3").is_err());
     assert!(zoo::build("mobilenet_v1_0.3_224").is_err());
 }
 
@@ -304,15 +305,23 @@ fn with_shape(bytes: &[u8], tensor: usize, shape: &[i32]) -> Vec<u8> {
     tflite::serialize_for_tests(&owned)
 }
 
-/// A real `.tflite`: one of the tfmicro crate's, or a zoo model exported.
-fn real_tflite(name: &str) -> Vec<u8> {
-    match name.strip_prefix("zoo:") {
-        Some(zoo_name) => {
-            let m = crate::export::materialize(&zoo::build(zoo_name).unwrap(), 1);
-            crate::export::to_tflite(&m).unwrap()
+/// A real `.tflite`: one of the tfmicro crate's (a file source names its
+/// stem there), or a zoo model exported.
+fn real_tflite(source: &ModelSource) -> Vec<u8> {
+    match source {
+        ModelSource::Zoo(_) => source.bytes(1).unwrap(),
+        ModelSource::File(stem) => {
+            std::fs::read(tfmicro_models().join(stem).with_extension("tflite")).unwrap()
         }
-        None => std::fs::read(tfmicro_models().join(format!("{name}.tflite"))).unwrap(),
     }
+}
+
+/// A zoo model, or a tfmicro model by its stem.
+fn zoo(name: &str) -> ModelSource {
+    ModelSource::Zoo(name.into())
+}
+fn tfm(stem: &str) -> ModelSource {
+    ModelSource::File(stem.into())
 }
 
 #[test]
@@ -325,10 +334,10 @@ fn real_and_zoo_models_have_consistent_shapes() {
     for name in zoo::names().into_iter().filter(|&n| n != "liberis_fig1") {
         let m = zoo::build(name).unwrap();
         m.check_shapes()
-            .unwrap_or_else(|e| panic!("zoo:{name}: {e}"));
+            .unwrap_or_else(|e| panic!("zoo {name}: {e}"));
     }
-    for name in ["zoo:mobilenet_v2_0.35_96_int8", "zoo:sakr_cifar10"] {
-        tflite::import_bytes(name, &real_tflite(name)).unwrap();
+    for source in ["mobilenet_v2_0.35_96_int8", "sakr_cifar10"].map(zoo) {
+        tflite::import_bytes(&source.name(), &real_tflite(&source)).unwrap();
     }
 }
 
@@ -336,46 +345,51 @@ fn real_and_zoo_models_have_consistent_shapes() {
 fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
     // (model, operator kind, how to corrupt the operator's output shape)
     type Corrupt = fn(&[u32]) -> Vec<i32>;
-    let cases: [(&str, OpKind, Corrupt); 11] = [
-        ("zoo:tiny_unet_80x120_int8", OpKind::TransposeConv, |s| {
+    let cases: [(ModelSource, OpKind, Corrupt); 11] = [
+        (zoo("tiny_unet_80x120_int8"), OpKind::TransposeConv, |s| {
             vec![s[0] as i32, s[1] as i32 + 1, s[2] as i32, s[3] as i32]
         }),
-        ("zoo:tiny_unet_80x120_int8", OpKind::Concatenation, |s| {
+        (zoo("tiny_unet_80x120_int8"), OpKind::Concatenation, |s| {
             vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 - 1]
         }),
-        ("person_detection_grayscale", OpKind::DepthwiseConv2d, |s| {
-            vec![s[0] as i32, s[1] as i32 - 1, s[2] as i32, s[3] as i32]
-        }),
-        ("person_detection_grayscale", OpKind::Conv2d, |s| {
+        (
+            tfm("person_detection_grayscale"),
+            OpKind::DepthwiseConv2d,
+            |s| vec![s[0] as i32, s[1] as i32 - 1, s[2] as i32, s[3] as i32],
+        ),
+        (tfm("person_detection_grayscale"), OpKind::Conv2d, |s| {
             vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 + 1]
         }),
-        ("person_detection_grayscale", OpKind::AveragePool, |s| {
-            vec![s[0] as i32, s[1] as i32 + 1, s[2] as i32 + 1, s[3] as i32]
-        }),
-        ("zoo:mobilenet_v1_0.25_128_int8", OpKind::Reshape, |s| {
+        (
+            tfm("person_detection_grayscale"),
+            OpKind::AveragePool,
+            |s| vec![s[0] as i32, s[1] as i32 + 1, s[2] as i32 + 1, s[3] as i32],
+        ),
+        (zoo("mobilenet_v1_0.25_128_int8"), OpKind::Reshape, |s| {
             s.iter().map(|&d| d as i32 * 2).collect()
         }),
-        ("hello_world", OpKind::Quantize, |s| {
+        (tfm("hello_world"), OpKind::Quantize, |s| {
             s.iter().map(|&d| d as i32 + 1).collect()
         }),
-        ("hello_world", OpKind::FullyConnected, |s| {
+        (tfm("hello_world"), OpKind::FullyConnected, |s| {
             s.iter().map(|&d| d as i32 + 1).collect()
         }),
-        ("magic_wand", OpKind::MaxPool, |s| {
+        (tfm("magic_wand"), OpKind::MaxPool, |s| {
             vec![s[0] as i32, s[1] as i32 * 2, s[2] as i32, s[3] as i32]
         }),
-        ("zoo:mobilenet_v2_0.35_96_int8", OpKind::Add, |s| {
+        (zoo("mobilenet_v2_0.35_96_int8"), OpKind::Add, |s| {
             vec![s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32 * 2]
         }),
-        ("zoo:mobilenet_v1_0.25_128_int8", OpKind::Softmax, |s| {
+        (zoo("mobilenet_v1_0.25_128_int8"), OpKind::Softmax, |s| {
             s.iter().map(|&d| d as i32 + 1).collect()
         }),
     ];
     let dir = std::env::temp_dir().join(format!("memtrace-shapes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (name, kind, corrupt) in cases {
-        let bytes = real_tflite(name);
-        let model = tflite::import_bytes(name, &bytes).unwrap();
+    for (source, kind, corrupt) in cases {
+        let bytes = real_tflite(&source);
+        let name = source.name();
+        let model = tflite::import_bytes(&name, &bytes).unwrap();
         // The first operator of that kind, and its output tensor.
         let (op, o) = model
             .ops
@@ -395,7 +409,7 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
             .position(|o| o.inputs.contains(&out) || o.outputs.contains(&out))
             .unwrap();
         assert_eq!(first_user, op, "{name}");
-        let e = tflite::import_bytes(name, &copy).unwrap_err().to_string();
+        let e = tflite::import_bytes(&name, &copy).unwrap_err().to_string();
         assert!(
             e.contains(&format!("operator {op} ({})", kind.tflite_name())),
             "{name} {kind:?}: {e}"
@@ -413,7 +427,7 @@ fn a_shape_inconsistent_with_its_operator_is_a_load_error_naming_it() {
         assert_eq!(e2, e);
         // The same copy with the shape put back loads again.
         let fixed: Vec<i32> = model.tensors[out].shape.iter().map(|&d| d as i32).collect();
-        tflite::import_bytes(name, &with_shape(&bytes, out, &fixed)).unwrap();
+        tflite::import_bytes(&name, &with_shape(&bytes, out, &fixed)).unwrap();
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -488,7 +502,7 @@ fn tiny_unet_has_the_paper_s_109725_parameters() {
 
 #[test]
 fn tiny_unet_has_table_2_s_shapes_and_unet_py_s_layer_order() {
-    let m = zoo::build("zoo:tiny_unet_80x120_int8").unwrap();
+    let m = zoo::build("tiny_unet_80x120_int8").unwrap();
     m.validate().unwrap();
     m.check_shapes().unwrap();
     assert_eq!(m.tensors[m.inputs[0]].shape, [1, 80, 120, 3]);

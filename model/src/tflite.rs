@@ -32,7 +32,7 @@ pub fn import_file(path: &Path) -> Result<Model, ModelError> {
 }
 
 /// The bytes of a `.tflite` file, bounded (see [`memtrace_io::input::read_limited`]).
-fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
+pub(crate) fn read_model_file(path: &Path) -> Result<Vec<u8>, ModelError> {
     use memtrace_io::input::{read_limited, ReadError, MAX_TFLITE_FILE};
     read_limited(path, MAX_TFLITE_FILE, ".tflite models").map_err(|e| match e {
         ReadError::Io { path, source } => ModelError::Io { path, source },
@@ -109,16 +109,37 @@ pub fn import_for_tflm(name: &str, bytes: &[u8]) -> Result<Model, ModelError> {
 }
 
 fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelError> {
-    let model = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes)
-        .map_err(fb_err("model root"))
-        // Decode everything once, including parts memtrace does not use
-        // (other subgraphs, metadata, signatures): a truncated or corrupted
-        // file is rejected as a whole instead of only where it is read.
+    let (root, _) = verified_root(bytes)?;
+    model_of(name, root, opaque)
+}
+
+/// The root of `.tflite` bytes, read lazily (nothing is checked beyond the
+/// root table). Every reading of model bytes starts here, so
+/// [`crate::source::DecodeLog`] sees each one.
+pub(crate) fn root(bytes: &[u8]) -> Result<fb::ModelRef<'_>, ModelError> {
+    crate::source::note_decode(bytes);
+    <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))
+}
+
+/// The root of `.tflite` bytes and the whole model decoded from it,
+/// including parts memtrace does not use (other subgraphs, metadata,
+/// signatures): a truncated or corrupted file is rejected as a whole
+/// instead of only where it is read.
+pub(crate) fn verified_root(bytes: &[u8]) -> Result<(fb::ModelRef<'_>, fb::Model), ModelError> {
+    root(bytes)
         .and_then(|m| {
-            fb::Model::try_from(m).map_err(fb_err("verifying the whole file"))?;
-            Ok(m)
+            let whole = fb::Model::try_from(m).map_err(fb_err("verifying the whole file"))?;
+            Ok((m, whole))
         })
-        .map_err(|e| not_a_model(bytes).unwrap_or(e))?;
+        .map_err(|e| not_a_model(bytes).unwrap_or(e))
+}
+
+/// memtrace's model of the verified root `model` ([`import_with`]).
+pub(crate) fn model_of(
+    name: &str,
+    model: fb::ModelRef<'_>,
+    opaque: bool,
+) -> Result<Model, ModelError> {
     let subgraphs = model
         .subgraphs()
         .map_err(fb_err("model.subgraphs"))?
@@ -701,8 +722,7 @@ pub fn emit_offline_noted(
     offsets: &[i64],
     note: Option<&[u8]>,
 ) -> Result<EmitReport, ModelError> {
-    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
-        .map_err(fb_err("model root"))?;
+    let root = root(original)?;
     let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
     let counts = tensors_per_subgraph(&model);
     let n_tensors = counts.first().copied().unwrap_or(0);
@@ -804,8 +824,7 @@ fn word_count(n: usize) -> Result<i32, ModelError> {
 /// and serialises the result again (with TFLite's file identifier): one
 /// model derived from another with the generated code only.
 pub fn rewrite(original: &[u8], edit: impl FnOnce(&mut fb::Model)) -> Result<Vec<u8>, ModelError> {
-    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
-        .map_err(fb_err("model root"))?;
+    let root = root(original)?;
     let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
     edit(&mut model);
     Ok(serialize(&model))
@@ -858,7 +877,12 @@ pub struct EmitReport {
 
 /// The `OfflineMemoryAllocation` offsets of a `.tflite`, if it has any.
 pub fn read_offline(bytes: &[u8]) -> Result<Option<Vec<i64>>, ModelError> {
-    let Some(data) = read_metadata(bytes, OFFLINE_METADATA)? else {
+    offline_of(root(bytes)?)
+}
+
+/// [`read_offline`] of a root already read.
+pub(crate) fn offline_of(root: fb::ModelRef<'_>) -> Result<Option<Vec<i64>>, ModelError> {
+    let Some(data) = metadata_of(root, OFFLINE_METADATA)? else {
         return Ok(None);
     };
     if data.len() % 4 != 0 || data.len() < 12 {
@@ -905,12 +929,15 @@ pub fn strip_metadata(original: &[u8], name: &str) -> Result<Option<Vec<u8>>, Mo
 
 /// [`strip_metadata`] of every entry named in `names`.
 fn strip_entries(original: &[u8], names: &[&str]) -> Result<Option<Vec<u8>>, ModelError> {
-    let root = <fb::ModelRef as planus::ReadAsRoot>::read_as_root(original)
-        .map_err(fb_err("model root"))?;
-    let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
-    let Some(metadata) = model.metadata.as_mut() else {
-        return Ok(None);
-    };
+    let root = root(original)?;
+    let model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
+    Ok(without_entries(model, names))
+}
+
+/// The bytes of the decoded `model` without its metadata entries named in
+/// `names`, or `None` when it has none of them ([`strip_entries`]).
+pub(crate) fn without_entries(mut model: fb::Model, names: &[&str]) -> Option<Vec<u8>> {
+    let metadata = model.metadata.as_mut()?;
     let mut removed = Vec::new();
     metadata.retain(|m| {
         let gone = m.name.as_deref().is_some_and(|n| names.contains(&n));
@@ -920,7 +947,7 @@ fn strip_entries(original: &[u8], names: &[&str]) -> Result<Option<Vec<u8>>, Mod
         !gone
     });
     if removed.is_empty() {
-        return Ok(None);
+        return None;
     }
     let still_named: std::collections::HashSet<u32> = metadata
         .iter()
@@ -940,15 +967,21 @@ fn strip_entries(original: &[u8], names: &[&str]) -> Result<Option<Vec<u8>>, Mod
             buffer.data = None;
         }
     }
-    Ok(Some(serialize(&model)))
+    Some(serialize(&model))
 }
 
 /// The bytes of the buffer the metadata entry `name` of a `.tflite` names,
 /// or `None` when it has no such entry. Most models carry little metadata:
 /// read without decoding the whole model.
 pub fn read_metadata(bytes: &[u8], name: &str) -> Result<Option<Vec<u8>>, ModelError> {
-    let root =
-        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
+    metadata_of(root(bytes)?, name)
+}
+
+/// [`read_metadata`] of a root already read.
+pub(crate) fn metadata_of(
+    root: fb::ModelRef<'_>,
+    name: &str,
+) -> Result<Option<Vec<u8>>, ModelError> {
     let Some(metadata) = root.metadata().map_err(fb_err("model.metadata"))? else {
         return Ok(None);
     };
@@ -977,8 +1010,7 @@ pub fn read_metadata(bytes: &[u8], name: &str) -> Result<Option<Vec<u8>>, ModelE
 }
 
 fn buffer_alignment(bytes: &[u8]) -> Result<usize, ModelError> {
-    let root =
-        <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))?;
+    let root = root(bytes)?;
     let base = bytes.as_ptr() as usize;
     let mut align = 16usize;
     if let Some(buffers) = root.buffers().map_err(fb_err("model.buffers"))? {

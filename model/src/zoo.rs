@@ -331,13 +331,12 @@ pub fn names() -> Vec<&'static str> {
     ]
 }
 
-/// Builds `zoo:NAME` (the `zoo:` prefix is optional).
+/// Builds the zoo model `name` (the `NAME` of `zoo:NAME`).
 pub fn build(name: &str) -> Result<Model, ModelError> {
     build_named(name).map_err(ModelError::Invalid)
 }
 
-fn build_named(name: &str) -> Result<Model, String> {
-    let bare = name.strip_prefix("zoo:").unwrap_or(name);
+fn build_named(bare: &str) -> Result<Model, String> {
     let unknown = || {
         format!(
             "unknown zoo model `{bare}` (known: {}; any Keras alpha/resolution of \

@@ -2,6 +2,7 @@
 //! against plain Unicorn, against Valgrind lackey, peak memory), or the O_s
 //! cost ladder with `--ladder`.
 
+use memtrace_model::source::ModelSource;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -50,11 +51,11 @@ pub struct BenchArgs {
     pub ladder_configs: usize,
     /// Only time TinySeg's planning (`--planner tinyseg`) on these models.
     #[arg(long, value_name = "MODEL", num_args = 0.., default_missing_value = "zoo:tiny_unet_80x120_int8")]
-    pub tinyseg: Option<Vec<String>>,
+    pub tinyseg: Option<Vec<ModelSource>>,
     /// Only time whole models traced on real TFLM against the same runs in
     /// Unicorn without hooks (default: every model of ../shared/models).
     #[arg(long, value_name = "MODEL", num_args = 0..)]
-    pub models: Option<Vec<String>>,
+    pub models: Option<Vec<ModelSource>>,
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
@@ -101,16 +102,15 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
 
 /// Every `.tflite` of `../shared/models` (the public models beside the
 /// repository), sorted.
-fn shared_models() -> Result<Vec<String>> {
+fn shared_models() -> Result<Vec<ModelSource>> {
     let dir = std::path::Path::new("../shared/models");
-    let mut models: Vec<String> = std::fs::read_dir(dir)
+    let mut models: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("{}: {e}; name the models", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "tflite"))
-        .map(|p| p.display().to_string())
         .collect();
     models.sort();
-    Ok(models)
+    Ok(models.into_iter().map(ModelSource::File).collect())
 }
 
 /// The first harness build folder memtrace looks for guests in (the source

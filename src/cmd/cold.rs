@@ -2,6 +2,7 @@
 //! Algorithm 2 and byte level from one traced run of the model on real
 //! TFLM — as a table, JSON or CSV, and a Fig. 12-style picture.
 
+use memtrace_model::source::ModelSource;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,7 +24,7 @@ pub enum PlotTime {
 #[derive(Args, Debug)]
 pub struct ColdArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
-    pub model: String,
+    pub model: ModelSource,
     #[command(flatten)]
     pub run: super::model_run_args::ModelRunArgs,
     #[arg(long, value_enum, default_value_t = TableFormat::Table)]

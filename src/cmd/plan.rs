@@ -1,6 +1,7 @@
 //! `memtrace plan`: every arena planner on one model, side by side (the DMO
 //! paper's Table III), each plan checked by the independent validator.
 
+use memtrace_model::source::ModelSource;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,7 +41,7 @@ fn alignment(text: &str) -> Result<u64, String> {
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     /// A `.tflite` file or a built-in model, e.g. `zoo:mobilenet_v1_0.25_128_int8`.
-    pub model: String,
+    pub model: ModelSource,
     /// `all`, or one of linear, tflm-greedy, dmo-heap, replacement, reorder,
     /// exact, tinyseg (the transformed model's steps, see --base).
     #[arg(long, default_value = "all", value_parser = planner_choice)]

@@ -16,11 +16,12 @@ use memtrace_driver::workflows::deploy::{header_path, Deployment};
 use memtrace_driver::workflows::verify::verify;
 use memtrace_driver::workflows::verify::VerifyOptions;
 use memtrace_model::planner::PlannerKind;
+use memtrace_model::source::ModelSource;
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// `MODEL.tflite` or `zoo:NAME`.
-    pub model: String,
+    pub model: ModelSource,
     /// Planner of the verified plan (default: the smallest plan of every
     /// planner, the one `plan --emit-offline` writes; tinyseg: the
     /// transformed model, see --base). With --plan: which plan of a `memtrace
@@ -131,12 +132,11 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode> {
         fits: args.fits,
     };
     if let Some(dest) = &deploy.dest {
-        let model = std::path::Path::new(&args.model);
-        if args.model.starts_with("zoo:") {
+        let Some(model) = args.model.path() else {
             super::usage_error(
                 "--emit-offline needs a .tflite model to copy; a zoo model has none",
             );
-        }
+        };
         if let Some(why) = memtrace_driver::workflows::deploy::deployment_refusal(dest) {
             super::usage_error(&why);
         }

@@ -1,17 +1,24 @@
-//! What a run is given: the model's `.tflite` bytes ([`model_bytes`],
-//! [`load_for_tflm`]) and its graph inputs, from a file or seeded
-//! ([`run_inputs`], [`seeded_inputs`]).
+//! What a run is given: the model, read once ([`open_model`]), and its
+//! graph inputs, from a file or seeded ([`run_inputs`], [`seeded_inputs`]).
 
 use std::path::Path;
 
-use memtrace_model::export::{materialize, to_tflite};
 use memtrace_model::graph::TfliteGraph;
+use memtrace_model::source::{ModelFile, ModelSource};
 use memtrace_model::synth::synth_values;
-use memtrace_model::{self as model, tflite, Model};
 use memtrace_overlap::rng::Rng;
 
 use crate::support::error::{Context, Result};
 use crate::{bail, failed};
+
+/// `source` read (a zoo model with weights from `seed`) and decoded once:
+/// the one value of the model a command queries.
+pub fn open_model(source: &ModelSource, seed: u64) -> Result<ModelFile> {
+    let given = source
+        .bytes(seed)
+        .with_context(|| format!("loading {source}"))?;
+    ModelFile::decode(source, seed, given).with_context(|| format!("reading {source}"))
+}
 
 /// The graph inputs of a run: the bytes of `input` (every graph input,
 /// concatenated in order; its size must be theirs), or seeded data.
@@ -75,38 +82,5 @@ pub fn input_bytes(graph: &TfliteGraph) -> Result<u64> {
                     graph.tensors[t].shape
                 )
             })
-    })
-}
-
-/// The `.tflite` bytes of `MODEL.tflite` or `zoo:NAME` (the zoo model with
-/// verify's seeded weights).
-pub fn model_bytes(arg: &str, seed: u64) -> Result<Vec<u8>> {
-    Ok(match arg.strip_prefix("zoo:") {
-        Some(_) => {
-            let m = model::source::load(arg).with_context(|| format!("loading {arg}"))?;
-            to_tflite(&materialize(&m, seed))?
-        }
-        None => memtrace_io::input::read_limited(
-            std::path::Path::new(arg),
-            memtrace_io::input::MAX_TFLITE_FILE,
-            ".tflite models",
-        )?,
-    })
-}
-
-/// The model of `MODEL.tflite` or `zoo:NAME` for planning on real TFLM:
-/// operators memtrace does not model are opaque nodes
-/// ([`tflite::import_for_tflm`]).
-pub fn load_for_tflm(arg: &str) -> Result<Model> {
-    Ok(match arg.strip_prefix("zoo:") {
-        Some(_) => model::source::load(arg)?,
-        None => {
-            let bytes = model_bytes(arg, 1)?;
-            let name = std::path::Path::new(arg)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "model".into());
-            tflite::import_for_tflm(&name, &bytes).with_context(|| format!("loading {arg}"))?
-        }
     })
 }

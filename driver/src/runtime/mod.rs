@@ -28,7 +28,7 @@ mod runner;
 mod runner_build;
 pub mod trace_cache;
 
-pub use inputs::{input_bytes, load_for_tflm, model_bytes, run_inputs, seeded_inputs};
+pub use inputs::{input_bytes, open_model, run_inputs, seeded_inputs};
 pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
 pub(crate) use per_operator::compare_operators;
 pub use per_operator::{OperatorComparison, OperatorDifference};

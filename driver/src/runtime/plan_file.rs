@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use memtrace_abi::Runtime;
 use memtrace_analyzer::verify::digest;
 use memtrace_model::planner::PlannerKind;
-use memtrace_model::tflite;
+use memtrace_model::source::ModelFile;
 use memtrace_tracer::Arch;
 
 use super::kernels::{harness_guest, Kernels};
@@ -48,10 +48,10 @@ pub struct PlanProvenance {
 }
 
 impl PlanProvenance {
-    /// The provenance of a plan made now from `model` (a `.tflite` path or
-    /// `zoo:NAME`) for `kernels` on `target`.
+    /// The provenance of a plan made now from `model` for `kernels` on
+    /// `target`.
     pub fn new(
-        model: &str,
+        model: &ModelFile,
         kernels: Kernels,
         target: Arch,
         runtime: Runtime,
@@ -72,7 +72,7 @@ impl PlanProvenance {
     /// The provenance of a plan made now for every core of `targets` (the
     /// first is the one it was measured on; see [`PlanProvenance::new`]).
     pub fn for_targets(
-        model: &str,
+        model: &ModelFile,
         kernels: Kernels,
         targets: &[Arch],
         runtime: Runtime,
@@ -117,8 +117,11 @@ impl PlanProvenance {
 
 /// Digest of the `.tflite` bytes of `model`: a file's bytes as they are, a
 /// zoo model's export with seed-1 weights (the weights `plan` uses).
-pub fn model_digest(model: &str) -> Result<String> {
-    Ok(digest(&super::model_bytes(model, 1)?))
+pub fn model_digest(model: &ModelFile) -> Result<String> {
+    Ok(match model.source.is_zoo() && model.seed != 1 {
+        true => digest(&model.source.bytes(1)?),
+        false => digest(&model.given),
+    })
 }
 
 /// Digest of the TFLM runner built with `kernels` for `target`, if built.
@@ -138,14 +141,17 @@ pub enum EmbeddedOrigin {
 }
 
 impl EmbeddedOrigin {
-    /// The origin of the offline plan in `bytes` (a model that carries
-    /// one); an unreadable `memtrace_plan` entry is an unknown origin.
-    pub fn of(bytes: &[u8]) -> EmbeddedOrigin {
-        tflite::read_metadata(bytes, tflite::PLAN_METADATA)
-            .ok()
-            .flatten()
-            .and_then(|text| serde_json::from_slice(&text[..]).ok())
-            .map_or(EmbeddedOrigin::Unknown, EmbeddedOrigin::Memtrace)
+    /// The origin of the offline plan `model` carries, if it carries one;
+    /// an unreadable `memtrace_plan` entry is an unknown origin.
+    pub fn of(model: &ModelFile) -> Option<EmbeddedOrigin> {
+        model.offline.as_ref()?;
+        Some(
+            model
+                .plan_note
+                .as_ref()
+                .and_then(|text| serde_json::from_slice(&text[..]).ok())
+                .map_or(EmbeddedOrigin::Unknown, EmbeddedOrigin::Memtrace),
+        )
     }
 
     /// Words for reports: `memtrace's plan (...)` or `of unknown origin`.
@@ -364,16 +370,18 @@ fn choose<'a>(
 /// another TFLM build gives a warning (returned).
 pub(crate) fn check_provenance(
     made: &PlanProvenance,
-    model: &str,
+    model: &ModelFile,
     target: Arch,
     kernels: Kernels,
 ) -> Result<Vec<String>> {
     let digest = model_digest(model)?;
     if made.model_digest != digest {
         bail!(
-            "the plan was made for another model: its model digest is {}, {model}'s is {digest} \
-             (re-plan with `memtrace plan {model}`)",
-            made.model_digest
+            "the plan was made for another model: its model digest is {}, {}'s is {digest} \
+             (re-plan with `memtrace plan {}`)",
+            made.model_digest,
+            model.source,
+            model.source
         );
     }
     let Some(index) = made.target_index(target) else {

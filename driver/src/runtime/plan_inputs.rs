@@ -7,10 +7,10 @@ use memtrace_abi::Role;
 use memtrace_analyzer::layer_stats::LayerStats;
 use memtrace_analyzer::report::LayerReport;
 use memtrace_model::planner::TracedOverlaps;
-use memtrace_model::tflite;
+use memtrace_model::source::ModelFile;
 use memtrace_tracer::{AccessPath, Arch, ElfImage};
 
-use super::{load_runner, model_bytes, runner_path, seeded_inputs, ModelRun, OpsNeeded};
+use super::{load_runner, runner_path, seeded_inputs, ModelRun, OpsNeeded};
 use crate::runtime::kernels::Kernels;
 use crate::runtime::trace_cache::TraceCache;
 use crate::support::error::Result;
@@ -86,14 +86,7 @@ pub fn size_scratch(
     target: Arch,
     result: &TflmResult,
 ) -> memtrace_model::scratch_sizing::ScratchSizing {
-    let names: Vec<String> = graph.ops.iter().map(|o| o.name.clone()).collect();
-    memtrace_model::scratch_sizing::size_scratch(
-        model,
-        &names,
-        kernels,
-        target,
-        &scratch_requested(result),
-    )
+    size_scratch_of(graph, model, kernels, target, &scratch_requested(result))
 }
 
 /// Each scratch buffer TFLM gave in `result`: (operator, bytes).
@@ -105,21 +98,18 @@ pub(crate) fn scratch_requested(result: &TflmResult) -> Vec<(usize, u64)> {
         .collect()
 }
 
-/// Every operator of the `.tflite` `bytes` sized from its shapes on
-/// `kernels` and `target`, against `requested` (operator, bytes of one
-/// scratch buffer it asked for).
+/// Every operator of `graph` (memtrace's `model` of it) sized from its
+/// shapes on `kernels` and `target`, against `requested` (operator, bytes of
+/// one scratch buffer it asked for).
 pub fn size_scratch_of(
-    bytes: &[u8],
+    graph: &memtrace_model::graph::TfliteGraph,
+    model: &memtrace_model::Model,
     kernels: Kernels,
     target: Arch,
     requested: &[(usize, u64)],
-) -> Result<memtrace_model::scratch_sizing::ScratchSizing> {
-    let graph = memtrace_model::graph::read_graph(bytes)?;
-    let model = tflite::import_for_tflm("model", bytes)?;
+) -> memtrace_model::scratch_sizing::ScratchSizing {
     let names: Vec<String> = graph.ops.iter().map(|o| o.name.clone()).collect();
-    Ok(memtrace_model::scratch_sizing::size_scratch(
-        &model, &names, kernels, target, requested,
-    ))
+    memtrace_model::scratch_sizing::size_scratch(model, &names, kernels, target, requested)
 }
 
 /// What a plan for real TFLM takes from one traced run of the model: the
@@ -132,11 +122,11 @@ pub struct PlanInputs {
     pub overlaps: TracedOverlaps,
 }
 
-/// Traces `model` (a `.tflite` or `zoo:NAME`, `ops` operators) on the
-/// Cortex-M4 runner of `kernels` with seeded inputs (seed 1), or takes the
-/// result from `cache` when the runner, model and inputs were traced before.
+/// Traces `model` (`ops` operators) on the runner of `kernels` for
+/// `target` with seeded inputs (seed 1), or takes the result from `cache`
+/// when the runner, model and inputs were traced before.
 pub fn plan_inputs(
-    model: &str,
+    model: &ModelFile,
     ops: usize,
     kernels: Kernels,
     target: Arch,
@@ -144,28 +134,27 @@ pub fn plan_inputs(
 ) -> Result<PlanInputs> {
     // TFLM's own plan gives the scratch and O_s, not an offline plan the
     // model may carry.
-    let bytes = model_bytes(model, 1)?;
-    let bytes = tflite::strip_offline(&bytes)?.unwrap_or(bytes);
-    let graph = memtrace_model::graph::read_graph(&bytes)?;
-    let inputs = seeded_inputs(&graph, 1)?;
+    let bytes = model.without_offline();
+    let graph = &model.graph;
+    let inputs = seeded_inputs(graph, 1)?;
     let image = load_runner(
         &runner_path(
             target,
             kernels,
             None,
             "--runner",
-            Some(&OpsNeeded::of(&graph)),
+            Some(&OpsNeeded::of(graph)),
         )?,
         kernels,
     )?;
     let key = TraceCache::key(
         "tflm-plan-inputs-v1",
-        &[&image.bytes, &bytes, &inputs, &(ops as u64).to_le_bytes()],
+        &[&image.bytes, bytes, &inputs, &(ops as u64).to_le_bytes()],
     );
     cache.fetch(&key, || {
         let (result, layers) = trace_model_operators(
             &image,
-            &bytes,
+            bytes,
             &inputs,
             crate::support::common::MAX_INSTRUCTIONS,
         )?;

@@ -181,10 +181,14 @@ impl SpillRun<'_> {
     }
 }
 
-/// TinySeg's planning time on each of `models` (`zoo:NAME` or `.tflite`)
+/// TinySeg's planning time on each of `models`
 /// with each base planner and every scratch policy's step, written to `out`
 /// with the target the issue sets (< 1 s on Tiny U-Net).
-pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Write) -> Result<()> {
+pub fn bench_tinyseg(
+    models: &[memtrace_model::source::ModelSource],
+    repeat: u32,
+    out: &mut impl std::io::Write,
+) -> Result<()> {
     use memtrace_model::planner::OverlapMethod;
     use memtrace_model::tinyseg::bench::time_tinyseg;
     writeln!(
@@ -197,7 +201,7 @@ pub fn bench_tinyseg(models: &[String], repeat: u32, out: &mut impl std::io::Wri
         "model", "base", "int16", "seconds", "steps", "peak B", "after B"
     )?;
     for name in models {
-        let model = memtrace_model::source::load(name)?.with_reference_scratch();
+        let model = name.load()?.with_reference_scratch();
         let model = materialize(&model, 1);
         let overlaps = Overlaps::compute(&model, &OverlapMethod::Analytic);
         for base in [PlannerKind::TflmGreedy, PlannerKind::DmoHeap] {

@@ -15,16 +15,15 @@ use std::time::Instant;
 
 use memtrace_abi::runner::{Placement, TflmResult, BUFFER_ID_OUTPUTS};
 use memtrace_analyzer::cold::{tensor_colds, BufferTensors, ByteCold, ColdReport};
-use memtrace_model::graph::{read_graph, TfliteGraph};
+use memtrace_model::graph::TfliteGraph;
 use memtrace_model::planner::{PlacedTensor, Plan};
-use memtrace_model::{tflite, Model};
+use memtrace_model::source::ModelSource;
+use memtrace_model::Model;
 use memtrace_tracer::Arch;
 
 use crate::bail;
 use crate::runtime::kernels::Kernels;
-use crate::runtime::{
-    model_bytes, model_runner, run_inputs, scratch_needs, ModelRun, ScratchWatch,
-};
+use crate::runtime::{model_runner, open_model, run_inputs, scratch_needs, ModelRun, ScratchWatch};
 use crate::support::common::{access_path, check_output};
 use crate::support::error::{Context, Result};
 use crate::support::outcome::{Answer, Format, Outcome};
@@ -32,8 +31,8 @@ use crate::support::outcome::{Answer, Format, Outcome};
 /// What to analyse, and how.
 #[derive(Debug, Clone)]
 pub struct ColdOptions {
-    /// `MODEL.tflite` or `zoo:NAME`.
-    pub model: String,
+    /// The model: a `.tflite` file or a zoo model.
+    pub model: ModelSource,
     /// Seed of the generated input (and of zoo weights).
     pub seed: u64,
     /// Raw bytes of the graph inputs, concatenated in order.
@@ -61,24 +60,25 @@ pub struct ColdOptions {
 /// arena tensor's cold ranges at graph and byte level (and draws them).
 pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
     let started = Instant::now();
+    let inputs: Vec<&Path> = req.model.path().into_iter().collect();
     for out in req.plot.iter().chain(&req.out) {
-        check_output(out, &[Path::new(&req.model)])?;
+        check_output(out, &inputs)?;
     }
     if let Some(p) = &req.plot {
         memtrace_analyzer::plot::is_svg(p)?;
     }
-    let given = model_bytes(&req.model, req.seed)?;
-    let bytes = tflite::strip_offline(&given)
-        .with_context(|| format!("reading {}", req.model))?
-        .unwrap_or(given);
-    let graph = read_graph(&bytes).with_context(|| format!("reading {}", req.model))?;
-    let model = tflite::import_for_tflm(&model_name(&req.model), &bytes)
+    let file = open_model(&req.model, req.seed)?;
+    // TFLM's own greedy plan: not an offline plan the model carries.
+    let bytes = file.without_offline();
+    let graph = &file.graph;
+    let model = file
+        .imported()
         .with_context(|| format!("loading {}", req.model))?;
-    let inputs = run_inputs(req.input.as_deref(), req.seed, &graph)?;
-    let (path, image) = model_runner(req.target, req.kernels, req.runner.as_deref(), &graph)?;
+    let inputs = run_inputs(req.input.as_deref(), req.seed, graph)?;
+    let (path, image) = model_runner(req.target, req.kernels, req.runner.as_deref(), graph)?;
     // TFLM runs subgraph 0's operators in the model's order.
     let order: Vec<usize> = (0..model.ops.len()).collect();
-    let mut bytes_cold = ByteCold::new(&model, &order, buffer_tensors(&graph, &order));
+    let mut bytes_cold = ByteCold::new(&model, &order, buffer_tensors(graph, &order));
     let run = ModelRun {
         // Declared as `memtrace run` declares them, although byte level
         // ignores them: each declaration is guest code inside its window,
@@ -88,7 +88,7 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
         scratch: ScratchWatch::Untraced,
         // Event times come from the run's own clock.
         split: false,
-        ..ModelRun::whole(&image, &bytes, &inputs, req.max_instructions)
+        ..ModelRun::whole(&image, bytes, &inputs, req.max_instructions)
     };
     let outcome = run
         .trace(
@@ -138,17 +138,6 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
         )?;
     }
     Ok(report)
-}
-
-/// The model's name in the report: a zoo model's, or the file's stem.
-fn model_name(arg: &str) -> String {
-    match arg.strip_prefix("zoo:") {
-        Some(zoo) => zoo.to_string(),
-        None => Path::new(arg)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into()),
-    }
 }
 
 /// Which tensor each buffer of each window is, by the runner's buffer ids:
@@ -418,11 +407,5 @@ mod tests {
         assert!(side_by_side(&[(0, 16), (16, 32), (48, 16)]));
         assert!(!side_by_side(&[(0, 16), (32, 16)]));
         assert!(side_by_side(&[(64, 16)]));
-    }
-
-    #[test]
-    fn zoo_and_file_models_are_named_by_what_the_user_gave() {
-        assert_eq!(model_name("zoo:sakr_cifar10"), "sakr_cifar10");
-        assert_eq!(model_name("/a/b/magic_wand.tflite"), "magic_wand");
     }
 }

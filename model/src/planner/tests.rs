@@ -42,7 +42,7 @@ const TABLE_III: [(&str, u64, u64); 6] = [
 
 #[test]
 fn table_three_mobilenet_v1_025_128_int8_goes_from_96_to_64_kb() {
-    let m = zoo::build("zoo:mobilenet_v1_0.25_128_int8").unwrap();
+    let m = zoo::build("mobilenet_v1_0.25_128_int8").unwrap();
     let original = run(&m, PlannerKind::DmoHeap, &Overlaps::none(&m), &opts()).unwrap();
     assert_eq!(original.peak_bytes, Some(96 * KIB));
     let dmo = run(&m, PlannerKind::DmoHeap, &analytic(&m), &opts()).unwrap();

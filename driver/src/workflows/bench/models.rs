@@ -19,6 +19,7 @@
 //! recording run and the counting run of `ClockMode::Parallel`), so the
 //! CPU time, not the sum of the phases' wall times, is the sum of its runs.
 
+use memtrace_model::source::ModelSource;
 use std::io::Write;
 use std::path::Path;
 
@@ -28,7 +29,7 @@ use memtrace_tracer::{AccessPath, Arch};
 
 use crate::runtime::kernels::Kernels;
 use crate::runtime::trace_cache::TraceCache;
-use crate::runtime::{load_runner, model_bytes, seeded_inputs, ModelRun};
+use crate::runtime::{load_runner, open_model, seeded_inputs, ModelRun};
 use crate::support::error::Result;
 use crate::support::provenance::OverlapChoice;
 use crate::workflows::bench::{fastest, untraced_baselines};
@@ -57,7 +58,7 @@ struct VerifyPhases {
 
 /// Prints the per-phase table of every model in `models`.
 pub fn bench_models(
-    models: &[String],
+    models: &[ModelSource],
     build_dir: &Path,
     repeat: u32,
     out: &mut impl Write,
@@ -80,7 +81,7 @@ pub fn bench_models(
         "M instr/s"
     )?;
     for model in models {
-        let name = model.rsplit('/').next().unwrap_or(model);
+        let name = &model.short();
         for kernels in [Kernels::Tflm, Kernels::CmsisNn] {
             for p in os_trace(model, build_dir, kernels, repeat)? {
                 write_row(out, name, kernels, &p)?;
@@ -142,17 +143,22 @@ fn write_row(out: &mut impl Write, model: &str, kernels: Kernels, p: &Phase) -> 
 /// instruction clock (a block hook) costs by itself, before any event; and
 /// the O_s trace against the run in Unicorn as it comes (its own TLB, which
 /// sends every store through its slow path: `UntracedOptions::stock`).
-fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Result<[Phase; 3]> {
-    let bytes = model_bytes(model, 1)?;
-    let graph = memtrace_model::graph::read_graph(&bytes)?;
-    let inputs = seeded_inputs(&graph, 1)?;
+fn os_trace(
+    model: &ModelSource,
+    build_dir: &Path,
+    kernels: Kernels,
+    repeat: u32,
+) -> Result<[Phase; 3]> {
+    let file = open_model(model, 1)?;
+    let bytes = &file.given;
+    let inputs = seeded_inputs(&file.graph, 1)?;
     let image = load_runner(
         &build_dir.join("cortex-m4").join(kernels.runner_file()),
         kernels,
     )?;
     let run = ModelRun::whole(
         &image,
-        &bytes,
+        bytes,
         &inputs,
         crate::support::common::MAX_INSTRUCTIONS,
     )
@@ -209,9 +215,9 @@ fn os_trace(model: &str, build_dir: &Path, kernels: Kernels, repeat: u32) -> Res
 /// trace cache: traced seconds and the wall time from verifies as a user
 /// runs them, the runs without hooks from as many verifies with
 /// `--baseline` (which time them just before each traced run).
-fn verify_phases(model: &str, kernels: Kernels, repeat: u32) -> Result<VerifyPhases> {
+fn verify_phases(model: &ModelSource, kernels: Kernels, repeat: u32) -> Result<VerifyPhases> {
     let options = |baseline, oracle| VerifyOptions {
-        model: model.to_string(),
+        model: model.clone(),
         planner: None,
         overlap: OverlapChoice::Traced,
         plan: None,

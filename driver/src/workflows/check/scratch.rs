@@ -8,6 +8,7 @@
 
 use memtrace_abi::Kernels;
 use memtrace_model::scratch_sizing::ScratchSizing;
+use memtrace_model::source::{ModelFile, ModelSource};
 use memtrace_tracer::program::TracedOperator;
 use memtrace_tracer::ElfImage;
 use serde_json::{json, Value};
@@ -85,8 +86,17 @@ pub(super) fn size_models(
             .collect();
         let (name, bytes) = model_bytes(image, model);
         let sizing = bytes.and_then(|b| {
-            crate::runtime::size_scratch_of(b, kernels, image.arch, &requested)
-                .map_err(|e| e.to_string())
+            // Decoded once, as a file is (named after its data object).
+            let source = ModelSource::File(name.clone().into());
+            let file = ModelFile::decode(&source, 1, b.to_vec()).map_err(|e| e.to_string())?;
+            let model = file.model().map_err(|e| e.to_string())?;
+            Ok(crate::runtime::size_scratch_of(
+                &file.graph,
+                model,
+                kernels,
+                image.arch,
+                &requested,
+            ))
         });
         out.push(ModelScratch {
             model: name,

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use memtrace_model::planner::report::Comparison;
+use memtrace_model::source::ModelFile;
 use memtrace_model::{tflite, Model};
 
 use super::PlanRequest;
@@ -31,6 +32,7 @@ pub(super) struct Deployable {
 /// measurement is a note, unless the header or the budget needs it.
 pub(super) fn deployable(
     req: &PlanRequest,
+    file: &ModelFile,
     model: &Model,
     file_tensors: usize,
     comparison: &Comparison,
@@ -39,7 +41,7 @@ pub(super) fn deployable(
     let Some(plan) = comparison.best_plan() else {
         return Ok(None);
     };
-    if req.model.starts_with("zoo:") {
+    if file.source.is_zoo() {
         return Ok(None);
     }
     let needed = req.emit_offline.is_some() || req.fits.is_some();
@@ -58,8 +60,7 @@ pub(super) fn deployable(
         ..provenance.clone()
     }
     .to_metadata()?;
-    let emitted = crate::runtime::model_bytes(&req.model, 1)
-        .and_then(|source| Ok(tflite::emit_offline_noted(&source, &offsets, Some(&note))?));
+    let emitted = tflite::emit_offline_noted(&file.given, &offsets, Some(&note));
     let emitted = match emitted {
         Ok(e) => e,
         Err(e) if !needed => {
@@ -68,23 +69,21 @@ pub(super) fn deployable(
                 emitted: None,
             }))
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     // A model TFLM refuses still gets its plan written (without a header);
     // only the budget cannot do without the number.
-    // The inputs `plan`'s traced run used (seed 1).
-    let arena = memtrace_model::graph::read_graph(&emitted.bytes)
-        .map_err(crate::support::error::Error::from)
-        .and_then(|graph| crate::runtime::seeded_inputs(&graph, 1))
-        .and_then(|inputs| {
-            super::targets::largest_arena(
-                &emitted.bytes,
-                &inputs,
-                req.kernels,
-                &req.targets(),
-                &req.cache,
-            )
-        });
+    // The inputs `plan`'s traced run used (seed 1); the plan changes no
+    // graph input.
+    let arena = crate::runtime::seeded_inputs(&file.graph, 1).and_then(|inputs| {
+        super::targets::largest_arena(
+            &emitted.bytes,
+            &inputs,
+            req.kernels,
+            &req.targets(),
+            &req.cache,
+        )
+    });
     let (arena, not_measured) = match arena {
         Ok(a) => (Some(a), None),
         Err(e) if req.fits.is_none() => (None, Some(e.to_string())),
@@ -141,7 +140,7 @@ pub(super) fn emit(
         m,
         arena,
         "plan --emit-offline",
-        &req.model,
+        &req.model.to_string(),
         false,
     )?;
     Ok(format!(

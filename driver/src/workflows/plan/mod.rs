@@ -23,6 +23,7 @@ use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
 use memtrace_analyzer::tinyseg::TinysegPlan;
 use memtrace_model::planner::report::{compare, compare_all};
 use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
+use memtrace_model::source::{ModelFile, ModelSource};
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::bail;
@@ -30,7 +31,7 @@ use crate::runtime::kernels::{library_of, Kernels};
 use crate::runtime::plan_file::PlanProvenance;
 use crate::runtime::trace_cache::TraceCache;
 use crate::support::common::check_output;
-use crate::support::error::Result;
+use crate::support::error::{Context, Result};
 use crate::support::provenance::{OverlapChoice, OverlapProvenance};
 use crate::support::spill::{transform, SpillOptions};
 use crate::workflows::deploy::{Budget, MeasuredPlan};
@@ -39,8 +40,8 @@ use emit::{deployable, emit};
 /// What to plan and what to write.
 #[derive(Debug, Clone)]
 pub struct PlanRequest {
-    /// A `.tflite` file or `zoo:NAME`.
-    pub model: String,
+    /// The model: a `.tflite` file or a zoo model.
+    pub model: ModelSource,
     /// One planner, or all of them.
     pub planner: Option<PlannerKind>,
     /// Where O_s comes from (default: traced on real TFLM).
@@ -123,21 +124,22 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     {
         bail!("{why}");
     }
+    let inputs: Vec<&Path> = req.model.path().into_iter().collect();
     for path in req.plot.iter().chain(&req.emit_offline) {
-        check_output(path, &[Path::new(&req.model)])?;
+        check_output(path, &inputs)?;
     }
     if let Some(dest) = &req.emit_offline {
-        check_output(
-            &crate::workflows::deploy::header_path(dest),
-            &[Path::new(&req.model), dest],
-        )?;
+        let inputs: Vec<&Path> = inputs.iter().copied().chain([dest.as_path()]).collect();
+        check_output(&crate::workflows::deploy::header_path(dest), &inputs)?;
     }
-    if req.emit_offline.is_some() && req.model.starts_with("zoo:") {
+    if req.emit_offline.is_some() && req.model.is_zoo() {
         bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
     }
     let (provenance, suite) = provenance(req)?;
+    // Zoo models get verify's seeded weights (seed 1).
+    let file = ModelFile::open(&req.model, 1)?;
     let plan_provenance = PlanProvenance::for_targets(
-        &req.model,
+        &file,
         req.kernels,
         &req.targets(),
         Runtime::Tflm,
@@ -152,13 +154,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             provenance.warning().unwrap_or_default()
         );
     }
-    let model = crate::runtime::load_for_tflm(&req.model)?;
+    let model = file
+        .model()
+        .with_context(|| format!("loading {}", req.model))?;
     let file_tensors = model.tensors.len();
     // The model itself traced on real TFLM: its scratch buffers, and with a
     // traced source every operator's O_s (with --suite, those the suite
     // does not run), on every core the plan is for.
     let traced_run = targets::plan_inputs_on_every_target(
-        &req.model,
+        &file,
         model.ops.len(),
         req.kernels,
         &req.targets(),
@@ -198,8 +202,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                  (TinySeg's storage operators as custom operators) once TFLM ran it"
             );
         }
-        // Zoo models get verify's seeded weights.
-        let seed = req.model.starts_with("zoo:").then_some(1);
+        let seed = req.model.is_zoo().then_some(1);
         let mut warnings = warnings;
         let (spill, warning) =
             crate::support::spill::for_tflm(&model, &overlaps, &req.spill, &opts, seed)?;
@@ -231,7 +234,14 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     if let Some(path) = &req.plot {
         plot_comparison(&model, &comparison, path)?;
     }
-    let deployable = deployable(req, &model, file_tensors, &comparison, &plan_provenance)?;
+    let deployable = deployable(
+        req,
+        &file,
+        &model,
+        file_tensors,
+        &comparison,
+        &plan_provenance,
+    )?;
     let deploy = deployable.as_ref().map(|d| d.measured.clone());
     let budget = match (req.fits, &deploy) {
         (None, _) => None,

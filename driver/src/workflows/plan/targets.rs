@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use memtrace_model::source::ModelFile;
 use memtrace_tracer::Arch;
 
 use crate::runtime::kernels::Kernels;
@@ -20,7 +21,7 @@ use crate::workflows::deploy::{measure_arena, ArenaToAllocate};
 /// largest scratch and the smallest O_s (an operator with no O_s on one
 /// core gets none).
 pub(super) fn plan_inputs_on_every_target(
-    model: &str,
+    model: &ModelFile,
     ops: usize,
     kernels: Kernels,
     targets: &[Arch],
@@ -28,7 +29,7 @@ pub(super) fn plan_inputs_on_every_target(
 ) -> Result<PlanInputs> {
     let mut all = targets.iter().map(|&target| {
         crate::runtime::plan_inputs(model, ops, kernels, target, cache)
-            .with_context(|| format!("tracing {model} on {target}"))
+            .with_context(|| format!("tracing {} on {target}", model.source))
     });
     let first = all.next().expect("one target at least")?;
     all.try_fold(first, |acc, next| Ok(combine_plan_inputs(acc, &next?)))

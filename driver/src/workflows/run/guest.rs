@@ -5,27 +5,23 @@
 use memtrace_abi::Analysis;
 use memtrace_analyzer::layer_stats::attach_spec;
 use memtrace_analyzer::report::{LayerReport, TflmRunInfo};
-use memtrace_io::input::{read_limited, MAX_INPUT_FILE, MAX_TFLITE_FILE};
-use memtrace_model::graph::read_graph;
+use memtrace_io::input::{read_limited, MAX_INPUT_FILE};
+use memtrace_model::source::{ModelFile, ModelSource};
 use memtrace_tracer::{AccessPath, ElfImage, Job, RunSummary, TraceOptions};
 
 use super::RunOptions;
 use crate::bail;
 use crate::runtime::plan_file::EmbeddedOrigin;
-use crate::runtime::{input_bytes, model_runner, seeded_inputs, ModelRun, ScratchWatch};
+use crate::runtime::{
+    input_bytes, model_runner, open_model, seeded_inputs, ModelRun, ScratchWatch,
+};
 use crate::support::common::trace_with;
-use crate::support::error::{Context, Result};
+use crate::support::error::Result;
 
 /// Whether `path` names a model: `zoo:NAME` (when no file has that name)
 /// or a file that holds a `.tflite` ([`is_tflite`]).
 pub fn is_model(path: &std::path::Path) -> bool {
-    zoo_model(path).is_some() || is_tflite(path)
-}
-
-/// `zoo:NAME` when `path` is one (and no file has that name).
-fn zoo_model(path: &std::path::Path) -> Option<&str> {
-    path.to_str()
-        .filter(|p| p.starts_with("zoo:") && !path.exists())
+    ModelSource::parse_existing(path).is_zoo() || is_tflite(path)
 }
 
 /// Whether `path` holds a `.tflite` model (the flatbuffer identifier
@@ -52,7 +48,8 @@ pub(super) enum Guest {
     },
     Model {
         image: ElfImage,
-        model: Vec<u8>,
+        /// The model, read once; TFLM gets its bytes as given.
+        file: Box<ModelFile>,
         inputs: Vec<u8>,
         info: TflmRunInfo,
     },
@@ -70,15 +67,12 @@ impl Guest {
 /// `verify`'s), its inputs (`--input` or seeded) and its runner.
 pub(super) fn model_guest(opts: &RunOptions) -> Result<Guest> {
     let m = &opts.model;
-    let model = match zoo_model(&opts.elf) {
-        Some(zoo) => crate::runtime::model_bytes(zoo, opts.seed as u64)?,
-        None => read_limited(&opts.elf, MAX_TFLITE_FILE, ".tflite models")?,
-    };
-    let graph = read_graph(&model).with_context(|| format!("reading {}", opts.elf.display()))?;
+    let file = open_model(&ModelSource::parse_existing(&opts.elf), opts.seed as u64)?;
+    let graph = &file.graph;
     let inputs = match &m.input {
         Some(p) => {
             let data = read_limited(p, MAX_INPUT_FILE, "--input files")?;
-            let want = input_bytes(&graph)?;
+            let want = input_bytes(graph)?;
             if data.len() as u64 != want {
                 bail!(
                     "--input has {} bytes; the graph inputs of {} need {want}",
@@ -88,14 +82,12 @@ pub(super) fn model_guest(opts: &RunOptions) -> Result<Guest> {
             }
             data
         }
-        None => seeded_inputs(&graph, opts.seed as u64)?,
+        None => seeded_inputs(graph, opts.seed as u64)?,
     };
-    let (_, image) = model_runner(m.target, m.kernels, m.runner.as_deref(), &graph)?;
+    let (_, image) = model_runner(m.target, m.kernels, m.runner.as_deref(), graph)?;
     // TFLM runs the offline plan a model carries: say whose it is, and
     // warn when memtrace made it for other kernels.
-    let origin = memtrace_model::tflite::read_offline(&model)
-        .with_context(|| format!("reading {}", opts.elf.display()))?
-        .map(|_| EmbeddedOrigin::of(&model));
+    let origin = EmbeddedOrigin::of(&file);
     let info = TflmRunInfo {
         model: opts.elf.display().to_string(),
         kernels: m.kernels,
@@ -108,7 +100,7 @@ pub(super) fn model_guest(opts: &RunOptions) -> Result<Guest> {
     };
     Ok(Guest::Model {
         image,
-        model,
+        file: Box::new(file),
         inputs,
         info,
     })
@@ -118,12 +110,8 @@ pub(super) fn model_guest(opts: &RunOptions) -> Result<Guest> {
 /// memtrace knows for its operator, so that its traced O_s is cross-checked
 /// against the algorithmic and analytic methods (operators memtrace does not
 /// model keep the traced values alone).
-pub(super) fn attach_model_specs(path: &std::path::Path, model: &[u8], layers: &mut [LayerReport]) {
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let Ok(model) = memtrace_model::tflite::import_for_tflm(&name, model) else {
+pub(super) fn attach_model_specs(file: &ModelFile, layers: &mut [LayerReport]) {
+    let Ok(model) = file.imported() else {
         return;
     };
     for layer in layers {
@@ -161,13 +149,13 @@ pub(super) fn trace_guest(
         }
         Guest::Model {
             image,
-            model,
+            file,
             inputs,
             info,
         } => {
             let run = ModelRun {
                 image,
-                model,
+                model: &file.given,
                 inputs,
                 arena_bytes: opts.model.arena_bytes,
                 layers: true,
@@ -188,20 +176,27 @@ pub(super) fn trace_guest(
             info.tail_bytes = r.tail_bytes;
             info.output_bytes = r.output_bytes.len() as u64;
             info.output_digest = memtrace_analyzer::verify::digest(&r.output_bytes);
-            info.scratch_sizing = scratch_sizing(model, r, opts.model.kernels, opts.model.target);
+            info.scratch_sizing = scratch_sizing(file, r, opts.model.kernels, opts.model.target);
             Ok((outcome.summary, run.preload()?))
         }
     }
 }
 
-/// Every operator's scratch of the run `result` of `model`, sized from its
-/// shapes; `None` when memtrace cannot read the model's graph.
+/// Every operator's scratch of the run `result` of `file`, sized from its
+/// shapes; `None` when memtrace cannot model the file.
 fn scratch_sizing(
-    model: &[u8],
+    file: &ModelFile,
     result: &memtrace_abi::runner::TflmResult,
     kernels: memtrace_abi::Kernels,
     target: memtrace_tracer::Arch,
 ) -> Option<memtrace_model::scratch_sizing::ScratchSizing> {
     let requested = crate::runtime::scratch_requested(result);
-    crate::runtime::size_scratch_of(model, kernels, target, &requested).ok()
+    let model = file.imported().ok()?;
+    Some(crate::runtime::size_scratch_of(
+        &file.graph,
+        &model,
+        kernels,
+        target,
+        &requested,
+    ))
 }

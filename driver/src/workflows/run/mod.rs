@@ -237,8 +237,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     for layer in &mut stats.layers {
         layer.contract = contracts.iter().find(|c| c.index == layer.index).cloned();
     }
-    if let Guest::Model { model, .. } = &guest {
-        attach_model_specs(&opts.elf, model, &mut stats.layers);
+    if let Guest::Model { file, .. } = &guest {
+        attach_model_specs(file, &mut stats.layers);
     }
     KernelResolver::new(image).attribute(&mut stats.layers, &pcs);
     crate::support::violations::excuse_library_scratch(&mut stats.layers);
@@ -278,7 +278,7 @@ fn red_zoned_contracts(
 ) -> Result<Vec<memtrace_analyzer::contract::ContractReport>> {
     let Guest::Model {
         image,
-        model,
+        file,
         inputs,
         ..
     } = guest
@@ -287,7 +287,7 @@ fn red_zoned_contracts(
     };
     let check = crate::runtime::red_zoned_check(
         image,
-        model,
+        &file.given,
         inputs,
         opts.max_instructions,
         access,

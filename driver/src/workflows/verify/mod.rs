@@ -36,6 +36,7 @@ use std::time::Instant;
 use memtrace_abi::Runtime;
 use memtrace_analyzer::verify::{digest, mismatched_bytes};
 use memtrace_model::planner::PlannerKind;
+use memtrace_model::source::ModelSource;
 use memtrace_model::tflite;
 use memtrace_tracer::Arch;
 
@@ -58,8 +59,8 @@ use under_test::{
 /// What to verify, and how.
 #[derive(Debug, Clone)]
 pub struct VerifyOptions {
-    /// `MODEL.tflite` or `zoo:NAME`.
-    pub model: String,
+    /// The model: a `.tflite` file or a zoo model.
+    pub model: ModelSource,
     /// Planner of the verified plan; `None`: the smallest plan of every
     /// planner ([`memtrace_model::planner::report::best`]), the one
     /// `plan --emit-offline` writes.
@@ -129,7 +130,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let kernel_check = KernelCheck::of(
         &crate::runtime::red_zoned_check(
             &subject.image,
-            &subject.bytes,
+            subject.bytes(),
             &subject.inputs,
             req.max_instructions,
             crate::support::common::access_path(false),
@@ -138,8 +139,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         zoned.elapsed().as_secs_f64(),
     );
     let scratch_sizing = crate::runtime::size_scratch(
-        &subject.model,
-        &subject.graph,
+        subject.model(),
+        subject.graph(),
         req.kernels,
         req.target,
         &reference.result,
@@ -152,7 +153,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     };
 
     // 2. memtrace's plan, with TFLM's scratch buffers as tensors.
-    let model = &subject.model;
+    let model = subject.model();
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
@@ -177,19 +178,25 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let tinyseg = match (&req.plan, req.planner) {
         (None, Some(PlannerKind::Tinyseg)) => Some(tinyseg::plan(
             req,
-            &subject.bytes,
+            &subject.file,
             &scratch_needs(&reference.result, model.ops.len()),
             &source_overlaps,
         )?),
         _ => None,
     };
-    let under_test = match (&req.plan, &subject.embedded) {
+    let under_test = match (&req.plan, subject.embedded()) {
         _ if tinyseg.is_some() => tinyseg_under_test(req, tinyseg.as_ref())?,
         (Some(path), _) => {
             let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
-            let graph_tensors = subject.graph.tensors.len();
-            let (under_test, notes, taken) =
-                plan_from_file(req, path, &planned_model, &reference_offsets, graph_tensors)?;
+            let graph_tensors = subject.graph().tensors.len();
+            let (under_test, notes, taken) = plan_from_file(
+                req,
+                &subject.file,
+                path,
+                &planned_model,
+                &reference_offsets,
+                graph_tensors,
+            )?;
             warnings.extend(notes);
             plan_taken = taken;
             under_test
@@ -214,12 +221,12 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
                     subject.arena_limit
                 );
             }
-            (&t.bytes, &t.graph)
+            (t.bytes.as_slice(), &t.graph)
         }
         None => {
             check_arena_fits(&under_test, &planned_model, subject.arena_limit)?;
-            offsets.truncate(subject.graph.tensors.len());
-            (&subject.bytes, &subject.graph)
+            offsets.truncate(subject.graph().tensors.len());
+            (subject.bytes(), subject.graph())
         }
     };
 
@@ -313,8 +320,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
             &planned.result,
         ),
         embedded_plan_tensors: subject
-            .embedded
-            .as_ref()
+            .embedded()
             .map(|o| o.iter().filter(|&&v| v >= 0).count()),
         embedded_plan_origin: subject.origin.clone(),
         plan_taken,
@@ -330,7 +336,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         report.ok(),
         &report.plan_model,
         &report.arena_to_allocate,
-        &report.model,
+        &report.model.to_string(),
     )?;
     report.budget = report.deployed.budget;
     Ok(report)
@@ -351,7 +357,7 @@ fn deploy_figures(
     let note = PlanProvenance {
         planner: Some(under_test.planner.clone()),
         ..PlanProvenance::new(
-            &req.model,
+            &subject.file,
             req.kernels,
             req.target,
             Runtime::Tflm,
@@ -430,8 +436,8 @@ fn against_reference_kernels(
     let compared = crate::runtime::compare_operators(
         &subject.image,
         &reference,
-        &subject.graph,
-        &subject.bytes,
+        subject.graph(),
+        subject.bytes(),
         &subject.inputs,
         req.max_instructions,
     );

@@ -2,6 +2,7 @@
 //! plan under test), the clobbers, the tensors' offsets and the traced O_s,
 //! as a table or JSON ([`VerifyReport`]).
 
+use memtrace_model::source::ModelSource;
 use serde::Serialize;
 
 use memtrace_abi::runner::{op_index, Placement, TflmResult, LOAD_INPUT};
@@ -92,7 +93,7 @@ pub struct TensorPlacement {
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyReport {
     /// The model.
-    pub model: String,
+    pub model: ModelSource,
     /// The runtime the plan was proven on.
     pub runtime: Runtime,
     /// Runner architecture.
@@ -326,7 +327,7 @@ impl VerifyReport {
     /// Where the inputs came from: the `--input` file, or the seed (a zoo
     /// model's weights come from the seed either way).
     fn data_source(&self) -> String {
-        match (&self.input, self.model.starts_with("zoo:")) {
+        match (&self.input, self.model.is_zoo()) {
             (Some(file), true) => format!("weights from seed {}, input {file}", self.seed),
             (Some(file), false) => format!("input {file}"),
             (None, _) => format!("seed {}", self.seed),

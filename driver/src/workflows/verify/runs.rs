@@ -284,7 +284,7 @@ pub(super) fn own_plan_run(
     subject: &Subject,
 ) -> Result<(ShadowRun, TracedOverlaps, Vec<TflmOpOverlap>)> {
     // The shadow map's extent, before TFLM has said what its scratch is.
-    let estimate = greedy_prediction(&subject.model.with_reference_scratch())?;
+    let estimate = greedy_prediction(&subject.model().with_reference_scratch())?;
     let watched = watched_bytes(estimate, subject.arena_limit);
     // The run depends on nothing but the runner, the model, the inputs and
     // the shadow map's extent.
@@ -292,7 +292,7 @@ pub(super) fn own_plan_run(
         "tflm-verify-reference-v1",
         &[
             &subject.image.bytes,
-            &subject.bytes,
+            subject.bytes(),
             &subject.inputs,
             &watched.to_le_bytes(),
         ],
@@ -307,7 +307,7 @@ pub(super) fn own_plan_run(
     }
     let run = shadow_run(
         &subject.image,
-        &subject.bytes,
+        subject.bytes(),
         &subject.inputs,
         Watch {
             bytes: watched,
@@ -338,7 +338,7 @@ pub(super) fn own_plan_run(
         );
     }
     let overlaps = crate::runtime::traced_overlaps(&run.layers);
-    let report = op_overlaps(&subject.graph, &run.layers);
+    let report = op_overlaps(subject.graph(), &run.layers);
     if cacheable {
         req.cache
             .put(&key, &CachedReference::new(&run, &overlaps, &report));
@@ -352,17 +352,17 @@ pub(super) fn foreign_overlaps(
     subject: &Subject,
     kernels: Kernels,
 ) -> Result<(TracedOverlaps, Vec<TflmOpOverlap>)> {
-    let (_, other) = model_runner(req.target, kernels, None, &subject.graph)?;
+    let (_, other) = model_runner(req.target, kernels, None, subject.graph())?;
     let layers = trace_model_operators(
         &other,
-        &subject.bytes,
+        subject.bytes(),
         &subject.inputs,
         req.max_instructions,
     )?
     .1;
     Ok((
         crate::runtime::traced_overlaps(&layers),
-        op_overlaps(&subject.graph, &layers),
+        op_overlaps(subject.graph(), &layers),
     ))
 }
 
@@ -415,7 +415,7 @@ pub(super) fn plan_run(
     offsets: &[i64],
 ) -> Result<(ShadowRun, Option<OracleComparison>)> {
     let offline = tflite::emit_offline(run.bytes, offsets)?;
-    let graph = &subject.graph;
+    let graph = subject.graph();
     let extent = under_test.arena.max(reference.result.head_bytes);
     let python = req.oracle_python();
     let split = python.is_none() || reference.seconds >= ONE_RUN_BESIDE_THE_ORACLE;
@@ -424,7 +424,7 @@ pub(super) fn plan_run(
             scope.spawn(move || {
                 oracle::compare(
                     py,
-                    &subject.bytes,
+                    subject.bytes(),
                     graph.inputs.len(),
                     &output_layout(graph),
                     &subject.inputs,

@@ -2,16 +2,17 @@
 //! graph, the TFLM runner that runs it (checked to hold its tensors) and the
 //! graph inputs of both runs.
 
-use memtrace_model::graph::{read_graph, TfliteGraph};
+use memtrace_model::graph::TfliteGraph;
 use memtrace_model::planner::Plan;
-use memtrace_model::{self as model, tflite, Model};
+use memtrace_model::source::ModelFile;
+use memtrace_model::Model;
 use memtrace_tracer::ElfImage;
 
 use super::VerifyOptions;
 use crate::bail;
+use crate::runtime::model_runner;
 use crate::runtime::oracle::{self};
 use crate::runtime::plan_file::EmbeddedOrigin;
-use crate::runtime::{model_bytes, model_runner};
 use crate::support::error::{Context, Result};
 
 /// memtrace's `tflm-greedy` prediction of TFLM's head for `model`.
@@ -20,18 +21,17 @@ pub(super) fn greedy_prediction(model: &Model) -> Result<u64> {
     Ok(plan.arena_bytes(model))
 }
 
-/// What a TFLM verify runs: the model's bytes, graph and memtrace model,
-/// the inputs, and the runner.
+/// What a TFLM verify runs: the model, read once, the inputs, and the
+/// runner.
 pub(super) struct Subject {
-    /// The model without any `OfflineMemoryAllocation` it carried: what
-    /// TFLM's own plan, the host oracle and every plan under test start from.
-    pub(super) bytes: Vec<u8>,
-    /// The offsets of the offline plan the model carried, if any.
-    pub(super) embedded: Option<Vec<i64>>,
-    /// Whose that plan is.
+    /// The model: its bytes as given (with any `OfflineMemoryAllocation`
+    /// it carried, which only the run that verifies that plan uses), its
+    /// graph and memtrace's model of it.
+    pub(super) file: ModelFile,
+    /// memtrace's model of it.
+    model: Model,
+    /// Whose the offline plan the model carried is.
     pub(super) origin: Option<EmbeddedOrigin>,
-    pub(super) graph: TfliteGraph,
-    pub(super) model: Model,
     pub(super) inputs: Vec<u8>,
     pub(super) image: ElfImage,
     /// Bytes of the runner's arena: the bound of every size a plan or the
@@ -42,52 +42,57 @@ pub(super) struct Subject {
 impl Subject {
     pub(super) fn load(req: &VerifyOptions) -> Result<Subject> {
         if let Some(p) = &req.plot {
-            crate::support::common::check_output(p, &[std::path::Path::new(&req.model)])?;
+            let inputs: Vec<&std::path::Path> = req.model.path().into_iter().collect();
+            crate::support::common::check_output(p, &inputs)?;
         }
-        let given = model_bytes(&req.model, req.seed)?;
-        let graph = read_graph(&given).with_context(|| format!("reading {}", req.model))?;
+        let file = crate::runtime::open_model(&req.model, req.seed)?;
         // TFLM's own plan is the reference: an offline plan the model
         // carries is taken out of every run but the one that verifies it.
-        let embedded =
-            tflite::read_offline(&given).with_context(|| format!("reading {}", req.model))?;
-        let origin = embedded.as_ref().map(|_| EmbeddedOrigin::of(&given));
-        let bytes = match embedded {
-            Some(_) => tflite::strip_offline(&given)
-                .with_context(|| format!("reading {}", req.model))?
-                .unwrap_or(given),
-            None => given,
-        };
-        if graph.outputs.is_empty() {
+        let origin = EmbeddedOrigin::of(&file);
+        if file.graph.outputs.is_empty() {
             bail!(
                 "{} has no graph outputs: there is nothing to compare",
                 req.model
             );
         }
-        let name = req
-            .model
-            .rsplit('/')
-            .next()
-            .unwrap_or(&req.model)
-            .to_string();
-        let model = match req.model.strip_prefix("zoo:") {
-            Some(_) => model::source::load(&req.model)?,
-            None => tflite::import_for_tflm(&name, &bytes)
-                .with_context(|| format!("planning {}", req.model))?,
-        };
-        let (path, image) = model_runner(req.target, req.kernels, req.runner.as_deref(), &graph)?;
+        let (path, image) =
+            model_runner(req.target, req.kernels, req.runner.as_deref(), &file.graph)?;
         let arena_limit = crate::runtime::runner_arena_bytes(&image)?;
+        let model = file
+            .model()
+            .with_context(|| format!("planning {}", req.model))?
+            .clone();
         check_tensors_fit(&model, arena_limit, &path)?;
-        let inputs = inputs_of(req, &graph)?;
+        let inputs = inputs_of(req, &file.graph)?;
         Ok(Subject {
-            bytes,
-            embedded,
-            origin,
-            graph,
+            file,
             model,
+            origin,
             inputs,
             image,
             arena_limit,
         })
+    }
+
+    /// The model without the offline plan it carried: what TFLM's own plan,
+    /// the host oracle and every plan under test start from.
+    pub(super) fn bytes(&self) -> &[u8] {
+        self.file.without_offline()
+    }
+
+    /// The offsets of the offline plan the model carried, if any.
+    pub(super) fn embedded(&self) -> Option<&Vec<i64>> {
+        self.file.offline.as_ref()
+    }
+
+    /// Subgraph 0 as TFLM reads it.
+    pub(super) fn graph(&self) -> &TfliteGraph {
+        &self.file.graph
+    }
+
+    /// memtrace's model of the file.
+    pub(super) fn model(&self) -> &Model {
+        &self.model
     }
 }
 

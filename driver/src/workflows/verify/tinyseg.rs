@@ -11,8 +11,9 @@ use std::time::Instant;
 use memtrace_model::export::to_tflite_indexed;
 use memtrace_model::graph::{read_graph, TfliteGraph};
 use memtrace_model::planner::{Overlaps, PlanOptions, TracedOverlaps};
+use memtrace_model::source::ModelFile;
 use memtrace_model::tinyseg::{optimize, Optimized, TinysegOptions};
-use memtrace_model::{tflite, Model, OpKind};
+use memtrace_model::{Model, OpKind};
 
 use super::VerifyOptions;
 use crate::bail;
@@ -39,17 +40,20 @@ pub(super) struct TinysegPlan {
     pub warnings: Vec<String>,
 }
 
-/// TinySeg's transformation of the model in `bytes` (what the reference run
-/// ran), planned with TFLM's `scratch` bytes per operator and the O_s
-/// `verify` plans with (`traced` unless `--overlap` says otherwise).
+/// TinySeg's transformation of `file` (what the reference run ran), planned
+/// with TFLM's `scratch` bytes per operator and the O_s `verify` plans with
+/// (`traced` unless `--overlap` says otherwise).
 pub(super) fn plan(
     req: &VerifyOptions,
-    bytes: &[u8],
+    file: &ModelFile,
     scratch: &[u64],
     traced: &TracedOverlaps,
 ) -> Result<TinysegPlan> {
-    let model = tflite::import_for_tflm(&req.model, bytes)
-        .with_context(|| format!("reading {}", req.model))?;
+    // The transformed model is written with the weights.
+    let model = file
+        .imported()
+        .with_context(|| format!("reading {}", req.model))?
+        .into_owned();
     if let Some((i, _)) = model
         .ops
         .iter()

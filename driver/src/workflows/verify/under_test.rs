@@ -5,6 +5,7 @@
 
 use memtrace_abi::runner::TflmResult;
 use memtrace_model::planner::{self, Overlaps, PlanOptions};
+use memtrace_model::source::ModelFile;
 use memtrace_model::Model;
 
 use super::report::{head_offset, EMBEDDED};
@@ -41,12 +42,13 @@ impl UnderTest {
 /// scratch tensor (index `graph_tensors` on), which TFLM places itself.
 pub(super) fn plan_from_file(
     req: &VerifyOptions,
+    file: &ModelFile,
     path: &std::path::Path,
     model: &Model,
     reference: &[Option<u64>],
     graph_tensors: usize,
 ) -> Result<(UnderTest, Vec<String>, Option<String>)> {
-    let read = read_plan_file(path, model, reference, req)?;
+    let read = read_plan_file(path, file, model, reference, req)?;
     let (offsets, arena) = (read.offsets, read.arena);
     let mut warnings = read.warnings;
     let names = model.tensor_names();
@@ -307,6 +309,7 @@ pub(crate) struct PlanFileRead {
 /// model and target, its kernels the run's unless `--allow-foreign-plan`).
 pub(crate) fn read_plan_file(
     path: &std::path::Path,
+    file: &ModelFile,
     model: &Model,
     reference: &[Option<u64>],
     req: &VerifyOptions,
@@ -326,7 +329,7 @@ pub(crate) fn read_plan_file(
         Some(d) => {
             if let Some(p) = &d.provenance {
                 warnings.extend(
-                    check_provenance(p, &req.model, req.target, req.kernels)
+                    check_provenance(p, file, req.target, req.kernels)
                         .with_context(|| path.display().to_string())?,
                 );
             }
