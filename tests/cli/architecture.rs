@@ -318,3 +318,28 @@ fn each_crate_depends_on_exactly_the_crates_the_map_names() {
     }
     assert_eq!(crates, CRATES.len(), "one line per crate");
 }
+
+/// The model argument is parsed once, at the binary (`ModelSource`): no
+/// crate below it tells a zoo model from a file by its text.
+#[test]
+fn only_the_binary_reads_a_model_argument_as_text() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let needle = ["\"zoo", ":"].concat();
+    let mut found = Vec::new();
+    for krate in ["driver", "model", "analyzer", "tracer"] {
+        for file in rust_files(&root.join(krate)) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                if line.contains(&needle) {
+                    found.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    // The check can fail: the binary does hold one.
+    let binary = rust_files(&root.join("src"))
+        .iter()
+        .any(|f| std::fs::read_to_string(f).unwrap().contains(&needle));
+    assert!(binary, "src/ names `zoo:` (bench's default model)");
+}

@@ -23,13 +23,15 @@ use memtrace_analyzer::plot::plan::{plot_comparison, plot_plan};
 use memtrace_analyzer::tinyseg::TinysegPlan;
 use memtrace_model::planner::report::{compare, compare_all};
 use memtrace_model::planner::{OverlapSource, Overlaps, PlanOptions, PlannerKind};
-use memtrace_model::source::{ModelFile, ModelSource};
+use memtrace_model::source::ModelSource;
+use memtrace_model::Model;
 use memtrace_tracer::{Arch, ElfImage};
 
 use crate::bail;
 use crate::runtime::kernels::{library_of, Kernels};
 use crate::runtime::plan_file::PlanProvenance;
 use crate::runtime::trace_cache::TraceCache;
+use crate::runtime::PlanInputs;
 use crate::support::common::check_output;
 use crate::support::error::{Context, Result};
 use crate::support::provenance::{OverlapChoice, OverlapProvenance};
@@ -117,27 +119,10 @@ fn provenance(req: &PlanRequest) -> Result<(OverlapProvenance, Option<PathBuf>)>
 /// `req.kernels` is refused for `emit_offline` unless
 /// `allow_foreign_overlap`, and warned about in the report.
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
-    if let Some(why) = req
-        .emit_offline
-        .as_deref()
-        .and_then(crate::workflows::deploy::deployment_refusal)
-    {
-        bail!("{why}");
-    }
-    let inputs: Vec<&Path> = req.model.path().into_iter().collect();
-    for path in req.plot.iter().chain(&req.emit_offline) {
-        check_output(path, &inputs)?;
-    }
-    if let Some(dest) = &req.emit_offline {
-        let inputs: Vec<&Path> = inputs.iter().copied().chain([dest.as_path()]).collect();
-        check_output(&crate::workflows::deploy::header_path(dest), &inputs)?;
-    }
-    if req.emit_offline.is_some() && req.model.is_zoo() {
-        bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
-    }
+    check_requested_outputs(req)?;
     let (provenance, suite) = provenance(req)?;
     // Zoo models get verify's seeded weights (seed 1).
-    let file = ModelFile::open(&req.model, 1)?;
+    let file = crate::runtime::open_model(&req.model, 1)?;
     let plan_provenance = PlanProvenance::for_targets(
         &file,
         req.kernels,
@@ -169,63 +154,26 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         &req.cache,
     )?;
     let model = model.with_scratch(&traced_run.scratch);
-    let overlaps = match (provenance.source.method(), &suite) {
-        (Some(method), _) => Overlaps::compute(&model, &method as &dyn OverlapSource),
-        (None, Some(suite)) => {
-            // Operators the suite does not run (RESHAPE, SOFTMAX, ...) keep
-            // the O_s traced on TFLM.
-            let mut from_suite = traced(&model, suite, &req.cache)?;
-            from_suite.by_op = traced_run
-                .overlaps
-                .by_op
-                .iter()
-                .filter(|(&op, _)| model.layer_spec(op).is_none())
-                .map(|(&op, &bytes)| (op, bytes))
-                .collect();
-            Overlaps::compute(&model, &from_suite)
-        }
-        (None, None) => Overlaps::compute(&model, &traced_run.overlaps),
-    };
+    let overlaps = overlaps_of(req, &model, &provenance, suite.as_deref(), &traced_run)?;
     let opts = PlanOptions {
         alignment: req.alignment.max(1),
         // TFLM runs the operators in the model's order.
         model_order_only: true,
         ..PlanOptions::default()
     };
+    let report = |outcome, warnings, emitted, deploy, budget, op_overlap_bytes| PlanReport {
+        outcome,
+        provenance,
+        warnings,
+        emitted,
+        op_overlap_bytes,
+        deploy,
+        budget,
+        plan_provenance: plan_provenance.clone(),
+    };
     if req.planner == Some(PlannerKind::Tinyseg) {
-        if req.emit_offline.is_some() {
-            // The transformed model is only worth writing once TFLM ran it
-            // with the scratch its kernels actually ask for.
-            bail!(
-                "--emit-offline with --planner tinyseg: use `memtrace verify MODEL.tflite \
-                 --planner tinyseg --emit-offline OUT.tflite`, which writes the transformed model \
-                 (TinySeg's storage operators as custom operators) once TFLM ran it"
-            );
-        }
-        let seed = req.model.is_zoo().then_some(1);
-        let mut warnings = warnings;
-        let (spill, warning) =
-            crate::support::spill::for_tflm(&model, &overlaps, &req.spill, &opts, seed)?;
-        warnings.extend(warning);
-        let (optimized, seconds) = transform(&model, &overlaps, &spill, &opts, seed)?;
-        if let Some(path) = &req.plot {
-            plot_plan(&optimized.graph.model, &optimized.plan, path)?;
-        }
-        let report = TinysegPlan::new(&optimized, req.spill.target_bytes, seconds);
-        warnings.extend(crate::support::spill::target_missed(
-            req.spill.target_bytes,
-            optimized.plan.peak_bytes,
-        ));
-        return Ok(PlanReport {
-            outcome: PlanOutcome::Tinyseg(Box::new(report)),
-            provenance,
-            warnings,
-            emitted: None,
-            op_overlap_bytes: overlaps.per_op.clone(),
-            deploy: None,
-            budget: None,
-            plan_provenance,
-        });
+        let (outcome, warnings) = tinyseg_plan(req, &model, &overlaps, &opts, warnings)?;
+        return Ok(report(outcome, warnings, None, None, None, overlaps.per_op));
     }
     let comparison = match req.planner {
         None => compare_all(&model, &overlaps, &opts)?,
@@ -243,7 +191,114 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         &plan_provenance,
     )?;
     let deploy = deployable.as_ref().map(|d| d.measured.clone());
-    let budget = match (req.fits, &deploy) {
+    let budget = budget_of(req.fits, deploy.as_ref())?;
+    let emitted = match (&req.emit_offline, deployable) {
+        (Some(dest), Some(d)) => Some(emit(req, &d, budget, dest)?),
+        (Some(_), None) => bail!("no plan to emit"),
+        (None, _) => None,
+    };
+    Ok(report(
+        PlanOutcome::Comparison(comparison),
+        warnings,
+        emitted,
+        deploy,
+        budget,
+        overlaps.per_op,
+    ))
+}
+
+/// Refuses, before any run, what `req` asks to write that it may not: an
+/// `--emit-offline` or `--plot` over its own model or a file memtrace does
+/// not own, or an `--emit-offline` of a zoo model (which has no file).
+fn check_requested_outputs(req: &PlanRequest) -> Result<()> {
+    if let Some(why) = req
+        .emit_offline
+        .as_deref()
+        .and_then(crate::workflows::deploy::deployment_refusal)
+    {
+        bail!("{why}");
+    }
+    let inputs: Vec<&Path> = req.model.path().into_iter().collect();
+    for path in req.plot.iter().chain(&req.emit_offline) {
+        check_output(path, &inputs)?;
+    }
+    if let Some(dest) = &req.emit_offline {
+        let inputs: Vec<&Path> = inputs.iter().copied().chain([dest.as_path()]).collect();
+        check_output(&crate::workflows::deploy::header_path(dest), &inputs)?;
+    }
+    if req.emit_offline.is_some() && req.model.is_zoo() {
+        bail!("--emit-offline needs a .tflite model to copy; a zoo model has none");
+    }
+    Ok(())
+}
+
+/// Each operator's O_s from the source `provenance` names: a method, the
+/// `suite`'s traces (operators it does not run keep the O_s traced on
+/// TFLM), or the model's own traced run.
+fn overlaps_of(
+    req: &PlanRequest,
+    model: &Model,
+    provenance: &OverlapProvenance,
+    suite: Option<&Path>,
+    traced_run: &PlanInputs,
+) -> Result<Overlaps> {
+    Ok(match (provenance.source.method(), suite) {
+        (Some(method), _) => Overlaps::compute(model, &method as &dyn OverlapSource),
+        (None, Some(suite)) => {
+            // Operators the suite does not run (RESHAPE, SOFTMAX, ...) keep
+            // the O_s traced on TFLM.
+            let mut from_suite = traced(model, suite, &req.cache)?;
+            from_suite.by_op = traced_run
+                .overlaps
+                .by_op
+                .iter()
+                .filter(|(&op, _)| model.layer_spec(op).is_none())
+                .map(|(&op, &bytes)| (op, bytes))
+                .collect();
+            Overlaps::compute(model, &from_suite)
+        }
+        (None, None) => Overlaps::compute(model, &traced_run.overlaps),
+    })
+}
+
+/// `--planner tinyseg`: TinySeg's transformation planned (and drawn), with
+/// what it could not do added to `warnings`.
+fn tinyseg_plan(
+    req: &PlanRequest,
+    model: &Model,
+    overlaps: &Overlaps,
+    opts: &PlanOptions,
+    mut warnings: Vec<String>,
+) -> Result<(PlanOutcome, Vec<String>)> {
+    if req.emit_offline.is_some() {
+        // The transformed model is only worth writing once TFLM ran it
+        // with the scratch its kernels actually ask for.
+        bail!(
+            "--emit-offline with --planner tinyseg: use `memtrace verify MODEL.tflite \
+             --planner tinyseg --emit-offline OUT.tflite`, which writes the transformed model \
+             (TinySeg's storage operators as custom operators) once TFLM ran it"
+        );
+    }
+    let seed = req.model.is_zoo().then_some(1);
+    let (spill, warning) =
+        crate::support::spill::for_tflm(model, overlaps, &req.spill, opts, seed)?;
+    warnings.extend(warning);
+    let (optimized, seconds) = transform(model, overlaps, &spill, opts, seed)?;
+    if let Some(path) = &req.plot {
+        plot_plan(&optimized.graph.model, &optimized.plan, path)?;
+    }
+    let report = TinysegPlan::new(&optimized, req.spill.target_bytes, seconds);
+    warnings.extend(crate::support::spill::target_missed(
+        req.spill.target_bytes,
+        optimized.plan.peak_bytes,
+    ));
+    Ok((PlanOutcome::Tinyseg(Box::new(report)), warnings))
+}
+
+/// `--fits`: the budget against the arena to allocate, which must have been
+/// measured.
+fn budget_of(fits: Option<u64>, deploy: Option<&MeasuredPlan>) -> Result<Option<Budget>> {
+    Ok(match (fits, deploy) {
         (None, _) => None,
         (Some(budget_bytes), Some(MeasuredPlan { arena: Some(a), .. })) => Some(Budget {
             budget_bytes,
@@ -251,24 +306,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         }),
         (Some(_), d) => bail!(
             "--fits needs the arena to allocate, which was not measured: {}",
-            d.as_ref()
-                .and_then(|d| d.not_measured.clone())
+            d.and_then(|d| d.not_measured.clone())
                 .unwrap_or_else(|| "no plan applies".into())
         ),
-    };
-    let emitted = match (&req.emit_offline, deployable) {
-        (Some(dest), Some(d)) => Some(emit(req, &d, budget, dest)?),
-        (Some(_), None) => bail!("no plan to emit"),
-        (None, _) => None,
-    };
-    Ok(PlanReport {
-        outcome: PlanOutcome::Comparison(comparison),
-        provenance,
-        warnings,
-        emitted,
-        op_overlap_bytes: overlaps.per_op,
-        deploy,
-        budget,
-        plan_provenance,
     })
 }
