@@ -40,7 +40,6 @@ use memtrace_model::source::ModelSource;
 use memtrace_model::tflite;
 use memtrace_tracer::Arch;
 
-use crate::bail;
 use crate::runtime::kernels::Kernels;
 use crate::runtime::plan_file::PlanProvenance;
 use crate::runtime::scratch_needs;
@@ -157,22 +156,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let planned_model = model.with_scratch(&scratch_needs(&reference.result, model.ops.len()));
     // memtrace's tflm-greedy prediction of TFLM's head, with TFLM's scratch.
     let predicted = greedy_prediction(&planned_model)?;
-    let mut warnings: Vec<String> = subject
-        .origin
-        .as_ref()
-        .and_then(|o| {
-            o.foreign_kernels_warning(
-                req.kernels,
-                &format!(
-                    "This verify checks it on {k}; to deploy on {k}, re-plan for them (`memtrace \
-                     plan MODEL --kernels {k} --emit-offline OUT`)",
-                    k = req.kernels.name()
-                ),
-            )
-        })
-        .into_iter()
-        .collect();
-    let mut plan_taken = None;
+    let mut warnings: Vec<String> = foreign_plan_warning(req, &subject).into_iter().collect();
     // TinySeg plans a transformed model, which TFLM runs instead of the
     // model under the plan.
     let tinyseg = match (&req.plan, req.planner) {
@@ -184,26 +168,15 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         )?),
         _ => None,
     };
-    let under_test = match (&req.plan, subject.embedded()) {
-        _ if tinyseg.is_some() => tinyseg_under_test(req, tinyseg.as_ref())?,
-        (Some(path), _) => {
-            let reference_offsets = planned_reference_offsets(&planned_model, &reference.result);
-            let graph_tensors = subject.graph().tensors.len();
-            let (under_test, notes, taken) = plan_from_file(
-                req,
-                &subject.file,
-                path,
-                &planned_model,
-                &reference_offsets,
-                graph_tensors,
-            )?;
-            warnings.extend(notes);
-            plan_taken = taken;
-            under_test
-        }
-        (None, Some(embedded)) if req.embedded_plan => embedded_plan(&planned_model, embedded)?,
-        _ => plan_from_planner(req, &planned_model, &source_overlaps)?,
-    };
+    let (under_test, plan_taken) = choose_under_test(
+        req,
+        &subject,
+        &planned_model,
+        &reference.result,
+        tinyseg.as_ref(),
+        &source_overlaps,
+        &mut warnings,
+    )?;
     let mut offsets = under_test.offsets.clone();
     // What TFLM runs under the plan: the model, or TinySeg's transformation.
     let (run_bytes, run_graph) = match &tinyseg {
@@ -213,14 +186,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
                 req.spill.target_bytes,
                 t.optimized.steps.last().map(|s| s.peak_bytes),
             ));
-            if under_test.arena > subject.arena_limit {
-                bail!(
-                    "{}: the plan's arena of {} bytes is larger than the runner's arena of {} bytes",
-                    under_test.label(),
-                    under_test.arena,
-                    subject.arena_limit
-                );
-            }
+            t.check_fits(&under_test, subject.arena_limit)?;
             (t.bytes.as_slice(), &t.graph)
         }
         None => {
@@ -247,41 +213,17 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         &under_test,
         &offsets,
     )?;
-    let reference_head = reference.result.head_bytes;
-    if let (Some(path), Some(a), Some(b)) =
-        (&req.plot, reference.trace.as_mut(), planned.trace.as_mut())
-    {
-        // Each panel states its own plan's sizes: both are drawn on the
-        // larger extent.
-        a.title = format!("TFLM's own plan: head {reference_head} B");
-        b.title = format!(
-            "{} ({}) on TFLM: {} B planned, head {} B",
-            under_test.planner, under_test.overlap, under_test.arena, planned.result.head_bytes
-        );
-        memtrace_analyzer::plot::arena::render(&[a, b], path)?;
+    if let Some(path) = &req.plot {
+        draw_both_runs(path, &mut reference, &mut planned, &under_test)?;
     }
     let a = &reference.result.output_bytes;
     let b = &planned.result.output_bytes;
     let mismatched = mismatched_bytes(a, b);
     let planned_bytes = under_test.arena;
     let arena_to_allocate = deploy_figures(req, &subject, run_bytes, &under_test, &offsets)?;
-    let tinyseg_report = tinyseg.as_ref().map(|t| {
-        SpillRun {
-            optimized: &t.optimized,
-            options: req.spill,
-            storage: &planned.storage,
-            storage_clobbers: planned.storage_clobbers.clone(),
-            storage_op_instructions: storage_op_instructions(
-                planned
-                    .layers
-                    .iter()
-                    .map(|l| (l.op.as_str(), l.instructions)),
-            ),
-            instructions: (planned.instructions, reference.instructions),
-            planning_seconds: t.seconds,
-        }
-        .report()
-    });
+    let tinyseg_report = tinyseg
+        .as_ref()
+        .map(|t| spill_report(req, t, &planned, &reference));
     let mut report = VerifyReport {
         model: req.model.clone(),
         runtime: Runtime::Tflm,
@@ -340,6 +282,102 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     )?;
     report.budget = report.deployed.budget;
     Ok(report)
+}
+
+/// The loud warning for a model whose embedded plan memtrace made for
+/// other kernels than this verify's, if it is one.
+fn foreign_plan_warning(req: &VerifyOptions, subject: &Subject) -> Option<String> {
+    subject.origin.as_ref()?.foreign_kernels_warning(
+        req.kernels,
+        &format!(
+            "This verify checks it on {k}; to deploy on {k}, re-plan for them (`memtrace plan \
+             MODEL --kernels {k} --emit-offline OUT`)",
+            k = req.kernels.name()
+        ),
+    )
+}
+
+/// The plan under test: TinySeg's, a plan file's (with its notes added to
+/// `warnings`, and which plan of the file was taken), the model's
+/// embedded one, or a planner's.
+fn choose_under_test(
+    req: &VerifyOptions,
+    subject: &Subject,
+    planned_model: &memtrace_model::Model,
+    reference: &memtrace_abi::runner::TflmResult,
+    tinyseg: Option<&tinyseg::TinysegPlan>,
+    source_overlaps: &memtrace_model::planner::TracedOverlaps,
+    warnings: &mut Vec<String>,
+) -> Result<(UnderTest, Option<String>)> {
+    Ok(match (&req.plan, subject.embedded()) {
+        _ if tinyseg.is_some() => (tinyseg_under_test(req, tinyseg)?, None),
+        (Some(path), _) => {
+            let reference_offsets = planned_reference_offsets(planned_model, reference);
+            let (under_test, notes, taken) = plan_from_file(
+                req,
+                &subject.file,
+                path,
+                planned_model,
+                &reference_offsets,
+                subject.graph().tensors.len(),
+            )?;
+            warnings.extend(notes);
+            (under_test, taken)
+        }
+        (None, Some(embedded)) if req.embedded_plan => {
+            (embedded_plan(planned_model, embedded)?, None)
+        }
+        _ => (
+            plan_from_planner(req, planned_model, source_overlaps)?,
+            None,
+        ),
+    })
+}
+
+/// `--plot`: TFLM's own plan and the plan under test, side by side, each
+/// panel stating its own plan's sizes (both drawn on the larger extent).
+fn draw_both_runs(
+    path: &std::path::Path,
+    reference: &mut runs::ShadowRun,
+    planned: &mut runs::ShadowRun,
+    under_test: &UnderTest,
+) -> Result<()> {
+    let reference_head = reference.result.head_bytes;
+    let planned_head = planned.result.head_bytes;
+    if let (Some(a), Some(b)) = (reference.trace.as_mut(), planned.trace.as_mut()) {
+        a.title = format!("TFLM's own plan: head {reference_head} B");
+        b.title = format!(
+            "{} ({}) on TFLM: {} B planned, head {planned_head} B",
+            under_test.planner, under_test.overlap, under_test.arena
+        );
+        memtrace_analyzer::plot::arena::render(&[a, b], path)?;
+    }
+    Ok(())
+}
+
+/// What TinySeg's transformed model did on TFLM: its storage, the storage
+/// operators' cost, its instructions against the reference run's.
+fn spill_report(
+    req: &VerifyOptions,
+    t: &tinyseg::TinysegPlan,
+    planned: &runs::ShadowRun,
+    reference: &runs::ShadowRun,
+) -> memtrace_analyzer::tinyseg::SpillReport {
+    SpillRun {
+        optimized: &t.optimized,
+        options: req.spill,
+        storage: &planned.storage,
+        storage_clobbers: planned.storage_clobbers.clone(),
+        storage_op_instructions: storage_op_instructions(
+            planned
+                .layers
+                .iter()
+                .map(|l| (l.op.as_str(), l.instructions)),
+        ),
+        instructions: (planned.instructions, reference.instructions),
+        planning_seconds: t.seconds,
+    }
+    .report()
 }
 
 /// The arena a firmware must allocate for the plan under test (TFLM's

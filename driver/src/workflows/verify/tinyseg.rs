@@ -40,6 +40,21 @@ pub(super) struct TinysegPlan {
     pub warnings: Vec<String>,
 }
 
+impl TinysegPlan {
+    /// Refuses a plan of the transformed model larger than the runner's
+    /// arena of `limit` bytes.
+    pub(super) fn check_fits(&self, under_test: &super::UnderTest, limit: u64) -> Result<()> {
+        if under_test.arena > limit {
+            bail!(
+                "{}: the plan's arena of {} bytes is larger than the runner's arena of {limit} bytes",
+                under_test.label(),
+                under_test.arena,
+            );
+        }
+        Ok(())
+    }
+}
+
 /// TinySeg's transformation of `file` (what the reference run ran), planned
 /// with TFLM's `scratch` bytes per operator and the O_s `verify` plans with
 /// (`traced` unless `--overlap` says otherwise).
