@@ -13,7 +13,7 @@ use crate::{bail, failed};
 
 /// `source` read (a zoo model with weights from `seed`) and decoded once:
 /// the one value of the model a command queries.
-pub fn open_model(source: &ModelSource, seed: u64) -> Result<ModelFile> {
+pub(crate) fn open_model(source: &ModelSource, seed: u64) -> Result<ModelFile> {
     let given = source
         .bytes(seed)
         .with_context(|| format!("loading {source}"))?;
@@ -22,7 +22,7 @@ pub fn open_model(source: &ModelSource, seed: u64) -> Result<ModelFile> {
 
 /// The graph inputs of a run: the bytes of `input` (every graph input,
 /// concatenated in order; its size must be theirs), or seeded data.
-pub fn run_inputs(input: Option<&Path>, seed: u64, graph: &TfliteGraph) -> Result<Vec<u8>> {
+pub(crate) fn run_inputs(input: Option<&Path>, seed: u64, graph: &TfliteGraph) -> Result<Vec<u8>> {
     let Some(p) = input else {
         return seeded_inputs(graph, seed);
     };
@@ -41,7 +41,7 @@ pub fn run_inputs(input: Option<&Path>, seed: u64, graph: &TfliteGraph) -> Resul
 
 /// Seeded bytes for every graph input, concatenated in order
 /// ([`synth_values`], seeded per input).
-pub fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
+pub(crate) fn seeded_inputs(graph: &TfliteGraph, seed: u64) -> Result<Vec<u8>> {
     // Sizes come from the model: bounded before anything is generated, by
     // the bound an `--input` file has.
     let total = input_bytes(graph)?;

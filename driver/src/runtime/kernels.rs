@@ -25,7 +25,7 @@ fn is_cmsis_nn_function(name: &str) -> bool {
 /// CMSIS-NN's functions, TFLM's reference kernels otherwise (the harness
 /// links the reference kernels into every build, CMSIS-NN only into the
 /// `-cmsis` ones).
-pub fn library_of(image: &ElfImage) -> Kernels {
+pub(crate) fn library_of(image: &ElfImage) -> Kernels {
     if image.function_names().any(is_cmsis_nn_function) {
         Kernels::CmsisNn
     } else {
@@ -35,7 +35,12 @@ pub fn library_of(image: &ElfImage) -> Kernels {
 
 /// An error unless `image` (a guest of `kind`, e.g. "runner") was built
 /// with `kernels`; `file` is that library's build of the guest.
-pub fn check_built_with(image: &ElfImage, kernels: Kernels, kind: &str, file: &str) -> Result<()> {
+pub(crate) fn check_built_with(
+    image: &ElfImage,
+    kernels: Kernels,
+    kind: &str,
+    file: &str,
+) -> Result<()> {
     let built_with = library_of(image);
     if built_with != kernels {
         return Err(failed!(
@@ -109,7 +114,7 @@ pub(crate) fn installed_guests() -> Option<PathBuf> {
 
 /// `harness-c/build/ARCH/FILE` of the first of [`guest_roots`] that has it;
 /// the error says where it was looked for and how to get it.
-pub fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
+pub(crate) fn harness_guest(arch: Arch, file: &str, option: &str) -> Result<PathBuf> {
     let rel = Path::new(build_dir(arch)).join(file);
     let roots = guest_roots();
     roots

@@ -28,18 +28,20 @@ mod runner;
 mod runner_build;
 pub mod trace_cache;
 
-pub use inputs::{input_bytes, open_model, run_inputs, seeded_inputs};
-pub use model_run::{ModelOutcome, ModelRun, ScratchWatch, RED_ZONE_BYTES};
+pub use inputs::input_bytes;
+pub(crate) use inputs::{open_model, run_inputs, seeded_inputs};
+pub(crate) use model_run::RED_ZONE_BYTES;
+pub use model_run::{ModelOutcome, ModelRun, ScratchWatch};
 pub(crate) use per_operator::compare_operators;
 pub use per_operator::{OperatorComparison, OperatorDifference};
 pub(crate) use plan_inputs::scratch_requested;
-pub use plan_inputs::{
+pub(crate) use plan_inputs::{
     plan_inputs, scratch_needs, size_scratch, size_scratch_of, trace_model_operators,
-    traced_overlaps, PlanInputs,
 };
+pub use plan_inputs::{traced_overlaps, PlanInputs};
 pub(crate) use red_zones::red_zoned_check;
 pub use red_zones::RedZoneCheck;
-pub use runner::{
+pub(crate) use runner::{
     load_runner, model_runner, runner_arena_bytes, runner_path, runner_storage, runtime_code,
     target_runner,
 };

@@ -50,7 +50,7 @@ pub struct ModelRun<'a> {
 /// The bytes a red-zoned run leaves free on each side of a planned buffer:
 /// four of the Cortex-M55's 16-byte vector stores, so that a kernel whose
 /// scratch is a few vectors short is caught, whatever the alignment.
-pub const RED_ZONE_BYTES: u32 = 64;
+pub(crate) const RED_ZONE_BYTES: u32 = 64;
 
 /// What a run records of the operators' scratch buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +118,7 @@ impl<'a> ModelRun<'a> {
     }
 
     /// This run without the scratch buffers' events: what O_s needs.
-    pub fn without_scratch(self) -> ModelRun<'a> {
+    pub(crate) fn without_scratch(self) -> ModelRun<'a> {
         ModelRun {
             scratch: ScratchWatch::Untraced,
             ..self
@@ -171,7 +171,7 @@ impl<'a> ModelRun<'a> {
     }
 
     /// What the host writes into guest memory before the run.
-    pub fn preload(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+    pub(crate) fn preload(&self) -> Result<Vec<(u64, Vec<u8>)>> {
         Ok(self.layout()?.preload)
     }
 

@@ -57,7 +57,7 @@ pub struct OperatorComparison {
 
 impl OperatorComparison {
     /// One line for `verify`'s text.
-    pub fn to_text(&self, kernels: &str, against: &str) -> String {
+    pub(crate) fn to_text(&self, kernels: &str, against: &str) -> String {
         match &self.first_difference {
             None => format!(
                 "operators: each of the {} operators' outputs equal to the {against} kernels' \

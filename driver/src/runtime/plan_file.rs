@@ -71,7 +71,7 @@ impl PlanProvenance {
 
     /// The provenance of a plan made now for every core of `targets` (the
     /// first is the one it was measured on; see [`PlanProvenance::new`]).
-    pub fn for_targets(
+    pub(crate) fn for_targets(
         model: &ModelFile,
         kernels: Kernels,
         targets: &[Arch],
@@ -110,7 +110,7 @@ impl PlanProvenance {
     }
 
     /// The `memtrace_plan` metadata text of this provenance.
-    pub fn to_metadata(&self) -> Result<Vec<u8>> {
+    pub(crate) fn to_metadata(&self) -> Result<Vec<u8>> {
         Ok(serde_json::to_vec(self)?)
     }
 }
@@ -167,7 +167,7 @@ impl EmbeddedOrigin {
     /// The loud warning for running a model whose embedded plan was made
     /// by memtrace for other kernels than `kernels`, if it was: what is
     /// wrong, then `advice`.
-    pub fn foreign_kernels_warning(&self, kernels: Kernels, advice: &str) -> Option<String> {
+    pub(crate) fn foreign_kernels_warning(&self, kernels: Kernels, advice: &str) -> Option<String> {
         let EmbeddedOrigin::Memtrace(p) = self else {
             return None;
         };
@@ -184,7 +184,7 @@ impl EmbeddedOrigin {
     }
 
     /// What `run` advises about a plan made for other kernels.
-    pub fn run_advice(kernels: Kernels) -> String {
+    pub(crate) fn run_advice(kernels: Kernels) -> String {
         let k = kernels.name();
         format!(
             "Re-plan for them (`memtrace plan MODEL --kernels {k} --emit-offline OUT`) or check \

@@ -47,7 +47,7 @@ pub fn traced_overlaps(layers: &[LayerReport]) -> TracedOverlaps {
 
 /// Every operator of `model` traced on `image` (O_s, counts; no weights
 /// declared, scratch untraced): the runner's answer and the layers.
-pub fn trace_model_operators(
+pub(crate) fn trace_model_operators(
     image: &ElfImage,
     model: &[u8],
     inputs: &[u8],
@@ -67,7 +67,7 @@ const TFLM_BUFFER_ALIGNMENT: u64 = 16;
 /// Scratch bytes per operator, as TFLM gave them: an operator with several
 /// scratch buffers (LSTM asks for four) gets one tensor as large as TFLM's
 /// buffers side by side, each rounded up to TFLM's alignment.
-pub fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
+pub(crate) fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
     let mut needs = vec![0u64; ops];
     for s in &result.scratch {
         if let Some(n) = needs.get_mut(s.op as usize) {
@@ -79,7 +79,7 @@ pub fn scratch_needs(result: &TflmResult, ops: usize) -> Vec<u64> {
 
 /// Every operator of `model` (read as `graph`) sized from its shapes on
 /// `kernels` and `target`, against the scratch TFLM gave it in `result`.
-pub fn size_scratch(
+pub(crate) fn size_scratch(
     model: &memtrace_model::Model,
     graph: &memtrace_model::graph::TfliteGraph,
     kernels: Kernels,
@@ -101,7 +101,7 @@ pub(crate) fn scratch_requested(result: &TflmResult) -> Vec<(usize, u64)> {
 /// Every operator of `graph` (memtrace's `model` of it) sized from its
 /// shapes on `kernels` and `target`, against `requested` (operator, bytes of
 /// one scratch buffer it asked for).
-pub fn size_scratch_of(
+pub(crate) fn size_scratch_of(
     graph: &memtrace_model::graph::TfliteGraph,
     model: &memtrace_model::Model,
     kernels: Kernels,
@@ -125,7 +125,7 @@ pub struct PlanInputs {
 /// Traces `model` (`ops` operators) on the runner of `kernels` for
 /// `target` with seeded inputs (seed 1), or takes the result from `cache`
 /// when the runner, model and inputs were traced before.
-pub fn plan_inputs(
+pub(crate) fn plan_inputs(
     model: &ModelFile,
     ops: usize,
     kernels: Kernels,

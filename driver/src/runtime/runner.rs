@@ -18,7 +18,7 @@ use crate::support::error::Result;
 /// (with `option`, which a missing harness build's error suggests). With
 /// the operators a model `need`s, a source tree's runner that lacks them
 /// is built first (`runtime::runner_build`).
-pub fn runner_path(
+pub(crate) fn runner_path(
     arch: Arch,
     kernels: Kernels,
     explicit: Option<&Path>,
@@ -45,7 +45,7 @@ pub fn runner_path(
 
 /// The runner of `kernels` for `target` (or the one named with `option`;
 /// built first for a model that `need`s operators it lacks), loaded and checked: a runner built with `kernels`, for `target`.
-pub fn target_runner(
+pub(crate) fn target_runner(
     target: Arch,
     kernels: Kernels,
     explicit: Option<&Path>,
@@ -68,7 +68,7 @@ pub fn target_runner(
 /// The runner a model's command runs `graph` on: [`target_runner`] with
 /// `--runner` (`explicit`), built first in a source tree for the model's
 /// operators.
-pub fn model_runner(
+pub(crate) fn model_runner(
     target: Arch,
     kernels: Kernels,
     explicit: Option<&Path>,
@@ -80,7 +80,7 @@ pub fn model_runner(
 
 /// Loads a runner guest and checks that it is one, built with `kernels`
 /// (a report would otherwise name a library whose code never ran).
-pub fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {
+pub(crate) fn load_runner(path: &Path, kernels: Kernels) -> Result<ElfImage> {
     let image = ElfImage::load(path)?;
     if image.symbol(symbols::JOB).is_none() {
         bail!(
@@ -140,7 +140,7 @@ const RUNTIME_CLASSES: [&str; 5] = [
 /// Code ranges of TFLM's runtime in a runner: their writes inside a window
 /// are the runtime's bookkeeping, not the kernel's
 /// ([`memtrace_analyzer::contract::ContractCheck::with_runtime_code`]).
-pub fn runtime_code(image: &ElfImage) -> Vec<(u64, u64)> {
+pub(crate) fn runtime_code(image: &ElfImage) -> Vec<(u64, u64)> {
     image
         .functions()
         .filter(|(_, _, name)| {
@@ -153,7 +153,7 @@ pub fn runtime_code(image: &ElfImage) -> Vec<(u64, u64)> {
 /// The runner's storage region of TinySeg's spilled tensors
 /// (`memtrace_storage`..`memtrace_storage_end`): its guest address and
 /// bytes.
-pub fn runner_storage(image: &ElfImage) -> Result<(u64, u64)> {
+pub(crate) fn runner_storage(image: &ElfImage) -> Result<(u64, u64)> {
     let r = region(
         image,
         memtrace_abi::symbols::STORAGE,
@@ -165,6 +165,6 @@ pub fn runner_storage(image: &ElfImage) -> Result<(u64, u64)> {
 /// Bytes of the runner's arena region (`memtrace_arena`..`memtrace_arena_end`):
 /// the most TFLM can be given, so the bound for every size taken from a
 /// model or a plan before anything is allocated for it.
-pub fn runner_arena_bytes(image: &ElfImage) -> Result<u64> {
+pub(crate) fn runner_arena_bytes(image: &ElfImage) -> Result<u64> {
     Ok(region(image, symbols::ARENA, symbols::ARENA_END)?.len)
 }

@@ -28,13 +28,12 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use memtrace_model::Model;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 /// Size bound of the cache folder.
-pub const MAX_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_BYTES: u64 = 256 << 20;
 
 /// The cache, or no cache (`--no-cache`, or no folder to put it in).
 #[derive(Clone, Debug)]
@@ -64,19 +63,6 @@ impl TraceCache {
             h.update(part);
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    /// The bytes a model contributes to a key: its graph, shapes and
-    /// quantisation, and every constant's data (which its serialised form
-    /// leaves out, and on which outputs depend).
-    pub fn model_part(model: &Model) -> Vec<u8> {
-        let mut bytes = serde_json::to_vec(model).unwrap_or_default();
-        for t in &model.tensors {
-            let data = t.data.as_deref().unwrap_or_default();
-            bytes.extend((data.len() as u64).to_le_bytes());
-            bytes.extend(data);
-        }
-        bytes
     }
 
     /// The entry file of `key`; none for what is not a key (keys are

@@ -58,7 +58,7 @@ impl<'a> KernelResolver<'a> {
 
     /// Fills `attribution` of every layer report from the counts of the
     /// same layer (matched by index).
-    pub fn attribute(&self, layers: &mut [LayerReport], counts: &PcCounts) {
+    pub(crate) fn attribute(&self, layers: &mut [LayerReport], counts: &PcCounts) {
         for layer in layers {
             if let Some(pcs) = counts.layers.iter().find(|p| p.index == layer.index) {
                 layer.attribution = Some(self.report(pcs));
@@ -70,20 +70,20 @@ impl<'a> KernelResolver<'a> {
 /// Whether a layer ran some other kernel than the TFLM reference ones the
 /// algorithmic and analytic methods model: its kernel is known and its
 /// library is not `TFLM reference`.
-pub fn other_than_reference(library: Option<&str>, kernel: Option<&str>) -> bool {
+pub(crate) fn other_than_reference(library: Option<&str>, kernel: Option<&str>) -> bool {
     matches!((library, kernel), (Some(l), Some(k))
         if l != Library::TflmReference.name() && !k.is_empty())
 }
 
 /// The `library` and `kernel` of a layer report, when attributed.
-pub fn kernel_of(layer: &LayerReport) -> (Option<&str>, Option<&str>) {
+pub(crate) fn kernel_of(layer: &LayerReport) -> (Option<&str>, Option<&str>) {
     layer.attribution.as_ref().map_or((None, None), |a| {
         (Some(a.library.name()), Some(a.kernel.as_str()))
     })
 }
 
 /// `` `kernel` (library) ``, or `-` when not attributed.
-pub fn kernel_text(library: Option<&str>, kernel: Option<&str>) -> String {
+pub(crate) fn kernel_text(library: Option<&str>, kernel: Option<&str>) -> String {
     match (library, kernel) {
         (Some(l), Some(k)) if !k.is_empty() => format!("`{k}` ({l})"),
         _ => "-".to_owned(),

@@ -23,7 +23,7 @@ use crate::support::error::{Error, Result};
 pub const MAX_INSTRUCTIONS: u64 = 20_000_000_000;
 
 /// Traces `image` with `analyses`, showing a spinner on an interactive stderr.
-pub fn trace_with(
+pub(crate) fn trace_with(
     image: &ElfImage,
     mut options: TraceOptions<'_>,
     analyses: &mut [&mut (dyn Analysis + Send)],
@@ -46,7 +46,7 @@ pub fn trace_with(
 }
 
 /// Whether progress may be drawn: an interactive stderr, not CI.
-pub fn interactive() -> bool {
+pub(crate) fn interactive() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }
 
@@ -62,7 +62,7 @@ fn spinner() -> Option<ProgressBar> {
 }
 
 /// A bar of `len` steps named `unit` on an interactive stderr.
-pub fn progress_bar(len: u64, unit: &str) -> Option<ProgressBar> {
+pub(crate) fn progress_bar(len: u64, unit: &str) -> Option<ProgressBar> {
     if len < 2 || !interactive() {
         return None;
     }
@@ -112,7 +112,7 @@ fn check_writable(path: &Path, dest: &Path) -> Result<()> {
 }
 
 /// Polars prints our tables; keep them complete and free of dtype noise.
-pub fn configure_table_printing() {
+pub(crate) fn configure_table_printing() {
     for (key, value) in [
         ("POLARS_FMT_TABLE_HIDE_DATAFRAME_SHAPE_INFORMATION", "1"),
         ("POLARS_FMT_TABLE_HIDE_COLUMN_DATA_TYPES", "1"),
@@ -148,7 +148,7 @@ pub fn show<T: ToString>(v: Option<T>) -> String {
 
 /// "exited with code N: why" — the guest's own reason when it gave one
 /// (`memtrace_exit_reason`), otherwise `hint` (what the code usually means).
-pub fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
+pub(crate) fn exit_text(code: i32, reason: Option<&str>, hint: &str) -> String {
     match reason {
         Some(reason) => format!("exited with code {code}: {reason}"),
         None if hint.is_empty() => format!("exited with code {code}"),
@@ -167,7 +167,7 @@ const UNTRACED_FLOOR_RATE: f64 = 25e6;
 /// time limit: its time at 25 M instructions/s (`UNTRACED_FLOOR_RATE`), at
 /// least 10 s. An exit
 /// code other than 0 is the caller's to judge.
-pub fn run_without_hooks(
+pub(crate) fn run_without_hooks(
     image: &ElfImage,
     preload: &[(u64, Vec<u8>)],
     readback: &[(u64, u64)],

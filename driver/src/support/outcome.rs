@@ -35,7 +35,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// The status of a check that passed (`true`: 0) or failed (1).
-    pub fn status_of(passed: bool) -> u8 {
+    pub(crate) fn status_of(passed: bool) -> u8 {
         u8::from(!passed)
     }
 }
@@ -57,6 +57,6 @@ struct WithVerdict<'a, R: Serialize> {
 }
 
 /// `report` as pretty JSON with its verdict `ok`, and a final newline.
-pub fn json_with_verdict<R: Serialize>(report: &R, ok: bool) -> Result<String> {
+pub(crate) fn json_with_verdict<R: Serialize>(report: &R, ok: bool) -> Result<String> {
     Ok(serde_json::to_string_pretty(&WithVerdict { report, ok })? + "\n")
 }

@@ -40,16 +40,6 @@ impl OverlapChoice {
             OverlapChoice::None => "none",
         }
     }
-
-    /// The default source for plans made for `kernels`: the closed forms for
-    /// TFLM's reference kernels (whose loop nests they model), the library's
-    /// own traces for any other library.
-    pub fn default_for(kernels: Kernels) -> OverlapChoice {
-        match kernels {
-            Kernels::Tflm => OverlapChoice::Analytic,
-            _ => OverlapChoice::Traced,
-        }
-    }
 }
 
 /// Whose loop nests an O_s source models, and whether that is the library a
@@ -69,7 +59,7 @@ pub struct OverlapProvenance {
 
 impl OverlapProvenance {
     /// True when the O_s describe another library than the plan's.
-    pub fn is_foreign(&self) -> bool {
+    pub(crate) fn is_foreign(&self) -> bool {
         self.modelled.is_some_and(|m| m != self.kernels)
     }
 

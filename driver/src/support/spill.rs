@@ -41,7 +41,7 @@ impl Default for SpillOptions {
 /// With `seed`, the model is first given the weights and quantisation `memtrace
 /// verify` runs it with, so the transformed model computes with the same
 /// constants as the untransformed one.
-pub fn transform(
+pub(crate) fn transform(
     model: &Model,
     overlaps: &Overlaps,
     opts: &SpillOptions,
@@ -72,7 +72,7 @@ pub fn transform(
 /// plan that halves it would not be the arena TFLM allocates), and the
 /// warning to give when `opts`' `--scratch-int16` policy would have
 /// narrowed one (TinySeg planned as asked on `model` to find out).
-pub fn for_tflm(
+pub(crate) fn for_tflm(
     model: &Model,
     overlaps: &Overlaps,
     opts: &SpillOptions,
@@ -236,7 +236,7 @@ pub fn bench_tinyseg(
 
 /// The warning of a TinySeg run that stopped above its `--target-bytes`
 /// (every spill and fusion tried), if it did.
-pub fn target_missed(target: Option<u64>, peak: Option<u64>) -> Option<String> {
+pub(crate) fn target_missed(target: Option<u64>, peak: Option<u64>) -> Option<String> {
     let (target, peak) = (target?, peak?);
     (peak > target).then(|| {
         format!(

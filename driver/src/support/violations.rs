@@ -85,7 +85,7 @@ fn retrace(rerun: &Rerun<'_>, indices: &[usize]) -> Result<Vec<ContractReport>> 
 /// Fills in function and file:line of every violation's PC and of the calls
 /// that led to it, and the symbol (and offset into it) that each stray write
 /// hit.
-pub fn locate(image: &ElfImage, contracts: &mut [ContractReport]) {
+pub(crate) fn locate(image: &ElfImage, contracts: &mut [ContractReport]) {
     let mut debug: Option<DebugInfo> = None;
     for c in contracts {
         if let Some(v) = c.stray_write.first.as_mut() {
@@ -129,7 +129,7 @@ fn call_sites(debug: &DebugInfo, image: &ElfImage, pc: u64, returns: &[u64]) -> 
 /// Takes the unused scratch of the layers that ran a kernel library as that
 /// library's own padding: information, not a violation (`--strict` passes
 /// correct code on every kernel library). Needs the layers' attribution.
-pub fn excuse_library_scratch(layers: &mut [LayerReport]) {
+pub(crate) fn excuse_library_scratch(layers: &mut [LayerReport]) {
     for layer in layers {
         let library = layer.attribution.as_ref().map(|a| a.library);
         if let (Some(c), Some(library)) = (layer.contract.as_mut(), library) {
@@ -198,7 +198,7 @@ pub fn broken_rules(c: &ContractReport, skip: &[&str]) -> Vec<String> {
 }
 
 /// Layers that break at least one rule of the memory contract.
-pub fn broken_layers(report: &RunReport) -> usize {
+pub(crate) fn broken_layers(report: &RunReport) -> usize {
     report
         .layers
         .iter()

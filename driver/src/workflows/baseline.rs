@@ -20,10 +20,10 @@ use crate::workflows::sweep::{
 };
 
 /// Format tag of baseline files.
-pub const FORMAT: &str = "memtrace-os-table/1";
+pub(crate) const FORMAT: &str = "memtrace-os-table/1";
 
 /// [`Baseline::access`] of a baseline traced on the exact (hook) path.
-pub const EXACT_ACCESS: &str = "hooks";
+pub(crate) const EXACT_ACCESS: &str = "hooks";
 
 /// One row of a baseline.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

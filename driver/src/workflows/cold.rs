@@ -143,7 +143,7 @@ pub fn cold(req: &ColdOptions) -> Result<ColdReport> {
 /// Which tensor each buffer of each window is, by the runner's buffer ids:
 /// input k of an operator is id k, output j is id 32 + j, and a
 /// `load_input` window's tensor is id 32 (docs/protocol.md).
-pub fn buffer_tensors(graph: &TfliteGraph, order: &[usize]) -> BufferTensors {
+pub(crate) fn buffer_tensors(graph: &TfliteGraph, order: &[usize]) -> BufferTensors {
     let index = |t: i32| usize::try_from(t).ok();
     let ops = order
         .iter()

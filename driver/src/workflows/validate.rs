@@ -77,7 +77,7 @@ pub fn validate(opts: &ValidateOptions) -> Result<ValidateReport> {
 
 impl ValidateReport {
     /// The Table II-style table with the summary line under it.
-    pub fn to_table(&self) -> Result<String> {
+    pub(crate) fn to_table(&self) -> Result<String> {
         let mut t = table_text(&self.configs)?;
         t.push_str(&self.summary_line());
         t.push('\n');
@@ -85,22 +85,22 @@ impl ValidateReport {
     }
 
     /// The report as pretty JSON.
-    pub fn to_json(&self) -> Result<String> {
+    pub(crate) fn to_json(&self) -> Result<String> {
         Ok(serde_json::to_string_pretty(self)? + "\n")
     }
 
     /// The rows as CSV.
-    pub fn to_csv(&self) -> Result<String> {
+    pub(crate) fn to_csv(&self) -> Result<String> {
         csv_text(&self.configs)
     }
 
     /// The summary line.
-    pub fn summary_line(&self) -> String {
+    pub(crate) fn summary_line(&self) -> String {
         summary_line(&self.summary, self.arch)
     }
 
     /// One stderr line per violating row, then one per failed row.
-    pub fn problem_lines(&self) -> Vec<String> {
+    pub(crate) fn problem_lines(&self) -> Vec<String> {
         let violations = self
             .configs
             .iter()
@@ -155,7 +155,7 @@ fn reference_note(r: &Row) -> String {
 }
 
 /// The summary line printed under the table.
-pub fn summary_line(s: &Summary, arch: &str) -> String {
+pub(crate) fn summary_line(s: &Summary, arch: &str) -> String {
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} %"));
     format!(
         "{} configs on {arch}: {} violations ({} UNSAFE analytic, {} algorithmic MISMATCH, {} exact < monotone{}), {} errors; analytic error max {}, mean {}; paper equations as printed above the trace in {} configs (a paper finding, not a violation); {:.1} s, {:.1} configs/s on {} threads",
@@ -239,7 +239,7 @@ fn table_text(rows: &[Row]) -> Result<String> {
 }
 
 /// The rows as CSV (polars' writer), one line per row with a header.
-pub fn csv_text(rows: &[Row]) -> Result<String> {
+pub(crate) fn csv_text(rows: &[Row]) -> Result<String> {
     use polars::prelude::*;
     let text = |f: fn(&Row) -> String| rows.iter().map(f).collect::<Vec<_>>();
     let mut df = df!(

@@ -488,7 +488,7 @@ fn peak_rss(args: &BenchOptions, out: &mut impl Write) -> Result<()> {
 }
 
 /// `VmHWM` of this process in kB (Linux).
-pub fn peak_rss_kb() -> Option<u64> {
+pub(crate) fn peak_rss_kb() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status
         .lines()

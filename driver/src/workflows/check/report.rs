@@ -104,7 +104,7 @@ impl CheckReport {
     }
 
     /// API calls that broke their memory contract.
-    pub fn broken_calls(&self) -> usize {
+    pub(crate) fn broken_calls(&self) -> usize {
         self.calls
             .as_ref()
             .map_or(0, |c| c.iter().filter(|r| r.violates()).count())
@@ -116,7 +116,7 @@ impl CheckReport {
 
     /// The program's own exit status, as a shell would see it (an abort is
     /// 134), when it exited.
-    pub fn program_status(&self) -> Option<i32> {
+    pub(crate) fn program_status(&self) -> Option<i32> {
         match self.end {
             ReportEnd::Exit { code } => Some(code),
             ReportEnd::Abnormal { .. } => Some(SIGABRT_STATUS),

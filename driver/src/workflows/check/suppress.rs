@@ -21,7 +21,7 @@ use std::path::Path;
 use crate::{Error, Result};
 
 /// Kinds a rule may name.
-pub const KINDS: [&str; 10] = [
+pub(crate) const KINDS: [&str; 10] = [
     "overrun",
     "use-after-free",
     "uninitialised",
@@ -95,7 +95,7 @@ impl Suppressions {
 
     /// The rule that suppresses a finding of `kind` whose chain has the
     /// functions `functions`, if any.
-    pub fn matching(&self, kind: &str, functions: &[&str]) -> Option<&Rule> {
+    pub(crate) fn matching(&self, kind: &str, functions: &[&str]) -> Option<&Rule> {
         self.rules.iter().find(|r| {
             (r.kind == "*" || r.kind == kind) && functions.iter().any(|f| glob(&r.pattern, f))
         })

@@ -26,7 +26,7 @@ pub struct Provenance<'a> {
 
 /// Writes `model` and its header for the measured plan `m` (the one
 /// `command` planned or proved from `source`); the header's path.
-pub fn write_measured_plan(
+pub(crate) fn write_measured_plan(
     dest: &Path,
     model: &[u8],
     m: &MeasuredPlan,
@@ -86,7 +86,7 @@ pub fn deployment_refusal(dest: &Path) -> Option<String> {
 /// `name` (`CONV_2D` → `AddConv2D`), `None` for a name that is no builtin
 /// (a custom operator's code, TinySeg's `MEMTRACE_*` storage operators
 /// included).
-pub fn resolver_method(name: &str) -> Option<String> {
+pub(crate) fn resolver_method(name: &str) -> Option<String> {
     if memtrace_model::OpKind::from_custom_code(name).is_some() {
         return None;
     }
@@ -176,7 +176,7 @@ fn resolver_lines(model: &[u8]) -> Result<String> {
 /// `?\?`); a newline, tab or other control character is written as its C
 /// escape (`\n`, `\x7f`), anything beyond ASCII as `\u{HEX}`. So a
 /// header compiles to the same values whatever the names in it.
-pub fn c_comment(text: &str) -> String {
+pub(crate) fn c_comment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut prev = '\0';
     for c in text.chars() {
@@ -201,7 +201,11 @@ pub fn c_comment(text: &str) -> String {
 /// (`kModel`, `kModelSize`) 16-byte aligned, the operators to register
 /// (`MEMTRACE_MODEL_OPS`, `kModelOpCount`) and a comment saying where it all
 /// comes from. Valid C (C11) and C++ (C++11).
-pub fn header_text(model: &[u8], arena: &ArenaToAllocate, who: &Provenance<'_>) -> Result<String> {
+pub(crate) fn header_text(
+    model: &[u8],
+    arena: &ArenaToAllocate,
+    who: &Provenance<'_>,
+) -> Result<String> {
     let resolver = resolver_lines(model)?;
     let mut s = String::with_capacity(model.len() * 6 + 4096);
     s += &format!(
@@ -277,7 +281,7 @@ pub fn header_text(model: &[u8], arena: &ArenaToAllocate, who: &Provenance<'_>) 
 /// Writes the model with its plan to `dest` and its header beside it
 /// ([`header_path`]), each atomically; both texts are complete before
 /// either file is written. Returns the header's path.
-pub fn write_deployment(
+pub(crate) fn write_deployment(
     dest: &Path,
     model: &[u8],
     arena: &ArenaToAllocate,

@@ -182,7 +182,7 @@ fn boundary(start: u64, ceiling: u64, mut fits: impl FnMut(u64) -> Result<bool>)
 /// input's bytes, in order) on the `target` TFLM runner of `kernels` (or
 /// `runner`), or takes it from `cache` when this runner measured these
 /// bytes before.
-pub fn measure_arena(
+pub(crate) fn measure_arena(
     model: &[u8],
     inputs: &[u8],
     kernels: Kernels,
@@ -204,7 +204,7 @@ pub fn measure_arena(
 }
 
 /// [`measure_arena`] on a runner already loaded.
-pub fn measure_arena_on(
+pub(crate) fn measure_arena_on(
     image: &ElfImage,
     model: &[u8],
     inputs: &[u8],

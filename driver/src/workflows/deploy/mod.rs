@@ -15,11 +15,9 @@ mod measure;
 mod proven;
 
 pub use budget::{parse_size, Budget};
-pub use header::{
-    c_comment, deployment_refusal, header_path, header_text, resolver_method, write_deployment,
-    write_measured_plan, Provenance,
-};
-pub use measure::{measure_arena, measure_arena_on};
+pub(crate) use header::write_measured_plan;
+pub use header::{deployment_refusal, header_path, Provenance};
+pub(crate) use measure::{measure_arena, measure_arena_on};
 pub use proven::{Deployed, Deployment};
 
 use serde::{Deserialize, Serialize};
@@ -31,7 +29,7 @@ use crate::runtime::kernels::Kernels;
 
 /// Alignment the header's arena buffer has (`alignas(16)`), and the one the
 /// runner's arena region starts at: the measured size holds for it.
-pub const ARENA_ALIGNMENT: u64 = 16;
+pub(crate) const ARENA_ALIGNMENT: u64 = 16;
 
 /// The smallest arena with which TFLM allocates and runs a model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,7 +97,7 @@ pub struct MeasuredPlan {
 
 impl MeasuredPlan {
     /// Lines for a text report.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let head = format!(
             "{} planner (O_s: {}): head {} B",
             self.planner, self.overlap, self.planned_bytes
@@ -113,7 +111,7 @@ impl MeasuredPlan {
 }
 
 /// The first 16 hex digits of the SHA-256 of `bytes`.
-pub fn sha256_prefix(bytes: &[u8]) -> String {
+pub(crate) fn sha256_prefix(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .take(8)

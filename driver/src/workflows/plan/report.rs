@@ -144,12 +144,4 @@ impl PlanOutcome {
             PlanOutcome::Tinyseg(t) => t.to_table(),
         }
     }
-
-    /// Pretty JSON with a final newline.
-    pub fn to_json(&self) -> Result<String> {
-        Ok(match self {
-            PlanOutcome::Comparison(c) => serde_json::to_string_pretty(c)?,
-            PlanOutcome::Tinyseg(t) => serde_json::to_string_pretty(t)?,
-        } + "\n")
-    }
 }

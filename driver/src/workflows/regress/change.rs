@@ -11,7 +11,7 @@ const SCRATCH_UNUSED: &str = "scratch_unused";
 
 /// The change of a layer's outputs between the baseline and the new build,
 /// when both digested them.
-pub fn output_change(old: &BaselineRow, new: &Row) -> Option<Change> {
+pub(crate) fn output_change(old: &BaselineRow, new: &Row) -> Option<Change> {
     let (before, after) = (old.output_digest.as_ref()?, new.output_digest.as_ref()?);
     (before != after).then(|| Change::Output {
         old: before.clone(),
@@ -116,12 +116,12 @@ impl Change {
     }
 
     /// Whether the change concerns the layer's outputs.
-    pub fn is_output(&self) -> bool {
+    pub(crate) fn is_output(&self) -> bool {
         matches!(self, Change::Output { .. } | Change::Reference { .. })
     }
 
     /// Whether the change concerns the memory contract (rules and scratch).
-    pub fn is_contract(&self) -> bool {
+    pub(crate) fn is_contract(&self) -> bool {
         matches!(
             self,
             Change::NewViolation { .. } | Change::ViolationGone { .. } | Change::Scratch { .. }
@@ -220,7 +220,7 @@ fn overlap_values(old: &BaselineRow, new: &Row) -> [(&'static str, Option<u64>, 
 }
 
 /// Every O_s value present in both that differs.
-pub fn overlap_changes(old: &BaselineRow, new: &Row) -> Vec<Change> {
+pub(crate) fn overlap_changes(old: &BaselineRow, new: &Row) -> Vec<Change> {
     overlap_values(old, new)
         .into_iter()
         .filter_map(|(value, old, new)| match (old, new) {
@@ -235,7 +235,7 @@ fn scratch_of<'a>(c: &'a RowContract, name: &str) -> Option<&'a ScratchRecord> {
 }
 
 /// Broken rules and scratch use that differ between two contracts.
-pub fn contract_changes(old: &RowContract, new: &RowContract) -> Vec<Change> {
+pub(crate) fn contract_changes(old: &RowContract, new: &RowContract) -> Vec<Change> {
     let broken = |c: &RowContract, rule: &str| c.broken.iter().any(|b| b.rule == rule);
     let mut changes: Vec<Change> = new
         .broken
@@ -275,7 +275,7 @@ pub fn contract_changes(old: &RowContract, new: &RowContract) -> Vec<Change> {
 }
 
 /// The instruction-count change, when it is beyond `threshold_percent`.
-pub fn instruction_change(old: u64, new: u64, threshold_percent: f64) -> Option<Change> {
+pub(crate) fn instruction_change(old: u64, new: u64, threshold_percent: f64) -> Option<Change> {
     if old == 0 || old == new {
         return None;
     }

@@ -509,7 +509,7 @@ mod tests {
         static COUNTING: Counting = Counting;
 
         /// Starts counting this thread's peak from what it holds now.
-        pub fn reset() {
+        pub(crate) fn reset() {
             let live = LIVE.with(Cell::get);
             BASE.with(|b| b.set(live));
             PEAK.with(|p| p.set(live));

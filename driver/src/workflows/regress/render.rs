@@ -42,7 +42,7 @@ impl RegressReport {
     }
 
     /// The closing summary line.
-    pub fn summary_line(&self) -> String {
+    pub(crate) fn summary_line(&self) -> String {
         let c = &self.counts;
         format!(
             "regress: {} rows: {} shrank, {} grew, {} same, {} missing, {} errors; \

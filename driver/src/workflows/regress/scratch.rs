@@ -52,7 +52,7 @@ impl ScratchOverrun {
     /// One build overran and the other did not: a difference between
     /// the builds. An overrun in both is a defect the new build keeps,
     /// reported but not a change.
-    pub fn is_change(&self) -> bool {
+    pub(crate) fn is_change(&self) -> bool {
         self.old.is_some() != self.new.is_some()
     }
 

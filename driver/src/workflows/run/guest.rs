@@ -26,7 +26,7 @@ pub fn is_model(path: &std::path::Path) -> bool {
 
 /// Whether `path` holds a `.tflite` model (the flatbuffer identifier
 /// `TFL3` at byte 4), rather than an ELF.
-pub fn is_tflite(path: &std::path::Path) -> bool {
+pub(crate) fn is_tflite(path: &std::path::Path) -> bool {
     use std::io::Read;
     // Opening a FIFO would block: only regular files are looked into (the
     // ELF loader refuses the rest with a clear error).

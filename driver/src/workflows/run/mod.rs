@@ -10,8 +10,8 @@
 mod guest;
 mod report;
 
-pub use guest::{is_model, is_tflite};
-pub use report::{flagged_layers, tables_text, warnings, RunAnswer};
+pub use guest::is_model;
+pub use report::{warnings, RunAnswer};
 
 use std::path::PathBuf;
 

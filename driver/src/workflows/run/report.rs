@@ -130,7 +130,7 @@ impl ExpectedDifferences {
 }
 
 /// Layers with at least one failed cross-check.
-pub fn flagged_layers(report: &RunReport) -> usize {
+pub(crate) fn flagged_layers(report: &RunReport) -> usize {
     report
         .layers
         .iter()
@@ -151,7 +151,7 @@ fn scratch_shortfalls(report: &RunReport) -> Vec<String> {
 }
 
 /// The buffer and O_s tables of `memtrace run`.
-pub fn tables_text(report: &RunReport) -> Result<String> {
+pub(crate) fn tables_text(report: &RunReport) -> Result<String> {
     configure_table_printing();
     let what = match &report.tflm {
         Some(t) => format!(

@@ -18,7 +18,8 @@ mod summary;
 
 pub use configs::{ConfigSelection, SpecStream};
 pub use row::{BrokenRule, InputOverlap, Row, RowContract, ScratchRecord, Verdict};
-pub use summary::{start, summarise, Summary};
+pub(crate) use summary::summarise;
+pub use summary::{start, Summary};
 
 use std::sync::Mutex;
 
@@ -124,7 +125,7 @@ fn trace_job(
 }
 
 /// Fails early when `image` has no job mailbox (it is not a kernel suite).
-pub fn require_job_mailbox(image: &ElfImage) -> Result<()> {
+pub(crate) fn require_job_mailbox(image: &ElfImage) -> Result<()> {
     if image.symbol(memtrace_abi::symbols::JOB).is_none() {
         bail!(
             "{} has no `memtrace_job` mailbox, so layer configurations cannot be sent to it (build harness-c's suite.elf, or see docs/protocol.md)",
@@ -152,7 +153,7 @@ pub struct Sweep<'a> {
 impl<'a> Sweep<'a> {
     /// A sweep of `image` at `depth` with the seed, workers and instruction
     /// budget of `configs`.
-    pub fn configured(image: &'a ElfImage, depth: Depth, configs: &ConfigSelection) -> Self {
+    pub(crate) fn configured(image: &'a ElfImage, depth: Depth, configs: &ConfigSelection) -> Self {
         Sweep {
             image,
             depth,
@@ -261,6 +262,6 @@ impl<'a> Sweep<'a> {
 }
 
 /// Default names of swept configurations.
-pub fn config_names(count: usize) -> Vec<String> {
+pub(crate) fn config_names(count: usize) -> Vec<String> {
     (1..=count).map(|i| format!("config {i}")).collect()
 }

@@ -42,7 +42,7 @@ pub struct Summary {
 }
 
 /// Counts and error statistics of `rows`, swept in `elapsed` on `threads`.
-pub fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summary {
+pub(crate) fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summary {
     let count = |f: Flag| rows.iter().filter(|r| r.flags.contains(&f)).count();
     let errors: Vec<f64> = rows
         .iter()

@@ -24,7 +24,7 @@ mod tinyseg;
 mod under_test;
 
 pub use report::{KernelCheck, TensorPlacement, TflmOpOverlap, TflmRunReport, VerifyReport};
-pub use under_test::{check_plan_kernels, placement_from_plan, plan_kernels};
+pub use under_test::placement_from_plan;
 
 use std::path::PathBuf;
 

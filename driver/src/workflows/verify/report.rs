@@ -335,7 +335,7 @@ impl VerifyReport {
     }
 
     /// The human-readable report.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut s = format!(
             "{} on real TFLM ({} kernels, {}), {}\nrunner: {}\n",
             self.model,

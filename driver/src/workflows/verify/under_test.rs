@@ -361,7 +361,7 @@ fn plan_tensor_index(names: &[String], name: &str) -> Option<usize> {
 
 /// The kernel library a plan file says it was made for (`"kernels"`), if it
 /// says.
-pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
+pub(crate) fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
     let file: PlanFile = serde_json::from_str(text).map_err(|e| failed!("not a plan file: {e}"))?;
     file.kernels
         .map(|name| {
@@ -376,7 +376,7 @@ pub fn plan_kernels(text: &str) -> Result<Option<Kernels>> {
 /// plan for another library is refused, or with `--allow-foreign-plan`
 /// accepted with the warning returned (its overlaps were proven on the
 /// other library's loop nests, not these).
-pub fn check_plan_kernels(
+pub(crate) fn check_plan_kernels(
     path: &std::path::Path,
     text: &str,
     req: &VerifyOptions,
