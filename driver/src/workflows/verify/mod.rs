@@ -122,28 +122,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let started = Instant::now();
     let subject = Subject::load(req)?;
     let (mut reference, own_overlaps, own_report) = own_plan_run(req, &subject)?;
-    // The kernels' contract, where no neighbour can hide an overrun.
-    let (reference_kernels, reference_kernels_not_compared) =
-        against_reference_kernels(req, &subject)?;
-    let zoned = Instant::now();
-    let kernel_check = KernelCheck::of(
-        &crate::runtime::red_zoned_check(
-            &subject.image,
-            subject.bytes(),
-            &subject.inputs,
-            req.max_instructions,
-            crate::support::common::access_path(false),
-            None,
-        )?,
-        zoned.elapsed().as_secs_f64(),
-    );
-    let scratch_sizing = crate::runtime::size_scratch(
-        subject.model(),
-        subject.graph(),
-        req.kernels,
-        req.target,
-        &reference.result,
-    );
+    let kernels = check_kernels(req, &subject, &reference.result)?;
     let overlap_kernels = req.overlap_kernels.unwrap_or(req.kernels);
     let (source_overlaps, traced_report) = if overlap_kernels == req.kernels {
         (own_overlaps, own_report)
@@ -247,10 +226,10 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         output_bytes: a.len() as u64,
         output_digest: digest(a),
         output_hex: a.iter().map(|x| format!("{x:02x}")).collect(),
-        kernel_check,
-        scratch_sizing,
-        reference_kernels,
-        reference_kernels_not_compared,
+        kernel_check: kernels.contract,
+        scratch_sizing: kernels.scratch,
+        reference_kernels: kernels.against_reference,
+        reference_kernels_not_compared: kernels.not_compared,
         oracle,
         oracle_off: !req.oracle,
         traced_overlaps: traced_report,
@@ -429,6 +408,54 @@ fn deploy_figures(
 /// or why it was not made. Beside an explicit `--runner`
 /// (`…/tflm-runner-cmsis<suffix>.elf`), the reference runner is
 /// `tflm-runner<suffix>.elf` of the same folder.
+/// What verify found of the kernels themselves, apart from any plan.
+struct KernelFindings {
+    /// The memory contract, in a red-zoned run.
+    contract: KernelCheck,
+    /// Each operator's scratch sized from its shapes against what it asked.
+    scratch: memtrace_model::scratch_sizing::ScratchSizing,
+    /// CMSIS-NN's outputs against the reference kernels', per operator.
+    against_reference: Option<crate::runtime::OperatorComparison>,
+    /// Why they were not compared, when they were not.
+    not_compared: Option<String>,
+}
+
+/// The kernels' contract in a red-zoned run (where no neighbour can hide
+/// an overrun), their scratch against TFLM's `reference` run, and
+/// CMSIS-NN's outputs against the reference kernels'.
+fn check_kernels(
+    req: &VerifyOptions,
+    subject: &Subject,
+    reference: &memtrace_abi::runner::TflmResult,
+) -> Result<KernelFindings> {
+    let (against_reference, not_compared) = against_reference_kernels(req, subject)?;
+    let zoned = Instant::now();
+    let contract = KernelCheck::of(
+        &crate::runtime::red_zoned_check(
+            &subject.image,
+            subject.bytes(),
+            &subject.inputs,
+            req.max_instructions,
+            crate::support::common::access_path(false),
+            None,
+        )?,
+        zoned.elapsed().as_secs_f64(),
+    );
+    let scratch = crate::runtime::size_scratch(
+        subject.model(),
+        subject.graph(),
+        req.kernels,
+        req.target,
+        reference,
+    );
+    Ok(KernelFindings {
+        contract,
+        scratch,
+        against_reference,
+        not_compared,
+    })
+}
+
 fn against_reference_kernels(
     req: &VerifyOptions,
     subject: &Subject,
