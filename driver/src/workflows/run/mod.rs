@@ -95,8 +95,9 @@ impl Default for ModelOptions {
     }
 }
 
-/// Traces the selected layers and writes the requested files.
-pub fn run(opts: &RunOptions) -> Result<RunReport> {
+/// The guest `opts` names, checked with what is asked of it before any
+/// run: a model on its runner, or a kernel binary with its `--job`.
+fn load_guest(opts: &RunOptions) -> Result<Guest> {
     let tflite = is_model(&opts.elf);
     if tflite && opts.job.is_some() {
         bail!(
@@ -130,23 +131,57 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             );
         }
     }
-    let mut guest = if tflite {
-        model_guest(opts)?
-    } else {
-        let image = match ElfImage::load(&opts.elf) {
-            // Neither of the two things `run` takes.
-            Err(memtrace_tracer::TraceError::NoElfMagic { path, first_bytes }) => bail!(
-                "{} is neither an ELF program nor a .tflite model (first bytes {first_bytes})",
-                path.display()
-            ),
-            loaded => loaded?,
-        };
-        let image = match opts.model.elf_target {
-            Some(target) => image.on_target(target)?,
-            None => image,
-        };
-        Guest::Elf { image, job }
+    if tflite {
+        return model_guest(opts);
+    }
+    let image = match ElfImage::load(&opts.elf) {
+        // Neither of the two things `run` takes.
+        Err(memtrace_tracer::TraceError::NoElfMagic { path, first_bytes }) => bail!(
+            "{} is neither an ELF program nor a .tflite model (first bytes {first_bytes})",
+            path.display()
+        ),
+        loaded => loaded?,
     };
+    let image = match opts.model.elf_target {
+        Some(target) => image.on_target(target)?,
+        None => image,
+    };
+    Ok(Guest::Elf { image, job })
+}
+
+/// Refuses a `--layer` that selected none of the run's layers (`names`),
+/// listing them.
+fn check_layers_known(opts: &RunOptions, stats: &LayerStats, names: &[String]) -> Result<()> {
+    let unknown: Vec<&String> = opts
+        .layers
+        .iter()
+        .filter(|sel| {
+            !stats
+                .layers
+                .iter()
+                .any(|l| selects(sel, l.index, &l.name, &l.op))
+        })
+        .collect();
+    if !unknown.is_empty() {
+        bail!(
+            "unknown --layer {}; {} has the layers: {} (a layer is also named by its index, \
+             `3`, or its index and operator, `3:CONV_2D`; {} layer(s) in all)",
+            unknown
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            opts.elf.display(),
+            names.join(", "),
+            names.len()
+        );
+    }
+    Ok(())
+}
+
+/// Traces the selected layers and writes the requested files.
+pub fn run(opts: &RunOptions) -> Result<RunReport> {
+    let mut guest = load_guest(opts)?;
     let mut stats = LayerStats::default();
     let runtime_code = match &guest {
         Guest::Model { image, .. } => crate::runtime::runtime_code(image),
@@ -182,30 +217,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         trace_guest(&mut guest, opts, access, layers.clone(), &mut analyses)
             .with_context(|| format!("tracing {}", opts.elf.display()))?
     };
-    let unknown: Vec<&String> = opts
-        .layers
-        .iter()
-        .filter(|sel| {
-            !stats
-                .layers
-                .iter()
-                .any(|l| selects(sel, l.index, &l.name, &l.op))
-        })
-        .collect();
-    if !unknown.is_empty() {
-        bail!(
-            "unknown --layer {}; {} has the layers: {} (a layer is also named by its index, \
-             `3`, or its index and operator, `3:CONV_2D`; {} layer(s) in all)",
-            unknown
-                .iter()
-                .map(|l| format!("`{l}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            opts.elf.display(),
-            summary.layers.join(", "),
-            summary.layers.len()
-        );
-    }
+    check_layers_known(opts, &stats, &summary.layers)?;
     if summary.exit_code != 0 {
         bail!(
             "the guest {}",
