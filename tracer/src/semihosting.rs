@@ -259,23 +259,7 @@ impl Semihost {
         let ret = |v: u32| Ok(Outcome::Return(v));
         const FAIL: u32 = u32::MAX;
         match number {
-            op::OPEN => {
-                let (Some(name), Some(mode), Some(len)) = (word(mem, 0), word(mem, 1), word(mem, 2))
-                else {
-                    return self.fail(EINVAL);
-                };
-                let mut text = vec![0u8; len.min(4096) as usize];
-                if !mem.read(name as u64, &mut text) {
-                    return self.fail(EFAULT);
-                }
-                match open(&text, mode) {
-                    Some(handle) => match self.add_handle(handle) {
-                        Some(h) => ret(h),
-                        None => self.fail(EMFILE),
-                    },
-                    None => self.fail(ENOENT),
-                }
-            }
+            op::OPEN => self.open_file(mem, arg),
             op::CLOSE => match word(mem, 0) {
                 Some(h) if self.close(h) => ret(0),
                 _ => self.fail(EBADF),
@@ -292,26 +276,7 @@ impl Semihost {
                 self.console.put(Handle::Stdout, &text);
                 ret(0)
             }
-            op::WRITE => {
-                let (Some(h), Some(buf), Some(len)) = (word(mem, 0), word(mem, 1), word(mem, 2))
-                else {
-                    return self.fail(EINVAL);
-                };
-                match self.handle(h) {
-                    Some(handle @ (Handle::Stdout | Handle::Stderr)) => {
-                        let mut bytes = vec![0u8; len.min(MAX_TRANSFER) as usize];
-                        if !mem.read(buf as u64, &mut bytes) {
-                            return self.fail(EFAULT);
-                        }
-                        self.console.put(handle, &bytes);
-                        ret(len - bytes.len() as u32)
-                    }
-                    _ => {
-                        self.errno = EBADF;
-                        ret(len)
-                    }
-                }
-            }
+            op::WRITE => self.write(mem, arg),
             op::READ => {
                 let (Some(h), Some(buf), Some(len)) = (word(mem, 0), word(mem, 1), word(mem, 2))
                 else {
@@ -326,19 +291,7 @@ impl Semihost {
                 Some(_) => ret(1),
                 None => self.fail(EBADF),
             },
-            op::SEEK => {
-                let (Some(h), Some(pos)) = (word(mem, 0), word(mem, 1)) else {
-                    return self.fail(EINVAL);
-                };
-                match self.slot(h) {
-                    Some(Some(Handle::Features(at))) => {
-                        *at = (pos as usize).min(FEATURES.len());
-                        ret(0)
-                    }
-                    Some(Some(_)) => ret(0),
-                    _ => self.fail(EBADF),
-                }
-            }
+            op::SEEK => self.seek(mem, arg),
             op::FLEN => match word(mem, 0).and_then(|h| self.handle(h)) {
                 Some(Handle::Features(_)) => ret(FEATURES.len() as u32),
                 Some(_) => ret(0),
@@ -347,36 +300,8 @@ impl Semihost {
             op::CLOCK => ret((instructions / (CLOCK_HZ / 100)) as u32),
             op::TIME => ret((instructions / CLOCK_HZ) as u32),
             op::ERRNO => ret(self.errno),
-            op::GET_CMDLINE => {
-                let (Some(buf), Some(len)) = (word(mem, 0), word(mem, 1)) else {
-                    return self.fail(EINVAL);
-                };
-                let mut text = self.cmdline.clone();
-                text.push(0);
-                if text.len() > len as usize {
-                    return Ok(Outcome::CommandLineTooLong {
-                        bytes: text.len(),
-                        buffer: len,
-                    });
-                }
-                let n = (text.len() - 1) as u32;
-                if !mem.write(buf as u64, &text) || !mem.write(arg as u64 + 4, &n.to_le_bytes()) {
-                    return self.fail(EFAULT);
-                }
-                ret(0)
-            }
-            op::HEAPINFO => {
-                let Some(block) = read_word(mem, arg) else {
-                    return self.fail(EINVAL);
-                };
-                let h = self.heap;
-                let words = [h.heap_base, h.heap_limit, h.stack_base, h.stack_limit];
-                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-                if !mem.write(block as u64, &bytes) {
-                    return self.fail(EFAULT);
-                }
-                ret(0)
-            }
+            op::GET_CMDLINE => self.command_line(mem, arg),
+            op::HEAPINFO => self.heap_info(mem, arg),
             op::EXIT => Ok(Outcome::Exit(exit_of(arg, None))),
             op::EXIT_EXTENDED => match (word(mem, 0), word(mem, 1)) {
                 (Some(reason), Some(sub)) => Ok(Outcome::Exit(exit_of(reason, Some(sub)))),
@@ -393,6 +318,107 @@ impl Semihost {
                 "semihosting operation {other:#x} (memtrace answers the console, exit, heap, clock and command-line calls; docs/check.md)"
             ))),
         }
+    }
+
+    /// SYS_OPEN: a handle on the console (`:tt`) or the features file.
+    fn open_file(&mut self, mem: &mut dyn GuestMemory, arg: u32) -> Result<Outcome, Unsupported> {
+        let word = |mem: &dyn GuestMemory, i: u32| read_word(mem, arg.wrapping_add(4 * i));
+        let ret = |v: u32| Ok(Outcome::Return(v));
+        let (Some(name), Some(mode), Some(len)) = (word(mem, 0), word(mem, 1), word(mem, 2)) else {
+            return self.fail(EINVAL);
+        };
+        let mut text = vec![0u8; len.min(4096) as usize];
+        if !mem.read(name as u64, &mut text) {
+            return self.fail(EFAULT);
+        }
+        match open(&text, mode) {
+            Some(handle) => match self.add_handle(handle) {
+                Some(h) => ret(h),
+                None => self.fail(EMFILE),
+            },
+            None => self.fail(ENOENT),
+        }
+    }
+
+    /// SYS_WRITE to the console; the bytes not written.
+    fn write(&mut self, mem: &mut dyn GuestMemory, arg: u32) -> Result<Outcome, Unsupported> {
+        let word = |mem: &dyn GuestMemory, i: u32| read_word(mem, arg.wrapping_add(4 * i));
+        let ret = |v: u32| Ok(Outcome::Return(v));
+        let (Some(h), Some(buf), Some(len)) = (word(mem, 0), word(mem, 1), word(mem, 2)) else {
+            return self.fail(EINVAL);
+        };
+        match self.handle(h) {
+            Some(handle @ (Handle::Stdout | Handle::Stderr)) => {
+                let mut bytes = vec![0u8; len.min(MAX_TRANSFER) as usize];
+                if !mem.read(buf as u64, &mut bytes) {
+                    return self.fail(EFAULT);
+                }
+                self.console.put(handle, &bytes);
+                ret(len - bytes.len() as u32)
+            }
+            _ => {
+                self.errno = EBADF;
+                ret(len)
+            }
+        }
+    }
+
+    /// SYS_SEEK within the features file.
+    fn seek(&mut self, mem: &mut dyn GuestMemory, arg: u32) -> Result<Outcome, Unsupported> {
+        let word = |mem: &dyn GuestMemory, i: u32| read_word(mem, arg.wrapping_add(4 * i));
+        let ret = |v: u32| Ok(Outcome::Return(v));
+        let (Some(h), Some(pos)) = (word(mem, 0), word(mem, 1)) else {
+            return self.fail(EINVAL);
+        };
+        match self.slot(h) {
+            Some(Some(Handle::Features(at))) => {
+                *at = (pos as usize).min(FEATURES.len());
+                ret(0)
+            }
+            Some(Some(_)) => ret(0),
+            _ => self.fail(EBADF),
+        }
+    }
+
+    /// SYS_GET_CMDLINE: the program's name and arguments.
+    fn command_line(
+        &mut self,
+        mem: &mut dyn GuestMemory,
+        arg: u32,
+    ) -> Result<Outcome, Unsupported> {
+        let word = |mem: &dyn GuestMemory, i: u32| read_word(mem, arg.wrapping_add(4 * i));
+        let ret = |v: u32| Ok(Outcome::Return(v));
+        let (Some(buf), Some(len)) = (word(mem, 0), word(mem, 1)) else {
+            return self.fail(EINVAL);
+        };
+        let mut text = self.cmdline.clone();
+        text.push(0);
+        if text.len() > len as usize {
+            return Ok(Outcome::CommandLineTooLong {
+                bytes: text.len(),
+                buffer: len,
+            });
+        }
+        let n = (text.len() - 1) as u32;
+        if !mem.write(buf as u64, &text) || !mem.write(arg as u64 + 4, &n.to_le_bytes()) {
+            return self.fail(EFAULT);
+        }
+        ret(0)
+    }
+
+    /// SYS_HEAPINFO: the heap and stack the layout gives the program.
+    fn heap_info(&mut self, mem: &mut dyn GuestMemory, arg: u32) -> Result<Outcome, Unsupported> {
+        let ret = |v: u32| Ok(Outcome::Return(v));
+        let Some(block) = read_word(mem, arg) else {
+            return self.fail(EINVAL);
+        };
+        let h = self.heap;
+        let words = [h.heap_base, h.heap_limit, h.stack_base, h.stack_limit];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        if !mem.write(block as u64, &bytes) {
+            return self.fail(EFAULT);
+        }
+        ret(0)
     }
 
     fn read(
