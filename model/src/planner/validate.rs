@@ -36,12 +36,19 @@ fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> 
     if !is_valid_order(model, &plan.order) {
         return Err("the order is not a valid execution order".into());
     }
-    let steps = plan.order.len();
     let mut step_of = vec![0usize; model.ops.len()];
     for (s, &op) in plan.order.iter().enumerate() {
         step_of[op] = s;
     }
-    // Lifetimes, recomputed.
+    let life = lifetimes(model, &step_of, plan.order.len());
+    check_placements(model, plan, &life)?;
+    let allowed = allowed_overlaps(model, overlaps, &life, &step_of);
+    check_no_clash(model, plan, &allowed)
+}
+
+/// Tensor -> (first, last) step it is live at, recomputed from the graph:
+/// the arena's tensors only.
+fn lifetimes(model: &Model, step_of: &[usize], steps: usize) -> HashMap<usize, (usize, usize)> {
     let mut life: HashMap<usize, (usize, usize)> = HashMap::new();
     let last_step = steps.saturating_sub(1);
     let touch = |t: usize, s: usize, life: &mut HashMap<usize, (usize, usize)>| {
@@ -62,7 +69,16 @@ fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> 
         touch(t, last_step, &mut life);
     }
     life.retain(|&t, _| model.tensors[t].needs_arena());
+    life
+}
 
+/// Every arena tensor placed once, large enough, with its real lifetime,
+/// nothing else placed, and the peak the tensors reach.
+fn check_placements(
+    model: &Model,
+    plan: &Plan,
+    life: &HashMap<usize, (usize, usize)>,
+) -> Result<(), String> {
     let mut placed: HashMap<usize, usize> = HashMap::new();
     for (i, p) in plan.tensors.iter().enumerate() {
         let Some(t) = model.tensors.get(p.tensor) else {
@@ -105,9 +121,18 @@ fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> 
             plan.peak_bytes
         ));
     }
+    Ok(())
+}
 
-    // Allowed DMO overlaps: (input, output) -> O_s.
-    let mut allowed: HashMap<(usize, usize), u64> = HashMap::new();
+/// The DMO overlaps allowed: (input, output) -> O_s, for an input that
+/// dies at its operator's step (and is no graph output).
+fn allowed_overlaps(
+    model: &Model,
+    overlaps: &Overlaps,
+    life: &HashMap<usize, (usize, usize)>,
+    step_of: &[usize],
+) -> HashMap<(usize, usize), u64> {
+    let mut allowed = HashMap::new();
     for (op, o) in model.ops.iter().enumerate() {
         let os = overlaps.get(op);
         let Some(&out) = o.outputs.first() else {
@@ -124,8 +149,18 @@ fn check(model: &Model, plan: &Plan, overlaps: &Overlaps) -> Result<(), String> 
             }
         }
     }
+    allowed
+}
 
-    // Pairwise check, step by step over data ranges sorted by start.
+/// No two tensors live at one step share a byte, except an allowed input
+/// over its output's last O_s bytes: pairwise, step by step, over data
+/// ranges sorted by start.
+fn check_no_clash(
+    model: &Model,
+    plan: &Plan,
+    allowed: &HashMap<(usize, usize), u64>,
+) -> Result<(), String> {
+    let steps = plan.order.len();
     let mut live_at: Vec<Vec<usize>> = vec![Vec::new(); steps.max(1)];
     for (i, p) in plan.tensors.iter().enumerate() {
         for list in &mut live_at[p.first_op..=p.last_op.min(steps.max(1) - 1)] {
