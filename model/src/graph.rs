@@ -106,34 +106,7 @@ pub(crate) fn graph_of(model: fb::ModelRef<'_>) -> Result<TfliteGraph, ModelErro
     if let Some(list) = graph.tensors().map_err(fb_err("subgraph 0 tensors"))? {
         for (i, t) in list.iter().enumerate() {
             let t = t.map_err(fb_err(format!("tensor {i}")))?;
-            let name = t.name().ok().flatten().unwrap_or("").to_string();
-            let ty = t.type_().map_err(fb_err(format!("tensor {i} type")))?;
-            let shape: Vec<i32> = t
-                .shape()
-                .map_err(fb_err(format!("tensor {i} shape")))?
-                .map(|d| d.iter().collect())
-                .unwrap_or_default();
-            let dt = dtype(ty);
-            let bytes = dt.and_then(|d| {
-                shape.iter().try_fold(d.size(), |acc, &x| {
-                    u64::try_from(x).ok().and_then(|x| acc.checked_mul(x))
-                })
-            });
-            let buffer = t.buffer().map_err(fb_err(format!("tensor {i} buffer")))?;
-            let is_constant = buffer != 0
-                && buffers
-                    .and_then(|b| b.get(buffer as usize)?.ok())
-                    .and_then(|b| b.data().ok().flatten())
-                    .is_some_and(|d| !d.is_empty());
-            tensors.push(GraphTensor {
-                name,
-                type_name: builtin_name(&format!("{ty:?}")),
-                dtype: dt,
-                shape,
-                bytes,
-                is_constant,
-                is_variable: t.is_variable().unwrap_or(false),
-            });
+            tensors.push(graph_tensor(i, &t, buffers)?);
         }
     }
 
@@ -191,6 +164,43 @@ pub(crate) fn graph_of(model: fb::ModelRef<'_>) -> Result<TfliteGraph, ModelErro
         inputs,
         outputs,
         subgraphs: subgraphs.len(),
+    })
+}
+
+/// Tensor `i` of subgraph 0 as TFLM reads it: its type, shape, bytes (when
+/// fixed) and whether a buffer holds its data.
+fn graph_tensor(
+    i: usize,
+    t: &fb::TensorRef<'_>,
+    buffers: Option<planus::Vector<'_, planus::Result<fb::BufferRef<'_>>>>,
+) -> Result<GraphTensor, ModelError> {
+    let name = t.name().ok().flatten().unwrap_or("").to_string();
+    let ty = t.type_().map_err(fb_err(format!("tensor {i} type")))?;
+    let shape: Vec<i32> = t
+        .shape()
+        .map_err(fb_err(format!("tensor {i} shape")))?
+        .map(|d| d.iter().collect())
+        .unwrap_or_default();
+    let dt = dtype(ty);
+    let bytes = dt.and_then(|d| {
+        shape.iter().try_fold(d.size(), |acc, &x| {
+            u64::try_from(x).ok().and_then(|x| acc.checked_mul(x))
+        })
+    });
+    let buffer = t.buffer().map_err(fb_err(format!("tensor {i} buffer")))?;
+    let is_constant = buffer != 0
+        && buffers
+            .and_then(|b| b.get(buffer as usize)?.ok())
+            .and_then(|b| b.data().ok().flatten())
+            .is_some_and(|d| !d.is_empty());
+    Ok(GraphTensor {
+        name,
+        type_name: builtin_name(&format!("{ty:?}")),
+        dtype: dt,
+        shape,
+        bytes,
+        is_constant,
+        is_variable: t.is_variable().unwrap_or(false),
     })
 }
 
