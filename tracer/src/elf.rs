@@ -202,67 +202,10 @@ impl ElfImage {
         })?;
         // The kind first: an object file not linked yet has no entry point,
         // so its architecture check would only confuse.
-        if file.kind() != object::ObjectKind::Executable {
-            let kind = match file.kind() {
-                object::ObjectKind::Dynamic => {
-                    "a dynamically linked (or position-independent) executable or shared library"
-                        .to_owned()
-                }
-                object::ObjectKind::Relocatable => {
-                    "a relocatable object (not linked yet)".to_owned()
-                }
-                object::ObjectKind::Core => "a core dump".to_owned(),
-                other => format!("an ELF file of kind {other:?}"),
-            };
-            return Err(TraceError::UnsupportedElf {
-                path: path.to_owned(),
-                reason: format!(
-                    "it is {kind}; memtrace runs statically linked, freestanding executables (build with the harness linker scripts, docs/protocol.md §11)"
-                ),
-            });
-        }
+        check_executable(path, &file)?;
         let raw_entry = file.entry();
         let arm_build = arm_build(path, &file)?;
-        let arch = match (file.architecture(), file.is_64()) {
-            (object::Architecture::Arm, false) => {
-                if raw_entry & 1 == 0 {
-                    return Err(TraceError::UnsupportedArch {
-                        path: path.to_owned(),
-                        arch: "ARM (A32 entry point, not Thumb)".into(),
-                    });
-                }
-                // The core its build attributes name; one without them
-                // (another toolchain's) runs on the Cortex-M4 as before.
-                match &arm_build {
-                    Some(build) => build.default_core().ok_or_else(|| {
-                        let reason = build
-                            .refusal(Arch::CortexM33)
-                            .unwrap_or_else(|| "no emulated core runs it".into());
-                        TraceError::UnsupportedArch {
-                            path: path.to_owned(),
-                            arch: format!("ARM, which no emulated Cortex-M core runs: {reason}"),
-                        }
-                    })?,
-                    None => Arch::CortexM4,
-                }
-            }
-            (object::Architecture::X86_64, true) => Arch::X86_64,
-            (object::Architecture::Riscv32, false) => Arch::Riscv32,
-            (object::Architecture::Riscv64, _) => {
-                return Err(TraceError::UnsupportedArch {
-                    path: path.to_owned(),
-                    arch: "RV64 (64-bit RISC-V); memtrace emulates RV32 cores: build with \
-                           -march=rv32imac -mabi=ilp32"
-                        .into(),
-                })
-            }
-            (other, _) => {
-                return Err(TraceError::UnsupportedArch {
-                    path: path.to_owned(),
-                    arch: format!("{other:?}"),
-                })
-            }
-        };
+        let arch = arch_of(path, &file, raw_entry, arm_build.as_ref())?;
         // Sizes and places first: nothing below allocates from them unchecked.
         let places: Vec<(u64, u64)> = file
             .segments()
@@ -272,77 +215,8 @@ impl ElfImage {
             path: path.to_owned(),
             reason,
         })?;
-        let mut segments = Vec::new();
-        for seg in file.segments() {
-            let data = seg.data().map_err(|e| TraceError::MalformedElf {
-                path: path.to_owned(),
-                reason: format!("segment at {:#x}: {e}", seg.address()),
-            })?;
-            if seg.size() == 0 {
-                continue;
-            }
-            if (data.len() as u64) > seg.size() {
-                return Err(TraceError::MalformedElf {
-                    path: path.to_owned(),
-                    reason: format!(
-                        "segment at {:#x} has more file bytes than memory",
-                        seg.address()
-                    ),
-                });
-            }
-            let (executable, writable) = match seg.flags() {
-                object::SegmentFlags::Elf { p_flags, .. } => (
-                    p_flags.contains(object::elf::PF_X),
-                    p_flags.contains(object::elf::PF_W),
-                ),
-                _ => (true, true),
-            };
-            segments.push(Segment {
-                address: seg.address(),
-                size: seg.size(),
-                data: data.to_vec(),
-                executable,
-                writable,
-            });
-        }
-        if segments.is_empty() {
-            return Err(TraceError::MalformedElf {
-                path: path.to_owned(),
-                reason: "no loadable segments".into(),
-            });
-        }
-        let mut symbols = HashMap::new();
-        let mut functions = Vec::new();
-        let mut objects = Vec::new();
-        for sym in file.symbols() {
-            let Ok(name) = sym.name() else { continue };
-            // ARM mapping symbols ($t, $d, $a) mark code/data, not names.
-            if name.is_empty() || name.starts_with('$') {
-                continue;
-            }
-            let is_function = sym.kind() == SymbolKind::Text;
-            let address = if is_function {
-                arch.code_address(sym.address())
-            } else {
-                sym.address()
-            };
-            let s = Symbol {
-                address,
-                size: sym.size(),
-                is_function,
-            };
-            if is_function {
-                functions.push((address, sym.size(), name.to_owned()));
-            } else if sym.kind() == SymbolKind::Data && sym.size() > 0 {
-                objects.push((address, sym.size(), name.to_owned()));
-            }
-            // Prefer global definitions over local ones of the same name.
-            if sym.is_global() || !symbols.contains_key(name) {
-                symbols.insert(name.to_owned(), s);
-            }
-        }
-        functions.sort();
-        objects.sort();
+        let segments = segments_of(path, &file)?;
+        let (symbols, functions, objects) = symbols_of(&file, arch);
         Ok(ElfImage {
             path: path.to_owned(),
             arch,
@@ -486,4 +360,162 @@ impl ElfImage {
             .iter()
             .any(|s| address >= s.address && address.saturating_add(len) <= s.address + s.size)
     }
+}
+
+/// Refuses an ELF file that is no statically linked executable, saying what
+/// it is.
+fn check_executable(path: &Path, file: &object::File<'_>) -> Result<(), TraceError> {
+    if file.kind() != object::ObjectKind::Executable {
+        let kind = match file.kind() {
+            object::ObjectKind::Dynamic => {
+                "a dynamically linked (or position-independent) executable or shared library"
+                    .to_owned()
+            }
+            object::ObjectKind::Relocatable => "a relocatable object (not linked yet)".to_owned(),
+            object::ObjectKind::Core => "a core dump".to_owned(),
+            other => format!("an ELF file of kind {other:?}"),
+        };
+        return Err(TraceError::UnsupportedElf {
+            path: path.to_owned(),
+            reason: format!(
+                "it is {kind}; memtrace runs statically linked, freestanding executables (build with the harness linker scripts, docs/protocol.md §11)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The core an executable runs on: its architecture, and on Arm the core
+/// its build attributes name (the Cortex-M4 without them).
+fn arch_of(
+    path: &Path,
+    file: &object::File<'_>,
+    raw_entry: u64,
+    arm_build: Option<&ArmBuild>,
+) -> Result<Arch, TraceError> {
+    Ok(match (file.architecture(), file.is_64()) {
+        (object::Architecture::Arm, false) => {
+            if raw_entry & 1 == 0 {
+                return Err(TraceError::UnsupportedArch {
+                    path: path.to_owned(),
+                    arch: "ARM (A32 entry point, not Thumb)".into(),
+                });
+            }
+            // The core its build attributes name; one without them
+            // (another toolchain's) runs on the Cortex-M4 as before.
+            match arm_build {
+                Some(build) => build.default_core().ok_or_else(|| {
+                    let reason = build
+                        .refusal(Arch::CortexM33)
+                        .unwrap_or_else(|| "no emulated core runs it".into());
+                    TraceError::UnsupportedArch {
+                        path: path.to_owned(),
+                        arch: format!("ARM, which no emulated Cortex-M core runs: {reason}"),
+                    }
+                })?,
+                None => Arch::CortexM4,
+            }
+        }
+        (object::Architecture::X86_64, true) => Arch::X86_64,
+        (object::Architecture::Riscv32, false) => Arch::Riscv32,
+        (object::Architecture::Riscv64, _) => {
+            return Err(TraceError::UnsupportedArch {
+                path: path.to_owned(),
+                arch: "RV64 (64-bit RISC-V); memtrace emulates RV32 cores: build with \
+                       -march=rv32imac -mabi=ilp32"
+                    .into(),
+            })
+        }
+        (other, _) => {
+            return Err(TraceError::UnsupportedArch {
+                path: path.to_owned(),
+                arch: format!("{other:?}"),
+            })
+        }
+    })
+}
+
+/// The loadable segments, each with its file bytes and permissions.
+fn segments_of(path: &Path, file: &object::File<'_>) -> Result<Vec<Segment>, TraceError> {
+    let mut segments = Vec::new();
+    for seg in file.segments() {
+        let data = seg.data().map_err(|e| TraceError::MalformedElf {
+            path: path.to_owned(),
+            reason: format!("segment at {:#x}: {e}", seg.address()),
+        })?;
+        if seg.size() == 0 {
+            continue;
+        }
+        if (data.len() as u64) > seg.size() {
+            return Err(TraceError::MalformedElf {
+                path: path.to_owned(),
+                reason: format!(
+                    "segment at {:#x} has more file bytes than memory",
+                    seg.address()
+                ),
+            });
+        }
+        let (executable, writable) = match seg.flags() {
+            object::SegmentFlags::Elf { p_flags, .. } => (
+                p_flags.contains(object::elf::PF_X),
+                p_flags.contains(object::elf::PF_W),
+            ),
+            _ => (true, true),
+        };
+        segments.push(Segment {
+            address: seg.address(),
+            size: seg.size(),
+            data: data.to_vec(),
+            executable,
+            writable,
+        });
+    }
+    if segments.is_empty() {
+        return Err(TraceError::MalformedElf {
+            path: path.to_owned(),
+            reason: "no loadable segments".into(),
+        });
+    }
+    Ok(segments)
+}
+
+/// An address, a size and a name: a function or a data object.
+type Placed = Vec<(u64, u64, String)>;
+
+/// Symbols by name (a global definition over a local one), and the
+/// functions and data objects by address.
+fn symbols_of(file: &object::File<'_>, arch: Arch) -> (HashMap<String, Symbol>, Placed, Placed) {
+    let mut symbols = HashMap::new();
+    let mut functions = Vec::new();
+    let mut objects = Vec::new();
+    for sym in file.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        // ARM mapping symbols ($t, $d, $a) mark code/data, not names.
+        if name.is_empty() || name.starts_with('$') {
+            continue;
+        }
+        let is_function = sym.kind() == SymbolKind::Text;
+        let address = if is_function {
+            arch.code_address(sym.address())
+        } else {
+            sym.address()
+        };
+        let s = Symbol {
+            address,
+            size: sym.size(),
+            is_function,
+        };
+        if is_function {
+            functions.push((address, sym.size(), name.to_owned()));
+        } else if sym.kind() == SymbolKind::Data && sym.size() > 0 {
+            objects.push((address, sym.size(), name.to_owned()));
+        }
+        // Prefer global definitions over local ones of the same name.
+        if sym.is_global() || !symbols.contains_key(name) {
+            symbols.insert(name.to_owned(), s);
+        }
+    }
+    functions.sort();
+    objects.sort();
+    (symbols, functions, objects)
 }
