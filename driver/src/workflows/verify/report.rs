@@ -335,16 +335,9 @@ impl VerifyReport {
     }
 
     /// The human-readable report.
-    pub(crate) fn to_text(&self) -> String {
+    /// The two runs side by side: TFLM's own plan and the plan under test.
+    fn runs_table(&self) -> String {
         let mut s = format!(
-            "{} on real TFLM ({} kernels, {}), {}\nrunner: {}\n",
-            self.model,
-            self.kernels,
-            self.target,
-            self.data_source(),
-            self.runner
-        );
-        s += &format!(
             "{:<28} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}\n",
             "run", "planned B", "TFLM used B", "head B", "tail B", "clobbers", "instructions"
         );
@@ -360,6 +353,69 @@ impl VerifyReport {
                 r.instructions
             );
         }
+        s
+    }
+
+    /// Every clobber and unwritten read of the plan run, and the culprit
+    /// when the plan was the model's own.
+    fn clobbers_text(&self) -> String {
+        let mut s = String::new();
+        for c in &self.clobbers {
+            s += &format!("CLOBBER: {}\n", c.describe());
+        }
+        s += &unwritten_text(&self.unwritten_reads);
+        if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
+            s += &format!(
+                "culprit: the model's embedded offline plan (OfflineMemoryAllocation{}) is \
+                 unsafe on the {} kernels: operator `{}` reads `{}` after its bytes were \
+                 overwritten\n",
+                self.embedded_plan_origin
+                    .as_ref()
+                    .map(|o| format!(", {}", o.describe()))
+                    .unwrap_or_default(),
+                self.kernels,
+                c.op,
+                c.tensor
+            );
+        }
+        s
+    }
+
+    /// The kernels' checks and the host oracle's.
+    fn checks_text(&self) -> String {
+        let mut s = self.kernel_check.to_text();
+        s += &self.scratch_sizing.to_text();
+        match (
+            &self.reference_kernels,
+            &self.reference_kernels_not_compared,
+        ) {
+            (Some(c), _) => s += &c.to_text(self.kernels.name(), Kernels::Tflm.name()),
+            (None, Some(why)) => {
+                s += &format!("operators: not compared with the reference kernels: {why}\n")
+            }
+            (None, None) => {}
+        }
+        match &self.oracle {
+            Some(o) => s += &o.to_text(),
+            None if self.oracle_off => s += "host oracle: not run (--no-oracle)\n",
+            None => {
+                s +=
+                    "host oracle: not run (no Python with tflite-micro; set MEMTRACE_TFLM_PYTHON)\n"
+            }
+        }
+        s
+    }
+
+    pub(crate) fn to_text(&self) -> String {
+        let mut s = format!(
+            "{} on real TFLM ({} kernels, {}), {}\nrunner: {}\n",
+            self.model,
+            self.kernels,
+            self.target,
+            self.data_source(),
+            self.runner
+        );
+        s += &self.runs_table();
         if let Some(n) = self.embedded_plan_tensors {
             s += &format!(
                 "model: carries an embedded offline plan (OfflineMemoryAllocation, {n} tensors \
@@ -388,24 +444,7 @@ impl VerifyReport {
                 );
             }
         }
-        for c in &self.clobbers {
-            s += &format!("CLOBBER: {}\n", c.describe());
-        }
-        s += &unwritten_text(&self.unwritten_reads);
-        if let (Some(c), true) = (self.clobbers.first(), self.plan.planner == EMBEDDED) {
-            s += &format!(
-                "culprit: the model's embedded offline plan (OfflineMemoryAllocation{}) is \
-                 unsafe on the {} kernels: operator `{}` reads `{}` after its bytes were \
-                 overwritten\n",
-                self.embedded_plan_origin
-                    .as_ref()
-                    .map(|o| format!(", {}", o.describe()))
-                    .unwrap_or_default(),
-                self.kernels,
-                c.op,
-                c.tensor
-            );
-        }
+        s += &self.clobbers_text();
         s += &format!(
             "outputs: {} B, {} (plan vs TFLM's own plan: {} B differ)\n",
             self.output_bytes,
@@ -419,26 +458,7 @@ impl VerifyReport {
         if let Some(t) = &self.tinyseg {
             s += &t.to_text();
         }
-        s += &self.kernel_check.to_text();
-        s += &self.scratch_sizing.to_text();
-        match (
-            &self.reference_kernels,
-            &self.reference_kernels_not_compared,
-        ) {
-            (Some(c), _) => s += &c.to_text(self.kernels.name(), Kernels::Tflm.name()),
-            (None, Some(why)) => {
-                s += &format!("operators: not compared with the reference kernels: {why}\n")
-            }
-            (None, None) => {}
-        }
-        match &self.oracle {
-            Some(o) => s += &o.to_text(),
-            None if self.oracle_off => s += "host oracle: not run (--no-oracle)\n",
-            None => {
-                s +=
-                    "host oracle: not run (no Python with tflite-micro; set MEMTRACE_TFLM_PYTHON)\n"
-            }
-        }
+        s += &self.checks_text();
         s += &self.arena_to_allocate.to_text();
         s += &format!(
             "result: {}\n",
