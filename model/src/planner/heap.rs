@@ -149,6 +149,31 @@ fn distinct(
     out
 }
 
+/// Each buffer's time key, closer to the seed end first: its first step
+/// (forward), steps from the end (backward), or its distance in time to
+/// the seed buffer.
+fn time_keys(problem: &Problem, direction: Direction) -> Vec<usize> {
+    let bufs = &problem.buffers;
+    let steps = problem.steps.max(1);
+    let seed_time = match direction {
+        Direction::Seed(b) if b < bufs.len() => Some((bufs[b].first, bufs[b].last)),
+        _ => None,
+    };
+    bufs.iter()
+        .map(|b| match (direction, seed_time) {
+            (Direction::Backward, _) => steps - 1 - b.last.min(steps - 1),
+            (Direction::Seed(_), Some((f, l))) => {
+                if b.last < f {
+                    f - b.last
+                } else {
+                    b.first.saturating_sub(l)
+                }
+            }
+            _ => b.first,
+        })
+        .collect()
+}
+
 /// Heap placement of `problem` in `direction`; returns offsets per buffer.
 pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
     let n = problem.buffers.len();
@@ -164,31 +189,30 @@ pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
     let mut placed = vec![false; n];
     let mut stamp = vec![0u32; n];
     let mut stamp_id = 0u32;
+    let span = |i: usize| bufs[i].first..=bufs[i].last.min(steps - 1);
     // Buffers live at each step (for finding new candidates).
     let mut live_at: Vec<Vec<usize>> = vec![Vec::new(); steps];
-    let span = |i: usize| bufs[i].first..=bufs[i].last.min(steps - 1);
     for i in 0..n {
         for list in &mut live_at[span(i)] {
             list.push(i);
         }
     }
-    // Time key: closer to the seed first.
-    let seed_time = match direction {
-        Direction::Seed(b) if b < n => Some((bufs[b].first, bufs[b].last)),
-        _ => None,
-    };
-    let time_key = |i: usize| -> usize {
-        match (direction, seed_time) {
-            (Direction::Backward, _) => steps - 1 - bufs[i].last.min(steps - 1),
-            (Direction::Seed(_), Some((f, l))) => {
-                if bufs[i].last < f {
-                    f - bufs[i].last
-                } else {
-                    bufs[i].first.saturating_sub(l)
-                }
-            }
-            _ => bufs[i].first,
-        }
+    let times = time_keys(problem, direction);
+    let time_key = |i: usize| times[i];
+    // The lowest offset `u` fits at among the placed buffers live with it.
+    let fit_of = |u: usize, offsets: &[u64], at_step: &[Vec<usize>], stamp: &mut [u32], id: u32| {
+        let others = distinct(&at_step[span(u)], stamp, id, |_| true);
+        lowest_fit(
+            bufs[u].size,
+            problem.alignment,
+            others.iter().map(|&p| (offsets[p], bufs[p].size, p)),
+            |p| {
+                partner_list[u]
+                    .iter()
+                    .find(|&&(o, _, _)| o == p)
+                    .map(|&(_, credit, is_input)| (credit, is_input))
+            },
+        )
     };
     // Seed: the given buffer, or the one nearest the chosen end of time.
     let seed = match direction {
@@ -205,22 +229,8 @@ pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
     let mut next = Some(seed);
     while let Some(c) = next {
         // Place c.
-        let fit = {
-            stamp_id += 1;
-            let others = distinct(&at_step[span(c)], &mut stamp, stamp_id, |_| true);
-            lowest_fit(
-                bufs[c].size,
-                problem.alignment,
-                others.iter().map(|&p| (offsets[p], bufs[p].size, p)),
-                |p| {
-                    partner_list[c]
-                        .iter()
-                        .find(|&&(o, _, _)| o == p)
-                        .map(|&(_, credit, is_input)| (credit, is_input))
-                },
-            )
-        };
-        offsets[c] = fit;
+        stamp_id += 1;
+        offsets[c] = fit_of(c, &offsets, &at_step, &mut stamp, stamp_id);
         placed[c] = true;
         remaining -= 1;
         if let Some(k) = key_of[c].take() {
@@ -234,18 +244,7 @@ pub fn heap_offsets(problem: &Problem, direction: Direction) -> Vec<u64> {
         let touched = distinct(&live_at[span(c)], &mut stamp, stamp_id, |u| !placed[u]);
         for u in touched {
             stamp_id += 1;
-            let others = distinct(&at_step[span(u)], &mut stamp, stamp_id, |_| true);
-            let fit = lowest_fit(
-                bufs[u].size,
-                problem.alignment,
-                others.iter().map(|&p| (offsets[p], bufs[p].size, p)),
-                |p| {
-                    partner_list[u]
-                        .iter()
-                        .find(|&&(o, _, _)| o == p)
-                        .map(|&(_, credit, is_input)| (credit, is_input))
-                },
-            );
+            let fit = fit_of(u, &offsets, &at_step, &mut stamp, stamp_id);
             let key = (fit, Reverse(bufs[u].size), time_key(u), u);
             if let Some(old) = key_of[u].replace(key) {
                 queue.remove(&old);
