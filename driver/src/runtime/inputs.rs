@@ -14,9 +14,17 @@ use crate::{bail, failed};
 /// `source` read (a zoo model with weights from `seed`) and decoded once:
 /// the one value of the model a command queries.
 pub(crate) fn open_model(source: &ModelSource, seed: u64) -> Result<ModelFile> {
-    let given = source
-        .bytes(seed)
-        .with_context(|| format!("loading {source}"))?;
+    let given = match source.path() {
+        // The read's own error names the file and what went wrong.
+        Some(path) => memtrace_io::input::read_limited(
+            path,
+            memtrace_io::input::MAX_TFLITE_FILE,
+            ".tflite models",
+        )?,
+        None => source
+            .bytes(seed)
+            .with_context(|| format!("loading {source}"))?,
+    };
     ModelFile::decode(source, seed, given).with_context(|| format!("reading {source}"))
 }
 
