@@ -183,6 +183,61 @@ impl<'a> Search<'a> {
     }
 }
 
+/// The best heuristic placement of `problem`: the incumbent a search must
+/// beat.
+fn incumbent(problem: &Problem) -> Vec<u64> {
+    let mut seeds = vec![Direction::Backward, Direction::Forward];
+    seeds.extend(peak_seeds(problem));
+    let mut candidates: Vec<Vec<u64>> = seeds
+        .into_iter()
+        .map(|d| heap_offsets(problem, d))
+        .collect();
+    let reqs: Vec<Request> = problem
+        .buffers
+        .iter()
+        .map(|b| Request {
+            size: b.size,
+            first: b.first,
+            last: b.last,
+        })
+        .collect();
+    candidates.push(greedy_offsets(&reqs));
+    candidates
+        .into_iter()
+        .min_by_key(|o| problem.peak(o))
+        .unwrap_or_default()
+}
+
+/// The offsets found for one order's `problem` by `deadline`, whether the
+/// search finished (proved them optimal), and what it did.
+fn search_order(
+    problem: &Problem,
+    opts: &PlanOptions,
+    deadline: Instant,
+) -> (Vec<u64>, bool, String) {
+    let incumbent = incumbent(problem);
+    if problem.buffers.len() > opts.exact_max_tensors {
+        let note = format!(
+            "{} tensors > {} searched",
+            problem.buffers.len(),
+            opts.exact_max_tensors
+        );
+        return (incumbent, false, note);
+    }
+    if colliding_pairs(problem) > MAX_CONFLICTS {
+        let note = format!("more than {MAX_CONFLICTS} colliding pairs, not searched");
+        return (incumbent, false, note);
+    }
+    let mut search = Search::new(problem, problem.peak(&incumbent), deadline);
+    search.dfs();
+    let offsets = search.best_offsets.take().unwrap_or(incumbent);
+    (
+        offsets,
+        !search.timed_out,
+        format!("{} nodes", search.nodes),
+    )
+}
+
 /// `exact`: see the module docs.
 pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     let start = Instant::now();
@@ -208,50 +263,8 @@ pub fn exact(model: &Model, overlaps: &Overlaps, opts: &PlanOptions) -> Plan {
     let mut notes = Vec::new();
     for (name, order) in &orders {
         let problem = Problem::new(model, order, overlaps, opts.alignment);
-        // Incumbent: the heuristics on this order.
-        let mut seeds = vec![Direction::Backward, Direction::Forward];
-        seeds.extend(peak_seeds(&problem));
-        let mut candidates: Vec<Vec<u64>> = seeds
-            .into_iter()
-            .map(|d| heap_offsets(&problem, d))
-            .collect();
-        let reqs: Vec<Request> = problem
-            .buffers
-            .iter()
-            .map(|b| Request {
-                size: b.size,
-                first: b.first,
-                last: b.last,
-            })
-            .collect();
-        candidates.push(greedy_offsets(&reqs));
-        let incumbent = candidates
-            .into_iter()
-            .min_by_key(|o| problem.peak(o))
-            .unwrap_or_default();
-        let incumbent_peak = problem.peak(&incumbent);
-        let mut offsets = incumbent;
-        let finished = if problem.buffers.len() > opts.exact_max_tensors {
-            notes.push(format!(
-                "{name}: {} tensors > {} searched",
-                problem.buffers.len(),
-                opts.exact_max_tensors
-            ));
-            false
-        } else if colliding_pairs(&problem) > MAX_CONFLICTS {
-            notes.push(format!(
-                "{name}: more than {MAX_CONFLICTS} colliding pairs, not searched"
-            ));
-            false
-        } else {
-            let mut search = Search::new(&problem, incumbent_peak, deadline);
-            search.dfs();
-            if let Some(o) = search.best_offsets.take() {
-                offsets = o;
-            }
-            notes.push(format!("{name}: {} nodes", search.nodes));
-            !search.timed_out
-        };
+        let (offsets, finished, note) = search_order(&problem, opts, deadline);
+        notes.push(format!("{name}: {note}"));
         all_finished &= finished;
         let peak = problem.peak(&offsets);
         let plan = problem.plan(model, PlannerKind::Exact, &overlaps.method, name, &offsets);
