@@ -96,32 +96,27 @@ fn part(t: &Tensor, name: String, rows: u32, in_storage: bool) -> Tensor {
     }
 }
 
-/// Spills `range.tensor` for its cold range: a `SPILL` right after the
-/// operator at `range.start` and a fetch right before the operator at
-/// `range.end`, whose readers from there on read the fetched copy. With
-/// `tail_rows`, only that many trailing rows go to storage: a `SPILL_KEEP`
-/// copies the rest into its own tensor, and a `FETCH_CONCAT` puts the two
-/// back together (TinySeg's Split, Spill, Fetching and Concatenation).
-pub fn spill(
-    graph: &Graph,
-    range: &GraphColdRange,
-    tail_rows: Option<u32>,
-) -> Result<(Graph, SpillEdit), String> {
-    let model = &graph.model;
-    let v = range.tensor;
-    let t = model.tensors.get(v).ok_or("no such tensor")?;
+/// Refuses to spill what TinySeg may not: a tensor outside the arena, a
+/// graph output, or one never idle in `range`.
+fn check_spillable(model: &Model, range: &GraphColdRange) -> Result<(), String> {
+    let t = &model.tensors[range.tensor];
     if !t.needs_arena() {
         return Err(format!("`{}` is not an arena tensor", t.name));
     }
-    if model.outputs.contains(&v) {
+    if model.outputs.contains(&range.tensor) {
         return Err(format!("`{}` is a graph output", t.name));
     }
     if range.idle_ops() == 0 || range.end >= model.ops.len() {
         return Err(format!("`{}` is never idle", t.name));
     }
-    let mut g = graph.clone();
+    Ok(())
+}
+
+/// The stored copy of `t` and, when only `tail_rows` of it are stored, the
+/// part kept in the arena.
+fn stored_and_kept(t: &Tensor, tail_rows: Option<u32>) -> Result<(Tensor, Option<Tensor>), String> {
     let stored_rows = tail_rows.filter(|_| split_axis(t).is_some());
-    let (stored_t, kept_t) = match stored_rows {
+    Ok(match stored_rows {
         Some(rows) => {
             let (_, extent) = split_axis(t).unwrap_or((0, 1));
             if rows == 0 || rows >= extent {
@@ -141,7 +136,26 @@ pub fn spill(
             },
             None,
         ),
-    };
+    })
+}
+
+/// Spills `range.tensor` for its cold range: a `SPILL` right after the
+/// operator at `range.start` and a fetch right before the operator at
+/// `range.end`, whose readers from there on read the fetched copy. With
+/// `tail_rows`, only that many trailing rows go to storage: a `SPILL_KEEP`
+/// copies the rest into its own tensor, and a `FETCH_CONCAT` puts the two
+/// back together (TinySeg's Split, Spill, Fetching and Concatenation).
+pub fn spill(
+    graph: &Graph,
+    range: &GraphColdRange,
+    tail_rows: Option<u32>,
+) -> Result<(Graph, SpillEdit), String> {
+    let model = &graph.model;
+    let v = range.tensor;
+    let t = model.tensors.get(v).ok_or("no such tensor")?;
+    check_spillable(model, range)?;
+    let mut g = graph.clone();
+    let (stored_t, kept_t) = stored_and_kept(t, tail_rows)?;
     let spilled_bytes = stored_t.bytes;
     let stored = g.add_tensor(stored_t);
     let fetched = g.add_tensor(Tensor {
