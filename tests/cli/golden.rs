@@ -189,9 +189,11 @@ impl Places {
                 r"(exited with status -?\d+ after) \d+ instructions",
                 "$1 <n> instructions",
             ),
-            // So does a whole TFLM run's (verify's run table, last column):
-            // CI's fresh build counted 288 814 where this machine's counts
-            // 288 392. Each operator's and each kernel call's count stays.
+            // A whole TFLM run's (verify's run table, last column) differs
+            // between machines: CI counted 288 814 where this one counts
+            // 288 392 (with a fresh build, and with TFLM compiled from
+            // another folder: not its paths). Each operator's and each
+            // kernel call's count stays.
             (r"(?m)^(\S+ \([^)]*\)(?: +\d+){5}) +\d+$", "$1 <n>"),
         ];
         for (pattern, with) in rules {
