@@ -296,80 +296,92 @@ fn pad_before(input: u64, output: u64, filter: u64, stride: u64, dilation: u64) 
     reach.saturating_sub(input) / 2
 }
 
+/// CMSIS-NN's int8 convolution wrapper: the kernel it picks and its im2col
+/// buffer.
+fn conv(op: &Op, s: &Shapes) -> Result<Need, String> {
+    let o = &op.options;
+    let (sh, sw) = (o.stride.0 as u64, o.stride.1 as u64);
+    let (dh, dw) = (o.dilation.0 as u64, o.dilation.1 as u64);
+    let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
+    let f = s.weights.as_deref().ok_or("no filter")?;
+    if s.weights_dtype != Some(Dtype::Int8) {
+        return Err("a filter that is not int8".into());
+    }
+    let [oc, kh, kw, kc] = Shapes::nhwc(f, "filter")?;
+    let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
+    let (ph, pw) = (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw));
+    let shapes = format!(
+        "input={},filter={},output={}x{}x{}x{oc},stride={sh}x{sw},dilation={dh}x{dw},\
+         pad={ph}x{pw}",
+        text(&[n, h, w, c]),
+        text(&[oc, kh, kw, kc]),
+        n,
+        oh,
+        ow
+    );
+    let one_by_one = ph == 0 && pw == 0 && kh == 1 && kw == 1 && dh == 1 && dw == 1;
+    let (kernel, bytes) = if one_by_one && c == kc {
+        // Neither 1×1 kernel touches `ctx->buf` on a GCC build.
+        if sh == 1 && sw == 1 {
+            ("arm_convolve_1x1_s8_fast", 0)
+        } else {
+            ("arm_convolve_1x1_s8", 0)
+        }
+    } else if h == 1 && dw == 1 && kh == 1 && (sw * c) % 4 == 0 && c == kc {
+        // Without MVE the 1×N kernel is `arm_convolve_s8`.
+        ("arm_convolve_1_x_n_s8", im2col_used(kh * kw * kc, oh * ow))
+    } else {
+        ("arm_convolve_s8", im2col_used(kh * kw * kc, oh * ow))
+    };
+    Ok(Need {
+        kernel,
+        shapes,
+        buffers: vec![bytes],
+    })
+}
+
+/// CMSIS-NN's int8 depthwise wrapper: the kernel it picks and its buffer.
+fn depthwise_conv(op: &Op, s: &Shapes) -> Result<Need, String> {
+    let o = &op.options;
+    let (sh, sw) = (o.stride.0 as u64, o.stride.1 as u64);
+    let (dh, dw) = (o.dilation.0 as u64, o.dilation.1 as u64);
+    let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
+    let f = s.weights.as_deref().ok_or("no filter")?;
+    if s.weights_dtype != Some(Dtype::Int8) {
+        return Err("a filter that is not int8".into());
+    }
+    let [_, kh, kw, oc] = Shapes::nhwc(f, "filter")?;
+    let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
+    let (ph, pw) = (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw));
+    let shapes = format!(
+        "input={},filter=1x{kh}x{kw}x{oc},output={n}x{oh}x{ow}x{oc},stride={sh}x{sw},\
+         dilation={dh}x{dw},pad={ph}x{pw}",
+        text(&[n, h, w, c])
+    );
+    let (kernel, bytes) = if oc == c && n == 1 && dh == 1 && dw == 1 {
+        if kh == 3 && kw == 3 && ph <= 1 && pw <= 1 {
+            ("arm_depthwise_conv_3x3_s8", 0)
+        } else {
+            // One int16 column of the whole window, every channel.
+            ("arm_depthwise_conv_s8_opt", 2 * kh * kw * c)
+        }
+    } else {
+        ("arm_depthwise_conv_s8", 0)
+    };
+    Ok(Need {
+        kernel,
+        shapes,
+        buffers: vec![bytes],
+    })
+}
+
 /// The int8 CMSIS-NN kernels TFLM's glue calls, as each wrapper chooses.
 fn cmsis_nn(op: &Op, s: &Shapes) -> Result<Need, String> {
     let o = &op.options;
     let (sh, sw) = (o.stride.0 as u64, o.stride.1 as u64);
-    let (dh, dw) = (o.dilation.0 as u64, o.dilation.1 as u64);
     match op.kind {
-        OpKind::Conv2d => {
-            let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
-            let f = s.weights.as_deref().ok_or("no filter")?;
-            if s.weights_dtype != Some(Dtype::Int8) {
-                return Err("a filter that is not int8".into());
-            }
-            let [oc, kh, kw, kc] = Shapes::nhwc(f, "filter")?;
-            let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
-            let (ph, pw) = (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw));
-            let shapes = format!(
-                "input={},filter={},output={}x{}x{}x{oc},stride={sh}x{sw},dilation={dh}x{dw},\
-                 pad={ph}x{pw}",
-                text(&[n, h, w, c]),
-                text(&[oc, kh, kw, kc]),
-                n,
-                oh,
-                ow
-            );
-            let one_by_one = ph == 0 && pw == 0 && kh == 1 && kw == 1 && dh == 1 && dw == 1;
-            let (kernel, bytes) = if one_by_one && c == kc {
-                // Neither 1×1 kernel touches `ctx->buf` on a GCC build.
-                if sh == 1 && sw == 1 {
-                    ("arm_convolve_1x1_s8_fast", 0)
-                } else {
-                    ("arm_convolve_1x1_s8", 0)
-                }
-            } else if h == 1 && dw == 1 && kh == 1 && (sw * c) % 4 == 0 && c == kc {
-                // Without MVE the 1×N kernel is `arm_convolve_s8`.
-                ("arm_convolve_1_x_n_s8", im2col_used(kh * kw * kc, oh * ow))
-            } else {
-                ("arm_convolve_s8", im2col_used(kh * kw * kc, oh * ow))
-            };
-            Ok(Need {
-                kernel,
-                shapes,
-                buffers: vec![bytes],
-            })
-        }
-        OpKind::DepthwiseConv2d => {
-            let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
-            let f = s.weights.as_deref().ok_or("no filter")?;
-            if s.weights_dtype != Some(Dtype::Int8) {
-                return Err("a filter that is not int8".into());
-            }
-            let [_, kh, kw, oc] = Shapes::nhwc(f, "filter")?;
-            let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
-            let (ph, pw) = (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw));
-            let shapes = format!(
-                "input={},filter=1x{kh}x{kw}x{oc},output={n}x{oh}x{ow}x{oc},stride={sh}x{sw},\
-                 dilation={dh}x{dw},pad={ph}x{pw}",
-                text(&[n, h, w, c])
-            );
-            let (kernel, bytes) = if oc == c && n == 1 && dh == 1 && dw == 1 {
-                if kh == 3 && kw == 3 && ph <= 1 && pw <= 1 {
-                    ("arm_depthwise_conv_3x3_s8", 0)
-                } else {
-                    // One int16 column of the whole window, every channel.
-                    ("arm_depthwise_conv_s8_opt", 2 * kh * kw * c)
-                }
-            } else {
-                ("arm_depthwise_conv_s8", 0)
-            };
-            Ok(Need {
-                kernel,
-                shapes,
-                buffers: vec![bytes],
-            })
-        }
+        OpKind::Conv2d => conv(op, s),
+        OpKind::DepthwiseConv2d => depthwise_conv(op, s),
         OpKind::AveragePool => {
             let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
             Ok(Need {
