@@ -20,6 +20,7 @@
 
 mod codes;
 pub mod cold;
+mod decodes;
 pub mod export;
 pub mod graph;
 pub(crate) mod order;

@@ -1,14 +1,12 @@
 //! Where a model comes from ([`ModelSource`]: a `.tflite` file or a zoo
 //! model) and the model read from there once ([`ModelFile`]): its bytes and
 //! everything decoded from them, which every workflow queries instead of
-//! reading the bytes again.
+//! reading the bytes again. [`DecodeLog`] counts the decodes.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
+pub use crate::decodes::DecodeLog;
 use crate::graph::{graph_of, TfliteGraph};
 use crate::{export, tflite, zoo, Model, ModelError};
 
@@ -233,68 +231,27 @@ impl ModelFile {
     }
 }
 
-/// The decodes of each distinct `.tflite` content while a [`DecodeLog`]
-/// is alive, by a hash of the bytes.
-static DECODES: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
-
-/// Counts how often each `.tflite` content is decoded while it lives: how a
-/// test sees that a command reads its model once. One at a time.
-pub struct DecodeLog(());
-
-impl DecodeLog {
-    /// Starts counting (from zero).
-    pub fn start() -> DecodeLog {
-        *lock() = Some(HashMap::new());
-        DecodeLog(())
-    }
-
-    /// How often `bytes` were decoded since the log started.
-    pub fn decodes_of(&self, bytes: &[u8]) -> usize {
-        lock()
-            .as_ref()
-            .and_then(|m| m.get(&content_hash(bytes)).copied())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for DecodeLog {
-    fn drop(&mut self) {
-        *lock() = None;
-    }
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Option<HashMap<u64, usize>>> {
-    DECODES.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn content_hash(bytes: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
-/// Notes one decode of `bytes`, when a [`DecodeLog`] is counting.
-pub(crate) fn note_decode(bytes: &[u8]) {
-    if let Some(map) = lock().as_mut() {
-        *map.entry(content_hash(bytes)).or_default() += 1;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The CLI's text of the zoo model `name`.
+    fn zoo_arg(name: &str) -> String {
+        format!("{ZOO_SCHEME}:{name}")
+    }
+
     #[test]
     fn a_model_argument_is_a_zoo_name_or_a_path_and_prints_as_given() {
+        let zoo = zoo_arg("sakr_cifar10");
         for (arg, source) in [
-            ("zoo:sakr_cifar10", ModelSource::Zoo("sakr_cifar10".into())),
+            (zoo.as_str(), ModelSource::Zoo("sakr_cifar10".into())),
             (
                 "/a/b/magic_wand.tflite",
                 ModelSource::File("/a/b/magic_wand.tflite".into()),
             ),
             // Another scheme, or none, is a path.
             ("http:x.tflite", ModelSource::File("http:x.tflite".into())),
-            ("zoo", ModelSource::File("zoo".into())),
+            (ZOO_SCHEME, ModelSource::File(ZOO_SCHEME.into())),
         ] {
             assert_eq!(ModelSource::parse(arg), source, "{arg}");
             assert_eq!(source.to_string(), arg);
@@ -303,7 +260,7 @@ mod tests {
             assert_eq!(serde_json::from_str::<ModelSource>(&json).unwrap(), source);
         }
         assert_eq!(
-            ModelSource::parse("zoo:sakr_cifar10").name(),
+            ModelSource::parse(&zoo_arg("sakr_cifar10")).name(),
             "sakr_cifar10"
         );
         assert_eq!(
@@ -318,10 +275,10 @@ mod tests {
 
     #[test]
     fn run_takes_zoo_name_as_a_zoo_model_unless_it_is_a_file() {
-        assert!(ModelSource::parse_existing(Path::new("zoo:sakr_cifar10")).is_zoo());
+        assert!(ModelSource::parse_existing(Path::new(&zoo_arg("sakr_cifar10"))).is_zoo());
         let dir = std::env::temp_dir().join(format!("memtrace-source-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let named = dir.join("zoo:sakr_cifar10");
+        let named = dir.join(zoo_arg("sakr_cifar10"));
         std::fs::write(&named, b"x").unwrap();
         assert_eq!(
             ModelSource::parse_existing(&named),

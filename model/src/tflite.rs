@@ -117,7 +117,7 @@ fn import_with(name: &str, bytes: &[u8], opaque: bool) -> Result<Model, ModelErr
 /// root table). Every reading of model bytes starts here, so
 /// [`crate::source::DecodeLog`] sees each one.
 pub(crate) fn root(bytes: &[u8]) -> Result<fb::ModelRef<'_>, ModelError> {
-    crate::source::note_decode(bytes);
+    crate::decodes::note_decode(bytes);
     <fb::ModelRef as planus::ReadAsRoot>::read_as_root(bytes).map_err(fb_err("model root"))
 }
 

@@ -41,7 +41,9 @@ pub fn run(args: ZooArgs) -> Result<ExitCode> {
             }
         }
         ZooCommand::Export { name, out, seed } => {
-            let model = zoo::build(&name)?;
+            // The binary reads the optional `zoo:` as every model argument.
+            let bare = name.strip_prefix("zoo:").unwrap_or(&name);
+            let model = zoo::build(bare)?;
             let bytes = to_tflite(&materialize(&model, seed))?;
             // A file memtrace itself cannot load is never written.
             tflite::import_bytes(&model.name, &bytes)
