@@ -157,6 +157,9 @@ pub struct ModelFile {
     pub offline: Option<Vec<i64>>,
     /// The text of the `memtrace_plan` entry describing that plan, if any.
     pub plan_note: Option<Vec<u8>>,
+    /// The whole model as decoded, without that plan: what a plan is
+    /// written into ([`ModelFile::with_offline`]).
+    whole: crate::schema::tflite::Model,
 }
 
 impl ModelFile {
@@ -173,7 +176,7 @@ impl ModelFile {
         seed: u64,
         given: Vec<u8>,
     ) -> Result<ModelFile, ModelError> {
-        let (root, whole) = tflite::verified_root(&given)?;
+        let (root, mut whole) = tflite::verified_root(&given)?;
         let graph = graph_of(root)?;
         let model = match source {
             ModelSource::Zoo(name) => Ok(zoo::build(name)?),
@@ -183,9 +186,12 @@ impl ModelFile {
         };
         let offline = tflite::offline_of(root)?;
         let plan_note = tflite::metadata_of(root, tflite::PLAN_METADATA)?;
-        let stripped = offline.as_ref().and_then(|_| {
-            tflite::without_entries(whole, &[tflite::OFFLINE_METADATA, tflite::PLAN_METADATA])
-        });
+        let stripped = (offline.is_some()
+            && tflite::remove_entries(
+                &mut whole,
+                &[tflite::OFFLINE_METADATA, tflite::PLAN_METADATA],
+            ))
+        .then(|| tflite::encode(&whole));
         Ok(ModelFile {
             source: source.clone(),
             seed,
@@ -195,6 +201,7 @@ impl ModelFile {
             model,
             offline,
             plan_note,
+            whole,
         })
     }
 
@@ -223,6 +230,19 @@ impl ModelFile {
         self.model
             .as_ref()
             .map_err(|why| ModelError::Invalid(why.clone()))
+    }
+
+    /// The model without the offline plan it carried, with `offsets` as its
+    /// plan (and `note` as its `memtrace_plan` entry): what
+    /// [`tflite::emit_offline_noted`] writes of
+    /// [`without_offline`](Self::without_offline), from the decode already
+    /// made.
+    pub fn with_offline(
+        &self,
+        offsets: &[i64],
+        note: Option<&[u8]>,
+    ) -> Result<tflite::EmitReport, ModelError> {
+        tflite::emit_into(self.whole.clone(), offsets, note)
     }
 
     /// The model's name ([`ModelSource::name`]).

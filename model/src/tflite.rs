@@ -723,7 +723,16 @@ pub fn emit_offline_noted(
     note: Option<&[u8]>,
 ) -> Result<EmitReport, ModelError> {
     let root = root(original)?;
-    let mut model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
+    let model = fb::Model::try_from(root).map_err(fb_err("decoding the whole model"))?;
+    emit_into(model, offsets, note)
+}
+
+/// [`emit_offline_noted`] of a model already decoded.
+pub(crate) fn emit_into(
+    mut model: fb::Model,
+    offsets: &[i64],
+    note: Option<&[u8]>,
+) -> Result<EmitReport, ModelError> {
     let counts = tensors_per_subgraph(&model);
     let n_tensors = counts.first().copied().unwrap_or(0);
     if offsets.len() != n_tensors {
@@ -937,7 +946,15 @@ fn strip_entries(original: &[u8], names: &[&str]) -> Result<Option<Vec<u8>>, Mod
 /// The bytes of the decoded `model` without its metadata entries named in
 /// `names`, or `None` when it has none of them ([`strip_entries`]).
 pub(crate) fn without_entries(mut model: fb::Model, names: &[&str]) -> Option<Vec<u8>> {
-    let metadata = model.metadata.as_mut()?;
+    remove_entries(&mut model, names).then(|| serialize(&model))
+}
+
+/// Removes the metadata entries of `model` named in `names` (emptying the
+/// buffers only they named); whether it had any.
+pub(crate) fn remove_entries(model: &mut fb::Model, names: &[&str]) -> bool {
+    let Some(metadata) = model.metadata.as_mut() else {
+        return false;
+    };
     let mut removed = Vec::new();
     metadata.retain(|m| {
         let gone = m.name.as_deref().is_some_and(|n| names.contains(&n));
@@ -947,7 +964,7 @@ pub(crate) fn without_entries(mut model: fb::Model, names: &[&str]) -> Option<Ve
         !gone
     });
     if removed.is_empty() {
-        return None;
+        return false;
     }
     let still_named: std::collections::HashSet<u32> = metadata
         .iter()
@@ -967,7 +984,7 @@ pub(crate) fn without_entries(mut model: fb::Model, names: &[&str]) -> Option<Ve
             buffer.data = None;
         }
     }
-    Some(serialize(&model))
+    true
 }
 
 /// The bytes of the buffer the metadata entry `name` of a `.tflite` names,

@@ -60,7 +60,7 @@ pub(super) fn deployable(
         ..provenance.clone()
     }
     .to_metadata()?;
-    let emitted = tflite::emit_offline_noted(&file.given, &offsets, Some(&note));
+    let emitted = file.with_offline(&offsets, Some(&note));
     let emitted = match emitted {
         Ok(e) => e,
         Err(e) if !needed => {

@@ -199,7 +199,8 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let b = &planned.result.output_bytes;
     let mismatched = mismatched_bytes(a, b);
     let planned_bytes = under_test.arena;
-    let arena_to_allocate = deploy_figures(req, &subject, run_bytes, &under_test, &offsets)?;
+    let transformed = tinyseg.as_ref().map(|t| t.bytes.as_slice());
+    let arena_to_allocate = deploy_figures(req, &subject, transformed, &under_test, &offsets)?;
     let tinyseg_report = tinyseg
         .as_ref()
         .map(|t| spill_report(req, t, &planned, &reference));
@@ -359,13 +360,14 @@ fn spill_report(
     .report()
 }
 
-/// The arena a firmware must allocate for the plan under test (TFLM's
-/// refusal of the model at any arena is a note, not an error: the proof
-/// above already says what failed), and the model with that plan.
+/// The arena a firmware must allocate for the plan under test, written into
+/// `transformed` (TinySeg's model) or the model itself, and that model
+/// (TFLM's refusal of it at any arena is a note, not an error: the proof
+/// above already says what failed).
 fn deploy_figures(
     req: &VerifyOptions,
     subject: &Subject,
-    run_bytes: &[u8],
+    transformed: Option<&[u8]>,
     under_test: &UnderTest,
     offsets: &[i64],
 ) -> Result<(MeasuredPlan, Vec<u8>)> {
@@ -382,7 +384,12 @@ fn deploy_figures(
         )?
     }
     .to_metadata()?;
-    let model = tflite::emit_offline_noted(run_bytes, offsets, Some(&note))?.bytes;
+    // TinySeg's transformed model, or the file from its one decode.
+    let model = match transformed {
+        Some(bytes) => tflite::emit_offline_noted(bytes, offsets, Some(&note))?,
+        None => subject.file.with_offline(offsets, Some(&note))?,
+    }
+    .bytes;
     let (arena, not_measured) = match measure_arena_on(
         &subject.image,
         &model,
