@@ -30,7 +30,7 @@ pub mod trace_cache;
 
 pub use inputs::input_bytes;
 pub(crate) use inputs::{open_model, run_inputs, seeded_inputs};
-pub(crate) use model_run::RED_ZONE_BYTES;
+pub use model_run::RED_ZONE_BYTES;
 pub use model_run::{ModelOutcome, ModelRun, ScratchWatch};
 pub(crate) use per_operator::compare_operators;
 pub use per_operator::{OperatorComparison, OperatorDifference};

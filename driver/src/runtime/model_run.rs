@@ -50,7 +50,7 @@ pub struct ModelRun<'a> {
 /// The bytes a red-zoned run leaves free on each side of a planned buffer:
 /// four of the Cortex-M55's 16-byte vector stores, so that a kernel whose
 /// scratch is a few vectors short is caught, whatever the alignment.
-pub(crate) const RED_ZONE_BYTES: u32 = 64;
+pub const RED_ZONE_BYTES: u32 = 64;
 
 /// What a run records of the operators' scratch buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

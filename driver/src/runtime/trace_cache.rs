@@ -33,7 +33,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 /// Size bound of the cache folder.
-pub(crate) const MAX_BYTES: u64 = 256 << 20;
+pub const MAX_BYTES: u64 = 256 << 20;
 
 /// The cache, or no cache (`--no-cache`, or no folder to put it in).
 #[derive(Clone, Debug)]

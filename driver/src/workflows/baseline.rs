@@ -20,7 +20,7 @@ use crate::workflows::sweep::{
 };
 
 /// Format tag of baseline files.
-pub(crate) const FORMAT: &str = "memtrace-os-table/1";
+pub const FORMAT: &str = "memtrace-os-table/1";
 
 /// [`Baseline::access`] of a baseline traced on the exact (hook) path.
 pub(crate) const EXACT_ACCESS: &str = "hooks";

@@ -1,6 +1,6 @@
 //! What a firmware needs from a plan: the arena it must give TFLM, measured
-//! on real TFLM at the boundary ([`measure_arena`]), the C header it
-//! includes ([`header_text`], [`write_deployment`]) and the budget check
+//! on real TFLM at the boundary (`measure.rs`), the C header it includes
+//! (`header.rs`) and the budget check
 //! (`--fits`, [`parse_size`], [`Budget`]).
 //!
 //! `measure` finds the arena to allocate, `header` writes the header beside

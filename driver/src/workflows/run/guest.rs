@@ -19,7 +19,7 @@ use crate::support::common::trace_with;
 use crate::support::error::Result;
 
 /// Whether `path` names a model: `zoo:NAME` (when no file has that name)
-/// or a file that holds a `.tflite` ([`is_tflite`]).
+/// or a file that holds a `.tflite` (`is_tflite`).
 pub fn is_model(path: &std::path::Path) -> bool {
     ModelSource::parse_existing(path).is_zoo() || is_tflite(path)
 }

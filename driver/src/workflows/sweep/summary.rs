@@ -78,7 +78,7 @@ pub(crate) fn summarise(rows: &[Row], elapsed: Duration, threads: usize) -> Summ
     }
 }
 
-/// Starts a timer for [`summarise`].
+/// Starts a timer for `summarise`.
 pub fn start() -> Instant {
     Instant::now()
 }
