@@ -158,7 +158,7 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     )?;
     let mut offsets = under_test.offsets.clone();
     // What TFLM runs under the plan: the model, or TinySeg's transformation.
-    let (run_bytes, run_graph) = match &tinyseg {
+    let run_graph = match &tinyseg {
         Some(t) => {
             warnings.extend(t.warnings.iter().cloned());
             warnings.extend(crate::support::spill::target_missed(
@@ -166,12 +166,12 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
                 t.optimized.steps.last().map(|s| s.peak_bytes),
             ));
             t.check_fits(&under_test, subject.arena_limit)?;
-            (t.bytes.as_slice(), &t.graph)
+            &t.graph
         }
         None => {
             check_arena_fits(&under_test, &planned_model, subject.arena_limit)?;
             offsets.truncate(subject.graph().tensors.len());
-            (subject.bytes(), subject.graph())
+            subject.graph()
         }
     };
 
@@ -180,11 +180,12 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
         Some(t) => tinyseg::readers_after(&reference.readers, &t.optimized),
         None => reference.readers.clone(),
     };
+    let transformed = tinyseg.as_ref().map(|t| t.bytes.as_slice());
     let (mut planned, oracle) = plan_run(
         req,
         &subject,
         PlanSubject {
-            bytes: run_bytes,
+            transformed,
             readers: &readers,
             storage: tinyseg.is_some(),
         },
@@ -199,7 +200,6 @@ pub fn verify(req: &VerifyOptions) -> Result<VerifyReport> {
     let b = &planned.result.output_bytes;
     let mismatched = mismatched_bytes(a, b);
     let planned_bytes = under_test.arena;
-    let transformed = tinyseg.as_ref().map(|t| t.bytes.as_slice());
     let arena_to_allocate = deploy_figures(req, &subject, transformed, &under_test, &offsets)?;
     let tinyseg_report = tinyseg
         .as_ref()

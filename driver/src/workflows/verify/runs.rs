@@ -395,8 +395,9 @@ fn plan_budget(max_instructions: u64, reference: u64) -> u64 {
 /// What the plan under test runs: the model itself, or TinySeg's
 /// transformation of it.
 pub(super) struct PlanSubject<'a> {
-    /// The `.tflite` (without a plan).
-    pub(super) bytes: &'a [u8],
+    /// TinySeg's transformed `.tflite` (without a plan); `None`: the
+    /// model itself.
+    pub(super) transformed: Option<&'a [u8]>,
     /// Its layers that read their own output (from the reference run).
     pub(super) readers: &'a [String],
     /// It has storage operators: watch and read back the storage region.
@@ -414,7 +415,11 @@ pub(super) fn plan_run(
     under_test: &UnderTest,
     offsets: &[i64],
 ) -> Result<(ShadowRun, Option<OracleComparison>)> {
-    let offline = tflite::emit_offline(run.bytes, offsets)?;
+    // The model's plan is written from its one decode.
+    let offline = match run.transformed {
+        Some(bytes) => tflite::emit_offline(bytes, offsets)?,
+        None => subject.file.with_offline(offsets, None)?,
+    };
     let graph = subject.graph();
     let extent = under_test.arena.max(reference.result.head_bytes);
     let python = req.oracle_python();
