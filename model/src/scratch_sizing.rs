@@ -296,20 +296,48 @@ fn pad_before(input: u64, output: u64, filter: u64, stride: u64, dilation: u64) 
     reach.saturating_sub(input) / 2
 }
 
+/// A convolution's shapes as CMSIS-NN's wrappers read them (an int8
+/// filter, NHWC input and output; the padding before the first row and
+/// column recomputed from the output size).
+struct Window {
+    input: [u64; 4],
+    filter: [u64; 4],
+    /// Output height and width.
+    output: (u64, u64),
+    stride: (u64, u64),
+    dilation: (u64, u64),
+    pad: (u64, u64),
+}
+
+impl Window {
+    fn of(op: &Op, s: &Shapes) -> Result<Window, String> {
+        let o = &op.options;
+        let (sh, sw) = (o.stride.0 as u64, o.stride.1 as u64);
+        let (dh, dw) = (o.dilation.0 as u64, o.dilation.1 as u64);
+        let input @ [_, h, w, _] = Shapes::nhwc(&s.input, "input")?;
+        let f = s.weights.as_deref().ok_or("no filter")?;
+        if s.weights_dtype != Some(Dtype::Int8) {
+            return Err("a filter that is not int8".into());
+        }
+        let filter @ [_, kh, kw, _] = Shapes::nhwc(f, "filter")?;
+        let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
+        Ok(Window {
+            input,
+            filter,
+            output: (oh, ow),
+            stride: (sh, sw),
+            dilation: (dh, dw),
+            pad: (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw)),
+        })
+    }
+}
+
 /// CMSIS-NN's int8 convolution wrapper: the kernel it picks and its im2col
 /// buffer.
 fn conv(op: &Op, s: &Shapes) -> Result<Need, String> {
-    let o = &op.options;
-    let (sh, sw) = (o.stride.0 as u64, o.stride.1 as u64);
-    let (dh, dw) = (o.dilation.0 as u64, o.dilation.1 as u64);
-    let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
-    let f = s.weights.as_deref().ok_or("no filter")?;
-    if s.weights_dtype != Some(Dtype::Int8) {
-        return Err("a filter that is not int8".into());
-    }
-    let [oc, kh, kw, kc] = Shapes::nhwc(f, "filter")?;
-    let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
-    let (ph, pw) = (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw));
+    let g = Window::of(op, s)?;
+    let ([n, h, w, c], [oc, kh, kw, kc], (oh, ow)) = (g.input, g.filter, g.output);
+    let ((sh, sw), (dh, dw), (ph, pw)) = (g.stride, g.dilation, g.pad);
     let shapes = format!(
         "input={},filter={},output={}x{}x{}x{oc},stride={sh}x{sw},dilation={dh}x{dw},\
          pad={ph}x{pw}",
@@ -342,17 +370,9 @@ fn conv(op: &Op, s: &Shapes) -> Result<Need, String> {
 
 /// CMSIS-NN's int8 depthwise wrapper: the kernel it picks and its buffer.
 fn depthwise_conv(op: &Op, s: &Shapes) -> Result<Need, String> {
-    let o = &op.options;
-    let (sh, sw) = (o.stride.0 as u64, o.stride.1 as u64);
-    let (dh, dw) = (o.dilation.0 as u64, o.dilation.1 as u64);
-    let [n, h, w, c] = Shapes::nhwc(&s.input, "input")?;
-    let f = s.weights.as_deref().ok_or("no filter")?;
-    if s.weights_dtype != Some(Dtype::Int8) {
-        return Err("a filter that is not int8".into());
-    }
-    let [_, kh, kw, oc] = Shapes::nhwc(f, "filter")?;
-    let [_, oh, ow, _] = Shapes::nhwc(&s.output, "output")?;
-    let (ph, pw) = (pad_before(h, oh, kh, sh, dh), pad_before(w, ow, kw, sw, dw));
+    let g = Window::of(op, s)?;
+    let ([n, h, w, c], [_, kh, kw, oc], (oh, ow)) = (g.input, g.filter, g.output);
+    let ((sh, sw), (dh, dw), (ph, pw)) = (g.stride, g.dilation, g.pad);
     let shapes = format!(
         "input={},filter=1x{kh}x{kw}x{oc},output={n}x{oh}x{ow}x{oc},stride={sh}x{sw},\
          dilation={dh}x{dw},pad={ph}x{pw}",

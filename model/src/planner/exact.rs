@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 
-use super::greedy::{greedy_offsets, Request};
+use super::greedy::{greedy_offsets, requests};
 use super::heap::{heap_offsets, peak_seeds, Direction};
 use super::{candidate_orders, Plan, PlanOptions, PlanStatus, Problem};
 use crate::order::{self, OrderKind, PlanOrder};
@@ -192,16 +192,7 @@ fn incumbent(problem: &Problem) -> Vec<u64> {
         .into_iter()
         .map(|d| heap_offsets(problem, d))
         .collect();
-    let reqs: Vec<Request> = problem
-        .buffers
-        .iter()
-        .map(|b| Request {
-            size: b.size,
-            first: b.first,
-            last: b.last,
-        })
-        .collect();
-    candidates.push(greedy_offsets(&reqs));
+    candidates.push(greedy_offsets(&requests(problem)));
     candidates
         .into_iter()
         .min_by_key(|o| problem.peak(o))

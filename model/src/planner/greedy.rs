@@ -75,7 +75,8 @@ pub fn linear_offsets(requests: &[Request]) -> Vec<u64> {
         .collect()
 }
 
-fn requests(problem: &Problem) -> Vec<Request> {
+/// The problem's buffers as `tflm-greedy` requests.
+pub(crate) fn requests(problem: &Problem) -> Vec<Request> {
     problem
         .buffers
         .iter()
