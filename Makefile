@@ -30,7 +30,7 @@ CORE_APT_PACKAGES := gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf
 # executables; pip and cargo-binstall use it too).
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: all demo demo-guests test bench lint golden fuzz deps core-deps guests cores cores-tested build install link oracle wheel clean
+.PHONY: all demo demo-guests test bench lint golden fuzz deps core-deps qemu-deps qemu-guests guests cores cores-tested build install link oracle wheel clean
 
 all: build
 
@@ -55,6 +55,15 @@ cores-tested: deps core-deps
 
 core-deps:
 	@bash scripts/install-deps.sh $(CORE_APT_PACKAGES)
+
+# memtrace's QEMU engine (the Cortex-M55): QEMU 10 from Debian's
+# bookworm-backports, glib's headers for the plugin, the plugin and the
+# AN547 board's guests (`make test`, never `make demo`).
+qemu-deps:
+	@bash scripts/install-qemu.sh
+
+qemu-guests: deps qemu-deps
+	$(MAKE) -C harness-c -j2 qemu-tested
 
 build: deps guests
 	$(CARGO) build --release --workspace
@@ -98,7 +107,7 @@ wheel: build
 # --no-fail-fast: every test binary runs, so one failure does not hide the
 # others; cargo still exits non-zero when any test failed. Then the wheel,
 # installed in a fresh venv without compilers, runs the Python API's tests.
-test: cores-tested build oracle wheel
+test: cores-tested qemu-guests build oracle wheel
 	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python \
 	    $(CARGO) test --release --workspace --all-targets --no-fail-fast
 	MEMTRACE_TFLM_PYTHON=$(ORACLE_VENV)/bin/python bash scripts/test-wheel.sh

@@ -81,6 +81,24 @@ fn main() {
             "cargo:warning={probe} is missing: the per-core tests will be ignored; run `make -C harness-c cores-tested`"
         );
     }
+    // The QEMU engine's plugin and the AN547 board's kernel suites
+    // (`make qemu-guests`, part of `make test`).
+    println!("cargo:rustc-check-cfg=cfg(no_qemu)");
+    let qemu_probes = [
+        "harness-c/build/qemu/libmemtrace-qemu.so",
+        "harness-c/build/cortex-m55/suite-cmsis.elf",
+        "harness-c/build/cortex-m4-an547/suite.elf",
+        "harness-c/build/cortex-m4-an547/suite-cmsis.elf",
+    ];
+    for probe in qemu_probes {
+        println!("cargo:rerun-if-changed={probe}");
+    }
+    if let Some(probe) = qemu_probes.iter().find(|p| !std::path::Path::new(p).exists()) {
+        println!("cargo:rustc-cfg=no_qemu");
+        println!(
+            "cargo:warning={probe} is missing: the QEMU engine's tests will be ignored; run `make qemu-guests`"
+        );
+    }
     // The RISC-V suite, reference-kernel runner and error guests (also
     // `cores-tested`).
     println!("cargo:rustc-check-cfg=cfg(no_riscv)");

@@ -16,6 +16,7 @@ mod models {
     pub mod one_traced_source;
     pub mod persistent_buffers;
     pub mod plan_files;
+    pub mod qemu;
     pub mod red_zones;
     pub mod riscv;
     pub mod scratch_sizing;

@@ -50,7 +50,7 @@ pub use event::{AccessKind, Buffer, Event, LayerInfo, Message, OutputDigest, Rol
 pub use geometry::{out_size, Padding, Shape};
 pub use op::OpKind;
 pub use spec::LayerSpec;
-pub use target::{AccessPath, Arch, Kernels, Runtime};
+pub use target::{AccessPath, Arch, EngineKind, Kernels, Runtime};
 
 /// A name that is not in a vocabulary (an op, a dtype, ...), with the names
 /// that are.

@@ -43,6 +43,12 @@ pub enum Arch {
     #[serde(rename = "cortex-m33")]
     #[cfg_attr(feature = "clap", value(name = "cortex-m33"))]
     CortexM33,
+    /// ARMv8.1-M Mainline with the DSP extension, Helium (MVE) and an FPv5
+    /// FPU: the Cortex-M55. Unicorn has no such core: it runs on the QEMU
+    /// engine (`mps3-an547`).
+    #[serde(rename = "cortex-m55")]
+    #[cfg_attr(feature = "clap", value(name = "cortex-m55"))]
+    CortexM55,
     /// 32-bit RISC-V, RV32IMAC (the ESP32-C6's instruction set; code built
     /// for RV32IMC, the ESP32-C3's, runs on it unchanged), no FPU: float is
     /// done in software. Emulated as Unicorn's generic RV32 core.
@@ -57,12 +63,13 @@ pub enum Arch {
 
 impl Arch {
     /// Every target, the Cortex-M cores from the smallest.
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::CortexM0,
         Arch::CortexM3,
         Arch::CortexM4,
         Arch::CortexM7,
         Arch::CortexM33,
+        Arch::CortexM55,
         Arch::Riscv32,
         Arch::X86_64,
     ];
@@ -75,6 +82,7 @@ impl Arch {
             Arch::CortexM4 => "cortex-m4",
             Arch::CortexM7 => "cortex-m7",
             Arch::CortexM33 => "cortex-m33",
+            Arch::CortexM55 => "cortex-m55",
             Arch::Riscv32 => "riscv32",
             Arch::X86_64 => "x86-64",
         }
@@ -101,6 +109,12 @@ impl Arch {
     /// check of the library itself).
     pub fn has_cmsis_nn(self) -> bool {
         self != Arch::Riscv32
+    }
+
+    /// Whether Unicorn emulates this core; the others run on the QEMU
+    /// engine only.
+    pub fn unicorn_has(self) -> bool {
+        self != Arch::CortexM55
     }
 
     /// The harness's build folder of this target (`harness-c/build/<dir>`).
@@ -143,6 +157,40 @@ impl AccessPath {
         match self {
             AccessPath::Hooks => "hooks",
             AccessPath::Mmio => "mmio",
+        }
+    }
+}
+
+/// The emulator that runs a guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum EngineKind {
+    /// Unicorn 2.1, in memtrace's own process: the Cortex-M0, M3, M4, M7
+    /// and M33, RISC-V and x86-64.
+    #[default]
+    Unicorn,
+    /// QEMU 10 with memtrace's TCG plugin, as a child process: the
+    /// Cortex-M55 (Helium) on the `mps3-an547` board, and Cortex-M builds
+    /// linked for that board.
+    Qemu,
+}
+
+impl EngineKind {
+    /// Name used on the command line and in reports (`unicorn`, `qemu`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Unicorn => "unicorn",
+            EngineKind::Qemu => "qemu",
+        }
+    }
+
+    /// The engine a core runs on unless told otherwise.
+    pub fn default_for(arch: Arch) -> EngineKind {
+        if arch.unicorn_has() {
+            EngineKind::Unicorn
+        } else {
+            EngineKind::Qemu
         }
     }
 }
@@ -228,7 +276,7 @@ macro_rules! display_by_name {
     )*};
 }
 
-display_by_name!(Arch, AccessPath, Kernels);
+display_by_name!(Arch, AccessPath, EngineKind, Kernels);
 
 #[cfg(test)]
 mod tests {

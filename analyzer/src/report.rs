@@ -1,7 +1,7 @@
 //! What `memtrace run` reports per layer, in a stable JSON schema
 //! (docs/user-guide.md). Later analyses add fields; existing names stay.
 
-use memtrace_abi::{AccessPath, Arch, Kernels, LayerSpec, Role};
+use memtrace_abi::{AccessPath, Arch, EngineKind, Kernels, LayerSpec, Role};
 use serde::Serialize;
 
 use memtrace_overlap::check::Flag;
@@ -139,6 +139,8 @@ pub struct RunReport {
     /// How buffer accesses were observed: `hooks` (exact `t`/`pc` per event)
     /// or `mmio` (counts and O_s only; see the user guide).
     pub access: AccessPath,
+    /// The emulator that ran it (`unicorn`, `qemu`).
+    pub engine: EngineKind,
     /// Exit code the guest passed to `memtrace_exit`.
     pub exit_code: i32,
     /// What the guest said of its exit (`memtrace_exit_reason`), if it did:

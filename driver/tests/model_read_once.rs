@@ -104,6 +104,7 @@ fn run_options(model: &Path) -> RunOptions {
         max_instructions: 2_000_000_000,
         exact_time: false,
         model: Default::default(),
+        engine: None,
     }
 }
 

@@ -33,6 +33,7 @@ fn run_options(elf: PathBuf, exact_time: bool) -> RunOptions {
         max_instructions: 2_000_000_000,
         exact_time,
         model: Default::default(),
+        engine: None,
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use super::Format;
 use anyhow::Result;
 use clap::Args;
+use memtrace_abi::EngineKind;
 use memtrace_driver::runtime::kernels::Kernels;
 use memtrace_driver::workflows::run::{self, ModelOptions, RunAnswer, RunOptions};
 use memtrace_tracer::Arch;
@@ -82,6 +83,11 @@ pub struct RunArgs {
     /// they name, cortex-m4 when they name none).
     #[arg(long, value_enum)]
     pub target: Option<Arch>,
+    /// The emulator: unicorn (in memtrace's process) or qemu (QEMU 10 with
+    /// memtrace's plugin, on the mps3-an547 board). Default: unicorn, and
+    /// qemu for the cortex-m55, which Unicorn does not have.
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
     /// With a .tflite: the TFLM runner ELF (default:
     /// harness-c/build/TARGET/tflm-runner.elf or tflm-runner-cmsis.elf).
     #[arg(long, value_name = "ELF")]
@@ -117,6 +123,7 @@ impl From<&RunArgs> for RunOptions {
                 input: a.input.clone(),
                 red_zones: a.strict,
             },
+            engine: a.engine,
         }
     }
 }

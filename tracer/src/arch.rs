@@ -389,7 +389,8 @@ fn cpu_model(core: Arch) -> ArmCpuModel {
         Arch::CortexM0 => ArmCpuModel::CORTEX_M0,
         Arch::CortexM3 => ArmCpuModel::CORTEX_M3,
         Arch::CortexM7 => ArmCpuModel::CORTEX_M7,
-        Arch::CortexM33 => ArmCpuModel::CORTEX_M33,
+        // Not run: sessions refuse the core first (`Arch::unicorn_has`).
+        Arch::CortexM33 | Arch::CortexM55 => ArmCpuModel::CORTEX_M33,
         Arch::CortexM4 | Arch::Riscv32 | Arch::X86_64 => ArmCpuModel::CORTEX_M4,
     }
 }

@@ -118,6 +118,9 @@ const TAG_ABI_HARDFP_USE: u64 = 27;
 const TAG_COMPATIBILITY: u64 = 32;
 const TAG_DSP_EXTENSION: u64 = 46;
 const TAG_MVE_ARCH: u64 = 48;
+
+/// The vector extension of the Cortex-M55 and M85, as messages name it.
+const MVE: &str = "MVE (Helium)";
 const TAG_ALSO_COMPATIBLE_WITH: u64 = 65;
 const TAG_CONFORMANCE: u64 = 67;
 
@@ -235,7 +238,7 @@ impl ArmBuild {
             _ => None,
         };
         let vector = if raw.mve != 0 {
-            Some("MVE (Helium)")
+            Some(MVE)
         } else if raw.simd != 0 {
             Some("Advanced SIMD (NEON)")
         } else {
@@ -274,7 +277,7 @@ impl ArmBuild {
         if let Some(foreign) = &self.foreign {
             return Some(format!("it was built for {foreign}"));
         }
-        if let Some(vector) = self.vector {
+        if let Some(vector) = self.vector.filter(|v| !(have.mve && *v == MVE)) {
             return Some(format!(
                 "it uses {vector}, which the {} does not have",
                 core.name()
@@ -325,19 +328,22 @@ impl ArmBuild {
 }
 
 /// The Cortex-M targets, smallest first.
-const CORTEX_M: [Arch; 5] = [
+const CORTEX_M: [Arch; 6] = [
     Arch::CortexM0,
     Arch::CortexM3,
     Arch::CortexM4,
     Arch::CortexM7,
     Arch::CortexM33,
+    Arch::CortexM55,
 ];
 
-/// What a Cortex-M target implements, as Unicorn models it.
+/// What a Cortex-M target implements, as its emulator models it.
 struct Core {
     isa: Isa,
     dsp: bool,
     fpu: Option<Fpu>,
+    /// Helium (MVE).
+    mve: bool,
 }
 
 impl Core {
@@ -354,26 +360,37 @@ impl Core {
                 isa: Isa::V6M,
                 dsp: false,
                 fpu: None,
+                mve: false,
             },
             Arch::CortexM3 => Core {
                 isa: Isa::V7M,
                 dsp: false,
                 fpu: None,
+                mve: false,
             },
             Arch::CortexM4 => Core {
                 isa: Isa::V7EM,
                 dsp: true,
                 fpu: fpu(4, false),
+                mve: false,
             },
             Arch::CortexM7 => Core {
                 isa: Isa::V7EM,
                 dsp: true,
                 fpu: fpu(5, true),
+                mve: false,
             },
             Arch::CortexM33 => Core {
                 isa: Isa::V8MMain,
                 dsp: true,
                 fpu: fpu(5, false),
+                mve: false,
+            },
+            Arch::CortexM55 => Core {
+                isa: Isa::V81MMain,
+                dsp: true,
+                fpu: fpu(5, true),
+                mve: true,
             },
             Arch::Riscv32 | Arch::X86_64 => return None,
         })

@@ -175,6 +175,7 @@ pub fn run_untraced(
         fast_stores(&mut uc, image.arch)?;
     }
     map_pages(&mut uc, image, Some(port_page))?;
+    crate::machine::map_control_page(&mut uc, image)?;
     uc.mmio_map(
         port_page,
         PAGE,

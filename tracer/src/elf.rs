@@ -271,6 +271,13 @@ impl ElfImage {
             })
     }
 
+    /// Whether `pc` lies in `memtrace_signal`, the function every protocol
+    /// command's store is made in.
+    pub fn in_signal(&self, pc: u64) -> bool {
+        self.symbol(memtrace_abi::symbols::SIGNAL)
+            .is_some_and(|f| pc >= f.address && pc < f.address + f.size.max(1))
+    }
+
     /// The symbol named `name`, preferring a global definition over local ones.
     pub fn symbol(&self, name: &str) -> Option<Symbol> {
         self.symbols.get(name).copied()

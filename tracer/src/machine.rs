@@ -129,6 +129,23 @@ pub(crate) fn page_runs(image: &ElfImage, start: u64, end: u64) -> Vec<(u64, u64
     runs
 }
 
+/// The System Control Block page of a Cortex-M (CPACR is at 0xE000ED88).
+const CONTROL_PAGE: u64 = 0xE000_E000;
+
+/// Maps a Cortex-M image's System Control Block page as plain memory,
+/// unless a segment covers it: memtrace's guests built for a board enable
+/// the FPU and Helium there at start (`-DMEMTRACE_ENABLE_CPACR`, which
+/// QEMU needs), and Unicorn, which models no SCB and runs floating point
+/// without it, takes the store and goes on. (`check`, which runs programs
+/// as built, reports any access there instead.)
+pub(crate) fn map_control_page<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage) -> Result<(), TraceError> {
+    if !image.arch.is_cortex_m() || image.is_loaded(CONTROL_PAGE, 1) {
+        return Ok(());
+    }
+    uc.mem_map(CONTROL_PAGE, PAGE as usize, Prot::READ | Prot::WRITE)
+        .map_err(|e| emulator_error("mapping the System Control Block page", e))
+}
+
 /// Writes the segments' initialised bytes, skipping the page `hole` (an MMIO
 /// page holds no initialised data).
 pub(crate) fn load_segments<D>(
@@ -154,8 +171,23 @@ pub(crate) fn write_inputs<D>(
     image: &ElfImage,
     inputs: GuestInputs<'_>,
 ) -> Result<(), TraceError> {
+    for (address, bytes) in input_writes(image, inputs)? {
+        uc.mem_write(address, &bytes)
+            .map_err(|e| emulator_error("writing the guest's inputs", e))?;
+    }
+    Ok(())
+}
+
+/// The host's inputs as `(address, bytes)` writes into guest memory: the
+/// job mailbox, then the preloaded ranges, each checked to lie in the
+/// image's loaded memory.
+pub(crate) fn input_writes(
+    image: &ElfImage,
+    inputs: GuestInputs<'_>,
+) -> Result<Vec<(u64, Vec<u8>)>, TraceError> {
+    let mut writes = Vec::with_capacity(inputs.preload.len() + 1);
     if let Some(job) = inputs.job {
-        write_job(uc, image, job)?;
+        writes.push(job_write(image, job)?);
     }
     for (address, bytes) in inputs.preload {
         if !image.is_loaded(*address, bytes.len() as u64) {
@@ -164,13 +196,12 @@ pub(crate) fn write_inputs<D>(
                 bytes.len()
             )));
         }
-        uc.mem_write(*address, bytes)
-            .map_err(|e| emulator_error("writing preloaded guest memory", e))?;
+        writes.push((*address, bytes.clone()));
     }
-    Ok(())
+    Ok(writes)
 }
 
-fn write_job<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage, job: &Job) -> Result<(), TraceError> {
+fn job_write(image: &ElfImage, job: &Job) -> Result<(u64, Vec<u8>), TraceError> {
     let needed = JOB_WORDS * 4;
     let mailbox = image
         .symbol(memtrace_abi::symbols::JOB)
@@ -185,14 +216,13 @@ fn write_job<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage, job: &Job) -> Result<
         .iter()
         .flat_map(|w| w.to_le_bytes())
         .collect();
-    uc.mem_write(mailbox.address, &bytes)
-        .map_err(|e| emulator_error("writing the job mailbox", e))
+    Ok((mailbox.address, bytes))
 }
 
 /// Reads a NUL-terminated UTF-8 guest string of at most `MAX_STRING` bytes
 /// at `address` with `read` (true when the whole range was readable).
 pub(crate) fn read_guest_string(
-    read: impl Fn(u64, &mut [u8]) -> bool,
+    mut read: impl FnMut(u64, &mut [u8]) -> bool,
     address: u64,
     what: &str,
 ) -> Result<String, String> {

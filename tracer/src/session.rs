@@ -24,17 +24,15 @@ mod ram;
 mod stack;
 mod stop;
 
+pub(crate) use stack::StackWatch;
 pub(crate) use stop::StopSwitch;
 
 use commands::{guest_read, on_port_write, port_store};
 
-use crossbeam_channel::{Receiver, Sender};
 use unicorn_engine::{uc_error, HookType, MemType, Unicorn};
 
-use memtrace_abi::event::{AccessKind, Buffer, Event, LayerInfo, Message, OutputDigest, Role};
-use memtrace_abi::protocol::{BufferDecl, Command, PortDecoder, MARKER_OFFSET, PORT_SIZE};
-use memtrace_abi::spec::LayerSpec;
-use memtrace_abi::symbols;
+use memtrace_abi::event::Role;
+use memtrace_abi::protocol::PORT_SIZE;
 
 use crate::arch::{Machine, Registers};
 use crate::clock::BlockClock;
@@ -42,7 +40,8 @@ use crate::elf::{Arch, ElfImage};
 use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, set_permissions, PAGE};
 use crate::machine::{load_segments, page_runs, write_inputs, GuestInputs, Job};
-use crate::split::Claim;
+pub(crate) use crate::record::EventSink;
+use crate::record::{self, Effect, Guest, Recorder, Recording, Stop};
 use crate::unwind::Unwinder;
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes
@@ -123,6 +122,8 @@ pub struct TraceOptions<'a> {
     /// scratch re-read once per output channel can make most of a layer's
     /// events. Takes precedence over [`TraceOptions::untraced_roles`].
     pub written_whole_roles: Vec<Role>,
+    /// The emulator that runs the guest.
+    pub engine: crate::engine::Engine,
 }
 
 impl Default for TraceOptions<'_> {
@@ -140,25 +141,8 @@ impl Default for TraceOptions<'_> {
             stray_writes: false,
             untraced_roles: Vec::new(),
             written_whole_roles: Vec::new(),
+            engine: crate::engine::Engine::Unicorn,
         }
-    }
-}
-
-/// Where events go: the analyzer's channel and the channel it returns empty
-/// batch vectors on; for one of the two runs of a split trace, also which
-/// layers' events are this run's to record.
-pub(crate) struct EventSink {
-    pub(crate) messages: Sender<Message>,
-    pub(crate) recycled: Receiver<Vec<Event>>,
-    /// `None`: every selected layer.
-    pub(crate) claim: Option<Claim>,
-}
-
-impl EventSink {
-    /// True when this run records the events of the selected layer
-    /// `index` (the other run of a split trace may have taken it).
-    fn records_layer(&self, index: usize) -> bool {
-        self.claim.as_ref().is_none_or(|c| c.records(index))
     }
 }
 
@@ -187,6 +171,8 @@ pub struct RunSummary {
     /// Emulator runs the trace took: 2 for a split trace
     /// ([`ClockMode::Parallel`]), 1 otherwise.
     pub runs: u32,
+    /// The engine that ran it.
+    pub engine: crate::engine::EngineKind,
 }
 
 enum Clock {
@@ -207,49 +193,14 @@ impl Clock {
     }
 }
 
-/// A declared buffer and which of its bytes the layer has written.
-struct TracedBuffer {
-    buffer: Buffer,
-    written: Vec<u64>,
-    hook: Option<unicorn_engine::UcHookId>,
-    /// Its accesses become events ([`TraceOptions::untraced_roles`]).
-    traced: bool,
-}
-
-struct OpenLayer {
-    name: String,
-    selected: bool,
-    /// Selected, and its events are this run's to record.
-    recorded: bool,
-    /// Instruction index of the LAYER_BEGIN marker store.
-    t0: u64,
-    seq: u64,
-    buffers: Vec<TracedBuffer>,
-    /// Stray writes whose callers were unwound.
-    unwound: u32,
-}
-
-/// How the run stopped, as seen from inside a hook.
-enum Stop {
-    Exit { code: i32, instructions: u64 },
-    Error(TraceError),
-}
-
 struct Session<'a> {
     image: &'a ElfImage,
-    decoder: PortDecoder,
+    /// The protocol and the events, engine-blind.
+    rec: Recorder,
     clock: Clock,
-    layer: Option<OpenLayer>,
-    layers_seen: Vec<String>,
-    /// The text of the last REASON command.
-    exit_reason: Option<String>,
-    selection: Option<Vec<String>>,
-    batch: Vec<Event>,
-    batch_size: usize,
-    sink: EventSink,
-    events: u64,
+    /// Hooks on the open layer's traced buffers (the hook path).
+    buffer_hooks: Vec<unicorn_engine::UcHookId>,
     budget: u64,
-    stop: Option<Stop>,
     progress: Option<Box<dyn FnMut(Progress) + Send + 'a>>,
     next_progress: u64,
     /// Host memory behind guest RAM.
@@ -265,8 +216,6 @@ struct Session<'a> {
     unwinder: Option<Option<Unwinder>>,
     /// Address of the block now running.
     block_address: u64,
-    untraced_roles: Vec<Role>,
-    written_whole_roles: Vec<Role>,
 }
 
 type Uc<'a> = Unicorn<'a, Session<'a>>;
@@ -302,20 +251,18 @@ pub(crate) fn run(
     } else {
         AccessPath::Hooks
     };
+    let recording = Recording {
+        layers: options.layers,
+        batch_size: options.batch_size,
+        untraced_roles: options.untraced_roles,
+        written_whole_roles: options.written_whole_roles,
+    };
     let session = Session {
         image,
-        decoder: PortDecoder::default(),
+        rec: Recorder::new(recording, sink),
         clock,
-        layer: None,
-        layers_seen: Vec::new(),
-        exit_reason: None,
-        selection: options.layers,
-        batch: Vec::with_capacity(options.batch_size),
-        batch_size: options.batch_size.max(1),
-        sink,
-        events: 0,
+        buffer_hooks: Vec::new(),
         budget: options.max_instructions,
-        stop: None,
         progress: options.progress,
         next_progress: 1 << 24,
         ram: ram::GuestRam::for_image(image),
@@ -326,8 +273,6 @@ pub(crate) fn run(
         stack: stack::StackWatch::for_image(image),
         unwinder: None,
         block_address: 0,
-        untraced_roles: options.untraced_roles,
-        written_whole_roles: options.written_whole_roles,
     };
     let mut uc = new_machine(image, session)?;
     write_inputs(
@@ -355,11 +300,11 @@ pub(crate) fn run(
         // The PC is the address the program jumped to.
         stop_at_jump(&mut uc, pc);
     }
-    let session = uc.get_data_mut();
-    let layer = session.layer.as_ref().map(|l| l.name.clone());
-    let stop = session.stop.take();
-    let layers = std::mem::take(&mut session.layers_seen);
-    let exit_reason = session.exit_reason.take();
+    let rec = &mut uc.get_data_mut().rec;
+    let layer = rec.layer_name();
+    let stop = rec.stop.take();
+    let layers = std::mem::take(&mut rec.layers_seen);
+    let exit_reason = rec.exit_reason.take();
     let finish = |err: TraceError| Err(crate::debuginfo::with_locations(err, image));
     match (stop, result) {
         (Some(Stop::Error(err)), _) => finish(err),
@@ -385,6 +330,7 @@ pub(crate) fn run(
                     .as_ref()
                     .map_or(0, |s| s.idle_dispatches),
                 runs: 1,
+                engine: crate::engine::EngineKind::Unicorn,
             })
         }
         (None, Err(e)) => finish(TraceError::GuestFault {
@@ -403,6 +349,7 @@ fn new_machine<'a>(image: &ElfImage, session: Session<'a>) -> Result<Uc<'a>, Tra
     crate::machine::fast_stores(&mut uc, image.arch)?;
     ram::map(&mut uc)?;
     load_segments(&mut uc, image, None)?;
+    crate::machine::map_control_page(&mut uc, image)?;
     Ok(uc)
 }
 
@@ -524,14 +471,14 @@ fn on_unmapped(
     }
     let regs = arch.registers(uc, pc);
     let s = uc.get_data_mut();
-    let layer = s.layer.as_ref().map(|l| l.name.clone());
+    let layer = s.rec.layer.as_ref().map(|l| l.name.clone());
     let callers = s.callers(regs, FAULT_FRAMES);
-    s.fail_guest(
+    s.rec.fail_guest(
         format!("{what} unmapped address {address:#x} ({size} bytes)"),
         pc,
         layer,
     );
-    if let Some(Stop::Error(TraceError::GuestFault { context, .. })) = s.stop.as_mut() {
+    if let Some(Stop::Error(TraceError::GuestFault { context, .. })) = s.rec.stop.as_mut() {
         if context.callers.is_empty() {
             context.callers = Session::caller_locations(&callers);
         }
@@ -564,11 +511,11 @@ fn stop_at_jump(uc: &mut HookUc<'_, '_>, address: u64) {
         }
     }
     let s = uc.get_data_mut();
-    if s.stop.is_none() {
-        let layer = s.layer.as_ref().map(|l| l.name.clone());
+    if s.rec.stop.is_none() {
+        let layer = s.rec.layer.as_ref().map(|l| l.name.clone());
         let mut context = GuestContext::at(address, layer);
         context.callers = Session::caller_locations(&returns);
-        s.stop = Some(Stop::Error(TraceError::GuestFault {
+        s.rec.stop = Some(Stop::Error(TraceError::GuestFault {
             message: format!("the program jumped to {address:#x}, which is {target}, not code"),
             context,
         }));
@@ -581,8 +528,9 @@ fn on_interrupt(uc: &mut HookUc<'_, '_>, number: u32) {
     let arch = uc.get_data().image.arch;
     let name = arch.interrupt_name(number);
     let s = uc.get_data_mut();
-    let layer = s.layer.as_ref().map(|l| l.name.clone());
-    s.fail_guest(format!("{name} (interrupt {number})"), pc, layer);
+    let layer = s.rec.layer.as_ref().map(|l| l.name.clone());
+    s.rec
+        .fail_guest(format!("{name} (interrupt {number})"), pc, layer);
     let _ = uc.emu_stop();
 }
 
@@ -612,24 +560,5 @@ impl Session<'_> {
                 ..CodeLocation::default()
             })
             .collect()
-    }
-
-    fn fail_protocol(&mut self, message: String, pc: u64) {
-        if self.stop.is_none() {
-            let layer = self.layer.as_ref().map(|l| l.name.clone());
-            self.stop = Some(Stop::Error(TraceError::Protocol {
-                message,
-                context: GuestContext::at(pc, layer),
-            }));
-        }
-    }
-
-    fn fail_guest(&mut self, message: String, pc: u64, layer: Option<String>) {
-        if self.stop.is_none() {
-            self.stop = Some(Stop::Error(TraceError::GuestFault {
-                message,
-                context: GuestContext::at(pc, layer),
-            }));
-        }
     }
 }

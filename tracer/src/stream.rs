@@ -33,7 +33,7 @@ pub fn trace(
     mut options: TraceOptions<'_>,
     analyses: &mut [&mut (dyn Analysis + Send)],
 ) -> Result<RunSummary, TraceError> {
-    if options.clock == ClockMode::Parallel {
+    if options.clock == ClockMode::Parallel && options.engine == crate::engine::Engine::Unicorn {
         let timed = options.stray_writes || analyses.iter().any(|a| a.reads_event_times());
         if !timed {
             return trace_split(image, options, analyses);
@@ -43,7 +43,10 @@ pub fn trace(
     let (sink, stream) = channel(None);
     std::thread::scope(|scope| {
         let consumer = scope.spawn(move || consume(stream, analyses));
-        let summary = run(image, options, sink, None);
+        let summary = match options.engine.clone() {
+            crate::engine::Engine::Unicorn => run(image, options, sink, None),
+            crate::engine::Engine::Qemu(config) => crate::qemu::run(image, &config, options, sink),
+        };
         consumer.join().map_err(|_| TraceError::AnalysisPanicked)?;
         summary
     })

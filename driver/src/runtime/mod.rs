@@ -16,6 +16,7 @@
 //! every operator's outputs across kernel builds ([`OperatorComparison`]). The runner's regions
 //! they share are here.
 
+pub mod engines;
 mod inputs;
 pub mod kernels;
 mod model_run;

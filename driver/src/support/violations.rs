@@ -11,7 +11,7 @@
 use memtrace_analyzer::contract::{CallSite, ContractCheck, ContractReport};
 use memtrace_analyzer::report::{LayerReport, RunReport};
 use memtrace_tracer::debuginfo::{short_path, DebugInfo, Frame};
-use memtrace_tracer::{AccessPath, ElfImage, Job, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Engine, Job, TraceOptions};
 
 use crate::support::common::trace_with;
 use crate::support::error::{Context, Result};
@@ -28,6 +28,8 @@ pub(crate) struct Rerun<'a> {
     pub runtime_code: Vec<(u64, u64)>,
     /// Names of all layers the guest opened, in order.
     pub layers: &'a [String],
+    /// The engine the run used, which the re-trace uses too.
+    pub engine: Engine,
 }
 
 /// Completes the contract reports of a run on `access`: exact PCs (re-tracing
@@ -69,7 +71,8 @@ fn retrace(rerun: &Rerun<'_>, indices: &[usize]) -> Result<Vec<ContractReport>> 
             layers: Some(names),
             max_instructions: rerun.max_instructions,
             access: AccessPath::Hooks,
-            stray_writes: true,
+            stray_writes: rerun.engine == Engine::Unicorn,
+            engine: rerun.engine.clone(),
             ..TraceOptions::default()
         },
         &mut [&mut check],

@@ -192,12 +192,12 @@ fn stop_looping(uc: &mut HookUc<'_, '_>, address: u64) {
     let arch = uc.get_data().image.arch;
     let regs = arch.registers(uc, address);
     let s = uc.get_data_mut();
-    if s.stop.is_none() {
-        let layer = s.layer.as_ref().map(|l| l.name.clone());
+    if s.rec.stop.is_none() {
+        let layer = s.rec.layer.as_ref().map(|l| l.name.clone());
         let callers = s.callers(regs, super::FAULT_FRAMES);
         let mut context = GuestContext::at(address, layer);
         context.callers = Session::caller_locations(&callers);
-        s.stop = Some(Stop::Error(TraceError::LoopsForever { context }));
+        s.rec.stop = Some(Stop::Error(TraceError::LoopsForever { context }));
     }
     let _ = uc.emu_stop();
 }
@@ -209,7 +209,7 @@ fn apply_guard_changes(uc: &mut HookUc<'_, '_>, address: u64) -> bool {
         return true;
     }
     if let Err(e) = guard::apply(uc) {
-        uc.get_data_mut().fail_guest(e, address, None);
+        uc.get_data_mut().rec.fail_guest(e, address, None);
         let _ = uc.emu_stop();
         return false;
     }
@@ -227,10 +227,10 @@ pub(super) fn on_instruction(uc: &mut HookUc<'_, '_>, _address: u64, _size: u32)
 #[inline(never)]
 fn after_instructions(uc: &mut HookUc<'_, '_>, retired: u64, pc: u64) {
     let s = uc.get_data_mut();
-    if retired > s.budget && s.stop.is_none() {
+    if retired > s.budget && s.rec.stop.is_none() {
         let budget = s.budget;
-        let layer = s.layer.as_ref().map(|l| l.name.clone());
-        s.stop = Some(Stop::Error(TraceError::BudgetExceeded {
+        let layer = s.rec.layer.as_ref().map(|l| l.name.clone());
+        s.rec.stop = Some(Stop::Error(TraceError::BudgetExceeded {
             budget,
             context: GuestContext::at(pc, layer),
         }));
@@ -239,7 +239,7 @@ fn after_instructions(uc: &mut HookUc<'_, '_>, retired: u64, pc: u64) {
     }
     if retired >= s.next_progress {
         s.next_progress = retired + (1 << 24);
-        let events = s.events + s.batch.len() as u64;
+        let events = s.rec.events + s.rec.batch.len() as u64;
         if let Some(p) = s.progress.as_mut() {
             p(Progress {
                 instructions: retired,

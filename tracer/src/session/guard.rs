@@ -140,7 +140,7 @@ impl Session<'_> {
     /// when the watch is off or every byte is accounted for.
     pub(super) fn stray_part(&self, address: u64, size: u64) -> Option<(u64, u32)> {
         let stack = self.guard.as_ref()?.stack()?;
-        let layer = self.layer.as_ref()?;
+        let layer = self.rec.layer.as_ref()?;
         // A red zone is declared so that its loads are traced; a store
         // there is as stray as one anywhere else outside the buffers.
         let covered = |a: u64| {
@@ -166,7 +166,7 @@ impl Session<'_> {
     /// Whether `[address, address + size)` lies inside one declared buffer
     /// of the open layer.
     fn in_buffers(&self, address: u64, size: u64) -> bool {
-        self.layer.as_ref().is_some_and(|l| {
+        self.rec.layer.as_ref().is_some_and(|l| {
             l.buffers.iter().any(|b| {
                 let base = b.buffer.base;
                 address >= base && address + size <= base + b.buffer.size as u64
@@ -177,11 +177,11 @@ impl Session<'_> {
     /// Reports a stray write made by the instruction at `pc`, called
     /// through `callers` (return addresses, innermost first).
     pub(super) fn stray_write(&mut self, pc: u64, address: u64, size: u32, callers: Vec<u64>) {
-        let Some(layer) = self.layer.as_ref() else {
+        let Some(layer) = self.rec.layer.as_ref() else {
             return;
         };
         let t = self.clock.now(pc) - layer.t0;
-        self.send(Message::StrayWrite(StrayWrite {
+        self.rec.send(Message::StrayWrite(StrayWrite {
             t,
             pc,
             address,
@@ -193,7 +193,7 @@ impl Session<'_> {
     /// Whether the next stray write of the open layer still gets its callers
     /// unwound (counts it).
     fn unwind_next(&mut self) -> bool {
-        match self.layer.as_mut() {
+        match self.rec.layer.as_mut() {
             Some(l) if l.unwound < STRAY_WRITES_UNWOUND => {
                 l.unwound += 1;
                 true

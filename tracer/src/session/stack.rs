@@ -39,19 +39,19 @@ const BELOW_SP: u64 = 256;
 const MAX_FRAMES: usize = 1 << 17;
 
 /// The stack's bounds and its guard pages.
-pub(super) struct StackWatch {
+pub(crate) struct StackWatch {
     /// `__stack_bottom` (lowest stack address).
-    pub(super) bottom: u64,
+    pub(crate) bottom: u64,
     /// `__stack_top` (one past the highest).
-    pub(super) top: u64,
+    pub(crate) top: u64,
     /// Watched pages `[start, end)`: those holding `[bottom - GUARD_BYTES,
     /// bottom)`, within the loaded memory.
-    pub(super) zone: (u64, u64),
+    pub(crate) zone: (u64, u64),
 }
 
 impl StackWatch {
     /// The watch for `image`, when it defines both stack symbols.
-    pub(super) fn for_image(image: &ElfImage) -> Option<StackWatch> {
+    pub(crate) fn for_image(image: &ElfImage) -> Option<StackWatch> {
         let bottom = image.symbol(symbols::STACK_BOTTOM)?.address;
         let top = image.symbol(symbols::STACK_TOP)?.address;
         if bottom >= top {
@@ -81,7 +81,7 @@ impl StackWatch {
 
     /// For an access at `address` made with the stack pointer at `sp`: how
     /// many bytes below the stack bottom it is, when it is the stack's.
-    pub(super) fn overflow(&self, address: u64, sp: u64) -> Option<u64> {
+    pub(crate) fn overflow(&self, address: u64, sp: u64) -> Option<u64> {
         (address < self.bottom && address.saturating_add(BELOW_SP) >= sp)
             .then(|| self.bottom - address)
     }
@@ -125,7 +125,7 @@ pub(super) fn stop_on_overflow(uc: &mut HookUc<'_, '_>, pc: u64, address: u64) -
 fn report(uc: &mut HookUc<'_, '_>, pc: u64, address: u64, below: u64) {
     let regs = uc.get_data().image.arch.registers(uc, pc);
     let s = uc.get_data_mut();
-    if s.stop.is_some() {
+    if s.rec.stop.is_some() {
         return;
     }
     let Some(watch) = s.stack.as_ref() else {
@@ -134,8 +134,8 @@ fn report(uc: &mut HookUc<'_, '_>, pc: u64, address: u64, below: u64) {
     let stack_bytes = watch.top - watch.bottom;
     let callers = s.callers(regs, MAX_FRAMES);
     let frames = callers.len() + 1;
-    let layer = s.layer.as_ref().map(|l| l.name.clone());
-    s.stop = Some(Stop::Error(TraceError::StackOverflow {
+    let layer = s.rec.layer.as_ref().map(|l| l.name.clone());
+    s.rec.stop = Some(Stop::Error(TraceError::StackOverflow {
         below,
         address,
         stack_bytes,

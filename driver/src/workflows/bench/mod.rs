@@ -469,6 +469,7 @@ fn peak_rss(args: &BenchOptions, out: &mut impl Write) -> Result<()> {
         max_instructions: 20_000_000_000,
         exact_time: false,
         model: Default::default(),
+        engine: None,
     })?;
     let kb = peak_rss_kb().ok_or_else(|| failed!("/proc/self/status has no VmHWM"))?;
     let events: u64 = report

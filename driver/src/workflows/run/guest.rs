@@ -7,7 +7,7 @@ use memtrace_analyzer::layer_stats::attach_spec;
 use memtrace_analyzer::report::{LayerReport, TflmRunInfo};
 use memtrace_io::input::{read_limited, MAX_INPUT_FILE};
 use memtrace_model::source::{ModelFile, ModelSource};
-use memtrace_tracer::{AccessPath, ElfImage, Job, RunSummary, TraceOptions};
+use memtrace_tracer::{AccessPath, ElfImage, Engine, Job, RunSummary, TraceOptions};
 
 use super::RunOptions;
 use crate::bail;
@@ -137,12 +137,15 @@ pub(super) fn trace_guest(
 ) -> Result<(RunSummary, Preload)> {
     match guest {
         Guest::Elf { image, job } => {
+            let engine = crate::runtime::engines::engine_for(image.arch, opts.engine)?;
             let options = TraceOptions {
                 job: job.clone(),
                 layers,
                 max_instructions: opts.max_instructions,
                 access,
-                stray_writes: true,
+                // The stray-write watch protects pages: Unicorn's.
+                stray_writes: engine == Engine::Unicorn,
+                engine,
                 ..TraceOptions::default()
             };
             Ok((trace_with(image, options, analyses)?, Vec::new()))

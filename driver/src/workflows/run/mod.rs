@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 use memtrace_abi::selection::selects;
 use memtrace_abi::Analysis;
+use memtrace_abi::EngineKind;
 use memtrace_abi::LayerSpec;
 use memtrace_analyzer::contract::ContractCheck;
 use memtrace_analyzer::event_table::EventTable;
@@ -56,6 +57,8 @@ pub struct RunOptions {
     pub exact_time: bool,
     /// How a `.tflite` model runs (ignored for a kernel binary).
     pub model: ModelOptions,
+    /// The emulator (default: the core's own, `EngineKind::default_for`).
+    pub engine: Option<EngineKind>,
 }
 
 /// How `memtrace run MODEL.tflite` runs the model on real TFLM.
@@ -242,6 +245,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             max_instructions: opts.max_instructions,
             runtime_code,
             layers: &summary.layers,
+            engine: crate::runtime::engines::engine_for(guest.image().arch, opts.engine)?,
         };
         crate::support::violations::finish(rerun, summary.access, contract.layers)?
     };
@@ -264,6 +268,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         elf: image.path.display().to_string(),
         arch: summary.arch,
         access: summary.access,
+        engine: summary.engine,
         exit_code: summary.exit_code,
         exit_reason: summary.exit_reason.clone(),
         instructions: summary.instructions,

@@ -2,6 +2,7 @@
 //! and broken contract rule ([`warnings`]), and the buffer and O_s tables
 //! ([`tables_text`]), and the exit status ([`RunAnswer`]).
 
+use memtrace_abi::EngineKind;
 use memtrace_analyzer::kernel::Library;
 use memtrace_analyzer::report::{
     buffers_frame, contract_frame, overlap_frame, OverlapReport, RunReport,
@@ -186,7 +187,7 @@ pub(crate) fn tables_text(report: &RunReport) -> Result<String> {
         "{} ({}): {} layer(s) traced, {} instructions in total\n{embedded}{}\n{}\nmemory \
          contract{zoned}:\n{}\n{sizing}",
         what,
-        report.arch,
+        on_engine(report),
         report.layers.len(),
         report.instructions,
         buffers_frame(report)?,
@@ -208,8 +209,19 @@ fn no_layers_text(report: &RunReport) -> String {
          no layer traced: the program declares none (memtrace's layer protocol, \
          docs/protocol.md); `memtrace check` traces an unmodified program's TFLM \
          operators and CMSIS-NN calls as layers\n",
-        report.elf, report.arch, report.exit_code, report.instructions
+        report.elf,
+        on_engine(report),
+        report.exit_code,
+        report.instructions
     )
+}
+
+/// The core, and the engine when it is not Unicorn (`cortex-m55 on qemu`).
+fn on_engine(report: &RunReport) -> String {
+    match report.engine {
+        EngineKind::Unicorn => report.arch.to_string(),
+        engine => format!("{} on {engine}", report.arch),
+    }
 }
 
 /// `memtrace run`'s answer: its report, with the strictness asked for.
