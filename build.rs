@@ -93,7 +93,10 @@ fn main() {
     for probe in qemu_probes {
         println!("cargo:rerun-if-changed={probe}");
     }
-    if let Some(probe) = qemu_probes.iter().find(|p| !std::path::Path::new(p).exists()) {
+    if let Some(probe) = qemu_probes
+        .iter()
+        .find(|p| !std::path::Path::new(p).exists())
+    {
         println!("cargo:rustc-cfg=no_qemu");
         println!(
             "cargo:warning={probe} is missing: the QEMU engine's tests will be ignored; run `make qemu-guests`"

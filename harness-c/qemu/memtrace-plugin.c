@@ -222,16 +222,12 @@ static void serve_replies(void) {
     }
 }
 
-/* What the translator knows of an instruction, packed into the callback's
- * user data: its address, its index in the block and the block's length. */
-static void *pack(uint64_t pc, size_t index, size_t n) {
-    return (void *)(uintptr_t)((pc & 0xffffffffu) | (uint64_t)(index & 0xffff) << 32 |
-                               (uint64_t)(n & 0xffff) << 48);
-}
-
-static uint64_t now(uint64_t packed) {
-    uint64_t index = packed >> 32 & 0xffff, n = packed >> 48;
-    return qemu_plugin_u64_get(retired, 0) - n + index;
+/* Instructions retired before the one now running: each instruction adds
+ * one as it begins (per instruction, not per block, so that a block left
+ * early — a store to the System Control Block ends it — is not counted
+ * whole). */
+static uint64_t now(void) {
+    return qemu_plugin_u64_get(retired, 0) - 1;
 }
 
 static bool traced(uint64_t address, unsigned size) {
@@ -248,7 +244,7 @@ static void on_access(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t va
     if (stopped) {
         return;
     }
-    uint64_t packed = (uint64_t)(uintptr_t)udata, pc = packed & 0xffffffffu;
+    uint64_t pc = (uint64_t)(uintptr_t)udata;
     unsigned size = 1u << qemu_plugin_mem_size_shift(info);
     bool store = qemu_plugin_mem_is_store(info);
     bool in_signal = pc >= signal_lo && pc < signal_hi;
@@ -256,7 +252,7 @@ static void on_access(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t va
         qemu_plugin_mem_value v = qemu_plugin_mem_get_value(info);
         uint64_t value = v.type == QEMU_PLUGIN_MEM_VALUE_U32 ? v.data.u32 : v.data.u64;
         uint64_t lr = in_signal ? read_reg(reg_lr) : 0;
-        record(K_PORT, size, vaddr, pc, lr, now(packed), value);
+        record(K_PORT, size, vaddr, pc, lr, now(), value);
         if (vaddr - port_lo == 4) {
             serve_replies();
         }
@@ -265,11 +261,11 @@ static void on_access(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t va
     if (store && vaddr < guard_hi && guard_lo < vaddr + size) {
         /* memtrace says whether it is the stack's (a STOP) or data that
          * shares the page (go on). */
-        record(K_GUARD, size, vaddr, pc, 0, now(packed), read_reg(reg_sp));
+        record(K_GUARD, size, vaddr, pc, 0, now(), read_reg(reg_sp));
         serve_replies();
     }
     if (traced(vaddr, size)) {
-        record(store ? K_STORE : K_LOAD, size, vaddr, pc, 0, now(packed), 0);
+        record(store ? K_STORE : K_LOAD, size, vaddr, pc, 0, now(), 0);
     }
 }
 
@@ -322,7 +318,6 @@ static bool is_fault_handler(uint64_t vaddr) {
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
     (void)id;
     size_t n = qemu_plugin_tb_n_insns(tb);
-    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64, retired, n);
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64, since_progress, n);
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, on_budget, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_GT,
                                               retired, budget, NULL);
@@ -332,8 +327,9 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         uint64_t pc = qemu_plugin_insn_vaddr(insn);
         bool in_signal = pc >= signal_lo && pc < signal_hi;
+        qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn, QEMU_PLUGIN_INLINE_ADD_U64, retired, 1);
         qemu_plugin_register_vcpu_mem_cb(insn, on_access, in_signal ? QEMU_PLUGIN_CB_R_REGS : QEMU_PLUGIN_CB_NO_REGS,
-                                         QEMU_PLUGIN_MEM_RW, pack(pc, i, n));
+                                         QEMU_PLUGIN_MEM_RW, (void *)(uintptr_t)pc);
         if (i == 0 && is_fault_handler(pc)) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, on_fault, QEMU_PLUGIN_CB_R_REGS, NULL);
         }

@@ -138,11 +138,14 @@ const CONTROL_PAGE: u64 = 0xE000_E000;
 /// QEMU needs), and Unicorn, which models no SCB and runs floating point
 /// without it, takes the store and goes on. (`check`, which runs programs
 /// as built, reports any access there instead.)
-pub(crate) fn map_control_page<D>(uc: &mut Unicorn<'_, D>, image: &ElfImage) -> Result<(), TraceError> {
+pub(crate) fn map_control_page<D>(
+    uc: &mut Unicorn<'_, D>,
+    image: &ElfImage,
+) -> Result<(), TraceError> {
     if !image.arch.is_cortex_m() || image.is_loaded(CONTROL_PAGE, 1) {
         return Ok(());
     }
-    uc.mem_map(CONTROL_PAGE, PAGE as usize, Prot::READ | Prot::WRITE)
+    uc.mem_map(CONTROL_PAGE, PAGE, Prot::READ | Prot::WRITE)
         .map_err(|e| emulator_error("mapping the System Control Block page", e))
 }
 

@@ -343,13 +343,13 @@ impl Recorder {
     fn declare(
         &mut self,
         decl: BufferDecl,
+        role: Role,
         name: String,
         image: &ElfImage,
         at: (u64, u64),
     ) -> Result<Effect, String> {
         let BufferDecl {
             id,
-            role,
             base,
             size,
             elem_size,
@@ -358,8 +358,6 @@ impl Recorder {
         let Some(layer) = &self.layer else {
             return Err("BUFFER declared outside a layer".into());
         };
-        let role = Role::from_code(role)
-            .ok_or_else(|| format!("buffer {id} has unknown role {role} (0..=4)"))?;
         if size == 0 || elem_size == 0 || !size.is_multiple_of(elem_size) {
             return Err(format!(
                 "buffer `{name}` has size {size} and element size {elem_size}: size must be a positive multiple of the element size"
@@ -522,8 +520,11 @@ fn execute<G: Guest>(
                     "BUFFER declared outside a layer (declare buffers after LAYER_BEGIN)".into(),
                 );
             }
+            let role = Role::from_code(decl.role).ok_or_else(|| {
+                format!("buffer {} has unknown role {} (0..=4)", decl.id, decl.role)
+            })?;
             let name = read_string(guest, decl.name, "buffer name")?;
-            guest.recorder().declare(decl, name, image, (t, pc))
+            guest.recorder().declare(decl, role, name, image, (t, pc))
         }
         Command::LayerEnd => {
             let mut digest = None;

@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
 use memtrace_abi::target::EngineKind;
 use memtrace_tracer::{Arch, Engine, QemuConfig};
 
 use super::kernels::guest_roots;
+use crate::bail;
+use crate::support::error::Result;
 
 /// The QEMU board every QEMU run uses: Arm's MPS3 AN547 (Corstone-300),
 /// whose core is the Cortex-M55; the harness links its M55 guests for it

@@ -67,6 +67,7 @@ pub(crate) fn red_zoned_check(
         max_instructions,
         runtime_code: code,
         layers: &summary.layers,
+        engine: memtrace_tracer::Engine::Unicorn,
     };
     let contracts = finish(rerun, summary.access, contract.layers)?;
     Ok(RedZoneCheck {

@@ -20,11 +20,11 @@ const REPLIES_FD: RawFd = 4;
 /// The first descriptor of the memory files with the guest's inputs.
 const FIRST_INPUT_FD: RawFd = 5;
 
-/// Most descriptors QEMU inherits (the pipe's two and the input files).
+/// Most descriptors QEMU inherits (the pipe's two and the memory files).
 const MAX_INHERITED: usize = 64;
 
 /// How long QEMU may take to exit once told to stop.
-const EXIT_WAIT: Duration = Duration::from_secs(5);
+const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// What a run asks QEMU for.
 pub(super) struct Launch<'a> {
@@ -81,19 +81,19 @@ impl Qemu {
     pub(super) fn start(launch: &Launch<'_>) -> Result<(Qemu, Wire), TraceError> {
         let (records, plugin_out) = std::io::pipe().map_err(io("creating QEMU's pipe"))?;
         let (plugin_in, replies) = std::io::pipe().map_err(io("creating QEMU's pipe"))?;
-        let inputs: Vec<OwnedFd> = launch
-            .writes
+        let blobs = memory_image(launch.image, launch.writes);
+        let inputs: Vec<OwnedFd> = blobs
             .iter()
             .map(|(_, bytes)| memory_file(bytes))
             .collect::<Result<_, _>>()?;
         if inputs.len() + 2 > MAX_INHERITED {
             return Err(TraceError::Emulator(format!(
-                "{} preloaded ranges: the QEMU engine takes at most {}",
+                "{} memory blobs: the QEMU engine takes at most {}",
                 inputs.len(),
                 MAX_INHERITED - 2
             )));
         }
-        let mut command = command_line(launch);
+        let mut command = command_line(launch, &blobs);
         let mut inherited: Vec<(RawFd, RawFd)> = vec![
             (plugin_out.as_raw_fd(), RECORDS_FD),
             (plugin_in.as_raw_fd(), REPLIES_FD),
@@ -193,7 +193,7 @@ fn reap(mut child: Child, wait: Duration) -> bool {
     }
 }
 
-fn command_line(launch: &Launch<'_>) -> Command {
+fn command_line(launch: &Launch<'_>, blobs: &[(u64, Vec<u8>)]) -> Command {
     let config = launch.config;
     let image = launch.image;
     let mut plugin = format!(
@@ -220,10 +220,10 @@ fn command_line(launch: &Launch<'_>) -> Command {
         .args(["-machine", &config.machine, "-cpu", &config.cpu])
         .args(["-nographic", "-monitor", "none", "-serial", "none"])
         .args(["-semihosting-config", "enable=on,target=native"])
-        .arg("-kernel")
-        .arg(&image.path)
+        .arg("-name")
+        .arg(format!("memtrace:{}", image.path.display()))
         .args(["-plugin", &plugin]);
-    for (i, (address, _)) in launch.writes.iter().enumerate() {
+    for (i, (address, _)) in blobs.iter().enumerate() {
         let fd = FIRST_INPUT_FD + i as RawFd;
         command.args([
             "-device",
@@ -231,6 +231,56 @@ fn command_line(launch: &Launch<'_>) -> Command {
         ]);
     }
     command
+}
+
+/// The guest's memory before its first instruction, as `(address, bytes)`
+/// blobs for QEMU's loader: the segments' file bytes with the host's
+/// inputs written over them and beside them. (QEMU's own ELF loader would
+/// claim each segment's zero-filled tail, where the inputs go, and refuse a
+/// second blob there; the rest of the board's RAM starts zeroed.) The
+/// board boots from the vector table in the blob at 0.
+fn memory_image(image: &ElfImage, writes: &[(u64, Vec<u8>)]) -> Vec<(u64, Vec<u8>)> {
+    let mut blobs: Vec<(u64, Vec<u8>)> = image
+        .segments
+        .iter()
+        .filter(|s| !s.data.is_empty())
+        .map(|s| (s.address, s.data.clone()))
+        .collect();
+    for (address, bytes) in writes {
+        blobs = write_over(blobs, *address, bytes);
+    }
+    blobs.sort_by_key(|(address, _)| *address);
+    blobs
+}
+
+/// `blobs` with `bytes` written at `address`: every blob it meets or
+/// touches and it merged into one.
+fn write_over(blobs: Vec<(u64, Vec<u8>)>, address: u64, bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let end = address + bytes.len() as u64;
+    let (meet, mut rest): (Vec<_>, Vec<_>) = blobs
+        .into_iter()
+        .partition(|(a, b)| *a <= end && address <= a + b.len() as u64);
+    let start = meet
+        .iter()
+        .map(|(a, _)| *a)
+        .min()
+        .unwrap_or(address)
+        .min(address);
+    let stop = meet
+        .iter()
+        .map(|(a, b)| a + b.len() as u64)
+        .max()
+        .unwrap_or(end)
+        .max(end);
+    let mut merged = vec![0u8; (stop - start) as usize];
+    for (a, b) in &meet {
+        let at = (a - start) as usize;
+        merged[at..at + b.len()].copy_from_slice(b);
+    }
+    let at = (address - start) as usize;
+    merged[at..at + bytes.len()].copy_from_slice(bytes);
+    rest.push((start, merged));
+    rest
 }
 
 /// An anonymous memory file holding `bytes`, for QEMU's loader.
@@ -249,4 +299,26 @@ fn memory_file(bytes: &[u8]) -> Result<OwnedFd, TraceError> {
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> TraceError {
     move |e| TraceError::Emulator(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_over;
+
+    #[test]
+    fn writes_merge_with_the_blobs_they_meet_and_win() {
+        let blobs = vec![(0x100, vec![1u8; 16]), (0x200, vec![2u8; 4])];
+        // Over the first blob's tail and past its end.
+        let mut out = write_over(blobs, 0x10c, &[9; 8]);
+        out.sort();
+        assert_eq!(out[0].0, 0x100);
+        assert_eq!(out[0].1.len(), 0x14);
+        assert_eq!(&out[0].1[..12], &[1; 12]);
+        assert_eq!(&out[0].1[12..], &[9; 8]);
+        assert_eq!(out[1], (0x200, vec![2; 4]));
+        // Apart from every blob: a blob of its own.
+        let out = write_over(out, 0x300, &[7; 2]);
+        assert_eq!(out.len(), 3);
+        assert!(out.contains(&(0x300, vec![7, 7])));
+    }
 }
