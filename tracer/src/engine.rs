@@ -1,6 +1,6 @@
 //! Which emulator runs a traced guest. Both engines drive the same
 //! engine-blind protocol and event recorder (`record`): an engine
-//! implements [`crate::record::Guest`] — guest memory, the call of
+//! implements `record::Guest` — guest memory, the call of
 //! `memtrace_signal`, the instruction index — and reports each access to a
 //! traced range and each store to the port; everything above (events,
 //! analyses, every workflow) does not know which engine ran.

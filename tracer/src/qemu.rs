@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use crate::elf::ElfImage;
 use crate::error::{CodeLocation, GuestContext, TraceError};
 use crate::machine::{input_writes, GuestInputs};
-use crate::record::{self, Effect, EventSink, Guest, Recorder, Recording, Stop};
+use crate::record::{self, Effect, EventSink, Guest, PortStore, Recorder, Recording, Stop};
 use crate::session::{AccessPath, Progress, RunSummary, StackWatch, TraceOptions};
 
 use process::Qemu;
@@ -200,7 +200,13 @@ impl Run<'_, '_> {
 
     fn port_store(&mut self, r: WireRecord) -> Result<(), TraceError> {
         let image = self.image;
-        let effect = record::port_store(self, image, r.address, r.size as usize, r.value, r.pc);
+        let store = PortStore {
+            address: r.address,
+            size: r.size as usize,
+            value: r.value,
+            pc: r.pc,
+        };
+        let effect = record::port_store(self, image, store);
         if let Effect::LayerClosed(_) | Effect::BufferDeclared { .. } = effect {
             self.update_ranges()?;
         }

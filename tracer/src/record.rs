@@ -447,22 +447,24 @@ impl Recorder {
     }
 }
 
-/// Decodes one store of `size` bytes at `address` inside `memtrace_port`,
-/// made by the instruction at `pc`: a FIFO word, or a MARKER command applied
-/// at once. A protocol error ends the run, reported at the guest's call.
-pub(crate) fn port_store<G: Guest>(
-    guest: &mut G,
-    image: &ElfImage,
-    address: u64,
-    size: usize,
-    value: u64,
-    pc: u64,
-) -> Effect {
-    match port_command(guest, image, address, size, value, pc) {
+/// One guest store into `memtrace_port`: `size` bytes of `value` at
+/// `address`, made by the instruction at `pc`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PortStore {
+    pub(crate) address: u64,
+    pub(crate) size: usize,
+    pub(crate) value: u64,
+    pub(crate) pc: u64,
+}
+
+/// Decodes one port store: a FIFO word, or a MARKER command applied at
+/// once. A protocol error ends the run, reported at the guest's call.
+pub(crate) fn port_store<G: Guest>(guest: &mut G, image: &ElfImage, store: PortStore) -> Effect {
+    match port_command(guest, image, store) {
         Ok(effect) => effect,
         Err(e) => {
             // Errors point at the guest's call; times use the storing instruction.
-            let site = guest.call_site(pc);
+            let site = guest.call_site(store.pc);
             guest.recorder().fail_protocol(e, site);
             Effect::Nothing
         }
@@ -472,11 +474,14 @@ pub(crate) fn port_store<G: Guest>(
 fn port_command<G: Guest>(
     guest: &mut G,
     image: &ElfImage,
-    address: u64,
-    size: usize,
-    value: u64,
-    pc: u64,
+    store: PortStore,
 ) -> Result<Effect, String> {
+    let PortStore {
+        address,
+        size,
+        value,
+        pc,
+    } = store;
     let offset = address & (PORT_SIZE - 1);
     if size != 4 || !offset.is_multiple_of(4) {
         return Err(format!(

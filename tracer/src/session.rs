@@ -41,7 +41,7 @@ use crate::error::{CodeLocation, GuestContext, TraceError};
 pub(crate) use crate::machine::{emulator_error, page_ranges, set_permissions, PAGE};
 use crate::machine::{load_segments, page_runs, write_inputs, GuestInputs, Job};
 pub(crate) use crate::record::EventSink;
-use crate::record::{self, Effect, Guest, Recorder, Recording, Stop};
+use crate::record::{self, Effect, Guest, PortStore, Recorder, Recording, Stop};
 use crate::unwind::Unwinder;
 
 /// Widest single guest access (x86 SSE): a buffer hook starts this many bytes

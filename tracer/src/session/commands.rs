@@ -22,7 +22,13 @@ pub(super) fn on_port_write(
 /// the instruction at `pc`.
 pub(super) fn port_store(uc: &mut HookUc<'_, '_>, address: u64, size: usize, value: i64, pc: u64) {
     let image = uc.get_data().image;
-    let effect = record::port_store(uc, image, address, size, value as u64, pc);
+    let store = PortStore {
+        address,
+        size,
+        value: value as u64,
+        pc,
+    };
+    let effect = record::port_store(uc, image, store);
     if let Err(e) = apply(uc, effect) {
         let site = call_site(uc, pc);
         uc.get_data_mut().rec.fail_protocol(e, site);
