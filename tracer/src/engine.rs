@@ -5,8 +5,8 @@
 //! traced range and each store to the port; everything above (events,
 //! analyses, every workflow) does not know which engine ran.
 
-pub use crate::qemu::QemuConfig;
 pub use memtrace_abi::target::EngineKind;
+use std::path::PathBuf;
 
 /// The emulator a run uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,4 +28,17 @@ impl Engine {
             Engine::Qemu(_) => EngineKind::Qemu,
         }
     }
+}
+
+/// Where QEMU and the plugin are, and the board and core to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QemuConfig {
+    /// `qemu-system-arm`, version 10 or later (plugin API 4).
+    pub qemu: PathBuf,
+    /// memtrace's plugin, `libmemtrace-qemu.so`.
+    pub plugin: PathBuf,
+    /// QEMU's `-machine`, e.g. `mps3-an547`.
+    pub machine: String,
+    /// QEMU's `-cpu`, e.g. `cortex-m55`.
+    pub cpu: String,
 }

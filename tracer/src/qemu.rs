@@ -18,9 +18,8 @@
 mod process;
 mod wire;
 
-use std::path::PathBuf;
-
 use crate::elf::ElfImage;
+use crate::engine::QemuConfig;
 use crate::error::{CodeLocation, GuestContext, TraceError};
 use crate::machine::{input_writes, GuestInputs};
 use crate::record::{self, Effect, EventSink, Guest, PortStore, Recorder, Recording, Stop};
@@ -28,19 +27,6 @@ use crate::session::{AccessPath, Progress, RunSummary, StackWatch, TraceOptions}
 
 use process::Qemu;
 use wire::{Kind, Reply, Wire, WireRecord};
-
-/// Where QEMU and the plugin are, and the board and core to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QemuConfig {
-    /// `qemu-system-arm`, version 10 or later (plugin API 4).
-    pub qemu: PathBuf,
-    /// memtrace's plugin, `libmemtrace-qemu.so`.
-    pub plugin: PathBuf,
-    /// QEMU's `-machine`, e.g. `mps3-an547`.
-    pub machine: String,
-    /// QEMU's `-cpu`, e.g. `cortex-m55`.
-    pub cpu: String,
-}
 
 /// The plugin API version the plugin is built for (QEMU 10.0).
 pub const PLUGIN_API: u32 = 4;
