@@ -89,6 +89,7 @@ fn main() {
         "harness-c/build/cortex-m55/suite-cmsis.elf",
         "harness-c/build/cortex-m4-an547/suite.elf",
         "harness-c/build/cortex-m4-an547/suite-cmsis.elf",
+        "harness-c/build/cortex-m55/stack-overflow.elf",
     ];
     for probe in qemu_probes {
         println!("cargo:rerun-if-changed={probe}");

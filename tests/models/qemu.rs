@@ -158,3 +158,22 @@ fn a_budget_stops_qemu_and_leaves_no_process_behind() {
         String::from_utf8_lossy(&ps.stdout)
     );
 }
+
+#[test]
+#[cfg_attr(no_qemu, ignore = "QEMU guests not built: make qemu-guests")]
+fn a_stack_overflow_on_qemu_is_named_at_its_function_and_line() {
+    // A recursion without end inside a layer: the plugin reports the
+    // store to the page below the stack, and memtrace names where.
+    let out = memtrace(["run", path_str(&guest("cortex-m55", "stack-overflow"))]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("stack overflow: 4 B below the stack bottom"),
+        "{err}"
+    );
+    assert!(err.contains("in layer `deep`"), "{err}");
+    assert!(
+        err.contains("`descend` (guests/stack_overflow.c:16)"),
+        "{err}"
+    );
+}
